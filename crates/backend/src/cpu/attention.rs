@@ -1,0 +1,94 @@
+//! Paged causal attention on the CPU: every (token, head) pair reads its
+//! sequence's keys and values through the block table.
+
+use super::matmul::dot_f32;
+use crate::{AttnBatch, AttnParams};
+use ferrite_core::{Error, Result};
+use rayon::prelude::*;
+
+/// K and V of every layer, each `n_blocks * block_size` slots of `kv_dim` floats.
+pub struct CpuKvPool {
+    pub k: Vec<Vec<f32>>,
+    pub v: Vec<Vec<f32>>,
+    pub kv_dim: usize,
+    pub slots: usize,
+}
+
+pub fn write_kv(pool: &mut CpuKvPool, layer: usize, k: &[f32], v: &[f32], slots: &[usize]) -> Result<()> {
+    let d = pool.kv_dim;
+    if k.len() != slots.len() * d || v.len() != k.len() {
+        return Err(Error::Shape(format!("write_kv: {} slots for {} values", slots.len(), k.len())));
+    }
+    for (i, &s) in slots.iter().enumerate() {
+        if s >= pool.slots {
+            return Err(Error::Shape(format!("KV slot {s} outside the pool ({} slots)", pool.slots)));
+        }
+        pool.k[layer][s * d..(s + 1) * d].copy_from_slice(&k[i * d..(i + 1) * d]);
+        pool.v[layer][s * d..(s + 1) * d].copy_from_slice(&v[i * d..(i + 1) * d]);
+    }
+    Ok(())
+}
+
+/// Where each flat-batch row lives: its sequence and its position.
+fn row_positions(batch: &AttnBatch, n: usize) -> Result<Vec<(usize, usize)>> {
+    let mut rows = vec![(usize::MAX, 0); n];
+    for (si, s) in batch.seqs.iter().enumerate() {
+        if s.q_start + s.q_len > n || s.q_len > s.ctx_len || s.ctx_len > s.block_table.len() * batch.block_size {
+            return Err(Error::Shape(format!("attention batch entry {si} is inconsistent")));
+        }
+        for i in 0..s.q_len {
+            rows[s.q_start + i] = (si, s.ctx_len - s.q_len + i);
+        }
+    }
+    if rows.iter().any(|r| r.0 == usize::MAX) {
+        return Err(Error::Shape("attention batch leaves rows without a sequence".into()));
+    }
+    Ok(rows)
+}
+
+pub fn attention(q: &[f32], n: usize, pool: &CpuKvPool, layer: usize, batch: &AttnBatch, p: &AttnParams) -> Result<Vec<f32>> {
+    let hd = p.head_dim;
+    if q.len() != n * p.n_heads * hd || p.n_kv_heads * hd != pool.kv_dim || p.n_heads % p.n_kv_heads != 0 {
+        return Err(Error::Shape("attention: q or KV shapes do not match the layer".into()));
+    }
+    let rows = row_positions(batch, n)?;
+    let group = p.n_heads / p.n_kv_heads;
+    let (kc, vc) = (&pool.k[layer], &pool.v[layer]);
+    let bs = batch.block_size;
+    let mut out = vec![0f32; q.len()];
+    out.par_chunks_mut(hd).enumerate().for_each_init(Vec::new, |scores: &mut Vec<f32>, (idx, o)| {
+        let (row, h) = (idx / p.n_heads, idx % p.n_heads);
+        let (si, pos) = rows[row];
+        let seq = &batch.seqs[si];
+        let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let qh = &q[idx * hd..(idx + 1) * hd];
+        let kv_off = (h / group) * hd;
+        let slot = |t: usize| seq.block_table[t / bs] as usize * bs + t % bs;
+        scores.clear();
+        let mut max = f32::NEG_INFINITY;
+        for t in lo..=pos {
+            let s = slot(t) * pool.kv_dim + kv_off;
+            let mut x = dot_f32(qh, &kc[s..s + hd]) * p.scale;
+            if let Some(cap) = p.softcap {
+                x = cap * (x / cap).tanh();
+            }
+            max = max.max(x);
+            scores.push(x);
+        }
+        let mut sum = 0f32;
+        for x in scores.iter_mut() {
+            *x = (*x - max).exp();
+            sum += *x;
+        }
+        let inv = 1.0 / sum;
+        o.fill(0.0);
+        for (j, t) in (lo..=pos).enumerate() {
+            let s = slot(t) * pool.kv_dim + kv_off;
+            let w = scores[j] * inv;
+            for (oe, &ve) in o.iter_mut().zip(&vc[s..s + hd]) {
+                *oe += w * ve;
+            }
+        }
+    });
+    Ok(out)
+}

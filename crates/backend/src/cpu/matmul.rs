@@ -1,0 +1,145 @@
+//! CPU matmul for every weight format. Quantized weights: activations are
+//! quantized once per row to Q8 blocks and each weight row is unpacked once, then
+//! dotted with every activation row in integer arithmetic. Dense weights: f32 dots.
+//! Every output element is computed the same way whatever the batch size, so
+//! results are batch-invariant.
+
+use super::CpuWeight;
+use crate::quant::{dequantize_row, quantize_row_q8, unpack_row, Q8Block, UnpackedRow};
+use rayon::prelude::*;
+
+/// Output rows handled by one task: large enough to amortize scheduling.
+const ROWS_PER_TASK: usize = 16;
+
+/// A raw pointer that may cross threads; each task writes a disjoint set of
+/// output elements.
+#[derive(Clone, Copy)]
+struct OutPtr(*mut f32);
+// SAFETY: tasks write disjoint indices (distinct output columns r), and the
+// buffer outlives the parallel loop that uses the pointer.
+unsafe impl Send for OutPtr {}
+unsafe impl Sync for OutPtr {}
+
+/// out[n, m] = x[n, k] * w[m, k]^T.
+pub fn matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32]) {
+    debug_assert_eq!(x.len(), n * w.cols);
+    debug_assert_eq!(out.len(), n * w.rows);
+    if w.dtype.is_quantized() {
+        let nb = w.cols / 32;
+        let mut xq = vec![Q8Block::default(); n * nb];
+        xq.par_chunks_mut(nb)
+            .zip(x.par_chunks(w.cols))
+            .for_each(|(q, xr)| quantize_row_q8(xr, q));
+        dispatch_quant(&xq, n, w, out);
+    } else {
+        dispatch_dense(x, n, w, out);
+    }
+}
+
+fn dispatch_quant(xq: &[Q8Block], n: usize, w: &CpuWeight, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::has_avx2() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+        unsafe { quant_avx2(xq, n, w, out) };
+        return;
+    }
+    quant_generic(xq, n, w, out)
+}
+
+fn dispatch_dense(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::has_avx2() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+        unsafe { dense_avx2(x, n, w, out) };
+        return;
+    }
+    dense_generic(x, n, w, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quant_avx2(xq: &[Q8Block], n: usize, w: &CpuWeight, out: &mut [f32]) {
+    quant_generic(xq, n, w, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dense_avx2(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32]) {
+    dense_generic(x, n, w, out)
+}
+
+#[inline(always)]
+fn quant_generic(xq: &[Q8Block], n: usize, w: &CpuWeight, out: &mut [f32]) {
+    let (m, k) = (w.rows, w.cols);
+    let nb = k / 32;
+    let row_bytes = w.row_bytes();
+    let data = w.bytes.as_slice();
+    let ptr = OutPtr(out.as_mut_ptr());
+    (0..m.div_ceil(ROWS_PER_TASK)).into_par_iter().for_each_init(UnpackedRow::default, |u, task| {
+        let ptr = ptr;
+        for r in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(m) {
+            unpack_row(w.dtype, &data[r * row_bytes..(r + 1) * row_bytes], k, u);
+            for t in 0..n {
+                let v = dot_unpacked(u, &xq[t * nb..(t + 1) * nb]);
+                // SAFETY: (t, r) is unique to this task (r is in this task's range).
+                unsafe { *ptr.0.add(t * m + r) = v };
+            }
+        }
+    });
+}
+
+#[inline(always)]
+fn dot_unpacked(u: &UnpackedRow, xq: &[Q8Block]) -> f32 {
+    let mut acc = 0f32;
+    for (b, a) in xq.iter().enumerate() {
+        let q = &u.q[32 * b..32 * b + 32];
+        let mut s0 = 0i32;
+        let mut s1 = 0i32;
+        for i in 0..16 {
+            s0 += q[i] as i32 * a.qs[i] as i32;
+            s1 += q[16 + i] as i32 * a.qs[16 + i] as i32;
+        }
+        acc += a.d * (u.scale[2 * b] * s0 as f32 + u.scale[2 * b + 1] * s1 as f32) - u.min[b] * a.dsum;
+    }
+    acc
+}
+
+#[inline(always)]
+fn dense_generic(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32]) {
+    let (m, k) = (w.rows, w.cols);
+    let row_bytes = w.row_bytes();
+    let data = w.bytes.as_slice();
+    let ptr = OutPtr(out.as_mut_ptr());
+    (0..m.div_ceil(ROWS_PER_TASK)).into_par_iter().for_each_init(Vec::new, |row: &mut Vec<f32>, task| {
+        let ptr = ptr;
+        row.resize(k, 0.0);
+        for r in task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(m) {
+            dequantize_row(w.dtype, &data[r * row_bytes..(r + 1) * row_bytes], row)
+                .expect("weight row sizes are validated at load");
+            for t in 0..n {
+                let v = dot_f32(row, &x[t * k..(t + 1) * k]);
+                // SAFETY: (t, r) is unique to this task.
+                unsafe { *ptr.0.add(t * m + r) = v };
+            }
+        }
+    });
+}
+
+/// f32 dot with 16 independent lanes so the compiler can vectorize it.
+#[inline(always)]
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 16];
+    let ca = a.chunks_exact(16);
+    let cb = b.chunks_exact(16);
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..16 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    s
+}

@@ -1,0 +1,210 @@
+//! The CPU backend: f32 activations, weights kept in their stored format, rayon
+//! for all cores, SIMD chosen at run time (see `simd`).
+
+mod attention;
+mod matmul;
+mod ops;
+pub mod simd;
+
+pub use attention::CpuKvPool;
+pub use matmul::dot_f32;
+
+use crate::quant::dequantize_row;
+use crate::{Activation, AttnBatch, AttnParams, Backend, KvSpec, RawWeight, Rope};
+use ferrite_core::{DType, Error, HostBytes, Result};
+
+#[derive(Default)]
+pub struct CpuBackend;
+
+#[derive(Clone, Debug)]
+pub struct CpuTensor {
+    pub data: Vec<f32>,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+pub struct CpuWeight {
+    pub name: String,
+    pub dtype: DType,
+    pub rows: usize,
+    pub cols: usize,
+    pub bytes: HostBytes,
+}
+
+impl CpuWeight {
+    pub fn row_bytes(&self) -> usize {
+        self.cols / self.dtype.block_size() * self.dtype.block_bytes()
+    }
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<()> {
+        let rb = self.row_bytes();
+        dequantize_row(self.dtype, &self.bytes.as_slice()[r * rb..(r + 1) * rb], out)
+    }
+}
+
+fn same_shape(a: &CpuTensor, b: &CpuTensor, op: &str) -> Result<()> {
+    if a.rows != b.rows || a.cols != b.cols {
+        return Err(Error::Shape(format!(
+            "{op}: [{}, {}] vs [{}, {}]",
+            a.rows, a.cols, b.rows, b.cols
+        )));
+    }
+    Ok(())
+}
+
+impl Backend for CpuBackend {
+    type Tensor = CpuTensor;
+    type Weight = CpuWeight;
+    type KvPool = CpuKvPool;
+
+    fn name(&self) -> String {
+        format!("cpu ({}, {} threads)", simd::describe(), rayon::current_num_threads())
+    }
+
+    fn weight(&self, raw: RawWeight) -> Result<CpuWeight> {
+        let quantized = raw.dtype.is_quantized();
+        if raw.cols % raw.dtype.block_size() != 0 || (quantized && raw.cols % 32 != 0) {
+            return Err(Error::Shape(format!(
+                "{}: row length {} does not fit {} blocks",
+                raw.name, raw.cols, raw.dtype
+            )));
+        }
+        let want = raw.rows * (raw.cols / raw.dtype.block_size()) * raw.dtype.block_bytes();
+        if raw.bytes.len() != want {
+            return Err(Error::Shape(format!(
+                "{}: {} bytes for a [{}, {}] {} tensor (expected {want})",
+                raw.name,
+                raw.bytes.len(),
+                raw.rows,
+                raw.cols,
+                raw.dtype
+            )));
+        }
+        Ok(CpuWeight { name: raw.name, dtype: raw.dtype, rows: raw.rows, cols: raw.cols, bytes: raw.bytes })
+    }
+
+    fn from_host(&self, data: Vec<f32>, rows: usize, cols: usize) -> Result<CpuTensor> {
+        if data.len() != rows * cols {
+            return Err(Error::Shape(format!("{} values for [{rows}, {cols}]", data.len())));
+        }
+        Ok(CpuTensor { data, rows, cols })
+    }
+
+    fn to_host(&self, t: &CpuTensor) -> Result<Vec<f32>> {
+        Ok(t.data.clone())
+    }
+
+    fn shape(&self, t: &CpuTensor) -> (usize, usize) {
+        (t.rows, t.cols)
+    }
+
+    fn embedding(&self, table: &CpuWeight, ids: &[u32]) -> Result<CpuTensor> {
+        let d = table.cols;
+        let mut data = vec![0f32; ids.len() * d];
+        for (i, &id) in ids.iter().enumerate() {
+            if id as usize >= table.rows {
+                return Err(Error::InvalidInput(format!(
+                    "token id {id} is outside the vocabulary ({} tokens)",
+                    table.rows
+                )));
+            }
+            table.dequantize_row(id as usize, &mut data[i * d..(i + 1) * d])?;
+        }
+        Ok(CpuTensor { data, rows: ids.len(), cols: d })
+    }
+
+    fn matmul(&self, x: &CpuTensor, w: &CpuWeight) -> Result<CpuTensor> {
+        if x.cols != w.cols {
+            return Err(Error::Shape(format!(
+                "matmul {}: input has {} columns, weight expects {}",
+                w.name, x.cols, w.cols
+            )));
+        }
+        let mut out = vec![0f32; x.rows * w.rows];
+        matmul::matmul(&x.data, x.rows, w, &mut out);
+        Ok(CpuTensor { data: out, rows: x.rows, cols: w.rows })
+    }
+
+    fn add_row(&self, x: &mut CpuTensor, v: &CpuTensor) -> Result<()> {
+        if v.data.len() != x.cols {
+            return Err(Error::Shape(format!("add_row: {} values for {} columns", v.data.len(), x.cols)));
+        }
+        for row in x.data.chunks_mut(x.cols) {
+            for (a, b) in row.iter_mut().zip(&v.data) {
+                *a += b;
+            }
+        }
+        Ok(())
+    }
+
+    fn add(&self, x: &mut CpuTensor, y: &CpuTensor) -> Result<()> {
+        same_shape(x, y, "add")?;
+        for (a, b) in x.data.iter_mut().zip(&y.data) {
+            *a += b;
+        }
+        Ok(())
+    }
+
+    fn scale(&self, x: &mut CpuTensor, s: f32) -> Result<()> {
+        x.data.iter_mut().for_each(|v| *v *= s);
+        Ok(())
+    }
+
+    fn rms_norm(&self, x: &CpuTensor, w: &CpuTensor, eps: f32) -> Result<CpuTensor> {
+        let g = w.data.len();
+        if g == 0 || x.cols % g != 0 {
+            return Err(Error::Shape(format!("rms_norm: {} columns in groups of {g}", x.cols)));
+        }
+        Ok(CpuTensor { data: ops::rms_norm(&x.data, &w.data, eps), rows: x.rows, cols: x.cols })
+    }
+
+    fn glu(&self, gate: &CpuTensor, up: &CpuTensor, act: Activation) -> Result<CpuTensor> {
+        same_shape(gate, up, "glu")?;
+        Ok(CpuTensor { data: ops::glu(&gate.data, &up.data, act), rows: gate.rows, cols: gate.cols })
+    }
+
+    fn rope(&self, x: &mut CpuTensor, rope: &Rope, positions: &[u32]) -> Result<()> {
+        if positions.len() != x.rows || x.cols % rope.head_dim != 0 || rope.inv_freq.len() * 2 != rope.head_dim {
+            return Err(Error::Shape("rope: positions or head size do not match".into()));
+        }
+        ops::rope(&mut x.data, x.cols, rope, positions);
+        Ok(())
+    }
+
+    fn softcap(&self, x: &mut CpuTensor, cap: f32) -> Result<()> {
+        x.data.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
+        Ok(())
+    }
+
+    fn rows(&self, x: &CpuTensor, rows: &[usize]) -> Result<CpuTensor> {
+        let mut data = Vec::with_capacity(rows.len() * x.cols);
+        for &r in rows {
+            if r >= x.rows {
+                return Err(Error::Shape(format!("row {r} of {}", x.rows)));
+            }
+            data.extend_from_slice(&x.data[r * x.cols..(r + 1) * x.cols]);
+        }
+        Ok(CpuTensor { data, rows: rows.len(), cols: x.cols })
+    }
+
+    fn kv_pool(&self, spec: KvSpec) -> Result<CpuKvPool> {
+        let slots = spec.n_blocks * spec.block_size;
+        let len = slots
+            .checked_mul(spec.kv_dim)
+            .ok_or_else(|| Error::InvalidInput("KV cache size overflows".into()))?;
+        Ok(CpuKvPool {
+            k: (0..spec.n_layers).map(|_| vec![0f32; len]).collect(),
+            v: (0..spec.n_layers).map(|_| vec![0f32; len]).collect(),
+            kv_dim: spec.kv_dim,
+            slots,
+        })
+    }
+
+    fn write_kv(&self, pool: &mut CpuKvPool, layer: usize, k: &CpuTensor, v: &CpuTensor, batch: &AttnBatch) -> Result<()> {
+        attention::write_kv(pool, layer, &k.data, &v.data, &batch.slots)
+    }
+
+    fn attention(&self, q: &CpuTensor, pool: &CpuKvPool, layer: usize, batch: &AttnBatch, p: &AttnParams) -> Result<CpuTensor> {
+        let data = attention::attention(&q.data, q.rows, pool, layer, batch, p)?;
+        Ok(CpuTensor { data, rows: q.rows, cols: q.cols })
+    }
+}

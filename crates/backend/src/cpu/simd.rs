@@ -1,0 +1,27 @@
+//! Run-time SIMD detection, done once.
+
+#[cfg(target_arch = "x86_64")]
+pub fn has_avx2() -> bool {
+    use std::sync::OnceLock;
+    static AVX2: OnceLock<bool> = OnceLock::new();
+    *AVX2.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"))
+}
+
+/// The instruction set the kernels use on this machine, for logs and `inspect`.
+pub fn describe() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2() {
+            return "avx2+fma";
+        }
+        "scalar (sse2)"
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        "neon"
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        "scalar"
+    }
+}

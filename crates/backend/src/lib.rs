@@ -1,0 +1,129 @@
+//! The op set every backend implements, on typed tensors. A backend knows nothing
+//! about transformers: models compose these ops (see `ferrite-models`).
+
+pub mod cpu;
+pub mod quant;
+
+use ferrite_core::{DType, HostBytes, Result};
+
+/// A 2-D weight as stored in the checkpoint: `rows` outputs of `cols` inputs each.
+pub struct RawWeight {
+    pub name: String,
+    pub dtype: DType,
+    pub rows: usize,
+    pub cols: usize,
+    pub bytes: HostBytes,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    Silu,
+    /// GELU, tanh approximation (Gemma's `gelu_pytorch_tanh`).
+    GeluTanh,
+    /// GELU, exact erf form.
+    Gelu,
+}
+
+/// Rotary embedding of one attention layer.
+#[derive(Clone, Debug)]
+pub struct Rope {
+    pub head_dim: usize,
+    /// One inverse frequency per rotated pair (head_dim / 2), scaling already applied.
+    pub inv_freq: Vec<f32>,
+    /// Rotate pairs (x[2i], x[2i+1]) (GGUF `llama` layout) instead of
+    /// (x[i], x[i + d/2]) (HF / NeoX layout).
+    pub interleaved: bool,
+}
+
+/// One sequence's share of a flat batch.
+#[derive(Clone, Debug)]
+pub struct SeqSlice {
+    /// First row of this sequence's new tokens in the flat batch.
+    pub q_start: usize,
+    pub q_len: usize,
+    /// Tokens in the cache after this step (earlier context plus the new ones).
+    pub ctx_len: usize,
+    pub block_table: Vec<u32>,
+}
+
+/// Per-batch attention metadata, the same for every layer.
+#[derive(Clone, Debug)]
+pub struct AttnBatch {
+    pub seqs: Vec<SeqSlice>,
+    pub block_size: usize,
+    /// Cache slot of every new token, in flat-batch order.
+    pub slots: Vec<usize>,
+}
+
+/// Per-layer attention shape.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnParams {
+    pub n_heads: usize,
+    pub n_kv_heads: usize,
+    pub head_dim: usize,
+    pub scale: f32,
+    /// Sliding window: a query at position p sees keys at positions > p - window.
+    pub window: Option<usize>,
+    pub softcap: Option<f32>,
+}
+
+/// Shape of a paged KV pool: every layer has `n_blocks * block_size` slots.
+#[derive(Clone, Copy, Debug)]
+pub struct KvSpec {
+    pub n_layers: usize,
+    pub n_blocks: usize,
+    pub block_size: usize,
+    pub kv_dim: usize,
+}
+
+pub trait Backend: Send + Sync {
+    /// Activations: a row-major matrix [rows, cols].
+    type Tensor: Send + Sync;
+    type Weight: Send + Sync;
+    type KvPool: Send + Sync;
+
+    fn name(&self) -> String;
+    fn weight(&self, raw: RawWeight) -> Result<Self::Weight>;
+    fn from_host(&self, data: Vec<f32>, rows: usize, cols: usize) -> Result<Self::Tensor>;
+    fn to_host(&self, t: &Self::Tensor) -> Result<Vec<f32>>;
+    fn shape(&self, t: &Self::Tensor) -> (usize, usize);
+
+    /// Rows of `table` for `ids`, dequantized.
+    fn embedding(&self, table: &Self::Weight, ids: &[u32]) -> Result<Self::Tensor>;
+    /// x [n, k] times w [m, k] transposed: [n, m].
+    fn matmul(&self, x: &Self::Tensor, w: &Self::Weight) -> Result<Self::Tensor>;
+    /// Adds `v` [1, cols] to every row of `x`.
+    fn add_row(&self, x: &mut Self::Tensor, v: &Self::Tensor) -> Result<()>;
+    fn add(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;
+    fn scale(&self, x: &mut Self::Tensor, s: f32) -> Result<()>;
+    /// RMS norm over each group of `w.cols` elements (a whole row, or one head).
+    fn rms_norm(&self, x: &Self::Tensor, w: &Self::Tensor, eps: f32) -> Result<Self::Tensor>;
+    /// act(gate) * up.
+    fn glu(&self, gate: &Self::Tensor, up: &Self::Tensor, act: Activation) -> Result<Self::Tensor>;
+    /// Rotates every head of every row by its token's position.
+    fn rope(&self, x: &mut Self::Tensor, rope: &Rope, positions: &[u32]) -> Result<()>;
+    /// `cap * tanh(x / cap)`.
+    fn softcap(&self, x: &mut Self::Tensor, cap: f32) -> Result<()>;
+    /// Selected rows, in the given order.
+    fn rows(&self, x: &Self::Tensor, rows: &[usize]) -> Result<Self::Tensor>;
+
+    fn kv_pool(&self, spec: KvSpec) -> Result<Self::KvPool>;
+    /// Stores k and v [n, kv_dim] of layer `layer` at `batch.slots`.
+    fn write_kv(
+        &self,
+        pool: &mut Self::KvPool,
+        layer: usize,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        batch: &AttnBatch,
+    ) -> Result<()>;
+    /// Causal attention of q [n, n_heads * head_dim] over each sequence's cached keys.
+    fn attention(
+        &self,
+        q: &Self::Tensor,
+        pool: &Self::KvPool,
+        layer: usize,
+        batch: &AttnBatch,
+        p: &AttnParams,
+    ) -> Result<Self::Tensor>;
+}

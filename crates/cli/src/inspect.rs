@@ -1,0 +1,59 @@
+//! `ferrite inspect` and `ferrite list`.
+
+use clap::Args;
+use ferrite_core::Result;
+use ferrite_loader::source::{list_models, models_dir};
+use ferrite_models::registry::config_of;
+
+use crate::load::{open_checkpoint, template_of, tokenizer_of};
+
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// The model to describe (same forms as `ferrite run`).
+    pub model: String,
+}
+
+pub fn main(a: InspectArgs) -> Result<()> {
+    let (source, ck) = open_checkpoint(&a.model)?;
+    println!("path:          {}", ck.path().display());
+    let cfg = config_of(&ck)?;
+    println!("architecture:  {} ({:?} family)", cfg.arch_name, cfg.family);
+    println!("layers:        {}", cfg.n_layers);
+    println!("hidden:        {}", cfg.hidden);
+    println!("heads:         {} query / {} KV, head dim {}", cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
+    println!("ffn:           {}", cfg.ffn);
+    println!("vocab:         {}", cfg.vocab_size);
+    println!("context:       {}", cfg.max_context);
+    let windows: Vec<String> = cfg.layers.iter().map(|k| k.window.map_or("global".into(), |w| w.to_string())).collect();
+    if cfg.layers.iter().any(|k| k.window.is_some()) {
+        println!("attention:     {}", windows.join(" "));
+    }
+    println!("rope theta:    {}", cfg.layers[0].rope_theta);
+    println!("tied output:   {}", cfg.tied_embeddings);
+    let types: Vec<String> = ck.type_summary().iter().map(|(d, n)| format!("{d} x{n}")).collect();
+    println!("tensor types:  {}", types.join(", "));
+    match tokenizer_of(&source, &ck) {
+        Ok(tok) => {
+            println!("tokenizer:     {}", tok.kind());
+            match template_of(&source, &ck, &tok) {
+                Ok(Some(_)) => println!("chat template: yes"),
+                Ok(None) => println!("chat template: none (raw completion only)"),
+                Err(e) => println!("chat template: unusable ({e})"),
+            }
+        }
+        Err(e) => println!("tokenizer:     unusable ({e})"),
+    }
+    Ok(())
+}
+
+pub fn list() -> Result<()> {
+    let models = list_models()?;
+    if models.is_empty() {
+        eprintln!("no models in {} (scripts/fetch-models.sh fetches the demo models)", models_dir().display());
+        return Ok(());
+    }
+    for m in models {
+        println!("{:<24} {:>10.1} MB  {:<12} {}", m.name, m.bytes as f64 / 1e6, m.format, m.path.display());
+    }
+    Ok(())
+}

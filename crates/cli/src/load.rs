@@ -1,0 +1,108 @@
+//! Resolving a MODEL argument and loading everything a command needs.
+
+use std::time::{Duration, Instant};
+
+use ferrite_backend::cpu::CpuBackend;
+use ferrite_core::{Error, Result};
+use ferrite_engine::runner::DEFAULT_BLOCK_SIZE;
+use ferrite_engine::Runner;
+use ferrite_loader::chat_template::{template_from_hf_dir, ChatTemplate};
+use ferrite_loader::source::{resolve, ModelSource};
+use ferrite_loader::tokenizer::Tokenizer;
+use ferrite_models::{load_causal_lm, Checkpoint};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::ModelArgs;
+
+/// The KV cache is capped here unless --ctx-size asks for more.
+const DEFAULT_MAX_CTX: usize = 8192;
+
+pub struct Loaded {
+    pub runner: Runner,
+    /// Absent when the command asked for none (`score` needs no tokenizer).
+    pub tokenizer: Option<Tokenizer>,
+    pub template: Option<ChatTemplate>,
+    pub name: String,
+}
+
+pub fn init_threads(threads: Option<usize>) -> Result<()> {
+    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    if n == 0 {
+        return Err(Error::InvalidInput("--threads must be at least 1".into()));
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build_global()
+        .map_err(|e| Error::InvalidInput(format!("thread pool: {e}")))
+}
+
+pub fn open_checkpoint(model: &str) -> Result<(ModelSource, Checkpoint)> {
+    let source = resolve(model)?;
+    let ck = Checkpoint::open(&source)?;
+    Ok((source, ck))
+}
+
+pub fn tokenizer_of(source: &ModelSource, ck: &Checkpoint) -> Result<Tokenizer> {
+    match (source, ck) {
+        (_, Checkpoint::Gguf(g)) => Tokenizer::from_gguf(g),
+        (ModelSource::HfDir(d), _) => Tokenizer::from_hf_dir(d),
+        _ => Err(Error::format("no tokenizer found")),
+    }
+}
+
+pub fn template_of(source: &ModelSource, ck: &Checkpoint, tok: &Tokenizer) -> Result<Option<ChatTemplate>> {
+    let text = match (source, ck) {
+        (_, Checkpoint::Gguf(g)) => g.get_str("tokenizer.chat_template").map(String::from),
+        (ModelSource::HfDir(d), _) => template_from_hf_dir(d)?,
+        _ => None,
+    };
+    text.map(|t| ChatTemplate::new(&t, tok.bos_token().unwrap_or(""), tok.eos_token().unwrap_or("")))
+        .transpose()
+}
+
+pub fn load(args: &ModelArgs, with_tokenizer: bool) -> Result<Loaded> {
+    init_threads(args.threads)?;
+    let t0 = Instant::now();
+    let (source, ck) = open_checkpoint(&args.model)?;
+    let (tokenizer, template) = if with_tokenizer {
+        let tok = tokenizer_of(&source, &ck)?;
+        let template = template_of(&source, &ck, &tok)?;
+        (Some(tok), template)
+    } else {
+        (None, None)
+    };
+    let bar = ProgressBar::new(1);
+    bar.set_style(ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} layers").unwrap().progress_chars("=> "));
+    bar.set_message(args.model.clone());
+    let mut progress = |i: usize, n: usize| {
+        // Only draw when loading takes more than a moment.
+        if t0.elapsed() > Duration::from_millis(300) {
+            bar.set_length(n as u64);
+            bar.set_position(i as u64);
+        }
+    };
+    let model = load_causal_lm(CpuBackend, &ck, &mut progress)?;
+    bar.finish_and_clear();
+    let cfg = model.config();
+    let ctx = args.ctx_size.unwrap_or(cfg.max_context.min(DEFAULT_MAX_CTX));
+    if ctx > cfg.max_context {
+        eprintln!("warning: --ctx-size {ctx} is beyond the model's trained context of {}", cfg.max_context);
+    }
+    let name = args.model.clone();
+    eprintln!(
+        "loaded {name}: {} ({} layers, hidden {}) on {} in {:.2}s",
+        cfg.arch_name,
+        cfg.n_layers,
+        cfg.hidden,
+        model.backend_name(),
+        t0.elapsed().as_secs_f64()
+    );
+    let runner = Runner::new(model, ctx, DEFAULT_BLOCK_SIZE)?;
+    Ok(Loaded { runner, tokenizer, template, name })
+}
+
+impl Loaded {
+    pub fn tokenizer(&self) -> Result<&Tokenizer> {
+        self.tokenizer.as_ref().ok_or_else(|| Error::InvalidInput("no tokenizer loaded".into()))
+    }
+}

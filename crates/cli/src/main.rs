@@ -1,0 +1,99 @@
+//! `ferrite`: run, serve and benchmark transformer models.
+
+mod bench;
+mod chat;
+mod inspect;
+mod load;
+mod perplexity;
+mod run;
+mod score;
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "ferrite", version, about = "Run and benchmark transformer models (GGUF and Hugging Face safetensors) on the CPU")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every command that loads a model shares.
+#[derive(Args, Clone, Debug)]
+pub struct ModelArgs {
+    /// A .gguf file, an HF model directory, an HF cache entry (org/name), or a
+    /// short name from ferrite's model directory (see `ferrite list`).
+    pub model: String,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// KV-cache size in tokens (default: the model's context, at most 8192).
+    #[arg(long)]
+    pub ctx_size: Option<usize>,
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct SamplingArgs {
+    /// Most tokens to generate.
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: usize,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+    /// 0 = off.
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// 1.0 = off.
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub presence_penalty: f32,
+    #[arg(long, default_value_t = 0.0)]
+    pub frequency_penalty: f32,
+    /// Same seed, same output.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Stop when this text appears (repeatable); it is not printed.
+    #[arg(long)]
+    pub stop: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Chat with a model, or complete one prompt with --prompt.
+    Run(run::RunArgs),
+    /// Perplexity of a text file (llama.cpp method: windows of --ctx tokens, second half scored).
+    Perplexity(perplexity::PerplexityArgs),
+    /// Prefill and decode speed, like llama-bench.
+    Bench(bench::BenchArgs),
+    /// Logits at every position of a token-id sequence, as JSON lines.
+    Score(score::ScoreArgs),
+    /// Architecture, sizes, tensor types, tokenizer and template of a model.
+    Inspect(inspect::InspectArgs),
+    /// Models in ferrite's model directory.
+    List,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(a) => run::main(a),
+        Command::Perplexity(a) => perplexity::main(a),
+        Command::Bench(a) => bench::main(a),
+        Command::Score(a) => score::main(a),
+        Command::Inspect(a) => inspect::main(a),
+        Command::List => inspect::list(),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

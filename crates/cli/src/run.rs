@@ -1,0 +1,120 @@
+//! `ferrite run`: one-shot completion with --prompt, else interactive chat.
+
+use std::io::Write;
+
+use clap::Args;
+use ferrite_core::{Error, Result};
+use ferrite_engine::sampling::SamplingParams;
+use ferrite_engine::{generate, GenerateRequest, Generation};
+use ferrite_loader::chat_template::Message;
+
+use crate::load::{load, Loaded};
+use crate::{ModelArgs, SamplingArgs};
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// Complete this prompt, print only the completion and exit.
+    #[arg(long)]
+    pub prompt: Option<String>,
+    /// System message for the chat template.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// No chat template: tokenize the prompt as is (BOS as the model says).
+    #[arg(long)]
+    pub raw: bool,
+}
+
+impl SamplingArgs {
+    pub fn params(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repetition_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            seed: self.seed,
+            ..SamplingParams::default()
+        }
+    }
+}
+
+/// Token ids for a conversation: through the chat template when there is one
+/// (and --raw is off), else the last message's text as is.
+pub fn prompt_ids(l: &Loaded, messages: &[Message], raw: bool) -> Result<Vec<u32>> {
+    let tok = l.tokenizer()?;
+    match (&l.template, raw) {
+        (Some(t), false) => {
+            let text = t.render(messages, true)?;
+            let mut ids = tok.encode(&text, true)?;
+            // Templates usually write the BOS text themselves; keep one BOS.
+            if let Some(bos) = tok.bos_id() {
+                if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
+                    ids.remove(0);
+                }
+            }
+            Ok(ids)
+        }
+        _ => {
+            let last = messages.last().map(|m| m.content.as_str()).unwrap_or("");
+            tok.encode(last, true)
+        }
+    }
+}
+
+pub fn request(l: &Loaded, prompt: Vec<u32>, s: &SamplingArgs) -> GenerateRequest {
+    let _ = l;
+    GenerateRequest {
+        prompt,
+        sampling: s.params(),
+        max_tokens: s.max_tokens,
+        stop: s.stop.clone(),
+        stop_ids: Vec::new(),
+        ignore_eos: false,
+    }
+}
+
+/// Generates and streams text to stdout; `cancel` is polled between tokens.
+pub fn stream(l: &mut Loaded, req: &GenerateRequest, cancel: &dyn Fn() -> bool) -> Result<Generation> {
+    let Loaded { runner, tokenizer, .. } = l;
+    let tok = tokenizer.as_ref().ok_or_else(|| Error::InvalidInput("no tokenizer".into()))?;
+    let mut out = std::io::stdout().lock();
+    generate(runner, tok, req, &mut |ev| {
+        let _ = out.write_all(ev.text.as_bytes());
+        let _ = out.flush();
+        !cancel()
+    })
+}
+
+pub fn main(a: RunArgs) -> Result<()> {
+    a.sampling.params().validate().map_err(Error::InvalidInput)?;
+    let mut l = load(&a.model, true)?;
+    let Some(prompt) = a.prompt.clone() else {
+        return crate::chat::chat(&mut l, &a);
+    };
+    if l.template.is_none() && !a.raw {
+        eprintln!("note: the model has no chat template; the prompt is used as raw text");
+    }
+    let mut messages = Vec::new();
+    if let Some(s) = &a.system {
+        messages.push(Message { role: "system".into(), content: s.clone() });
+    }
+    messages.push(Message { role: "user".into(), content: prompt });
+    let ids = prompt_ids(&l, &messages, a.raw)?;
+    let req = request(&l, ids, &a.sampling);
+    let g = stream(&mut l, &req, &|| false)?;
+    println!();
+    eprintln!(
+        "[{} prompt tokens, {} generated, {:.1} tokens/s, finish: {}]",
+        g.prompt_tokens,
+        g.tokens.len(),
+        g.tokens.len() as f64 / g.decode_time.as_secs_f64().max(1e-9),
+        g.finish.as_str()
+    );
+    Ok(())
+}

@@ -1,0 +1,9 @@
+//! Shared vocabulary of ferrite: element types, shapes and the error type.
+
+pub mod dtype;
+pub mod error;
+
+pub use dtype::DType;
+pub use error::{Error, Result};
+pub mod bytes;
+pub use bytes::HostBytes;

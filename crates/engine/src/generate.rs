@@ -1,0 +1,148 @@
+//! Generation for one sequence: chunked prefill, then sample / decode until a stop
+//! condition, streaming each token's text through a callback.
+
+use std::time::{Duration, Instant};
+
+use crate::detokenizer::IncrementalDetokenizer;
+use crate::runner::{Logits, Runner, Sequence};
+use crate::sampling::{Sampled, Sampler, SamplingParams, StopChecker};
+use ferrite_core::{Error, Result};
+use ferrite_loader::tokenizer::Tokenizer;
+
+/// Prompt tokens per forward pass during prefill.
+pub const PREFILL_CHUNK: usize = 512;
+
+#[derive(Clone, Debug)]
+pub struct GenerateRequest {
+    pub prompt: Vec<u32>,
+    pub sampling: SamplingParams,
+    pub max_tokens: usize,
+    pub stop: Vec<String>,
+    /// Extra stop ids besides the tokenizer's end-of-generation ids.
+    pub stop_ids: Vec<u32>,
+    pub ignore_eos: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinishReason {
+    Stop,
+    Length,
+    Cancelled,
+}
+
+impl FinishReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One generated token, with the text it completed (possibly empty while a
+/// UTF-8 character or a possible stop string is incomplete).
+pub struct TokenEvent<'a> {
+    pub token: u32,
+    pub text: &'a str,
+    pub sampled: &'a Sampled,
+}
+
+#[derive(Debug)]
+pub struct Generation {
+    pub tokens: Vec<u32>,
+    pub text: String,
+    pub finish: FinishReason,
+    pub prompt_tokens: usize,
+    pub prefill_time: Duration,
+    pub decode_time: Duration,
+}
+
+/// Runs `req`; `on_token` returns false to cancel. The sequence's KV blocks are
+/// released before returning, whatever happens.
+pub fn generate(
+    runner: &mut Runner,
+    tok: &Tokenizer,
+    req: &GenerateRequest,
+    on_token: &mut dyn FnMut(&TokenEvent) -> bool,
+) -> Result<Generation> {
+    if req.prompt.is_empty() {
+        return Err(Error::InvalidInput("the prompt is empty".into()));
+    }
+    let ctx = runner.max_context();
+    if req.prompt.len() >= ctx {
+        return Err(Error::InvalidInput(format!(
+            "prompt is {} tokens, the context holds {ctx}",
+            req.prompt.len()
+        )));
+    }
+    req.sampling.validate().map_err(Error::InvalidInput)?;
+    let mut seq = Sequence::new(req.prompt.clone());
+    let result = run(runner, tok, req, &mut seq, on_token);
+    runner.release(&mut seq);
+    result
+}
+
+fn run(
+    runner: &mut Runner,
+    tok: &Tokenizer,
+    req: &GenerateRequest,
+    seq: &mut Sequence,
+    on_token: &mut dyn FnMut(&TokenEvent) -> bool,
+) -> Result<Generation> {
+    let vocab = runner.config().vocab_size;
+    let max_tokens = req.max_tokens.min(runner.max_context() - req.prompt.len());
+    let t0 = Instant::now();
+    let mut logits = Vec::new();
+    while seq.n_cached < seq.tokens.len() {
+        logits = runner.step(&mut [&mut *seq], PREFILL_CHUNK, Logits::Last)?;
+    }
+    let prefill_time = t0.elapsed();
+    let t1 = Instant::now();
+    let mut sampler = Sampler::new(req.sampling.clone());
+    let mut detok = IncrementalDetokenizer::new();
+    let mut stops = StopChecker::new(req.stop.clone());
+    let mut generated: Vec<u32> = Vec::new();
+    let mut text = String::new();
+    let mut finish = FinishReason::Length;
+    while generated.len() < max_tokens {
+        let s = sampler.sample(&logits[..vocab], &req.prompt, &generated);
+        generated.push(s.token);
+        let eog = (!req.ignore_eos && tok.eos_ids().contains(&s.token)) || req.stop_ids.contains(&s.token);
+        let (piece, stopped) = if eog {
+            (String::new(), true)
+        } else {
+            stops.push(&detok.push(&tok.token_bytes(s.token)))
+        };
+        text.push_str(&piece);
+        if !on_token(&TokenEvent { token: s.token, text: &piece, sampled: &s }) {
+            finish = FinishReason::Cancelled;
+            break;
+        }
+        if stopped {
+            finish = FinishReason::Stop;
+            break;
+        }
+        if generated.len() == max_tokens {
+            break;
+        }
+        seq.tokens.push(s.token);
+        logits = runner.step(&mut [&mut *seq], 1, Logits::Last)?;
+    }
+    if finish == FinishReason::Length {
+        let tail = stops.push(&detok.flush()).0 + &stops.flush();
+        if !tail.is_empty() {
+            text.push_str(&tail);
+            let s = Sampled { token: *generated.last().unwrap_or(&0), logprob: 0.0, top: Vec::new() };
+            on_token(&TokenEvent { token: s.token, text: &tail, sampled: &s });
+        }
+    }
+    Ok(Generation {
+        tokens: generated,
+        text,
+        finish,
+        prompt_tokens: req.prompt.len(),
+        prefill_time,
+        decode_time: t1.elapsed(),
+    })
+}

@@ -1,0 +1,260 @@
+//! Tokenizers from a Hugging Face model directory: `tokenizer.json` run by the
+//! `tokenizers` crate (the reference implementation), plus the BOS/EOS facts
+//! that live in `tokenizer_config.json` and `generation_config.json`.
+
+use std::fs;
+use std::path::Path;
+
+use ferrite_core::{Error, Result};
+use serde_json::Value;
+use tokenizers::{DecoderWrapper, ModelWrapper};
+
+use super::byte_level;
+
+/// How one token's text maps to the bytes it contributes.
+#[derive(Clone, Debug, PartialEq)]
+enum PieceStyle {
+    /// GPT-2 byte-level alphabet.
+    ByteLevel,
+    /// SentencePiece: the replacement char is a space, `<0xNN>` is a byte.
+    SentencePiece(char),
+    /// WordPiece: continuation pieces carry the prefix; other pieces start a word.
+    WordPiece(String),
+    /// The token text as is.
+    Plain,
+}
+
+pub(crate) struct HfTokenizer {
+    tok: tokenizers::Tokenizer,
+    /// id -> token text; ids the vocabulary skips hold "".
+    vocab: Vec<String>,
+    special: Vec<bool>,
+    pub bos: Option<u32>,
+    pub eos: Option<u32>,
+    /// eos first, then generation_config's other ids.
+    pub eos_ids: Vec<u32>,
+    /// tokenizer_config's add_bos_token / add_eos_token, applied when the
+    /// post-processor has not already added the token.
+    add_bos: bool,
+    add_eos: bool,
+    style: PieceStyle,
+    pub kind: String,
+}
+
+fn read_json(path: &Path) -> Result<Option<Value>> {
+    match fs::read_to_string(path) {
+        Ok(s) => serde_json::from_str(&s)
+            .map(Some)
+            .map_err(|e| Error::Tokenizer(format!("{}: invalid JSON: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+/// A token in tokenizer_config.json: a string or an AddedToken object.
+fn token_text(v: Option<&Value>) -> Option<&str> {
+    match v? {
+        Value::String(s) => Some(s),
+        Value::Object(o) => o.get("content")?.as_str(),
+        _ => None,
+    }
+}
+
+fn piece_style(decoder: Option<&DecoderWrapper>) -> PieceStyle {
+    let mut flat = Vec::new();
+    let mut stack: Vec<&DecoderWrapper> = decoder.into_iter().collect();
+    while let Some(d) = stack.pop() {
+        match d {
+            DecoderWrapper::Sequence(s) => stack.extend(s.get_decoders()),
+            other => flat.push(other),
+        }
+    }
+    if flat
+        .iter()
+        .any(|d| matches!(d, DecoderWrapper::ByteLevel(_)))
+    {
+        return PieceStyle::ByteLevel;
+    }
+    if let Some(w) = flat.iter().find_map(|d| match d {
+        DecoderWrapper::WordPiece(w) => Some(w.prefix.clone()),
+        _ => None,
+    }) {
+        return PieceStyle::WordPiece(w);
+    }
+    if let Some(c) = flat.iter().find_map(|d| match d {
+        DecoderWrapper::Metaspace(m) => Some(m.get_replacement()),
+        _ => None,
+    }) {
+        return PieceStyle::SentencePiece(c);
+    }
+    if flat.iter().any(|d| {
+        matches!(
+            d,
+            DecoderWrapper::ByteFallback(_) | DecoderWrapper::Replace(_)
+        )
+    }) {
+        return PieceStyle::SentencePiece('\u{2581}');
+    }
+    PieceStyle::Plain
+}
+
+impl HfTokenizer {
+    pub fn from_dir(dir: &Path) -> Result<HfTokenizer> {
+        let path = dir.join("tokenizer.json");
+        if !path.is_file() {
+            return Err(Error::Tokenizer(format!(
+                "{}: no tokenizer.json",
+                dir.display()
+            )));
+        }
+        let mut tok = tokenizers::Tokenizer::from_file(&path)
+            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        // Some files ship fixed padding/truncation (MiniLM: 128); callers want the plain ids.
+        tok.with_padding(None);
+        tok.with_truncation(None)
+            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+
+        let n = tok.get_vocab_size(true);
+        let mut vocab = vec![String::new(); n];
+        for (text, id) in tok.get_vocab(true) {
+            let id = id as usize;
+            if id >= vocab.len() {
+                vocab.resize(id + 1, String::new());
+            }
+            vocab[id] = text;
+        }
+        let mut special = vec![false; vocab.len()];
+        for (id, added) in tok.get_added_tokens_decoder() {
+            if let Some(s) = special.get_mut(id as usize) {
+                *s = added.special;
+            }
+        }
+
+        let config = read_json(&dir.join("tokenizer_config.json"))?.unwrap_or(Value::Null);
+        let generation = read_json(&dir.join("generation_config.json"))?.unwrap_or(Value::Null);
+        let id_of = |v: Option<&Value>| token_text(v).and_then(|t| tok.token_to_id(t));
+        let as_id = |v: &Value| {
+            v.as_u64()
+                .filter(|&i| (i as usize) < vocab.len())
+                .map(|i| i as u32)
+        };
+
+        let bos = id_of(config.get("bos_token"))
+            .or_else(|| generation.get("bos_token_id").and_then(as_id));
+        let gen_eos: Vec<u32> = match generation.get("eos_token_id") {
+            Some(Value::Array(a)) => a.iter().filter_map(as_id).collect(),
+            Some(v) => as_id(v).into_iter().collect(),
+            None => Vec::new(),
+        };
+        let eos = id_of(config.get("eos_token")).or_else(|| gen_eos.first().copied());
+        let mut eos_ids: Vec<u32> = eos.into_iter().collect();
+        for id in gen_eos {
+            if !eos_ids.contains(&id) {
+                eos_ids.push(id);
+            }
+        }
+
+        let model = match tok.get_model() {
+            ModelWrapper::BPE(_) => "BPE",
+            ModelWrapper::WordPiece(_) => "WordPiece",
+            ModelWrapper::WordLevel(_) => "WordLevel",
+            ModelWrapper::Unigram(_) => "Unigram",
+        };
+        let style = piece_style(tok.get_decoder());
+        Ok(HfTokenizer {
+            add_bos: config
+                .get("add_bos_token")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            add_eos: config
+                .get("add_eos_token")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            kind: format!("hf {model}, {} tokens", vocab.len()),
+            tok,
+            vocab,
+            special,
+            bos,
+            eos,
+            eos_ids,
+            style,
+        })
+    }
+
+    pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
+        let enc = self
+            .tok
+            .encode(text, add_special)
+            .map_err(|e| Error::Tokenizer(format!("encode: {e}")))?;
+        let mut ids = enc.get_ids().to_vec();
+        if add_special {
+            if let Some(bos) = self.bos.filter(|_| self.add_bos) {
+                if ids.first() != Some(&bos) {
+                    ids.insert(0, bos);
+                }
+            }
+            if let Some(eos) = self.eos.filter(|_| self.add_eos) {
+                if ids.last() != Some(&eos) {
+                    ids.push(eos);
+                }
+            }
+        }
+        Ok(ids)
+    }
+
+    pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
+        // Out-of-range ids are the only failure; they decode to nothing.
+        let known: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|&id| (id as usize) < self.vocab.len())
+            .collect();
+        self.tok.decode(&known, skip_special).unwrap_or_default()
+    }
+
+    pub fn token_bytes(&self, id: u32) -> Vec<u8> {
+        let Some(text) = self.vocab.get(id as usize) else {
+            return Vec::new();
+        };
+        if self.special[id as usize] {
+            return text.as_bytes().to_vec();
+        }
+        match &self.style {
+            PieceStyle::ByteLevel => text.chars().filter_map(byte_level::char_to_byte).collect(),
+            PieceStyle::SentencePiece(space) => {
+                let hex = text.strip_prefix("<0x").and_then(|h| h.strip_suffix('>'));
+                match hex
+                    .filter(|h| h.len() == 2)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                {
+                    Some(b) => vec![b],
+                    None => text.replace(*space, " ").into_bytes(),
+                }
+            }
+            PieceStyle::WordPiece(prefix) => match text.strip_prefix(prefix.as_str()) {
+                Some(rest) => rest.as_bytes().to_vec(),
+                None => format!(" {text}").into_bytes(),
+            },
+            PieceStyle::Plain => text.as_bytes().to_vec(),
+        }
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        self.vocab.len()
+    }
+
+    pub fn is_special(&self, id: u32) -> bool {
+        self.special.get(id as usize).copied().unwrap_or(false)
+    }
+
+    pub fn token_to_id(&self, s: &str) -> Option<u32> {
+        self.tok.token_to_id(s)
+    }
+
+    pub fn id_to_token(&self, id: u32) -> Option<&str> {
+        self.vocab
+            .get(id as usize)
+            .map(String::as_str)
+            .filter(|s| !s.is_empty())
+    }
+}

@@ -1,0 +1,165 @@
+//! A loaded checkpoint (GGUF file or HF directory) as a source of weights under
+//! canonical names. Canonical names follow GGUF (`blk.3.attn_q.weight`); HF names
+//! are mapped to them in one place, `canonical_hf_name`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use ferrite_backend::RawWeight;
+use ferrite_core::{DType, Error, HostBytes, Result};
+use ferrite_loader::gguf::GgufFile;
+use ferrite_loader::safetensors::SafeTensors;
+use ferrite_loader::source::ModelSource;
+
+pub enum Checkpoint {
+    Gguf(GgufFile),
+    Hf(HfCheckpoint),
+}
+
+pub struct HfCheckpoint {
+    pub dir: PathBuf,
+    pub config: serde_json::Value,
+    pub tensors: SafeTensors,
+    /// canonical name -> HF name
+    names: HashMap<String, String>,
+}
+
+impl Checkpoint {
+    pub fn open(source: &ModelSource) -> Result<Checkpoint> {
+        match source {
+            ModelSource::Gguf(p) => Ok(Checkpoint::Gguf(GgufFile::open(p)?)),
+            ModelSource::HfDir(d) => Ok(Checkpoint::Hf(HfCheckpoint::open(d)?)),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        match self {
+            Checkpoint::Gguf(g) => &g.path,
+            Checkpoint::Hf(h) => &h.dir,
+        }
+    }
+
+    /// A weight by canonical name, as [rows, cols] (1-D tensors are one row).
+    pub fn get(&self, name: &str) -> Result<Option<RawWeight>> {
+        match self {
+            Checkpoint::Gguf(g) => {
+                let Some(t) = g.tensor(name) else { return Ok(None) };
+                let cols = t.dims[0] as usize;
+                let rows = (t.n_elements() / t.dims[0].max(1)) as usize;
+                let bytes = HostBytes::new(g.mmap(), t.offset as usize..(t.offset + t.n_bytes) as usize);
+                Ok(Some(RawWeight { name: name.into(), dtype: t.dtype, rows, cols, bytes }))
+            }
+            Checkpoint::Hf(h) => {
+                let Some(hf) = h.names.get(name) else { return Ok(None) };
+                let t = h.tensors.tensor(hf).ok_or_else(|| Error::format(format!("missing tensor {hf}")))?;
+                let (rows, cols) = match t.shape.as_slice() {
+                    [n] => (1, *n),
+                    [r, c] => (*r, *c),
+                    s => return Err(Error::format(format!("{hf}: unexpected shape {s:?}"))),
+                };
+                let maps = h.tensors.mmaps();
+                let owner = maps[t.file].clone();
+                let bytes = HostBytes::new(owner, t.start..t.end);
+                Ok(Some(RawWeight { name: hf.clone(), dtype: t.dtype, rows, cols, bytes }))
+            }
+        }
+    }
+
+    /// A weight that must exist, with the expected shape.
+    pub fn require(&self, name: &str, rows: usize, cols: usize) -> Result<RawWeight> {
+        let w = self
+            .get(name)?
+            .ok_or_else(|| Error::format(format!("{}: missing weight {name}", self.path().display())))?;
+        if w.rows != rows || w.cols != cols {
+            return Err(Error::Shape(format!(
+                "weight {} is [{}, {}], expected [{rows}, {cols}]",
+                w.name, w.rows, w.cols
+            )));
+        }
+        Ok(w)
+    }
+
+    /// A 1-D weight as f32 values.
+    pub fn vector(&self, name: &str, len: usize) -> Result<Vec<f32>> {
+        let w = self.require(name, 1, len)?;
+        let mut out = vec![0f32; len];
+        ferrite_backend::quant::dequantize_row(w.dtype, w.bytes.as_slice(), &mut out)?;
+        Ok(out)
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        match self {
+            Checkpoint::Gguf(g) => g.tensor(name).is_some(),
+            Checkpoint::Hf(h) => h.names.contains_key(name),
+        }
+    }
+
+    /// Tensor types and counts, for `ferrite inspect`.
+    pub fn type_summary(&self) -> Vec<(DType, usize)> {
+        let mut counts: HashMap<DType, usize> = HashMap::new();
+        match self {
+            Checkpoint::Gguf(g) => g.tensors.iter().for_each(|t| *counts.entry(t.dtype).or_default() += 1),
+            Checkpoint::Hf(h) => h
+                .tensors
+                .names()
+                .filter_map(|n| h.tensors.tensor(n))
+                .for_each(|t| *counts.entry(t.dtype).or_default() += 1),
+        }
+        let mut v: Vec<_> = counts.into_iter().collect();
+        v.sort_by_key(|(d, _)| d.name());
+        v
+    }
+}
+
+impl HfCheckpoint {
+    fn open(dir: &Path) -> Result<HfCheckpoint> {
+        let cfg_path = dir.join("config.json");
+        let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
+        let config: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::format(format!("{}: {e}", cfg_path.display())))?;
+        let tensors = SafeTensors::open_dir(dir)?;
+        let sandwich = config.get("model_type").and_then(|v| v.as_str()).is_some_and(|t| t.starts_with("gemma"));
+        let names = tensors
+            .names()
+            .filter_map(|n| canonical_hf_name(n, sandwich).map(|c| (c, n.to_string())))
+            .collect();
+        Ok(HfCheckpoint { dir: dir.to_path_buf(), config, tensors, names })
+    }
+}
+
+/// Maps an HF tensor name to its canonical (GGUF-style) name. `sandwich`: Gemma's
+/// layer norms, where `post_attention_layernorm` follows attention instead of
+/// preceding the MLP.
+pub fn canonical_hf_name(hf: &str, sandwich: bool) -> Option<String> {
+    let name = hf.strip_prefix("language_model.").unwrap_or(hf);
+    let name = name.strip_prefix("model.language_model.").map(|s| format!("model.{s}"));
+    let name = name.as_deref().unwrap_or(hf.strip_prefix("language_model.").unwrap_or(hf));
+    match name {
+        "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
+        "model.norm.weight" => return Some("output_norm.weight".into()),
+        "lm_head.weight" => return Some("output.weight".into()),
+        _ => {}
+    }
+    let rest = name.strip_prefix("model.layers.")?;
+    let (idx, part) = rest.split_once('.')?;
+    let idx: usize = idx.parse().ok()?;
+    let (module, suffix) = part.rsplit_once('.')?;
+    let canon = match module {
+        "input_layernorm" => "attn_norm",
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_output",
+        "self_attn.q_norm" => "attn_q_norm",
+        "self_attn.k_norm" => "attn_k_norm",
+        "post_attention_layernorm" if sandwich => "post_attention_norm",
+        "post_attention_layernorm" => "ffn_norm",
+        "pre_feedforward_layernorm" => "ffn_norm",
+        "post_feedforward_layernorm" => "post_ffw_norm",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        _ => return None,
+    };
+    Some(format!("blk.{idx}.{canon}.{suffix}"))
+}

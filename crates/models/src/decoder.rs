@@ -1,0 +1,209 @@
+//! The decoder-only transformer shared by the Llama and Gemma 3 families, generic
+//! over the backend. Per layer:
+//!   h = norm(x); q,k,v = h·Wq,Wk,Wv (+bias); [qk-norm]; rope; cache k,v;
+//!   a = attention(q); o = a·Wo; [post-norm]; x += o
+//!   h = norm(x); m = act(h·Wgate) * (h·Wup); d = m·Wdown; [post-norm]; x += d
+//! Weight names mirror the checkpoint's (canonical GGUF names).
+
+use crate::checkpoint::Checkpoint;
+use crate::config::{inv_freq, Family, LmConfig};
+use crate::{CausalLm, ForwardBatch};
+use ferrite_backend::{AttnParams, Backend, KvSpec, Rope};
+use ferrite_core::{Error, Result};
+
+struct Layer<B: Backend> {
+    attn_norm: B::Tensor,   // [hidden]
+    wq: B::Weight,          // [n_heads * head_dim, hidden]
+    wk: B::Weight,          // [n_kv_heads * head_dim, hidden]
+    wv: B::Weight,          // [n_kv_heads * head_dim, hidden]
+    wo: B::Weight,          // [hidden, n_heads * head_dim]
+    bias: Option<[B::Tensor; 3]>, // q, k, v biases (Qwen2)
+    q_norm: Option<B::Tensor>, // [head_dim]
+    k_norm: Option<B::Tensor>, // [head_dim]
+    post_attn_norm: Option<B::Tensor>, // [hidden] (Gemma)
+    ffn_norm: B::Tensor,    // [hidden]
+    gate: B::Weight,        // [ffn, hidden]
+    up: B::Weight,          // [ffn, hidden]
+    down: B::Weight,        // [hidden, ffn]
+    post_ffw_norm: Option<B::Tensor>, // [hidden] (Gemma)
+    rope: Rope,
+    attn: AttnParams,
+}
+
+pub struct Decoder<B: Backend> {
+    backend: B,
+    cfg: LmConfig,
+    embed: B::Weight,          // [vocab, hidden]
+    layers: Vec<Layer<B>>,
+    out_norm: B::Tensor,       // [hidden]
+    output: Option<B::Weight>, // [vocab, hidden]; None: tied to `embed`
+    kv: Option<B::KvPool>,
+}
+
+/// Loads norm vectors; HF Gemma stores `w` where the model computes with `1 + w`
+/// (GGUF files already hold `1 + w`), so the offset is applied here, once.
+struct NormLoader<'a, B: Backend> {
+    ck: &'a Checkpoint,
+    backend: &'a B,
+    offset: f32,
+}
+
+impl<B: Backend> NormLoader<'_, B> {
+    fn load(&self, name: &str, len: usize) -> Result<B::Tensor> {
+        let mut v = self.ck.vector(name, len)?;
+        v.iter_mut().for_each(|x| *x += self.offset);
+        self.backend.from_host(v, 1, len)
+    }
+    fn opt(&self, name: &str, len: usize) -> Result<Option<B::Tensor>> {
+        if self.ck.has(name) {
+            self.load(name, len).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+impl<B: Backend> Decoder<B> {
+    pub fn load(backend: B, cfg: LmConfig, ck: &Checkpoint, progress: &mut dyn FnMut(usize, usize)) -> Result<Self> {
+        cfg.validate()?;
+        let (h, hd) = (cfg.hidden, cfg.head_dim);
+        let (qd, kvd) = (cfg.n_heads * hd, cfg.kv_dim());
+        let gemma_hf = cfg.family == Family::Gemma3 && matches!(ck, Checkpoint::Hf(_));
+        let norms = NormLoader { ck, backend: &backend, offset: if gemma_hf { 1.0 } else { 0.0 } };
+        let w = |name: &str, rows, cols| ck.require(name, rows, cols).and_then(|raw| backend.weight(raw));
+        let embed = w("token_embd.weight", cfg.vocab_size, h)?;
+        let mut layers = Vec::with_capacity(cfg.n_layers);
+        for l in 0..cfg.n_layers {
+            progress(l, cfg.n_layers);
+            let p = |s: &str| format!("blk.{l}.{s}");
+            let bias = if cfg.qkv_bias {
+                let b = |s: &str, n| ck.vector(&p(s), n).and_then(|v| backend.from_host(v, 1, n));
+                Some([b("attn_q.bias", qd)?, b("attn_k.bias", kvd)?, b("attn_v.bias", kvd)?])
+            } else {
+                None
+            };
+            let kind = &cfg.layers[l];
+            layers.push(Layer {
+                attn_norm: norms.load(&p("attn_norm.weight"), h)?,
+                wq: w(&p("attn_q.weight"), qd, h)?,
+                wk: w(&p("attn_k.weight"), kvd, h)?,
+                wv: w(&p("attn_v.weight"), kvd, h)?,
+                wo: w(&p("attn_output.weight"), h, qd)?,
+                bias,
+                q_norm: if cfg.qk_norm { Some(norms.load(&p("attn_q_norm.weight"), hd)?) } else { None },
+                k_norm: if cfg.qk_norm { Some(norms.load(&p("attn_k_norm.weight"), hd)?) } else { None },
+                post_attn_norm: if cfg.sandwich_norms { norms.opt(&p("post_attention_norm.weight"), h)? } else { None },
+                ffn_norm: norms.load(&p("ffn_norm.weight"), h)?,
+                gate: w(&p("ffn_gate.weight"), cfg.ffn, h)?,
+                up: w(&p("ffn_up.weight"), cfg.ffn, h)?,
+                down: w(&p("ffn_down.weight"), h, cfg.ffn)?,
+                post_ffw_norm: if cfg.sandwich_norms { norms.opt(&p("post_ffw_norm.weight"), h)? } else { None },
+                rope: Rope { head_dim: hd, inv_freq: inv_freq(hd, kind), interleaved: cfg.rope_interleaved },
+                attn: AttnParams {
+                    n_heads: cfg.n_heads,
+                    n_kv_heads: cfg.n_kv_heads,
+                    head_dim: hd,
+                    scale: cfg.attn_scale,
+                    window: kind.window,
+                    softcap: cfg.attn_softcap,
+                },
+            });
+        }
+        progress(cfg.n_layers, cfg.n_layers);
+        let out_norm = norms.load("output_norm.weight", h)?;
+        let output = match ck.get("output.weight")? {
+            Some(raw) if !cfg.tied_embeddings || ck.has("output.weight") => {
+                if raw.rows != cfg.vocab_size || raw.cols != h {
+                    return Err(Error::Shape(format!("output weight is [{}, {}]", raw.rows, raw.cols)));
+                }
+                Some(backend.weight(raw)?)
+            }
+            _ => None,
+        };
+        if output.is_none() && !cfg.tied_embeddings {
+            return Err(Error::format("checkpoint has no output weight and its embeddings are not tied"));
+        }
+        Ok(Decoder { backend, cfg, embed, layers, out_norm, output, kv: None })
+    }
+
+    fn layer_forward(&self, l: usize, x: &mut B::Tensor, batch: &ForwardBatch, kv: &mut B::KvPool) -> Result<()> {
+        let (b, c, layer) = (&self.backend, &self.cfg, &self.layers[l]);
+        let h = b.rms_norm(x, &layer.attn_norm, c.norm_eps)?;
+        let mut q = b.matmul(&h, &layer.wq)?;
+        let mut k = b.matmul(&h, &layer.wk)?;
+        let mut v = b.matmul(&h, &layer.wv)?;
+        if let Some([bq, bk, bv]) = &layer.bias {
+            b.add_row(&mut q, bq)?;
+            b.add_row(&mut k, bk)?;
+            b.add_row(&mut v, bv)?;
+        }
+        if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+            q = b.rms_norm(&q, qn, c.norm_eps)?;
+            k = b.rms_norm(&k, kn, c.norm_eps)?;
+        }
+        b.rope(&mut q, &layer.rope, &batch.positions)?;
+        b.rope(&mut k, &layer.rope, &batch.positions)?;
+        b.write_kv(kv, l, &k, &v, &batch.attn)?;
+        let a = b.attention(&q, kv, l, &batch.attn, &layer.attn)?;
+        let mut o = b.matmul(&a, &layer.wo)?;
+        if let Some(n) = &layer.post_attn_norm {
+            o = b.rms_norm(&o, n, c.norm_eps)?;
+        }
+        b.add(x, &o)?;
+        let h = b.rms_norm(x, &layer.ffn_norm, c.norm_eps)?;
+        let g = b.matmul(&h, &layer.gate)?;
+        let u = b.matmul(&h, &layer.up)?;
+        let m = b.glu(&g, &u, c.activation)?;
+        let mut d = b.matmul(&m, &layer.down)?;
+        if let Some(n) = &layer.post_ffw_norm {
+            d = b.rms_norm(&d, n, c.norm_eps)?;
+        }
+        b.add(x, &d)
+    }
+}
+
+impl<B: Backend> CausalLm for Decoder<B> {
+    fn config(&self) -> &LmConfig {
+        &self.cfg
+    }
+
+    fn backend_name(&self) -> String {
+        self.backend.name()
+    }
+
+    fn alloc_kv(&mut self, n_blocks: usize, block_size: usize) -> Result<()> {
+        let spec = KvSpec { n_layers: self.cfg.n_layers, n_blocks, block_size, kv_dim: self.cfg.kv_dim() };
+        self.kv = Some(self.backend.kv_pool(spec)?);
+        Ok(())
+    }
+
+    fn forward(&mut self, batch: &ForwardBatch) -> Result<Vec<f32>> {
+        let mut kv = self.kv.take().ok_or_else(|| Error::InvalidInput("KV cache not allocated".into()))?;
+        let result = self.forward_with(batch, &mut kv);
+        self.kv = Some(kv);
+        result
+    }
+}
+
+impl<B: Backend> Decoder<B> {
+    fn forward_with(&self, batch: &ForwardBatch, kv: &mut B::KvPool) -> Result<Vec<f32>> {
+        let b = &self.backend;
+        if batch.tokens.len() != batch.positions.len() || batch.tokens.is_empty() {
+            return Err(Error::InvalidInput("forward: empty batch or positions mismatch".into()));
+        }
+        let mut x = b.embedding(&self.embed, &batch.tokens)?;
+        if let Some(s) = self.cfg.embed_scale {
+            b.scale(&mut x, s)?;
+        }
+        for l in 0..self.layers.len() {
+            self.layer_forward(l, &mut x, batch, kv)?;
+        }
+        let x = b.rows(&x, &batch.logit_rows)?;
+        let x = b.rms_norm(&x, &self.out_norm, self.cfg.norm_eps)?;
+        let mut logits = b.matmul(&x, self.output.as_ref().unwrap_or(&self.embed))?;
+        if let Some(cap) = self.cfg.final_softcap {
+            b.softcap(&mut logits, cap)?;
+        }
+        b.to_host(&logits)
+    }
+}

@@ -1,0 +1,38 @@
+//! Model architectures, generic over the backend, and the registry that picks
+//! one for a checkpoint.
+
+pub mod checkpoint;
+pub mod config;
+mod decoder;
+pub mod gemma3;
+mod gguf_meta;
+pub mod hf;
+pub mod llama;
+pub mod registry;
+
+pub use checkpoint::Checkpoint;
+pub use config::LmConfig;
+pub use registry::load_causal_lm;
+
+use ferrite_backend::AttnBatch;
+use ferrite_core::Result;
+
+/// One step's flat batch: the new tokens of every sequence, back to back.
+#[derive(Clone, Debug)]
+pub struct ForwardBatch {
+    pub tokens: Vec<u32>,
+    pub positions: Vec<u32>,
+    pub attn: AttnBatch,
+    /// Rows whose logits are wanted (e.g. each sequence's last token).
+    pub logit_rows: Vec<usize>,
+}
+
+/// A causal LM ready to run: owns its weights and its paged KV pool.
+pub trait CausalLm: Send {
+    fn config(&self) -> &LmConfig;
+    fn backend_name(&self) -> String;
+    /// (Re)allocates the KV pool: `n_blocks` blocks of `block_size` tokens.
+    fn alloc_kv(&mut self, n_blocks: usize, block_size: usize) -> Result<()>;
+    /// Runs the batch and returns logits [logit_rows.len(), vocab] row-major.
+    fn forward(&mut self, batch: &ForwardBatch) -> Result<Vec<f32>>;
+}

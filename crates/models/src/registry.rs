@@ -1,0 +1,67 @@
+//! One table from architecture name to configuration mapper; every family runs
+//! on the shared decoder.
+
+use crate::checkpoint::Checkpoint;
+use crate::config::LmConfig;
+use crate::decoder::Decoder;
+use crate::hf::HfConfig;
+use crate::{gemma3, llama, CausalLm};
+use ferrite_backend::Backend;
+use ferrite_core::{Error, Result};
+use ferrite_loader::gguf::GgufFile;
+
+type GgufMapper = fn(&GgufFile, &str) -> Result<LmConfig>;
+type HfMapper = fn(&HfConfig) -> Result<LmConfig>;
+
+/// (GGUF `general.architecture` or HF `model_type`, mappers)
+const REGISTRY: &[(&str, GgufMapper, HfMapper)] = &[
+    ("llama", llama::config_from_gguf, llama::config_from_hf),
+    ("mistral", llama::config_from_gguf, llama::config_from_hf),
+    ("qwen2", llama::config_from_gguf, llama::config_from_hf),
+    ("qwen3", llama::config_from_gguf, llama::config_from_hf),
+    ("gemma3", |g, _| gemma3::config_from_gguf(g), gemma3::config_from_hf),
+    ("gemma3_text", |g, _| gemma3::config_from_gguf(g), gemma3::config_from_hf),
+];
+
+pub fn supported() -> Vec<&'static str> {
+    REGISTRY.iter().map(|r| r.0).collect()
+}
+
+/// The architecture's typed configuration, from whichever format the checkpoint uses.
+pub fn config_of(ck: &Checkpoint) -> Result<LmConfig> {
+    let (arch, is_gguf) = match ck {
+        Checkpoint::Gguf(g) => (
+            g.architecture().ok_or_else(|| Error::format("GGUF has no general.architecture"))?.to_string(),
+            true,
+        ),
+        Checkpoint::Hf(h) => (
+            h.config.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_string(),
+            false,
+        ),
+    };
+    let entry = REGISTRY.iter().find(|r| r.0 == arch).ok_or_else(|| {
+        Error::Unsupported(format!(
+            "architecture {arch:?} (supported: {})",
+            supported().join(", ")
+        ))
+    })?;
+    match ck {
+        Checkpoint::Gguf(g) if is_gguf => (entry.1)(g, &arch),
+        Checkpoint::Hf(h) => (entry.2)(&HfConfig::new(&h.config)),
+        Checkpoint::Gguf(_) => unreachable!(),
+    }
+}
+
+pub fn load_causal_lm<B: Backend + 'static>(
+    backend: B,
+    ck: &Checkpoint,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Box<dyn CausalLm>>
+where
+    B::Tensor: 'static,
+    B::Weight: 'static,
+    B::KvPool: 'static,
+{
+    let cfg = config_of(ck)?;
+    Ok(Box::new(Decoder::load(backend, cfg, ck, progress)?))
+}
