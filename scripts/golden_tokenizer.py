@@ -16,8 +16,12 @@ Rust test applies the same edits to the shipped file.
 Usage: scripts/golden_tokenizer.py   (models from $FERRITE_HOME/models or
 ~/.ferrite/models; run scripts/fetch-models.sh first). Writes
 tests/fixtures/tokenizer/*.json.
+
+A larger one-off check: scripts/golden_tokenizer.py --random 3000 --seed 7 --out /tmp/tokfx
+then FERRITE_TOKENIZER_FIXTURES=/tmp/tokfx cargo test -p ferrite-loader --test tokenizer_golden
 """
 
+import argparse
 import ctypes
 import json
 import os
@@ -96,9 +100,37 @@ PIECES = [
 ]
 
 
-def random_corpus(n=60, seed=1234):
+# Code point ranges for random text: scripts, marks, odd spaces, digits of
+# other scripts, symbols, private use, unassigned and non-characters.
+RANGES = [
+    (0x20, 0x7E), (0x00, 0x1F), (0x80, 0xFF), (0x100, 0x24F), (0x300, 0x36F), (0x370, 0x3FF),
+    (0x400, 0x4FF), (0x600, 0x6FF), (0x660, 0x669), (0x900, 0x97F), (0xE00, 0xE7F), (0x1100, 0x11FF),
+    (0x2000, 0x206F), (0x2070, 0x218F), (0x2460, 0x24FF), (0x3000, 0x30FF), (0x4E00, 0x4E80),
+    (0xAC00, 0xAC80), (0xE000, 0xE010), (0xFE00, 0xFE0F), (0xFF00, 0xFFEF), (0x1F300, 0x1F6FF),
+    (0x1F900, 0x1F9FF), (0x1D400, 0x1D7FF), (0x10000, 0x1007F), (0x85, 0x85), (0x1680, 0x1680),
+    (0x2028, 0x2029), (0x378, 0x379), (0x10FFF0, 0x10FFFD),
+]
+
+
+def random_corpus(n, seed):
     rng = random.Random(seed)
-    return ["".join(rng.choice(PIECES) for _ in range(rng.randint(1, 18))) for _ in range(n)]
+
+    def one():
+        parts = []
+        for _ in range(rng.randint(1, 24)):
+            r = rng.random()
+            if r < 0.45:
+                parts.append(rng.choice(PIECES))
+            elif r < 0.55:
+                parts.append(" " * rng.randint(1, 6))
+            elif r < 0.6:
+                parts.append(rng.choice(["'s", "'T", "'Re", "'ll", "'D", "'m", "'ve"]))
+            else:
+                lo, hi = rng.choice(RANGES)
+                parts.append("".join(chr(rng.randint(lo, hi)) for _ in range(rng.randint(1, 4))))
+        return "".join(parts)
+
+    return [one() for _ in range(n)]
 
 
 def write_variant(base, path, set_keys, remove_keys):
@@ -221,6 +253,13 @@ def hf_golden(name, dir_path, corpus):
 
 
 def main():
+    global OUT
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--random", type=int, default=60, help="random strings added to the corpus")
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--out", type=Path, default=OUT, help="fixture directory")
+    args = ap.parse_args()
+    OUT = args.out
     smollm = MODELS / "smollm2.gguf"
     gemma = MODELS / "gemma3-270m.gguf"
     minilm = MODELS / "all-minilm-l6-v2"
@@ -228,7 +267,7 @@ def main():
         if not p.exists():
             sys.exit(f"missing {p}: run scripts/fetch-models.sh first")
     OUT.mkdir(parents=True, exist_ok=True)
-    corpus = CORPUS + random_corpus()
+    corpus = CORPUS + random_corpus(args.random, args.seed)
 
     gguf_golden("smollm2", smollm, corpus)
     gguf_golden("smollm2-qwen2", smollm, corpus, {"tokenizer.ggml.pre": "qwen2"})

@@ -19,8 +19,13 @@ use ferrite_loader::tokenizer::Tokenizer;
 use serde::Deserialize;
 use serde_json::Value;
 
+/// `FERRITE_TOKENIZER_FIXTURES` points the golden tests at another fixture set
+/// (e.g. a large random corpus written by the script for a one-off check).
 fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tokenizer")
+    match std::env::var_os("FERRITE_TOKENIZER_FIXTURES") {
+        Some(dir) => PathBuf::from(dir),
+        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tokenizer"),
+    }
 }
 
 fn models_dir() -> PathBuf {
@@ -587,4 +592,59 @@ fn hf_dir_without_tokenizer_json_is_an_error() {
     let result = Tokenizer::from_hf_dir(&dir);
     let _ = std::fs::remove_dir(&dir);
     expect_err(result, "tokenizer.json");
+}
+
+#[test]
+fn long_inputs_encode_in_linearithmic_time() {
+    // A quadratic algorithm would take minutes here; ours takes well under a second.
+    let unit =
+        "The quick brown fox, naïve café 日本語 😀 1234567!\n    indented\tcode();<|im_end|> ";
+    let text = unit.repeat(3000);
+    for name in ["smollm2.gguf", "gemma3-270m.gguf"] {
+        let tok = Tokenizer::from_gguf(&GgufFile::open(&model(name)).unwrap()).unwrap();
+        let start = Instant::now();
+        let ids = tok.encode(&text, false).unwrap();
+        let took = start.elapsed();
+        eprintln!(
+            "{name}: {} bytes -> {} tokens in {took:?}",
+            text.len(),
+            ids.len()
+        );
+        assert!(
+            took.as_secs() < 20,
+            "{name}: encoding {} bytes took {took:?}",
+            text.len()
+        );
+        assert_eq!(tok.decode(&ids, false), text);
+    }
+}
+
+#[test]
+fn hf_configs_give_bos_eos_and_generation_eos_list() {
+    let dir = std::env::temp_dir().join(format!("ferrite-tok-hfcfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(
+        model("all-minilm-l6-v2").join("tokenizer.json"),
+        dir.join("tokenizer.json"),
+    )
+    .unwrap();
+    let config = r#"{"bos_token": "[CLS]", "eos_token": {"content": "[SEP]", "special": true},
+                     "add_bos_token": true, "add_eos_token": true}"#;
+    std::fs::write(dir.join("tokenizer_config.json"), config).unwrap();
+    std::fs::write(
+        dir.join("generation_config.json"),
+        r#"{"eos_token_id": [103, 102]}"#,
+    )
+    .unwrap();
+    let tok = Tokenizer::from_hf_dir(&dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    let tok = tok.unwrap();
+    assert_eq!(tok.bos_id(), Some(101));
+    assert_eq!(tok.bos_token(), Some("[CLS]"));
+    assert_eq!(tok.eos_token(), Some("[SEP]"));
+    assert_eq!(tok.eos_ids(), [102, 103]);
+    // The post-processor already adds [CLS] ... [SEP]; the config must not add them twice.
+    let ids = tok.encode("hello", true).unwrap();
+    assert_eq!(ids.iter().filter(|&&id| id == 101).count(), 1, "{ids:?}");
+    assert_eq!(ids.iter().filter(|&&id| id == 102).count(), 1, "{ids:?}");
 }

@@ -26,10 +26,11 @@ pub fn matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32]) {
     debug_assert_eq!(out.len(), n * w.rows);
     if w.dtype.is_quantized() {
         let nb = w.cols / 32;
+        const GROUP: usize = 32;
         let mut xq = vec![Q8Block::default(); n * nb];
         xq.par_chunks_mut(nb)
             .zip(x.par_chunks(w.cols))
-            .for_each(|(q, xr)| quantize_row_q8(xr, q));
+            .for_each(|(q, xr)| quantize_row_q8(xr, q, GROUP));
         dispatch_quant(&xq, n, w, out);
     } else {
         dispatch_dense(x, n, w, out);

@@ -3,12 +3,11 @@
 //! special, BOS/EOS defaults, end-of-generation ids, tokenization and
 //! detokenization. `tests/tokenizer_golden.rs` checks it against llama.cpp.
 
-use std::collections::BTreeSet;
-
 use ferrite_core::{Error, Result};
 
 use super::bpe::Bpe;
-use super::pretok::{self, PreTokenizer};
+use super::eog::end_of_generation;
+use super::pretok::{self, PreConfig, PreTokenizer};
 use super::special::{Fragment, SpecialMatcher};
 use super::spm::Spm;
 use super::vocab::Vocab;
@@ -26,80 +25,6 @@ pub(crate) mod attr {
 }
 
 const KEY_TOKENS: &str = "tokenizer.ggml.tokens";
-
-/// Names llama.cpp treats as end of generation whatever the metadata says.
-const EOG_NAMES: &[&str] = &[
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<|return|>",
-    "<|call|>",
-    "<|flush|>",
-    "<|calls|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "</s>",
-    "<|eom_id|>",
-    "<EOT>",
-    "_<EOT>",
-    "[EOT]",
-    "[EOS]",
-    "<|end_of_text|>",
-    "<end_of_utterance>",
-    "<eos>",
-    "<turn|>",
-    "<|tool_response>",
-    "<｜end▁of▁sentence｜>",
-];
-const EOT_NAMES: &[&str] = &[
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<|end_of_text|>",
-    "<EOT>",
-    "_<EOT>",
-    "[EOT]",
-    "<｜end▁of▁sentence｜>",
-    "<end_of_utterance>",
-];
-const FIM_PRE_NAMES: &[&str] = &[
-    "<|fim_prefix|>",
-    "<fim-prefix>",
-    "<fim_prefix>",
-    "<｜fim▁begin｜>",
-    "<PRE>",
-    "▁<PRE>",
-    "<|code_prefix|>",
-];
-const FIM_SUF_NAMES: &[&str] = &[
-    "<|fim_suffix|>",
-    "<fim-suffix>",
-    "<fim_suffix>",
-    "<｜fim▁hole｜>",
-    "<SUF>",
-    "▁<SUF>",
-    "<|code_suffix|>",
-];
-const FIM_MID_NAMES: &[&str] = &[
-    "<|fim_middle|>",
-    "<fim-middle>",
-    "<fim_middle>",
-    "<｜fim▁end｜>",
-    "<MID>",
-    "▁<MID>",
-    "<|code_middle|>",
-];
-const FIM_PAD_NAMES: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
-const FIM_REP_NAMES: &[&str] = &[
-    "<|fim_repo|>",
-    "<|repo_name|>",
-    "<fim-repo>",
-    "<REPO>",
-    "<reponame>",
-];
-const FIM_SEP_NAMES: &[&str] = &["<|file_sep|>"];
 
 pub(crate) enum Model {
     Spm(Box<Spm>),
@@ -133,13 +58,71 @@ fn str_array<'a>(gguf: &'a GgufFile, key: &str) -> Result<Option<&'a [String]>> 
 }
 
 /// A token id from metadata, if present and inside the vocabulary.
-fn token_id(gguf: &GgufFile, key: &str, n_tokens: usize) -> Option<u32> {
+pub(crate) fn token_id(gguf: &GgufFile, key: &str, n_tokens: usize) -> Option<u32> {
     let id = gguf.get_u64(key)?;
     if id as usize >= n_tokens {
         eprintln!("warning: GGUF {key} = {id} is outside the {n_tokens}-token vocabulary; ignored");
         return None;
     }
     Some(id as u32)
+}
+
+/// Token attributes from `tokenizer.ggml.token_type` (all normal without it).
+fn token_attrs(gguf: &GgufFile, n: usize) -> Result<Vec<u8>> {
+    match gguf.get_array("tokenizer.ggml.token_type") {
+        None => Ok(vec![attr::NORMAL; n]),
+        Some(MetaArray::Int(types)) if types.len() >= n => Ok(types[..n]
+            .iter()
+            .map(|&t| match t {
+                1 => attr::NORMAL,
+                2 => attr::UNKNOWN,
+                3 => attr::CONTROL,
+                4 => attr::USER_DEFINED,
+                5 => attr::UNUSED,
+                6 => attr::BYTE,
+                _ => 0,
+            })
+            .collect()),
+        Some(a) => Err(Error::Tokenizer(format!(
+            "GGUF tokenizer.ggml.token_type must be {n} integers, found {} entries",
+            a.len()
+        ))),
+    }
+}
+
+/// SentencePiece scores (all zero without them, as in llama.cpp).
+fn spm_scores(gguf: &GgufFile, n: usize) -> Result<Vec<f32>> {
+    match gguf.get_array("tokenizer.ggml.scores") {
+        None => Ok(vec![0.0; n]),
+        Some(MetaArray::Float(s)) if s.len() >= n => Ok(s[..n].iter().map(|&x| x as f32).collect()),
+        Some(MetaArray::Int(s)) if s.len() >= n => Ok(s[..n].iter().map(|&x| x as f32).collect()),
+        Some(a) => Err(Error::Tokenizer(format!(
+            "GGUF tokenizer.ggml.scores must be {n} numbers, found {} entries",
+            a.len()
+        ))),
+    }
+}
+
+/// The BPE model and its pre-tokenizer family; no `tokenizer.ggml.pre` means
+/// "default", as in llama.cpp, and an unknown one is an error.
+fn bpe_model(gguf: &GgufFile, vocab: &Vocab, pre_name: &str) -> Result<(Bpe, PreConfig)> {
+    let merges = str_array(gguf, "tokenizer.ggml.merges")?.ok_or_else(|| {
+        Error::Tokenizer("GGUF gpt2 tokenizer has no tokenizer.ggml.merges array".into())
+    })?;
+    let cfg = if pre_name.is_empty() {
+        eprintln!("warning: GGUF has no tokenizer.ggml.pre; using 'default' (as llama.cpp does)");
+        pretok::lookup("default")
+    } else {
+        pretok::lookup(pre_name)
+    }
+    .ok_or_else(|| {
+        Error::Tokenizer(format!(
+            "unknown GGUF pre-tokenizer type '{pre_name}' (tokenizer.ggml.pre); supported: {}",
+            pretok::SUPPORTED
+        ))
+    })?;
+    let bpe = Bpe::new(PreTokenizer::new(&cfg)?, cfg.ignore_merges, vocab, merges);
+    Ok((bpe, cfg))
 }
 
 impl GgufVocab {
@@ -194,67 +177,18 @@ impl GgufVocab {
             ))
         })?;
 
-        let mut attrs = match gguf.get_array("tokenizer.ggml.token_type") {
-            None => vec![attr::NORMAL; n],
-            Some(MetaArray::Int(types)) if types.len() >= n => types[..n]
-                .iter()
-                .map(|&t| match t {
-                    1 => attr::NORMAL,
-                    2 => attr::UNKNOWN,
-                    3 => attr::CONTROL,
-                    4 => attr::USER_DEFINED,
-                    5 => attr::UNUSED,
-                    6 => attr::BYTE,
-                    _ => 0,
-                })
-                .collect(),
-            Some(a) => {
-                return Err(Error::Tokenizer(format!(
-                    "GGUF tokenizer.ggml.token_type must be {n} integers, found {} entries",
-                    a.len()
-                )))
-            }
-        };
+        let mut attrs = token_attrs(gguf, n)?;
 
         let pre_name = gguf.get_str("tokenizer.ggml.pre").unwrap_or("").to_string();
         let (model, pre_cfg, kind) = if is_spm {
-            let scores: Vec<f32> = match gguf.get_array("tokenizer.ggml.scores") {
-                None => vec![0.0; n],
-                Some(MetaArray::Float(s)) if s.len() >= n => {
-                    s[..n].iter().map(|&x| x as f32).collect()
-                }
-                Some(MetaArray::Int(s)) if s.len() >= n => {
-                    s[..n].iter().map(|&x| x as f32).collect()
-                }
-                Some(a) => {
-                    return Err(Error::Tokenizer(format!(
-                        "GGUF tokenizer.ggml.scores must be {n} numbers, found {} entries",
-                        a.len()
-                    )))
-                }
-            };
+            let scores = spm_scores(gguf, n)?;
             (
                 Model::Spm(Box::new(Spm::new(scores, &vocab))),
                 None,
                 format!("gguf llama SPM, {n} tokens"),
             )
         } else {
-            let merges = str_array(gguf, "tokenizer.ggml.merges")?.ok_or_else(|| {
-                Error::Tokenizer("GGUF gpt2 tokenizer has no tokenizer.ggml.merges array".into())
-            })?;
-            let cfg = if pre_name.is_empty() {
-                eprintln!("warning: GGUF has no tokenizer.ggml.pre; using 'default' (as llama.cpp does)");
-                pretok::lookup("default")
-            } else {
-                pretok::lookup(&pre_name)
-            }
-            .ok_or_else(|| {
-                Error::Tokenizer(format!(
-                    "unknown GGUF pre-tokenizer type '{pre_name}' (tokenizer.ggml.pre); supported: {}",
-                    pretok::SUPPORTED
-                ))
-            })?;
-            let bpe = Bpe::new(PreTokenizer::new(&cfg)?, cfg.ignore_merges, &vocab, merges);
+            let (bpe, cfg) = bpe_model(gguf, &vocab, &pre_name)?;
             let shown = if pre_name.is_empty() {
                 "default"
             } else {
@@ -444,63 +378,5 @@ fn byte_level_decode(text: &str) -> Vec<u8> {
             }
         }
     }
-    out
-}
-
-/// The end-of-generation set, following llama.cpp: eos, eot, eom, the FIM
-/// pad/repo/separator tokens, and every token with a known end-of-turn name.
-/// Tokens recognised by name are marked control, as llama.cpp does.
-fn end_of_generation(
-    gguf: &GgufFile,
-    vocab: &Vocab,
-    attrs: &mut [u8],
-    eos: Option<u32>,
-) -> Vec<u32> {
-    let n = attrs.len();
-    let by_name = |names: &[&str], attrs: &mut [u8]| -> Option<u32> {
-        let id = names.iter().find_map(|name| vocab.get(name))?;
-        attrs[id as usize] |= attr::CONTROL;
-        Some(id)
-    };
-    let special = |key: &str, names: &[&str], attrs: &mut [u8]| -> Option<u32> {
-        token_id(gguf, key, n).or_else(|| by_name(names, attrs))
-    };
-    let eot = special("tokenizer.ggml.eot_token_id", EOT_NAMES, attrs);
-    let eom = special("tokenizer.ggml.eom_token_id", &["<|eom_id|>"], attrs);
-    special("tokenizer.ggml.fim_pre_token_id", FIM_PRE_NAMES, attrs);
-    special("tokenizer.ggml.fim_suf_token_id", FIM_SUF_NAMES, attrs);
-    special("tokenizer.ggml.fim_mid_token_id", FIM_MID_NAMES, attrs);
-    let fim_pad = special("tokenizer.ggml.fim_pad_token_id", FIM_PAD_NAMES, attrs);
-    let fim_rep = special("tokenizer.ggml.fim_rep_token_id", FIM_REP_NAMES, attrs);
-    let fim_sep = special("tokenizer.ggml.fim_sep_token_id", FIM_SEP_NAMES, attrs);
-
-    let mut eog: BTreeSet<u32> = [fim_pad, fim_rep, fim_sep, eos, eot, eom]
-        .into_iter()
-        .flatten()
-        .collect();
-    for name in EOG_NAMES {
-        if let Some(id) = vocab.get(name) {
-            eog.insert(id);
-            attrs[id as usize] |= attr::CONTROL;
-        }
-    }
-    // gpt-oss style vocabularies: "<|end|>" ends a message, not the generation.
-    let has = |eog: &BTreeSet<u32>, name: &str| vocab.get(name).is_some_and(|id| eog.contains(&id));
-    if let Some(end) = vocab.get("<|end|>") {
-        let call = has(&eog, "<|call|>") || has(&eog, "<|calls|>");
-        if eog.contains(&end) && call && (has(&eog, "<|return|>") || has(&eog, "<|flush|>")) {
-            eog.remove(&end);
-            attrs[end as usize] = attr::USER_DEFINED;
-        }
-    }
-    // Gemma 4 style: "</s>" is ordinary text when "<|tool_response>" exists.
-    if let Some(s) = vocab.get("</s>") {
-        if eog.contains(&s) && has(&eog, "<|tool_response>") {
-            eog.remove(&s);
-            attrs[s as usize] = attr::NORMAL;
-        }
-    }
-    let mut out: Vec<u32> = eos.into_iter().collect();
-    out.extend(eog.into_iter().filter(|&id| Some(id) != eos));
     out
 }

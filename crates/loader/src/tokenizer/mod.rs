@@ -9,6 +9,7 @@
 mod bpe;
 mod byte_level;
 mod detok;
+mod eog;
 mod gguf_vocab;
 mod hf;
 mod pretok;
