@@ -74,6 +74,26 @@ pub struct KvSpec {
     pub n_blocks: usize,
     pub block_size: usize,
     pub kv_dim: usize,
+    pub dtype: KvDtype,
+}
+
+/// Precision of cached keys and values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KvDtype {
+    F32,
+    /// f16 precision, llama.cpp's default.
+    F16,
+}
+
+impl std::str::FromStr for KvDtype {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "f32" => Ok(KvDtype::F32),
+            "f16" => Ok(KvDtype::F16),
+            _ => Err(format!("unknown KV cache type {s:?} (f32 or f16)")),
+        }
+    }
 }
 
 pub trait Backend: Send + Sync {

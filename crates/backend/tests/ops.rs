@@ -3,7 +3,7 @@
 
 use ferrite_backend::cpu::{CpuBackend, CpuTensor};
 use ferrite_backend::quant::dequantize_row;
-use ferrite_backend::{Activation, AttnBatch, AttnParams, Backend, KvSpec, RawWeight, Rope, SeqSlice};
+use ferrite_backend::{Activation, AttnBatch, AttnParams, Backend, KvDtype, KvSpec, RawWeight, Rope, SeqSlice};
 use ferrite_core::{DType, HostBytes};
 
 struct Rng(u64);
@@ -105,7 +105,7 @@ fn matmul_matches_dequantized_reference_for_every_format() {
             let got = be.matmul(&be.from_host(x.clone(), n, k).unwrap(), &w).unwrap();
             let want = reference_matmul(&x, n, &wf, m, k);
             // Quantized formats quantize activations to 16 bits.
-            let tol = if dtype.is_quantized() { 1e-4 } else { 1e-5 };
+            let tol = if dtype.is_quantized() { 5e-4 } else { 1e-5 };
             let e = rel_err(&got.data, &want);
             assert!(e < tol, "{dtype} n={n} m={m} k={k}: relative error {e}");
         }
@@ -238,7 +238,7 @@ fn paged_attention_matches_contiguous_reference_in_mixed_batches() {
     for window in [None, Some(5)] {
         let p = AttnParams { n_heads: 4, n_kv_heads: 2, head_dim: 8, scale: 0.35, window, softcap: None };
         let kvd = p.n_kv_heads * p.head_dim;
-        let mut pool = be.kv_pool(KvSpec { n_layers: 1, n_blocks: 16, block_size: bs, kv_dim: kvd }).unwrap();
+        let mut pool = be.kv_pool(KvSpec { n_layers: 1, n_blocks: 16, block_size: bs, kv_dim: kvd, dtype: KvDtype::F16 }).unwrap();
         // Sequence A: 11 tokens cached earlier (decode 1 now); B: fresh prefill of 6 tokens.
         let (a_len, b_len) = (12usize, 6usize);
         let ka = rng.vec(a_len * kvd);
@@ -268,8 +268,10 @@ fn paged_attention_matches_contiguous_reference_in_mixed_batches() {
         let qd = p.n_heads * p.head_dim;
         let q = rng.vec(n * qd);
         let got = be.attention(&CpuTensor { data: q.clone(), rows: n, cols: qd }, &pool, 0, &batch, &p).unwrap();
-        let want_a = naive_attention(&q[..qd], &ka, &va, &p, 1, 11);
-        let want_b = naive_attention(&q[qd..], &kb, &vb, &p, b_len, 0);
+        // The pool stores f16-precision values.
+        let r = |v: &[f32]| v.iter().map(|x| half::f16::from_f32(*x).to_f32()).collect::<Vec<_>>();
+        let want_a = naive_attention(&q[..qd], &r(&ka), &r(&va), &p, 1, 11);
+        let want_b = naive_attention(&q[qd..], &r(&kb), &r(&vb), &p, b_len, 0);
         assert!(rel_err(&got.data[..qd], &want_a) < 1e-5, "window {window:?} seq A");
         assert!(rel_err(&got.data[qd..], &want_b) < 1e-5, "window {window:?} seq B");
     }

@@ -9,7 +9,7 @@ use ferrite_engine::Runner;
 use ferrite_loader::chat_template::{template_from_hf_dir, ChatTemplate};
 use ferrite_loader::source::{resolve, ModelSource};
 use ferrite_loader::tokenizer::Tokenizer;
-use ferrite_models::{load_causal_lm, Checkpoint};
+use ferrite_models::{load_causal_lm, Checkpoint, KvDtype};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::ModelArgs;
@@ -97,7 +97,11 @@ pub fn load(args: &ModelArgs, with_tokenizer: bool) -> Result<Loaded> {
         model.backend_name(),
         t0.elapsed().as_secs_f64()
     );
-    let runner = Runner::new(model, ctx, DEFAULT_BLOCK_SIZE)?;
+    let kv = args.kv_cache.unwrap_or(match source {
+        ModelSource::Gguf(_) => KvDtype::F16,
+        ModelSource::HfDir(_) => KvDtype::F32,
+    });
+    let runner = Runner::new(model, ctx, DEFAULT_BLOCK_SIZE, kv)?;
     Ok(Loaded { runner, tokenizer, template, name })
 }
 

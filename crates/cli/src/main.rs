@@ -31,6 +31,10 @@ pub struct ModelArgs {
     /// KV-cache size in tokens (default: the model's context, at most 8192).
     #[arg(long)]
     pub ctx_size: Option<usize>,
+    /// KV-cache precision: f16 or f32 (default: f16 for GGUF, like llama.cpp;
+    /// f32 for safetensors checkpoints).
+    #[arg(long)]
+    pub kv_cache: Option<ferrite_models::KvDtype>,
 }
 
 #[derive(Args, Clone, Debug)]

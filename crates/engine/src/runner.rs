@@ -4,7 +4,7 @@
 use crate::blocks::BlockManager;
 use ferrite_backend::{AttnBatch, SeqSlice};
 use ferrite_core::{Error, Result};
-use ferrite_models::{CausalLm, ForwardBatch, LmConfig};
+use ferrite_models::{CausalLm, ForwardBatch, KvDtype, LmConfig};
 
 pub const DEFAULT_BLOCK_SIZE: usize = 16;
 
@@ -41,12 +41,12 @@ pub enum Logits {
 
 impl Runner {
     /// `context`: tokens of KV cache to allocate (the most one sequence can use).
-    pub fn new(mut model: Box<dyn CausalLm>, context: usize, block_size: usize) -> Result<Self> {
+    pub fn new(mut model: Box<dyn CausalLm>, context: usize, block_size: usize, kv: KvDtype) -> Result<Self> {
         if context == 0 || block_size == 0 {
             return Err(Error::InvalidInput("context and block size must be positive".into()));
         }
         let n_blocks = context.div_ceil(block_size);
-        model.alloc_kv(n_blocks, block_size)?;
+        model.alloc_kv(n_blocks, block_size, kv)?;
         let max_context = context;
         Ok(Runner { model, blocks: BlockManager::new(n_blocks, block_size), max_context })
     }

@@ -8,7 +8,7 @@
 use crate::checkpoint::Checkpoint;
 use crate::config::{inv_freq, Family, LmConfig};
 use crate::{CausalLm, ForwardBatch};
-use ferrite_backend::{AttnParams, Backend, KvSpec, Rope};
+use ferrite_backend::{AttnParams, Backend, KvDtype, KvSpec, Rope};
 use ferrite_core::{Error, Result};
 
 struct Layer<B: Backend> {
@@ -171,8 +171,8 @@ impl<B: Backend> CausalLm for Decoder<B> {
         self.backend.name()
     }
 
-    fn alloc_kv(&mut self, n_blocks: usize, block_size: usize) -> Result<()> {
-        let spec = KvSpec { n_layers: self.cfg.n_layers, n_blocks, block_size, kv_dim: self.cfg.kv_dim() };
+    fn alloc_kv(&mut self, n_blocks: usize, block_size: usize, dtype: KvDtype) -> Result<()> {
+        let spec = KvSpec { n_layers: self.cfg.n_layers, n_blocks, block_size, kv_dim: self.cfg.kv_dim(), dtype };
         self.kv = Some(self.backend.kv_pool(spec)?);
         Ok(())
     }

@@ -117,9 +117,9 @@ pub fn config_from_hf(hf: &HfConfig) -> Result<LmConfig> {
         n_layers,
         is_global,
         window,
-        c.f32("rope_theta").unwrap_or(1_000_000.0),
-        c.f32("rope_local_base_freq").unwrap_or(LOCAL_ROPE_THETA),
-        c.rope_scaling()?,
+        c.rope_theta("full_attention").unwrap_or(1_000_000.0),
+        c.f32("rope_local_base_freq").or(c.rope_object_theta("sliding_attention")).unwrap_or(LOCAL_ROPE_THETA),
+        c.rope_scaling("full_attention")?,
     );
     Ok(cfg)
 }

@@ -48,8 +48,38 @@ impl<'a> HfConfig<'a> {
             Some(other) => return Err(Error::Unsupported(format!("activation {other:?}"))),
         })
     }
-    pub fn rope_scaling(&self) -> Result<RopeScaling> {
-        let Some(rs) = self.v.get("rope_scaling").filter(|v| v.is_object()) else {
+    /// The RoPE settings object: transformers 5 writes `rope_parameters` (flat, or
+    /// keyed by layer type as in Gemma 3); older configs `rope_scaling` plus a
+    /// top-level `rope_theta`.
+    fn rope_object(&self, layer_type: &str) -> Option<&'a Value> {
+        let rp = self.v.get("rope_parameters").filter(|v| v.is_object())?;
+        match rp.get(layer_type) {
+            Some(per_type) if per_type.is_object() => Some(per_type),
+            _ => Some(rp),
+        }
+    }
+
+    /// RoPE base for layers of `layer_type` ("full_attention" / "sliding_attention").
+    pub fn rope_theta(&self, layer_type: &str) -> Option<f32> {
+        self.rope_object(layer_type)
+            .and_then(|o| o.get("rope_theta"))
+            .and_then(|v| v.as_f64())
+            .map(|v| v as f32)
+            .or_else(|| self.f32("rope_theta"))
+    }
+
+    /// RoPE base stored for `layer_type` in `rope_parameters` only (no fallback).
+    pub fn rope_object_theta(&self, layer_type: &str) -> Option<f32> {
+        let o = self.v.get("rope_parameters")?.get(layer_type)?;
+        o.get("rope_theta")?.as_f64().map(|v| v as f32)
+    }
+
+    pub fn rope_scaling(&self, layer_type: &str) -> Result<RopeScaling> {
+        let rs = match self.rope_object(layer_type) {
+            Some(o) => Some(o),
+            None => self.v.get("rope_scaling").filter(|v| v.is_object()),
+        };
+        let Some(rs) = rs else {
             return Ok(RopeScaling::None);
         };
         let ty = rs.get("rope_type").or_else(|| rs.get("type")).and_then(|v| v.as_str()).unwrap_or("default");

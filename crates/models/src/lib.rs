@@ -14,6 +14,7 @@ pub use checkpoint::Checkpoint;
 pub use config::LmConfig;
 pub use registry::load_causal_lm;
 
+pub use ferrite_backend::KvDtype;
 use ferrite_backend::AttnBatch;
 use ferrite_core::Result;
 
@@ -32,7 +33,7 @@ pub trait CausalLm: Send {
     fn config(&self) -> &LmConfig;
     fn backend_name(&self) -> String;
     /// (Re)allocates the KV pool: `n_blocks` blocks of `block_size` tokens.
-    fn alloc_kv(&mut self, n_blocks: usize, block_size: usize) -> Result<()>;
+    fn alloc_kv(&mut self, n_blocks: usize, block_size: usize, dtype: KvDtype) -> Result<()>;
     /// Runs the batch and returns logits [logit_rows.len(), vocab] row-major.
     fn forward(&mut self, batch: &ForwardBatch) -> Result<Vec<f32>>;
 }

@@ -87,7 +87,11 @@ pub fn config_from_hf(c: &HfConfig) -> Result<LmConfig> {
         }
         _ => None,
     };
-    let kind = LayerKind { window, rope_theta: c.f32("rope_theta").unwrap_or(10_000.0), rope_scaling: c.rope_scaling()? };
+    let kind = LayerKind {
+        window,
+        rope_theta: c.rope_theta("full_attention").unwrap_or(10_000.0),
+        rope_scaling: c.rope_scaling("full_attention")?,
+    };
     Ok(LmConfig {
         family,
         arch_name: model_type.to_string(),

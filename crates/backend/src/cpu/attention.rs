@@ -7,13 +7,14 @@ use ferrite_core::{Error, Result};
 use rayon::prelude::*;
 
 /// K and V of every layer, each `n_blocks * block_size` slots of `kv_dim` floats.
-/// Values are rounded to f16 precision on write, as llama.cpp's default f16 cache
-/// does (and as a future f16 pool will store them).
+/// With `f16`, values are rounded to f16 precision on write, as llama.cpp's
+/// default f16 cache does.
 pub struct CpuKvPool {
     pub k: Vec<Vec<f32>>,
     pub v: Vec<Vec<f32>>,
     pub kv_dim: usize,
     pub slots: usize,
+    pub f16: bool,
 }
 
 pub fn write_kv(pool: &mut CpuKvPool, layer: usize, k: &[f32], v: &[f32], slots: &[usize]) -> Result<()> {
@@ -25,7 +26,7 @@ pub fn write_kv(pool: &mut CpuKvPool, layer: usize, k: &[f32], v: &[f32], slots:
         if s >= pool.slots {
             return Err(Error::Shape(format!("KV slot {s} outside the pool ({} slots)", pool.slots)));
         }
-        let f16 = |x: &f32| half::f16::from_f32(*x).to_f32();
+        let f16 = |x: &f32| if pool.f16 { half::f16::from_f32(*x).to_f32() } else { *x };
         for (dst, src) in pool.k[layer][s * d..(s + 1) * d].iter_mut().zip(&k[i * d..(i + 1) * d]) {
             *dst = f16(src);
         }

@@ -10,7 +10,7 @@ pub use attention::CpuKvPool;
 pub use matmul::dot_f32;
 
 use crate::quant::dequantize_row;
-use crate::{Activation, AttnBatch, AttnParams, Backend, KvSpec, RawWeight, Rope};
+use crate::{Activation, AttnBatch, AttnParams, Backend, KvDtype, KvSpec, RawWeight, Rope};
 use ferrite_core::{DType, Error, HostBytes, Result};
 
 #[derive(Default)]
@@ -196,6 +196,7 @@ impl Backend for CpuBackend {
             v: (0..spec.n_layers).map(|_| vec![0f32; len]).collect(),
             kv_dim: spec.kv_dim,
             slots,
+            f16: spec.dtype == KvDtype::F16,
         })
     }
 

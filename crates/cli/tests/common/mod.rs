@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use ferrite_backend::cpu::CpuBackend;
 use ferrite_engine::{Logits, Runner, Sequence};
-use ferrite_loader::source::{models_dir, resolve};
-use ferrite_models::{load_causal_lm, Checkpoint};
+use ferrite_loader::source::{models_dir, resolve, ModelSource};
+use ferrite_models::{load_causal_lm, Checkpoint, KvDtype};
 
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -34,7 +34,11 @@ pub fn runner_for(model: &str, ctx: usize) -> Runner {
     let source = resolve(model).unwrap();
     let ck = Checkpoint::open(&source).unwrap();
     let lm = load_causal_lm(CpuBackend, &ck, &mut |_, _| {}).unwrap();
-    Runner::new(lm, ctx, 16).unwrap()
+    let kv = match source {
+        ModelSource::Gguf(_) => KvDtype::F16,
+        ModelSource::HfDir(_) => KvDtype::F32,
+    };
+    Runner::new(lm, ctx, 16, kv).unwrap()
 }
 
 /// Logits at every position of `ids`, one Vec per position.
