@@ -37,23 +37,40 @@ pub fn unpack_row(dtype: DType, bytes: &[u8], k: usize, out: &mut UnpackedRow) {
 
 #[inline(always)]
 fn unpack_block(dtype: DType, b: &[u8], q: &mut [i8], sc: &mut [f32], mn: &mut [f32]) {
+    // Fixed-size views let the compiler drop bounds checks and vectorize.
+    if dtype.block_size() == 32 {
+        let q: &mut [i8; 32] = q.try_into().expect("32-element block");
+        let sc: &mut [f32; 2] = sc.try_into().expect("two scales");
+        unpack_block32(dtype, b, q, sc, &mut mn[0]);
+    } else {
+        let q: &mut [i8; 256] = q.try_into().expect("256-element block");
+        let sc: &mut [f32; 16] = sc.try_into().expect("16 scales");
+        let mn: &mut [f32; 8] = mn.try_into().expect("8 mins");
+        unpack_block256(dtype, b, q, sc, mn);
+    }
+}
+
+#[inline(always)]
+fn unpack_block32(dtype: DType, b: &[u8], q: &mut [i8; 32], sc: &mut [f32; 2], mn: &mut f32) {
     match dtype {
         DType::Q4_0 => {
+            let b: &[u8; 18] = b.try_into().expect("Q4_0 block");
             let d = f16_at(b, 0);
             for j in 0..16 {
                 q[j] = (b[2 + j] & 0xF) as i8 - 8;
                 q[j + 16] = (b[2 + j] >> 4) as i8 - 8;
             }
             sc.fill(d);
-            mn[0] = 0.0;
+            *mn = 0.0;
         }
         DType::Q4_1 => {
+            let b: &[u8; 20] = b.try_into().expect("Q4_1 block");
             for j in 0..16 {
                 q[j] = (b[4 + j] & 0xF) as i8;
                 q[j + 16] = (b[4 + j] >> 4) as i8;
             }
             sc.fill(f16_at(b, 0));
-            mn[0] = -f16_at(b, 2);
+            *mn = -f16_at(b, 2);
         }
         DType::Q5_0 | DType::Q5_1 => {
             let off = if dtype == DType::Q5_0 { 2 } else { 4 };
@@ -67,15 +84,23 @@ fn unpack_block(dtype: DType, b: &[u8], q: &mut [i8], sc: &mut [f32], mn: &mut [
                 q[j + 16] = ((qs[j] >> 4) | h1) as i8 - bias;
             }
             sc.fill(f16_at(b, 0));
-            mn[0] = if dtype == DType::Q5_0 { 0.0 } else { -f16_at(b, 2) };
+            *mn = if dtype == DType::Q5_0 { 0.0 } else { -f16_at(b, 2) };
         }
         DType::Q8_0 => {
+            let b: &[u8; 34] = b.try_into().expect("Q8_0 block");
             for j in 0..32 {
                 q[j] = b[2 + j] as i8;
             }
             sc.fill(f16_at(b, 0));
-            mn[0] = 0.0;
+            *mn = 0.0;
         }
+        _ => unreachable!("32-element block types only"),
+    }
+}
+
+#[inline(always)]
+fn unpack_block256(dtype: DType, b: &[u8], q: &mut [i8; 256], sc: &mut [f32; 16], mn: &mut [f32; 8]) {
+    match dtype {
         DType::Q4K | DType::Q5K => {
             let (d, dmin) = (f16_at(b, 0), f16_at(b, 2));
             let scales = &b[4..16];
@@ -125,6 +150,6 @@ fn unpack_block(dtype: DType, b: &[u8], q: &mut [i8], sc: &mut [f32], mn: &mut [
             }
             mn.fill(0.0);
         }
-        DType::F32 | DType::F16 | DType::BF16 => unreachable!("dense types are not unpacked"),
+        _ => unreachable!("256-element block types only"),
     }
 }
