@@ -76,7 +76,8 @@ fn mean(v: &[f64]) -> f64 {
 }
 
 pub fn main(mut a: BenchArgs) -> Result<()> {
-    a.model.ctx_size = Some(a.model.ctx_size.unwrap_or(0).max(a.prompt_tokens.max(a.gen_tokens) + 1));
+    // At least the warm-up's 4 tokens.
+    a.model.ctx_size = Some(a.model.ctx_size.unwrap_or(0).max(a.prompt_tokens.max(a.gen_tokens).max(4) + 1));
     let mut l = load(&a.model, false)?;
     let reps = a.repetitions.max(1);
     // One untimed warm-up touches the weights (page cache) and the thread pool.

@@ -64,6 +64,8 @@ pub fn load(args: &ModelArgs, with_tokenizer: bool) -> Result<Loaded> {
     init_threads(args.threads)?;
     let t0 = Instant::now();
     let (source, ck) = open_checkpoint(&args.model)?;
+    // An unsupported architecture is the clearer message than a missing tokenizer.
+    ferrite_models::registry::config_of(&ck)?;
     let (tokenizer, template) = if with_tokenizer {
         let tok = tokenizer_of(&source, &ck)?;
         let template = template_of(&source, &ck, &tok)?;
@@ -101,8 +103,23 @@ pub fn load(args: &ModelArgs, with_tokenizer: bool) -> Result<Loaded> {
         ModelSource::Gguf(_) => KvDtype::F16,
         ModelSource::HfDir(_) => KvDtype::F32,
     });
+    check_kv_fits(ctx, cfg.n_layers, cfg.kv_dim())?;
     let runner = Runner::new(model, ctx, DEFAULT_BLOCK_SIZE, kv)?;
     Ok(Loaded { runner, tokenizer, template, name })
+}
+
+/// An absurd --ctx-size would abort the process inside the allocator; probe the
+/// KV cache's size (f32 K and V per layer, as the CPU backend stores them) first.
+fn check_kv_fits(ctx: usize, n_layers: usize, kv_dim: usize) -> Result<()> {
+    let bytes = ctx.div_ceil(DEFAULT_BLOCK_SIZE) * DEFAULT_BLOCK_SIZE;
+    let bytes = [n_layers, kv_dim, 2, 4].iter().try_fold(bytes, |a, &b| a.checked_mul(b));
+    if bytes.is_some_and(|b| Vec::<u8>::new().try_reserve_exact(b).is_ok()) {
+        return Ok(());
+    }
+    Err(Error::InvalidInput(format!(
+        "--ctx-size {ctx}: the KV cache would need {:.1} GB, more than can be allocated",
+        ctx as f64 * n_layers as f64 * kv_dim as f64 * 8.0 / 1e9
+    )))
 }
 
 impl Loaded {

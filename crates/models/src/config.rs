@@ -86,6 +86,16 @@ impl LmConfig {
     }
 }
 
+/// A layer count beyond any real model's is a corrupt config: refused before the
+/// per-layer settings are allocated (a huge count would abort in the allocator).
+pub fn check_layers(n_layers: usize) -> ferrite_core::Result<usize> {
+    const MAX_LAYERS: usize = 4096;
+    if n_layers > MAX_LAYERS {
+        return Err(ferrite_core::Error::format(format!("{n_layers} layers is implausible (at most {MAX_LAYERS})")));
+    }
+    Ok(n_layers)
+}
+
 /// Inverse RoPE frequencies for one layer.
 pub fn inv_freq(head_dim: usize, kind: &LayerKind) -> Vec<f32> {
     let half = head_dim / 2;

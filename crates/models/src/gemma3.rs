@@ -63,7 +63,7 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<LmConfig> {
     let m = crate::gguf_meta::Meta::new(g, "gemma3");
     let hidden = m.req("embedding_length")?;
     let n_heads = m.req("attention.head_count")?;
-    let n_layers = m.req("block_count")?;
+    let n_layers = crate::config::check_layers(m.req("block_count")?)?;
     let head_dim = m.opt("attention.key_length").unwrap_or(256);
     let mut c = base("gemma3", hidden, n_layers, n_heads, head_dim);
     c.vocab_size = m.vocab_size()?;
@@ -93,7 +93,7 @@ pub fn config_from_hf(hf: &HfConfig) -> Result<LmConfig> {
     let c = hf.text_config();
     let hidden = c.req("hidden_size")?;
     let n_heads = c.req("num_attention_heads")?;
-    let n_layers = c.req("num_hidden_layers")?;
+    let n_layers = crate::config::check_layers(c.req("num_hidden_layers")?)?;
     let head_dim = c.opt("head_dim").unwrap_or(256);
     let mut cfg = base("gemma3", hidden, n_layers, n_heads, head_dim);
     cfg.vocab_size = c.req("vocab_size")?;

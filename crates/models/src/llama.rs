@@ -26,7 +26,7 @@ pub fn config_from_gguf(g: &GgufFile, arch: &str) -> Result<LmConfig> {
     let hidden = m.req("embedding_length")?;
     let n_heads = m.req("attention.head_count")?;
     let head_dim = m.opt("attention.key_length").unwrap_or(hidden / n_heads.max(1));
-    let n_layers = m.req("block_count")?;
+    let n_layers = crate::config::check_layers(m.req("block_count")?)?;
     let theta = m.f32("rope.freq_base").unwrap_or(10_000.0);
     let scaling = if let Some(t) = g.tensor("rope_freqs.weight") {
         let mut ff = vec![0f32; t.n_elements() as usize];
@@ -79,7 +79,7 @@ pub fn config_from_hf(c: &HfConfig) -> Result<LmConfig> {
     let hidden = c.req("hidden_size")?;
     let n_heads = c.req("num_attention_heads")?;
     let head_dim = c.opt("head_dim").unwrap_or(hidden / n_heads.max(1));
-    let n_layers = c.req("num_hidden_layers")?;
+    let n_layers = crate::config::check_layers(c.req("num_hidden_layers")?)?;
     let window = match family {
         Family::Mistral => c.opt("sliding_window"),
         Family::Qwen2 | Family::Qwen3 if c.bool("use_sliding_window").unwrap_or(false) => {

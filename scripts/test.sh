@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite: models and converted checkpoints, then every Rust test,
+# formatting and lints. Used by CI (.ci/run) and by hand.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup-test-models.sh
+cargo fmt --all -- --check
+cargo clippy --release --workspace --all-targets -- -D warnings
+cargo test --release --workspace
