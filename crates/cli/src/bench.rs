@@ -59,9 +59,9 @@ fn decode(r: &mut Runner, n: usize, seed: u64) -> Result<f64> {
     let mut seq = Sequence::new(vec![toks[0]]);
     let t = Instant::now();
     let res = (|| {
-        for i in 0..n {
+        for (i, &t) in toks.iter().enumerate() {
             if i > 0 {
-                seq.tokens.push(toks[i]);
+                seq.tokens.push(t);
             }
             r.step(&mut [&mut seq], 1, Logits::Last)?;
         }

@@ -15,8 +15,9 @@ pub struct InspectArgs {
 
 pub fn main(a: InspectArgs) -> Result<()> {
     let (source, ck) = open_checkpoint(&a.model)?;
-    println!("path:          {}", ck.path().display());
+    // Before any output, so an unsupported model prints only the error.
     let cfg = config_of(&ck)?;
+    println!("path:          {}", ck.path().display());
     println!("architecture:  {} ({:?} family)", cfg.arch_name, cfg.family);
     println!("layers:        {}", cfg.n_layers);
     println!("hidden:        {}", cfg.hidden);

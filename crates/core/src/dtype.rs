@@ -51,7 +51,7 @@ impl DType {
     /// or the size overflows.
     pub fn bytes_for(self, n: u64) -> Option<u64> {
         let bs = self.block_size() as u64;
-        if n % bs != 0 {
+        if !n.is_multiple_of(bs) {
             return None;
         }
         (n / bs).checked_mul(self.block_bytes() as u64)

@@ -76,7 +76,7 @@ impl Runner {
         };
         for seq in seqs.iter_mut() {
             let start = seq.n_cached;
-            let end = seq.tokens.len().min(start + chunk);
+            let end = seq.tokens.len().min(start.saturating_add(chunk));
             if end <= start {
                 return Err(Error::InvalidInput("step: a sequence has no new tokens".into()));
             }
@@ -106,7 +106,7 @@ impl Runner {
         }
         let logits = self.model.forward(&batch)?;
         for seq in seqs.iter_mut() {
-            seq.n_cached = seq.tokens.len().min(seq.n_cached + chunk);
+            seq.n_cached = seq.tokens.len().min(seq.n_cached.saturating_add(chunk));
         }
         Ok(logits)
     }

@@ -179,7 +179,7 @@ impl<'a> Cursor<'a> {
         let limit = (self.remaining() / min_bytes.max(1)) as u64;
         if n > limit {
             return Err(Error::format(format!(
-                "GGUF {what} count {n} is larger than the file can hold"
+                "GGUF {what} count {n} is larger than the file can hold (truncated or corrupt?)"
             )));
         }
         Ok(n as usize)

@@ -73,10 +73,10 @@ impl LmConfig {
         if self.hidden == 0 || self.n_layers == 0 || self.n_heads == 0 || self.head_dim == 0 || self.vocab_size == 0 {
             return bad("config has a zero dimension".into());
         }
-        if self.n_kv_heads == 0 || self.n_heads % self.n_kv_heads != 0 {
+        if self.n_kv_heads == 0 || !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad(format!("{} heads cannot share {} KV heads", self.n_heads, self.n_kv_heads));
         }
-        if self.head_dim % 2 != 0 {
+        if !self.head_dim.is_multiple_of(2) {
             return bad(format!("head dim {} is odd", self.head_dim));
         }
         if self.layers.len() != self.n_layers {
@@ -91,7 +91,9 @@ impl LmConfig {
 pub fn check_layers(n_layers: usize) -> ferrite_core::Result<usize> {
     const MAX_LAYERS: usize = 4096;
     if n_layers > MAX_LAYERS {
-        return Err(ferrite_core::Error::format(format!("{n_layers} layers is implausible (at most {MAX_LAYERS})")));
+        return Err(ferrite_core::Error::format(format!(
+            "layer count {n_layers} is implausible (at most {MAX_LAYERS}; corrupt config?)"
+        )));
     }
     Ok(n_layers)
 }

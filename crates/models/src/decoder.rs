@@ -52,7 +52,7 @@ impl<B: Backend> NormLoader<'_, B> {
     fn load(&self, name: &str, len: usize) -> Result<B::Tensor> {
         let mut v = self.ck.vector(name, len)?;
         v.iter_mut().for_each(|x| *x += self.offset);
-        self.backend.from_host(v, 1, len)
+        self.backend.upload(v, 1, len)
     }
     fn opt(&self, name: &str, len: usize) -> Result<Option<B::Tensor>> {
         if self.ck.has(name) {
@@ -77,7 +77,7 @@ impl<B: Backend> Decoder<B> {
             progress(l, cfg.n_layers);
             let p = |s: &str| format!("blk.{l}.{s}");
             let bias = if cfg.qkv_bias {
-                let b = |s: &str, n| ck.vector(&p(s), n).and_then(|v| backend.from_host(v, 1, n));
+                let b = |s: &str, n| ck.vector(&p(s), n).and_then(|v| backend.upload(v, 1, n));
                 Some([b("attn_q.bias", qd)?, b("attn_k.bias", kvd)?, b("attn_v.bias", kvd)?])
             } else {
                 None

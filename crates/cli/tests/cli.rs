@@ -1,0 +1,876 @@
+//! End to end: the `ferrite` binary driven as a user drives it. Good input gives
+//! the documented output; bad input (missing, truncated, corrupt or crafted model
+//! files, bad flags) exits non-zero with one `error:` line naming the problem and
+//! never a panic or a backtrace.
+
+mod common;
+use common::*;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+fn ferrite_cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ferrite"));
+    // A panic would print its backtrace; the error checks look for it.
+    c.args(args).env("RUST_BACKTRACE", "1").stdin(Stdio::null());
+    c
+}
+
+fn ferrite(args: &[&str]) -> Output {
+    ferrite_cmd(args).output().expect("cannot start ferrite")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Runs a command that must succeed; returns (stdout, stderr).
+fn ok(args: &[&str]) -> (String, String) {
+    let o = ferrite(args);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "ferrite {args:?} failed ({}):\nstdout: {out}\nstderr: {err}", o.status);
+    assert!(!err.contains("panicked"), "ferrite {args:?} panicked:\n{err}");
+    (out, err)
+}
+
+/// Checks a failed run: non-zero exit, nothing on stdout, no panic, and the last
+/// stderr line is the only `error:` line, mentioning every needle
+/// (case-insensitively). Lines before it may only be the status lines a command
+/// prints once the model is loaded. Returns the error line.
+fn check_failure(args: &[&str], o: &Output, needles: &[&str]) -> String {
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    let ctx = format!("ferrite {args:?}\nstatus: {}\nstdout: {out}\nstderr: {err}", o.status);
+    assert!(!o.status.success(), "expected a failure: {ctx}");
+    assert_eq!(o.status.code(), Some(1), "expected exit code 1: {ctx}");
+    assert!(out.is_empty(), "nothing may reach stdout on failure: {ctx}");
+    for bad in ["panicked", "backtrace", "RUST_BACKTRACE", "memory allocation"] {
+        assert!(!err.contains(bad), "stderr mentions {bad:?}: {ctx}");
+    }
+    let lines: Vec<&str> = err.lines().collect();
+    let last = *lines.last().unwrap_or(&"");
+    assert!(last.starts_with("error: "), "last stderr line is not an error: {ctx}");
+    for l in &lines[..lines.len() - 1] {
+        let status = ["loaded ", "warning: ", "note: "].iter().any(|p| l.starts_with(p));
+        assert!(status, "unexpected stderr line {l:?}: {ctx}");
+    }
+    let lower = last.to_lowercase();
+    for n in needles {
+        assert!(lower.contains(&n.to_lowercase()), "error line does not mention {n:?}: {ctx}");
+    }
+    last.to_string()
+}
+
+/// A failure found before any model is loaded: stderr is exactly one line.
+fn fails(args: &[&str], needles: &[&str]) -> String {
+    let o = ferrite(args);
+    let line = check_failure(args, &o, needles);
+    assert_eq!(text(&o.stderr).lines().count(), 1, "stderr must be one line: {}", text(&o.stderr));
+    line
+}
+
+/// A failure found once the model is loaded (its status line may precede the error).
+fn fails_after_load(args: &[&str], needles: &[&str]) -> String {
+    let o = ferrite(args);
+    check_failure(args, &o, needles)
+}
+
+/// A fresh, empty scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ferrite-cli-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// The generation summary on stderr: "[P prompt tokens, G generated, ...]".
+fn counts(stderr: &str) -> (usize, usize) {
+    let line = stderr.lines().find(|l| l.starts_with('[') && l.contains("prompt tokens")).expect("no summary line");
+    let nums: Vec<usize> = line
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(", ")
+        .filter_map(|p| p.split(' ').next()?.parse().ok())
+        .collect();
+    (nums[0], nums[1])
+}
+
+const Q: &str = "What is 2+2?";
+
+// ---------------------------------------------------------------------------
+// run
+
+#[test]
+fn run_prints_only_the_completion() {
+    let (out, err) = ok(&["run", "smollm2", "--prompt", Q, "--max-tokens", "16", "--temperature", "0"]);
+    assert!(!out.trim().is_empty(), "empty completion");
+    assert!(out.ends_with('\n'));
+    // Status goes to stderr only.
+    assert!(!out.contains("loaded") && !out.contains("prompt tokens"), "status on stdout: {out:?}");
+    assert!(err.contains("loaded smollm2"), "{err}");
+    let (_, generated) = counts(&err);
+    assert!((1..=16).contains(&generated), "{err}");
+    // Greedy is deterministic.
+    let (again, _) = ok(&["run", "smollm2", "--prompt", Q, "--max-tokens", "16", "--temperature", "0"]);
+    assert_eq!(out, again);
+}
+
+#[test]
+fn run_same_seed_same_output() {
+    let args =
+        ["run", "smollm2", "--prompt", "Tell me a story.", "--max-tokens", "16", "--seed", "7", "--temperature", "0.9"];
+    let (a, _) = ok(&args);
+    let (b, _) = ok(&args);
+    assert!(!a.trim().is_empty());
+    assert_eq!(a, b, "same seed, different output");
+}
+
+#[test]
+fn run_raw_skips_the_template() {
+    // A text to continue (a raw question may well be answered by end-of-text).
+    const P: &str = "The capital of France is";
+    let (templ_out, templ_err) = ok(&["run", "smollm2", "--prompt", P, "--max-tokens", "4", "--temperature", "0"]);
+    let (raw_out, raw_err) = ok(&["run", "smollm2", "--prompt", P, "--max-tokens", "4", "--temperature", "0", "--raw"]);
+    assert!(raw_out.contains("Paris"), "{raw_out:?} {raw_err}");
+    assert!(!templ_out.trim().is_empty(), "{templ_err}");
+    // The ChatML template wraps the prompt in a system and a user turn.
+    let (raw_prompt, _) = counts(&raw_err);
+    let (templ_prompt, _) = counts(&templ_err);
+    assert!(raw_prompt < 10 && templ_prompt > raw_prompt + 10, "raw {raw_prompt} vs template {templ_prompt} tokens");
+}
+
+#[test]
+fn run_stop_string_cuts_before_it() {
+    let base = ["run", "smollm2", "--prompt", Q, "--max-tokens", "16", "--temperature", "0"];
+    let (full, _) = ok(&base);
+    let full = full.trim_end_matches('\n');
+    // A word from the middle of the greedy completion.
+    let words: Vec<&str> = full.split_whitespace().filter(|w| w.chars().all(char::is_alphabetic)).collect();
+    assert!(words.len() >= 3, "greedy completion too short to pick a stop word: {full:?}");
+    let stop = words[words.len() / 2];
+    let cut = full.find(stop).unwrap();
+    let mut args = base.to_vec();
+    args.extend(["--stop", stop]);
+    let (out, err) = ok(&args);
+    assert_eq!(out, format!("{}\n", &full[..cut]), "stop {stop:?} in {full:?}");
+    assert!(err.contains("finish: stop"), "{err}");
+}
+
+#[test]
+fn run_max_tokens_one() {
+    let (out, err) = ok(&["run", "smollm2", "--prompt", Q, "--max-tokens", "1", "--temperature", "0"]);
+    let (_, generated) = counts(&err);
+    assert_eq!(generated, 1, "{err}");
+    assert!(err.contains("finish: length"), "{err}");
+    assert!(!out.trim().is_empty());
+    // The one token is the start of the longer greedy completion.
+    let (long, _) = ok(&["run", "smollm2", "--prompt", Q, "--max-tokens", "8", "--temperature", "0"]);
+    assert!(long.starts_with(out.trim_end_matches('\n')), "{out:?} vs {long:?}");
+}
+
+#[test]
+fn run_base_model_without_template_is_raw() {
+    let (out, err) =
+        ok(&["run", "gemma3-270m", "--prompt", "The capital of France is", "--max-tokens", "8", "--temperature", "0"]);
+    assert!(!out.trim().is_empty(), "{err}");
+    assert!(err.contains("no chat template"), "{err}");
+    let (prompt, generated) = counts(&err);
+    assert!(prompt < 10, "raw prompt should be a handful of tokens: {err}");
+    assert!((1..=8).contains(&generated));
+}
+
+#[test]
+fn interactive_chat_two_turns() {
+    let mut child = ferrite_cmd(&["run", "smollm2", "--max-tokens", "8", "--temperature", "0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"Hi\nWhat is 2+2?\n").unwrap();
+        // Dropping stdin is the user's Ctrl-D.
+    }
+    let o = child.wait_with_output().unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "chat failed: {err}");
+    assert!(!err.contains("error"), "{err}");
+    let replies: Vec<&str> = out.lines().collect();
+    assert_eq!(replies.len(), 2, "expected two replies: {out:?}");
+    assert!(replies.iter().all(|r| !r.trim().is_empty()), "{out:?}");
+    // The first turn has the same prompt as a one-shot run.
+    let (one_shot, _) = ok(&["run", "smollm2", "--prompt", "Hi", "--max-tokens", "8", "--temperature", "0"]);
+    assert_eq!(format!("{}\n", replies[0]), one_shot);
+}
+
+// ---------------------------------------------------------------------------
+// score, perplexity, bench, inspect, list
+
+#[test]
+fn score_json_lines() {
+    let (out, _) = ok(&["score", "smollm2", "--tokens", "1,2,3", "--top", "3", "--json"]);
+    let lines: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    let toks = [1u64, 2, 3];
+    for (i, o) in lines.iter().enumerate() {
+        assert_eq!(o["pos"].as_u64(), Some(i as u64));
+        let top = o["top"].as_array().unwrap();
+        assert_eq!(top.len(), 3);
+        let logits: Vec<f64> = top.iter().map(|p| p[1].as_f64().unwrap()).collect();
+        assert!(logits.windows(2).all(|w| w[0] >= w[1]), "top not sorted: {o}");
+        assert!(logits.iter().all(|x| x.is_finite()));
+        if i + 1 < toks.len() {
+            assert_eq!(o["next"].as_u64(), Some(toks[i + 1]), "{o}");
+            let nl = o["next_logit"].as_f64().unwrap();
+            assert!(nl.is_finite() && nl <= logits[0], "{o}");
+        } else {
+            assert!(o.get("next").is_none() && o.get("next_logit").is_none(), "{o}");
+        }
+    }
+}
+
+#[test]
+fn perplexity_of_a_small_file() {
+    let dir = scratch("ppl");
+    let file = dir.join("text.txt");
+    let sentence = "The quick brown fox jumps over the lazy dog while the cat sleeps in the sun. ";
+    std::fs::write(&file, sentence.repeat(12)).unwrap();
+    let (out, _) = ok(&["perplexity", "smollm2", "--file", s(&file), "--ctx", "32"]);
+    let last = out.lines().last().unwrap();
+    let value: f64 = last.strip_prefix("perplexity: ").expect(last).parse().unwrap();
+    assert!((1.0..1000.0).contains(&value), "{last}");
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bench_json() {
+    let (out, _) =
+        ok(&["bench", "smollm2", "--prompt-tokens", "16", "--gen-tokens", "4", "--repetitions", "1", "--json"]);
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let o: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    for k in ["prefill_tokens_per_s", "decode_tokens_per_s"] {
+        let v = o[k].as_f64().unwrap_or_else(|| panic!("no {k}: {o}"));
+        assert!(v > 0.0 && v.is_finite(), "{k} = {v}");
+    }
+    assert_eq!(o["prompt_tokens"], 16);
+    assert_eq!(o["gen_tokens"], 4);
+}
+
+#[test]
+fn bench_with_nothing_to_time() {
+    // No tests asked for: the warm-up still needs room in the KV cache.
+    ok(&["bench", "smollm2", "--prompt-tokens", "0", "--gen-tokens", "0", "--repetitions", "1", "--json"]);
+}
+
+#[test]
+fn inspect_describes_models() {
+    let (out, _) = ok(&["inspect", "smollm2"]);
+    for want in ["architecture:  llama", "tensor types:", "Q4_1", "tokenizer:", "BPE", "chat template: yes"] {
+        assert!(out.contains(want), "inspect smollm2 lacks {want:?}:\n{out}");
+    }
+    let (out, _) = ok(&["inspect", "gemma3-270m"]);
+    for want in ["architecture:  gemma3", "tensor types:", "Q4_K", "tokenizer:", "SPM", "chat template: none", "global"]
+    {
+        assert!(out.contains(want), "inspect gemma3-270m lacks {want:?}:\n{out}");
+    }
+    let (out, _) = ok(&["inspect", s(&fixture("hf/qwen3_tied"))]);
+    assert!(out.contains("architecture:  qwen3") && out.contains("F32"), "{out}");
+    assert!(out.contains("tokenizer:     unusable"), "the fixture has no tokenizer:\n{out}");
+}
+
+#[test]
+fn list_shows_the_model_directory() {
+    let home = scratch("list");
+    let models = home.join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    std::os::unix::fs::symlink(model_path("smollm2.gguf"), models.join("my-smollm.gguf")).unwrap();
+    let empty_hub = home.join("hub");
+    std::fs::create_dir_all(&empty_hub).unwrap();
+    let o = ferrite_cmd(&["list"]).env("FERRITE_HOME", &home).env("HF_HUB_CACHE", &empty_hub).output().unwrap();
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.contains("my-smollm") && out.contains("gguf"), "{out}");
+
+    // An empty model directory is not an error.
+    std::fs::remove_file(models.join("my-smollm.gguf")).unwrap();
+    let o = ferrite_cmd(&["list"]).env("FERRITE_HOME", &home).env("HF_HUB_CACHE", &empty_hub).output().unwrap();
+    assert!(o.status.success());
+    assert!(o.stdout.is_empty());
+    assert!(text(&o.stderr).contains("no models"), "{}", text(&o.stderr));
+    std::fs::remove_dir_all(&home).ok();
+
+    // The real model directory lists the demo models.
+    let (out, _) = ok(&["list"]);
+    for name in ["smollm2", "gemma3-270m", "all-minilm-l6-v2"] {
+        assert!(out.lines().any(|l| l.split_whitespace().next() == Some(name)), "{name} missing:\n{out}");
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Bad user input
+
+#[test]
+fn missing_model_path() {
+    fails(&["run", "/nonexistent/dir/model.gguf", "--prompt", "hi"], &["not found", "/nonexistent/dir/model.gguf"]);
+    fails(&["score", "no-such-model-anywhere", "--tokens", "1"], &["no-such-model-anywhere"]);
+}
+
+#[test]
+fn empty_directory() {
+    let dir = scratch("empty");
+    fails(&["run", s(&dir), "--prompt", "hi"], &["config.json", ".gguf"]);
+    fails(&["inspect", s(&dir)], &["config.json"]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn truncated_gguf() {
+    let dir = scratch("truncated");
+    let real = std::fs::read(model_path("smollm2.gguf")).unwrap();
+    for (name, n, needle) in [
+        ("empty.gguf", 0, "too short"),
+        ("head.gguf", 1000, "truncated"),
+        ("tenmb.gguf", 10_000_000, "past the end"),
+        ("minus1.gguf", real.len() - 1, "past the end"),
+    ] {
+        let p = dir.join(name);
+        std::fs::write(&p, &real[..n]).unwrap();
+        fails(&["run", s(&p), "--prompt", "hi"], &[needle, name]);
+        fails(&["inspect", s(&p)], &[needle]);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn bad_magic() {
+    let dir = scratch("magic");
+    let p = dir.join("bad.gguf");
+    let mut bytes = std::fs::read(model_path("smollm2.gguf")).unwrap()[..4096].to_vec();
+    bytes[..4].copy_from_slice(b"GGUX");
+    std::fs::write(&p, &bytes).unwrap();
+    fails(&["run", s(&p), "--prompt", "hi"], &["bad magic"]);
+    std::fs::write(&p, b"hello, I am a text file\n").unwrap();
+    fails(&["score", s(&p), "--tokens", "1"], &["not a gguf"]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn unsupported_architecture_dir() {
+    // BERT is an embedding model: `run` cannot generate with it.
+    let bert = model_path("all-minilm-l6-v2");
+    fails(&["run", s(&bert), "--prompt", "hi"], &["unsupported", "bert"]);
+    fails(&["run", "all-minilm-l6-v2", "--prompt", "hi"], &["unsupported", "bert"]);
+    fails(&["score", "all-minilm-l6-v2", "--tokens", "1,2"], &["bert"]);
+}
+
+#[test]
+fn prompt_longer_than_context() {
+    let long = "one two three four five six seven eight nine ten ".repeat(10);
+    let e =
+        fails_after_load(&["run", "smollm2", "--ctx-size", "32", "--prompt", &long, "--max-tokens", "4"], &["prompt"]);
+    assert!(e.contains("32"), "{e}");
+    // The chat keeps going after a too-long message, and says why.
+    let mut child = ferrite_cmd(&["run", "smollm2", "--ctx-size", "32", "--max-tokens", "4", "--temperature", "0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(format!("{long}\n").as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success());
+    assert!(text(&o.stderr).contains("error: prompt is"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn absurd_context_size() {
+    fails_after_load(
+        &["score", "smollm2", "--tokens", "1,2", "--ctx-size", "1000000000000"],
+        &["ctx-size", "KV cache"],
+    );
+    fails_after_load(&["run", "smollm2", "--ctx-size", "0", "--prompt", "hi"], &["context"]);
+}
+
+#[test]
+fn bad_flags() {
+    fails(&["score", "smollm2", "--tokens", "1,x"], &["--tokens", "\"x\""]);
+    fails(&["score", "smollm2", "--tokens", "1,-2"], &["--tokens"]);
+    fails(&["score", "smollm2", "--tokens", ","], &["--tokens", "empty"]);
+    fails_after_load(&["score", "smollm2", "--tokens", "1,99999999"], &["99999999", "vocabulary"]);
+    fails_after_load(&["score", "smollm2", "--tokens", "49152"], &["49152", "vocabulary"]);
+    fails(&["run", "smollm2", "--temperature", "-1", "--prompt", "hi"], &["temperature", "-1"]);
+    fails(&["run", "smollm2", "--temperature=-1", "--prompt", "hi"], &["temperature"]);
+    fails(&["run", "smollm2", "--top-p", "2", "--prompt", "hi"], &["top_p"]);
+    fails(&["run", "smollm2", "--threads", "0", "--prompt", "hi"], &["--threads"]);
+}
+
+#[test]
+fn perplexity_bad_files() {
+    fails(&["perplexity", "smollm2", "--file", "/nonexistent/text.txt", "--ctx", "32"], &["/nonexistent/text.txt"]);
+    let dir = scratch("ppl-short");
+    let p = dir.join("short.txt");
+    std::fs::write(&p, "Too short.").unwrap();
+    fails_after_load(&["perplexity", "smollm2", "--file", s(&p), "--ctx", "32"], &["fewer than one window"]);
+    fails(&["perplexity", "smollm2", "--file", s(&p), "--ctx", "2"], &["--ctx"]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+// ---------------------------------------------------------------------------
+// Corrupt Hugging Face directories
+
+/// A copy of an HF fixture with `edit` applied to its config and safetensors bytes.
+fn hf_copy(name: &str, edit_config: impl Fn(&mut serde_json::Value), edit_st: impl Fn(&mut Vec<u8>)) -> PathBuf {
+    let src = fixture("hf/qwen3_tied");
+    let dir = scratch(name);
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).unwrap()).unwrap();
+    edit_config(&mut cfg);
+    std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+    let mut st = std::fs::read(src.join("model.safetensors")).unwrap();
+    edit_st(&mut st);
+    std::fs::write(dir.join("model.safetensors"), st).unwrap();
+    dir
+}
+
+fn header_len(st: &[u8]) -> usize {
+    u64::from_le_bytes(st[..8].try_into().unwrap()) as usize
+}
+
+#[test]
+fn hf_fixture_control() {
+    // The unedited copy works, so the failures below come from the edits.
+    let dir = hf_copy("hf-control", |_| {}, |_| {});
+    let (out, _) = ok(&["score", s(&dir), "--tokens", "1,2,3", "--top", "2"]);
+    assert_eq!(out.lines().count(), 3);
+    // No tokenizer in the fixture: `run` says so.
+    fails(&["run", s(&dir), "--prompt", "hi"], &["tokenizer"]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn corrupt_safetensors() {
+    type Edit = Box<dyn Fn(&mut Vec<u8>)>;
+    let cases: Vec<(&str, Edit, &[&str])> = vec![
+        ("st-header-huge", Box::new(|st| st[..8].copy_from_slice(&(1u64 << 60).to_le_bytes())), &["header length"]),
+        (
+            "st-header-past-end",
+            Box::new(|st| {
+                let n = st.len() as u64 + 10;
+                st[..8].copy_from_slice(&n.to_le_bytes())
+            }),
+            &["model.safetensors"],
+        ),
+        (
+            "st-data-short",
+            Box::new(|st| {
+                let n = header_len(st);
+                st.truncate(8 + n + 100)
+            }),
+            &["outside", "data section"],
+        ),
+        ("st-tiny", Box::new(|st| st.truncate(5)), &["too short"]),
+        (
+            "st-header-garbage",
+            Box::new(|st| {
+                let n = header_len(st);
+                st[8..8 + n].fill(b'x')
+            }),
+            &["model.safetensors"],
+        ),
+    ];
+    for (name, edit, needles) in cases {
+        let dir = hf_copy(name, |_| {}, edit);
+        fails(&["score", s(&dir), "--tokens", "1,2"], needles);
+        fails(&["run", s(&dir), "--prompt", "hi"], needles);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+}
+
+#[test]
+fn corrupt_hf_config() {
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Edit, &[&str])> = vec![
+        ("cfg-mamba", Box::new(|c| c["model_type"] = "mamba9".into()), &["unsupported", "mamba9"]),
+        (
+            "cfg-no-type",
+            Box::new(|c| c.as_object_mut().unwrap().remove("model_type").map(drop).unwrap()),
+            &["architecture"],
+        ),
+        ("cfg-layers", Box::new(|c| c["num_hidden_layers"] = 1_000_000_000_000_000u64.into()), &["layer count"]),
+        ("cfg-hidden", Box::new(|c| c["hidden_size"] = (-5).into()), &["hidden_size"]),
+        ("cfg-act", Box::new(|c| c["hidden_act"] = "relu7".into()), &["activation", "relu7"]),
+        ("cfg-rope", Box::new(|c| c["rope_parameters"]["rope_type"] = "yarn9".into()), &["RoPE", "yarn9"]),
+    ];
+    // Caught when the weights load, after `run` has looked for the tokenizer.
+    let weight_cases: Vec<(&str, Edit, &[&str])> = vec![
+        ("cfg-vocab", Box::new(|c| c["vocab_size"] = 1_000_000_000_000u64.into()), &["shape", "embed_tokens"]),
+        ("cfg-heads0", Box::new(|c| c["num_attention_heads"] = 0.into()), &["zero"]),
+        ("cfg-kvheads", Box::new(|c| c["num_key_value_heads"] = 3.into()), &["KV heads"]),
+        ("cfg-headdim", Box::new(|c| c["head_dim"] = 1_000_000_000_000u64.into()), &["q_proj"]),
+    ];
+    for (name, edit, needles) in weight_cases {
+        let dir = hf_copy(name, edit, |_| {});
+        fails(&["score", s(&dir), "--tokens", "1,2"], needles);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+    for (name, edit, needles) in cases {
+        let dir = hf_copy(name, edit, |_| {});
+        fails(&["score", s(&dir), "--tokens", "1,2"], needles);
+        fails(&["run", s(&dir), "--prompt", "hi"], needles);
+        std::fs::remove_dir_all(&dir).ok();
+    }
+    // Not JSON at all.
+    let dir = hf_copy("cfg-garbage", |_| {}, |_| {});
+    std::fs::write(dir.join("config.json"), "{not json").unwrap();
+    fails(&["run", s(&dir), "--prompt", "hi"], &["config.json"]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+// ---------------------------------------------------------------------------
+// Crafted GGUF files
+
+/// A metadata value: GGUF type id and the encoded payload.
+struct Val(u32, Vec<u8>);
+
+fn gstr(s: &[u8]) -> Vec<u8> {
+    let mut v = (s.len() as u64).to_le_bytes().to_vec();
+    v.extend_from_slice(s);
+    v
+}
+fn v_u32(x: u32) -> Val {
+    Val(4, x.to_le_bytes().to_vec())
+}
+fn v_u64(x: u64) -> Val {
+    Val(10, x.to_le_bytes().to_vec())
+}
+fn v_f32(x: f32) -> Val {
+    Val(6, x.to_le_bytes().to_vec())
+}
+fn v_str(x: &str) -> Val {
+    Val(8, gstr(x.as_bytes()))
+}
+
+struct Tensor {
+    name: String,
+    /// GGUF order: dims[0] is the row length.
+    dims: Vec<u64>,
+    ty: u32,
+    data: Vec<u8>,
+}
+
+/// A minimal GGUF v3 writer.
+struct Gguf {
+    version: u32,
+    kv: Vec<(Vec<u8>, Val)>,
+    tensors: Vec<Tensor>,
+}
+
+impl Gguf {
+    fn set(&mut self, key: &str, v: Val) {
+        self.kv.retain(|(k, _)| k != key.as_bytes());
+        self.kv.push((key.as_bytes().to_vec(), v));
+    }
+    fn remove(&mut self, key: &str) {
+        self.kv.retain(|(k, _)| k != key.as_bytes());
+    }
+    fn tensor(&mut self, name: &str) -> &mut Tensor {
+        self.tensors.iter_mut().find(|t| t.name == name).unwrap()
+    }
+    fn bytes(&self) -> Vec<u8> {
+        const ALIGN: usize = 32;
+        let mut b = b"GGUF".to_vec();
+        b.extend(self.version.to_le_bytes());
+        b.extend((self.tensors.len() as u64).to_le_bytes());
+        b.extend((self.kv.len() as u64).to_le_bytes());
+        for (k, Val(ty, payload)) in &self.kv {
+            b.extend(gstr(k));
+            b.extend(ty.to_le_bytes());
+            b.extend(payload);
+        }
+        let mut offset = 0usize;
+        for t in &self.tensors {
+            b.extend(gstr(t.name.as_bytes()));
+            b.extend((t.dims.len() as u32).to_le_bytes());
+            t.dims.iter().for_each(|d| b.extend(d.to_le_bytes()));
+            b.extend(t.ty.to_le_bytes());
+            b.extend((offset as u64).to_le_bytes());
+            offset += t.data.len().div_ceil(ALIGN) * ALIGN;
+        }
+        b.resize(b.len().div_ceil(ALIGN) * ALIGN, 0);
+        for t in &self.tensors {
+            b.extend(&t.data);
+            b.resize(b.len().div_ceil(ALIGN) * ALIGN, 0);
+        }
+        b
+    }
+}
+
+/// Deterministic small f32 values.
+fn f32_data(n: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..n)
+        .flat_map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            ((x % 1000) as f32 / 1000.0 - 0.5).to_le_bytes()
+        })
+        .collect()
+}
+
+const HIDDEN: u64 = 8;
+const HEADS: u64 = 2;
+const KV_HEADS: u64 = 1;
+const HEAD_DIM: u64 = HIDDEN / HEADS;
+const FFN: u64 = 16;
+const VOCAB: u64 = 16;
+
+/// A complete one-layer Llama with random f32 weights and no tokenizer.
+fn tiny_llama() -> Gguf {
+    let mut g = Gguf { version: 3, kv: Vec::new(), tensors: Vec::new() };
+    g.set("general.architecture", v_str("llama"));
+    g.set("general.name", v_str("tiny"));
+    g.set("llama.embedding_length", v_u32(HIDDEN as u32));
+    g.set("llama.attention.head_count", v_u32(HEADS as u32));
+    g.set("llama.attention.head_count_kv", v_u32(KV_HEADS as u32));
+    g.set("llama.block_count", v_u32(1));
+    g.set("llama.feed_forward_length", v_u32(FFN as u32));
+    g.set("llama.context_length", v_u32(64));
+    g.set("llama.vocab_size", v_u32(VOCAB as u32));
+    g.set("llama.attention.layer_norm_rms_epsilon", v_f32(1e-5));
+    let (q, kv) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
+    let shapes: [(&str, &[u64]); 11] = [
+        ("token_embd.weight", &[HIDDEN, VOCAB]),
+        ("blk.0.attn_norm.weight", &[HIDDEN]),
+        ("blk.0.attn_q.weight", &[HIDDEN, q]),
+        ("blk.0.attn_k.weight", &[HIDDEN, kv]),
+        ("blk.0.attn_v.weight", &[HIDDEN, kv]),
+        ("blk.0.attn_output.weight", &[q, HIDDEN]),
+        ("blk.0.ffn_norm.weight", &[HIDDEN]),
+        ("blk.0.ffn_gate.weight", &[HIDDEN, FFN]),
+        ("blk.0.ffn_up.weight", &[HIDDEN, FFN]),
+        ("blk.0.ffn_down.weight", &[FFN, HIDDEN]),
+        ("output_norm.weight", &[HIDDEN]),
+    ];
+    for (i, (name, dims)) in shapes.iter().enumerate() {
+        let n: u64 = dims.iter().product();
+        g.tensors.push(Tensor {
+            name: name.to_string(),
+            dims: dims.to_vec(),
+            ty: 0,
+            data: f32_data(n as usize, i as u32),
+        });
+    }
+    g
+}
+
+fn write_gguf(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.join(format!("{name}.gguf"));
+    std::fs::write(&p, bytes).unwrap();
+    p
+}
+
+/// Byte offset of the first metadata key's length (after magic, version, counts).
+const FIRST_KEY: usize = 24;
+
+#[test]
+fn crafted_gguf_control() {
+    // The writer makes a loadable model, so each failure below is due to its edit.
+    let dir = scratch("gguf-control");
+    let p = write_gguf(&dir, "tiny", &tiny_llama().bytes());
+    let (out, _) = ok(&["score", s(&p), "--tokens", "1,2,3", "--top", "2"]);
+    assert_eq!(out.lines().count(), 3, "{out}");
+    let (out, _) = ok(&["inspect", s(&p)]);
+    assert!(out.contains("architecture:  llama") && out.contains("F32 x11"), "{out}");
+    assert!(out.contains("tokenizer:     unusable"), "{out}");
+    // No tokenizer metadata: `run` cannot encode a prompt.
+    fails(&["run", s(&p), "--prompt", "hi"], &["tokenizer"]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn crafted_gguf_absurd_counts() {
+    let dir = scratch("gguf-counts");
+    let good = tiny_llama().bytes();
+    let patch = |at: usize, v: u64| {
+        let mut b = good.clone();
+        b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+        b
+    };
+    let cases: Vec<(&str, Vec<u8>, &[&str])> = vec![
+        ("tensors", patch(8, 1 << 60), &["tensor count"]),
+        ("tensors-max", patch(8, u64::MAX), &["tensor count"]),
+        ("kvs", patch(16, 1 << 60), &["metadata count"]),
+        ("strlen", patch(FIRST_KEY, 1 << 60), &["string length"]),
+        ("strlen-max", patch(FIRST_KEY, u64::MAX), &["string length"]),
+        (
+            "array",
+            {
+                let mut g = tiny_llama();
+                let mut payload = 8u32.to_le_bytes().to_vec();
+                payload.extend((1u64 << 60).to_le_bytes());
+                g.set("tokenizer.ggml.tokens", Val(9, payload));
+                g.bytes()
+            },
+            &["array count"],
+        ),
+        (
+            "array-of-arrays",
+            {
+                let mut g = tiny_llama();
+                let mut payload = 9u32.to_le_bytes().to_vec();
+                payload.extend(1u64.to_le_bytes());
+                payload.extend(4u32.to_le_bytes());
+                payload.extend((1u64 << 60).to_le_bytes());
+                g.set("x.nested", Val(9, payload));
+                g.bytes()
+            },
+            &["array count"],
+        ),
+        (
+            "dims-overflow",
+            {
+                let mut g = tiny_llama();
+                g.tensor("blk.0.attn_norm.weight").dims = vec![1 << 40, 1 << 40, 1 << 40];
+                g.bytes()
+            },
+            &["absurd dimensions"],
+        ),
+        (
+            "dims-huge",
+            {
+                let mut g = tiny_llama();
+                g.tensor("blk.0.attn_norm.weight").dims = vec![1 << 40];
+                g.bytes()
+            },
+            &["past the end"],
+        ),
+    ];
+    for (name, bytes, needles) in cases {
+        let p = write_gguf(&dir, name, &bytes);
+        fails(&["score", s(&p), "--tokens", "1,2"], needles);
+        fails(&["run", s(&p), "--prompt", "hi"], needles);
+        fails(&["inspect", s(&p)], needles);
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn crafted_gguf_bad_header_fields() {
+    let dir = scratch("gguf-fields");
+    type Edit = Box<dyn Fn(&mut Gguf)>;
+    let cases: Vec<(&str, Edit, &[&str])> = vec![
+        ("version1", Box::new(|g| g.version = 1), &["version 1"]),
+        ("version9", Box::new(|g| g.version = 9), &["version 9"]),
+        ("type-id", Box::new(|g| g.tensor("blk.0.attn_q.weight").ty = 99), &["attn_q", "type id 99"]),
+        ("type-id-removed", Box::new(|g| g.tensor("blk.0.attn_q.weight").ty = 4), &["type id 4"]),
+        ("n-dims", Box::new(|g| g.tensor("blk.0.attn_k.weight").dims = vec![1; 7]), &["attn_k", "7 dimensions"]),
+        ("n-dims0", Box::new(|g| g.tensor("blk.0.attn_k.weight").dims = vec![]), &["0 dimensions"]),
+        ("value-type", Box::new(|g| g.set("x.odd", Val(99, vec![]))), &["unknown value type 99"]),
+        (
+            "array-type",
+            Box::new(|g| g.set("x.odd", Val(9, [77u32.to_le_bytes().as_slice(), &0u64.to_le_bytes()].concat()))),
+            &["element type 77"],
+        ),
+        ("bool", Box::new(|g| g.set("x.flag", Val(7, vec![5]))), &["bool"]),
+        ("utf8", Box::new(|g| g.set("general.name", Val(8, gstr(&[0xff, 0xfe, 0x41])))), &["UTF-8"]),
+        ("alignment", Box::new(|g| g.set("general.alignment", v_u32(3))), &["alignment"]),
+        ("alignment0", Box::new(|g| g.set("general.alignment", v_u32(0))), &["alignment"]),
+        // Q4_0 rows hold whole 32-element blocks; a row of 8 cannot.
+        ("block", Box::new(|g| g.tensor("blk.0.attn_q.weight").ty = 2), &["attn_q", "block size"]),
+    ];
+    for (name, edit, needles) in cases {
+        let mut g = tiny_llama();
+        edit(&mut g);
+        let p = write_gguf(&dir, name, &g.bytes());
+        fails(&["score", s(&p), "--tokens", "1,2"], needles);
+        fails(&["inspect", s(&p)], needles);
+    }
+    // Tensor data cut off at the end of the file.
+    let bytes = tiny_llama().bytes();
+    let p = write_gguf(&dir, "cut", &bytes[..bytes.len() - 20]);
+    fails(&["score", s(&p), "--tokens", "1,2"], &["output_norm", "past the end"]);
+    // Header cut off in the middle of the tensor directory.
+    let p = write_gguf(&dir, "cut-header", &bytes[..400]);
+    fails(&["score", s(&p), "--tokens", "1,2"], &["truncated"]);
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `run` loads the tokenizer after checking the architecture and before the
+/// weights; the crafted files have none, so `run` is checked only for the edits
+/// the configuration mapping catches (`config: true`).
+struct ModelCase {
+    name: &'static str,
+    edit: Box<dyn Fn(&mut Gguf)>,
+    needles: &'static [&'static str],
+    config: bool,
+}
+
+fn case(
+    name: &'static str,
+    config: bool,
+    needles: &'static [&'static str],
+    edit: impl Fn(&mut Gguf) + 'static,
+) -> ModelCase {
+    ModelCase { name, edit: Box::new(edit), needles, config }
+}
+
+#[test]
+fn crafted_gguf_bad_model() {
+    let dir = scratch("gguf-model");
+    let cases = vec![
+        case("mamba", true, &["unsupported", "mamba9"], |g| g.set("general.architecture", v_str("mamba9"))),
+        case("no-arch", true, &["general.architecture"], |g| g.remove("general.architecture")),
+        case("arch-not-str", true, &["general.architecture"], |g| g.set("general.architecture", v_u32(7))),
+        case("no-hidden", true, &["llama.embedding_length"], |g| g.remove("llama.embedding_length")),
+        case("layers", true, &["layer count"], |g| g.set("llama.block_count", v_u64(1 << 39))),
+        case("rope", true, &["yarn9"], |g| g.set("llama.rope.scaling.type", v_str("yarn9"))),
+        case("layers-more", false, &["missing", "blk.1.attn_norm"], |g| g.set("llama.block_count", v_u32(2))),
+        case("heads0", false, &["zero"], |g| g.set("llama.attention.head_count", v_u32(0))),
+        case("kv-heads", false, &["KV heads"], |g| g.set("llama.attention.head_count_kv", v_u32(3))),
+        case("head-dim-odd", false, &["odd"], |g| g.set("llama.attention.key_length", v_u32(3))),
+        case("q-shape", false, &["attn_q", "expected [8, 8]"], |g| {
+            g.tensor("blk.0.attn_q.weight").dims = vec![HIDDEN, 6]
+        }),
+        case("k-transposed", false, &["attn_k"], |g| g.tensor("blk.0.attn_k.weight").dims = vec![4, HIDDEN]),
+        case("norm-shape", false, &["ffn_norm"], |g| g.tensor("blk.0.ffn_norm.weight").dims = vec![4]),
+        case("no-down", false, &["missing", "ffn_down"], |g| g.tensors.retain(|t| t.name != "blk.0.ffn_down.weight")),
+        case("vocab", false, &["token_embd"], |g| g.set("llama.vocab_size", v_u32(1 << 30))),
+    ];
+    for c in cases {
+        let mut g = tiny_llama();
+        (c.edit)(&mut g);
+        let p = write_gguf(&dir, c.name, &g.bytes());
+        fails(&["score", s(&p), "--tokens", "1,2"], c.needles);
+        if c.config {
+            fails(&["run", s(&p), "--prompt", "hi"], c.needles);
+            fails(&["inspect", s(&p)], c.needles);
+        } else {
+            fails(&["run", s(&p), "--prompt", "hi"], &["tokenizer"]);
+        }
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn crafted_gguf_as_bench_and_perplexity_input() {
+    // The commands that load a model all report the same clear error.
+    let dir = scratch("gguf-cmds");
+    let mut g = tiny_llama();
+    g.set("general.architecture", v_str("mamba9"));
+    let p = write_gguf(&dir, "mamba", &g.bytes());
+    let txt = dir.join("t.txt");
+    std::fs::write(&txt, "hello ".repeat(100)).unwrap();
+    fails(&["bench", s(&p), "--prompt-tokens", "4", "--gen-tokens", "2"], &["mamba9"]);
+    fails(&["perplexity", s(&p), "--file", s(&txt), "--ctx", "16"], &["mamba9"]);
+    fails(&["inspect", s(&p)], &["mamba9"]);
+    std::fs::remove_dir_all(&dir).ok();
+}
