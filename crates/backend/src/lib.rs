@@ -104,7 +104,7 @@ pub trait Backend: Send + Sync {
 
     fn name(&self) -> String;
     fn weight(&self, raw: RawWeight) -> Result<Self::Weight>;
-    fn from_host(&self, data: Vec<f32>, rows: usize, cols: usize) -> Result<Self::Tensor>;
+    fn upload(&self, data: Vec<f32>, rows: usize, cols: usize) -> Result<Self::Tensor>;
     fn to_host(&self, t: &Self::Tensor) -> Result<Vec<f32>>;
     fn shape(&self, t: &Self::Tensor) -> (usize, usize);
 

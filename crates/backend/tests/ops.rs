@@ -102,7 +102,7 @@ fn matmul_matches_dequantized_reference_for_every_format() {
                 .weight(RawWeight { name: "w".into(), dtype, rows: m, cols: k, bytes: HostBytes::from_vec(bytes) })
                 .unwrap();
             let x = rng.vec(n * k);
-            let got = be.matmul(&be.from_host(x.clone(), n, k).unwrap(), &w).unwrap();
+            let got = be.matmul(&be.upload(x.clone(), n, k).unwrap(), &w).unwrap();
             let want = reference_matmul(&x, n, &wf, m, k);
             // Quantized formats quantize activations to 16 bits.
             let tol = if dtype.is_quantized() { 5e-4 } else { 1e-5 };
@@ -123,9 +123,9 @@ fn matmul_is_batch_invariant() {
             .weight(RawWeight { name: "w".into(), dtype, rows: m, cols: k, bytes: HostBytes::from_vec(bytes) })
             .unwrap();
         let x = rng.vec(5 * k);
-        let all = be.matmul(&be.from_host(x.clone(), 5, k).unwrap(), &w).unwrap();
+        let all = be.matmul(&be.upload(x.clone(), 5, k).unwrap(), &w).unwrap();
         for t in 0..5 {
-            let one = be.matmul(&be.from_host(x[t * k..(t + 1) * k].to_vec(), 1, k).unwrap(), &w).unwrap();
+            let one = be.matmul(&be.upload(x[t * k..(t + 1) * k].to_vec(), 1, k).unwrap(), &w).unwrap();
             assert_eq!(one.data, all.data[t * m..(t + 1) * m], "{dtype} row {t}");
         }
     }
@@ -150,7 +150,7 @@ fn rms_norm_and_glu_match_reference() {
     let (n, d) = (9, 64);
     let x = rng.vec(n * d);
     let w = rng.vec(16);
-    let got = be.rms_norm(&be.from_host(x.clone(), n, d).unwrap(), &be.from_host(w.clone(), 1, 16).unwrap(), 1e-6).unwrap();
+    let got = be.rms_norm(&be.upload(x.clone(), n, d).unwrap(), &be.upload(w.clone(), 1, 16).unwrap(), 1e-6).unwrap();
     for g in 0..n * d / 16 {
         let xs = &x[g * 16..(g + 1) * 16];
         let r = 1.0 / (xs.iter().map(|v| v * v).sum::<f32>() / 16.0 + 1e-6).sqrt();
@@ -160,12 +160,14 @@ fn rms_norm_and_glu_match_reference() {
     }
     let (g, u) = (rng.vec(n * d), rng.vec(n * d));
     for act in [Activation::Silu, Activation::GeluTanh, Activation::Gelu] {
-        let out = be.glu(&be.from_host(g.clone(), n, d).unwrap(), &be.from_host(u.clone(), n, d).unwrap(), act).unwrap();
+        let out = be.glu(&be.upload(g.clone(), n, d).unwrap(), &be.upload(u.clone(), n, d).unwrap(), act).unwrap();
         for i in 0..n * d {
             let gx = g[i] as f64;
             let a = match act {
                 Activation::Silu => gx / (1.0 + (-gx).exp()),
-                Activation::GeluTanh => 0.5 * gx * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (gx + 0.044715 * gx.powi(3))).tanh()),
+                Activation::GeluTanh => {
+                    0.5 * gx * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (gx + 0.044715 * gx.powi(3))).tanh())
+                }
                 Activation::Gelu => {
                     // erf via a high-order series, fine for |x| <= 1.
                     let z = gx / std::f64::consts::SQRT_2;
@@ -191,13 +193,13 @@ fn rope_rotates_pairs_in_both_layouts() {
     let x: Vec<f32> = (0..2 * hd).map(|i| i as f32 * 0.1 + 0.3).collect();
     for interleaved in [false, true] {
         let rope = Rope { head_dim: hd, inv_freq: inv_freq.clone(), interleaved };
-        let mut t = be.from_host(x.clone(), 1, 2 * hd).unwrap();
+        let mut t = be.upload(x.clone(), 1, 2 * hd).unwrap();
         be.rope(&mut t, &rope, &[5]).unwrap();
         for head in 0..2 {
-            for i in 0..hd / 2 {
+            for (i, f) in inv_freq.iter().enumerate() {
                 let (a, b) = if interleaved { (2 * i, 2 * i + 1) } else { (i, i + hd / 2) };
                 let (x0, x1) = (x[head * hd + a], x[head * hd + b]);
-                let th = 5.0 * inv_freq[i];
+                let th = 5.0 * f;
                 assert!((t.data[head * hd + a] - (x0 * th.cos() - x1 * th.sin())).abs() < 1e-5);
                 assert!((t.data[head * hd + b] - (x0 * th.sin() + x1 * th.cos())).abs() < 1e-5);
             }
@@ -238,7 +240,8 @@ fn paged_attention_matches_contiguous_reference_in_mixed_batches() {
     for window in [None, Some(5)] {
         let p = AttnParams { n_heads: 4, n_kv_heads: 2, head_dim: 8, scale: 0.35, window, softcap: None };
         let kvd = p.n_kv_heads * p.head_dim;
-        let mut pool = be.kv_pool(KvSpec { n_layers: 1, n_blocks: 16, block_size: bs, kv_dim: kvd, dtype: KvDtype::F16 }).unwrap();
+        let mut pool =
+            be.kv_pool(KvSpec { n_layers: 1, n_blocks: 16, block_size: bs, kv_dim: kvd, dtype: KvDtype::F16 }).unwrap();
         // Sequence A: 11 tokens cached earlier (decode 1 now); B: fresh prefill of 6 tokens.
         let (a_len, b_len) = (12usize, 6usize);
         let ka = rng.vec(a_len * kvd);
@@ -250,7 +253,14 @@ fn paged_attention_matches_contiguous_reference_in_mixed_batches() {
         let slot = |t: &Vec<u32>, pos: usize| t[pos / bs] as usize * bs + pos % bs;
         // Write A's first 11 tokens as an earlier step.
         let early = AttnBatch { seqs: vec![], block_size: bs, slots: (0..11).map(|i| slot(&table_a, i)).collect() };
-        be.write_kv(&mut pool, 0, &CpuTensor { data: ka[..11 * kvd].to_vec(), rows: 11, cols: kvd }, &CpuTensor { data: va[..11 * kvd].to_vec(), rows: 11, cols: kvd }, &early).unwrap();
+        be.write_kv(
+            &mut pool,
+            0,
+            &CpuTensor { data: ka[..11 * kvd].to_vec(), rows: 11, cols: kvd },
+            &CpuTensor { data: va[..11 * kvd].to_vec(), rows: 11, cols: kvd },
+            &early,
+        )
+        .unwrap();
         let batch = AttnBatch {
             seqs: vec![
                 SeqSlice { q_start: 0, q_len: 1, ctx_len: a_len, block_table: table_a.clone() },
@@ -264,7 +274,14 @@ fn paged_attention_matches_contiguous_reference_in_mixed_batches() {
         let mut vnew = va[11 * kvd..].to_vec();
         vnew.extend_from_slice(&vb);
         let n = 1 + b_len;
-        be.write_kv(&mut pool, 0, &CpuTensor { data: knew, rows: n, cols: kvd }, &CpuTensor { data: vnew, rows: n, cols: kvd }, &batch).unwrap();
+        be.write_kv(
+            &mut pool,
+            0,
+            &CpuTensor { data: knew, rows: n, cols: kvd },
+            &CpuTensor { data: vnew, rows: n, cols: kvd },
+            &batch,
+        )
+        .unwrap();
         let qd = p.n_heads * p.head_dim;
         let q = rng.vec(n * qd);
         let got = be.attention(&CpuTensor { data: q.clone(), rows: n, cols: qd }, &pool, 0, &batch, &p).unwrap();
@@ -274,5 +291,165 @@ fn paged_attention_matches_contiguous_reference_in_mixed_batches() {
         let want_b = naive_attention(&q[qd..], &r(&kb), &r(&vb), &p, b_len, 0);
         assert!(rel_err(&got.data[..qd], &want_a) < 1e-5, "window {window:?} seq A");
         assert!(rel_err(&got.data[qd..], &want_b) < 1e-5, "window {window:?} seq B");
+    }
+}
+
+const QUANTIZED: [DType; 8] =
+    [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4K, DType::Q5K, DType::Q6K];
+
+/// Row lengths that exercise full groups of eight 32-element blocks, partial
+/// groups at a row's end, and several 256-element blocks.
+fn odd_row_lengths(dtype: DType) -> &'static [usize] {
+    if dtype.block_size() == 256 {
+        &[256, 768, 1280]
+    } else {
+        &[32, 96, 288, 576, 640]
+    }
+}
+
+fn cpu_weight(be: &CpuBackend, dtype: DType, m: usize, k: usize, bytes: Vec<u8>) -> ferrite_backend::cpu::CpuWeight {
+    be.weight(RawWeight { name: "w".into(), dtype, rows: m, cols: k, bytes: HostBytes::from_vec(bytes) }).unwrap()
+}
+
+#[test]
+fn quantized_matmul_matches_reference_at_odd_sizes() {
+    let be = CpuBackend;
+    let mut rng = Rng(0xfeed);
+    for dtype in QUANTIZED {
+        for &k in odd_row_lengths(dtype) {
+            // Row counts around the kernels' row tiles (4) and parallel chunks.
+            for &(n, m) in &[(1usize, 1usize), (1, 7), (2, 5), (3, 9), (4, 4), (5, 13), (17, 6), (1, 301)] {
+                let bytes = random_weight(&mut rng, dtype, m, k);
+                let wf = dequant_all(dtype, &bytes, m, k);
+                let w = cpu_weight(&be, dtype, m, k, bytes);
+                let x = rng.vec(n * k);
+                let got = be.matmul(&be.upload(x.clone(), n, k).unwrap(), &w).unwrap();
+                let want = reference_matmul(&x, n, &wf, m, k);
+                let e = rel_err(&got.data, &want);
+                assert!(e < 5e-4, "{dtype} n={n} m={m} k={k}: relative error {e}");
+                // Per element too: a wrong block would hide in a large row sum.
+                for (i, (g, r)) in got.data.iter().zip(&want).enumerate() {
+                    let scale = want.iter().fold(0f32, |a, v| a.max(v.abs())).max(1e-3);
+                    assert!((g - r).abs() < 2e-3 * scale, "{dtype} n={n} m={m} k={k} element {i}: {g} vs {r}");
+                }
+            }
+        }
+    }
+}
+
+/// Extreme quants (all bits set, none set, the most negative i8) with large
+/// activations: the integer dots must not overflow.
+#[test]
+fn quantized_matmul_handles_extreme_quants() {
+    let be = CpuBackend;
+    let mut rng = Rng(5);
+    for dtype in QUANTIZED {
+        let k = if dtype.block_size() == 256 { 512 } else { 96 };
+        let m = 3;
+        for fill in [0x00u8, 0xFF, 0x80, 0x7F] {
+            let mut bytes = random_weight(&mut rng, dtype, m, k);
+            let bb = dtype.block_bytes();
+            for b in bytes.chunks_mut(bb) {
+                // Keep the f16 scales written by random_weight, set everything else.
+                let keep: &[usize] = match dtype {
+                    DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0, 1],
+                    DType::Q4_1 | DType::Q5_1 => &[0, 1, 2, 3],
+                    DType::Q4K | DType::Q5K => &[0, 1, 2, 3],
+                    DType::Q6K => &[208, 209],
+                    _ => &[],
+                };
+                for (i, v) in b.iter_mut().enumerate() {
+                    if !keep.contains(&i) {
+                        *v = fill;
+                    }
+                }
+            }
+            let wf = dequant_all(dtype, &bytes, m, k);
+            let w = cpu_weight(&be, dtype, m, k, bytes);
+            for x in [vec![1000.0f32; k], (0..k).map(|i| if i % 2 == 0 { 3.0 } else { -3.0 }).collect()] {
+                let got = be.matmul(&be.upload(x.clone(), 1, k).unwrap(), &w).unwrap();
+                let want = reference_matmul(&x, 1, &wf, m, k);
+                let e = rel_err(&got.data, &want);
+                assert!(
+                    e < 5e-4 || got.data.iter().zip(&want).all(|(g, r)| (g - r).abs() < 1e-3),
+                    "{dtype} fill {fill:#x}: relative error {e}, {:?} vs {want:?}",
+                    got.data
+                );
+            }
+        }
+    }
+}
+
+/// Every format, several batch sizes and thread counts: a row's result does not
+/// depend on the batch it is in or on how the work is split.
+#[test]
+fn matmul_is_batch_and_thread_invariant_for_every_format() {
+    let be = CpuBackend;
+    let mut rng = Rng(0xabc);
+    let pools: Vec<rayon::ThreadPool> =
+        [1, 2, 3].iter().map(|&t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap()).collect();
+    for dtype in ALL {
+        let k = if dtype.block_size() == 256 { 512 } else { 288 };
+        let m = 301;
+        let bytes = random_weight(&mut rng, dtype, m, k);
+        let w = cpu_weight(&be, dtype, m, k, bytes);
+        let x = rng.vec(17 * k);
+        let alone: Vec<Vec<f32>> = (0..17)
+            .map(|t| be.matmul(&be.upload(x[t * k..(t + 1) * k].to_vec(), 1, k).unwrap(), &w).unwrap().data)
+            .collect();
+        for n in [1usize, 2, 3, 8, 17] {
+            let batch = be.matmul(&be.upload(x[..n * k].to_vec(), n, k).unwrap(), &w).unwrap();
+            for (t, row) in alone.iter().take(n).enumerate() {
+                assert_eq!(*row, batch.data[t * m..(t + 1) * m], "{dtype} n={n} row {t}");
+            }
+            for (p, pool) in pools.iter().enumerate() {
+                let other = pool.install(|| be.matmul(&be.upload(x[..n * k].to_vec(), n, k).unwrap(), &w).unwrap());
+                assert_eq!(other.data, batch.data, "{dtype} n={n} pool {p}");
+            }
+        }
+    }
+}
+
+/// The activation quantizer (SIMD where present) against a plain scalar
+/// version, bit for bit, with ties that must round half away from zero.
+#[test]
+fn activation_quantization_matches_scalar_reference() {
+    use ferrite_backend::quant::{quantize_row_q8, Q8Block};
+    let mut rng = Rng(77);
+    let mut rows: Vec<Vec<f32>> = (0..20).map(|_| rng.vec(96).iter().map(|v| v * 3.0).collect()).collect();
+    // Scale 1 (max 32767) with exact ties, negative ones too.
+    let mut ties: Vec<f32> = (0..32).map(|i| (i as f32 - 16.0) * 1.5 + 0.5).collect();
+    ties[0] = 32767.0;
+    ties.extend((0..64).map(|i| if i == 5 { -32767.0 } else { (i as f32) - 31.5 }));
+    rows.push(ties);
+    rows.push(vec![0.0; 96]);
+    rows.push((0..96).map(|i| if i % 7 == 0 { -1e-30 } else { 1e-38 }).collect());
+    for x in rows {
+        let mut got = vec![Q8Block::default(); x.len() / 32];
+        quantize_row_q8(&x, &mut got, 32);
+        for (b, xb) in got.iter().zip(x.chunks(32)) {
+            let amax = xb.iter().fold(0f32, |a, &v| a.max(v.abs()));
+            let d = amax / 32767.0;
+            let id = if d > 0.0 { 1.0 / d } else { 0.0 };
+            let qs: Vec<i16> = xb.iter().map(|&v| ((v * id).round() as i32).clamp(-32767, 32767) as i16).collect();
+            let sum: i32 = qs.iter().map(|&q| q as i32).sum();
+            assert_eq!(b.qs.to_vec(), qs, "{xb:?}");
+            assert_eq!(b.d.to_bits(), d.to_bits());
+            assert_eq!(b.dsum.to_bits(), (d * sum as f32).to_bits());
+        }
+    }
+}
+
+#[test]
+fn f16_conversion_is_exact_for_every_value() {
+    for h in 0..=u16::MAX {
+        let want = half::f16::from_bits(h).to_f32();
+        let got = ferrite_backend::quant::f16_to_f32(h);
+        if want.is_nan() {
+            assert!(got.is_nan(), "{h:#06x}");
+            assert_eq!(got.to_bits() & 0x8000_0000, want.to_bits() & 0x8000_0000, "{h:#06x} sign");
+        } else {
+            assert_eq!(got.to_bits(), want.to_bits(), "{h:#06x}");
+        }
     }
 }

@@ -56,8 +56,7 @@ pub fn template_of(source: &ModelSource, ck: &Checkpoint, tok: &Tokenizer) -> Re
         (ModelSource::HfDir(d), _) => template_from_hf_dir(d)?,
         _ => None,
     };
-    text.map(|t| ChatTemplate::new(&t, tok.bos_token().unwrap_or(""), tok.eos_token().unwrap_or("")))
-        .transpose()
+    text.map(|t| ChatTemplate::new(&t, tok.bos_token().unwrap_or(""), tok.eos_token().unwrap_or(""))).transpose()
 }
 
 pub fn load(args: &ModelArgs, with_tokenizer: bool) -> Result<Loaded> {
@@ -74,7 +73,9 @@ pub fn load(args: &ModelArgs, with_tokenizer: bool) -> Result<Loaded> {
         (None, None)
     };
     let bar = ProgressBar::new(1);
-    bar.set_style(ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} layers").unwrap().progress_chars("=> "));
+    bar.set_style(
+        ProgressStyle::with_template("loading {msg} [{bar:30}] {pos}/{len} layers").unwrap().progress_chars("=> "),
+    );
     bar.set_message(args.model.clone());
     let mut progress = |i: usize, n: usize| {
         // Only draw when loading takes more than a moment.

@@ -13,7 +13,11 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "ferrite", version, about = "Run and benchmark transformer models (GGUF and Hugging Face safetensors) on the CPU")]
+#[command(
+    name = "ferrite",
+    version,
+    about = "Run and benchmark transformer models (GGUF and Hugging Face safetensors) on the CPU"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -23,7 +23,8 @@ fn real_tensor_rows_match_gguf_py() {
         for (r, want) in rows.iter().enumerate() {
             let want: Vec<f32> = want.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
             let mut got = vec![0f32; row_len];
-            ferrite_backend::quant::dequantize_row(t.dtype, &data[r * row_bytes..(r + 1) * row_bytes], &mut got).unwrap();
+            ferrite_backend::quant::dequantize_row(t.dtype, &data[r * row_bytes..(r + 1) * row_bytes], &mut got)
+                .unwrap();
             for (i, (a, b)) in got.iter().zip(&want).enumerate() {
                 assert!(a == b || (a - b).abs() <= 1e-6 * b.abs().max(1.0), "{model} {name} row {r}[{i}]: {a} vs {b}");
             }

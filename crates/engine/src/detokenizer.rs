@@ -116,9 +116,7 @@ mod tests {
     #[test]
     fn any_split_matches_lossy_decoding_of_the_whole() {
         let mut bytes = "naïve 日本語 🦀 ok".as_bytes().to_vec();
-        bytes.extend_from_slice(&[
-            0xC3, b'x', 0xF0, 0x9F, 0x98, 0xED, 0xA0, 0x80, b'z', 0xE2, 0x82,
-        ]);
+        bytes.extend_from_slice(&[0xC3, b'x', 0xF0, 0x9F, 0x98, 0xED, 0xA0, 0x80, b'z', 0xE2, 0x82]);
         let want = String::from_utf8_lossy(&bytes).into_owned();
         for step in 1..=5 {
             let mut d = IncrementalDetokenizer::new();

@@ -71,10 +71,7 @@ pub fn generate(
     }
     let ctx = runner.max_context();
     if req.prompt.len() >= ctx {
-        return Err(Error::InvalidInput(format!(
-            "prompt is {} tokens, the context holds {ctx}",
-            req.prompt.len()
-        )));
+        return Err(Error::InvalidInput(format!("prompt is {} tokens, the context holds {ctx}", req.prompt.len())));
     }
     req.sampling.validate().map_err(Error::InvalidInput)?;
     let mut seq = Sequence::new(req.prompt.clone());
@@ -109,11 +106,8 @@ fn run(
         let s = sampler.sample(&logits[..vocab], &req.prompt, &generated);
         generated.push(s.token);
         let eog = (!req.ignore_eos && tok.eos_ids().contains(&s.token)) || req.stop_ids.contains(&s.token);
-        let (piece, stopped) = if eog {
-            (String::new(), true)
-        } else {
-            stops.push(&detok.push(&tok.token_bytes(s.token)))
-        };
+        let (piece, stopped) =
+            if eog { (String::new(), true) } else { stops.push(&detok.push(&tok.token_bytes(s.token))) };
         text.push_str(&piece);
         if !on_token(&TokenEvent { token: s.token, text: &piece, sampled: &s }) {
             finish = FinishReason::Cancelled;

@@ -50,20 +50,13 @@ impl ChatTemplate {
         let source = rewrite_generation_tags(source).into_owned();
         env.add_template_owned(TEMPLATE_NAME, source)
             .map_err(|e| Error::Template(format!("chat template does not compile: {e}")))?;
-        Ok(ChatTemplate {
-            env,
-            bos_token: bos_token.to_string(),
-            eos_token: eos_token.to_string(),
-        })
+        Ok(ChatTemplate { env, bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
     }
 
     /// Renders the prompt. `raise_exception(msg)` in the template becomes
     /// `Error::Template(msg)`; any other failure is an `Error::Template` too.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        let template = self
-            .env
-            .get_template(TEMPLATE_NAME)
-            .map_err(|e| Error::Template(e.to_string()))?;
+        let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| Error::Template(e.to_string()))?;
         // transformers passes `tools` and `documents` as None when absent, and
         // templates test them with `is not none`, so they must be defined.
         let ctx = minijinja::context! {
@@ -86,9 +79,7 @@ impl ChatTemplate {
 pub fn template_from_hf_dir(dir: &Path) -> Result<Option<String>> {
     let jinja = dir.join("chat_template.jinja");
     if jinja.is_file() {
-        return std::fs::read_to_string(&jinja)
-            .map(Some)
-            .map_err(|e| Error::io(&jinja, e));
+        return std::fs::read_to_string(&jinja).map(Some).map_err(|e| Error::io(&jinja, e));
     }
     for file in ["tokenizer_config.json", "chat_template.json"] {
         let path = dir.join(file);
@@ -96,8 +87,8 @@ pub fn template_from_hf_dir(dir: &Path) -> Result<Option<String>> {
             continue;
         }
         let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-        let json: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| Error::format(format!("{}: invalid JSON: {e}", path.display())))?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::format(format!("{}: invalid JSON: {e}", path.display())))?;
         if let Some(found) = template_from_json(&json, &path)? {
             return Ok(Some(found));
         }
@@ -135,10 +126,7 @@ fn template_from_json(json: &serde_json::Value, path: &Path) -> Result<Option<St
                 names.join(", ")
             )))
         }
-        Some(_) => Err(Error::format(format!(
-            "{}: \"chat_template\" is neither a string nor a list",
-            path.display()
-        ))),
+        Some(_) => Err(Error::format(format!("{}: \"chat_template\" is neither a string nor a list", path.display()))),
     }
 }
 
@@ -243,10 +231,7 @@ fn generation_tag(tag: &str) -> Option<(usize, String)> {
     } else {
         return None;
     };
-    Some((
-        tag.len() - remaining.len(),
-        format!("{{%{open} {word} {close}%}}"),
-    ))
+    Some((tag.len() - remaining.len(), format!("{{%{open} {word} {close}%}}")))
 }
 
 // --- tojson ---------------------------------------------------------------------
@@ -321,9 +306,7 @@ impl JsonWriter {
         }
         match v.kind() {
             ValueKind::None => self.out.push_str("null"),
-            ValueKind::Bool => self
-                .out
-                .push_str(if v.is_true() { "true" } else { "false" }),
+            ValueKind::Bool => self.out.push_str(if v.is_true() { "true" } else { "false" }),
             ValueKind::Number if v.is_integer() => self.out.push_str(&v.to_string()),
             ValueKind::Number => {
                 let f = f64::try_from(v.clone())?;
@@ -332,9 +315,7 @@ impl JsonWriter {
             ValueKind::String => self.string(v.as_str().unwrap_or_default()),
             ValueKind::Seq | ValueKind::Iterable => {
                 let items: Vec<Value> = v.try_iter()?.collect();
-                self.container('[', ']', items.len(), depth, |w, i, d| {
-                    w.value(&items[i], d)
-                })?;
+                self.container('[', ']', items.len(), depth, |w, i, d| w.value(&items[i], d))?;
             }
             ValueKind::Map => {
                 let mut entries = Vec::new();
@@ -351,11 +332,7 @@ impl JsonWriter {
                     w.value(&entries[i].1, d)
                 })?;
             }
-            kind => {
-                return Err(invalid(&format!(
-                    "tojson: object of type {kind} is not JSON serializable"
-                )))
-            }
+            kind => return Err(invalid(&format!("tojson: object of type {kind} is not JSON serializable"))),
         }
         Ok(())
     }
@@ -429,11 +406,7 @@ fn json_key(key: &Value) -> std::result::Result<String, JinjaError> {
         ValueKind::Number => python_float_repr(f64::try_from(key.clone())?),
         ValueKind::Bool => (if key.is_true() { "true" } else { "false" }).to_string(),
         ValueKind::None => "null".to_string(),
-        kind => {
-            return Err(invalid(&format!(
-                "tojson: keys must be str, int, float, bool or None, not {kind}"
-            )))
-        }
+        kind => return Err(invalid(&format!("tojson: keys must be str, int, float, bool or None, not {kind}"))),
     })
 }
 
@@ -466,11 +439,7 @@ fn python_float_repr(f: f64) -> String {
         format!("{sign}{body}")
     } else {
         let (first, rest) = digits.split_at(1);
-        let frac = if rest.is_empty() {
-            String::new()
-        } else {
-            format!(".{rest}")
-        };
+        let frac = if rest.is_empty() { String::new() } else { format!(".{rest}") };
         let e = decpt - 1;
         let esign = if e < 0 { '-' } else { '+' };
         format!("{sign}{first}{frac}e{esign}{:02}", e.abs())
@@ -483,22 +452,11 @@ fn python_float_repr(f: f64) -> String {
 /// transformers uses local time; we use UTC, which is what servers run in and
 /// needs no time-zone database.
 fn strftime_now(fmt: &str) -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
     strftime_utc(fmt, secs)
 }
 
-const WEEKDAYS: [&str; 7] = [
-    "Sunday",
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-];
+const WEEKDAYS: [&str; 7] = ["Sunday", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday"];
 const MONTHS: [&str; 12] = [
     "January",
     "February",
@@ -625,10 +583,7 @@ mod tests {
     use super::*;
 
     fn msg(role: &str, content: &str) -> Message {
-        Message {
-            role: role.into(),
-            content: content.into(),
-        }
+        Message { role: role.into(), content: content.into() }
     }
 
     fn render(src: &str, messages: &[Message], agp: bool) -> Result<String> {
@@ -637,9 +592,7 @@ mod tests {
 
     #[test]
     fn syntax_error_is_template_error() {
-        let err = ChatTemplate::new("{% for m in messages %}", "", "")
-            .err()
-            .unwrap();
+        let err = ChatTemplate::new("{% for m in messages %}", "", "").err().unwrap();
         assert!(matches!(err, Error::Template(_)), "{err:?}");
         let err = ChatTemplate::new("{{ 1 + }}", "", "").err().unwrap();
         assert!(matches!(err, Error::Template(_)), "{err:?}");
@@ -681,10 +634,7 @@ mod tests {
     #[test]
     fn generation_tags_render_their_body() {
         let src = "a{%- generation -%} b {%- endgeneration %}c{% generation_x %}";
-        assert_eq!(
-            rewrite_generation_tags(src),
-            "a{%- if true -%} b {%- endif %}c{% generation_x %}"
-        );
+        assert_eq!(rewrite_generation_tags(src), "a{%- if true -%} b {%- endif %}c{% generation_x %}");
         let out = render("{% generation %}x{% endgeneration %}", &[], false).unwrap();
         assert_eq!(out, "x");
     }
@@ -715,10 +665,7 @@ mod tests {
         assert!(render("{{ nope | tojson }}", &[], false).is_err());
         assert!(render("{{ 1 | tojson(separators=1) }}", &[], false).is_err());
         assert!(render("{{ 1 | tojson(bogus=1) }}", &[], false).is_err());
-        assert_eq!(
-            render("{{ 'x' | tojson(indent='\t') }}", &[], false).unwrap(),
-            "\"x\""
-        );
+        assert_eq!(render("{{ 'x' | tojson(indent='\t') }}", &[], false).unwrap(), "\"x\"");
     }
 
     #[test]
@@ -726,16 +673,10 @@ mod tests {
         // 2024-07-26 13:25:09 UTC, a Friday; values checked with Python's strftime.
         let t = 1_722_000_309;
         assert_eq!(strftime_utc("%d %b %Y", t), "26 Jul 2024");
-        assert_eq!(
-            strftime_utc("%A %B %-d, %y %H:%M:%S %I%p %j", t),
-            "Friday July 26, 24 13:25:09 01PM 208"
-        );
+        assert_eq!(strftime_utc("%A %B %-d, %y %H:%M:%S %I%p %j", t), "Friday July 26, 24 13:25:09 01PM 208");
         assert_eq!(strftime_utc("%F %T %% %Q", t), "2024-07-26 13:25:09 % %Q");
         // Leap day and a date before the epoch.
-        assert_eq!(
-            strftime_utc("%Y-%m-%d %a %j", 951_782_400),
-            "2000-02-29 Tue 060"
-        );
+        assert_eq!(strftime_utc("%Y-%m-%d %a %j", 951_782_400), "2000-02-29 Tue 060");
         assert_eq!(strftime_utc("%Y-%m-%d %H:%M", -1), "1969-12-31 23:59");
         // strftime_now is reachable from templates.
         let year = render("{{ strftime_now('%Y') }}", &[], false).unwrap();
@@ -761,15 +702,8 @@ mod tests {
         std::fs::write(&cfg, list).unwrap();
         assert_eq!(template_from_hf_dir(&dir).unwrap().as_deref(), Some("D"));
 
-        std::fs::write(
-            &cfg,
-            r#"{"chat_template": [{"name": "rag", "template": "R"}]}"#,
-        )
-        .unwrap();
-        assert!(matches!(
-            template_from_hf_dir(&dir),
-            Err(Error::Template(_))
-        ));
+        std::fs::write(&cfg, r#"{"chat_template": [{"name": "rag", "template": "R"}]}"#).unwrap();
+        assert!(matches!(template_from_hf_dir(&dir), Err(Error::Template(_))));
         std::fs::write(&cfg, r#"{"chat_template": 3}"#).unwrap();
         assert!(matches!(template_from_hf_dir(&dir), Err(Error::Format(_))));
         std::fs::write(&cfg, "{not json").unwrap();

@@ -95,20 +95,15 @@ impl MetaValue {
     /// Short human-readable rendering for `ferrite inspect`.
     pub fn summary(&self) -> String {
         match self {
-            MetaValue::Str(s) if s.len() > 80 => format!(
-                "{:?}... ({} chars)",
-                &s[..s.floor_char_boundary(60)],
-                s.len()
-            ),
+            MetaValue::Str(s) if s.len() > 80 => {
+                format!("{:?}... ({} chars)", &s[..s.floor_char_boundary(60)], s.len())
+            }
             MetaValue::Str(s) => format!("{s:?}"),
             MetaValue::Array(a) => format!("[array of {}]", a.len()),
             MetaValue::Bool(b) => b.to_string(),
             MetaValue::F32(v) => v.to_string(),
             MetaValue::F64(v) => v.to_string(),
-            other => other
-                .as_u64()
-                .map(|v| v.to_string())
-                .unwrap_or_else(|| format!("{other:?}")),
+            other => other.as_u64().map(|v| v.to_string()).unwrap_or_else(|| format!("{other:?}")),
         }
     }
 }
@@ -152,10 +147,7 @@ impl<'a> Cursor<'a> {
     }
     fn take(&mut self, n: usize) -> Result<&'a [u8]> {
         if n > self.remaining() {
-            return Err(Error::format(format!(
-                "GGUF header truncated at byte {} (needed {n} more bytes)",
-                self.pos
-            )));
+            return Err(Error::format(format!("GGUF header truncated at byte {} (needed {n} more bytes)", self.pos)));
         }
         let s = &self.buf[self.pos..self.pos + n];
         self.pos += n;
@@ -187,9 +179,8 @@ impl<'a> Cursor<'a> {
     fn string(&mut self) -> Result<String> {
         let n = self.count("string length", 1)?;
         let bytes = self.take(n)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| {
-            Error::format(format!("GGUF string at byte {} is not UTF-8", self.pos - n))
-        })
+        String::from_utf8(bytes.to_vec())
+            .map_err(|_| Error::format(format!("GGUF string at byte {} is not UTF-8", self.pos - n)))
     }
 }
 
@@ -212,11 +203,7 @@ fn read_value(c: &mut Cursor, ty: u32, depth: u32) -> Result<MetaValue> {
         10 => MetaValue::U64(c.u64()?),
         11 => MetaValue::I64(c.u64()? as i64),
         12 => MetaValue::F64(f64::from_bits(c.u64()?)),
-        t => {
-            return Err(Error::format(format!(
-                "GGUF metadata has unknown value type {t}"
-            )))
-        }
+        t => return Err(Error::format(format!("GGUF metadata has unknown value type {t}"))),
     })
 }
 
@@ -280,11 +267,7 @@ fn read_array(c: &mut Cursor, depth: u32) -> Result<MetaArray> {
             }
             MetaArray::Nested(v)
         }
-        t => {
-            return Err(Error::format(format!(
-                "GGUF array has unknown element type {t}"
-            )))
-        }
+        t => return Err(Error::format(format!("GGUF array has unknown element type {t}"))),
     })
 }
 
@@ -299,21 +282,14 @@ impl GgufFile {
 
     fn parse(path: &Path, mmap: Arc<Mmap>) -> Result<GgufFile> {
         let ctx = |e: Error| Error::format(format!("{}: {e}", path.display()));
-        let mut c = Cursor {
-            buf: &mmap[..],
-            pos: 0,
-        };
-        let magic = c
-            .take(4)
-            .map_err(|_| ctx(Error::format("file too short to be GGUF")))?;
+        let mut c = Cursor { buf: &mmap[..], pos: 0 };
+        let magic = c.take(4).map_err(|_| ctx(Error::format("file too short to be GGUF")))?;
         if magic != MAGIC {
             return Err(ctx(Error::format("not a GGUF file (bad magic)")));
         }
         let version = c.u32().map_err(ctx)?;
         if !(2..=3).contains(&version) {
-            return Err(ctx(Error::format(format!(
-                "unsupported GGUF version {version}"
-            ))));
+            return Err(ctx(Error::format(format!("unsupported GGUF version {version}"))));
         }
         let n_tensors = c.count("tensor", 24).map_err(ctx)?;
         let n_kv = c.count("metadata", 12).map_err(ctx)?;
@@ -338,9 +314,7 @@ impl GgufFile {
             let name = c.string().map_err(ctx)?;
             let n_dims = c.u32().map_err(ctx)?;
             if n_dims == 0 || n_dims > 4 {
-                return Err(ctx(Error::format(format!(
-                    "tensor {name} has {n_dims} dimensions"
-                ))));
+                return Err(ctx(Error::format(format!("tensor {name} has {n_dims} dimensions"))));
             }
             let mut dims = Vec::with_capacity(n_dims as usize);
             for _ in 0..n_dims {
@@ -349,9 +323,7 @@ impl GgufFile {
             let ty = c.u32().map_err(ctx)?;
             let offset = c.u64().map_err(ctx)?;
             let dtype = DType::from_ggml(ty).ok_or_else(|| {
-                ctx(Error::Unsupported(format!(
-                    "tensor {name} has unknown or unsupported type id {ty}"
-                )))
+                ctx(Error::Unsupported(format!("tensor {name} has unknown or unsupported type id {ty}")))
             })?;
             raw.push((name, dims, dtype, offset));
         }
@@ -363,23 +335,16 @@ impl GgufFile {
             let n: u64 = dims
                 .iter()
                 .try_fold(1u64, |a, &d| a.checked_mul(d))
-                .ok_or_else(|| {
-                    ctx(Error::format(format!(
-                        "tensor {name} has absurd dimensions {dims:?}"
-                    )))
-                })?;
+                .ok_or_else(|| ctx(Error::format(format!("tensor {name} has absurd dimensions {dims:?}"))))?;
             if dims[0] % dtype.block_size() as u64 != 0 {
                 return Err(ctx(Error::format(format!(
                     "tensor {name}: row length {} is not a multiple of the {dtype} block size",
                     dims[0]
                 ))));
             }
-            let n_bytes = dtype
-                .bytes_for(n)
-                .ok_or_else(|| ctx(Error::format(format!("tensor {name} size overflows"))))?;
-            let offset = data_start
-                .checked_add(rel)
-                .filter(|o| o % alignment == 0 || rel % alignment == 0);
+            let n_bytes =
+                dtype.bytes_for(n).ok_or_else(|| ctx(Error::format(format!("tensor {name} size overflows"))))?;
+            let offset = data_start.checked_add(rel).filter(|o| o % alignment == 0 || rel % alignment == 0);
             let end = offset.and_then(|o| o.checked_add(n_bytes));
             match (offset, end) {
                 (Some(o), Some(e)) if e <= file_len => {
@@ -393,15 +358,7 @@ impl GgufFile {
                 }
             }
         }
-        Ok(GgufFile {
-            path: path.to_path_buf(),
-            version,
-            metadata,
-            meta_index,
-            tensors,
-            tensor_index,
-            mmap,
-        })
+        Ok(GgufFile { path: path.to_path_buf(), version, metadata, meta_index, tensors, tensor_index, mmap })
     }
 
     pub fn get(&self, key: &str) -> Option<&MetaValue> {

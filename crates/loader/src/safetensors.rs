@@ -94,10 +94,7 @@ impl SafeTensors {
 
     /// The tensor's bytes; empty for a tensor that does not belong to this checkpoint.
     pub fn data(&self, t: &StTensor) -> &[u8] {
-        self.maps
-            .get(t.file)
-            .and_then(|m| m.get(t.start..t.end))
-            .unwrap_or(&[])
+        self.maps.get(t.file).and_then(|m| m.get(t.start..t.end)).unwrap_or(&[])
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
@@ -112,8 +109,7 @@ impl SafeTensors {
     fn open_index(dir: &Path, index: &Path) -> Result<SafeTensors> {
         let bad = |msg: String| Error::format(format!("{}: {msg}", index.display()));
         let text = std::fs::read_to_string(index).map_err(|e| Error::io(index, e))?;
-        let json: Json =
-            serde_json::from_str(&text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
+        let json: Json = serde_json::from_str(&text).map_err(|e| bad(format!("invalid JSON: {e}")))?;
         let Some(map) = json.get("weight_map").and_then(Json::as_object) else {
             return Err(bad("no \"weight_map\" object".into()));
         };
@@ -122,16 +118,11 @@ impl SafeTensors {
         let mut shards: BTreeMap<&str, Vec<String>> = BTreeMap::new();
         for (name, file) in map {
             let Some(file) = file.as_str() else {
-                return Err(bad(format!(
-                    "weight_map entry for '{name}' is not a file name"
-                )));
+                return Err(bad(format!("weight_map entry for '{name}' is not a file name")));
             };
             // Shards must sit in the model directory itself.
             let mut parts = Path::new(file).components();
-            if !matches!(
-                (parts.next(), parts.next()),
-                (Some(Component::Normal(_)), None)
-            ) {
+            if !matches!((parts.next(), parts.next()), (Some(Component::Normal(_)), None)) {
                 return Err(bad(format!("shard name '{file}' is not a plain file name")));
             }
             shards.entry(file).or_default().push(name.clone());
@@ -139,10 +130,7 @@ impl SafeTensors {
         if shards.is_empty() {
             return Err(bad("weight_map is empty".into()));
         }
-        let files = shards
-            .into_iter()
-            .map(|(file, names)| (dir.join(file), Some(names)))
-            .collect();
+        let files = shards.into_iter().map(|(file, names)| (dir.join(file), Some(names))).collect();
         Self::open_files(files)
     }
 
@@ -155,8 +143,7 @@ impl SafeTensors {
             let map = map_file(&path)?;
             let parsed = parse(&path, &map, file_idx)?;
             for name in must_hold.iter().flatten() {
-                let found =
-                    parsed.skipped.contains(name) || parsed.tensors.iter().any(|t| &t.name == name);
+                let found = parsed.skipped.contains(name) || parsed.tensors.iter().any(|t| &t.name == name);
                 if !found {
                     return Err(Error::format(format!(
                         "{}: the index places tensor '{name}' here but the file has no such tensor",
@@ -176,11 +163,7 @@ impl SafeTensors {
             }
             maps.push(map);
         }
-        Ok(SafeTensors {
-            maps,
-            tensors,
-            by_name,
-        })
+        Ok(SafeTensors { maps, tensors, by_name })
     }
 }
 
@@ -188,10 +171,7 @@ fn map_file(path: &Path) -> Result<Arc<Mmap>> {
     let file = File::open(path).map_err(|e| Error::io(path, e))?;
     let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
     if len < 8 {
-        return Err(Error::format(format!(
-            "{}: {len} bytes is too short for a safetensors file",
-            path.display()
-        )));
+        return Err(Error::format(format!("{}: {len} bytes is too short for a safetensors file", path.display())));
     }
     // SAFETY: the file is opened read-only and we never write through the map;
     // a model file changing underneath a running process is not supported.
@@ -217,28 +197,19 @@ fn parse(path: &Path, bytes: &[u8], file: usize) -> Result<ParsedFile> {
         .ok_or_else(|| bad("too short for a safetensors header".into()))?;
     let header_len = u64::from_le_bytes(len_bytes);
     if header_len > MAX_HEADER_BYTES {
-        return Err(bad(format!(
-            "header length {header_len} is implausible; not a safetensors file?"
-        )));
+        return Err(bad(format!("header length {header_len} is implausible; not a safetensors file?")));
     }
     let data_start = 8 + header_len as usize;
     let Some(header) = bytes.get(8..data_start) else {
-        return Err(bad(format!(
-            "header length {header_len} runs past the end of the file ({} bytes)",
-            bytes.len()
-        )));
+        return Err(bad(format!("header length {header_len} runs past the end of the file ({} bytes)", bytes.len())));
     };
     let data_len = bytes.len() - data_start;
-    let json: Json = serde_json::from_slice(header)
-        .map_err(|e| bad(format!("header is not valid JSON: {e}")))?;
+    let json: Json = serde_json::from_slice(header).map_err(|e| bad(format!("header is not valid JSON: {e}")))?;
     let Json::Object(entries) = json else {
         return Err(bad("header is not a JSON object".into()));
     };
 
-    let mut parsed = ParsedFile {
-        tensors: Vec::with_capacity(entries.len()),
-        skipped: HashSet::new(),
-    };
+    let mut parsed = ParsedFile { tensors: Vec::with_capacity(entries.len()), skipped: HashSet::new() };
     for (name, entry) in entries {
         if name == "__metadata__" {
             continue;
@@ -254,10 +225,7 @@ fn parse(path: &Path, bytes: &[u8], file: usize) -> Result<ParsedFile> {
             parsed.skipped.insert(name);
             continue;
         };
-        let n = info
-            .shape
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+        let n = info.shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
         let want = n.and_then(|n| dtype.bytes_for(n));
         if want != Some(info.end - info.start) {
             return Err(bad(format!(
@@ -290,10 +258,7 @@ struct EntryInfo {
 }
 
 fn entry_info(entry: &Json) -> std::result::Result<EntryInfo, String> {
-    let dtype = entry
-        .get("dtype")
-        .and_then(Json::as_str)
-        .ok_or("missing string \"dtype\"")?;
+    let dtype = entry.get("dtype").and_then(Json::as_str).ok_or("missing string \"dtype\"")?;
     let shape = entry
         .get("shape")
         .and_then(Json::as_array)
@@ -302,22 +267,14 @@ fn entry_info(entry: &Json) -> std::result::Result<EntryInfo, String> {
         .map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok()))
         .collect::<Option<Vec<usize>>>()
         .ok_or("\"shape\" must hold non-negative integers")?;
-    let offsets = entry
-        .get("data_offsets")
-        .and_then(Json::as_array)
-        .ok_or("missing array \"data_offsets\"")?;
+    let offsets = entry.get("data_offsets").and_then(Json::as_array).ok_or("missing array \"data_offsets\"")?;
     let [start, end] = &offsets[..] else {
         return Err("\"data_offsets\" must hold two integers".into());
     };
     let (Some(start), Some(end)) = (start.as_u64(), end.as_u64()) else {
         return Err("\"data_offsets\" must hold two non-negative integers".into());
     };
-    Ok(EntryInfo {
-        dtype: dtype.to_string(),
-        shape,
-        start,
-        end,
-    })
+    Ok(EntryInfo { dtype: dtype.to_string(), shape, start, end })
 }
 
 #[cfg(test)]
@@ -331,8 +288,7 @@ mod tests {
         fn new(tag: &str) -> TempDir {
             static N: AtomicUsize = AtomicUsize::new(0);
             let n = N.fetch_add(1, Ordering::Relaxed);
-            let dir =
-                std::env::temp_dir().join(format!("ferrite-st-{}-{tag}-{n}", std::process::id()));
+            let dir = std::env::temp_dir().join(format!("ferrite-st-{}-{tag}-{n}", std::process::id()));
             let _ = std::fs::remove_dir_all(&dir);
             std::fs::create_dir_all(&dir).unwrap();
             TempDir(dir)
@@ -396,25 +352,16 @@ mod tests {
         let names: Vec<&str> = st.names().collect();
         assert_eq!(names, ["w", "h", "b", "s"]);
         let w = st.tensor("w").unwrap();
-        assert_eq!(
-            (w.dtype, w.shape.clone(), w.file, w.n_elements()),
-            (DType::F32, vec![2, 2], 0, 4)
-        );
+        assert_eq!((w.dtype, w.shape.clone(), w.file, w.n_elements()), (DType::F32, vec![2, 2], 0, 4));
         assert_eq!(st.data(w), &f32_bytes(&[1.0, 2.0, 3.0, 4.0])[..]);
-        assert_eq!(
-            st.data(st.tensor("h").unwrap()),
-            &[0, 0x3c, 0, 0x40, 0, 0x42]
-        );
+        assert_eq!(st.data(st.tensor("h").unwrap()), &[0, 0x3c, 0, 0x40, 0, 0x42]);
         assert_eq!(st.tensor("b").unwrap().dtype, DType::BF16);
         assert_eq!(st.data(st.tensor("s").unwrap()), &f32_bytes(&[7.5])[..]);
         assert!(st.tensor("position_ids").is_none() && st.tensor("odd").is_none());
         assert!(st.tensor("__metadata__").is_none());
         assert_eq!(st.mmaps().len(), 1);
         // A tensor from elsewhere yields no bytes rather than a panic.
-        let stray = StTensor {
-            file: 9,
-            ..w.clone()
-        };
+        let stray = StTensor { file: 9, ..w.clone() };
         assert!(st.data(&stray).is_empty());
     }
 
@@ -443,45 +390,18 @@ mod tests {
 
         let entry = |e: &str| with_header(&format!("{{\"t\": {e}}}"), &[0; 8]);
         let cases = [
-            (
-                r#"{"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}"#,
-                "outside",
-            ),
-            (
-                r#"{"dtype": "F32", "shape": [4], "data_offsets": [8, 4]}"#,
-                "outside",
-            ),
-            (
-                r#"{"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}"#,
-                "needs 12 bytes",
-            ),
-            (
-                r#"{"dtype": "F16", "shape": [1, 99999999999, 99999999999], "data_offsets": [0, 8]}"#,
-                "needs",
-            ),
-            (
-                r#"{"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}"#,
-                "non-negative",
-            ),
-            (
-                r#"{"dtype": "F32", "shape": [2.5], "data_offsets": [0, 8]}"#,
-                "non-negative",
-            ),
+            (r#"{"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}"#, "outside"),
+            (r#"{"dtype": "F32", "shape": [4], "data_offsets": [8, 4]}"#, "outside"),
+            (r#"{"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}"#, "needs 12 bytes"),
+            (r#"{"dtype": "F16", "shape": [1, 99999999999, 99999999999], "data_offsets": [0, 8]}"#, "needs"),
+            (r#"{"dtype": "F32", "shape": [-2], "data_offsets": [0, 8]}"#, "non-negative"),
+            (r#"{"dtype": "F32", "shape": [2.5], "data_offsets": [0, 8]}"#, "non-negative"),
             (r#"{"shape": [2], "data_offsets": [0, 8]}"#, "dtype"),
             (r#"{"dtype": "F32", "data_offsets": [0, 8]}"#, "shape"),
             (r#"{"dtype": "F32", "shape": [2]}"#, "data_offsets"),
-            (
-                r#"{"dtype": "F32", "shape": [2], "data_offsets": [0]}"#,
-                "two integers",
-            ),
-            (
-                r#"{"dtype": "F32", "shape": [2], "data_offsets": [0, "8"]}"#,
-                "two non-negative",
-            ),
-            (
-                r#"{"dtype": "I64", "shape": [2], "data_offsets": [0, 80]}"#,
-                "outside",
-            ),
+            (r#"{"dtype": "F32", "shape": [2], "data_offsets": [0]}"#, "two integers"),
+            (r#"{"dtype": "F32", "shape": [2], "data_offsets": [0, "8"]}"#, "two non-negative"),
+            (r#"{"dtype": "I64", "shape": [2], "data_offsets": [0, 80]}"#, "outside"),
             ("7", "dtype"),
         ];
         for (e, want) in cases {
@@ -496,10 +416,7 @@ mod tests {
         let dir = TempDir::new("fuzz");
         for cut in 0..good.len() {
             let path = dir.write("t.safetensors", &good[..cut]);
-            assert!(
-                SafeTensors::open_file(&path).is_err(),
-                "truncated at {cut} accepted"
-            );
+            assert!(SafeTensors::open_file(&path).is_err(), "truncated at {cut} accepted");
         }
         let mut seed = 0x2545_f491_4f6c_dd1du64;
         for _ in 0..300 {
@@ -533,25 +450,13 @@ mod tests {
     #[test]
     fn directory_without_index_takes_all_files() {
         let dir = TempDir::new("loose");
-        assert!(matches!(
-            SafeTensors::open_dir(&dir.0),
-            Err(Error::Format(_))
-        ));
-        dir.write(
-            "b.safetensors",
-            &build(&[("y", "F32", &[1], &f32_bytes(&[2.0]))]),
-        );
-        dir.write(
-            "a.safetensors",
-            &build(&[("x", "F32", &[1], &f32_bytes(&[1.0]))]),
-        );
+        assert!(matches!(SafeTensors::open_dir(&dir.0), Err(Error::Format(_))));
+        dir.write("b.safetensors", &build(&[("y", "F32", &[1], &f32_bytes(&[2.0]))]));
+        dir.write("a.safetensors", &build(&[("x", "F32", &[1], &f32_bytes(&[1.0]))]));
         let st = SafeTensors::open_dir(&dir.0).unwrap();
         assert_eq!(st.names().collect::<Vec<_>>(), ["x", "y"]);
         assert_eq!(st.tensor("y").unwrap().file, 1);
-        dir.write(
-            "c.safetensors",
-            &build(&[("x", "F32", &[1], &f32_bytes(&[3.0]))]),
-        );
+        dir.write("c.safetensors", &build(&[("x", "F32", &[1], &f32_bytes(&[3.0]))]));
         let err = SafeTensors::open_dir(&dir.0).err().unwrap().to_string();
         assert!(err.contains("also in an earlier file"), "{err}");
         assert!(SafeTensors::open_dir(&dir.0.join("missing")).is_err());
@@ -562,17 +467,10 @@ mod tests {
         let dir = TempDir::new("shards");
         dir.write(
             "model-00001-of-00002.safetensors",
-            &build(&[
-                ("a", "F32", &[2], &f32_bytes(&[1.0, 2.0])),
-                ("ids", "I64", &[1], &[0; 8]),
-            ]),
+            &build(&[("a", "F32", &[2], &f32_bytes(&[1.0, 2.0])), ("ids", "I64", &[1], &[0; 8])]),
         );
-        dir.write(
-            "model-00002-of-00002.safetensors",
-            &build(&[("b", "F16", &[1], &[0, 0x3c])]),
-        );
-        let index =
-            |map: &str| format!(r#"{{"metadata": {{"total_size": 10}}, "weight_map": {map}}}"#);
+        dir.write("model-00002-of-00002.safetensors", &build(&[("b", "F16", &[1], &[0, 0x3c])]));
+        let index = |map: &str| format!(r#"{{"metadata": {{"total_size": 10}}, "weight_map": {map}}}"#);
         let ok = r#"{"a": "model-00001-of-00002.safetensors", "ids": "model-00001-of-00002.safetensors",
                      "b": "model-00002-of-00002.safetensors"}"#;
         dir.write(INDEX_FILE, index(ok).as_bytes());
@@ -590,28 +488,13 @@ mod tests {
 
         let missing = r#"{"a": "model-00009-of-00009.safetensors"}"#;
         dir.write(INDEX_FILE, index(missing).as_bytes());
-        assert!(matches!(
-            SafeTensors::open_dir(&dir.0),
-            Err(Error::Io { .. })
-        ));
+        assert!(matches!(SafeTensors::open_dir(&dir.0), Err(Error::Io { .. })));
 
-        for bad in [
-            r#"{"a": "../x.safetensors"}"#,
-            r#"{"a": "/etc/passwd"}"#,
-            r#"{"a": 3}"#,
-            "{}",
-            "[]",
-        ] {
+        for bad in [r#"{"a": "../x.safetensors"}"#, r#"{"a": "/etc/passwd"}"#, r#"{"a": 3}"#, "{}", "[]"] {
             dir.write(INDEX_FILE, index(bad).as_bytes());
-            assert!(
-                matches!(SafeTensors::open_dir(&dir.0), Err(Error::Format(_))),
-                "{bad}"
-            );
+            assert!(matches!(SafeTensors::open_dir(&dir.0), Err(Error::Format(_))), "{bad}");
         }
         dir.write(INDEX_FILE, b"{ nope");
-        assert!(matches!(
-            SafeTensors::open_dir(&dir.0),
-            Err(Error::Format(_))
-        ));
+        assert!(matches!(SafeTensors::open_dir(&dir.0), Err(Error::Format(_))));
     }
 }

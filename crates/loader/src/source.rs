@@ -68,15 +68,9 @@ impl Roots {
             .or_else(|| get("HUGGINGFACE_HUB_CACHE"))
             .or_else(|| get("HF_HOME").map(|h| h.join("hub")))
             .unwrap_or_else(|| {
-                get("XDG_CACHE_HOME")
-                    .unwrap_or_else(|| home.join(".cache"))
-                    .join("huggingface")
-                    .join("hub")
+                get("XDG_CACHE_HOME").unwrap_or_else(|| home.join(".cache")).join("huggingface").join("hub")
             });
-        Roots {
-            models_dir: ferrite_home.join("models"),
-            hf_hub,
-        }
+        Roots { models_dir: ferrite_home.join("models"), hf_hub }
     }
 }
 
@@ -114,10 +108,7 @@ fn resolve_in(arg: &str, roots: &Roots) -> Result<ModelSource> {
             tried.push(candidate.display().to_string());
         }
     }
-    Err(Error::InvalidInput(format!(
-        "model '{arg}' not found; tried {}",
-        tried.join(", ")
-    )))
+    Err(Error::InvalidInput(format!("model '{arg}' not found; tried {}", tried.join(", "))))
 }
 
 /// An existing file or directory.
@@ -126,10 +117,7 @@ fn from_path(path: &Path) -> Result<ModelSource> {
     if meta.is_dir() {
         return from_dir(path);
     }
-    let ext = path
-        .extension()
-        .and_then(|e| e.to_str())
-        .map(str::to_ascii_lowercase);
+    let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     match ext.as_deref() {
         Some("gguf") => Ok(ModelSource::Gguf(path.to_path_buf())),
         Some("safetensors") | Some("json") => {
@@ -147,10 +135,7 @@ fn from_path(path: &Path) -> Result<ModelSource> {
             }
         }
         _ if has_gguf_magic(path) => Ok(ModelSource::Gguf(path.to_path_buf())),
-        _ => Err(Error::Unsupported(format!(
-            "{}: not a .gguf or .safetensors model file",
-            path.display()
-        ))),
+        _ => Err(Error::Unsupported(format!("{}: not a .gguf or .safetensors model file", path.display()))),
     }
 }
 
@@ -173,11 +158,7 @@ fn from_dir(dir: &Path) -> Result<ModelSource> {
         many => Err(Error::InvalidInput(format!(
             "{}: several .gguf files ({}); name the one to use",
             dir.display(),
-            many.iter()
-                .filter_map(|p| p.file_name())
-                .map(|n| n.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(", ")
+            many.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy()).collect::<Vec<_>>().join(", ")
         ))),
     }
 }
@@ -186,11 +167,7 @@ fn gguf_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let mut out: Vec<PathBuf> = fs::read_dir(dir)
         .map_err(|e| Error::io(dir, e))?
         .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| {
-            p.is_file()
-                && p.extension()
-                    .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
-        })
+        .filter(|p| p.is_file() && p.extension().is_some_and(|e| e.eq_ignore_ascii_case("gguf")))
         .collect();
     out.sort();
     Ok(out)
@@ -198,10 +175,7 @@ fn gguf_files(dir: &Path) -> Result<Vec<PathBuf>> {
 
 fn has_gguf_magic(path: &Path) -> bool {
     let mut magic = [0u8; 4];
-    fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut magic))
-        .is_ok()
-        && &magic == b"GGUF"
+    fs::File::open(path).and_then(|mut f| f.read_exact(&mut magic)).is_ok() && &magic == b"GGUF"
 }
 
 /// `snapshots/<hash>` of a Hugging Face cache repo folder: the commit `refs/main`
@@ -219,9 +193,9 @@ fn snapshot_dir(repo_dir: &Path) -> Result<PathBuf> {
         .filter_map(|e| e.ok())
         .filter(|e| e.path().is_dir())
         .max_by_key(|e| (e.metadata().and_then(|m| m.modified()).ok(), e.file_name()));
-    newest.map(|e| e.path()).ok_or_else(|| {
-        Error::InvalidInput(format!("{}: no downloaded snapshot", snapshots.display()))
-    })
+    newest
+        .map(|e| e.path())
+        .ok_or_else(|| Error::InvalidInput(format!("{}: no downloaded snapshot", snapshots.display())))
 }
 
 /// `org/name` or `org/name/path/in/repo`, with names as the Hub allows them.
@@ -240,8 +214,7 @@ impl RepoId {
         let valid = |s: &str| {
             !s.is_empty()
                 && !s.starts_with(['.', '-'])
-                && s.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+                && s.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
         };
         if !valid(org) || !valid(name) {
             return None;
@@ -250,11 +223,7 @@ impl RepoId {
         if rest.iter().any(|p| !is_plain_name(p)) {
             return None;
         }
-        Some(RepoId {
-            org: org.into(),
-            name: name.into(),
-            file: (!rest.is_empty()).then(|| rest.iter().collect()),
-        })
+        Some(RepoId { org: org.into(), name: name.into(), file: (!rest.is_empty()).then(|| rest.iter().collect()) })
     }
 
     fn cache_dir_name(&self) -> String {
@@ -304,16 +273,8 @@ fn list_in(roots: &Roots) -> Result<Vec<ModelEntry>> {
         let files = gguf_files(&snapshot).unwrap_or_default();
         let single = files.len() == 1;
         for file in files {
-            let file_name = file
-                .file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned();
-            let name = if single {
-                repo_name.clone()
-            } else {
-                format!("{repo_name}/{file_name}")
-            };
+            let file_name = file.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            let name = if single { repo_name.clone() } else { format!("{repo_name}/{file_name}") };
             out.push(gguf_entry(name, file));
         }
     }
@@ -338,12 +299,7 @@ fn sorted_entries(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
 
 fn gguf_entry(name: String, path: PathBuf) -> ModelEntry {
     let bytes = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-    ModelEntry {
-        name,
-        path,
-        bytes,
-        format: "gguf",
-    }
+    ModelEntry { name, path, bytes, format: "gguf" }
 }
 
 /// A model directory as a list entry; `None` when it holds no model.
@@ -392,8 +348,7 @@ mod tests {
         fn new(tag: &str) -> TempDir {
             static N: AtomicUsize = AtomicUsize::new(0);
             let n = N.fetch_add(1, Ordering::Relaxed);
-            let dir =
-                std::env::temp_dir().join(format!("ferrite-src-{}-{tag}-{n}", std::process::id()));
+            let dir = std::env::temp_dir().join(format!("ferrite-src-{}-{tag}-{n}", std::process::id()));
             let _ = fs::remove_dir_all(&dir);
             fs::create_dir_all(&dir).unwrap();
             TempDir(dir)
@@ -405,10 +360,7 @@ mod tests {
             path
         }
         fn roots(&self) -> Roots {
-            Roots {
-                models_dir: self.0.join("models"),
-                hf_hub: self.0.join("hub"),
-            }
+            Roots { models_dir: self.0.join("models"), hf_hub: self.0.join("hub") }
         }
     }
 
@@ -425,30 +377,17 @@ mod tests {
     #[test]
     fn roots_follow_huggingface_hub_rules() {
         let vars = |pairs: &'static [(&'static str, &'static str)]| {
-            Roots::from_vars(move |k| {
-                pairs
-                    .iter()
-                    .find(|(key, _)| *key == k)
-                    .map(|(_, v)| v.into())
-            })
+            Roots::from_vars(move |k| pairs.iter().find(|(key, _)| *key == k).map(|(_, v)| v.into()))
         };
         let r = vars(&[("HOME", "/h")]);
         assert_eq!(r.models_dir, Path::new("/h/.ferrite/models"));
         assert_eq!(r.hf_hub, Path::new("/h/.cache/huggingface/hub"));
-        let r = vars(&[
-            ("HOME", "/h"),
-            ("FERRITE_HOME", "/f"),
-            ("XDG_CACHE_HOME", "/x"),
-        ]);
+        let r = vars(&[("HOME", "/h"), ("FERRITE_HOME", "/f"), ("XDG_CACHE_HOME", "/x")]);
         assert_eq!(r.models_dir, Path::new("/f/models"));
         assert_eq!(r.hf_hub, Path::new("/x/huggingface/hub"));
         let r = vars(&[("HOME", "/h"), ("HF_HOME", "/hf"), ("XDG_CACHE_HOME", "/x")]);
         assert_eq!(r.hf_hub, Path::new("/hf/hub"));
-        let r = vars(&[
-            ("HF_HOME", "/hf"),
-            ("HF_HUB_CACHE", "/cache"),
-            ("FERRITE_HOME", ""),
-        ]);
+        let r = vars(&[("HF_HOME", "/hf"), ("HF_HUB_CACHE", "/cache"), ("FERRITE_HOME", "")]);
         assert_eq!(r.hf_hub, Path::new("/cache"));
         assert_eq!(r.models_dir, Path::new("./.ferrite/models"));
         let r = vars(&[("HUGGINGFACE_HUB_CACHE", "/legacy"), ("HF_HOME", "/hf")]);
@@ -460,61 +399,29 @@ mod tests {
         let t = TempDir::new("paths");
         let roots = t.roots();
         let gguf = t.file("a/model.gguf", b"GGUF....");
-        assert_eq!(
-            resolve_in(s(&gguf), &roots).unwrap(),
-            ModelSource::Gguf(gguf.clone())
-        );
+        assert_eq!(resolve_in(s(&gguf), &roots).unwrap(), ModelSource::Gguf(gguf.clone()));
         // A single .gguf in a folder stands for the folder.
-        assert_eq!(
-            resolve_in(s(&t.0.join("a")), &roots).unwrap(),
-            ModelSource::Gguf(gguf)
-        );
+        assert_eq!(resolve_in(s(&t.0.join("a")), &roots).unwrap(), ModelSource::Gguf(gguf));
         let renamed = t.file("b/model.bin", b"GGUF\x03\0\0\0");
-        assert_eq!(
-            resolve_in(s(&renamed), &roots).unwrap(),
-            ModelSource::Gguf(renamed)
-        );
+        assert_eq!(resolve_in(s(&renamed), &roots).unwrap(), ModelSource::Gguf(renamed));
 
         let hf = t.0.join("hf");
         let st = t.file("hf/model.safetensors", b"");
-        assert!(matches!(
-            resolve_in(s(&st), &roots),
-            Err(Error::InvalidInput(_))
-        ));
+        assert!(matches!(resolve_in(s(&st), &roots), Err(Error::InvalidInput(_))));
         t.file("hf/config.json", b"{}");
-        assert_eq!(
-            resolve_in(s(&hf), &roots).unwrap(),
-            ModelSource::HfDir(hf.clone())
-        );
-        assert_eq!(
-            resolve_in(s(&st), &roots).unwrap(),
-            ModelSource::HfDir(hf.clone())
-        );
-        assert_eq!(
-            resolve_in(s(&hf.join("config.json")), &roots).unwrap(),
-            ModelSource::HfDir(hf)
-        );
+        assert_eq!(resolve_in(s(&hf), &roots).unwrap(), ModelSource::HfDir(hf.clone()));
+        assert_eq!(resolve_in(s(&st), &roots).unwrap(), ModelSource::HfDir(hf.clone()));
+        assert_eq!(resolve_in(s(&hf.join("config.json")), &roots).unwrap(), ModelSource::HfDir(hf));
 
         t.file("two/x.gguf", b"GGUF");
         t.file("two/y.gguf", b"GGUF");
-        let err = resolve_in(s(&t.0.join("two")), &roots)
-            .unwrap_err()
-            .to_string();
+        let err = resolve_in(s(&t.0.join("two")), &roots).unwrap_err().to_string();
         assert!(err.contains("x.gguf, y.gguf"), "{err}");
         fs::create_dir_all(t.0.join("empty")).unwrap();
-        assert!(matches!(
-            resolve_in(s(&t.0.join("empty")), &roots),
-            Err(Error::InvalidInput(_))
-        ));
+        assert!(matches!(resolve_in(s(&t.0.join("empty")), &roots), Err(Error::InvalidInput(_))));
         let txt = t.file("notes.txt", b"hello");
-        assert!(matches!(
-            resolve_in(s(&txt), &roots),
-            Err(Error::Unsupported(_))
-        ));
-        assert!(matches!(
-            resolve_in("  ", &roots),
-            Err(Error::InvalidInput(_))
-        ));
+        assert!(matches!(resolve_in(s(&txt), &roots), Err(Error::Unsupported(_))));
+        assert!(matches!(resolve_in("  ", &roots), Err(Error::InvalidInput(_))));
     }
 
     #[test]
@@ -524,27 +431,15 @@ mod tests {
         let gguf = t.file("models/smol.gguf", b"GGUF");
         t.file("models/minilm/config.json", b"{}");
         t.file("models/minilm/model.safetensors", b"12345678");
-        assert_eq!(
-            resolve_in("smol", &roots).unwrap(),
-            ModelSource::Gguf(gguf.clone())
-        );
-        assert_eq!(
-            resolve_in("smol.gguf", &roots).unwrap(),
-            ModelSource::Gguf(gguf)
-        );
+        assert_eq!(resolve_in("smol", &roots).unwrap(), ModelSource::Gguf(gguf.clone()));
+        assert_eq!(resolve_in("smol.gguf", &roots).unwrap(), ModelSource::Gguf(gguf));
         let minilm = roots.models_dir.join("minilm");
-        assert_eq!(
-            resolve_in("minilm", &roots).unwrap(),
-            ModelSource::HfDir(minilm)
-        );
+        assert_eq!(resolve_in("minilm", &roots).unwrap(), ModelSource::HfDir(minilm));
 
         let err = resolve_in("nothing", &roots).unwrap_err();
         let msg = err.to_string();
         assert!(matches!(err, Error::InvalidInput(_)));
-        assert!(
-            msg.contains("nothing.gguf") && msg.contains("path nothing"),
-            "{msg}"
-        );
+        assert!(msg.contains("nothing.gguf") && msg.contains("path nothing"), "{msg}");
     }
 
     #[test]
@@ -554,51 +449,30 @@ mod tests {
         let repo = t.0.join("hub/models--org--tiny");
         t.file("hub/models--org--tiny/snapshots/old/config.json", b"{}");
         t.file("hub/models--org--tiny/snapshots/abc123/config.json", b"{}");
-        t.file(
-            "hub/models--org--tiny/snapshots/abc123/model.safetensors",
-            b"1234",
-        );
+        t.file("hub/models--org--tiny/snapshots/abc123/model.safetensors", b"1234");
         t.file("hub/models--org--tiny/refs/main", b"abc123\n");
         let snap = repo.join("snapshots/abc123");
-        assert_eq!(
-            resolve_in("org/tiny", &roots).unwrap(),
-            ModelSource::HfDir(snap.clone())
-        );
+        assert_eq!(resolve_in("org/tiny", &roots).unwrap(), ModelSource::HfDir(snap.clone()));
         // The cache folder itself works as a path too.
-        assert_eq!(
-            resolve_in(s(&repo), &roots).unwrap(),
-            ModelSource::HfDir(snap)
-        );
+        assert_eq!(resolve_in(s(&repo), &roots).unwrap(), ModelSource::HfDir(snap));
 
         // Without refs/main: the only snapshot.
-        t.file(
-            "hub/models--org--q-GGUF/snapshots/h1/m-Q4_K_M.gguf",
-            b"GGUF",
-        );
+        t.file("hub/models--org--q-GGUF/snapshots/h1/m-Q4_K_M.gguf", b"GGUF");
         t.file("hub/models--org--q-GGUF/snapshots/h1/m-Q8_0.gguf", b"GGUF");
         let err = resolve_in("org/q-GGUF", &roots).unwrap_err().to_string();
         assert!(err.contains("m-Q4_K_M.gguf, m-Q8_0.gguf"), "{err}");
         let q8 = t.0.join("hub/models--org--q-GGUF/snapshots/h1/m-Q8_0.gguf");
-        assert_eq!(
-            resolve_in("org/q-GGUF/m-Q8_0.gguf", &roots).unwrap(),
-            ModelSource::Gguf(q8)
-        );
+        assert_eq!(resolve_in("org/q-GGUF/m-Q8_0.gguf", &roots).unwrap(), ModelSource::Gguf(q8));
 
         let err = resolve_in("org/absent", &roots).unwrap_err().to_string();
         assert!(err.contains("models--org--absent"), "{err}");
         assert!(RepoId::parse("org/../x").is_none());
         assert!(RepoId::parse("/abs/path").is_none());
         assert!(RepoId::parse("org/").is_none());
-        assert_eq!(
-            RepoId::parse("a/b/c/d.gguf").unwrap().file,
-            Some(PathBuf::from("c/d.gguf"))
-        );
+        assert_eq!(RepoId::parse("a/b/c/d.gguf").unwrap().file, Some(PathBuf::from("c/d.gguf")));
 
         fs::create_dir_all(t.0.join("hub/models--org--none/snapshots")).unwrap();
-        assert!(resolve_in("org/none", &roots)
-            .unwrap_err()
-            .to_string()
-            .contains("no downloaded snapshot"));
+        assert!(resolve_in("org/none", &roots).unwrap_err().to_string().contains("no downloaded snapshot"));
     }
 
     #[test]
@@ -619,11 +493,8 @@ mod tests {
         t.file("hub/models--org--g/snapshots/h/y.gguf", &[0; 6]);
         t.file("hub/datasets--org--d/snapshots/h/data.json", b"{}");
 
-        let got: Vec<(String, u64, &str)> = list_in(&roots)
-            .unwrap()
-            .into_iter()
-            .map(|e| (e.name, e.bytes, e.format))
-            .collect();
+        let got: Vec<(String, u64, &str)> =
+            list_in(&roots).unwrap().into_iter().map(|e| (e.name, e.bytes, e.format)).collect();
         let want = [
             ("a", 15, "safetensors"),
             ("b", 10, "gguf"),
@@ -632,10 +503,7 @@ mod tests {
             ("org/g/y.gguf", 6, "gguf"),
             ("org/tiny", 2, "hf"),
         ];
-        let want: Vec<(String, u64, &str)> = want
-            .iter()
-            .map(|(n, b, f)| (n.to_string(), *b, *f))
-            .collect();
+        let want: Vec<(String, u64, &str)> = want.iter().map(|(n, b, f)| (n.to_string(), *b, *f)).collect();
         assert_eq!(got, want);
         // Every listed name resolves back.
         for entry in list_in(&roots).unwrap() {

@@ -37,10 +37,7 @@ fn chat_templates_match_python_jinja2() {
         .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .collect();
     paths.sort();
-    assert!(
-        paths.len() >= 5,
-        "expected the golden fixtures, found {paths:?}"
-    );
+    assert!(paths.len() >= 5, "expected the golden fixtures, found {paths:?}");
 
     let mut failures = Vec::new();
     let mut checked = 0;
@@ -56,21 +53,14 @@ fn chat_templates_match_python_jinja2() {
             match (&case.expected, &case.expected_error, got) {
                 (Some(want), _, Ok(got)) if *want == got => {}
                 (_, Some(want), Err(Error::Template(msg))) if *want == msg => {}
-                (Some(want), _, Ok(got)) => {
-                    failures.push(format!("{id}: {}", first_difference(want, &got)))
+                (Some(want), _, Ok(got)) => failures.push(format!("{id}: {}", first_difference(want, &got))),
+                (want, want_err, got) => {
+                    failures.push(format!("{id}:\n  want: {want:?} {want_err:?}\n  got:  {got:?}"))
                 }
-                (want, want_err, got) => failures.push(format!(
-                    "{id}:\n  want: {want:?} {want_err:?}\n  got:  {got:?}"
-                )),
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {checked} cases differ:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of {checked} cases differ:\n{}", failures.len(), failures.join("\n"));
 }
 
 /// Where two renderings part, with a little context, so a failure stays readable.
@@ -81,21 +71,7 @@ fn first_difference(want: &str, got: &str) -> String {
         .find(|((_, a), b)| a != b)
         .map(|((i, _), _)| i)
         .unwrap_or(want.len().min(got.len()));
-    let from = want[..at]
-        .char_indices()
-        .rev()
-        .nth(40)
-        .map_or(0, |(i, _)| i);
-    let tail = |s: &str| {
-        s.get(from..)
-            .unwrap_or("")
-            .chars()
-            .take(120)
-            .collect::<String>()
-    };
-    format!(
-        "differs at byte {at}:\n  want: {:?}\n  got:  {:?}",
-        tail(want),
-        tail(got)
-    )
+    let from = want[..at].char_indices().rev().nth(40).map_or(0, |(i, _)| i);
+    let tail = |s: &str| s.get(from..).unwrap_or("").chars().take(120).collect::<String>();
+    format!("differs at byte {at}:\n  want: {:?}\n  got:  {:?}", tail(want), tail(got))
 }

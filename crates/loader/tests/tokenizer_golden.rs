@@ -31,19 +31,14 @@ fn fixture_dir() -> PathBuf {
 fn models_dir() -> PathBuf {
     match std::env::var_os("FERRITE_HOME") {
         Some(home) => PathBuf::from(home).join("models"),
-        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is not set"))
-            .join(".ferrite/models"),
+        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is not set")).join(".ferrite/models"),
     }
 }
 
 /// A model file or directory; missing models fail the test, never skip it.
 fn model(name: &str) -> PathBuf {
     let path = models_dir().join(name);
-    assert!(
-        path.exists(),
-        "model {} is missing: run scripts/fetch-models.sh",
-        path.display()
-    );
+    assert!(path.exists(), "model {} is missing: run scripts/fetch-models.sh", path.display());
     path
 }
 
@@ -88,18 +83,15 @@ fn put_value(w: &mut impl Write, v: &MetaValue) {
             match a {
                 MetaArray::Int(v) if v.iter().all(|&x| i32::try_from(x).is_ok()) => {
                     header(w, 5, v.len());
-                    v.iter()
-                        .for_each(|&x| w.write_all(&(x as i32).to_le_bytes()).unwrap());
+                    v.iter().for_each(|&x| w.write_all(&(x as i32).to_le_bytes()).unwrap());
                 }
                 MetaArray::Int(v) => {
                     header(w, 11, v.len());
-                    v.iter()
-                        .for_each(|x| w.write_all(&x.to_le_bytes()).unwrap());
+                    v.iter().for_each(|x| w.write_all(&x.to_le_bytes()).unwrap());
                 }
                 MetaArray::Float(v) => {
                     header(w, 6, v.len());
-                    v.iter()
-                        .for_each(|&x| w.write_all(&(x as f32).to_le_bytes()).unwrap());
+                    v.iter().for_each(|&x| w.write_all(&(x as f32).to_le_bytes()).unwrap());
                 }
                 MetaArray::Bool(v) => {
                     header(w, 7, v.len());
@@ -130,10 +122,7 @@ fn write_gguf(path: &Path, metadata: &[(String, MetaValue)]) {
 }
 
 /// Writes `metadata` to a temporary GGUF and builds its tokenizer.
-fn tokenizer_from_metadata(
-    name: &str,
-    metadata: &[(String, MetaValue)],
-) -> ferrite_core::Result<Tokenizer> {
+fn tokenizer_from_metadata(name: &str, metadata: &[(String, MetaValue)]) -> ferrite_core::Result<Tokenizer> {
     let path = temp_path(name);
     write_gguf(&path, metadata);
     let result = GgufFile::open(&path).and_then(|g| Tokenizer::from_gguf(&g));
@@ -190,10 +179,7 @@ fn load_fixture<T: for<'de> Deserialize<'de>>(name: &str) -> T {
 }
 
 fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
 }
 
 fn lossy(bytes: &[u8]) -> String {
@@ -209,12 +195,8 @@ fn gguf_tokenizer(name: &str, fx: &GgufFixture) -> Tokenizer {
         eprintln!("{name}: built {} in {:?}", tok.kind(), start.elapsed());
         return tok;
     }
-    let mut metadata: Vec<(String, MetaValue)> = gguf
-        .metadata
-        .iter()
-        .filter(|(k, _)| !fx.remove.contains(k) && !fx.set.contains_key(k))
-        .cloned()
-        .collect();
+    let mut metadata: Vec<(String, MetaValue)> =
+        gguf.metadata.iter().filter(|(k, _)| !fx.remove.contains(k) && !fx.set.contains_key(k)).cloned().collect();
     for (key, value) in &fx.set {
         let value = match value {
             Value::String(s) => MetaValue::Str(s.clone()),
@@ -244,37 +226,23 @@ fn check_gguf(name: &str) {
         fail(format!("bos {:?} != {want_bos:?}", tok.bos_id()));
     }
     let want_eos = u32::try_from(fx.eos).ok();
-    if tok.eos_ids().first().copied() != want_eos
-        || tok.eos_token() != want_eos.and_then(|id| tok.id_to_token(id))
-    {
+    if tok.eos_ids().first().copied() != want_eos || tok.eos_token() != want_eos.and_then(|id| tok.id_to_token(id)) {
         fail(format!("eos {:?} != {want_eos:?}", tok.eos_ids().first()));
     }
     let eog: BTreeSet<u32> = tok.eos_ids().iter().copied().collect();
     if eog != fx.eog.iter().copied().collect() || eog.len() != tok.eos_ids().len() {
-        fail(format!(
-            "eos_ids {:?} != llama.cpp EOG {:?}",
-            tok.eos_ids(),
-            fx.eog
-        ));
+        fail(format!("eos_ids {:?} != llama.cpp EOG {:?}", tok.eos_ids(), fx.eog));
     }
     let control: BTreeSet<u32> = fx.control_ranges.iter().flat_map(|r| r[0]..=r[1]).collect();
     for id in 0..fx.n_vocab as u32 {
         if tok.is_special(id) != control.contains(&id) {
-            fail(format!(
-                "is_special({id}) [{:?}] = {}",
-                tok.id_to_token(id),
-                tok.is_special(id)
-            ));
+            fail(format!("is_special({id}) [{:?}] = {}", tok.id_to_token(id), tok.is_special(id)));
         }
     }
     for (id, hex) in &fx.pieces_hex {
         let id: u32 = id.parse().unwrap();
         if tok.token_bytes(id) != unhex(hex) {
-            fail(format!(
-                "token_bytes({id}) = {:?}, llama.cpp {:?}",
-                tok.token_bytes(id),
-                unhex(hex)
-            ));
+            fail(format!("token_bytes({id}) = {:?}, llama.cpp {:?}", tok.token_bytes(id), unhex(hex)));
         }
     }
 
@@ -283,31 +251,21 @@ fn check_gguf(name: &str) {
         let t = &case.text;
         match tok.encode(t, true) {
             Ok(ids) if ids == case.ids => {}
-            other => fail(format!(
-                "encode({t:?}, true)\n   got  {other:?}\n   want {:?}",
-                case.ids
-            )),
+            other => fail(format!("encode({t:?}, true)\n   got  {other:?}\n   want {:?}", case.ids)),
         }
         match tok.encode(t, false) {
             Ok(ids) if ids == case.ids_plain => {}
-            other => fail(format!(
-                "encode({t:?}, false)\n   got  {other:?}\n   want {:?}",
-                case.ids_plain
-            )),
+            other => fail(format!("encode({t:?}, false)\n   got  {other:?}\n   want {:?}", case.ids_plain)),
         }
         let want = lossy(&unhex(&case.decoded_hex));
         let got = tok.decode(&case.ids, false);
         if got != want {
-            fail(format!(
-                "decode(ids of {t:?}, false)\n   got  {got:?}\n   want {want:?}"
-            ));
+            fail(format!("decode(ids of {t:?}, false)\n   got  {got:?}\n   want {want:?}"));
         }
         let want_skip = lossy(&unhex(&case.decoded_skip_hex));
         let got_skip = tok.decode(&case.ids, true);
         if got_skip != want_skip {
-            fail(format!(
-                "decode(ids of {t:?}, true)\n   got  {got_skip:?}\n   want {want_skip:?}"
-            ));
+            fail(format!("decode(ids of {t:?}, true)\n   got  {got_skip:?}\n   want {want_skip:?}"));
         }
         // Where llama.cpp gives the text back, so must we (from our own ids).
         if want_skip == *t {
@@ -318,16 +276,8 @@ fn check_gguf(name: &str) {
             }
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{name}: {} mismatches with llama.cpp:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-    eprintln!(
-        "{name}: {} cases match llama.cpp ({round_trips} round trips)",
-        fx.cases.len()
-    );
+    assert!(failures.is_empty(), "{name}: {} mismatches with llama.cpp:\n{}", failures.len(), failures.join("\n"));
+    eprintln!("{name}: {} cases match llama.cpp ({round_trips} round trips)", fx.cases.len());
 }
 
 #[test]
@@ -376,33 +326,17 @@ fn minilm_matches_hf_tokenizers() {
         let t = &case.text;
         let ids = tok.encode(t, true).unwrap();
         if ids != case.ids {
-            failures.push(format!(
-                "encode({t:?}, true)\n   got  {ids:?}\n   want {:?}",
-                case.ids
-            ));
+            failures.push(format!("encode({t:?}, true)\n   got  {ids:?}\n   want {:?}", case.ids));
         }
         let plain = tok.encode(t, false).unwrap();
         if plain != case.ids_plain {
-            failures.push(format!(
-                "encode({t:?}, false)\n   got  {plain:?}\n   want {:?}",
-                case.ids_plain
-            ));
+            failures.push(format!("encode({t:?}, false)\n   got  {plain:?}\n   want {:?}", case.ids_plain));
         }
-        if tok.decode(&case.ids, false) != case.decoded
-            || tok.decode(&case.ids, true) != case.decoded_skip
-        {
-            failures.push(format!(
-                "decode of {t:?}: {:?}",
-                tok.decode(&case.ids, false)
-            ));
+        if tok.decode(&case.ids, false) != case.decoded || tok.decode(&case.ids, true) != case.decoded_skip {
+            failures.push(format!("decode of {t:?}: {:?}", tok.decode(&case.ids, false)));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "minilm: {} mismatches:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "minilm: {} mismatches:\n{}", failures.len(), failures.join("\n"));
     // Padding/truncation at 128 in the file must be off.
     let long = "word ".repeat(300);
     assert_eq!(tok.encode(&long, true).unwrap().len(), 302);
@@ -429,10 +363,7 @@ fn smollm2_api_facts() {
     // Out-of-range ids never panic.
     assert_eq!(tok.token_bytes(u32::MAX), b"");
     assert_eq!(tok.id_to_token(u32::MAX), None);
-    assert_eq!(
-        tok.decode(&[u32::MAX, ids[0]], true),
-        tok.decode(&ids[..1], true)
-    );
+    assert_eq!(tok.decode(&[u32::MAX, ids[0]], true), tok.decode(&ids[..1], true));
 }
 
 #[test]
@@ -445,10 +376,7 @@ fn gemma3_builds_quickly_and_knows_turn_tokens() {
     assert_eq!(tok.kind(), "gguf llama SPM, 262144 tokens");
     let end_of_turn = tok.token_to_id("<end_of_turn>").unwrap();
     assert!(tok.eos_ids().contains(&end_of_turn));
-    assert_eq!(
-        tok.encode("<start_of_turn>", false).unwrap(),
-        [tok.token_to_id("<start_of_turn>").unwrap()]
-    );
+    assert_eq!(tok.encode("<start_of_turn>", false).unwrap(), [tok.token_to_id("<start_of_turn>").unwrap()]);
     assert_eq!(tok.bos_token(), Some("<bos>"));
     assert_eq!(tok.eos_token(), Some("<eos>"));
     // Byte-fallback tokens give their byte.
@@ -458,10 +386,7 @@ fn gemma3_builds_quickly_and_knows_turn_tokens() {
 // ---------------------------------------------------------------- bad input
 
 fn meta(entries: Vec<(&str, MetaValue)>) -> Vec<(String, MetaValue)> {
-    entries
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
+    entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
 fn strs(v: &[&str]) -> MetaValue {
@@ -472,14 +397,8 @@ fn tiny_bpe(pre: &str) -> Vec<(String, MetaValue)> {
     meta(vec![
         ("tokenizer.ggml.model", MetaValue::Str("gpt2".into())),
         ("tokenizer.ggml.pre", MetaValue::Str(pre.into())),
-        (
-            "tokenizer.ggml.tokens",
-            strs(&["a", "b", "ab", "Ġ", "Ġab", "<|end|>"]),
-        ),
-        (
-            "tokenizer.ggml.token_type",
-            MetaValue::Array(MetaArray::Int(vec![1, 1, 1, 1, 1, 3])),
-        ),
+        ("tokenizer.ggml.tokens", strs(&["a", "b", "ab", "Ġ", "Ġab", "<|end|>"])),
+        ("tokenizer.ggml.token_type", MetaValue::Array(MetaArray::Int(vec![1, 1, 1, 1, 1, 3]))),
         ("tokenizer.ggml.merges", strs(&["a b", "Ġ ab"])),
         ("tokenizer.ggml.eos_token_id", MetaValue::U32(5)),
     ])
@@ -487,10 +406,7 @@ fn tiny_bpe(pre: &str) -> Vec<(String, MetaValue)> {
 
 fn expect_err(result: ferrite_core::Result<Tokenizer>, needle: &str) {
     match result {
-        Err(Error::Tokenizer(msg)) => assert!(
-            msg.contains(needle),
-            "error {msg:?} should mention {needle:?}"
-        ),
+        Err(Error::Tokenizer(msg)) => assert!(msg.contains(needle), "error {msg:?} should mention {needle:?}"),
         Err(other) => panic!("expected a tokenizer error mentioning {needle:?}, got {other:?}"),
         Ok(_) => panic!("expected an error mentioning {needle:?}"),
     }
@@ -511,28 +427,19 @@ fn tiny_bpe_vocab_works() {
 fn missing_tokens_array_is_an_error() {
     let mut m = tiny_bpe("gpt2");
     m.retain(|(k, _)| k != "tokenizer.ggml.tokens");
-    expect_err(
-        tokenizer_from_metadata("no-tokens", &m),
-        "tokenizer.ggml.tokens",
-    );
+    expect_err(tokenizer_from_metadata("no-tokens", &m), "tokenizer.ggml.tokens");
 }
 
 #[test]
 fn missing_model_key_is_an_error() {
     let mut m = tiny_bpe("gpt2");
     m.retain(|(k, _)| k != "tokenizer.ggml.model");
-    expect_err(
-        tokenizer_from_metadata("no-model", &m),
-        "tokenizer.ggml.model",
-    );
+    expect_err(tokenizer_from_metadata("no-model", &m), "tokenizer.ggml.model");
 }
 
 #[test]
 fn unknown_pre_tokenizer_is_an_error_naming_it() {
-    expect_err(
-        tokenizer_from_metadata("bad-pre", &tiny_bpe("martian-bpe")),
-        "'martian-bpe'",
-    );
+    expect_err(tokenizer_from_metadata("bad-pre", &tiny_bpe("martian-bpe")), "'martian-bpe'");
 }
 
 #[test]
@@ -579,10 +486,7 @@ fn tokens_of_the_wrong_type_are_an_error() {
             *v = MetaValue::Array(MetaArray::Int(vec![1, 2, 3]));
         }
     }
-    expect_err(
-        tokenizer_from_metadata("int-tokens", &m),
-        "tokenizer.ggml.tokens",
-    );
+    expect_err(tokenizer_from_metadata("int-tokens", &m), "tokenizer.ggml.tokens");
 }
 
 #[test]
@@ -597,24 +501,15 @@ fn hf_dir_without_tokenizer_json_is_an_error() {
 #[test]
 fn long_inputs_encode_in_linearithmic_time() {
     // A quadratic algorithm would take minutes here; ours takes well under a second.
-    let unit =
-        "The quick brown fox, naïve café 日本語 😀 1234567!\n    indented\tcode();<|im_end|> ";
+    let unit = "The quick brown fox, naïve café 日本語 😀 1234567!\n    indented\tcode();<|im_end|> ";
     let text = unit.repeat(3000);
     for name in ["smollm2.gguf", "gemma3-270m.gguf"] {
         let tok = Tokenizer::from_gguf(&GgufFile::open(&model(name)).unwrap()).unwrap();
         let start = Instant::now();
         let ids = tok.encode(&text, false).unwrap();
         let took = start.elapsed();
-        eprintln!(
-            "{name}: {} bytes -> {} tokens in {took:?}",
-            text.len(),
-            ids.len()
-        );
-        assert!(
-            took.as_secs() < 20,
-            "{name}: encoding {} bytes took {took:?}",
-            text.len()
-        );
+        eprintln!("{name}: {} bytes -> {} tokens in {took:?}", text.len(), ids.len());
+        assert!(took.as_secs() < 20, "{name}: encoding {} bytes took {took:?}", text.len());
         assert_eq!(tok.decode(&ids, false), text);
     }
 }
@@ -623,19 +518,11 @@ fn long_inputs_encode_in_linearithmic_time() {
 fn hf_configs_give_bos_eos_and_generation_eos_list() {
     let dir = std::env::temp_dir().join(format!("ferrite-tok-hfcfg-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(
-        model("all-minilm-l6-v2").join("tokenizer.json"),
-        dir.join("tokenizer.json"),
-    )
-    .unwrap();
+    std::fs::copy(model("all-minilm-l6-v2").join("tokenizer.json"), dir.join("tokenizer.json")).unwrap();
     let config = r#"{"bos_token": "[CLS]", "eos_token": {"content": "[SEP]", "special": true},
                      "add_bos_token": true, "add_eos_token": true}"#;
     std::fs::write(dir.join("tokenizer_config.json"), config).unwrap();
-    std::fs::write(
-        dir.join("generation_config.json"),
-        r#"{"eos_token_id": [103, 102]}"#,
-    )
-    .unwrap();
+    std::fs::write(dir.join("generation_config.json"), r#"{"eos_token_id": [103, 102]}"#).unwrap();
     let tok = Tokenizer::from_hf_dir(&dir);
     let _ = std::fs::remove_dir_all(&dir);
     let tok = tok.unwrap();

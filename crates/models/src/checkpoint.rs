@@ -115,14 +115,12 @@ impl HfCheckpoint {
     fn open(dir: &Path) -> Result<HfCheckpoint> {
         let cfg_path = dir.join("config.json");
         let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
-        let config: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| Error::format(format!("{}: {e}", cfg_path.display())))?;
+        let config: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| Error::format(format!("{}: {e}", cfg_path.display())))?;
         let tensors = SafeTensors::open_dir(dir)?;
         let sandwich = config.get("model_type").and_then(|v| v.as_str()).is_some_and(|t| t.starts_with("gemma"));
-        let names = tensors
-            .names()
-            .filter_map(|n| canonical_hf_name(n, sandwich).map(|c| (c, n.to_string())))
-            .collect();
+        let names =
+            tensors.names().filter_map(|n| canonical_hf_name(n, sandwich).map(|c| (c, n.to_string()))).collect();
         Ok(HfCheckpoint { dir: dir.to_path_buf(), config, tensors, names })
     }
 }

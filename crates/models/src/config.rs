@@ -17,9 +17,16 @@ pub enum Family {
 pub enum RopeScaling {
     None,
     /// Positions divided by `factor`.
-    Linear { factor: f32 },
+    Linear {
+        factor: f32,
+    },
     /// Llama 3.x frequency-dependent scaling.
-    Llama3 { factor: f32, low_freq_factor: f32, high_freq_factor: f32, original_max_position: f32 },
+    Llama3 {
+        factor: f32,
+        low_freq_factor: f32,
+        high_freq_factor: f32,
+        original_max_position: f32,
+    },
     /// Explicit per-frequency divisors (GGUF `rope_freqs.weight`).
     Factors(Vec<f32>),
 }
@@ -109,8 +116,12 @@ pub fn inv_freq(head_dim: usize, kind: &LayerKind) -> Vec<f32> {
                 RopeScaling::Linear { factor } => base / *factor as f64,
                 RopeScaling::Factors(ff) => base / ff.get(i).copied().unwrap_or(1.0) as f64,
                 RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {
-                    let (factor, lo, hi, orig) =
-                        (*factor as f64, *low_freq_factor as f64, *high_freq_factor as f64, *original_max_position as f64);
+                    let (factor, lo, hi, orig) = (
+                        *factor as f64,
+                        *low_freq_factor as f64,
+                        *high_freq_factor as f64,
+                        *original_max_position as f64,
+                    );
                     let wavelen = 2.0 * std::f64::consts::PI / base;
                     let (low_wl, high_wl) = (orig / lo, orig / hi);
                     if wavelen < high_wl {

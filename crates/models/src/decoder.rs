@@ -12,20 +12,20 @@ use ferrite_backend::{AttnParams, Backend, KvDtype, KvSpec, Rope};
 use ferrite_core::{Error, Result};
 
 struct Layer<B: Backend> {
-    attn_norm: B::Tensor,   // [hidden]
-    wq: B::Weight,          // [n_heads * head_dim, hidden]
-    wk: B::Weight,          // [n_kv_heads * head_dim, hidden]
-    wv: B::Weight,          // [n_kv_heads * head_dim, hidden]
-    wo: B::Weight,          // [hidden, n_heads * head_dim]
-    bias: Option<[B::Tensor; 3]>, // q, k, v biases (Qwen2)
-    q_norm: Option<B::Tensor>, // [head_dim]
-    k_norm: Option<B::Tensor>, // [head_dim]
+    attn_norm: B::Tensor,              // [hidden]
+    wq: B::Weight,                     // [n_heads * head_dim, hidden]
+    wk: B::Weight,                     // [n_kv_heads * head_dim, hidden]
+    wv: B::Weight,                     // [n_kv_heads * head_dim, hidden]
+    wo: B::Weight,                     // [hidden, n_heads * head_dim]
+    bias: Option<[B::Tensor; 3]>,      // q, k, v biases (Qwen2)
+    q_norm: Option<B::Tensor>,         // [head_dim]
+    k_norm: Option<B::Tensor>,         // [head_dim]
     post_attn_norm: Option<B::Tensor>, // [hidden] (Gemma)
-    ffn_norm: B::Tensor,    // [hidden]
-    gate: B::Weight,        // [ffn, hidden]
-    up: B::Weight,          // [ffn, hidden]
-    down: B::Weight,        // [hidden, ffn]
-    post_ffw_norm: Option<B::Tensor>, // [hidden] (Gemma)
+    ffn_norm: B::Tensor,               // [hidden]
+    gate: B::Weight,                   // [ffn, hidden]
+    up: B::Weight,                     // [ffn, hidden]
+    down: B::Weight,                   // [hidden, ffn]
+    post_ffw_norm: Option<B::Tensor>,  // [hidden] (Gemma)
     rope: Rope,
     attn: AttnParams,
 }
@@ -33,7 +33,7 @@ struct Layer<B: Backend> {
 pub struct Decoder<B: Backend> {
     backend: B,
     cfg: LmConfig,
-    embed: B::Weight,          // [vocab, hidden]
+    embed: B::Weight, // [vocab, hidden]
     layers: Vec<Layer<B>>,
     out_norm: B::Tensor,       // [hidden]
     output: Option<B::Weight>, // [vocab, hidden]; None: tied to `embed`

@@ -84,7 +84,8 @@ pub fn config_from_gguf(g: &GgufFile) -> Result<LmConfig> {
     };
     let window = m.opt("attention.sliding_window").unwrap_or(512);
     let theta = m.f32("rope.freq_base").unwrap_or(1_000_000.0);
-    c.layers = layer_kinds(n_layers, |l| (l + 1).is_multiple_of(DEFAULT_PATTERN), window, theta, LOCAL_ROPE_THETA, scaling);
+    c.layers =
+        layer_kinds(n_layers, |l| (l + 1).is_multiple_of(DEFAULT_PATTERN), window, theta, LOCAL_ROPE_THETA, scaling);
     c.tied_embeddings = g.tensor("output.weight").is_none();
     Ok(c)
 }

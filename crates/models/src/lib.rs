@@ -14,8 +14,8 @@ pub use checkpoint::Checkpoint;
 pub use config::LmConfig;
 pub use registry::load_causal_lm;
 
-pub use ferrite_backend::KvDtype;
 use ferrite_backend::AttnBatch;
+pub use ferrite_backend::KvDtype;
 use ferrite_core::Result;
 
 /// One step's flat batch: the new tokens of every sequence, back to back.

@@ -30,21 +30,15 @@ pub fn supported() -> Vec<&'static str> {
 /// The architecture's typed configuration, from whichever format the checkpoint uses.
 pub fn config_of(ck: &Checkpoint) -> Result<LmConfig> {
     let (arch, is_gguf) = match ck {
-        Checkpoint::Gguf(g) => (
-            g.architecture().ok_or_else(|| Error::format("GGUF has no general.architecture"))?.to_string(),
-            true,
-        ),
-        Checkpoint::Hf(h) => (
-            h.config.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_string(),
-            false,
-        ),
+        Checkpoint::Gguf(g) => {
+            (g.architecture().ok_or_else(|| Error::format("GGUF has no general.architecture"))?.to_string(), true)
+        }
+        Checkpoint::Hf(h) => (h.config.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_string(), false),
     };
-    let entry = REGISTRY.iter().find(|r| r.0 == arch).ok_or_else(|| {
-        Error::Unsupported(format!(
-            "architecture {arch:?} (supported: {})",
-            supported().join(", ")
-        ))
-    })?;
+    let entry = REGISTRY
+        .iter()
+        .find(|r| r.0 == arch)
+        .ok_or_else(|| Error::Unsupported(format!("architecture {arch:?} (supported: {})", supported().join(", "))))?;
     match ck {
         Checkpoint::Gguf(g) if is_gguf => (entry.1)(g, &arch),
         Checkpoint::Hf(h) => (entry.2)(&HfConfig::new(&h.config)),

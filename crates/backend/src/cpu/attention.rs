@@ -54,9 +54,16 @@ fn row_positions(batch: &AttnBatch, n: usize) -> Result<Vec<(usize, usize)>> {
     Ok(rows)
 }
 
-pub fn attention(q: &[f32], n: usize, pool: &CpuKvPool, layer: usize, batch: &AttnBatch, p: &AttnParams) -> Result<Vec<f32>> {
+pub fn attention(
+    q: &[f32],
+    n: usize,
+    pool: &CpuKvPool,
+    layer: usize,
+    batch: &AttnBatch,
+    p: &AttnParams,
+) -> Result<Vec<f32>> {
     let hd = p.head_dim;
-    if q.len() != n * p.n_heads * hd || p.n_kv_heads * hd != pool.kv_dim || p.n_heads % p.n_kv_heads != 0 {
+    if q.len() != n * p.n_heads * hd || p.n_kv_heads * hd != pool.kv_dim || !p.n_heads.is_multiple_of(p.n_kv_heads) {
         return Err(Error::Shape("attention: q or KV shapes do not match the layer".into()));
     }
     let rows = row_positions(batch, n)?;

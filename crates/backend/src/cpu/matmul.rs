@@ -1,37 +1,68 @@
 //! CPU matmul for every weight format. Quantized weights: activations are
-//! quantized once per row to Q8 blocks and each weight row is unpacked once, then
-//! dotted with every activation row in integer arithmetic. Dense weights: f32 dots.
-//! Every output element is computed the same way whatever the batch size, so
-//! results are batch-invariant.
+//! quantized once per row to 16-bit blocks (`Q8Block`); on x86-64 with AVX2 the
+//! fused kernels of `qdot` then read each weight block straight from storage,
+//! elsewhere each weight row is unpacked once and dotted with every activation row
+//! in integer arithmetic. Dense weights: f32 dots. Every output element is
+//! computed the same way whatever the batch size, so results are batch-invariant.
 
+use super::fork::for_each_chunk;
 use super::CpuWeight;
 use crate::quant::{dequantize_row, quantize_row_q8, unpack_row, Q8Block, UnpackedRow};
-use rayon::prelude::*;
 use std::ops::Range;
 
-/// Output rows handled by one task: large enough to amortize scheduling.
-const ROWS_PER_TASK: usize = 16;
+/// Block dots (32 weights times 32 activations) per parallel chunk: a few
+/// microseconds of work, so chunks balance well and cost little to hand out.
+const CHUNK_WORK: usize = 2048;
 
-/// A raw pointer that may cross threads; each task writes a disjoint set of
-/// output elements.
-#[derive(Clone, Copy)]
-struct OutPtr(*mut f32);
-// SAFETY: tasks write disjoint indices (distinct output columns r), and the
-// buffer outlives the parallel loop that uses the pointer.
-unsafe impl Send for OutPtr {}
-unsafe impl Sync for OutPtr {}
+/// Output rows per parallel chunk for `n` activation rows of `nb` blocks.
+fn rows_per_chunk(n: usize, nb: usize) -> usize {
+    CHUNK_WORK.div_ceil(n * nb.max(1)).next_multiple_of(4).clamp(16, 512)
+}
+
+/// A raw pointer that may cross threads; each chunk writes a disjoint set of
+/// elements.
+struct SendPtr<T>(*mut T);
+impl<T> Clone for SendPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for SendPtr<T> {}
+// SAFETY: chunks write disjoint indices (distinct output columns r, or distinct
+// activation rows), and the buffer outlives the parallel loop that uses it.
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper).
+    #[inline(always)]
+    fn get(self) -> *mut T {
+        self.0
+    }
+}
+
+type OutPtr = SendPtr<f32>;
 
 /// out[n, m] = x[n, k] * w[m, k]^T.
 pub fn matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32]) {
     debug_assert_eq!(x.len(), n * w.cols);
     debug_assert_eq!(out.len(), n * w.rows);
+    if n == 0 || w.rows == 0 {
+        return;
+    }
     if w.dtype.is_quantized() {
         let nb = w.cols / 32;
         const GROUP: usize = 32;
         let mut xq = vec![Q8Block::default(); n * nb];
-        xq.par_chunks_mut(nb)
-            .zip(x.par_chunks(w.cols))
-            .for_each(|(q, xr)| quantize_row_q8(xr, q, GROUP));
+        let xp = SendPtr(xq.as_mut_ptr());
+        // Rows of about 32K activations per chunk: decode quantizes here.
+        for_each_chunk(n, (1 << 15) / w.cols.max(1) + 1, &|rows| {
+            for t in rows {
+                // SAFETY: each chunk writes its own activation rows of `xq`.
+                let q = unsafe { std::slice::from_raw_parts_mut(xp.get().add(t * nb), nb) };
+                quantize_row_q8(&x[t * w.cols..(t + 1) * w.cols], q, GROUP);
+            }
+        });
         dispatch_quant(&xq, n, w, out);
     } else {
         dispatch_dense(x, n, w, out);
@@ -40,31 +71,53 @@ pub fn matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32]) {
 
 fn dispatch_quant(xq: &[Q8Block], n: usize, w: &CpuWeight, out: &mut [f32]) {
     let m = w.rows;
-    let ptr = OutPtr(out.as_mut_ptr());
-    (0..m.div_ceil(ROWS_PER_TASK)).into_par_iter().for_each_init(UnpackedRow::default, |u, task| {
-        let rows = task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(m);
+    let ptr = SendPtr(out.as_mut_ptr());
+    let chunk = rows_per_chunk(n, w.cols / 32);
+    #[cfg(target_arch = "x86_64")]
+    if super::qdot::available() && super::qdot::supports(w.dtype) {
+        let acts = super::qdot::ActScales::new(xq, n, w.cols / 32);
+        let mm = super::qdot::QuantMatmul {
+            dtype: w.dtype,
+            data: w.bytes.as_slice(),
+            row_bytes: w.row_bytes(),
+            k: w.cols,
+            m,
+            xq,
+            acts: &acts,
+            n,
+        };
+        for_each_chunk(m, chunk, &|rows| {
+            // SAFETY: AVX2/FMA/F16C present (checked above); the weight's byte
+            // count was validated at load, `xq` and `acts` hold n rows of
+            // cols / 32 blocks, and each chunk writes only its own columns.
+            unsafe { mm.rows(rows, ptr.get()) };
+        });
+        return;
+    }
+    for_each_chunk(m, chunk, &|rows| {
+        let mut u = UnpackedRow::default();
         #[cfg(target_arch = "x86_64")]
         if super::simd::has_avx2() {
             // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
-            unsafe { quant_rows_avx2(xq, n, w, rows, u, ptr) };
+            unsafe { quant_rows_avx2(xq, n, w, rows, &mut u, ptr) };
             return;
         }
-        quant_rows(xq, n, w, rows, u, ptr)
+        quant_rows(xq, n, w, rows, &mut u, ptr)
     });
 }
 
 fn dispatch_dense(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32]) {
     let m = w.rows;
-    let ptr = OutPtr(out.as_mut_ptr());
-    (0..m.div_ceil(ROWS_PER_TASK)).into_par_iter().for_each_init(Vec::new, |row: &mut Vec<f32>, task| {
-        let rows = task * ROWS_PER_TASK..((task + 1) * ROWS_PER_TASK).min(m);
+    let ptr = SendPtr(out.as_mut_ptr());
+    for_each_chunk(m, rows_per_chunk(n, w.cols / 32), &|rows| {
+        let mut row = Vec::new();
         #[cfg(target_arch = "x86_64")]
         if super::simd::has_avx2() {
             // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
-            unsafe { dense_rows_avx2(x, n, w, rows, row, ptr) };
+            unsafe { dense_rows_avx2(x, n, w, rows, &mut row, ptr) };
             return;
         }
-        dense_rows(x, n, w, rows, row, ptr)
+        dense_rows(x, n, w, rows, &mut row, ptr)
     });
 }
 
@@ -73,7 +126,14 @@ fn dispatch_dense(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn quant_rows_avx2(xq: &[Q8Block], n: usize, w: &CpuWeight, rows: Range<usize>, u: &mut UnpackedRow, ptr: OutPtr) {
+unsafe fn quant_rows_avx2(
+    xq: &[Q8Block],
+    n: usize,
+    w: &CpuWeight,
+    rows: Range<usize>,
+    u: &mut UnpackedRow,
+    ptr: OutPtr,
+) {
     quant_rows(xq, n, w, rows, u, ptr)
 }
 
@@ -95,7 +155,7 @@ fn quant_rows(xq: &[Q8Block], n: usize, w: &CpuWeight, rows: Range<usize>, u: &m
         for t in 0..n {
             let v = dot_unpacked_fast(u, &xq[t * nb..(t + 1) * nb]);
             // SAFETY: (t, r) is unique to this task (r is in this task's range).
-            unsafe { *ptr.0.add(t * m + r) = v };
+            unsafe { *ptr.get().add(t * m + r) = v };
         }
     }
 }
@@ -113,7 +173,7 @@ fn dense_rows(x: &[f32], n: usize, w: &CpuWeight, rows: Range<usize>, row: &mut 
         for t in 0..n {
             let v = dot_f32(row, &x[t * k..(t + 1) * k]);
             // SAFETY: (t, r) is unique to this task.
-            unsafe { *ptr.0.add(t * m + r) = v };
+            unsafe { *ptr.get().add(t * m + r) = v };
         }
     }
 }
@@ -190,4 +250,72 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
         s += x * y;
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrite_core::{DType, HostBytes};
+
+    /// The portable unpack path (used where the fused kernels are not) against
+    /// the fused kernels: the same quantized activations, so only f32 rounding
+    /// differs.
+    #[test]
+    fn unpack_path_matches_fused_kernels() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for dtype in
+            [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4K, DType::Q5K, DType::Q6K]
+        {
+            let (n, m, k) = (3, 37, if dtype.block_size() == 256 { 512 } else { 288 });
+            let bb = dtype.block_bytes();
+            let mut bytes: Vec<u8> = (0..m * k / dtype.block_size() * bb).map(|_| next() as u8).collect();
+            // Small sane f16 scales.
+            let scales: &[usize] = match dtype {
+                DType::Q6K => &[208],
+                DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+                _ => &[0, 2],
+            };
+            for b in bytes.chunks_mut(bb) {
+                for &o in scales {
+                    b[o..o + 2]
+                        .copy_from_slice(&half::f16::from_f32(0.01 + (next() % 64) as f32 / 2000.0).to_le_bytes());
+                }
+            }
+            let w = CpuWeight { name: "w".into(), dtype, rows: m, cols: k, bytes: HostBytes::from_vec(bytes) };
+            let x: Vec<f32> = (0..n * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
+            let mut xq = vec![Q8Block::default(); n * k / 32];
+            for t in 0..n {
+                quantize_row_q8(&x[t * k..(t + 1) * k], &mut xq[t * k / 32..(t + 1) * k / 32], 32);
+            }
+            let mut fused = vec![0f32; n * m];
+            matmul(&x, n, &w, &mut fused);
+            // Both flavours of the unpack path: explicit AVX2 and plain scalar.
+            let mut unpacked = vec![0f32; n * m];
+            quant_rows(&xq, n, &w, 0..m, &mut UnpackedRow::default(), SendPtr(unpacked.as_mut_ptr()));
+            let mut scalar = vec![0f32; n * m];
+            let mut u = UnpackedRow::default();
+            let nb = k / 32;
+            for r in 0..m {
+                let rb = w.row_bytes();
+                unpack_row(dtype, &w.bytes.as_slice()[r * rb..(r + 1) * rb], k, &mut u);
+                for t in 0..n {
+                    scalar[t * m + r] = dot_unpacked(&u, &xq[t * nb..(t + 1) * nb]);
+                }
+            }
+            // Q6_K's fused kernel multiplies its sub-scales in before the i32
+            // to f32 conversion, which may round (by at most 2^-24 of a lane).
+            let scale = fused.iter().fold(1f32, |a, v| a.max(v.abs()));
+            for i in 0..n * m {
+                let tol = 2e-5 * scale;
+                assert!((fused[i] - unpacked[i]).abs() < tol, "{dtype} {i}: {} vs {}", fused[i], unpacked[i]);
+                assert!((fused[i] - scalar[i]).abs() < tol, "{dtype} {i}: {} vs {}", fused[i], scalar[i]);
+            }
+        }
+    }
 }

@@ -2,8 +2,10 @@
 //! for all cores, SIMD chosen at run time (see `simd`).
 
 mod attention;
+mod fork;
 mod matmul;
 mod ops;
+mod qdot;
 pub mod simd;
 
 pub use attention::CpuKvPool;
@@ -43,10 +45,7 @@ impl CpuWeight {
 
 fn same_shape(a: &CpuTensor, b: &CpuTensor, op: &str) -> Result<()> {
     if a.rows != b.rows || a.cols != b.cols {
-        return Err(Error::Shape(format!(
-            "{op}: [{}, {}] vs [{}, {}]",
-            a.rows, a.cols, b.rows, b.cols
-        )));
+        return Err(Error::Shape(format!("{op}: [{}, {}] vs [{}, {}]", a.rows, a.cols, b.rows, b.cols)));
     }
     Ok(())
 }
@@ -62,7 +61,7 @@ impl Backend for CpuBackend {
 
     fn weight(&self, raw: RawWeight) -> Result<CpuWeight> {
         let quantized = raw.dtype.is_quantized();
-        if raw.cols % raw.dtype.block_size() != 0 || (quantized && raw.cols % 32 != 0) {
+        if !raw.cols.is_multiple_of(raw.dtype.block_size()) || (quantized && !raw.cols.is_multiple_of(32)) {
             return Err(Error::Shape(format!(
                 "{}: row length {} does not fit {} blocks",
                 raw.name, raw.cols, raw.dtype
@@ -82,7 +81,7 @@ impl Backend for CpuBackend {
         Ok(CpuWeight { name: raw.name, dtype: raw.dtype, rows: raw.rows, cols: raw.cols, bytes: raw.bytes })
     }
 
-    fn from_host(&self, data: Vec<f32>, rows: usize, cols: usize) -> Result<CpuTensor> {
+    fn upload(&self, data: Vec<f32>, rows: usize, cols: usize) -> Result<CpuTensor> {
         if data.len() != rows * cols {
             return Err(Error::Shape(format!("{} values for [{rows}, {cols}]", data.len())));
         }
@@ -151,7 +150,7 @@ impl Backend for CpuBackend {
 
     fn rms_norm(&self, x: &CpuTensor, w: &CpuTensor, eps: f32) -> Result<CpuTensor> {
         let g = w.data.len();
-        if g == 0 || x.cols % g != 0 {
+        if g == 0 || !x.cols.is_multiple_of(g) {
             return Err(Error::Shape(format!("rms_norm: {} columns in groups of {g}", x.cols)));
         }
         Ok(CpuTensor { data: ops::rms_norm(&x.data, &w.data, eps), rows: x.rows, cols: x.cols })
@@ -163,7 +162,10 @@ impl Backend for CpuBackend {
     }
 
     fn rope(&self, x: &mut CpuTensor, rope: &Rope, positions: &[u32]) -> Result<()> {
-        if positions.len() != x.rows || x.cols % rope.head_dim != 0 || rope.inv_freq.len() * 2 != rope.head_dim {
+        if positions.len() != x.rows
+            || !x.cols.is_multiple_of(rope.head_dim)
+            || rope.inv_freq.len() * 2 != rope.head_dim
+        {
             return Err(Error::Shape("rope: positions or head size do not match".into()));
         }
         ops::rope(&mut x.data, x.cols, rope, positions);
@@ -188,9 +190,8 @@ impl Backend for CpuBackend {
 
     fn kv_pool(&self, spec: KvSpec) -> Result<CpuKvPool> {
         let slots = spec.n_blocks * spec.block_size;
-        let len = slots
-            .checked_mul(spec.kv_dim)
-            .ok_or_else(|| Error::InvalidInput("KV cache size overflows".into()))?;
+        let len =
+            slots.checked_mul(spec.kv_dim).ok_or_else(|| Error::InvalidInput("KV cache size overflows".into()))?;
         Ok(CpuKvPool {
             k: (0..spec.n_layers).map(|_| vec![0f32; len]).collect(),
             v: (0..spec.n_layers).map(|_| vec![0f32; len]).collect(),
@@ -200,11 +201,25 @@ impl Backend for CpuBackend {
         })
     }
 
-    fn write_kv(&self, pool: &mut CpuKvPool, layer: usize, k: &CpuTensor, v: &CpuTensor, batch: &AttnBatch) -> Result<()> {
+    fn write_kv(
+        &self,
+        pool: &mut CpuKvPool,
+        layer: usize,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        batch: &AttnBatch,
+    ) -> Result<()> {
         attention::write_kv(pool, layer, &k.data, &v.data, &batch.slots)
     }
 
-    fn attention(&self, q: &CpuTensor, pool: &CpuKvPool, layer: usize, batch: &AttnBatch, p: &AttnParams) -> Result<CpuTensor> {
+    fn attention(
+        &self,
+        q: &CpuTensor,
+        pool: &CpuKvPool,
+        layer: usize,
+        batch: &AttnBatch,
+        p: &AttnParams,
+    ) -> Result<CpuTensor> {
         let data = attention::attention(&q.data, q.rows, pool, layer, batch, p)?;
         Ok(CpuTensor { data, rows: q.rows, cols: q.cols })
     }

@@ -40,7 +40,8 @@ fn erf(x: f32) -> f32 {
                     + t * (0.096_784_18
                         + t * (-0.186_288_06
                             + t * (0.278_868_07
-                                + t * (-1.135_203_98 + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
+                                + t * (-1.135_203_98
+                                    + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
             .exp();
     (if x >= 0.0 { y } else { -y }) as f32
 }
@@ -55,13 +56,11 @@ pub fn activate(x: f32, act: Activation) -> f32 {
 
 pub fn glu(gate: &[f32], up: &[f32], act: Activation) -> Vec<f32> {
     let mut out = vec![0f32; gate.len()];
-    out.par_chunks_mut(4096)
-        .zip(gate.par_chunks(4096).zip(up.par_chunks(4096)))
-        .for_each(|(o, (g, u))| {
-            for ((oe, &ge), &ue) in o.iter_mut().zip(g).zip(u) {
-                *oe = activate(ge, act) * ue;
-            }
-        });
+    out.par_chunks_mut(4096).zip(gate.par_chunks(4096).zip(up.par_chunks(4096))).for_each(|(o, (g, u))| {
+        for ((oe, &ge), &ue) in o.iter_mut().zip(g).zip(u) {
+            *oe = activate(ge, act) * ue;
+        }
+    });
     out
 }
 

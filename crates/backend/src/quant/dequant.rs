@@ -7,12 +7,8 @@ use ferrite_core::{DType, Error, Result};
 pub fn dequantize_row(dtype: DType, bytes: &[u8], out: &mut [f32]) -> Result<()> {
     let bs = dtype.block_size();
     let bb = dtype.block_bytes();
-    if out.len() % bs != 0 || bytes.len() != out.len() / bs * bb {
-        return Err(Error::Shape(format!(
-            "dequantize {dtype}: {} bytes for {} elements",
-            bytes.len(),
-            out.len()
-        )));
+    if !out.len().is_multiple_of(bs) || bytes.len() != out.len() / bs * bb {
+        return Err(Error::Shape(format!("dequantize {dtype}: {} bytes for {} elements", bytes.len(), out.len())));
     }
     match dtype {
         DType::F32 => {

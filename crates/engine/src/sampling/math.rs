@@ -32,9 +32,7 @@ pub(crate) fn exp_fast(x: f32) -> f32 {
     p = p * f + 1.666_666_5e-1;
     p = p * f + 0.5;
     let e = p * f * f + f + 1.0;
-    let exponent = (k.to_bits() as i32)
-        .wrapping_sub(ROUND.to_bits() as i32)
-        .wrapping_add(127);
+    let exponent = (k.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32).wrapping_add(127);
     e * f32::from_bits((exponent << 23) as u32)
 }
 
@@ -67,8 +65,7 @@ fn max_skip_nan(values: &[f32]) -> f32 {
         }
     }
     let fold = |m: f32, &x: &f32| if x > m { x } else { m };
-    tail.iter()
-        .fold(lanes.iter().fold(f32::NEG_INFINITY, fold), fold)
+    tail.iter().fold(lanes.iter().fold(f32::NEG_INFINITY, fold), fold)
 }
 
 /// `sum exp(x - max)`. Lanes add in f32 over short blocks (at most 32 terms
@@ -108,11 +105,7 @@ fn sum_exp_body(values: &[f32], max: f32) -> f64 {
         }
         total += lanes.iter().map(|&l| f64::from(l)).sum::<f64>();
     }
-    total
-        + rest
-            .iter()
-            .map(|&x| f64::from(exp_fast(x - max)))
-            .sum::<f64>()
+    total + rest.iter().map(|&x| f64::from(exp_fast(x - max))).sum::<f64>()
 }
 
 /// Replaces NaN with -inf and +inf with `f32::MAX`.
@@ -135,10 +128,7 @@ mod tests {
         let mut x = -87.0f32;
         while x <= 88.0 {
             let (got, want) = (f64::from(exp_fast(x)), f64::from(x).exp());
-            assert!(
-                ((got - want) / want).abs() < 5e-7,
-                "exp({x}): {got} vs {want}"
-            );
+            assert!(((got - want) / want).abs() < 5e-7, "exp({x}): {got} vs {want}");
             x += 0.0137;
         }
         assert_eq!(exp_fast(0.0), 1.0);
@@ -169,9 +159,7 @@ mod tests {
 
     #[test]
     fn dispatched_and_portable_paths_agree_bitwise() {
-        let v: Vec<f32> = (0..100_003)
-            .map(|i| ((i * 7919) % 3001) as f32 / 97.0 - 15.0)
-            .collect();
+        let v: Vec<f32> = (0..100_003).map(|i| ((i * 7919) % 3001) as f32 / 97.0 - 15.0).collect();
         let max = max_skip_nan(&v);
         assert_eq!(max, 3000.0 / 97.0 - 15.0);
         assert_eq!(sum_exp(&v, max).to_bits(), sum_exp_body(&v, max).to_bits());
@@ -179,9 +167,7 @@ mod tests {
 
     #[test]
     fn sum_exp_matches_f64_reference() {
-        let v: Vec<f32> = (0..10_001)
-            .map(|i| ((i * 7919) % 2000) as f32 / 100.0 - 10.0)
-            .collect();
+        let v: Vec<f32> = (0..10_001).map(|i| ((i * 7919) % 2000) as f32 / 100.0 - 10.0).collect();
         let want: f64 = v.iter().map(|&x| (f64::from(x) - 10.0).exp()).sum();
         let got = sum_exp(&v, 10.0);
         assert!(((got - want) / want).abs() < 1e-6, "{got} vs {want}");

@@ -60,13 +60,7 @@ impl Default for SamplingParams {
 impl SamplingParams {
     /// Plain argmax decoding, every filter and penalty off.
     pub fn greedy() -> Self {
-        SamplingParams {
-            temperature: 0.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            ..SamplingParams::default()
-        }
+        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, ..SamplingParams::default() }
     }
 
     /// Rejects settings that have no sensible meaning, with a message naming
@@ -85,30 +79,16 @@ impl SamplingParams {
         }
         let rp = self.repetition_penalty;
         if !(rp.is_finite() && rp > 0.0) {
-            return Err(format!(
-                "repetition_penalty must be a finite number > 0, got {rp}"
-            ));
+            return Err(format!("repetition_penalty must be a finite number > 0, got {rp}"));
         }
         if !self.presence_penalty.is_finite() {
-            return Err(format!(
-                "presence_penalty must be finite, got {}",
-                self.presence_penalty
-            ));
+            return Err(format!("presence_penalty must be finite, got {}", self.presence_penalty));
         }
         if !self.frequency_penalty.is_finite() {
-            return Err(format!(
-                "frequency_penalty must be finite, got {}",
-                self.frequency_penalty
-            ));
+            return Err(format!("frequency_penalty must be finite, got {}", self.frequency_penalty));
         }
-        if let Some(&(token, bias)) = self
-            .logit_bias
-            .iter()
-            .find(|(_, b)| b.is_nan() || *b == f32::INFINITY)
-        {
-            return Err(format!(
-                "logit_bias for token {token} must be a number below +inf, got {bias}"
-            ));
+        if let Some(&(token, bias)) = self.logit_bias.iter().find(|(_, b)| b.is_nan() || *b == f32::INFINITY) {
+            return Err(format!("logit_bias for token {token} must be a number below +inf, got {bias}"));
         }
         Ok(())
     }
@@ -122,10 +102,7 @@ mod tests {
     fn defaults_are_valid_and_llama_cpp_like() {
         let p = SamplingParams::default();
         assert!(p.validate().is_ok());
-        assert_eq!(
-            (p.top_k, p.top_p, p.min_p, p.penalty_last_n),
-            (40, 0.95, 0.05, 64)
-        );
+        assert_eq!((p.top_k, p.top_p, p.min_p, p.penalty_last_n), (40, 0.95, 0.05, 64));
         assert!(SamplingParams::greedy().validate().is_ok());
         assert_eq!(SamplingParams::greedy().temperature, 0.0);
     }
@@ -133,46 +110,19 @@ mod tests {
     #[test]
     fn validate_rejects_bad_values() {
         let bad = [
-            SamplingParams {
-                temperature: -1.0,
-                ..Default::default()
-            },
-            SamplingParams {
-                temperature: f32::NAN,
-                ..Default::default()
-            },
-            SamplingParams {
-                top_p: 1.5,
-                ..Default::default()
-            },
-            SamplingParams {
-                min_p: f32::NAN,
-                ..Default::default()
-            },
-            SamplingParams {
-                repetition_penalty: 0.0,
-                ..Default::default()
-            },
-            SamplingParams {
-                presence_penalty: f32::INFINITY,
-                ..Default::default()
-            },
-            SamplingParams {
-                frequency_penalty: f32::NAN,
-                ..Default::default()
-            },
-            SamplingParams {
-                logit_bias: vec![(3, f32::NAN)],
-                ..Default::default()
-            },
+            SamplingParams { temperature: -1.0, ..Default::default() },
+            SamplingParams { temperature: f32::NAN, ..Default::default() },
+            SamplingParams { top_p: 1.5, ..Default::default() },
+            SamplingParams { min_p: f32::NAN, ..Default::default() },
+            SamplingParams { repetition_penalty: 0.0, ..Default::default() },
+            SamplingParams { presence_penalty: f32::INFINITY, ..Default::default() },
+            SamplingParams { frequency_penalty: f32::NAN, ..Default::default() },
+            SamplingParams { logit_bias: vec![(3, f32::NAN)], ..Default::default() },
         ];
         for p in bad {
             assert!(p.validate().is_err(), "{p:?} should be rejected");
         }
-        let ban = SamplingParams {
-            logit_bias: vec![(3, f32::NEG_INFINITY)],
-            ..Default::default()
-        };
+        let ban = SamplingParams { logit_bias: vec![(3, f32::NEG_INFINITY)], ..Default::default() };
         assert!(ban.validate().is_ok());
     }
 
@@ -182,8 +132,7 @@ mod tests {
         assert_eq!(p.temperature, 0.2);
         assert_eq!(p.seed, Some(7));
         assert_eq!(p.top_k, 40);
-        let back: SamplingParams =
-            serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+        let back: SamplingParams = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
         assert_eq!(back, p);
     }
 }

@@ -23,12 +23,7 @@ impl Rng {
     /// The same seed always yields the same stream.
     pub fn seeded(seed: u64) -> Self {
         let mut sm = seed;
-        let s = [
-            splitmix64(&mut sm),
-            splitmix64(&mut sm),
-            splitmix64(&mut sm),
-            splitmix64(&mut sm),
-        ];
+        let s = [splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm), splitmix64(&mut sm)];
         Rng { s }
     }
 
@@ -36,9 +31,7 @@ impl Rng {
     /// in the same instant still differ.
     pub fn from_entropy() -> Self {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64);
+        let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         Rng::seeded(nanos ^ n.wrapping_mul(0xA076_1D64_78BD_642F))
     }
@@ -93,11 +86,7 @@ mod tests {
         assert_eq!(xa, xb);
         assert_ne!(xa, xc);
         let mut r = Rng::from_entropy();
-        let mean = (0..10_000)
-            .map(|_| r.next_f64())
-            .inspect(|x| assert!((0.0..1.0).contains(x)))
-            .sum::<f64>()
-            / 1e4;
+        let mean = (0..10_000).map(|_| r.next_f64()).inspect(|x| assert!((0.0..1.0).contains(x))).sum::<f64>() / 1e4;
         assert!((mean - 0.5).abs() < 0.02, "mean {mean}");
     }
 }

@@ -43,9 +43,7 @@ pub struct Sampler {
 impl std::fmt::Debug for Sampler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // The scratch buffers are vocabulary-sized; leave them out.
-        f.debug_struct("Sampler")
-            .field("params", &self.params)
-            .finish_non_exhaustive()
+        f.debug_struct("Sampler").field("params", &self.params).finish_non_exhaustive()
     }
 }
 
@@ -62,13 +60,7 @@ struct Normalizer {
 impl Sampler {
     pub fn new(params: SamplingParams) -> Sampler {
         let rng = params.seed.map_or_else(Rng::from_entropy, Rng::seeded);
-        Sampler {
-            params,
-            rng,
-            work: Vec::new(),
-            cand: Vec::new(),
-            counts: Vec::new(),
-        }
+        Sampler { params, rng, work: Vec::new(), cand: Vec::new(), counts: Vec::new() }
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -82,11 +74,7 @@ impl Sampler {
     /// token 0 with logprob `-inf`.
     pub fn sample(&mut self, logits: &[f32], prompt: &[u32], generated: &[u32]) -> Sampled {
         if logits.is_empty() {
-            return Sampled {
-                token: 0,
-                logprob: f32::NEG_INFINITY,
-                top: Vec::new(),
-            };
+            return Sampled { token: 0, logprob: f32::NEG_INFINITY, top: Vec::new() };
         }
         self.work.clear();
         self.work.extend_from_slice(logits);
@@ -97,21 +85,13 @@ impl Sampler {
 
         // A NaN temperature (rejected by validate) falls to greedy too.
         let t = self.params.temperature;
-        let token = if t.is_nan() || t <= 0.0 {
-            norm.argmax
-        } else {
-            self.draw(&norm)
-        };
+        let token = if t.is_nan() || t <= 0.0 { norm.argmax } else { self.draw(&norm) };
         let logprob = self.work[token as usize] - norm.lse;
         let top = match self.params.logprobs {
             Some(n) if n > 0 => self.top_logprobs(n, norm.lse),
             _ => Vec::new(),
         };
-        Sampled {
-            token,
-            logprob,
-            top,
-        }
+        Sampled { token, logprob, top }
     }
 
     fn apply_logit_bias(&mut self) {
@@ -135,17 +115,11 @@ impl Sampler {
         };
         let from_generated = n.min(generated.len());
         let from_prompt = n - from_generated;
-        let window = || {
-            prompt[prompt.len() - from_prompt..]
-                .iter()
-                .chain(&generated[generated.len() - from_generated..])
-        };
+        let window =
+            || prompt[prompt.len() - from_prompt..].iter().chain(&generated[generated.len() - from_generated..]);
         self.counts.resize(self.work.len(), 0);
         for &t in window() {
-            let (Some(seen), Some(x)) = (
-                self.counts.get_mut(t as usize),
-                self.work.get_mut(t as usize),
-            ) else {
+            let (Some(seen), Some(x)) = (self.counts.get_mut(t as usize), self.work.get_mut(t as usize)) else {
                 continue;
             };
             if *seen == 0 {
@@ -175,10 +149,7 @@ impl Sampler {
         }
         // The second pass applies each token once and restores the zeros.
         for &t in generated {
-            let (Some(c), Some(x)) = (
-                self.counts.get_mut(t as usize),
-                self.work.get_mut(t as usize),
-            ) else {
+            let (Some(c), Some(x)) = (self.counts.get_mut(t as usize), self.work.get_mut(t as usize)) else {
                 continue;
             };
             if *c > 0 {
@@ -193,29 +164,18 @@ impl Sampler {
         let p = &self.params;
         let vocab = self.work.len();
         // min-p keeps logits >= max + ln(min_p); ln(0) = -inf keeps everything.
-        let min_p_floor = if p.min_p > 0.0 {
-            norm.max + p.min_p.ln()
-        } else {
-            f32::NEG_INFINITY
-        };
+        let min_p_floor = if p.min_p > 0.0 { norm.max + p.min_p.ln() } else { f32::NEG_INFINITY };
         let top_p_on = p.top_p < 1.0;
 
         // The mass top-p measures against: the top-k set, or the whole vocabulary.
         let z = if p.top_k > 0 && p.top_k < vocab {
             top_k_into(&self.work, p.top_k, &mut self.cand);
-            self.cand
-                .iter()
-                .map(|c| f64::from(exp_fast(c.logit - norm.max)))
-                .sum()
+            self.cand.iter().map(|c| f64::from(exp_fast(c.logit - norm.max))).sum()
         } else {
             // Both min-p and top-p keep a best-first prefix, and top-p's mass
             // is the full z either way, so tokens below either bound can be
             // dropped up front: same result, far less to sort.
-            let floor = if top_p_on {
-                min_p_floor.max(top_p_floor(norm, p.top_p, vocab))
-            } else {
-                min_p_floor
-            };
+            let floor = if top_p_on { min_p_floor.max(top_p_floor(norm, p.top_p, vocab)) } else { min_p_floor };
             at_least_into(&self.work, floor, &mut self.cand);
             norm.z
         };
@@ -255,23 +215,12 @@ impl Sampler {
             }
         }
         // Rounding left a sliver: take the last candidate with any weight.
-        self.cand
-            .iter()
-            .rev()
-            .find(|c| c.logit > 0.0)
-            .unwrap_or(&self.cand[0])
-            .id
+        self.cand.iter().rev().find(|c| c.logit > 0.0).unwrap_or(&self.cand[0]).id
     }
 
     fn top_logprobs(&mut self, n: usize, lse: f32) -> Vec<TokenLogprob> {
         top_k_into(&self.work, n, &mut self.cand);
-        self.cand
-            .iter()
-            .map(|c| TokenLogprob {
-                token: c.id,
-                logprob: c.logit - lse,
-            })
-            .collect()
+        self.cand.iter().map(|c| TokenLogprob { token: c.id, logprob: c.logit - lse }).collect()
     }
 }
 
@@ -281,11 +230,7 @@ impl Sampler {
 /// non-finite max or sum, and only then is the vector rewritten.
 fn normalize(work: &mut [f32]) -> Normalizer {
     let (mut max, mut argmax) = max_argmax(work);
-    let mut z = if max.is_finite() {
-        sum_exp(work, max)
-    } else {
-        f64::NAN
-    };
+    let mut z = if max.is_finite() { sum_exp(work, max) } else { f64::NAN };
     if !z.is_finite() {
         sanitize(work);
         (max, argmax) = max_argmax(work);
@@ -295,12 +240,7 @@ fn normalize(work: &mut [f32]) -> Normalizer {
         }
         z = sum_exp(work, max);
     }
-    Normalizer {
-        max,
-        argmax: argmax as u32,
-        z,
-        lse: max + z.ln() as f32,
-    }
+    Normalizer { max, argmax: argmax as u32, z, lse: max + z.ln() as f32 }
 }
 
 /// A logit below which top-p can never reach: all tokens under it together
@@ -316,33 +256,17 @@ mod tests {
     use super::*;
 
     fn params(temperature: f32, top_k: usize, top_p: f32, min_p: f32) -> SamplingParams {
-        SamplingParams {
-            temperature,
-            top_k,
-            top_p,
-            min_p,
-            seed: Some(1234),
-            ..SamplingParams::default()
-        }
+        SamplingParams { temperature, top_k, top_p, min_p, seed: Some(1234), ..SamplingParams::default() }
     }
 
     fn random_logits(n: usize, rng: &mut Rng) -> Vec<f32> {
-        (0..n)
-            .map(|_| (rng.next_f64() * 20.0 - 10.0) as f32)
-            .collect()
+        (0..n).map(|_| (rng.next_f64() * 20.0 - 10.0) as f32).collect()
     }
 
     /// f64 log-softmax reference.
     fn log_softmax(logits: &[f32]) -> Vec<f64> {
-        let max = logits
-            .iter()
-            .fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
-        let lse = max
-            + logits
-                .iter()
-                .map(|&x| (f64::from(x) - max).exp())
-                .sum::<f64>()
-                .ln();
+        let max = logits.iter().fold(f64::NEG_INFINITY, |m, &x| m.max(f64::from(x)));
+        let lse = max + logits.iter().map(|&x| (f64::from(x) - max).exp()).sum::<f64>().ln();
         logits.iter().map(|&x| f64::from(x) - lse).collect()
     }
 
@@ -368,10 +292,7 @@ mod tests {
         s.apply_logit_bias();
         s.apply_repetition_penalty(prompt, generated);
         s.apply_presence_frequency(generated);
-        assert!(
-            s.counts.iter().all(|&c| c == 0),
-            "scratch counts not restored"
-        );
+        assert!(s.counts.iter().all(|&c| c == 0), "scratch counts not restored");
         s.work
     }
 
@@ -384,38 +305,22 @@ mod tests {
         let mut rng = Rng::seeded(9);
         for _ in 0..20 {
             let logits = random_logits(1000, &mut rng);
-            let want = (0..1000)
-                .max_by(|&a, &b| logits[a].total_cmp(&logits[b]).then(b.cmp(&a)))
-                .unwrap();
+            let want = (0..1000).max_by(|&a, &b| logits[a].total_cmp(&logits[b]).then(b.cmp(&a))).unwrap();
             assert_eq!(s.sample(&logits, &[], &[]).token as usize, want);
         }
     }
 
     #[test]
     fn bad_logits_do_not_panic() {
-        for p in [
-            SamplingParams::greedy(),
-            SamplingParams {
-                seed: Some(1),
-                ..SamplingParams::default()
-            },
-        ] {
+        for p in [SamplingParams::greedy(), SamplingParams { seed: Some(1), ..SamplingParams::default() }] {
             let mut s = Sampler::new(p);
             let r = s.sample(&[f32::NAN, 1.0, f32::NAN], &[], &[]);
             assert_eq!(r.token, 1);
             assert!(r.logprob.abs() < 1e-6);
             let r = s.sample(&[f32::NAN; 5], &[], &[]);
             assert!(r.token < 5);
-            assert!(
-                (r.logprob - -(5f32.ln())).abs() < 1e-5,
-                "uniform fallback: {}",
-                r.logprob
-            );
-            let r = s.sample(
-                &[0.0, f32::INFINITY, f32::NEG_INFINITY, 2.0],
-                &[7, 99],
-                &[1_000_000],
-            );
+            assert!((r.logprob - -(5f32.ln())).abs() < 1e-5, "uniform fallback: {}", r.logprob);
+            let r = s.sample(&[0.0, f32::INFINITY, f32::NEG_INFINITY, 2.0], &[7, 99], &[1_000_000]);
             assert_eq!(r.token, 1);
             assert!(r.logprob.is_finite());
             let r = s.sample(&[], &[], &[]);
@@ -426,48 +331,14 @@ mod tests {
     #[test]
     fn invalid_params_do_not_panic() {
         let weird = [
-            SamplingParams {
-                temperature: f32::NAN,
-                ..SamplingParams::default()
-            },
-            SamplingParams {
-                min_p: 2.0,
-                seed: Some(3),
-                ..SamplingParams::default()
-            },
-            SamplingParams {
-                top_p: -1.0,
-                top_k: 0,
-                seed: Some(3),
-                ..SamplingParams::default()
-            },
-            SamplingParams {
-                top_p: f32::NAN,
-                top_k: 0,
-                min_p: f32::NAN,
-                seed: Some(3),
-                ..SamplingParams::default()
-            },
-            SamplingParams {
-                repetition_penalty: 0.0,
-                presence_penalty: f32::NAN,
-                ..SamplingParams::default()
-            },
-            SamplingParams {
-                temperature: 1e-30,
-                top_k: 1_000_000,
-                logprobs: Some(1_000_000),
-                ..Default::default()
-            },
-            SamplingParams {
-                temperature: 1e-45,
-                top_k: 0,
-                ..Default::default()
-            },
-            SamplingParams {
-                logit_bias: vec![(0, f32::NAN), (u32::MAX, 1.0)],
-                ..SamplingParams::default()
-            },
+            SamplingParams { temperature: f32::NAN, ..SamplingParams::default() },
+            SamplingParams { min_p: 2.0, seed: Some(3), ..SamplingParams::default() },
+            SamplingParams { top_p: -1.0, top_k: 0, seed: Some(3), ..SamplingParams::default() },
+            SamplingParams { top_p: f32::NAN, top_k: 0, min_p: f32::NAN, seed: Some(3), ..SamplingParams::default() },
+            SamplingParams { repetition_penalty: 0.0, presence_penalty: f32::NAN, ..SamplingParams::default() },
+            SamplingParams { temperature: 1e-30, top_k: 1_000_000, logprobs: Some(1_000_000), ..Default::default() },
+            SamplingParams { temperature: 1e-45, top_k: 0, ..Default::default() },
+            SamplingParams { logit_bias: vec![(0, f32::NAN), (u32::MAX, 1.0)], ..SamplingParams::default() },
         ];
         for p in weird {
             let mut s = Sampler::new(p.clone());
@@ -509,10 +380,7 @@ mod tests {
         for _ in 0..50 {
             let mut logits = random_logits(2000, &mut rng);
             logits[1999] = logits.iter().cloned().fold(f32::MIN, f32::max); // a tie
-            assert_eq!(
-                k1.sample(&logits, &[], &[]).token,
-                greedy.sample(&logits, &[], &[]).token
-            );
+            assert_eq!(k1.sample(&logits, &[], &[]).token, greedy.sample(&logits, &[], &[]).token);
         }
     }
 
@@ -580,28 +448,15 @@ mod tests {
     fn filtered_set_matches_full_sort_reference() {
         let mut rng = Rng::seeded(17);
         for spread in [2.0f64, 20.0, 60.0] {
-            let logits: Vec<f32> = (0..50_000)
-                .map(|_| (rng.next_f64() * spread) as f32)
-                .collect();
+            let logits: Vec<f32> = (0..50_000).map(|_| (rng.next_f64() * spread) as f32).collect();
             let mut order: Vec<usize> = (0..logits.len()).collect();
             order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
-            for (top_k, top_p, min_p) in [
-                (0, 0.9, 0.0),
-                (0, 0.5, 0.01),
-                (0, 1.0, 0.3),
-                (1000, 0.9, 0.0),
-                (200, 0.95, 0.05),
-            ] {
-                let head = if top_k > 0 {
-                    &order[..top_k]
-                } else {
-                    &order[..]
-                };
+            for (top_k, top_p, min_p) in
+                [(0, 0.9, 0.0), (0, 0.5, 0.01), (0, 1.0, 0.3), (1000, 0.9, 0.0), (200, 0.95, 0.05)]
+            {
+                let head = if top_k > 0 { &order[..top_k] } else { &order[..] };
                 let max = f64::from(logits[head[0]]);
-                let w: Vec<f64> = head
-                    .iter()
-                    .map(|&i| (f64::from(logits[i]) - max).exp())
-                    .collect();
+                let w: Vec<f64> = head.iter().map(|&i| (f64::from(logits[i]) - max).exp()).collect();
                 let z: f64 = w.iter().sum();
                 let mut cum = 0.0;
                 let by_p = if top_p < 1.0 {
@@ -616,20 +471,14 @@ mod tests {
                     w.len()
                 };
                 let by_min_p = w.iter().filter(|&&x| x >= f64::from(min_p)).count();
-                let mut want: Vec<u32> = head[..by_p.min(by_min_p)]
-                    .iter()
-                    .map(|&i| i as u32)
-                    .collect();
+                let mut want: Vec<u32> = head[..by_p.min(by_min_p)].iter().map(|&i| i as u32).collect();
                 want.sort_unstable();
 
                 let mut s = Sampler::new(params(1.0, top_k, top_p, min_p));
                 s.sample(&logits, &[], &[]);
                 let mut got: Vec<u32> = s.cand.iter().map(|c| c.id).collect();
                 got.sort_unstable();
-                assert_eq!(
-                    got, want,
-                    "spread {spread}, k {top_k}, p {top_p}, min_p {min_p}"
-                );
+                assert_eq!(got, want, "spread {spread}, k {top_k}, p {top_p}, min_p {min_p}");
             }
         }
     }
@@ -637,49 +486,24 @@ mod tests {
     #[test]
     fn repetition_penalty_hits_window_tokens_once() {
         let logits = [2.0, -2.0, 1.0, 0.5, 3.0];
-        let p = SamplingParams {
-            repetition_penalty: 2.0,
-            penalty_last_n: 0,
-            ..SamplingParams::greedy()
-        };
+        let p = SamplingParams { repetition_penalty: 2.0, penalty_last_n: 0, ..SamplingParams::greedy() };
         // Token 0 appears twice but is penalised once; ids past the vocab are ignored.
         let got = penalised(p.clone(), &logits, &[0, 0, 1], &[2, 99]);
         assert_eq!(got, [1.0, -4.0, 0.5, 0.5, 3.0]);
         // A window of 2 covers only the last two tokens of prompt + generated.
-        let p2 = SamplingParams {
-            penalty_last_n: 2,
-            ..p.clone()
-        };
-        assert_eq!(
-            penalised(p2.clone(), &logits, &[0, 1], &[2]),
-            [2.0, -4.0, 0.5, 0.5, 3.0]
-        );
-        assert_eq!(
-            penalised(p2, &logits, &[0], &[3, 4, 1]),
-            [2.0, -4.0, 1.0, 0.5, 1.5]
-        );
+        let p2 = SamplingParams { penalty_last_n: 2, ..p.clone() };
+        assert_eq!(penalised(p2.clone(), &logits, &[0, 1], &[2]), [2.0, -4.0, 0.5, 0.5, 3.0]);
+        assert_eq!(penalised(p2, &logits, &[0], &[3, 4, 1]), [2.0, -4.0, 1.0, 0.5, 1.5]);
         // The default window is 64.
-        let prompt: Vec<u32> = std::iter::once(4)
-            .chain(std::iter::repeat_n(3, 64))
-            .collect();
-        let p64 = SamplingParams {
-            repetition_penalty: 2.0,
-            ..SamplingParams::greedy()
-        };
-        assert_eq!(
-            penalised(p64, &logits, &prompt, &[]),
-            [2.0, -2.0, 1.0, 0.25, 3.0]
-        );
+        let prompt: Vec<u32> = std::iter::once(4).chain(std::iter::repeat_n(3, 64)).collect();
+        let p64 = SamplingParams { repetition_penalty: 2.0, ..SamplingParams::greedy() };
+        assert_eq!(penalised(p64, &logits, &prompt, &[]), [2.0, -2.0, 1.0, 0.25, 3.0]);
     }
 
     #[test]
     fn presence_and_frequency_penalties_count_generated_tokens() {
         let logits = [1.0, 1.0, 1.0, 1.0];
-        let p = SamplingParams {
-            presence_penalty: 1.0,
-            frequency_penalty: 0.5,
-            ..SamplingParams::greedy()
-        };
+        let p = SamplingParams { presence_penalty: 1.0, frequency_penalty: 0.5, ..SamplingParams::greedy() };
         // The prompt does not count; token 3 twice, token 1 once.
         let got = penalised(p, &logits, &[0, 0, 0], &[3, 1, 3, 1000]);
         assert_eq!(got, [1.0, -0.5, 1.0, -1.0]);
@@ -687,18 +511,10 @@ mod tests {
 
     #[test]
     fn logit_bias_applies_first_and_bans() {
-        let p = SamplingParams {
-            logit_bias: vec![(1, 5.0), (0, f32::NEG_INFINITY)],
-            ..SamplingParams::greedy()
-        };
-        assert_eq!(
-            penalised(p.clone(), &[3.0, 0.0, 1.0], &[], &[]),
-            [f32::NEG_INFINITY, 5.0, 1.0]
-        );
-        let mut s = Sampler::new(SamplingParams {
-            logit_bias: vec![(0, f32::NEG_INFINITY)],
-            ..params(1.0, 0, 1.0, 0.0)
-        });
+        let p = SamplingParams { logit_bias: vec![(1, 5.0), (0, f32::NEG_INFINITY)], ..SamplingParams::greedy() };
+        assert_eq!(penalised(p.clone(), &[3.0, 0.0, 1.0], &[], &[]), [f32::NEG_INFINITY, 5.0, 1.0]);
+        let mut s =
+            Sampler::new(SamplingParams { logit_bias: vec![(0, f32::NEG_INFINITY)], ..params(1.0, 0, 1.0, 0.0) });
         let logits = logits_for(&[0.97, 0.01, 0.01, 0.01]);
         assert!((0..500).all(|_| s.sample(&logits, &[], &[]).token != 0));
         assert_eq!(Sampler::new(p).sample(&[3.0, 0.0, 1.0], &[], &[]).token, 1);
@@ -706,10 +522,7 @@ mod tests {
 
     #[test]
     fn penalties_steer_greedy_choice() {
-        let p = SamplingParams {
-            repetition_penalty: 1.5,
-            ..SamplingParams::greedy()
-        };
+        let p = SamplingParams { repetition_penalty: 1.5, ..SamplingParams::greedy() };
         let mut s = Sampler::new(p);
         // Token 0 leads by a little but was just generated: 2.0 / 1.5 < 1.8.
         assert_eq!(s.sample(&[2.0, 1.8], &[], &[0]).token, 1);
@@ -720,12 +533,7 @@ mod tests {
     fn logprobs_are_raw_log_softmax() {
         let mut rng = Rng::seeded(3);
         for temperature in [0.0, 0.3, 1.0, 4.0] {
-            let p = SamplingParams {
-                logprobs: Some(5),
-                temperature,
-                seed: Some(8),
-                ..SamplingParams::default()
-            };
+            let p = SamplingParams { logprobs: Some(5), temperature, seed: Some(8), ..SamplingParams::default() };
             let mut s = Sampler::new(p);
             for _ in 0..10 {
                 let logits = random_logits(3000, &mut rng);
@@ -739,26 +547,17 @@ mod tests {
                 for t in &r.top {
                     assert!((f64::from(t.logprob) - reference[t.token as usize]).abs() < 1e-4);
                 }
-                let best = (0..3000)
-                    .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
-                    .unwrap();
+                let best = (0..3000).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap();
                 assert_eq!(r.top[0].token as usize, best);
                 assert!(r.logprob <= r.top[0].logprob);
             }
         }
         // Logprobs reflect the penalised logits.
-        let p = SamplingParams {
-            logprobs: Some(2),
-            logit_bias: vec![(0, -100.0)],
-            ..SamplingParams::greedy()
-        };
+        let p = SamplingParams { logprobs: Some(2), logit_bias: vec![(0, -100.0)], ..SamplingParams::greedy() };
         let r = Sampler::new(p).sample(&[0.0, 0.0], &[], &[]);
         assert_eq!((r.token, r.top[0].token), (1, 1));
         assert!(r.logprob.abs() < 1e-6);
-        let full = SamplingParams {
-            logprobs: Some(10),
-            ..SamplingParams::greedy()
-        };
+        let full = SamplingParams { logprobs: Some(10), ..SamplingParams::greedy() };
         let r = Sampler::new(full).sample(&[1.0, 2.0, 3.0], &[], &[]);
         let mass: f32 = r.top.iter().map(|t| t.logprob.exp()).sum();
         assert_eq!(r.top.len(), 3);
@@ -773,11 +572,7 @@ mod tests {
         let mut sorted: Vec<usize> = (0..logits.len()).collect();
         sorted.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
         let head: std::collections::HashSet<usize> = sorted[..40].iter().copied().collect();
-        for p in [
-            params(1.0, 40, 1.0, 0.0),
-            params(0.7, 40, 0.95, 0.05),
-            params(1.0, 0, 0.001, 0.0),
-        ] {
+        for p in [params(1.0, 40, 1.0, 0.0), params(0.7, 40, 0.95, 0.05), params(1.0, 0, 0.001, 0.0)] {
             let mut s = Sampler::new(p);
             for _ in 0..20 {
                 let t = s.sample(&logits, &[], &[]).token as usize;
@@ -798,32 +593,14 @@ mod tests {
         let prompt: Vec<u32> = (0..2000).collect();
         let cases = [
             ("greedy", SamplingParams::greedy()),
-            (
-                "default",
-                SamplingParams {
-                    seed: Some(1),
-                    ..SamplingParams::default()
-                },
-            ),
+            ("default", SamplingParams { seed: Some(1), ..SamplingParams::default() }),
             (
                 "default+penalties",
-                SamplingParams {
-                    repetition_penalty: 1.1,
-                    presence_penalty: 0.5,
-                    seed: Some(1),
-                    ..Default::default()
-                },
+                SamplingParams { repetition_penalty: 1.1, presence_penalty: 0.5, seed: Some(1), ..Default::default() },
             ),
             ("top_p only", params(1.0, 0, 0.95, 0.0)),
             ("min_p only", params(1.0, 0, 1.0, 0.05)),
-            (
-                "logprobs 20",
-                SamplingParams {
-                    logprobs: Some(20),
-                    seed: Some(1),
-                    ..Default::default()
-                },
-            ),
+            ("logprobs 20", SamplingParams { logprobs: Some(20), seed: Some(1), ..Default::default() }),
         ];
         for (name, p) in cases {
             let mut s = Sampler::new(p);

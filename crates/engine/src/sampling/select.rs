@@ -29,10 +29,7 @@ pub(crate) fn at_least_into(logits: &[f32], floor: f32, out: &mut Vec<Candidate>
     out.resize(logits.len(), Candidate { id: 0, logit: 0.0 });
     let mut n = 0;
     for (i, &logit) in logits.iter().enumerate() {
-        out[n] = Candidate {
-            id: i as u32,
-            logit,
-        };
+        out[n] = Candidate { id: i as u32, logit };
         n += usize::from(logit >= floor);
     }
     out.truncate(n);
@@ -50,10 +47,7 @@ pub(crate) fn top_k_into(logits: &[f32], k: usize, out: &mut Vec<Candidate>) {
         return;
     }
     if k > HEAP_MAX_K {
-        out.extend(logits.iter().enumerate().map(|(i, &logit)| Candidate {
-            id: i as u32,
-            logit,
-        }));
+        out.extend(logits.iter().enumerate().map(|(i, &logit)| Candidate { id: i as u32, logit }));
         if k < out.len() {
             out.select_nth_unstable_by(k - 1, best_first);
             out.truncate(k);
@@ -71,10 +65,7 @@ fn heap_top_k(logits: &[f32], k: usize, heap: &mut Vec<Candidate>) {
     const BLOCK: usize = 16;
     let warm = k.min(logits.len());
     for (i, &logit) in logits[..warm].iter().enumerate() {
-        heap.push(Candidate {
-            id: i as u32,
-            logit,
-        });
+        heap.push(Candidate { id: i as u32, logit });
         let last = heap.len() - 1;
         sift_up(heap, last);
     }
@@ -97,10 +88,7 @@ fn heap_top_k(logits: &[f32], k: usize, heap: &mut Vec<Candidate>) {
 
 /// Replaces the heap's worst with the candidate if the candidate is better.
 fn offer(heap: &mut [Candidate], i: usize, logit: f32) {
-    let c = Candidate {
-        id: i as u32,
-        logit,
-    };
+    let c = Candidate { id: i as u32, logit };
     if better(&c, &heap[0]) {
         heap[0] = c;
         sift_down(heap, 0);
@@ -214,20 +202,12 @@ mod tests {
     fn random_logits(n: usize, seed: u64) -> Vec<f32> {
         let mut r = Rng::seeded(seed);
         // Coarse values so ties occur and the id tie-break is exercised.
-        (0..n)
-            .map(|_| ((r.next_f64() * 200.0).floor() / 10.0) as f32 - 10.0)
-            .collect()
+        (0..n).map(|_| ((r.next_f64() * 200.0).floor() / 10.0) as f32 - 10.0).collect()
     }
 
     fn reference_sorted(logits: &[f32]) -> Vec<Candidate> {
-        let mut all: Vec<Candidate> = logits
-            .iter()
-            .enumerate()
-            .map(|(i, &logit)| Candidate {
-                id: i as u32,
-                logit,
-            })
-            .collect();
+        let mut all: Vec<Candidate> =
+            logits.iter().enumerate().map(|(i, &logit)| Candidate { id: i as u32, logit }).collect();
         all.sort_by(best_first);
         all
     }
@@ -261,27 +241,15 @@ mod tests {
     #[test]
     fn top_p_len_finds_smallest_prefix() {
         for (n, spread) in [(3000, 20.0), (200, 20.0), (50_000, 2.0), (50_000, 40.0)] {
-            let logits: Vec<f32> = random_logits(n, 2)
-                .iter()
-                .map(|x| x * spread / 20.0)
-                .collect();
+            let logits: Vec<f32> = random_logits(n, 2).iter().map(|x| x * spread / 20.0).collect();
             let sorted = reference_sorted(&logits);
             let max = sorted[0].logit;
-            let w: Vec<f64> = sorted
-                .iter()
-                .map(|c| f64::from(exp_fast(c.logit - max)))
-                .collect();
+            let w: Vec<f64> = sorted.iter().map(|c| f64::from(exp_fast(c.logit - max))).collect();
             let z: f64 = w.iter().sum();
             // The sampler never calls it with p >= 1 (top-p off).
             for p in [0.0, 0.1, 0.5, 0.9, 0.999] {
-                let mut cand: Vec<Candidate> = logits
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &logit)| Candidate {
-                        id: i as u32,
-                        logit,
-                    })
-                    .collect();
+                let mut cand: Vec<Candidate> =
+                    logits.iter().enumerate().map(|(i, &logit)| Candidate { id: i as u32, logit }).collect();
                 let kept = top_p_len(&mut cand, max, z, p);
                 let mut got: Vec<u32> = cand[..kept].iter().map(|c| c.id).collect();
                 got.sort_unstable();

@@ -18,12 +18,7 @@ impl StopChecker {
     pub fn new(stop_strings: Vec<String>) -> Self {
         let stops: Vec<String> = stop_strings.into_iter().filter(|s| !s.is_empty()).collect();
         let max_len = stops.iter().map(String::len).max().unwrap_or(0);
-        StopChecker {
-            stops,
-            max_len,
-            pending: String::new(),
-            stopped: false,
-        }
+        StopChecker { stops, max_len, pending: String::new(), stopped: false }
     }
 
     /// Whether a stop string has matched; later pushes emit nothing.
@@ -57,10 +52,7 @@ impl StopChecker {
     /// Byte offset of the earliest stop string in `pending`. Held-back text
     /// never contains a whole match, so only the new text can complete one.
     fn earliest_match(&self) -> Option<usize> {
-        self.stops
-            .iter()
-            .filter_map(|s| self.pending.find(s.as_str()))
-            .min()
+        self.stops.iter().filter_map(|s| self.pending.find(s.as_str())).min()
     }
 
     /// Length of the longest suffix of `pending` that begins some stop
@@ -71,11 +63,7 @@ impl StopChecker {
             .rev()
             .find(|&len| {
                 let start = self.pending.len() - len;
-                self.pending.is_char_boundary(start)
-                    && self
-                        .stops
-                        .iter()
-                        .any(|s| s.starts_with(&self.pending[start..]))
+                self.pending.is_char_boundary(start) && self.stops.iter().any(|s| s.starts_with(&self.pending[start..]))
             })
             .unwrap_or(0)
     }
@@ -129,10 +117,7 @@ mod tests {
         assert!(c.is_stopped());
         assert_eq!(c.push("more"), (String::new(), true));
         assert_eq!(c.flush(), "");
-        assert_eq!(
-            run(&["</s>"], &["a", "<", "/", "s", ">", "b"]),
-            ("a".to_string(), true)
-        );
+        assert_eq!(run(&["</s>"], &["a", "<", "/", "s", ">", "b"]), ("a".to_string(), true));
     }
 
     #[test]
@@ -152,24 +137,15 @@ mod tests {
         assert_eq!(c.push("a"), ("a".to_string(), false));
         assert_eq!(c.push("b!"), (String::new(), true));
         assert_eq!(run(&["abab"], &["ab", "ab", "ab"]), (String::new(), true));
-        assert_eq!(
-            run(&["abab"], &["xab", "aab", "ab"]),
-            ("xaba".to_string(), true)
-        );
+        assert_eq!(run(&["abab"], &["xab", "aab", "ab"]), ("xaba".to_string(), true));
         assert_eq!(run(&["abc", "bcd"], &["ab", "cd"]), (String::new(), true));
         assert_eq!(run(&["abc", "bcd"], &["xb", "cd"]), ("x".to_string(), true));
     }
 
     #[test]
     fn multiple_stops_earliest_wins() {
-        assert_eq!(
-            run(&["world", "lo"], &["hello world"]),
-            ("hel".to_string(), true)
-        );
-        assert_eq!(
-            run(&["\n\n", "User:"], &["Sure.\n", "User", ":"]),
-            ("Sure.\n".to_string(), true)
-        );
+        assert_eq!(run(&["world", "lo"], &["hello world"]), ("hel".to_string(), true));
+        assert_eq!(run(&["\n\n", "User:"], &["Sure.\n", "User", ":"]), ("Sure.\n".to_string(), true));
         // Held back for the longer stop, then released when neither matches.
         let mut c = checker(&["ab", "abcd"]);
         assert_eq!(c.push("a"), (String::new(), false));
@@ -180,14 +156,8 @@ mod tests {
 
     #[test]
     fn multibyte_text_and_stops() {
-        assert_eq!(
-            run(&["é!"], &["caf", "é", "!", "x"]),
-            ("caf".to_string(), true)
-        );
-        assert_eq!(
-            run(&["日本"], &["今日は日", "本語"]),
-            ("今日は".to_string(), true)
-        );
+        assert_eq!(run(&["é!"], &["caf", "é", "!", "x"]), ("caf".to_string(), true));
+        assert_eq!(run(&["日本"], &["今日は日", "本語"]), ("今日は".to_string(), true));
         // A held suffix must start on a char boundary.
         assert_eq!(run(&["🙂x"], &["a🙂", "y"]), ("a🙂y".to_string(), false));
     }

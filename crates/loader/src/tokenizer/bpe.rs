@@ -82,14 +82,7 @@ impl Bpe {
         for (b, slot) in ascii_tokens.iter_mut().enumerate() {
             *slot = vocab.get(&(b as u8 as char).to_string());
         }
-        Bpe {
-            pre,
-            ignore_merges,
-            n_vocab,
-            merges: table,
-            byte_ids,
-            ascii_tokens,
-        }
+        Bpe { pre, ignore_merges, n_vocab, merges: table, byte_ids, ascii_tokens }
     }
 
     /// Tokenizes one text fragment (no special tokens in it) onto `out`.
@@ -125,27 +118,12 @@ impl Bpe {
             }
             let (l, r) = (symbols[left as usize].id?, symbols[right as usize].id?);
             let &(rank, merged) = self.merges.get(&(l, r))?;
-            Some(Reverse(Pair {
-                rank,
-                left: left as usize,
-                right: right as usize,
-                l,
-                r,
-                merged,
-            }))
+            Some(Reverse(Pair { rank, left: left as usize, right: right as usize, l, r, merged }))
         };
         for i in 1..n {
             queue.extend(pair(&symbols, i as i32 - 1, i as i32));
         }
-        while let Some(Reverse(Pair {
-            left,
-            right,
-            l,
-            r,
-            merged,
-            ..
-        })) = queue.pop()
-        {
+        while let Some(Reverse(Pair { left, right, l, r, merged, .. })) = queue.pop() {
             let (ls, rs) = (symbols[left], symbols[right]);
             // Stale if either side has changed since the pair was queued.
             if ls.len == 0 || rs.len == 0 || ls.id != Some(l) || rs.id != Some(r) {
@@ -170,12 +148,7 @@ impl Bpe {
                     // llama.cpp looks each byte of the alphabet-encoded string up
                     // as a one-byte token; only ASCII bytes can ever be found.
                     let encoded = byte_level::encode(&word[sym.start..sym.start + sym.len]);
-                    out.extend(
-                        encoded
-                            .bytes()
-                            .filter(|b| b.is_ascii())
-                            .filter_map(|b| self.ascii_tokens[b as usize]),
-                    );
+                    out.extend(encoded.bytes().filter(|b| b.is_ascii()).filter_map(|b| self.ascii_tokens[b as usize]));
                 }
             }
             i = sym.next;

@@ -41,9 +41,7 @@ pub(crate) fn clean_spaces(text: &mut Vec<u8>) {
         if text[i - 1] == b' ' && x == b'\'' && i + 1 < n {
             let x1 = text[i + 1];
             let x2 = text.get(i + 2).copied().filter(|_| i + 2 < n);
-            if matches!(x1, b's' | b'm')
-                || matches!((x1, x2), (b'r', Some(b'e')) | (b'v', Some(b'e')))
-            {
+            if matches!(x1, b's' | b'm') || matches!((x1, x2), (b'r', Some(b'e')) | (b'v', Some(b'e'))) {
                 total -= 1;
             }
         }
@@ -67,10 +65,7 @@ mod tests {
     fn matches_llama_cpp_rules() {
         assert_eq!(clean("Hello , world !"), "Hello, world!");
         assert_eq!(clean("a ' b"), "a'b");
-        assert_eq!(
-            clean("it 's we 're I 'll they 've don 't"),
-            "it's we're I 'll they've don 't"
-        );
+        assert_eq!(clean("it 's we 're I 'll they 've don 't"), "it's we're I 'll they've don 't");
         assert_eq!(clean(""), "");
         assert_eq!(clean(" ."), ".");
     }

@@ -46,51 +46,19 @@ const EOT_NAMES: &[&str] = &[
     "<｜end▁of▁sentence｜>",
     "<end_of_utterance>",
 ];
-const FIM_PRE_NAMES: &[&str] = &[
-    "<|fim_prefix|>",
-    "<fim-prefix>",
-    "<fim_prefix>",
-    "<｜fim▁begin｜>",
-    "<PRE>",
-    "▁<PRE>",
-    "<|code_prefix|>",
-];
-const FIM_SUF_NAMES: &[&str] = &[
-    "<|fim_suffix|>",
-    "<fim-suffix>",
-    "<fim_suffix>",
-    "<｜fim▁hole｜>",
-    "<SUF>",
-    "▁<SUF>",
-    "<|code_suffix|>",
-];
-const FIM_MID_NAMES: &[&str] = &[
-    "<|fim_middle|>",
-    "<fim-middle>",
-    "<fim_middle>",
-    "<｜fim▁end｜>",
-    "<MID>",
-    "▁<MID>",
-    "<|code_middle|>",
-];
+const FIM_PRE_NAMES: &[&str] =
+    &["<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>"];
+const FIM_SUF_NAMES: &[&str] =
+    &["<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>"];
+const FIM_MID_NAMES: &[&str] =
+    &["<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>"];
 const FIM_PAD_NAMES: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
-const FIM_REP_NAMES: &[&str] = &[
-    "<|fim_repo|>",
-    "<|repo_name|>",
-    "<fim-repo>",
-    "<REPO>",
-    "<reponame>",
-];
+const FIM_REP_NAMES: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
 const FIM_SEP_NAMES: &[&str] = &["<|file_sep|>"];
 
 /// The end-of-generation ids, eos first and the rest ascending; updates
 /// `attrs` where llama.cpp re-flags tokens.
-pub(crate) fn end_of_generation(
-    gguf: &GgufFile,
-    vocab: &Vocab,
-    attrs: &mut [u8],
-    eos: Option<u32>,
-) -> Vec<u32> {
+pub(crate) fn end_of_generation(gguf: &GgufFile, vocab: &Vocab, attrs: &mut [u8], eos: Option<u32>) -> Vec<u32> {
     let n = attrs.len();
     let by_name = |names: &[&str], attrs: &mut [u8]| -> Option<u32> {
         let id = names.iter().find_map(|name| vocab.get(name))?;
@@ -109,10 +77,7 @@ pub(crate) fn end_of_generation(
     let fim_rep = special("tokenizer.ggml.fim_rep_token_id", FIM_REP_NAMES, attrs);
     let fim_sep = special("tokenizer.ggml.fim_sep_token_id", FIM_SEP_NAMES, attrs);
 
-    let mut eog: BTreeSet<u32> = [fim_pad, fim_rep, fim_sep, eos, eot, eom]
-        .into_iter()
-        .flatten()
-        .collect();
+    let mut eog: BTreeSet<u32> = [fim_pad, fim_rep, fim_sep, eos, eot, eom].into_iter().flatten().collect();
     for name in EOG_NAMES {
         if let Some(id) = vocab.get(name) {
             eog.insert(id);

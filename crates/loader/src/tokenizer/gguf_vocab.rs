@@ -51,9 +51,7 @@ fn str_array<'a>(gguf: &'a GgufFile, key: &str) -> Result<Option<&'a [String]>> 
     match gguf.get_array(key) {
         None => Ok(None),
         Some(MetaArray::Str(v)) => Ok(Some(v)),
-        Some(_) => Err(Error::Tokenizer(format!(
-            "GGUF key {key} is not an array of strings"
-        ))),
+        Some(_) => Err(Error::Tokenizer(format!("GGUF key {key} is not an array of strings"))),
     }
 }
 
@@ -96,19 +94,17 @@ fn spm_scores(gguf: &GgufFile, n: usize) -> Result<Vec<f32>> {
         None => Ok(vec![0.0; n]),
         Some(MetaArray::Float(s)) if s.len() >= n => Ok(s[..n].iter().map(|&x| x as f32).collect()),
         Some(MetaArray::Int(s)) if s.len() >= n => Ok(s[..n].iter().map(|&x| x as f32).collect()),
-        Some(a) => Err(Error::Tokenizer(format!(
-            "GGUF tokenizer.ggml.scores must be {n} numbers, found {} entries",
-            a.len()
-        ))),
+        Some(a) => {
+            Err(Error::Tokenizer(format!("GGUF tokenizer.ggml.scores must be {n} numbers, found {} entries", a.len())))
+        }
     }
 }
 
 /// The BPE model and its pre-tokenizer family; no `tokenizer.ggml.pre` means
 /// "default", as in llama.cpp, and an unknown one is an error.
 fn bpe_model(gguf: &GgufFile, vocab: &Vocab, pre_name: &str) -> Result<(Bpe, PreConfig)> {
-    let merges = str_array(gguf, "tokenizer.ggml.merges")?.ok_or_else(|| {
-        Error::Tokenizer("GGUF gpt2 tokenizer has no tokenizer.ggml.merges array".into())
-    })?;
+    let merges = str_array(gguf, "tokenizer.ggml.merges")?
+        .ok_or_else(|| Error::Tokenizer("GGUF gpt2 tokenizer has no tokenizer.ggml.merges array".into()))?;
     let cfg = if pre_name.is_empty() {
         eprintln!("warning: GGUF has no tokenizer.ggml.pre; using 'default' (as llama.cpp does)");
         pretok::lookup("default")
@@ -129,16 +125,8 @@ impl GgufVocab {
     pub fn from_gguf(gguf: &GgufFile) -> Result<GgufVocab> {
         let model_name = match gguf.get("tokenizer.ggml.model") {
             Some(MetaValue::Str(s)) => s.as_str(),
-            Some(_) => {
-                return Err(Error::Tokenizer(
-                    "GGUF tokenizer.ggml.model is not a string".into(),
-                ))
-            }
-            None => {
-                return Err(Error::Tokenizer(
-                    "GGUF has no tokenizer (tokenizer.ggml.model is missing)".into(),
-                ))
-            }
+            Some(_) => return Err(Error::Tokenizer("GGUF tokenizer.ggml.model is not a string".into())),
+            None => return Err(Error::Tokenizer("GGUF has no tokenizer (tokenizer.ggml.model is missing)".into())),
         };
         let is_spm = match model_name {
             "llama" => true,
@@ -149,32 +137,22 @@ impl GgufVocab {
                 )))
             }
         };
-        let tokens_in = str_array(gguf, KEY_TOKENS)?
-            .ok_or_else(|| Error::Tokenizer(format!("GGUF has no {KEY_TOKENS} array")))?;
+        let tokens_in =
+            str_array(gguf, KEY_TOKENS)?.ok_or_else(|| Error::Tokenizer(format!("GGUF has no {KEY_TOKENS} array")))?;
         let n = tokens_in.len();
         if n == 0 || n > u32::MAX as usize / 2 {
-            return Err(Error::Tokenizer(format!(
-                "GGUF {KEY_TOKENS} has {n} entries"
-            )));
+            return Err(Error::Tokenizer(format!("GGUF {KEY_TOKENS} has {n} entries")));
         }
 
         // llama.cpp renames empty tokens and rejects duplicates.
         let texts = tokens_in
             .iter()
             .enumerate()
-            .map(|(i, t)| {
-                if t.is_empty() {
-                    format!("[EMPTY_{i}]")
-                } else {
-                    t.clone()
-                }
-            })
+            .map(|(i, t)| if t.is_empty() { format!("[EMPTY_{i}]") } else { t.clone() })
             .collect();
         let vocab = Vocab::new(texts).map_err(|(a, b)| {
             let t = &tokens_in[a as usize];
-            Error::Tokenizer(format!(
-                "duplicate token {t:?} in vocabulary (ids {a} and {b})"
-            ))
+            Error::Tokenizer(format!("duplicate token {t:?} in vocabulary (ids {a} and {b})"))
         })?;
 
         let mut attrs = token_attrs(gguf, n)?;
@@ -182,23 +160,11 @@ impl GgufVocab {
         let pre_name = gguf.get_str("tokenizer.ggml.pre").unwrap_or("").to_string();
         let (model, pre_cfg, kind) = if is_spm {
             let scores = spm_scores(gguf, n)?;
-            (
-                Model::Spm(Box::new(Spm::new(scores, &vocab))),
-                None,
-                format!("gguf llama SPM, {n} tokens"),
-            )
+            (Model::Spm(Box::new(Spm::new(scores, &vocab))), None, format!("gguf llama SPM, {n} tokens"))
         } else {
             let (bpe, cfg) = bpe_model(gguf, &vocab, &pre_name)?;
-            let shown = if pre_name.is_empty() {
-                "default"
-            } else {
-                &pre_name
-            };
-            (
-                Model::Bpe(Box::new(bpe)),
-                Some(cfg),
-                format!("gguf gpt2 BPE (pre: {shown}), {n} tokens"),
-            )
+            let shown = if pre_name.is_empty() { "default" } else { &pre_name };
+            (Model::Bpe(Box::new(bpe)), Some(cfg), format!("gguf gpt2 BPE (pre: {shown}), {n} tokens"))
         };
 
         // llama.cpp's defaults per model type, then the metadata.
@@ -210,25 +176,15 @@ impl GgufVocab {
         let in_range = |id: Option<u32>| id.filter(|&i| (i as usize) < n);
         let bos = token_id(gguf, "tokenizer.ggml.bos_token_id", n).or(in_range(default_bos));
         let eos = token_id(gguf, "tokenizer.ggml.eos_token_id", n).or(in_range(default_eos));
-        let add_bos = gguf
-            .get_bool("tokenizer.ggml.add_bos_token")
-            .unwrap_or(pre_cfg.is_none_or(|c| c.add_bos));
-        let add_eos = gguf
-            .get_bool("tokenizer.ggml.add_eos_token")
-            .unwrap_or(false);
-        let add_space_prefix = gguf
-            .get_bool("tokenizer.ggml.add_space_prefix")
-            .unwrap_or(is_spm);
+        let add_bos = gguf.get_bool("tokenizer.ggml.add_bos_token").unwrap_or(pre_cfg.is_none_or(|c| c.add_bos));
+        let add_eos = gguf.get_bool("tokenizer.ggml.add_eos_token").unwrap_or(false);
+        let add_space_prefix = gguf.get_bool("tokenizer.ggml.add_space_prefix").unwrap_or(is_spm);
         let clean_spaces = pre_cfg.is_some_and(|c| c.clean_spaces);
         if add_bos && bos.is_none() {
-            return Err(Error::Tokenizer(
-                "GGUF sets add_bos_token but has no BOS token id".into(),
-            ));
+            return Err(Error::Tokenizer("GGUF sets add_bos_token but has no BOS token id".into()));
         }
         if add_eos && eos.is_none() {
-            return Err(Error::Tokenizer(
-                "GGUF sets add_eos_token but has no EOS token id".into(),
-            ));
+            return Err(Error::Tokenizer("GGUF sets add_eos_token but has no EOS token id".into()));
         }
 
         let eog = end_of_generation(gguf, &vocab, &mut attrs, eos);
@@ -244,9 +200,7 @@ impl GgufVocab {
                 .texts()
                 .iter()
                 .enumerate()
-                .filter(|(i, _)| {
-                    attrs[*i] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
-                })
+                .filter(|(i, _)| attrs[*i] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
                 .map(|(i, t)| (i as u32, t.as_str())),
         );
 
@@ -281,11 +235,7 @@ impl GgufVocab {
                 }
                 Fragment::Text(t) => match &self.model {
                     Model::Spm(spm) => {
-                        let prefix = if self.add_space_prefix && after_special {
-                            " "
-                        } else {
-                            ""
-                        };
+                        let prefix = if self.add_space_prefix && after_special { " " } else { "" };
                         let escaped = format!("{prefix}{t}").replace(' ', "\u{2581}");
                         spm.tokenize(&self.vocab, &escaped, &mut out)?;
                         after_special = false;
@@ -336,10 +286,7 @@ impl GgufVocab {
         }
         let mut out = Vec::new();
         for &id in ids {
-            let hidden = self
-                .attrs
-                .get(id as usize)
-                .is_some_and(|a| a & (attr::UNKNOWN | attr::CONTROL) != 0);
+            let hidden = self.attrs.get(id as usize).is_some_and(|a| a & (attr::UNKNOWN | attr::CONTROL) != 0);
             if !(skip_special && hidden) {
                 let piece = self.token_bytes(id);
                 let strip = usize::from(remove_space && piece.first() == Some(&b' '));
@@ -354,9 +301,7 @@ impl GgufVocab {
     }
 
     pub fn is_control(&self, id: u32) -> bool {
-        self.attrs
-            .get(id as usize)
-            .is_some_and(|a| a & attr::CONTROL != 0)
+        self.attrs.get(id as usize).is_some_and(|a| a & attr::CONTROL != 0)
     }
 }
 

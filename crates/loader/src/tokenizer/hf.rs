@@ -69,10 +69,7 @@ fn piece_style(decoder: Option<&DecoderWrapper>) -> PieceStyle {
             other => flat.push(other),
         }
     }
-    if flat
-        .iter()
-        .any(|d| matches!(d, DecoderWrapper::ByteLevel(_)))
-    {
+    if flat.iter().any(|d| matches!(d, DecoderWrapper::ByteLevel(_))) {
         return PieceStyle::ByteLevel;
     }
     if let Some(w) = flat.iter().find_map(|d| match d {
@@ -87,12 +84,7 @@ fn piece_style(decoder: Option<&DecoderWrapper>) -> PieceStyle {
     }) {
         return PieceStyle::SentencePiece(c);
     }
-    if flat.iter().any(|d| {
-        matches!(
-            d,
-            DecoderWrapper::ByteFallback(_) | DecoderWrapper::Replace(_)
-        )
-    }) {
+    if flat.iter().any(|d| matches!(d, DecoderWrapper::ByteFallback(_) | DecoderWrapper::Replace(_))) {
         return PieceStyle::SentencePiece('\u{2581}');
     }
     PieceStyle::Plain
@@ -102,17 +94,13 @@ impl HfTokenizer {
     pub fn from_dir(dir: &Path) -> Result<HfTokenizer> {
         let path = dir.join("tokenizer.json");
         if !path.is_file() {
-            return Err(Error::Tokenizer(format!(
-                "{}: no tokenizer.json",
-                dir.display()
-            )));
+            return Err(Error::Tokenizer(format!("{}: no tokenizer.json", dir.display())));
         }
         let mut tok = tokenizers::Tokenizer::from_file(&path)
             .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
         // Some files ship fixed padding/truncation (MiniLM: 128); callers want the plain ids.
         tok.with_padding(None);
-        tok.with_truncation(None)
-            .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
+        tok.with_truncation(None).map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
 
         let n = tok.get_vocab_size(true);
         let mut vocab = vec![String::new(); n];
@@ -133,14 +121,9 @@ impl HfTokenizer {
         let config = read_json(&dir.join("tokenizer_config.json"))?.unwrap_or(Value::Null);
         let generation = read_json(&dir.join("generation_config.json"))?.unwrap_or(Value::Null);
         let id_of = |v: Option<&Value>| token_text(v).and_then(|t| tok.token_to_id(t));
-        let as_id = |v: &Value| {
-            v.as_u64()
-                .filter(|&i| (i as usize) < vocab.len())
-                .map(|i| i as u32)
-        };
+        let as_id = |v: &Value| v.as_u64().filter(|&i| (i as usize) < vocab.len()).map(|i| i as u32);
 
-        let bos = id_of(config.get("bos_token"))
-            .or_else(|| generation.get("bos_token_id").and_then(as_id));
+        let bos = id_of(config.get("bos_token")).or_else(|| generation.get("bos_token_id").and_then(as_id));
         let gen_eos: Vec<u32> = match generation.get("eos_token_id") {
             Some(Value::Array(a)) => a.iter().filter_map(as_id).collect(),
             Some(v) => as_id(v).into_iter().collect(),
@@ -162,14 +145,8 @@ impl HfTokenizer {
         };
         let style = piece_style(tok.get_decoder());
         Ok(HfTokenizer {
-            add_bos: config
-                .get("add_bos_token")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
-            add_eos: config
-                .get("add_eos_token")
-                .and_then(Value::as_bool)
-                .unwrap_or(false),
+            add_bos: config.get("add_bos_token").and_then(Value::as_bool).unwrap_or(false),
+            add_eos: config.get("add_eos_token").and_then(Value::as_bool).unwrap_or(false),
             kind: format!("hf {model}, {} tokens", vocab.len()),
             tok,
             vocab,
@@ -182,10 +159,7 @@ impl HfTokenizer {
     }
 
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
-        let enc = self
-            .tok
-            .encode(text, add_special)
-            .map_err(|e| Error::Tokenizer(format!("encode: {e}")))?;
+        let enc = self.tok.encode(text, add_special).map_err(|e| Error::Tokenizer(format!("encode: {e}")))?;
         let mut ids = enc.get_ids().to_vec();
         if add_special {
             if let Some(bos) = self.bos.filter(|_| self.add_bos) {
@@ -204,11 +178,7 @@ impl HfTokenizer {
 
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
         // Out-of-range ids are the only failure; they decode to nothing.
-        let known: Vec<u32> = ids
-            .iter()
-            .copied()
-            .filter(|&id| (id as usize) < self.vocab.len())
-            .collect();
+        let known: Vec<u32> = ids.iter().copied().filter(|&id| (id as usize) < self.vocab.len()).collect();
         self.tok.decode(&known, skip_special).unwrap_or_default()
     }
 
@@ -223,10 +193,7 @@ impl HfTokenizer {
             PieceStyle::ByteLevel => text.chars().filter_map(byte_level::char_to_byte).collect(),
             PieceStyle::SentencePiece(space) => {
                 let hex = text.strip_prefix("<0x").and_then(|h| h.strip_suffix('>'));
-                match hex
-                    .filter(|h| h.len() == 2)
-                    .and_then(|h| u8::from_str_radix(h, 16).ok())
-                {
+                match hex.filter(|h| h.len() == 2).and_then(|h| u8::from_str_radix(h, 16).ok()) {
                     Some(b) => vec![b],
                     None => text.replace(*space, " ").into_bytes(),
                 }
@@ -252,9 +219,6 @@ impl HfTokenizer {
     }
 
     pub fn id_to_token(&self, id: u32) -> Option<&str> {
-        self.vocab
-            .get(id as usize)
-            .map(String::as_str)
-            .filter(|s| !s.is_empty())
+        self.vocab.get(id as usize).map(String::as_str).filter(|s| !s.is_empty())
     }
 }

@@ -43,18 +43,14 @@ const _: () = {
 impl Tokenizer {
     /// The tokenizer in a GGUF's `tokenizer.ggml.*` metadata.
     pub fn from_gguf(gguf: &GgufFile) -> Result<Tokenizer> {
-        Ok(Tokenizer {
-            inner: Inner::Gguf(Box::new(GgufVocab::from_gguf(gguf)?)),
-        })
+        Ok(Tokenizer { inner: Inner::Gguf(Box::new(GgufVocab::from_gguf(gguf)?)) })
     }
 
     /// An HF layout directory: `tokenizer.json` (padding and truncation turned
     /// off), with BOS/EOS from `tokenizer_config.json` and extra EOS ids from
     /// `generation_config.json`.
     pub fn from_hf_dir(dir: &Path) -> Result<Tokenizer> {
-        Ok(Tokenizer {
-            inner: Inner::Hf(Box::new(HfTokenizer::from_dir(dir)?)),
-        })
+        Ok(Tokenizer { inner: Inner::Hf(Box::new(HfTokenizer::from_dir(dir)?)) })
     }
 
     /// Token ids for `text`. `add_special` adds BOS/EOS as the model's

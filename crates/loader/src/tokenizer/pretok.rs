@@ -27,44 +27,23 @@ pub(crate) struct PreConfig {
 }
 
 const fn cfg(regexes: &'static [&'static str], clean_spaces: bool) -> PreConfig {
-    PreConfig {
-        regexes,
-        ignore_merges: false,
-        add_bos: false,
-        clean_spaces,
-        no_default_bos: false,
-    }
+    PreConfig { regexes, ignore_merges: false, add_bos: false, clean_spaces, no_default_bos: false }
 }
 
-const DEFAULT: PreConfig = cfg(
-    &[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"],
-    true,
-);
-const LLAMA3_CFG: PreConfig = PreConfig {
-    ignore_merges: true,
-    add_bos: true,
-    ..cfg(&[LLAMA3], true)
-};
+const DEFAULT: PreConfig = cfg(&[r"[\p{P}\$\+<=>\^~\|]+", GPT2, r"\p{N}+", "[0-9][0-9][0-9]"], true);
+const LLAMA3_CFG: PreConfig = PreConfig { ignore_merges: true, add_bos: true, ..cfg(&[LLAMA3], true) };
 
 /// Looks up a pre-tokenizer type by name; the names are llama.cpp's.
 pub(crate) fn lookup(pre: &str) -> Option<PreConfig> {
     Some(match pre {
         "default" => DEFAULT,
-        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0"
-        | "lfm2" => LLAMA3_CFG,
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2" => LLAMA3_CFG,
         "dbrx" | "smaug-bpe" => cfg(&[LLAMA3], true),
-        "chatglm-bpe" | "glm4" => PreConfig {
-            no_default_bos: true,
-            ..cfg(&[LLAMA3], true)
-        },
+        "chatglm-bpe" | "glm4" => PreConfig { no_default_bos: true, ..cfg(&[LLAMA3], true) },
         // "gpt2" is not a llama.cpp name, but it is the obvious spelling of "gpt-2".
-        "gpt2" | "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es"
-        | "jina-v2-de" | "mellum" | "modern-bert" | "mpt" | "olmo" | "jais" | "exaone4" => {
-            cfg(&[GPT2], true)
-        }
-        "starcoder" | "refact" | "codeshell" | "exaone" | "minerva-7b" => {
-            cfg(&[r"\p{N}", GPT2], true)
-        }
+        "gpt2" | "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es" | "jina-v2-de" | "mellum"
+        | "modern-bert" | "mpt" | "olmo" | "jais" | "exaone4" => cfg(&[GPT2], true),
+        "starcoder" | "refact" | "codeshell" | "exaone" | "minerva-7b" => cfg(&[r"\p{N}", GPT2], true),
         "smollm" | "command-r" => cfg(&[r"\p{N}", GPT2], false),
         "qwen2" | "deepseek-r1-qwen" | "hunyuan" => cfg(&[QWEN2], false),
         "stablelm2" | "megrez" => cfg(&[QWEN2], true),
@@ -87,10 +66,7 @@ impl PreTokenizer {
         let regexes = config
             .regexes
             .iter()
-            .map(|p| {
-                Regex::new(p)
-                    .map_err(|e| Error::Tokenizer(format!("pre-tokenizer regex {p:?}: {e}")))
-            })
+            .map(|p| Regex::new(p).map_err(|e| Error::Tokenizer(format!("pre-tokenizer regex {p:?}: {e}"))))
             .collect::<Result<Vec<_>>>()?;
         Ok(PreTokenizer { regexes })
     }
@@ -104,9 +80,7 @@ impl PreTokenizer {
                 let mut last = 0;
                 for m in re.find_iter(piece) {
                     // Only a backtracking limit can fail here, on adversarial input.
-                    let m = m.map_err(|e| {
-                        Error::Tokenizer(format!("pre-tokenizer regex failed: {e}"))
-                    })?;
+                    let m = m.map_err(|e| Error::Tokenizer(format!("pre-tokenizer regex failed: {e}")))?;
                     if m.start() > last {
                         next.push(&piece[last..m.start()]);
                     }
@@ -131,19 +105,12 @@ mod tests {
 
     fn split(pre: &str, text: &str) -> Vec<String> {
         let p = PreTokenizer::new(&lookup(pre).unwrap()).unwrap();
-        p.split(text)
-            .unwrap()
-            .into_iter()
-            .map(String::from)
-            .collect()
+        p.split(text).unwrap().into_iter().map(String::from).collect()
     }
 
     #[test]
     fn gpt2_splits_words_and_spaces() {
-        assert_eq!(
-            split("gpt2", "Hello  world's 123"),
-            ["Hello", " ", " world", "'s", " 123"]
-        );
+        assert_eq!(split("gpt2", "Hello  world's 123"), ["Hello", " ", " world", "'s", " 123"]);
         assert_eq!(split("gpt2", "a\t\tb"), ["a", "\t", "\t", "b"]);
     }
 
@@ -154,26 +121,14 @@ mod tests {
 
     #[test]
     fn llama3_groups_three_digits_and_newlines() {
-        assert_eq!(
-            split("llama-bpe", "1234567 ab\n\n cd"),
-            ["123", "456", "7", " ab", "\n\n", " cd"]
-        );
+        assert_eq!(split("llama-bpe", "1234567 ab\n\n cd"), ["123", "456", "7", " ab", "\n\n", " cd"]);
     }
 
     #[test]
     fn all_patterns_compile() {
-        for name in [
-            "default",
-            "llama3",
-            "dbrx",
-            "glm4",
-            "gpt-2",
-            "starcoder",
-            "smollm",
-            "qwen2",
-            "stablelm2",
-            "falcon",
-        ] {
+        for name in
+            ["default", "llama3", "dbrx", "glm4", "gpt-2", "starcoder", "smollm", "qwen2", "stablelm2", "falcon"]
+        {
             PreTokenizer::new(&lookup(name).unwrap()).unwrap();
         }
         assert!(lookup("no-such-pre").is_none());

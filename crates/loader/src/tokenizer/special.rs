@@ -31,10 +31,7 @@ pub(crate) struct SpecialMatcher {
 impl SpecialMatcher {
     /// `specials` are (id, text); empty texts are ignored.
     pub fn new<'a>(specials: impl IntoIterator<Item = (u32, &'a str)>) -> SpecialMatcher {
-        let mut list: Vec<(u32, &str)> = specials
-            .into_iter()
-            .filter(|(_, t)| !t.is_empty())
-            .collect();
+        let mut list: Vec<(u32, &str)> = specials.into_iter().filter(|(_, t)| !t.is_empty()).collect();
         // Longest first, as llama.cpp; ties (whose order llama.cpp leaves unspecified) by id.
         list.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then(a.0.cmp(&b.0)));
         let mut nodes = vec![Node::default()];
@@ -57,11 +54,7 @@ impl SpecialMatcher {
     }
 
     fn child(&self, node: usize, b: u8) -> Option<usize> {
-        self.nodes[node]
-            .children
-            .iter()
-            .find(|c| c.0 == b)
-            .map(|c| c.1 as usize)
+        self.nodes[node].children.iter().find(|c| c.0 == b).map(|c| c.1 as usize)
     }
 
     /// Splits `text` into text fragments and special tokens.
@@ -82,20 +75,13 @@ impl SpecialMatcher {
             }
         }
         if candidates.is_empty() {
-            return if text.is_empty() {
-                Vec::new()
-            } else {
-                vec![Fragment::Text(text)]
-            };
+            return if text.is_empty() { Vec::new() } else { vec![Fragment::Text(text)] };
         }
         candidates.sort_unstable();
         // Accepted occurrences, start -> (end, id); they never overlap.
         let mut taken: BTreeMap<usize, (usize, u32)> = BTreeMap::new();
         for (_, start, end, id) in candidates {
-            let clashes = taken
-                .range(..end)
-                .next_back()
-                .is_some_and(|(_, &(e, _))| e > start);
+            let clashes = taken.range(..end).next_back().is_some_and(|(_, &(e, _))| e > start);
             if !clashes {
                 taken.insert(start, (end, id));
             }
@@ -125,10 +111,7 @@ mod tests {
     #[test]
     fn splits_specials_out() {
         let m = SpecialMatcher::new([(1, "<s>"), (2, "<|im_end|>")]);
-        assert_eq!(
-            m.partition("a<s>b<|im_end|>"),
-            [Text("a"), Token(1), Text("b"), Token(2)]
-        );
+        assert_eq!(m.partition("a<s>b<|im_end|>"), [Text("a"), Token(1), Text("b"), Token(2)]);
         assert_eq!(m.partition(""), []);
         assert_eq!(m.partition("plain"), [Text("plain")]);
     }

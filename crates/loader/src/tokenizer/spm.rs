@@ -35,9 +35,7 @@ struct Bigram {
 // Max-heap order: higher score first, then the smaller left index.
 impl Ord for Bigram {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.score
-            .total_cmp(&other.score)
-            .then(other.left.cmp(&self.left))
+        self.score.total_cmp(&other.score).then(other.left.cmp(&self.left))
     }
 }
 impl PartialOrd for Bigram {
@@ -57,16 +55,11 @@ impl Spm {
         let mut byte_tokens = [None; 256];
         for (b, slot) in byte_tokens.iter_mut().enumerate() {
             // Only ASCII bytes can be a one-byte UTF-8 token.
-            *slot = vocab.get(&format!("<0x{b:02X}>")).or_else(|| {
-                (b < 0x80)
-                    .then(|| vocab.get(&(b as u8 as char).to_string()))
-                    .flatten()
-            });
+            *slot = vocab
+                .get(&format!("<0x{b:02X}>"))
+                .or_else(|| (b < 0x80).then(|| vocab.get(&(b as u8 as char).to_string())).flatten());
         }
-        Spm {
-            scores,
-            byte_tokens,
-        }
+        Spm { scores, byte_tokens }
     }
 
     /// Tokenizes `text` (spaces already escaped to "▁") onto `out`.
@@ -97,22 +90,8 @@ impl Spm {
             if right.next >= 0 {
                 symbols[right.next as usize].prev = bigram.left as i32;
             }
-            self.try_add(
-                vocab,
-                text,
-                &symbols,
-                &mut queue,
-                left.prev,
-                bigram.left as i32,
-            );
-            self.try_add(
-                vocab,
-                text,
-                &symbols,
-                &mut queue,
-                bigram.left as i32,
-                right.next,
-            );
+            self.try_add(vocab, text, &symbols, &mut queue, left.prev, bigram.left as i32);
+            self.try_add(vocab, text, &symbols, &mut queue, bigram.left as i32, right.next);
         }
         let mut i = if symbols.is_empty() { -1 } else { 0 };
         while i >= 0 {
@@ -123,9 +102,7 @@ impl Spm {
                 None => {
                     for &b in piece.as_bytes() {
                         let id = self.byte_tokens[b as usize].ok_or_else(|| {
-                            Error::Tokenizer(format!(
-                                "vocabulary has no byte token <0x{b:02X}> for {piece:?}"
-                            ))
+                            Error::Tokenizer(format!("vocabulary has no byte token <0x{b:02X}> for {piece:?}"))
                         })?;
                         out.push(id);
                     }
@@ -151,12 +128,7 @@ impl Spm {
         let (l, r) = (symbols[left as usize], symbols[right as usize]);
         let size = l.len + r.len;
         if let Some(id) = vocab.get(&text[l.start..l.start + size]) {
-            queue.push(Bigram {
-                score: self.scores[id as usize],
-                left: left as usize,
-                right: right as usize,
-                size,
-            });
+            queue.push(Bigram { score: self.scores[id as usize], left: left as usize, right: right as usize, size });
         }
     }
 }

@@ -34,11 +34,7 @@ impl Vocab {
     /// Builds the lookup; a text that occurs twice is returned as `Err((first, second))`.
     pub fn new(texts: Vec<String>) -> Result<Vocab, (u32, u32)> {
         let size = (texts.len() * 2).next_power_of_two().max(16);
-        let mut vocab = Vocab {
-            texts,
-            slots: vec![EMPTY; size],
-            mask: size - 1,
-        };
+        let mut vocab = Vocab { texts, slots: vec![EMPTY; size], mask: size - 1 };
         for id in 0..vocab.texts.len() {
             let text = vocab.texts[id].as_bytes();
             let mut at = hash(text) as usize & vocab.mask;
@@ -48,9 +44,7 @@ impl Vocab {
                         vocab.slots[at] = id as u32;
                         break;
                     }
-                    other if vocab.texts[other as usize].as_bytes() == text => {
-                        return Err((other, id as u32))
-                    }
+                    other if vocab.texts[other as usize].as_bytes() == text => return Err((other, id as u32)),
                     _ => at = (at + 1) & vocab.mask,
                 }
             }
@@ -88,19 +82,13 @@ mod tests {
 
     #[test]
     fn finds_every_token_and_rejects_duplicates() {
-        let texts: Vec<String> = (0..1000)
-            .map(|i| format!("t{i}"))
-            .chain(["".into(), "▁a".into()])
-            .collect();
+        let texts: Vec<String> = (0..1000).map(|i| format!("t{i}")).chain(["".into(), "▁a".into()]).collect();
         let v = Vocab::new(texts.clone()).unwrap();
         for (i, t) in texts.iter().enumerate() {
             assert_eq!(v.get(t), Some(i as u32));
         }
         assert_eq!(v.get("nope"), None);
         assert_eq!(v.text(1001), Some("▁a"));
-        assert_eq!(
-            Vocab::new(vec!["a".into(), "b".into(), "a".into()]).err(),
-            Some((0, 2))
-        );
+        assert_eq!(Vocab::new(vec!["a".into(), "b".into(), "a".into()]).err(), Some((0, 2)));
     }
 }
