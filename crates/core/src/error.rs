@@ -18,6 +18,9 @@ pub enum Error {
     Template(String),
     #[error("{0}")]
     InvalidInput(String),
+    /// The server is at capacity; the request may be retried later.
+    #[error("{0}")]
+    Busy(String),
 }
 
 pub type Result<T> = std::result::Result<T, Error>;

@@ -28,6 +28,8 @@ pub enum FinishReason {
     Stop,
     Length,
     Cancelled,
+    /// The engine failed while running the request (see the summary's message).
+    Error,
 }
 
 impl FinishReason {
@@ -36,6 +38,7 @@ impl FinishReason {
             FinishReason::Stop => "stop",
             FinishReason::Length => "length",
             FinishReason::Cancelled => "cancelled",
+            FinishReason::Error => "error",
         }
     }
 }

@@ -6,6 +6,10 @@ pub mod detokenizer;
 pub mod generate;
 pub mod runner;
 pub mod sampling;
+pub mod scheduler;
+pub mod serving;
+pub mod constraint;
 
 pub use generate::{generate, FinishReason, GenerateRequest, Generation, TokenEvent};
 pub use runner::{Logits, Runner, Sequence};
+pub use serving::{Engine, EngineConfig, Event, Metrics, Request, RequestStream, Summary};

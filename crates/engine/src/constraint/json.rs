@@ -1,0 +1,1 @@
+//! JSON constraint (placeholder; being written).

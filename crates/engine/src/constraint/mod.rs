@@ -1,0 +1,3 @@
+//! Constrained decoding: masks that keep sampled output inside a grammar.
+
+pub mod json;
