@@ -1,12 +1,14 @@
 //! `ferrite`: run, serve and benchmark transformer models.
 
 mod bench;
+mod bench_serve;
 mod chat;
 mod inspect;
 mod load;
 mod perplexity;
 mod run;
 mod score;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -79,6 +81,10 @@ enum Command {
     Run(run::RunArgs),
     /// Perplexity of a text file (llama.cpp method: windows of --ctx tokens, second half scored).
     Perplexity(perplexity::PerplexityArgs),
+    /// OpenAI-compatible HTTP server with continuous batching.
+    Serve(serve::ServeArgs),
+    /// Load generator for an OpenAI-compatible server: throughput and latency percentiles.
+    BenchServe(bench_serve::BenchServeArgs),
     /// Prefill and decode speed, like llama-bench.
     Bench(bench::BenchArgs),
     /// Logits at every position of a token-id sequence, as JSON lines.
@@ -94,6 +100,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(a) => run::main(a),
         Command::Perplexity(a) => perplexity::main(a),
+        Command::Serve(a) => serve::main(a),
+        Command::BenchServe(a) => bench_serve::main(a),
         Command::Bench(a) => bench::main(a),
         Command::Score(a) => score::main(a),
         Command::Inspect(a) => inspect::main(a),

@@ -1,0 +1,1 @@
+//! Scheduler (being written).
