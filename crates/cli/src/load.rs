@@ -60,6 +60,25 @@ pub fn template_of(source: &ModelSource, ck: &Checkpoint, tok: &Tokenizer) -> Re
 }
 
 pub fn load(args: &ModelArgs, with_tokenizer: bool) -> Result<Loaded> {
+    load_with_pool(args, with_tokenizer, &KvPool::OneSequence)
+}
+
+/// How big the KV cache is.
+pub enum KvPool {
+    /// One sequence of the context size (run, bench, perplexity).
+    OneSequence,
+    /// A pool of this many blocks shared by all sequences (serve).
+    Blocks(usize),
+    /// A pool of about this many bytes.
+    Bytes(f64),
+    /// Serving default: room for several full contexts, within a memory cap.
+    ServingDefault,
+}
+
+/// The serving default's memory cap.
+const DEFAULT_POOL_BYTES: f64 = 2.0 * (1u64 << 30) as f64;
+
+pub fn load_with_pool(args: &ModelArgs, with_tokenizer: bool, pool: &KvPool) -> Result<Loaded> {
     init_threads(args.threads)?;
     let t0 = Instant::now();
     let (source, ck) = open_checkpoint(&args.model)?;
@@ -104,8 +123,23 @@ pub fn load(args: &ModelArgs, with_tokenizer: bool) -> Result<Loaded> {
         ModelSource::Gguf(_) => KvDtype::F16,
         ModelSource::HfDir(_) => KvDtype::F32,
     });
-    check_kv_fits(ctx, cfg.n_layers, cfg.kv_dim())?;
-    let runner = Runner::new(model, ctx, DEFAULT_BLOCK_SIZE, kv)?;
+    let bs = DEFAULT_BLOCK_SIZE;
+    // The CPU backend keeps K and V in f32 whatever the precision.
+    let block_bytes = (bs * cfg.n_layers * cfg.kv_dim() * 2 * 4) as f64;
+    let n_blocks = match *pool {
+        KvPool::OneSequence => ctx.div_ceil(bs),
+        KvPool::Blocks(n) => n,
+        KvPool::Bytes(b) => (b / block_bytes) as usize,
+        KvPool::ServingDefault => (4 * ctx.div_ceil(bs)).min((DEFAULT_POOL_BYTES / block_bytes) as usize).max(ctx.div_ceil(bs)),
+    };
+    if n_blocks == 0 {
+        return Err(Error::InvalidInput(format!(
+            "the KV cache must hold at least one block of {bs} tokens ({:.1} MB)",
+            block_bytes / 1e6
+        )));
+    }
+    check_kv_fits(n_blocks.saturating_mul(bs), cfg.n_layers, cfg.kv_dim())?;
+    let runner = Runner::with_pool(model, ctx, n_blocks, bs, kv)?;
     Ok(Loaded { runner, tokenizer, template, name })
 }
 
@@ -118,7 +152,7 @@ fn check_kv_fits(ctx: usize, n_layers: usize, kv_dim: usize) -> Result<()> {
         return Ok(());
     }
     Err(Error::InvalidInput(format!(
-        "--ctx-size {ctx}: the KV cache would need {:.1} GB, more than can be allocated",
+        "a KV cache of {ctx} tokens would need {:.1} GB, more than can be allocated",
         ctx as f64 * n_layers as f64 * kv_dim as f64 * 8.0 / 1e9
     )))
 }

@@ -2,6 +2,7 @@
 //! block reservation, slot mapping, positions and the attention metadata.
 
 use crate::blocks::BlockManager;
+use crate::scheduler::ScheduledSeq;
 use ferrite_backend::{AttnBatch, SeqSlice};
 use ferrite_core::{Error, Result};
 use ferrite_models::{CausalLm, ForwardBatch, KvDtype, LmConfig};
@@ -41,13 +42,24 @@ pub enum Logits {
 
 impl Runner {
     /// `context`: tokens of KV cache to allocate (the most one sequence can use).
-    pub fn new(mut model: Box<dyn CausalLm>, context: usize, block_size: usize, kv: KvDtype) -> Result<Self> {
-        if context == 0 || block_size == 0 {
-            return Err(Error::InvalidInput("context and block size must be positive".into()));
+    pub fn new(model: Box<dyn CausalLm>, context: usize, block_size: usize, kv: KvDtype) -> Result<Self> {
+        Self::with_pool(model, context, context.div_ceil(block_size.max(1)), block_size, kv)
+    }
+
+    /// A KV pool of `n_blocks` blocks shared by many sequences, each holding at
+    /// most `context` tokens (less if the pool is smaller).
+    pub fn with_pool(
+        mut model: Box<dyn CausalLm>,
+        context: usize,
+        n_blocks: usize,
+        block_size: usize,
+        kv: KvDtype,
+    ) -> Result<Self> {
+        if context == 0 || block_size == 0 || n_blocks == 0 {
+            return Err(Error::InvalidInput("context, KV blocks and block size must be positive".into()));
         }
-        let n_blocks = context.div_ceil(block_size);
         model.alloc_kv(n_blocks, block_size, kv)?;
-        let max_context = context;
+        let max_context = context.min(n_blocks * block_size);
         Ok(Runner { model, blocks: BlockManager::new(n_blocks, block_size), max_context })
     }
 
@@ -62,6 +74,48 @@ impl Runner {
     }
     pub fn free_blocks(&self) -> usize {
         self.blocks.n_free()
+    }
+    pub fn n_blocks(&self) -> usize {
+        self.blocks.n_blocks()
+    }
+    pub fn block_size(&self) -> usize {
+        self.blocks.block_size()
+    }
+
+    /// Runs a scheduler's plan in one forward pass. Block tables come from the
+    /// scheduler (which then owns the KV pool; don't mix with `step`). Returns
+    /// the logits of the last row of each sequence marked `sample`, in order.
+    pub fn execute(&mut self, plan: &[ScheduledSeq]) -> Result<Vec<f32>> {
+        let bs = self.blocks.block_size();
+        let mut batch = ForwardBatch {
+            tokens: Vec::new(),
+            positions: Vec::new(),
+            attn: AttnBatch { seqs: Vec::new(), block_size: bs, slots: Vec::new() },
+            logit_rows: Vec::new(),
+        };
+        for seq in plan {
+            let end = seq.start + seq.tokens.len();
+            if seq.tokens.is_empty() || end > self.max_context || seq.block_table.len() * bs < end {
+                return Err(Error::InvalidInput(format!("execute: bad plan for sequence {}", seq.id)));
+            }
+            let q_start = batch.tokens.len();
+            for (i, &t) in seq.tokens.iter().enumerate() {
+                let pos = seq.start + i;
+                batch.tokens.push(t);
+                batch.positions.push(pos as u32);
+                batch.attn.slots.push(seq.block_table[pos / bs] as usize * bs + pos % bs);
+            }
+            batch.attn.seqs.push(SeqSlice {
+                q_start,
+                q_len: seq.tokens.len(),
+                ctx_len: end,
+                block_table: seq.block_table.clone(),
+            });
+            if seq.sample {
+                batch.logit_rows.push(batch.tokens.len() - 1);
+            }
+        }
+        self.model.forward(&batch)
     }
 
     /// Processes up to `chunk` uncached tokens of every sequence in one forward

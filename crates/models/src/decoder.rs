@@ -198,6 +198,10 @@ impl<B: Backend> Decoder<B> {
         for l in 0..self.layers.len() {
             self.layer_forward(l, &mut x, batch, kv)?;
         }
+        if batch.logit_rows.is_empty() {
+            // A prefill chunk that ends mid-prompt: only the KV writes matter.
+            return Ok(Vec::new());
+        }
         let x = b.rows(&x, &batch.logit_rows)?;
         let x = b.rms_norm(&x, &self.out_norm, self.cfg.norm_eps)?;
         let mut logits = b.matmul(&x, self.output.as_ref().unwrap_or(&self.embed))?;

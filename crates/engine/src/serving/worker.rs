@@ -1,25 +1,253 @@
-//! The engine thread (being written).
+//! The engine thread: takes commands, asks the scheduler for a plan, runs it,
+//! samples, streams events, and repeats while there is work.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
 use ferrite_core::Result;
 use ferrite_loader::tokenizer::Tokenizer;
+use tokio::sync::mpsc::UnboundedSender;
 
-use super::{Command, EngineConfig, Shared};
+use super::{Command, EngineConfig, Event, Request, Shared, Summary};
+use crate::constraint::json::{JsonConstraint, JsonVocab};
+use crate::detokenizer::IncrementalDetokenizer;
 use crate::runner::Runner;
+use crate::sampling::{Sampler, StopChecker};
+use crate::scheduler::{Scheduler, SchedulerConfig, StepPlan};
+use crate::FinishReason;
+
+/// A request the worker is serving: everything besides its tokens and blocks
+/// (which the scheduler holds).
+struct Active {
+    tx: UnboundedSender<Event>,
+    req: Request,
+    sampler: Sampler,
+    detok: IncrementalDetokenizer,
+    stops: StopChecker,
+    json: Option<JsonConstraint>,
+    generated: Vec<u32>,
+    /// Waiting for admission (for the waiting gauge).
+    queued: bool,
+}
 
 pub(super) struct Worker {
-    _runner: Runner,
+    runner: Runner,
+    tokenizer: Arc<Tokenizer>,
+    scheduler: Scheduler,
+    shared: Arc<Shared>,
+    active: HashMap<u64, Active>,
+    json_vocab: Option<Arc<JsonVocab>>,
+    vocab: usize,
 }
 
 impl Worker {
-    pub(super) fn new(runner: Runner, _tok: Arc<Tokenizer>, _cfg: EngineConfig, _shared: Arc<Shared>) -> Result<Self> {
-        Ok(Worker { _runner: runner })
+    pub(super) fn new(runner: Runner, tokenizer: Arc<Tokenizer>, cfg: EngineConfig, shared: Arc<Shared>) -> Result<Self> {
+        let sc = SchedulerConfig {
+            max_num_seqs: cfg.max_num_seqs,
+            max_batched_tokens: cfg.max_batched_tokens,
+            prefix_caching: cfg.prefix_caching,
+        };
+        let scheduler = Scheduler::new(sc, runner.n_blocks(), runner.block_size());
+        let vocab = runner.config().vocab_size;
+        let w = Worker { runner, tokenizer, scheduler, shared, active: HashMap::new(), json_vocab: None, vocab };
+        w.publish_metrics();
+        Ok(w)
     }
-    pub(super) fn run(self, rx: mpsc::Receiver<Command>) {
-        while let Ok(cmd) = rx.recv() {
-            if let Command::Shutdown = cmd {
+
+    pub(super) fn run(mut self, rx: mpsc::Receiver<Command>) {
+        loop {
+            // Block only when there is nothing to run.
+            let first = if self.scheduler.is_idle() {
+                match rx.recv() {
+                    Ok(c) => Some(c),
+                    Err(_) => break,
+                }
+            } else {
+                None
+            };
+            let mut shutdown = false;
+            for cmd in first.into_iter().chain(std::iter::from_fn(|| rx.try_recv().ok())) {
+                shutdown |= self.handle(cmd);
+            }
+            if shutdown {
+                self.cancel_all();
                 break;
             }
+            self.drop_disconnected();
+            if !self.scheduler.is_idle() {
+                self.step();
+            }
+            self.publish_metrics();
         }
+        self.publish_metrics();
+    }
+
+    /// Returns true on shutdown.
+    fn handle(&mut self, cmd: Command) -> bool {
+        match cmd {
+            Command::Submit { id, req, tx } => {
+                let json = req.json.then(|| JsonConstraint::new(self.json_vocab()));
+                self.scheduler.add(id, req.prompt.clone());
+                let a = Active {
+                    tx,
+                    sampler: Sampler::new(req.sampling.clone()),
+                    detok: IncrementalDetokenizer::new(),
+                    stops: StopChecker::new(req.stop.clone()),
+                    json,
+                    generated: Vec::new(),
+                    queued: true,
+                    req,
+                };
+                self.active.insert(id, a);
+                self.metric(|m| m.requests_submitted += 1);
+            }
+            Command::Cancel(id) => self.finish(id, FinishReason::Cancelled, None),
+            Command::Shutdown => return true,
+        }
+        false
+    }
+
+    fn json_vocab(&mut self) -> Arc<JsonVocab> {
+        let (tok, vocab) = (&self.tokenizer, self.vocab);
+        self.json_vocab
+            .get_or_insert_with(|| {
+                let bytes = (0..vocab as u32)
+                    .map(|id| if tok.is_special(id) { Vec::new() } else { tok.token_bytes(id) })
+                    .collect();
+                Arc::new(JsonVocab::new(bytes, tok.eos_ids()))
+            })
+            .clone()
+    }
+
+    /// Frees the blocks of requests whose client has gone away.
+    fn drop_disconnected(&mut self) {
+        let gone: Vec<u64> = self.active.iter().filter(|(_, a)| a.tx.is_closed()).map(|(&id, _)| id).collect();
+        for id in gone {
+            self.finish(id, FinishReason::Cancelled, None);
+        }
+    }
+
+    fn cancel_all(&mut self) {
+        let ids: Vec<u64> = self.active.keys().copied().collect();
+        for id in ids {
+            self.finish(id, FinishReason::Cancelled, None);
+        }
+    }
+
+    fn step(&mut self) {
+        let plan = self.scheduler.schedule();
+        if plan.seqs.is_empty() {
+            return;
+        }
+        for s in &plan.seqs {
+            if let Some(a) = self.active.get_mut(&s.id) {
+                if std::mem::take(&mut a.queued) {
+                    self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
+                }
+            }
+        }
+        match self.runner.execute(&plan.seqs) {
+            Ok(logits) => {
+                self.scheduler.step_done(&plan);
+                self.sample_all(&plan, &logits);
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                for s in &plan.seqs {
+                    self.finish(s.id, FinishReason::Error, Some(msg.clone()));
+                }
+            }
+        }
+        self.metric(|m| m.steps += 1);
+    }
+
+    fn sample_all(&mut self, plan: &StepPlan, logits: &[f32]) {
+        let vocab = self.vocab;
+        let mut rows = logits.chunks_exact(vocab);
+        let mut work = Vec::new();
+        for s in plan.seqs.iter().filter(|s| s.sample) {
+            let Some(row) = rows.next() else { break };
+            let Some(a) = self.active.get_mut(&s.id) else { continue };
+            let row = match &a.json {
+                Some(c) => {
+                    work.clear();
+                    work.extend_from_slice(row);
+                    c.mask(&mut work);
+                    &work[..]
+                }
+                None => row,
+            };
+            let sampled = a.sampler.sample(row, &a.req.prompt, &a.generated);
+            let token = sampled.token;
+            a.generated.push(token);
+            if let Some(c) = &mut a.json {
+                c.advance(token);
+            }
+            let eog = (!a.req.ignore_eos && self.tokenizer.eos_ids().contains(&token)) || a.req.stop_ids.contains(&token);
+            let (mut text, stopped) =
+                if eog { (String::new(), true) } else { a.stops.push(&a.detok.push(&self.tokenizer.token_bytes(token))) };
+            let json_done = a.json.as_ref().is_some_and(|c| c.is_complete());
+            let length = a.generated.len() >= a.req.max_tokens;
+            let finish = if stopped || json_done {
+                Some(FinishReason::Stop)
+            } else if length {
+                Some(FinishReason::Length)
+            } else {
+                None
+            };
+            if finish == Some(FinishReason::Length) || (json_done && !stopped) {
+                // Release text held back for a possible stop string or UTF-8 tail.
+                text += &(a.stops.push(&a.detok.flush()).0 + &a.stops.flush());
+            }
+            let event = Event::Token { token, text, logprob: sampled.logprob, top_logprobs: sampled.top };
+            let _ = a.tx.send(event);
+            self.metric(|m| m.generation_tokens += 1);
+            match finish {
+                Some(reason) => self.finish(s.id, reason, None),
+                None => self.scheduler.append_token(s.id, token),
+            }
+        }
+    }
+
+    /// Ends a request: sends `Done` (if anyone listens) and frees its blocks.
+    fn finish(&mut self, id: u64, finish: FinishReason, error: Option<String>) {
+        let Some(a) = self.active.remove(&id) else { return };
+        if a.queued {
+            self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
+        let summary = Summary {
+            finish,
+            prompt_tokens: a.req.prompt.len(),
+            completion_tokens: a.generated.len(),
+            cached_tokens: self.scheduler.cached_tokens(id),
+            error,
+        };
+        self.scheduler.remove(id);
+        let _ = a.tx.send(Event::Done(summary));
+        self.metric(|m| {
+            m.requests_finished += 1;
+            m.prompt_tokens += a.req.prompt.len() as u64;
+        });
+    }
+
+    fn metric(&self, f: impl FnOnce(&mut super::Metrics)) {
+        if let Ok(mut m) = self.shared.metrics.lock() {
+            f(&mut m);
+        }
+    }
+
+    fn publish_metrics(&self) {
+        let s = &self.scheduler;
+        let stats = s.stats();
+        self.metric(|m| {
+            m.running = s.n_running();
+            m.waiting = s.n_waiting();
+            m.kv_blocks_total = s.blocks().n_blocks();
+            m.kv_blocks_used = s.blocks().n_blocks() - s.blocks().n_free();
+            m.prefix_query_tokens = stats.prefix_query_tokens;
+            m.prefix_hit_tokens = stats.prefix_hit_tokens;
+            m.preemptions = stats.preemptions;
+        });
     }
 }
