@@ -1,0 +1,238 @@
+//! `ferrite serve` end to end, driven by real clients: curl for the raw HTTP
+//! surface, the official `openai` Python package, a 200-request load test with
+//! early disconnects, and the chat page in headless Chromium (Playwright).
+//! The Python clients run from the repo's `.venv` (scripts/setup-test-models.sh
+//! installs them), Chromium from the system (`/usr/bin/chromium`).
+
+mod common;
+use common::*;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const KEY: &str = "test-key";
+const MODEL: &str = "smollm2";
+
+/// A running server, killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        model_path("smollm2.gguf");
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port_s = port.to_string();
+        let mut args = vec!["serve", MODEL, "--port", &port_s, "--api-key", KEY, "--ctx-size", "2048"];
+        args.extend_from_slice(extra);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cannot start ferrite serve");
+        let (tx, rx) = mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let line = rx
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .unwrap_or_else(|_| panic!("ferrite serve did not report listening (exit: {:?})", child.try_wait()));
+            assert!(!line.contains("panicked"), "{line}");
+            if line.contains("listening on") {
+                break;
+            }
+        }
+        Server { child, base: format!("http://127.0.0.1:{port}"), stderr: rx }
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let rest: Vec<String> = self.stderr.try_iter().collect();
+                assert!(!rest.iter().any(|l| l.contains("panicked")), "{rest:?}");
+                return status;
+            }
+            assert!(Instant::now() < deadline, "ferrite serve did not exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// curl; returns (HTTP status, body).
+fn curl(args: &[&str]) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-s", "-S", "--max-time", "120", "-w", "\n%{http_code}"])
+        .args(args)
+        .output()
+        .expect("curl is required for the server tests");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+fn auth() -> String {
+    format!("Authorization: Bearer {KEY}")
+}
+
+fn post(base: &str, path: &str, body: &str) -> (u16, String) {
+    let url = format!("{base}{path}");
+    curl(&["-H", &auth(), "-H", "Content-Type: application/json", "-d", body, &url])
+}
+
+fn json(body: &str) -> serde_json::Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+fn python() -> PathBuf {
+    let p = repo_root().join(".venv/bin/python");
+    assert!(p.exists(), "{} is missing: run scripts/setup-test-models.sh first", p.display());
+    p
+}
+
+fn run_script(script: &str, args: &[&str]) {
+    let out = Command::new(python())
+        .arg(repo_root().join("tests/serve").join(script))
+        .args(args)
+        .output()
+        .expect("cannot run python");
+    let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{script} failed:\n{o}\n{e}");
+    eprintln!("{}", o.trim());
+}
+
+#[test]
+fn http_surface_with_curl_openai_client_load_and_browser() {
+    let s = Server::start(&["--max-num-seqs", "64"]);
+    let b = s.base.as_str();
+
+    // Health, models, metrics need no key; the API does.
+    assert_eq!(curl(&[&format!("{b}/health")]).0, 200);
+    let (code, body) = curl(&[&format!("{b}/v1/models")]);
+    assert_eq!(code, 401, "{body}");
+    assert!(json(&body)["error"]["message"].is_string(), "{body}");
+    let (code, body) = curl(&["-H", "Authorization: Bearer wrong", &format!("{b}/v1/models")]);
+    assert_eq!(code, 401, "{body}");
+    let (code, body) = curl(&["-H", &auth(), &format!("{b}/v1/models")]);
+    assert_eq!(code, 200);
+    assert_eq!(json(&body)["data"][0]["id"], MODEL);
+
+    // Greedy chat, plain and streamed over SSE, agree.
+    let req = r#"{"model":"smollm2","messages":[{"role":"user","content":"Name a fruit."}],"temperature":0,"max_tokens":12"#;
+    let (code, body) = post(b, "/v1/chat/completions", &format!("{req}}}"));
+    assert_eq!(code, 200, "{body}");
+    let plain = json(&body)["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    let (code, body) = post(b, "/v1/chat/completions", &format!(r#"{req},"stream":true}}"#));
+    assert_eq!(code, 200, "{body}");
+    let mut streamed = String::new();
+    let events: Vec<&str> = body.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+    assert_eq!(events.last(), Some(&"[DONE]"), "{body}");
+    for e in &events[..events.len() - 1] {
+        streamed += json(e)["choices"][0]["delta"]["content"].as_str().unwrap_or("");
+    }
+    assert_eq!(streamed, plain);
+
+    // Completions.
+    let (code, body) = post(b, "/v1/completions", r#"{"prompt":"1, 2, 3,","max_tokens":6,"temperature":0}"#);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(json(&body)["usage"]["completion_tokens"], 6);
+
+    // Tokenize / detokenize round trip.
+    let (code, body) = post(b, "/tokenize", r#"{"prompt":"Hello world","add_special_tokens":false}"#);
+    assert_eq!(code, 200, "{body}");
+    let tokens = json(&body)["tokens"].clone();
+    let (code, body) = post(b, "/detokenize", &format!(r#"{{"tokens":{tokens}}}"#));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(json(&body)["prompt"], "Hello world");
+
+    // Bad requests: one OpenAI-shaped error each, never a crash.
+    let bad: &[(&str, &str, u16)] = &[
+        ("/v1/chat/completions", "{not json", 400),
+        ("/v1/chat/completions", r#"{"messages":"nope"}"#, 400),
+        ("/v1/chat/completions", r#"{"model":"other","messages":[{"role":"user","content":"x"}]}"#, 404),
+        ("/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":100000}"#, 400),
+        ("/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"temperature":-2}"#, 400),
+        ("/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"top_p":7}"#, 400),
+        ("/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"n":1000000000}"#, 400),
+        ("/v1/completions", r#"{"prompt":"x","max_tokens":0}"#, 400),
+        ("/v1/completions", r#"{"prompt":""}"#, 400),
+        ("/v1/completions", r#"{"prompt":[999999999]}"#, 400),
+        ("/detokenize", r#"{"tokens":[4294967295]}"#, 400),
+        ("/v1/nothing", "{}", 404),
+    ];
+    for (path, body, want) in bad {
+        let (code, out) = post(b, path, body);
+        assert_eq!(code, *want, "{path} {body}: {out}");
+        assert!(json(&out)["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{path} {body}: {out}");
+    }
+
+    let key = KEY;
+    run_script("openai_client.py", &[b, key, MODEL]);
+    run_script("load_test.py", &[b, key, MODEL, "200"]);
+    run_script("chat_page.py", &[b, key]);
+
+    // Metrics after all that: every block free, counters moved.
+    let (code, metrics) = curl(&[&format!("{b}/metrics")]);
+    assert_eq!(code, 200);
+    for name in [
+        "ferrite_requests_total",
+        "ferrite_time_to_first_token_seconds_bucket",
+        "ferrite_inter_token_latency_seconds_bucket",
+        "ferrite_prefix_cache_hit_rate",
+        "ferrite_num_requests_waiting",
+    ] {
+        assert!(metrics.contains(name), "/metrics lacks {name}:\n{metrics}");
+    }
+    assert!(metrics.lines().any(|l| l == "ferrite_kv_cache_blocks_used 0"), "{metrics}");
+
+    assert!(s.terminate().success(), "SIGTERM should exit cleanly");
+}
+
+#[test]
+fn sigterm_with_streams_in_flight_exits_cleanly_and_bad_startup_fails_clearly() {
+    let s = Server::start(&[]);
+    let url = format!("{}/v1/completions", s.base);
+    let mut stream = Command::new("curl")
+        .args(["-s", "-N", "-H", &auth(), "-H", "Content-Type: application/json", &url, "-d"])
+        .arg(r#"{"prompt":"Once upon a time","max_tokens":1500,"stream":true,"ignore_eos":true}"#)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(s.terminate().success(), "SIGTERM with a stream in flight should exit cleanly");
+    // The client sees its stream end (not hang).
+    let out = stream.wait_with_output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("data: "), "the stream never started");
+
+    // Bad startup: one error line, exit 1.
+    let out = Command::new(env!("CARGO_BIN_EXE_ferrite")).args(["serve", "/no/such/model.gguf"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: "));
+    let out = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .args(["serve", MODEL, "--max-num-seqs", "0"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+}

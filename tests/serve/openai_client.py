@@ -1,0 +1,135 @@
+"""Drives `ferrite serve` with the official `openai` client, as a user would.
+
+Usage: python openai_client.py BASE_URL API_KEY MODEL
+Exits non-zero with a message on the first failed check.
+"""
+
+import concurrent.futures
+import json
+import sys
+
+import openai
+
+BASE, KEY, MODEL = sys.argv[1], sys.argv[2], sys.argv[3]
+client = openai.OpenAI(base_url=f"{BASE}/v1", api_key=KEY, max_retries=0, timeout=120)
+checks = 0
+
+
+def check(cond, what):
+    global checks
+    if not cond:
+        sys.exit(f"FAILED: {what}")
+    checks += 1
+
+
+def chat(content, **kw):
+    return client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": content}], temperature=0, **kw
+    )
+
+
+# Models.
+models = client.models.list()
+check([m.id for m in models.data] == [MODEL], f"models: {models}")
+
+# Chat, non-streaming, greedy.
+r = chat("What is the capital of France?", max_tokens=16)
+c = r.choices[0]
+check(isinstance(c.message.content, str) and c.message.content, f"chat content: {r}")
+check(c.message.role == "assistant" and c.finish_reason in ("stop", "length"), f"chat choice: {c}")
+check(r.usage.prompt_tokens > 5 and 0 < r.usage.completion_tokens <= 16, f"usage: {r.usage}")
+check(r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens, "total_tokens")
+check(r.model == MODEL and r.object == "chat.completion" and r.id, f"chat envelope: {r}")
+
+# The same request streamed: same text, usage in the last chunk.
+stream = chat("What is the capital of France?", max_tokens=16, stream=True, stream_options={"include_usage": True})
+text, usage, finish = "", None, None
+for chunk in stream:
+    if chunk.usage:
+        usage = chunk.usage
+    for ch in chunk.choices:
+        text += ch.delta.content or ""
+        finish = ch.finish_reason or finish
+check(text == c.message.content, f"stream text {text!r} != {c.message.content!r}")
+check(usage is not None and usage.completion_tokens == r.usage.completion_tokens, f"stream usage: {usage}")
+check(finish == c.finish_reason, f"stream finish {finish}")
+
+# Length limit and finish_reason.
+r = chat("Count from one to one hundred in words.", max_completion_tokens=5)
+check(r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 5, f"length: {r}")
+
+# Stop strings never appear in the output.
+r = chat("List three colors, one per line.", max_tokens=40, stop=["\n"])
+check("\n" not in r.choices[0].message.content, f"stop: {r.choices[0].message.content!r}")
+
+# n > 1 with a seed: n choices, reproducible.
+kw = dict(max_tokens=12, n=3, seed=7, temperature=1.0)
+a = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Say something."}], **kw)
+b = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Say something."}], **kw)
+check(sorted(ch.index for ch in a.choices) == [0, 1, 2], f"n choices: {a.choices}")
+check([ch.message.content for ch in a.choices] == [ch.message.content for ch in b.choices], "seeded n reproducible")
+check(3 <= a.usage.completion_tokens <= 36, f"usage counts all n choices: {a.usage}")
+
+# Logprobs with alternatives.
+r = chat("Hello", max_tokens=4, logprobs=True, top_logprobs=3)
+lp = r.choices[0].logprobs.content
+check(len(lp) == r.usage.completion_tokens, f"logprobs count: {lp}")
+for t in lp:
+    check(t.logprob <= 0 and len(t.top_logprobs) == 3, f"logprob entry: {t}")
+    check(abs(t.top_logprobs[0].logprob - t.logprob) < 1e-4, f"greedy token is the top one: {t}")
+
+# JSON mode: the output parses as an object.
+r = chat("Describe a cat as JSON with keys name and age.", max_tokens=60, response_format={"type": "json_object"})
+try:
+    obj = json.loads(r.choices[0].message.content)
+except json.JSONDecodeError as e:
+    sys.exit(f"FAILED: json_object output does not parse: {r.choices[0].message.content!r}: {e}")
+check(isinstance(obj, dict), "json_object gives an object")
+
+# Penalties, top_k/min_p extensions and logit_bias are accepted; a banned token never appears.
+banned = client.post("/tokenize", body={"prompt": " Paris", "add_special_tokens": False}, cast_to=object)["tokens"]
+check(len(banned) == 1, f"' Paris' is one token: {banned}")
+r = chat("What is the capital of France? One word.", max_tokens=8, presence_penalty=0.5, frequency_penalty=0.5,
+         logprobs=True, logit_bias={str(banned[0]): -100},
+         extra_body={"top_k": 20, "min_p": 0.05, "repetition_penalty": 1.1})
+check(all(t.token != " Paris" for t in r.choices[0].logprobs.content), f"banned token sampled: {r}")
+
+# Completions, plain and streamed.
+r = client.completions.create(model=MODEL, prompt="The quick brown fox", max_tokens=8, temperature=0)
+check(r.object == "text_completion" and r.choices[0].text and r.usage.completion_tokens <= 8, f"completion: {r}")
+text = "".join(
+    ch.choices[0].text
+    for ch in client.completions.create(model=MODEL, prompt="The quick brown fox", max_tokens=8, temperature=0, stream=True)
+    if ch.choices
+)
+check(text == r.choices[0].text, f"streamed completion {text!r} != {r.choices[0].text!r}")
+r = client.completions.create(model=MODEL, prompt="The quick brown fox", max_tokens=3, temperature=0, logprobs=2)
+check(len(r.choices[0].logprobs.token_logprobs) == 3, f"completion logprobs: {r.choices[0].logprobs}")
+
+# Concurrent greedy requests give what they give alone.
+prompts = [f"Write one sentence about the number {i}." for i in range(12)]
+alone = [chat(p, max_tokens=12).choices[0].message.content for p in prompts]
+with concurrent.futures.ThreadPoolExecutor(12) as pool:
+    together = list(pool.map(lambda p: chat(p, max_tokens=12).choices[0].message.content, prompts))
+check(alone == together, f"batched != alone: {alone} vs {together}")
+
+# Errors come back as the client's typed exceptions.
+def raises(exc, f):
+    try:
+        f()
+    except exc as e:
+        return e
+    sys.exit(f"FAILED: expected {exc.__name__}")
+
+
+e = raises(openai.NotFoundError, lambda: client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}]))
+check("nope" in str(e), f"unknown model message: {e}")
+e = raises(openai.BadRequestError, lambda: chat("x", max_tokens=10**7))
+check("context" in str(e), f"over-context message: {e}")
+raises(openai.BadRequestError, lambda: chat("x", temperature=-1))
+raises(openai.BadRequestError, lambda: chat("x", n=0))
+raises(openai.BadRequestError, lambda: client.chat.completions.create(model=MODEL, messages=[]))
+bad = openai.OpenAI(base_url=f"{BASE}/v1", api_key="wrong", max_retries=0)
+raises(openai.AuthenticationError, lambda: bad.models.list())
+
+print(f"openai client: {checks} checks passed")
