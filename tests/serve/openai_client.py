@@ -7,6 +7,7 @@ Exits non-zero with a message on the first failed check.
 import concurrent.futures
 import json
 import sys
+import urllib.request
 
 import openai
 
@@ -23,9 +24,8 @@ def check(cond, what):
 
 
 def chat(content, **kw):
-    return client.chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": content}], temperature=0, **kw
-    )
+    kw.setdefault("temperature", 0)
+    return client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": content}], **kw)
 
 
 # Models.
@@ -87,7 +87,9 @@ except json.JSONDecodeError as e:
 check(isinstance(obj, dict), "json_object gives an object")
 
 # Penalties, top_k/min_p extensions and logit_bias are accepted; a banned token never appears.
-banned = client.post("/tokenize", body={"prompt": " Paris", "add_special_tokens": False}, cast_to=object)["tokens"]
+req = urllib.request.Request(f"{BASE}/tokenize", data=json.dumps({"prompt": " Paris", "add_special_tokens": False}).encode(),
+                             headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+banned = json.loads(urllib.request.urlopen(req).read())["tokens"]
 check(len(banned) == 1, f"' Paris' is one token: {banned}")
 r = chat("What is the capital of France? One word.", max_tokens=8, presence_penalty=0.5, frequency_penalty=0.5,
          logprobs=True, logit_bias={str(banned[0]): -100},

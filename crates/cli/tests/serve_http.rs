@@ -214,7 +214,7 @@ fn http_surface_with_curl_openai_client_load_and_browser() {
 fn sigterm_with_streams_in_flight_exits_cleanly_and_bad_startup_fails_clearly() {
     let s = Server::start(&[]);
     let url = format!("{}/v1/completions", s.base);
-    let mut stream = Command::new("curl")
+    let stream = Command::new("curl")
         .args(["-s", "-N", "-H", &auth(), "-H", "Content-Type: application/json", &url, "-d"])
         .arg(r#"{"prompt":"Once upon a time","max_tokens":1500,"stream":true,"ignore_eos":true}"#)
         .stdout(Stdio::piped())

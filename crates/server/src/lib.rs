@@ -1,8 +1,44 @@
 //! OpenAI-compatible HTTP server over the engine's public API.
+//!
+//! - `router`: the route table; `routes/*`: handlers; `auth`: the API key.
+//! - `api`: wire types; `convert`: request -> engine request (pure, tested);
+//!   `prompt`: chat template + tokenization as `ferrite run` does it.
+//! - `generate`: submitting and collecting; `sse`: streaming bodies.
+//! - `metrics`: Prometheus text; `errors`/`extract`: OpenAI-shaped errors.
 
-use ferrite_core::Result;
+mod api;
+mod auth;
+mod backend;
+mod convert;
+mod errors;
+mod extract;
+mod generate;
+mod logprobs;
+mod metrics;
+mod prompt;
+mod router;
+mod routes;
+mod sse;
+mod state;
+
+#[cfg(test)]
+mod tests;
+
+use std::future::{Future, IntoFuture};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ferrite_core::{Error, Result};
 use ferrite_engine::Engine;
 use ferrite_loader::chat_template::ChatTemplate;
+use tokio::net::TcpListener;
+
+use crate::backend::Backend;
+use crate::state::AppState;
+
+/// How long in-flight responses get to finish after the engine has cancelled
+/// them on shutdown, before the server stops regardless.
+const GRACE: Duration = Duration::from_secs(5);
 
 /// Everything `ferrite serve` decides before the server starts.
 pub struct ServeConfig {
@@ -20,6 +56,106 @@ pub struct ServeConfig {
 /// engine and returns. Prints `listening on http://HOST:PORT` to stderr once
 /// the socket is bound.
 pub fn serve(engine: Engine, config: ServeConfig) -> Result<()> {
-    let _ = (engine, config);
-    Err(ferrite_core::Error::Unsupported("serve: being written".into()))
+    let backend: Arc<dyn Backend> = Arc::new(engine);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("ferrite-http")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::InvalidInput(format!("cannot start the async runtime: {e}")))?;
+    let result = runtime.block_on(run(backend.clone(), config, shutdown_signal()));
+    // Idempotent; covers the paths where the server never started.
+    backend.shutdown();
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    result
+}
+
+/// Binds, serves until `stop` resolves, then shuts the engine down (which ends
+/// every in-flight stream) and waits for open responses to finish.
+async fn run(
+    backend: Arc<dyn Backend>,
+    config: ServeConfig,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let host = config.host.clone();
+    let listener = TcpListener::bind((host.as_str(), config.port))
+        .await
+        .map_err(|e| Error::InvalidInput(format!("cannot listen on {}:{}: {e}", url_host(&host), config.port)))?;
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or(config.port);
+    let api_key = config.api_key.filter(|k| !k.is_empty());
+    let state = AppState::new(backend.clone(), config.served_model_name, api_key, config.template);
+    eprintln!("listening on http://{}:{port}", url_host(&host));
+    serve_on(listener, state, stop).await
+}
+
+async fn serve_on(
+    listener: TcpListener,
+    state: AppState,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let backend = state.backend.clone();
+    let app = router::router(state);
+    let (stopped_tx, mut stopped_rx) = tokio::sync::watch::channel(false);
+    let stopper: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
+    let stopper_slot = stopper.clone();
+    let graceful = async move {
+        stop.await;
+        eprintln!("shutting down: cancelling in-flight requests");
+        // shutdown() blocks until the engine thread exits: keep it off the runtime.
+        let handle = std::thread::spawn(move || backend.shutdown());
+        if let Ok(mut slot) = stopper_slot.lock() {
+            *slot = Some(handle);
+        }
+        let _ = stopped_tx.send(true);
+    };
+    let server = axum::serve(listener, app).with_graceful_shutdown(graceful).into_future();
+    let deadline = async {
+        if stopped_rx.wait_for(|&s| s).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+        tokio::time::sleep(GRACE).await;
+    };
+    tokio::select! {
+        r = server => r.map_err(|e| Error::InvalidInput(format!("server error: {e}")))?,
+        _ = deadline => eprintln!("some connections did not close in time; stopping anyway"),
+    }
+    let handle = stopper.lock().ok().and_then(|mut h| h.take());
+    if let Some(h) = handle {
+        let _ = tokio::task::spawn_blocking(move || h.join()).await;
+    }
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM. A signal we cannot listen for never fires (rather than
+/// stopping the server at once).
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+}
+
+/// IPv6 literals need brackets in a URL.
+fn url_host(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    }
 }

@@ -1,0 +1,85 @@
+//! Request bodies as clients send them. Fields whose JSON type varies (stop,
+//! prompt, content, logit_bias, response_format) stay `Value` here and are
+//! checked in `convert`, which gives clearer messages than untagged enums.
+//! Unknown fields (`user`, `parallel_tool_calls`, ...) are ignored.
+
+use serde::Deserialize;
+use serde_json::{Number, Value};
+
+/// Fields shared by /v1/chat/completions and /v1/completions.
+#[derive(Debug, Default, Deserialize)]
+pub struct CommonParams {
+    pub model: Option<String>,
+    pub n: Option<i64>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f64>,
+    pub presence_penalty: Option<f64>,
+    pub frequency_penalty: Option<f64>,
+    pub repetition_penalty: Option<f64>,
+    pub seed: Option<Number>,
+    pub stop: Option<Value>,
+    pub max_tokens: Option<i64>,
+    /// OpenAI's newer name for `max_tokens`; wins when both are given.
+    pub max_completion_tokens: Option<i64>,
+    pub logit_bias: Option<Value>,
+    pub response_format: Option<Value>,
+    /// Extension: keep generating past end-of-sequence tokens.
+    pub ignore_eos: Option<bool>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    pub include_usage: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ChatRequest {
+    pub messages: Vec<ChatMessage>,
+    pub logprobs: Option<bool>,
+    pub top_logprobs: Option<i64>,
+    pub tools: Option<Value>,
+    #[serde(flatten)]
+    pub common: CommonParams,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ChatMessage {
+    pub role: String,
+    /// A string, a list of `{type: "text", text}` parts, or null.
+    #[serde(default)]
+    pub content: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CompletionRequest {
+    /// A string, a list of one string, a list of token ids, or a list of one such list.
+    pub prompt: Value,
+    /// How many alternatives to report per token (0..=20).
+    pub logprobs: Option<i64>,
+    pub echo: Option<bool>,
+    pub suffix: Option<String>,
+    pub best_of: Option<i64>,
+    #[serde(flatten)]
+    pub common: CommonParams,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TokenizeRequest {
+    pub model: Option<String>,
+    pub prompt: Option<String>,
+    pub messages: Option<Vec<ChatMessage>>,
+    /// For `prompt`: add BOS/EOS as the model's metadata asks (default true).
+    pub add_special_tokens: Option<bool>,
+    /// For `messages` (default true).
+    pub add_generation_prompt: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DetokenizeRequest {
+    pub model: Option<String>,
+    pub tokens: Vec<u32>,
+}

@@ -1,0 +1,54 @@
+//! API key check for /v1/* and the tokenizer endpoints (not for the page,
+//! /health or /metrics, which probes and scrapers reach without a key).
+
+use axum::extract::{Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::errors::ApiError;
+use crate::state::AppState;
+
+pub async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    if let Some(key) = &state.api_key {
+        let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer);
+        if !given.is_some_and(|g| same(g.as_bytes(), key.as_bytes())) {
+            return ApiError::unauthorized().into_response();
+        }
+    }
+    next.run(req).await
+}
+
+/// The token of `Bearer TOKEN` (scheme case-insensitive).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+/// Comparison whose time does not depend on where the first difference is.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Counts every response by status for /metrics.
+pub async fn count_status(State(state): State<AppState>, req: Request, next: Next) -> Response {
+    let response = next.run(req).await;
+    state.metrics.http_response(response.status().as_u16());
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_tokens() {
+        assert_eq!(bearer("Bearer abc"), Some("abc"));
+        assert_eq!(bearer("bearer  abc "), Some("abc"));
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("abc"), None);
+        assert!(same(b"key", b"key"));
+        assert!(!same(b"key", b"kez"));
+        assert!(!same(b"key", b"key2"));
+    }
+}

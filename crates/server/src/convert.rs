@@ -1,0 +1,323 @@
+//! Request bodies -> engine requests, as pure functions (no engine, no I/O) so
+//! every validation rule is unit-tested. Defaults follow OpenAI: temperature 1,
+//! top_p 1, and top_k / min_p / repetition penalty off unless asked for.
+
+use ferrite_engine::sampling::SamplingParams;
+use ferrite_engine::Request;
+use ferrite_loader::chat_template::Message;
+use serde_json::Value;
+
+use crate::api::request::{ChatMessage, CommonParams};
+use crate::errors::ApiError;
+
+/// Most choices one request may ask for.
+pub const MAX_N: usize = 128;
+/// Most stop strings.
+pub const MAX_STOP: usize = 16;
+/// Most alternatives per token in logprobs.
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// What validation needs to know about the model.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub max_context: usize,
+    pub vocab_size: usize,
+}
+
+/// Validated settings shared by both endpoints, before the prompt is known.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    pub n: usize,
+    pub stream: bool,
+    pub include_usage: bool,
+    pub sampling: SamplingParams,
+    /// `None`: the rest of the context.
+    pub max_tokens: Option<usize>,
+    pub stop: Vec<String>,
+    pub ignore_eos: bool,
+    pub json: bool,
+}
+
+/// The prompt of a completions request.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Prompt {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+pub fn settings(c: &CommonParams, logprobs: Option<usize>, limits: Limits) -> Result<Settings, ApiError> {
+    let n = match c.n {
+        None => 1,
+        Some(n) if (1..=MAX_N as i64).contains(&n) => n as usize,
+        Some(n) => return Err(ApiError::param("n", format!("n must be between 1 and {MAX_N}, got {n}"))),
+    };
+    let max_tokens = match c.max_completion_tokens.or(c.max_tokens) {
+        None => None,
+        Some(m) if m >= 1 => Some(usize::try_from(m).unwrap_or(usize::MAX)),
+        Some(m) => return Err(ApiError::param("max_tokens", format!("max_tokens must be at least 1, got {m}"))),
+    };
+    Ok(Settings {
+        n,
+        stream: c.stream.unwrap_or(false),
+        include_usage: c.stream_options.as_ref().and_then(|o| o.include_usage).unwrap_or(false),
+        sampling: sampling(c, logprobs, limits)?,
+        max_tokens,
+        stop: stop(c.stop.as_ref())?,
+        ignore_eos: c.ignore_eos.unwrap_or(false),
+        json: response_format(c.response_format.as_ref())?,
+    })
+}
+
+impl Settings {
+    /// The `n` engine requests for `prompt`; choice i gets seed + i, so a
+    /// seeded request is reproducible and its choices still differ.
+    pub fn requests(&self, prompt: Vec<u32>, max_context: usize) -> Vec<Request> {
+        // The default leaves at least 1, so an over-long prompt gets the engine's context message.
+        let max_tokens = self.max_tokens.unwrap_or_else(|| max_context.saturating_sub(prompt.len()).max(1));
+        let base_seed = match self.sampling.seed {
+            None if self.n > 1 => Some(random_u64()),
+            s => s,
+        };
+        (0..self.n)
+            .map(|i| {
+                let sampling =
+                    SamplingParams { seed: base_seed.map(|s| s.wrapping_add(i as u64)), ..self.sampling.clone() };
+                Request {
+                    prompt: prompt.clone(),
+                    sampling,
+                    max_tokens,
+                    stop: self.stop.clone(),
+                    stop_ids: Vec::new(),
+                    ignore_eos: self.ignore_eos,
+                    json: self.json,
+                }
+            })
+            .collect()
+    }
+}
+
+fn sampling(c: &CommonParams, logprobs: Option<usize>, limits: Limits) -> Result<SamplingParams, ApiError> {
+    let temperature = c.temperature.unwrap_or(1.0);
+    if !(temperature.is_finite() && temperature >= 0.0) {
+        return Err(ApiError::param("temperature", format!("temperature must be >= 0, got {temperature}")));
+    }
+    let top_p = unit("top_p", c.top_p, 1.0)?;
+    let min_p = unit("min_p", c.min_p, 0.0)?;
+    let top_k = match c.top_k.unwrap_or(0) {
+        k @ 0.. => usize::try_from(k).unwrap_or(usize::MAX),
+        -1 => 0,
+        k => return Err(ApiError::param("top_k", format!("top_k must be >= 0 (or -1 for off), got {k}"))),
+    };
+    let repetition_penalty = c.repetition_penalty.unwrap_or(1.0);
+    if !(repetition_penalty.is_finite() && repetition_penalty > 0.0) {
+        return Err(ApiError::param(
+            "repetition_penalty",
+            format!("repetition_penalty must be > 0, got {repetition_penalty}"),
+        ));
+    }
+    let seed = match &c.seed {
+        None => None,
+        // Negative seeds are fine: any 64 bits will do.
+        Some(s) => Some(
+            s.as_u64()
+                .or_else(|| s.as_i64().map(|v| v as u64))
+                .ok_or_else(|| ApiError::param("seed", format!("seed must be an integer, got {s}")))?,
+        ),
+    };
+    Ok(SamplingParams {
+        temperature: temperature as f32,
+        top_k,
+        top_p,
+        min_p,
+        repetition_penalty: repetition_penalty as f32,
+        penalty_last_n: 64,
+        presence_penalty: penalty("presence_penalty", c.presence_penalty)?,
+        frequency_penalty: penalty("frequency_penalty", c.frequency_penalty)?,
+        seed,
+        logit_bias: logit_bias(c.logit_bias.as_ref(), limits.vocab_size)?,
+        logprobs,
+    })
+}
+
+/// A probability-like setting in [0, 1].
+fn unit(name: &str, v: Option<f64>, default: f64) -> Result<f32, ApiError> {
+    match v.unwrap_or(default) {
+        x if (0.0..=1.0).contains(&x) => Ok(x as f32),
+        x => Err(ApiError::param(name, format!("{name} must be between 0 and 1, got {x}"))),
+    }
+}
+
+/// OpenAI's presence/frequency penalties, in [-2, 2].
+fn penalty(name: &str, v: Option<f64>) -> Result<f32, ApiError> {
+    match v.unwrap_or(0.0) {
+        x if (-2.0..=2.0).contains(&x) => Ok(x as f32),
+        x => Err(ApiError::param(name, format!("{name} must be between -2 and 2, got {x}"))),
+    }
+}
+
+/// A string or a list of strings; empty strings are dropped (they would match at once).
+pub fn stop(v: Option<&Value>) -> Result<Vec<String>, ApiError> {
+    let list: Vec<String> = match v {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|i| i.as_str().map(str::to_string))
+            .collect::<Option<_>>()
+            .ok_or_else(|| ApiError::param("stop", "stop must be a string or a list of strings"))?,
+        Some(_) => return Err(ApiError::param("stop", "stop must be a string or a list of strings")),
+    };
+    if list.len() > MAX_STOP {
+        return Err(ApiError::param("stop", format!("at most {MAX_STOP} stop strings, got {}", list.len())));
+    }
+    Ok(list.into_iter().filter(|s| !s.is_empty()).collect())
+}
+
+/// `{"token id": bias}` with biases in [-100, 100].
+pub fn logit_bias(v: Option<&Value>, vocab_size: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+    let map = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m,
+        Some(_) => return Err(ApiError::param("logit_bias", "logit_bias must be an object of token id -> bias")),
+    };
+    let mut out: Vec<(u32, f32)> = Vec::with_capacity(map.len());
+    for (key, bias) in map {
+        let id = key
+            .trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&id| (id as usize) < vocab_size)
+            .ok_or_else(|| ApiError::param("logit_bias", format!("logit_bias key `{key}` is not a token id")))?;
+        let b = bias
+            .as_f64()
+            .filter(|b| (-100.0..=100.0).contains(b))
+            .ok_or_else(|| ApiError::param("logit_bias", format!("logit_bias for {key} must be in [-100, 100]")))?;
+        out.push((id, b as f32));
+    }
+    out.sort_by_key(|&(id, _)| id);
+    Ok(out)
+}
+
+/// `{type: "json_object"}` constrains the output to JSON; `{type: "text"}` is the default.
+pub fn response_format(v: Option<&Value>) -> Result<bool, ApiError> {
+    let kind = match v {
+        None | Some(Value::Null) => return Ok(false),
+        Some(v) => v.get("type").and_then(Value::as_str),
+    };
+    match kind {
+        Some("text") => Ok(false),
+        Some("json_object") => Ok(true),
+        Some(other) => Err(ApiError::param(
+            "response_format",
+            format!("response_format type `{other}` is not supported (use `text` or `json_object`)"),
+        )),
+        None => Err(ApiError::param("response_format", "response_format must be an object with a `type`")),
+    }
+}
+
+/// Chat: `logprobs: bool` and `top_logprobs: 0..=20` -> alternatives per token.
+pub fn chat_logprobs(logprobs: Option<bool>, top: Option<i64>) -> Result<Option<usize>, ApiError> {
+    let top = match top {
+        None => None,
+        Some(t) if (0..=MAX_TOP_LOGPROBS as i64).contains(&t) => Some(t as usize),
+        Some(t) => {
+            return Err(ApiError::param(
+                "top_logprobs",
+                format!("top_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {t}"),
+            ))
+        }
+    };
+    match (logprobs.unwrap_or(false), top) {
+        (true, top) => Ok(Some(top.unwrap_or(0))),
+        (false, Some(t)) if t > 0 => Err(ApiError::param("top_logprobs", "top_logprobs needs logprobs: true")),
+        (false, _) => Ok(None),
+    }
+}
+
+/// Completions: `logprobs: int` -> alternatives per token.
+pub fn completion_logprobs(v: Option<i64>) -> Result<Option<usize>, ApiError> {
+    match v {
+        None => Ok(None),
+        Some(t) if (0..=MAX_TOP_LOGPROBS as i64).contains(&t) => Ok(Some(t as usize)),
+        Some(t) => {
+            Err(ApiError::param("logprobs", format!("logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {t}")))
+        }
+    }
+}
+
+/// Chat messages for the template: string content, text parts joined by
+/// newlines, or null (an assistant turn that only called tools) as "".
+pub fn messages(list: &[ChatMessage]) -> Result<Vec<Message>, ApiError> {
+    if list.is_empty() {
+        return Err(ApiError::param("messages", "messages must not be empty"));
+    }
+    list.iter()
+        .enumerate()
+        .map(|(i, m)| Ok(Message { role: m.role.clone(), content: content(i, m.content.as_ref())? }))
+        .collect()
+}
+
+fn content(i: usize, v: Option<&Value>) -> Result<String, ApiError> {
+    let bad = |what: &str| ApiError::param(&format!("messages[{i}].content"), what.to_string());
+    match v {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut texts = Vec::with_capacity(parts.len());
+            for p in parts {
+                match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
+                    (Some("text"), Some(t)) => texts.push(t),
+                    (Some("text"), None) => return Err(bad("a text part needs a string `text`")),
+                    (Some(kind), _) => return Err(bad(&format!("content parts of type `{kind}` are not supported"))),
+                    (None, _) => return Err(bad("each content part needs a `type`")),
+                }
+            }
+            Ok(texts.join("\n"))
+        }
+        Some(_) => Err(bad("content must be a string or a list of text parts")),
+    }
+}
+
+/// A completions prompt: one string or one token list (a list of one is unwrapped).
+pub fn prompt(v: &Value, vocab_size: usize) -> Result<Prompt, ApiError> {
+    let one = "only one prompt per request is supported; send several requests (or use n)";
+    match v {
+        Value::String(s) => Ok(Prompt::Text(s.clone())),
+        Value::Array(items) if items.is_empty() => Err(ApiError::param("prompt", "prompt must not be empty")),
+        Value::Array(items) if items.iter().all(Value::is_string) => match items.as_slice() {
+            [Value::String(s)] => Ok(Prompt::Text(s.clone())),
+            _ => Err(ApiError::param("prompt", one)),
+        },
+        Value::Array(items) if items.iter().all(Value::is_number) => token_ids(items, vocab_size).map(Prompt::Tokens),
+        Value::Array(items) if items.iter().all(Value::is_array) => match items.as_slice() {
+            [Value::Array(ids)] if !ids.is_empty() => token_ids(ids, vocab_size).map(Prompt::Tokens),
+            [_] => Err(ApiError::param("prompt", "prompt must not be empty")),
+            _ => Err(ApiError::param("prompt", one)),
+        },
+        _ => Err(ApiError::param("prompt", "prompt must be a string, a list of one string or a list of token ids")),
+    }
+}
+
+fn token_ids(items: &[Value], vocab_size: usize) -> Result<Vec<u32>, ApiError> {
+    items
+        .iter()
+        .map(|v| {
+            v.as_u64()
+                .filter(|&id| id < vocab_size as u64)
+                .map(|id| id as u32)
+                .ok_or_else(|| ApiError::param("prompt", format!("{v} is not a token id (vocabulary: {vocab_size})")))
+        })
+        .collect()
+}
+
+/// Unpredictable 64 bits without a RNG crate: std's randomly keyed hasher.
+pub fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.finish()
+}
+
+#[cfg(test)]
+#[path = "convert_tests.rs"]
+mod tests;

@@ -1,0 +1,66 @@
+//! A JSON body extractor whose every rejection is an OpenAI-shaped 400.
+//!
+//! axum's `Json` answers a bad body with plain text (and 415/422 statuses);
+//! OpenAI clients expect `{"error": ...}` and 400 for any malformed request.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::{header, StatusCode};
+use serde::de::DeserializeOwned;
+
+use crate::errors::ApiError;
+
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        if !is_json(content_type) {
+            let shown = if content_type.is_empty() { "none".to_string() } else { format!("`{content_type}`") };
+            return Err(ApiError::invalid(format!("Content-Type must be application/json (got {shown})")));
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|r| {
+            let status = r.status();
+            let message = r.body_text();
+            let status = if status.is_client_error() { status } else { StatusCode::BAD_REQUEST };
+            ApiError { status, ..ApiError::invalid(message) }
+        })?;
+        parse(&bytes).map(ApiJson)
+    }
+}
+
+/// `application/json`, with or without parameters, or any `+json` type.
+fn is_json(content_type: &str) -> bool {
+    let essence = content_type.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    essence == "application/json" || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+/// Deserializes a body; serde's message names the field and position.
+pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| ApiError::invalid(format!("invalid request body: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_content_types() {
+        assert!(is_json("application/json"));
+        assert!(is_json("application/json; charset=utf-8"));
+        assert!(is_json("Application/JSON"));
+        assert!(is_json("application/vnd.api+json"));
+        assert!(!is_json(""));
+        assert!(!is_json("text/plain"));
+        assert!(!is_json("application/x-www-form-urlencoded"));
+    }
+
+    #[test]
+    fn parse_errors_are_400() {
+        let e = parse::<serde_json::Value>(b"{not json").unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert!(e.message.contains("invalid request body"), "{}", e.message);
+    }
+}

@@ -1,0 +1,113 @@
+//! `POST /v1/chat/completions`.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::Value;
+
+use crate::api::request::ChatRequest;
+use crate::api::response::{AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChunkChoice, Delta, Meta, Usage};
+use crate::convert::{self, Limits};
+use crate::errors::ApiError;
+use crate::extract::ApiJson;
+use crate::generate::{self, TokenInfo};
+use crate::state::AppState;
+use crate::{logprobs, prompt, sse};
+
+pub async fn chat_completions(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<ChatRequest>,
+) -> Result<Response, ApiError> {
+    state.check_model(req.common.model.as_deref())?;
+    if req.tools.as_ref().and_then(Value::as_array).is_some_and(|t| !t.is_empty()) {
+        return Err(ApiError::param("tools", "tool calling is not supported"));
+    }
+    let backend = &state.backend;
+    let limits = Limits { max_context: backend.max_context(), vocab_size: backend.vocab_size() };
+    let top_logprobs = convert::chat_logprobs(req.logprobs, req.top_logprobs)?;
+    let settings = convert::settings(&req.common, top_logprobs, limits)?;
+    let messages = convert::messages(&req.messages)?;
+    let template = prompt::require_template(state.template.as_ref())?;
+    let ids = prompt::chat_ids(backend.tokenizer(), template, &messages, true)?;
+    let streams = generate::submit_all(&state, settings.requests(ids, limits.max_context))?;
+    let meta = Meta::new("chatcmpl", &state.model);
+    let want_logprobs = top_logprobs.is_some();
+    if settings.stream {
+        let opts = sse::Options { logprobs: want_logprobs, include_usage: settings.include_usage };
+        return Ok(sse::response(streams, ChatFormat { meta, state: state.clone(), logprobs: want_logprobs }, opts));
+    }
+    let outputs = generate::collect_all(streams, want_logprobs).await;
+    if let Some(e) = outputs.iter().find_map(|o| generate::finish_error(&o.summary)) {
+        return Err(e);
+    }
+    let tok = backend.tokenizer();
+    let choices = outputs
+        .iter()
+        .enumerate()
+        .map(|(index, o)| ChatChoice {
+            index,
+            message: AssistantMessage { role: "assistant", content: o.text.clone() },
+            logprobs: want_logprobs.then(|| logprobs::chat(tok, &o.tokens)),
+            finish_reason: o.summary.finish.as_str(),
+        })
+        .collect();
+    let usage = generate::usage(outputs.iter().map(|o| &o.summary));
+    let body = ChatCompletion {
+        id: meta.id,
+        object: "chat.completion",
+        created: meta.created,
+        model: meta.model,
+        choices,
+        usage,
+    };
+    Ok(Json(body).into_response())
+}
+
+/// `chat.completion.chunk`s: a role delta first, then content deltas.
+struct ChatFormat {
+    meta: Meta,
+    state: AppState,
+    logprobs: bool,
+}
+
+impl ChatFormat {
+    fn chunk(&self, choices: Vec<ChunkChoice>, usage: Option<Usage>) -> Value {
+        let m = &self.meta;
+        let c = ChatChunk {
+            id: m.id.clone(),
+            object: "chat.completion.chunk",
+            created: m.created,
+            model: m.model.clone(),
+            choices,
+            usage,
+        };
+        serde_json::to_value(c).unwrap_or_default()
+    }
+
+    fn choice(&self, index: usize, delta: Delta, tokens: &[TokenInfo], finish: Option<&'static str>) -> Value {
+        // The finish chunk usually has no tokens left: null, as OpenAI sends.
+        let logprobs =
+            (self.logprobs && !tokens.is_empty()).then(|| logprobs::chat(self.state.backend.tokenizer(), tokens));
+        self.chunk(vec![ChunkChoice { index, delta, logprobs, finish_reason: finish }], None)
+    }
+}
+
+impl sse::Format for ChatFormat {
+    fn opening(&mut self, n: usize) -> Vec<Value> {
+        (0..n)
+            .map(|i| {
+                let delta = Delta { role: Some("assistant"), content: Some(String::new()) };
+                self.chunk(vec![ChunkChoice { index: i, delta, logprobs: None, finish_reason: None }], None)
+            })
+            .collect()
+    }
+    fn text(&mut self, index: usize, text: String, tokens: Vec<TokenInfo>) -> Value {
+        self.choice(index, Delta { role: None, content: Some(text) }, &tokens, None)
+    }
+    fn finish(&mut self, index: usize, reason: &'static str, tokens: Vec<TokenInfo>) -> Value {
+        self.choice(index, Delta::default(), &tokens, Some(reason))
+    }
+    fn usage(&mut self, usage: Usage) -> Value {
+        self.chunk(Vec::new(), Some(usage))
+    }
+}

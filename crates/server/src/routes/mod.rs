@@ -1,0 +1,7 @@
+//! HTTP handlers, one file per group of endpoints.
+
+pub mod chat;
+pub mod completions;
+pub mod misc;
+pub mod models;
+pub mod tokenize;

@@ -1,0 +1,27 @@
+//! `GET /v1/models` and `GET /v1/models/{id}`: the one model we serve.
+
+use axum::extract::{Path, State};
+use axum::Json;
+use serde_json::{json, Value};
+
+use crate::errors::ApiError;
+use crate::state::AppState;
+
+fn model(state: &AppState) -> Value {
+    json!({
+        "id": state.model,
+        "object": "model",
+        "created": state.started,
+        "owned_by": "ferrite",
+        "max_model_len": state.backend.max_context(),
+    })
+}
+
+pub async fn list(State(state): State<AppState>) -> Json<Value> {
+    Json(json!({"object": "list", "data": [model(&state)]}))
+}
+
+pub async fn get(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    state.check_model(Some(&id))?;
+    Ok(Json(model(&state)))
+}

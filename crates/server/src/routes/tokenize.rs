@@ -1,0 +1,43 @@
+//! `POST /tokenize` and `POST /detokenize` (vLLM's shapes), for clients that
+//! count tokens or check what a prompt becomes.
+
+use axum::extract::State;
+use axum::Json;
+use serde_json::{json, Value};
+
+use crate::api::request::{DetokenizeRequest, TokenizeRequest};
+use crate::convert;
+use crate::errors::ApiError;
+use crate::extract::ApiJson;
+use crate::prompt;
+use crate::state::AppState;
+
+pub async fn tokenize(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<TokenizeRequest>,
+) -> Result<Json<Value>, ApiError> {
+    state.check_model(req.model.as_deref())?;
+    let tok = state.backend.tokenizer();
+    let tokens = match (&req.prompt, &req.messages) {
+        (Some(text), None) => tok.encode(text, req.add_special_tokens.unwrap_or(true))?,
+        (None, Some(messages)) => {
+            let messages = convert::messages(messages)?;
+            let template = prompt::require_template(state.template.as_ref())?;
+            prompt::chat_ids(tok, template, &messages, req.add_generation_prompt.unwrap_or(true))?
+        }
+        _ => return Err(ApiError::invalid("send exactly one of `prompt` and `messages`")),
+    };
+    Ok(Json(json!({"count": tokens.len(), "max_model_len": state.backend.max_context(), "tokens": tokens})))
+}
+
+pub async fn detokenize(
+    State(state): State<AppState>,
+    ApiJson(req): ApiJson<DetokenizeRequest>,
+) -> Result<Json<Value>, ApiError> {
+    state.check_model(req.model.as_deref())?;
+    let vocab = state.backend.vocab_size();
+    if let Some(bad) = req.tokens.iter().find(|&&t| t as usize >= vocab) {
+        return Err(ApiError::param("tokens", format!("token id {bad} is outside the vocabulary of {vocab}")));
+    }
+    Ok(Json(json!({"prompt": state.backend.tokenizer().decode(&req.tokens, false)})))
+}

@@ -1,0 +1,163 @@
+//! Server-sent events for streaming responses: `data: {json}\n\n` per chunk,
+//! `data: [DONE]\n\n` at the end.
+//!
+//! The response body owns the engine streams. When the client disconnects,
+//! hyper drops the body, which drops the streams, which cancels the requests;
+//! nothing else may hold them (no spawned task outlives the body).
+
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use ferrite_engine::{Event, Summary};
+use futures_util::stream::{self, BoxStream, SelectAll};
+use futures_util::StreamExt;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::api::response::Usage;
+use crate::backend::EventStream;
+use crate::generate::{finish_error, usage, vanished, TokenInfo};
+
+/// How one endpoint writes its chunks.
+pub trait Format: Send + 'static {
+    /// Chunks before any token (chat: each choice's assistant role).
+    fn opening(&mut self, n: usize) -> Vec<Value>;
+    /// Newly final text of choice `index`, with the tokens since the last chunk.
+    fn text(&mut self, index: usize, text: String, tokens: Vec<TokenInfo>) -> Value;
+    /// The last chunk of a choice that ended normally.
+    fn finish(&mut self, index: usize, reason: &'static str, tokens: Vec<TokenInfo>) -> Value;
+    /// The `stream_options.include_usage` chunk: no choices, just usage.
+    fn usage(&mut self, usage: Usage) -> Value;
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Keep per-token logprobs for the chunks.
+    pub logprobs: bool,
+    pub include_usage: bool,
+}
+
+pub fn data(v: &impl Serialize) -> Vec<u8> {
+    let mut out = b"data: ".to_vec();
+    // Serializing our own types cannot fail; an empty object is the fallback.
+    if serde_json::to_writer(&mut out, v).is_err() {
+        out.extend_from_slice(b"{}");
+    }
+    out.extend_from_slice(b"\n\n");
+    out
+}
+
+const DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// The streaming response for `streams` (choice i is `streams[i]`).
+pub fn response<F: Format>(streams: Vec<EventStream>, format: F, opts: Options) -> Response {
+    let n = streams.len();
+    let events: SelectAll<BoxStream<'static, (usize, Event)>> =
+        stream::select_all(streams.into_iter().enumerate().map(|(i, s)| s.map(move |ev| (i, ev)).boxed()));
+    let driver =
+        Driver { events, format, opts, pending: vec![Vec::new(); n], summaries: vec![None; n], phase: Phase::Open };
+    let body =
+        stream::unfold(driver, |mut d| async move { d.step().await.map(|b| (Ok::<_, Infallible>(Bytes::from(b)), d)) });
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (header::HeaderName::from_static("x-accel-buffering"), "no"),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+enum Phase {
+    Open,
+    Events,
+    Tail,
+    End,
+}
+
+struct Driver<F> {
+    events: SelectAll<BoxStream<'static, (usize, Event)>>,
+    format: F,
+    opts: Options,
+    /// Per choice: tokens whose text is still held (their logprobs go with the next text).
+    pending: Vec<Vec<TokenInfo>>,
+    summaries: Vec<Option<Summary>>,
+    phase: Phase,
+}
+
+impl<F: Format> Driver<F> {
+    /// The next bytes of the body; `None` ends it.
+    async fn step(&mut self) -> Option<Vec<u8>> {
+        loop {
+            match self.phase {
+                Phase::Open => {
+                    self.phase = Phase::Events;
+                    let chunks = self.format.opening(self.pending.len());
+                    if !chunks.is_empty() {
+                        return Some(chunks.iter().flat_map(data).collect());
+                    }
+                }
+                Phase::Events => match self.events.next().await {
+                    Some((i, ev)) => {
+                        if let Some(out) = self.event(i, ev) {
+                            return Some(out);
+                        }
+                    }
+                    None => self.phase = Phase::Tail,
+                },
+                Phase::Tail => {
+                    self.phase = Phase::End;
+                    return Some(self.tail());
+                }
+                Phase::End => return None,
+            }
+        }
+    }
+
+    fn event(&mut self, i: usize, ev: Event) -> Option<Vec<u8>> {
+        match ev {
+            Event::Token { token, text, logprob, top_logprobs } => {
+                if self.opts.logprobs {
+                    self.pending[i].push(TokenInfo { token, logprob, top: top_logprobs });
+                }
+                if text.is_empty() {
+                    return None;
+                }
+                let tokens = std::mem::take(&mut self.pending[i]);
+                Some(data(&self.format.text(i, text, tokens)))
+            }
+            Event::Done(s) => {
+                let out = match finish_error(&s) {
+                    Some(e) => data(&e.body()),
+                    None => {
+                        let tokens = std::mem::take(&mut self.pending[i]);
+                        data(&self.format.finish(i, s.finish.as_str(), tokens))
+                    }
+                };
+                self.summaries[i] = Some(s);
+                Some(out)
+            }
+        }
+    }
+
+    /// Errors for choices that never finished, the usage chunk, `[DONE]`.
+    fn tail(&mut self) -> Vec<u8> {
+        let mut out = Vec::new();
+        for s in self.summaries.iter_mut().filter(|s| s.is_none()) {
+            let lost = vanished(0);
+            if let Some(e) = finish_error(&lost) {
+                out.extend(data(&e.body()));
+            }
+            *s = Some(lost);
+        }
+        if self.opts.include_usage {
+            let u = usage(self.summaries.iter().flatten());
+            out.extend(data(&self.format.usage(u)));
+        }
+        out.extend_from_slice(DONE);
+        out
+    }
+}

@@ -1,0 +1,201 @@
+//! Non-streaming endpoints: shapes, parameter plumbing, tokenizer endpoints.
+
+use axum::http::{Method, StatusCode};
+use serde_json::json;
+
+use super::*;
+
+fn user(text: &str) -> Value {
+    json!([{"role": "user", "content": text}])
+}
+
+#[tokio::test]
+async fn health_models_page() {
+    let (_, app) = app();
+    let r = get(&app, "/health").await;
+    assert_eq!((r.status, r.json()), (StatusCode::OK, json!({"status": "ok"})));
+    let m = get(&app, "/v1/models").await.json();
+    assert_eq!(m["object"], "list");
+    assert_eq!(m["data"][0]["id"], MODEL);
+    assert_eq!(m["data"][0]["max_model_len"], MAX_CONTEXT);
+    assert_eq!(get(&app, "/v1/models/tiny").await.json()["id"], MODEL);
+    assert_eq!(get(&app, "/v1/models/other").await.status, StatusCode::NOT_FOUND);
+    let page = get(&app, "/").await;
+    assert_eq!(page.status, StatusCode::OK);
+    assert!(page.headers["content-type"].to_str().unwrap().starts_with("text/html"));
+    let html = page.text();
+    for id in ["id=\"prompt\"", "id=\"send\"", "id=\"stop\"", "id=\"temperature\"", "id=\"messages\""] {
+        assert!(html.contains(id), "page lacks {id}");
+    }
+}
+
+#[tokio::test]
+async fn chat_completion() {
+    let (fake, app) = app();
+    let r =
+        post(&app, "/v1/chat/completions", json!({"model": MODEL, "messages": user("the sky is"), "max_tokens": 10}))
+            .await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let v = r.json();
+    assert!(v["id"].as_str().unwrap().starts_with("chatcmpl-"));
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["model"], MODEL);
+    assert!(v["created"].as_u64().unwrap() > 1_600_000_000);
+    let c = &v["choices"][0];
+    assert_eq!(c["index"], 0);
+    assert_eq!(c["message"], json!({"role": "assistant", "content": "hello world"}));
+    assert_eq!(c["finish_reason"], "stop");
+    assert!(c["logprobs"].is_null());
+    // The template's BOS and the tokenizer's are collapsed into one.
+    let prompt = vec![0, 3, 8, 10, 11, 4];
+    let usage = json!({"prompt_tokens": 6, "completion_tokens": 3, "total_tokens": 9,
+        "prompt_tokens_details": {"cached_tokens": 1}});
+    assert_eq!(v["usage"], usage);
+    let req = &fake.requests()[0];
+    assert_eq!(req.prompt, prompt);
+    assert_eq!((req.max_tokens, req.sampling.temperature, req.sampling.top_k), (10, 1.0, 0));
+    assert!(!req.json && !req.ignore_eos);
+}
+
+#[tokio::test]
+async fn chat_parameters_reach_the_engine() {
+    let (fake, app) = app();
+    let body = json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "hello"}]}],
+        "n": 2, "seed": 5, "temperature": 0, "stop": "x", "response_format": {"type": "json_object"},
+        "ignore_eos": true, "logit_bias": {"3": -100}, "user": "u"});
+    let v = post(&app, "/v1/chat/completions", body).await.json();
+    let choices = v["choices"].as_array().unwrap();
+    assert_eq!(choices.len(), 2);
+    assert_eq!((choices[0]["index"].as_u64(), choices[1]["index"].as_u64()), (Some(0), Some(1)));
+    assert_eq!(v["usage"]["completion_tokens"], 6);
+    assert_eq!(v["usage"]["prompt_tokens"], 4);
+    let reqs = fake.requests();
+    assert_eq!(reqs.iter().map(|r| r.sampling.seed).collect::<Vec<_>>(), vec![Some(5), Some(6)]);
+    let r = &reqs[0];
+    assert_eq!((&r.prompt[..], r.max_tokens), (&[0, 3, 5, 4][..], MAX_CONTEXT - 4));
+    assert!(r.json && r.ignore_eos);
+    assert_eq!(r.stop, vec!["x"]);
+    assert_eq!(r.sampling.logit_bias, vec![(3, -100.0)]);
+    assert_eq!(r.sampling.temperature, 0.0);
+}
+
+#[tokio::test]
+async fn chat_logprobs() {
+    let (_, app) = app();
+    let body = json!({"messages": user("hello"), "logprobs": true, "top_logprobs": 2});
+    let v = post(&app, "/v1/chat/completions", body).await.json();
+    let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap().clone();
+    assert_eq!(content.len(), 3);
+    assert_eq!(content[1]["token"], "wor");
+    assert_eq!(content[1]["bytes"], json!([119, 111, 114]));
+    assert_eq!(content[1]["logprob"], -0.5);
+    let top = content[0]["top_logprobs"].as_array().unwrap();
+    assert_eq!(top.len(), 2);
+    assert_eq!(top[0], json!({"token": "the", "logprob": -1.0, "bytes": [116, 104, 101]}));
+}
+
+#[tokio::test]
+async fn completion_with_logprobs() {
+    let (fake, app) = app();
+    let body = json!({"model": MODEL, "prompt": "the sky", "max_tokens": 2, "logprobs": 1});
+    let r = post(&app, "/v1/completions", body).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let v = r.json();
+    assert!(v["id"].as_str().unwrap().starts_with("cmpl-"));
+    assert_eq!(v["object"], "text_completion");
+    let c = &v["choices"][0];
+    assert_eq!((c["text"].as_str(), c["finish_reason"].as_str()), (Some("hello"), Some("length")));
+    let lp = &c["logprobs"];
+    assert_eq!(lp["tokens"], json!(["hello", "wor"]));
+    assert_eq!(lp["token_logprobs"], json!([-0.5, -0.5]));
+    assert_eq!(lp["top_logprobs"], json!([{"the": -1.0}, {"the": -1.0}]));
+    assert_eq!(lp["text_offset"], json!([0, 5]));
+    assert_eq!(v["usage"]["prompt_tokens"], 3);
+    assert_eq!(fake.requests()[0].prompt, vec![0, 8, 10]);
+}
+
+#[tokio::test]
+async fn completion_prompt_forms() {
+    let (fake, app) = app();
+    for prompt in [json!([8, 9]), json!([[8, 9]])] {
+        let r = post(&app, "/v1/completions", json!({"prompt": prompt})).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    }
+    let r = post(&app, "/v1/completions", json!({"prompt": ["the sky"]})).await;
+    assert_eq!(r.status, StatusCode::OK);
+    let prompts: Vec<_> = fake.requests().into_iter().map(|r| r.prompt).collect();
+    assert_eq!(prompts, vec![vec![8, 9], vec![8, 9], vec![0, 8, 10]]);
+}
+
+#[tokio::test]
+async fn tokenize_and_detokenize() {
+    let (_, app) = app();
+    let v = post(&app, "/tokenize", json!({"prompt": "the sky"})).await.json();
+    assert_eq!(v, json!({"tokens": [0, 8, 10], "count": 3, "max_model_len": MAX_CONTEXT}));
+    let v = post(&app, "/tokenize", json!({"prompt": "the sky", "add_special_tokens": false})).await.json();
+    assert_eq!(v["tokens"], json!([8, 10]));
+    let v = post(&app, "/tokenize", json!({"messages": user("the sky is")})).await.json();
+    assert_eq!(v["tokens"], json!([0, 3, 8, 10, 11, 4]));
+    let v = post(&app, "/detokenize", json!({"tokens": [8, 10]})).await.json();
+    assert_eq!(v, json!({"prompt": "the sky"}));
+    let r = post(&app, "/detokenize", json!({"tokens": [8, 1000]})).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.error()["param"], "tokens");
+    assert_eq!(post(&app, "/detokenize", json!({"tokens": [-1]})).await.status, StatusCode::BAD_REQUEST);
+    assert_eq!(post(&app, "/tokenize", json!({})).await.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn api_key() {
+    let fake = Fake::new();
+    let app = app_with(&fake, Some("sekret"), Some(template()));
+    let body = json!({"messages": user("hello")});
+    for (path, method, body) in [
+        ("/v1/models", Method::GET, None),
+        ("/v1/chat/completions", Method::POST, Some(&body)),
+        ("/v1/completions", Method::POST, Some(&body)),
+        ("/tokenize", Method::POST, Some(&body)),
+        ("/detokenize", Method::POST, Some(&body)),
+    ] {
+        for headers in [&[][..], &[("authorization", "Bearer wrong")][..], &[("authorization", "sekret")][..]] {
+            let r = send(&app, request(method.clone(), path, body, headers)).await;
+            assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{path} {headers:?}");
+            assert_eq!(r.error()["code"], "invalid_api_key");
+        }
+    }
+    let ok = send(&app, request(Method::GET, "/v1/models", None, &[("authorization", "Bearer sekret")])).await;
+    assert_eq!(ok.status, StatusCode::OK);
+    let ok =
+        send(&app, request(Method::POST, "/v1/chat/completions", Some(&body), &[("authorization", "Bearer sekret")]))
+            .await;
+    assert_eq!(ok.status, StatusCode::OK);
+    for open in ["/", "/health", "/metrics"] {
+        assert_eq!(get(&app, open).await.status, StatusCode::OK, "{open}");
+    }
+}
+
+#[tokio::test]
+async fn metrics_exposition() {
+    let (_, app) = app();
+    post(&app, "/v1/chat/completions", json!({"messages": user("hello")})).await;
+    post(&app, "/v1/chat/completions", json!({"messages": user("hello"), "n": 0})).await;
+    let r = get(&app, "/metrics").await;
+    assert!(r.headers["content-type"].to_str().unwrap().starts_with("text/plain"));
+    let text = r.text();
+    for line in [
+        "ferrite_requests_total 1\n",
+        "ferrite_requests_finished_total{finish_reason=\"stop\"} 1\n",
+        "ferrite_time_to_first_token_seconds_count 1\n",
+        "ferrite_inter_token_latency_seconds_count 2\n",
+        "ferrite_num_requests_running 1\n",
+        "ferrite_num_requests_waiting 2\n",
+        "ferrite_kv_cache_usage_ratio 0.25\n",
+        "ferrite_http_requests_total{status=\"200\"} 1\n",
+        "ferrite_http_requests_total{status=\"400\"} 1\n",
+        "# TYPE ferrite_prefix_cache_hits_total counter\n",
+        "# TYPE ferrite_prefix_cache_hit_rate gauge\n",
+        "# TYPE ferrite_preemptions_total counter\n",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+}
