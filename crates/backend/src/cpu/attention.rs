@@ -1,10 +1,12 @@
 //! Paged causal attention on the CPU: every (token, head) pair reads its
 //! sequence's keys and values through the block table.
 
+use super::fork::for_each_chunk_mut;
 use super::matmul::dot_f32;
+#[cfg(target_arch = "x86_64")]
+use super::simd::has_avx2;
 use crate::{AttnBatch, AttnParams};
 use ferrite_core::{Error, Result};
-use rayon::prelude::*;
 
 /// K and V of every layer, each `n_blocks * block_size` slots of `kv_dim` floats.
 /// With `f16`, values are rounded to f16 precision on write, as llama.cpp's
@@ -54,6 +56,17 @@ fn row_positions(batch: &AttnBatch, n: usize) -> Result<Vec<(usize, usize)>> {
     Ok(rows)
 }
 
+/// What every (row, head) task of one attention call reads.
+struct Heads<'a> {
+    q: &'a [f32],
+    rows: &'a [(usize, usize)],
+    batch: &'a AttnBatch,
+    p: &'a AttnParams,
+    k: &'a [f32],
+    v: &'a [f32],
+    kv_dim: usize,
+}
+
 pub fn attention(
     q: &[f32],
     n: usize,
@@ -67,43 +80,70 @@ pub fn attention(
         return Err(Error::Shape("attention: q or KV shapes do not match the layer".into()));
     }
     let rows = row_positions(batch, n)?;
-    let group = p.n_heads / p.n_kv_heads;
-    let (kc, vc) = (&pool.k[layer], &pool.v[layer]);
-    let bs = batch.block_size;
+    let heads = Heads { q, rows: &rows, batch, p, k: &pool.k[layer], v: &pool.v[layer], kv_dim: pool.kv_dim };
     let mut out = vec![0f32; q.len()];
-    out.par_chunks_mut(hd).enumerate().for_each_init(Vec::new, |scores: &mut Vec<f32>, (idx, o)| {
-        let (row, h) = (idx / p.n_heads, idx % p.n_heads);
-        let (si, pos) = rows[row];
-        let seq = &batch.seqs[si];
-        let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        let qh = &q[idx * hd..(idx + 1) * hd];
-        let kv_off = (h / group) * hd;
-        let slot = |t: usize| seq.block_table[t / bs] as usize * bs + t % bs;
-        scores.clear();
-        let mut max = f32::NEG_INFINITY;
-        for t in lo..=pos {
-            let s = slot(t) * pool.kv_dim + kv_off;
-            let mut x = dot_f32(qh, &kc[s..s + hd]) * p.scale;
-            if let Some(cap) = p.softcap {
-                x = cap * (x / cap).tanh();
+    // Enough chunks to balance (a decode step has only n_heads tasks), few
+    // enough that handing them out costs little.
+    let tasks = n * p.n_heads;
+    let per_chunk = tasks.div_ceil(4 * rayon::current_num_threads()).max(1);
+    for_each_chunk_mut(&mut out, hd, per_chunk, &|first, o| {
+        let mut scores = Vec::new();
+        for (i, oh) in o.chunks_mut(hd).enumerate() {
+            #[cfg(target_arch = "x86_64")]
+            if has_avx2() {
+                // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+                unsafe { head_avx2(&heads, first + i, oh, &mut scores) };
+                continue;
             }
-            max = max.max(x);
-            scores.push(x);
-        }
-        let mut sum = 0f32;
-        for x in scores.iter_mut() {
-            *x = (*x - max).exp();
-            sum += *x;
-        }
-        let inv = 1.0 / sum;
-        o.fill(0.0);
-        for (j, t) in (lo..=pos).enumerate() {
-            let s = slot(t) * pool.kv_dim + kv_off;
-            let w = scores[j] * inv;
-            for (oe, &ve) in o.iter_mut().zip(&vc[s..s + hd]) {
-                *oe += w * ve;
-            }
+            head(&heads, first + i, oh, &mut scores);
         }
     });
     Ok(out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn head_avx2(h: &Heads, idx: usize, o: &mut [f32], scores: &mut Vec<f32>) {
+    head(h, idx, o, scores)
+}
+
+/// Output of task `idx` = (row, head): softmax(q k^T * scale) v over the
+/// row's visible positions, read through its sequence's block table.
+#[inline(always)]
+fn head(h: &Heads, idx: usize, o: &mut [f32], scores: &mut Vec<f32>) {
+    let p = h.p;
+    let hd = p.head_dim;
+    let (row, head) = (idx / p.n_heads, idx % p.n_heads);
+    let (si, pos) = h.rows[row];
+    let seq = &h.batch.seqs[si];
+    let bs = h.batch.block_size;
+    let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    let qh = &h.q[idx * hd..(idx + 1) * hd];
+    let kv_off = (head / (p.n_heads / p.n_kv_heads)) * hd;
+    let at = |t: usize| (seq.block_table[t / bs] as usize * bs + t % bs) * h.kv_dim + kv_off;
+    scores.clear();
+    let mut max = f32::NEG_INFINITY;
+    for t in lo..=pos {
+        let s = at(t);
+        let mut x = dot_f32(qh, &h.k[s..s + hd]) * p.scale;
+        if let Some(cap) = p.softcap {
+            x = cap * (x / cap).tanh();
+        }
+        max = max.max(x);
+        scores.push(x);
+    }
+    let mut sum = 0f32;
+    for x in scores.iter_mut() {
+        *x = (*x - max).exp();
+        sum += *x;
+    }
+    let inv = 1.0 / sum;
+    o.fill(0.0);
+    for (j, t) in (lo..=pos).enumerate() {
+        let s = at(t);
+        let w = scores[j] * inv;
+        for (oe, &ve) in o.iter_mut().zip(&h.v[s..s + hd]) {
+            *oe += w * ve;
+        }
+    }
 }

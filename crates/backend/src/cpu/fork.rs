@@ -95,3 +95,36 @@ pub fn for_each_chunk(total: usize, chunk: usize, f: &(dyn Fn(Range<usize>) + Sy
         panic!("a parallel matmul chunk panicked");
     }
 }
+
+/// A pointer to the output of `for_each_chunk_mut`, shared by its chunks.
+struct OutPtr<T>(*mut T);
+impl<T> Clone for OutPtr<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for OutPtr<T> {}
+// SAFETY: chunks built from it cover disjoint ranges (see `for_each_chunk_mut`).
+unsafe impl<T: Send> Send for OutPtr<T> {}
+unsafe impl<T: Send> Sync for OutPtr<T> {}
+
+/// `out` is `unit`-sized items; calls `f(first_item, items)` on consecutive runs
+/// of at most `items_per_chunk` items, in parallel like `for_each_chunk`.
+pub fn for_each_chunk_mut<T: Send>(
+    out: &mut [T],
+    unit: usize,
+    items_per_chunk: usize,
+    f: &(dyn Fn(usize, &mut [T]) + Sync),
+) {
+    let unit = unit.max(1);
+    let items = out.len() / unit;
+    let ptr = OutPtr(out.as_mut_ptr());
+    for_each_chunk(items, items_per_chunk, &|r: Range<usize>| {
+        let p = &ptr;
+        // SAFETY: `for_each_chunk` hands out disjoint item ranges within
+        // `0..items`, so these slices of `out` never overlap, and `out` stays
+        // borrowed mutably until every chunk has finished.
+        let s = unsafe { std::slice::from_raw_parts_mut(p.0.add(r.start * unit), r.len() * unit) };
+        f(r.start, s)
+    });
+}

@@ -1,26 +1,24 @@
 //! Row-wise CPU ops: norms, gated activations, rotary embedding.
 
+use super::fork::for_each_chunk_mut;
 use crate::{Activation, Rope};
-use rayon::prelude::*;
 
-/// Rows at least this long are processed in parallel.
-const PAR_MIN: usize = 8;
+/// Rows per parallel chunk: a single decode row runs on the calling thread.
+const ROWS_PER_CHUNK: usize = 8;
 
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let g = w.len();
     let mut out = vec![0f32; x.len()];
-    let f = |(o, xi): (&mut [f32], &[f32])| {
-        let ms = xi.iter().map(|v| v * v).sum::<f32>() / g as f32;
-        let r = 1.0 / (ms + eps).sqrt();
-        for ((oe, &xe), &we) in o.iter_mut().zip(xi).zip(w) {
-            *oe = xe * r * we;
+    for_each_chunk_mut(&mut out, g, ROWS_PER_CHUNK, &|first, o| {
+        for (i, o) in o.chunks_mut(g).enumerate() {
+            let xi = &x[(first + i) * g..(first + i + 1) * g];
+            let ms = xi.iter().map(|v| v * v).sum::<f32>() / g as f32;
+            let r = 1.0 / (ms + eps).sqrt();
+            for ((oe, &xe), &we) in o.iter_mut().zip(xi).zip(w) {
+                *oe = xe * r * we;
+            }
         }
-    };
-    if x.len() / g >= PAR_MIN {
-        out.par_chunks_mut(g).zip(x.par_chunks(g)).for_each(f);
-    } else {
-        out.chunks_mut(g).zip(x.chunks(g)).for_each(f);
-    }
+    });
     out
 }
 
@@ -56,7 +54,8 @@ pub fn activate(x: f32, act: Activation) -> f32 {
 
 pub fn glu(gate: &[f32], up: &[f32], act: Activation) -> Vec<f32> {
     let mut out = vec![0f32; gate.len()];
-    out.par_chunks_mut(4096).zip(gate.par_chunks(4096).zip(up.par_chunks(4096))).for_each(|(o, (g, u))| {
+    for_each_chunk_mut(&mut out, 1, 4096, &|first, o| {
+        let (g, u) = (&gate[first..first + o.len()], &up[first..first + o.len()]);
         for ((oe, &ge), &ue) in o.iter_mut().zip(g).zip(u) {
             *oe = activate(ge, act) * ue;
         }
@@ -67,8 +66,8 @@ pub fn glu(gate: &[f32], up: &[f32], act: Activation) -> Vec<f32> {
 pub fn rope(x: &mut [f32], cols: usize, rope: &Rope, positions: &[u32]) {
     let hd = rope.head_dim;
     let half = hd / 2;
-    let f = |(row, pos): (&mut [f32], &u32)| {
-        let p = *pos as f32;
+    let f = |row: &mut [f32], pos: u32| {
+        let p = pos as f32;
         let (sin, cos): (Vec<f32>, Vec<f32>) = rope.inv_freq.iter().map(|f| (p * f).sin_cos()).unzip();
         for head in row.chunks_mut(hd) {
             for i in 0..half {
@@ -79,9 +78,9 @@ pub fn rope(x: &mut [f32], cols: usize, rope: &Rope, positions: &[u32]) {
             }
         }
     };
-    if positions.len() >= PAR_MIN {
-        x.par_chunks_mut(cols).zip(positions.par_iter()).for_each(f);
-    } else {
-        x.chunks_mut(cols).zip(positions.iter()).for_each(f);
-    }
+    for_each_chunk_mut(x, cols, ROWS_PER_CHUNK, &|first, rows| {
+        for (i, row) in rows.chunks_mut(cols).enumerate() {
+            f(row, positions[first + i]);
+        }
+    });
 }
