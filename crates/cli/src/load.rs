@@ -130,7 +130,9 @@ pub fn load_with_pool(args: &ModelArgs, with_tokenizer: bool, pool: &KvPool) -> 
         KvPool::OneSequence => ctx.div_ceil(bs),
         KvPool::Blocks(n) => n,
         KvPool::Bytes(b) => (b / block_bytes) as usize,
-        KvPool::ServingDefault => (4 * ctx.div_ceil(bs)).min((DEFAULT_POOL_BYTES / block_bytes) as usize).max(ctx.div_ceil(bs)),
+        KvPool::ServingDefault => {
+            (4 * ctx.div_ceil(bs)).min((DEFAULT_POOL_BYTES / block_bytes) as usize).max(ctx.div_ceil(bs))
+        }
     };
     if n_blocks == 0 {
         return Err(Error::InvalidInput(format!(

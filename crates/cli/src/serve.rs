@@ -50,7 +50,9 @@ pub fn main(args: ServeArgs) -> Result<()> {
     let pool = match (args.kv_blocks, args.kv_memory) {
         (Some(n), _) => KvPool::Blocks(n),
         (None, Some(gb)) if gb.is_finite() && gb > 0.0 => KvPool::Bytes(gb * 1e9),
-        (None, Some(gb)) => return Err(Error::InvalidInput(format!("--kv-memory must be a positive number, got {gb}"))),
+        (None, Some(gb)) => {
+            return Err(Error::InvalidInput(format!("--kv-memory must be a positive number, got {gb}")))
+        }
         (None, None) => KvPool::ServingDefault,
     };
     let config = EngineConfig {

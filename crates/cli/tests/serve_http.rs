@@ -140,7 +140,8 @@ fn http_surface_with_curl_openai_client_load_and_browser() {
     assert_eq!(json(&body)["data"][0]["id"], MODEL);
 
     // Greedy chat, plain and streamed over SSE, agree.
-    let req = r#"{"model":"smollm2","messages":[{"role":"user","content":"Name a fruit."}],"temperature":0,"max_tokens":12"#;
+    let req =
+        r#"{"model":"smollm2","messages":[{"role":"user","content":"Name a fruit."}],"temperature":0,"max_tokens":12"#;
     let (code, body) = post(b, "/v1/chat/completions", &format!("{req}}}"));
     assert_eq!(code, 200, "{body}");
     let plain = json(&body)["choices"][0]["message"]["content"].as_str().unwrap().to_string();
@@ -230,9 +231,7 @@ fn sigterm_with_streams_in_flight_exits_cleanly_and_bad_startup_fails_clearly() 
     let out = Command::new(env!("CARGO_BIN_EXE_ferrite")).args(["serve", "/no/such/model.gguf"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).starts_with("error: "));
-    let out = Command::new(env!("CARGO_BIN_EXE_ferrite"))
-        .args(["serve", MODEL, "--max-num-seqs", "0"])
-        .output()
-        .unwrap();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_ferrite")).args(["serve", MODEL, "--max-num-seqs", "0"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
 }

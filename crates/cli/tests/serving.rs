@@ -118,7 +118,10 @@ fn concurrent_requests_equal_one_at_a_time_with_prefix_hits_chunks_and_preemptio
     let got = run_concurrently(&e, &prompts);
     for (i, ((tokens, sum), want)) in got.iter().zip(&want).enumerate() {
         assert_eq!(tokens, want, "request {i} differs when batched");
-        assert_eq!((sum.finish, sum.completion_tokens, sum.prompt_tokens), (FinishReason::Length, NEW, prompts[i].len()));
+        assert_eq!(
+            (sum.finish, sum.completion_tokens, sum.prompt_tokens),
+            (FinishReason::Length, NEW, prompts[i].len())
+        );
     }
     let m = e.metrics();
     assert!(m.prefix_hit_tokens > 0, "no prefix-cache hits: {m:?}");

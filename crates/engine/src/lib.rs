@@ -2,13 +2,13 @@
 //! sampling, incremental detokenization and generation.
 
 pub mod blocks;
+pub mod constraint;
 pub mod detokenizer;
 pub mod generate;
 pub mod runner;
 pub mod sampling;
 pub mod scheduler;
 pub mod serving;
-pub mod constraint;
 
 pub use generate::{generate, FinishReason, GenerateRequest, Generation, TokenEvent};
 pub use runner::{Logits, Runner, Sequence};

@@ -153,7 +153,13 @@ fn configs() -> Vec<(usize, usize, SchedulerConfig)> {
         max_batched_tokens,
         prefix_caching,
     };
-    vec![(8, 4, c(4, 16, true)), (6, 2, c(8, 7, true)), (32, 4, c(16, 64, true)), (8, 4, c(4, 16, false)), (3, 16, c(2, 5, true))]
+    vec![
+        (8, 4, c(4, 16, true)),
+        (6, 2, c(8, 7, true)),
+        (32, 4, c(16, 64, true)),
+        (8, 4, c(4, 16, false)),
+        (3, 16, c(2, 5, true)),
+    ]
 }
 
 #[test]

@@ -66,7 +66,12 @@ pub enum Event {
     /// One generated token. `text` is the text it made final: empty while a
     /// UTF-8 character or a possible stop string is incomplete, and possibly
     /// several tokens' worth when held text is released.
-    Token { token: u32, text: String, logprob: f32, top_logprobs: Vec<TokenLogprob> },
+    Token {
+        token: u32,
+        text: String,
+        logprob: f32,
+        top_logprobs: Vec<TokenLogprob>,
+    },
     Done(Summary),
 }
 

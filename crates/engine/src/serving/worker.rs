@@ -42,7 +42,12 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    pub(super) fn new(runner: Runner, tokenizer: Arc<Tokenizer>, cfg: EngineConfig, shared: Arc<Shared>) -> Result<Self> {
+    pub(super) fn new(
+        runner: Runner,
+        tokenizer: Arc<Tokenizer>,
+        cfg: EngineConfig,
+        shared: Arc<Shared>,
+    ) -> Result<Self> {
         let sc = SchedulerConfig {
             max_num_seqs: cfg.max_num_seqs,
             max_batched_tokens: cfg.max_batched_tokens,
@@ -184,9 +189,13 @@ impl Worker {
             if let Some(c) = &mut a.json {
                 c.advance(token);
             }
-            let eog = (!a.req.ignore_eos && self.tokenizer.eos_ids().contains(&token)) || a.req.stop_ids.contains(&token);
-            let (mut text, stopped) =
-                if eog { (String::new(), true) } else { a.stops.push(&a.detok.push(&self.tokenizer.token_bytes(token))) };
+            let eog =
+                (!a.req.ignore_eos && self.tokenizer.eos_ids().contains(&token)) || a.req.stop_ids.contains(&token);
+            let (mut text, stopped) = if eog {
+                (String::new(), true)
+            } else {
+                a.stops.push(&a.detok.push(&self.tokenizer.token_bytes(token)))
+            };
             let json_done = a.json.as_ref().is_some_and(|c| c.is_complete());
             let length = a.generated.len() >= a.req.max_tokens;
             let finish = if stopped || json_done {
