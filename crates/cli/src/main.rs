@@ -34,7 +34,8 @@ pub struct ModelArgs {
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// KV-cache size in tokens (default: the model's context, at most 8192).
+    /// Context in tokens: the KV cache of `run` and `bench`, the longest request
+    /// of `serve` (default: the model's context, at most 8192).
     #[arg(long)]
     pub ctx_size: Option<usize>,
     /// KV-cache precision: f16 or f32 (default: f16 for GGUF, like llama.cpp;

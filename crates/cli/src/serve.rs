@@ -25,8 +25,9 @@ pub struct ServeArgs {
     /// Most sequences decoded together in one batch.
     #[arg(long, default_value_t = 64)]
     pub max_num_seqs: usize,
-    /// Most tokens (prompt chunks + decodes) in one forward pass.
-    #[arg(long, default_value_t = 512)]
+    /// Most tokens (prompt chunks + decodes) in one forward pass; smaller keeps
+    /// decodes flowing while a long prompt is prefilled.
+    #[arg(long, default_value_t = 256)]
     pub max_batched_tokens: usize,
     /// KV-cache size in blocks of 16 tokens, shared by all requests
     /// (default: 4 contexts' worth, at most 2 GiB).

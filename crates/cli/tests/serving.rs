@@ -162,6 +162,17 @@ fn cancellation_errors_and_shutdown_free_everything() {
     bad.sampling.top_p = 2.0;
     assert!(matches!(e.submit(bad), Err(Error::InvalidInput(_))));
 
+    // min_tokens masks the stop ids until enough tokens exist: make the greedy
+    // first token a stop id, and it must not come first.
+    let first = drain(e.submit(greedy(&p, 1)).unwrap()).0[0];
+    let mut r = greedy(&p, 4);
+    (r.stop_ids, r.ignore_eos) = (vec![first], false);
+    let (tokens, sum) = drain(e.submit(r.clone()).unwrap());
+    assert_eq!((tokens.as_slice(), sum.finish), (&[first][..], FinishReason::Stop));
+    r.min_tokens = 2;
+    let (tokens, _) = drain(e.submit(r).unwrap());
+    assert!(tokens.len() >= 2 && tokens[0] != first, "{tokens:?}");
+
     // A dropped stream frees its blocks at once, mid-generation.
     let mut s = e.submit(greedy(&p, 400)).unwrap();
     assert!(matches!(s.next_blocking(), Some(Event::Token { .. })));

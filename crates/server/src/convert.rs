@@ -35,6 +35,7 @@ pub struct Settings {
     pub max_tokens: Option<usize>,
     pub stop: Vec<String>,
     pub ignore_eos: bool,
+    pub min_tokens: usize,
     pub json: bool,
 }
 
@@ -64,6 +65,10 @@ pub fn settings(c: &CommonParams, logprobs: Option<usize>, limits: Limits) -> Re
         max_tokens,
         stop: stop(c.stop.as_ref())?,
         ignore_eos: c.ignore_eos.unwrap_or(false),
+        min_tokens: match c.min_tokens.unwrap_or(0) {
+            m @ 0.. => usize::try_from(m).unwrap_or(usize::MAX),
+            m => return Err(ApiError::param("min_tokens", format!("min_tokens must be >= 0, got {m}"))),
+        },
         json: response_format(c.response_format.as_ref())?,
     })
 }
@@ -89,6 +94,7 @@ impl Settings {
                     stop: self.stop.clone(),
                     stop_ids: Vec::new(),
                     ignore_eos: self.ignore_eos,
+                    min_tokens: self.min_tokens,
                     json: self.json,
                 }
             })

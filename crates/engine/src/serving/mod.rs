@@ -34,7 +34,7 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { max_num_seqs: 64, max_batched_tokens: 512, max_waiting: 4096, prefix_caching: true }
+        EngineConfig { max_num_seqs: 64, max_batched_tokens: 256, max_waiting: 4096, prefix_caching: true }
     }
 }
 
@@ -50,13 +50,24 @@ pub struct Request {
     /// Extra stop token ids besides the tokenizer's end-of-generation ids.
     pub stop_ids: Vec<u32>,
     pub ignore_eos: bool,
+    /// End-of-generation and stop ids are masked until this many tokens exist.
+    pub min_tokens: usize,
     /// Constrain the output to one JSON value (OpenAI `response_format: json_object`).
     pub json: bool,
 }
 
 impl Request {
     pub fn new(prompt: Vec<u32>, sampling: SamplingParams, max_tokens: usize) -> Self {
-        Request { prompt, sampling, max_tokens, stop: Vec::new(), stop_ids: Vec::new(), ignore_eos: false, json: false }
+        Request {
+            prompt,
+            sampling,
+            max_tokens,
+            stop: Vec::new(),
+            stop_ids: Vec::new(),
+            ignore_eos: false,
+            min_tokens: 0,
+            json: false,
+        }
     }
 }
 

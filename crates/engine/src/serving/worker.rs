@@ -174,14 +174,23 @@ impl Worker {
         for s in plan.seqs.iter().filter(|s| s.sample) {
             let Some(row) = rows.next() else { break };
             let Some(a) = self.active.get_mut(&s.id) else { continue };
-            let row = match &a.json {
-                Some(c) => {
-                    work.clear();
-                    work.extend_from_slice(row);
+            let too_short = a.generated.len() < a.req.min_tokens;
+            let row = if a.json.is_some() || too_short {
+                work.clear();
+                work.extend_from_slice(row);
+                if let Some(c) = &a.json {
                     c.mask(&mut work);
-                    &work[..]
                 }
-                None => row,
+                if too_short {
+                    for &t in self.tokenizer.eos_ids().iter().chain(&a.req.stop_ids) {
+                        if let Some(x) = work.get_mut(t as usize) {
+                            *x = f32::NEG_INFINITY;
+                        }
+                    }
+                }
+                &work[..]
+            } else {
+                row
             };
             let sampled = a.sampler.sample(row, &a.req.prompt, &a.generated);
             let token = sampled.token;

@@ -29,6 +29,9 @@ pub struct CommonParams {
     pub response_format: Option<Value>,
     /// Extension: keep generating past end-of-sequence tokens.
     pub ignore_eos: Option<bool>,
+    /// Extension (as vLLM): end-of-sequence tokens are not sampled before this
+    /// many tokens.
+    pub min_tokens: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
