@@ -15,6 +15,33 @@ pub struct RawWeight {
     pub bytes: HostBytes,
 }
 
+impl RawWeight {
+    /// Splits a fused weight by rows (e.g. a fused QKV projection), sharing bytes.
+    pub fn split_rows(self, rows: &[usize]) -> Result<Vec<RawWeight>> {
+        let block = self.dtype.block_size();
+        if rows.iter().sum::<usize>() != self.rows || !self.cols.is_multiple_of(block) {
+            return Err(ferrite_core::Error::Shape(format!(
+                "{}: cannot split {} rows into {rows:?}",
+                self.name, self.rows
+            )));
+        }
+        let row_bytes = self.cols / block * self.dtype.block_bytes();
+        let mut start = 0;
+        let mut out = Vec::with_capacity(rows.len());
+        for (i, &r) in rows.iter().enumerate() {
+            out.push(RawWeight {
+                name: format!("{}[{i}]", self.name),
+                dtype: self.dtype,
+                rows: r,
+                cols: self.cols,
+                bytes: self.bytes.sub(start * row_bytes..(start + r) * row_bytes),
+            });
+            start += r;
+        }
+        Ok(out)
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
     Silu,
@@ -122,10 +149,33 @@ pub trait Backend: Send + Sync {
     fn glu(&self, gate: &Self::Tensor, up: &Self::Tensor, act: Activation) -> Result<Self::Tensor>;
     /// Rotates every head of every row by its token's position.
     fn rope(&self, x: &mut Self::Tensor, rope: &Rope, positions: &[u32]) -> Result<()>;
+    /// LayerNorm of each row: (x - mean) / sqrt(var + eps) * w, plus `b` if given.
+    fn layer_norm(
+        &self,
+        x: &Self::Tensor,
+        w: &Self::Tensor,
+        b: Option<&Self::Tensor>,
+        eps: f32,
+    ) -> Result<Self::Tensor>;
+    /// act(x) elementwise, in place.
+    fn activate(&self, x: &mut Self::Tensor, act: Activation) -> Result<()>;
     /// `cap * tanh(x / cap)`.
     fn softcap(&self, x: &mut Self::Tensor, cap: f32) -> Result<()>;
     /// Selected rows, in the given order.
     fn rows(&self, x: &Self::Tensor, rows: &[usize]) -> Result<Self::Tensor>;
+
+    /// Bidirectional attention inside each sequence of a flat batch, for
+    /// encoders (no KV cache): q, k, v [n, n_heads * head_dim], `seqs` the rows
+    /// of each sequence. `p.window` is a band: the query at i sees the keys j
+    /// with |i - j| <= window. GQA as in `attention`.
+    fn encoder_attention(
+        &self,
+        q: &Self::Tensor,
+        k: &Self::Tensor,
+        v: &Self::Tensor,
+        seqs: &[std::ops::Range<usize>],
+        p: &AttnParams,
+    ) -> Result<Self::Tensor>;
 
     fn kv_pool(&self, spec: KvSpec) -> Result<Self::KvPool>;
     /// Stores k and v [n, kv_dim] of layer `layer` at `batch.slots`.

@@ -453,3 +453,85 @@ fn f16_conversion_is_exact_for_every_value() {
         }
     }
 }
+
+#[test]
+fn layer_norm_and_activate_match_reference() {
+    let be = CpuBackend;
+    let mut rng = Rng(11);
+    let (n, d) = (7, 48);
+    // A large common offset: the mean must be removed before squaring.
+    let x: Vec<f32> = rng.vec(n * d).iter().map(|v| v + 30.0).collect();
+    let (w, b) = (rng.vec(d), rng.vec(d));
+    let xt = be.upload(x.clone(), n, d).unwrap();
+    for bias in [false, true] {
+        let bt = be.upload(b.clone(), 1, d).unwrap();
+        let got = be.layer_norm(&xt, &be.upload(w.clone(), 1, d).unwrap(), bias.then_some(&bt), 1e-5).unwrap();
+        for r in 0..n {
+            let xs: Vec<f64> = x[r * d..(r + 1) * d].iter().map(|&v| v as f64).collect();
+            let mean = xs.iter().sum::<f64>() / d as f64;
+            let var = xs.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / d as f64;
+            for i in 0..d {
+                let want = (xs[i] - mean) / (var + 1e-5).sqrt() * w[i] as f64 + if bias { b[i] as f64 } else { 0.0 };
+                assert!((got.data[r * d + i] as f64 - want).abs() < 1e-4, "bias={bias} row {r} col {i}");
+            }
+        }
+    }
+    let mut t = be.upload(x.clone(), n, d).unwrap();
+    be.activate(&mut t, Activation::Silu).unwrap();
+    for (g, &v) in t.data.iter().zip(&x) {
+        assert!((g - v / (1.0 + (-v).exp())).abs() < 1e-5);
+    }
+    assert!(be.layer_norm(&xt, &be.upload(w[..8].to_vec(), 1, 8).unwrap(), None, 1e-5).is_err());
+}
+
+/// Bidirectional attention of one sequence, band |i - j| <= window.
+fn naive_encoder_attention(q: &[f32], k: &[f32], v: &[f32], p: &AttnParams, rows: std::ops::Range<usize>) -> Vec<f32> {
+    let (hd, kvd) = (p.head_dim, p.n_kv_heads * p.head_dim);
+    let mut out = Vec::new();
+    for i in rows.clone() {
+        for h in 0..p.n_heads {
+            let kh = h / (p.n_heads / p.n_kv_heads);
+            let keys: Vec<usize> = rows.clone().filter(|&j| p.window.is_none_or(|w| i.abs_diff(j) <= w)).collect();
+            let qv = &q[(i * p.n_heads + h) * hd..][..hd];
+            let s: Vec<f64> = keys
+                .iter()
+                .map(|&j| (0..hd).map(|d| qv[d] as f64 * k[j * kvd + kh * hd + d] as f64).sum::<f64>() * p.scale as f64)
+                .collect();
+            let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = s.iter().map(|x| (x - mx).exp()).collect();
+            let z: f64 = e.iter().sum();
+            for d in 0..hd {
+                out.push(
+                    keys.iter().enumerate().map(|(n, &j)| e[n] / z * v[j * kvd + kh * hd + d] as f64).sum::<f64>()
+                        as f32,
+                );
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn encoder_attention_matches_reference_with_bands_and_gqa() {
+    let be = CpuBackend;
+    let mut rng = Rng(0xabc);
+    // Sequences of 1, 5 and 23 rows back to back.
+    let seqs = [0..1, 1..6, 6..29];
+    let n = 29;
+    for (n_heads, n_kv_heads, window) in [(4, 4, None), (4, 2, Some(3)), (2, 1, Some(0)), (3, 3, Some(40))] {
+        let hd = 8;
+        let p = AttnParams { n_heads, n_kv_heads, head_dim: hd, scale: 0.35, window, softcap: None };
+        let (q, k, v) = (rng.vec(n * n_heads * hd), rng.vec(n * n_kv_heads * hd), rng.vec(n * n_kv_heads * hd));
+        let up = |x: &Vec<f32>, c| be.upload(x.clone(), n, c).unwrap();
+        let got = be
+            .encoder_attention(&up(&q, n_heads * hd), &up(&k, n_kv_heads * hd), &up(&v, n_kv_heads * hd), &seqs, &p)
+            .unwrap();
+        let want: Vec<f32> = seqs.iter().flat_map(|s| naive_encoder_attention(&q, &k, &v, &p, s.clone())).collect();
+        let e = rel_err(&got.data, &want);
+        assert!(e < 1e-5, "heads {n_heads}/{n_kv_heads} window {window:?}: relative error {e}");
+    }
+    // Rows left without a sequence are a shape error, not a panic.
+    let p = AttnParams { n_heads: 1, n_kv_heads: 1, head_dim: 4, scale: 1.0, window: None, softcap: None };
+    let t = be.upload(vec![0.0; 8], 2, 4).unwrap();
+    assert!(be.encoder_attention(&t, &t, &t, &[0..1], &p).is_err());
+}

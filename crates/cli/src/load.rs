@@ -4,11 +4,13 @@ use std::time::{Duration, Instant};
 
 use ferrite_backend::cpu::CpuBackend;
 use ferrite_core::{Error, Result};
+use ferrite_engine::embed::{Embedder, PoolingConfig};
 use ferrite_engine::runner::DEFAULT_BLOCK_SIZE;
 use ferrite_engine::Runner;
 use ferrite_loader::chat_template::{template_from_hf_dir, ChatTemplate};
 use ferrite_loader::source::{resolve, ModelSource};
 use ferrite_loader::tokenizer::Tokenizer;
+use ferrite_models::encoder::{encoder_arch, load_encoder};
 use ferrite_models::{load_causal_lm, Checkpoint, KvDtype};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -82,6 +84,12 @@ pub fn load_with_pool(args: &ModelArgs, with_tokenizer: bool, pool: &KvPool) -> 
     init_threads(args.threads)?;
     let t0 = Instant::now();
     let (source, ck) = open_checkpoint(&args.model)?;
+    if let Some(arch) = encoder_arch(&ck) {
+        return Err(Error::Unsupported(format!(
+            "{} is an embedding model ({arch:?}), not a text generator: use `ferrite embed`, or `ferrite serve` for /v1/embeddings",
+            args.model
+        )));
+    }
     // An unsupported architecture is the clearer message than a missing tokenizer.
     ferrite_models::registry::config_of(&ck)?;
     let (tokenizer, template) = if with_tokenizer {
@@ -163,4 +171,45 @@ impl Loaded {
     pub fn tokenizer(&self) -> Result<&Tokenizer> {
         self.tokenizer.as_ref().ok_or_else(|| Error::InvalidInput("no tokenizer loaded".into()))
     }
+}
+
+/// Whether MODEL names an embedding (encoder) model; errors only when it cannot
+/// be opened at all.
+pub fn is_embedding_model(model: &str) -> Result<bool> {
+    let (_, ck) = open_checkpoint(model)?;
+    Ok(encoder_arch(&ck).is_some())
+}
+
+/// An embedding model with its tokenizer and pooling; `pooling` overrides the
+/// checkpoint's.
+pub fn load_embedder(model: &str, pooling: Option<ferrite_engine::embed::Pooling>) -> Result<Embedder> {
+    let t0 = Instant::now();
+    let (source, ck) = open_checkpoint(model)?;
+    if encoder_arch(&ck).is_none() {
+        let arch = ferrite_models::registry::config_of(&ck).map(|c| c.arch_name).unwrap_or_else(|_| "unknown".into());
+        return Err(Error::Unsupported(format!(
+            "{model} is not an embedding model (architecture {arch}); embeddings need an encoder: bert or modernbert"
+        )));
+    }
+    let ModelSource::HfDir(dir) = &source else { unreachable!("encoders load from HF directories") };
+    let mut cfg = PoolingConfig::from_dir(dir)?;
+    if let Some(p) = pooling {
+        cfg.pooling = p;
+    }
+    let encoder = load_encoder(CpuBackend, &ck)?;
+    let tokenizer = Tokenizer::from_hf_dir(dir)?;
+    let e = Embedder::new(encoder, tokenizer, &cfg);
+    let c = e.model().config();
+    eprintln!(
+        "loaded {model}: {:?} ({} layers, dim {}, {:?} pooling{}, max {} tokens) on {} in {:.2}s",
+        c.arch,
+        c.n_layers,
+        c.hidden,
+        e.pooling,
+        if e.normalize { ", normalized" } else { "" },
+        e.max_length,
+        e.model().backend_name(),
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(e)
 }

@@ -3,6 +3,7 @@
 mod bench;
 mod bench_serve;
 mod chat;
+mod embed;
 mod inspect;
 mod load;
 mod perplexity;
@@ -86,6 +87,8 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Load generator for an OpenAI-compatible server: throughput and latency percentiles.
     BenchServe(bench_serve::BenchServeArgs),
+    /// Sentence embeddings of texts or a file's lines, as JSON lines.
+    Embed(embed::EmbedArgs),
     /// Prefill and decode speed, like llama-bench.
     Bench(bench::BenchArgs),
     /// Logits at every position of a token-id sequence, as JSON lines.
@@ -103,6 +106,7 @@ fn main() -> ExitCode {
         Command::Perplexity(a) => perplexity::main(a),
         Command::Serve(a) => serve::main(a),
         Command::BenchServe(a) => bench_serve::main(a),
+        Command::Embed(a) => embed::main(a),
         Command::Bench(a) => bench::main(a),
         Command::Score(a) => score::main(a),
         Command::Inspect(a) => inspect::main(a),

@@ -20,6 +20,11 @@ impl HostBytes {
         let len = v.len();
         HostBytes { owner: Arc::new(v), range: 0..len }
     }
+    /// A sub-range of these bytes, sharing the owner.
+    pub fn sub(&self, range: Range<usize>) -> HostBytes {
+        assert!(range.end <= self.range.len(), "HostBytes sub-range out of bounds");
+        HostBytes { owner: self.owner.clone(), range: self.range.start + range.start..self.range.start + range.end }
+    }
     pub fn as_slice(&self) -> &[u8] {
         &(*self.owner).as_ref()[self.range.clone()]
     }

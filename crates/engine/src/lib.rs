@@ -4,6 +4,7 @@
 pub mod blocks;
 pub mod constraint;
 pub mod detokenizer;
+pub mod embed;
 pub mod generate;
 pub mod runner;
 pub mod sampling;

@@ -49,19 +49,10 @@ impl Checkpoint {
                 let bytes = HostBytes::new(g.mmap(), t.offset as usize..(t.offset + t.n_bytes) as usize);
                 Ok(Some(RawWeight { name: name.into(), dtype: t.dtype, rows, cols, bytes }))
             }
-            Checkpoint::Hf(h) => {
-                let Some(hf) = h.names.get(name) else { return Ok(None) };
-                let t = h.tensors.tensor(hf).ok_or_else(|| Error::format(format!("missing tensor {hf}")))?;
-                let (rows, cols) = match t.shape.as_slice() {
-                    [n] => (1, *n),
-                    [r, c] => (*r, *c),
-                    s => return Err(Error::format(format!("{hf}: unexpected shape {s:?}"))),
-                };
-                let maps = h.tensors.mmaps();
-                let owner = maps[t.file].clone();
-                let bytes = HostBytes::new(owner, t.start..t.end);
-                Ok(Some(RawWeight { name: hf.clone(), dtype: t.dtype, rows, cols, bytes }))
-            }
+            Checkpoint::Hf(h) => match h.names.get(name) {
+                Some(hf) => h.raw(hf),
+                None => Ok(None),
+            },
         }
     }
 
@@ -112,6 +103,20 @@ impl Checkpoint {
 }
 
 impl HfCheckpoint {
+    /// A tensor by its name in the safetensors files, as [rows, cols] (1-D
+    /// tensors are one row).
+    pub fn raw(&self, hf: &str) -> Result<Option<RawWeight>> {
+        let Some(t) = self.tensors.tensor(hf) else { return Ok(None) };
+        let (rows, cols) = match t.shape.as_slice() {
+            [n] => (1, *n),
+            [r, c] => (*r, *c),
+            s => return Err(Error::format(format!("{hf}: unexpected shape {s:?}"))),
+        };
+        let owner = self.tensors.mmaps()[t.file].clone();
+        let bytes = HostBytes::new(owner, t.start..t.end);
+        Ok(Some(RawWeight { name: hf.to_string(), dtype: t.dtype, rows, cols, bytes }))
+    }
+
     fn open(dir: &Path) -> Result<HfCheckpoint> {
         let cfg_path = dir.join("config.json");
         let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;

@@ -4,6 +4,7 @@
 pub mod checkpoint;
 pub mod config;
 mod decoder;
+pub mod encoder;
 pub mod gemma3;
 mod gguf_meta;
 pub mod hf;

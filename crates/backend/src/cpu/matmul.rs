@@ -64,6 +64,8 @@ pub fn matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32]) {
             }
         });
         dispatch_quant(&xq, n, w, out);
+    } else if let Some(p) = &w.packed {
+        super::sgemm::gemm(x, n, p, out);
     } else {
         dispatch_dense(x, n, w, out);
     }
@@ -287,7 +289,7 @@ mod tests {
                         .copy_from_slice(&half::f16::from_f32(0.01 + (next() % 64) as f32 / 2000.0).to_le_bytes());
                 }
             }
-            let w = CpuWeight { name: "w".into(), dtype, rows: m, cols: k, bytes: HostBytes::from_vec(bytes) };
+            let w = CpuWeight::new("w".into(), dtype, m, k, HostBytes::from_vec(bytes));
             let x: Vec<f32> = (0..n * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
             let mut xq = vec![Q8Block::default(); n * k / 32];
             for t in 0..n {

@@ -2,10 +2,12 @@
 //! for all cores, SIMD chosen at run time (see `simd`).
 
 mod attention;
+mod encoder_attention;
 mod fork;
 mod matmul;
 mod ops;
 mod qdot;
+mod sgemm;
 pub mod simd;
 
 pub use attention::CpuKvPool;
@@ -31,9 +33,23 @@ pub struct CpuWeight {
     pub rows: usize,
     pub cols: usize,
     pub bytes: HostBytes,
+    /// f32 weights repacked for the GEMM kernel (see `sgemm`).
+    packed: Option<sgemm::PackedF32>,
 }
 
 impl CpuWeight {
+    /// A weight in its stored format; f32 weights are also packed for the GEMM.
+    pub fn new(name: String, dtype: DType, rows: usize, cols: usize, bytes: HostBytes) -> CpuWeight {
+        let mut w = CpuWeight { name, dtype, rows, cols, bytes, packed: None };
+        if dtype == DType::F32 {
+            let packed = sgemm::PackedF32::pack(rows, cols, |r, buf| {
+                w.dequantize_row(r, buf).expect("weight row sizes are validated before packing")
+            });
+            w.packed = Some(packed);
+        }
+        w
+    }
+
     pub fn row_bytes(&self) -> usize {
         self.cols / self.dtype.block_size() * self.dtype.block_bytes()
     }
@@ -78,7 +94,7 @@ impl Backend for CpuBackend {
                 raw.dtype
             )));
         }
-        Ok(CpuWeight { name: raw.name, dtype: raw.dtype, rows: raw.rows, cols: raw.cols, bytes: raw.bytes })
+        Ok(CpuWeight::new(raw.name, raw.dtype, raw.rows, raw.cols, raw.bytes))
     }
 
     fn upload(&self, data: Vec<f32>, rows: usize, cols: usize) -> Result<CpuTensor> {
@@ -172,6 +188,19 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn layer_norm(&self, x: &CpuTensor, w: &CpuTensor, b: Option<&CpuTensor>, eps: f32) -> Result<CpuTensor> {
+        if w.data.len() != x.cols || b.is_some_and(|b| b.data.len() != x.cols) {
+            return Err(Error::Shape(format!("layer_norm: weights do not match {} columns", x.cols)));
+        }
+        let data = ops::layer_norm(&x.data, &w.data, b.map(|b| b.data.as_slice()), eps);
+        Ok(CpuTensor { data, rows: x.rows, cols: x.cols })
+    }
+
+    fn activate(&self, x: &mut CpuTensor, act: Activation) -> Result<()> {
+        ops::activate_all(&mut x.data, act);
+        Ok(())
+    }
+
     fn softcap(&self, x: &mut CpuTensor, cap: f32) -> Result<()> {
         x.data.iter_mut().for_each(|v| *v = cap * (*v / cap).tanh());
         Ok(())
@@ -186,6 +215,18 @@ impl Backend for CpuBackend {
             data.extend_from_slice(&x.data[r * x.cols..(r + 1) * x.cols]);
         }
         Ok(CpuTensor { data, rows: rows.len(), cols: x.cols })
+    }
+
+    fn encoder_attention(
+        &self,
+        q: &CpuTensor,
+        k: &CpuTensor,
+        v: &CpuTensor,
+        seqs: &[std::ops::Range<usize>],
+        p: &AttnParams,
+    ) -> Result<CpuTensor> {
+        let data = encoder_attention::encoder_attention(&q.data, &k.data, &v.data, q.rows, seqs, p)?;
+        Ok(CpuTensor { data, rows: q.rows, cols: q.cols })
     }
 
     fn kv_pool(&self, spec: KvSpec) -> Result<CpuKvPool> {

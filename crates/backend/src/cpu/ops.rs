@@ -84,3 +84,25 @@ pub fn rope(x: &mut [f32], cols: usize, rope: &Rope, positions: &[u32]) {
         }
     });
 }
+
+pub fn layer_norm(x: &[f32], w: &[f32], b: Option<&[f32]>, eps: f32) -> Vec<f32> {
+    let g = w.len();
+    let mut out = vec![0f32; x.len()];
+    for_each_chunk_mut(&mut out, g, ROWS_PER_CHUNK, &|first, o| {
+        for (i, o) in o.chunks_mut(g).enumerate() {
+            let xi = &x[(first + i) * g..(first + i + 1) * g];
+            // Two passes in f64: the mean can be large against the spread.
+            let mean = xi.iter().map(|&v| v as f64).sum::<f64>() / g as f64;
+            let var = xi.iter().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / g as f64;
+            let r = 1.0 / (var + eps as f64).sqrt();
+            for (j, (oe, &xe)) in o.iter_mut().zip(xi).enumerate() {
+                *oe = ((xe as f64 - mean) * r) as f32 * w[j] + b.map_or(0.0, |b| b[j]);
+            }
+        }
+    });
+    out
+}
+
+pub fn activate_all(x: &mut [f32], act: Activation) {
+    for_each_chunk_mut(x, 1, 4096, &|_, o| o.iter_mut().for_each(|v| *v = activate(*v, act)));
+}

@@ -1,0 +1,94 @@
+//! `ferrite embed`: sentence embeddings as JSON lines, one per input, in order.
+
+use std::io::{BufRead, BufWriter, Write};
+use std::path::PathBuf;
+
+use clap::Args;
+use ferrite_core::{Error, Result};
+use ferrite_engine::embed::{EmbedOptions, Pooling};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::load::{init_threads, load_embedder};
+
+#[derive(Args, Debug)]
+pub struct EmbedArgs {
+    /// An embedding model (BERT or ModernBERT HF directory, or a short name).
+    pub model: String,
+    /// Texts to embed (each one input).
+    pub texts: Vec<String>,
+    /// Also embed every line of this file ("-" for standard input).
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// L2-normalize the vectors (on already when the model's settings say so).
+    #[arg(long)]
+    pub normalize: bool,
+    /// Inputs per forward pass.
+    #[arg(long, default_value_t = 32)]
+    pub batch_size: usize,
+    /// Cut inputs longer than the model's limit instead of failing.
+    #[arg(long)]
+    pub truncate: bool,
+    /// Pooling: cls, mean, last or max (default: the model's setting, else mean).
+    #[arg(long)]
+    pub pooling: Option<Pooling>,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+fn read_lines(path: &PathBuf) -> Result<Vec<String>> {
+    let reader: Box<dyn BufRead> = if path.as_os_str() == "-" {
+        Box::new(std::io::stdin().lock())
+    } else {
+        let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        Box::new(std::io::BufReader::new(f))
+    };
+    let mut out = Vec::new();
+    for (i, line) in reader.lines().enumerate() {
+        let line = line.map_err(|e| Error::io(path, e))?;
+        if line.trim().is_empty() {
+            return Err(Error::InvalidInput(format!("{}: line {} is empty", path.display(), i + 1)));
+        }
+        out.push(line);
+    }
+    Ok(out)
+}
+
+pub fn main(a: EmbedArgs) -> Result<()> {
+    if a.batch_size == 0 {
+        return Err(Error::InvalidInput("--batch-size must be at least 1".into()));
+    }
+    let mut texts = a.texts.clone();
+    if let Some(f) = &a.file {
+        texts.extend(read_lines(f)?);
+    }
+    if texts.is_empty() {
+        return Err(Error::InvalidInput("nothing to embed: give texts or --file".into()));
+    }
+    init_threads(a.threads)?;
+    let e = load_embedder(&a.model, a.pooling)?;
+    // Tokenize everything first: a bad input fails before any output.
+    let ids = e.tokenize_all(&texts, a.truncate).map_err(|err| match err {
+        Error::InvalidInput(m) => Error::InvalidInput(format!("{m} (--truncate cuts long inputs)")),
+        other => other,
+    })?;
+    let bar = if a.file.is_some() { ProgressBar::new(texts.len() as u64) } else { ProgressBar::hidden() };
+    bar.set_style(
+        ProgressStyle::with_template("embedding [{bar:30}] {pos}/{len} ({per_sec})").unwrap().progress_chars("=> "),
+    );
+    let opts = EmbedOptions { truncate: a.truncate, normalize: a.normalize };
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let mut index = 0;
+    for chunk in ids.chunks(a.batch_size) {
+        for v in e.embed_tokens(chunk, opts.normalize)? {
+            // f32 values print in their shortest round-trip form.
+            let v = serde_json::to_string(&v).expect("floats serialize");
+            writeln!(out, "{{\"index\":{index},\"embedding\":{v}}}")
+                .map_err(|err| Error::io("standard output", err))?;
+            index += 1;
+        }
+        bar.inc(chunk.len() as u64);
+    }
+    bar.finish_and_clear();
+    out.flush().map_err(|err| Error::io("standard output", err))
+}

@@ -1,0 +1,136 @@
+//! How token states become one vector: the sentence-transformers settings of a
+//! checkpoint (`modules.json`, the Pooling module's `config.json`, a Normalize
+//! module, `sentence_bert_config.json`'s `max_seq_length`).
+
+use std::path::Path;
+
+use ferrite_core::{Error, Result};
+use serde_json::Value;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pooling {
+    /// The first token's state (`[CLS]`).
+    Cls,
+    /// The mean over every token of the input, special tokens included.
+    Mean,
+    /// The last token's state.
+    LastToken,
+    /// The element-wise maximum over the tokens.
+    Max,
+}
+
+impl std::str::FromStr for Pooling {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "cls" => Ok(Pooling::Cls),
+            "mean" => Ok(Pooling::Mean),
+            "last" | "lasttoken" | "last_token" => Ok(Pooling::LastToken),
+            "max" => Ok(Pooling::Max),
+            _ => Err(format!("unknown pooling {s:?} (cls, mean, last or max)")),
+        }
+    }
+}
+
+/// A checkpoint's pooling settings, or the defaults (mean, not normalized, the
+/// model's own length limit) where it has none.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PoolingConfig {
+    pub pooling: Pooling,
+    pub normalize: bool,
+    /// `max_seq_length` from `sentence_bert_config.json`.
+    pub max_length: Option<usize>,
+}
+
+fn read_json(path: &Path) -> Result<Option<Value>> {
+    match std::fs::read_to_string(path) {
+        Ok(s) => serde_json::from_str(&s).map(Some).map_err(|e| Error::format(format!("{}: {e}", path.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+impl PoolingConfig {
+    pub fn from_dir(dir: &Path) -> Result<PoolingConfig> {
+        let mut cfg = PoolingConfig { pooling: Pooling::Mean, normalize: false, max_length: None };
+        if let Some(st) = read_json(&dir.join("sentence_bert_config.json"))? {
+            cfg.max_length = st.get("max_seq_length").and_then(|v| v.as_u64()).map(|v| v as usize);
+        }
+        let Some(modules) = read_json(&dir.join("modules.json"))? else { return Ok(cfg) };
+        let modules = modules.as_array().ok_or_else(|| Error::format("modules.json: not a list"))?;
+        for m in modules {
+            let kind = m.get("type").and_then(|v| v.as_str()).unwrap_or("");
+            let path = m.get("path").and_then(|v| v.as_str()).unwrap_or("");
+            if kind.ends_with(".Normalize") {
+                cfg.normalize = true;
+            } else if kind.ends_with(".Pooling") {
+                let file = dir.join(path).join("config.json");
+                let p = read_json(&file)?.ok_or_else(|| Error::format(format!("{}: missing", file.display())))?;
+                cfg.pooling = pooling_mode(&p).map_err(|m| Error::Unsupported(format!("{}: {m}", file.display())))?;
+            }
+        }
+        Ok(cfg)
+    }
+}
+
+fn pooling_mode(p: &Value) -> std::result::Result<Pooling, String> {
+    // The newer form names the mode: {"pooling_mode": "cls", ...}.
+    if let Some(mode) = p.get("pooling_mode").and_then(|v| v.as_str()) {
+        return match mode {
+            "cls" => Ok(Pooling::Cls),
+            "mean" => Ok(Pooling::Mean),
+            "max" => Ok(Pooling::Max),
+            "lasttoken" => Ok(Pooling::LastToken),
+            other => Err(format!("pooling_mode {other:?} is not supported")),
+        };
+    }
+    let on = |k: &str| p.get(k).and_then(|v| v.as_bool()).unwrap_or(false);
+    let modes = [
+        ("pooling_mode_cls_token", Some(Pooling::Cls)),
+        ("pooling_mode_mean_tokens", Some(Pooling::Mean)),
+        ("pooling_mode_max_tokens", Some(Pooling::Max)),
+        ("pooling_mode_lasttoken", Some(Pooling::LastToken)),
+        ("pooling_mode_mean_sqrt_len_tokens", None),
+        ("pooling_mode_weightedmean_tokens", None),
+    ];
+    let set: Vec<_> = modes.iter().filter(|(k, _)| on(k)).collect();
+    match set.as_slice() {
+        [(_, Some(mode))] => Ok(*mode),
+        [(k, None)] => Err(format!("{k} is not supported")),
+        [] => Err("no pooling mode is set".into()),
+        _ => Err("several pooling modes at once (concatenated) are not supported".into()),
+    }
+}
+
+/// One vector per sequence from the token states `hidden` [tokens, dim].
+pub fn pool(hidden: &[f32], dim: usize, seqs: &[std::ops::Range<usize>], pooling: Pooling) -> Vec<Vec<f32>> {
+    let row = |t: usize| &hidden[t * dim..(t + 1) * dim];
+    seqs.iter()
+        .map(|s| match pooling {
+            Pooling::Cls => row(s.start).to_vec(),
+            Pooling::LastToken => row(s.end - 1).to_vec(),
+            Pooling::Mean => {
+                let mut acc = vec![0f64; dim];
+                for t in s.clone() {
+                    acc.iter_mut().zip(row(t)).for_each(|(a, &x)| *a += x as f64);
+                }
+                acc.iter().map(|a| (a / s.len() as f64) as f32).collect()
+            }
+            Pooling::Max => {
+                let mut acc = vec![f32::NEG_INFINITY; dim];
+                for t in s.clone() {
+                    acc.iter_mut().zip(row(t)).for_each(|(a, &x)| *a = a.max(x));
+                }
+                acc
+            }
+        })
+        .collect()
+}
+
+/// Scales `v` to unit length (a zero vector stays zero).
+pub fn l2_normalize(v: &mut [f32]) {
+    let norm = v.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x = (*x as f64 / norm) as f32);
+    }
+}

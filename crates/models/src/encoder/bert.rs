@@ -1,0 +1,151 @@
+//! BERT ("classic" encoder: learned absolute positions, token types, post-norm
+//! LayerNorm with bias, GELU): all-MiniLM, BGE, E5, GTE-style checkpoints.
+//!   x = LN(word[id] + position[p] + token_type[0])
+//!   per layer: a = attention(x·Wq+bq, x·Wk+bk, x·Wv+bv)
+//!              x = LN(x + a·Wo + bo)
+//!              x = LN(x + act(x·Wi + bi)·Wo2 + bo2)
+//! Weight names mirror the checkpoint (`encoder.layer.N.attention.self.query`).
+
+use super::{linear, EncodeBatch, EncoderArch, EncoderConfig, EncoderModel, Weights};
+use crate::checkpoint::HfCheckpoint;
+use crate::hf::HfConfig;
+use ferrite_backend::{Activation, AttnParams, Backend};
+use ferrite_core::{Error, Result};
+
+struct Norm<B: Backend> {
+    w: B::Tensor, // [hidden]
+    b: B::Tensor, // [hidden]
+}
+
+struct Layer<B: Backend> {
+    q: (B::Weight, B::Tensor),    // [hidden, hidden], [hidden]
+    k: (B::Weight, B::Tensor),    // [hidden, hidden], [hidden]
+    v: (B::Weight, B::Tensor),    // [hidden, hidden], [hidden]
+    out: (B::Weight, B::Tensor),  // attention.output.dense [hidden, hidden]
+    attn_norm: Norm<B>,           // attention.output.LayerNorm
+    up: (B::Weight, B::Tensor),   // intermediate.dense [ffn, hidden]
+    down: (B::Weight, B::Tensor), // output.dense [hidden, ffn]
+    ffn_norm: Norm<B>,            // output.LayerNorm
+}
+
+pub struct Bert<B: Backend> {
+    backend: B,
+    cfg: EncoderConfig,
+    word: B::Weight,       // [vocab, hidden]
+    position: B::Weight,   // [max_positions, hidden]
+    token_type: B::Tensor, // [1, hidden]: row 0 (single-segment inputs)
+    embed_norm: Norm<B>,
+    layers: Vec<Layer<B>>,
+    attn: AttnParams,
+    act: Activation,
+    eps: f32,
+}
+
+impl<B: Backend> Bert<B> {
+    pub fn load(backend: B, ck: &HfCheckpoint) -> Result<Self> {
+        let c = HfConfig::new(&ck.config);
+        let (h, n_heads, ffn) = (c.req("hidden_size")?, c.req("num_attention_heads")?, c.req("intermediate_size")?);
+        let (vocab, n_layers, max_pos) =
+            (c.req("vocab_size")?, c.req("num_hidden_layers")?, c.req("max_position_embeddings")?);
+        if n_heads == 0 || !h.is_multiple_of(n_heads) {
+            return Err(Error::format(format!("bert: hidden size {h} is not a multiple of {n_heads} heads")));
+        }
+        if let Some(t) = c.str("position_embedding_type").filter(|t| *t != "absolute") {
+            return Err(Error::Unsupported(format!("bert: position_embedding_type {t:?} (only absolute)")));
+        }
+        let act = c.activation("hidden_act")?.unwrap_or(Activation::Gelu);
+        let w = Weights::new(ck, &backend, "embeddings.word_embeddings.weight", &["", "bert."])?;
+        let norm = |p: &str| -> Result<Norm<B>> {
+            Ok(Norm { w: w.vector(&format!("{p}.weight"), h)?, b: w.vector(&format!("{p}.bias"), h)? })
+        };
+        let lin = |p: &str, rows, cols| -> Result<(B::Weight, B::Tensor)> {
+            Ok((w.matrix(&format!("{p}.weight"), rows, cols)?, w.vector(&format!("{p}.bias"), rows)?))
+        };
+        let types = w.raw("embeddings.token_type_embeddings.weight", c.opt("type_vocab_size").unwrap_or(2), h)?;
+        let mut type0 = vec![0f32; h];
+        ferrite_backend::quant::dequantize_row(
+            types.dtype,
+            &types.bytes.as_slice()[..types.bytes.len() / types.rows],
+            &mut type0,
+        )?;
+        let mut layers = Vec::with_capacity(n_layers);
+        for l in 0..n_layers {
+            let p = |s: &str| format!("encoder.layer.{l}.{s}");
+            layers.push(Layer {
+                q: lin(&p("attention.self.query"), h, h)?,
+                k: lin(&p("attention.self.key"), h, h)?,
+                v: lin(&p("attention.self.value"), h, h)?,
+                out: lin(&p("attention.output.dense"), h, h)?,
+                attn_norm: norm(&p("attention.output.LayerNorm"))?,
+                up: lin(&p("intermediate.dense"), ffn, h)?,
+                down: lin(&p("output.dense"), h, ffn)?,
+                ffn_norm: norm(&p("output.LayerNorm"))?,
+            });
+        }
+        let head_dim = h / n_heads;
+        Ok(Bert {
+            word: w.matrix("embeddings.word_embeddings.weight", vocab, h)?,
+            position: w.matrix("embeddings.position_embeddings.weight", max_pos, h)?,
+            token_type: backend.upload(type0, 1, h)?,
+            embed_norm: norm("embeddings.LayerNorm")?,
+            layers,
+            attn: AttnParams {
+                n_heads,
+                n_kv_heads: n_heads,
+                head_dim,
+                scale: 1.0 / (head_dim as f32).sqrt(),
+                window: None,
+                softcap: None,
+            },
+            act,
+            eps: c.f32("layer_norm_eps").unwrap_or(1e-12),
+            cfg: EncoderConfig {
+                arch: EncoderArch::Bert,
+                hidden: h,
+                n_layers,
+                vocab_size: vocab,
+                max_positions: max_pos,
+            },
+            backend,
+        })
+    }
+
+    fn layer(&self, x: B::Tensor, l: &Layer<B>, batch: &EncodeBatch) -> Result<B::Tensor> {
+        let be = &self.backend;
+        let q = linear(be, &x, &l.q.0, Some(&l.q.1))?;
+        let k = linear(be, &x, &l.k.0, Some(&l.k.1))?;
+        let v = linear(be, &x, &l.v.0, Some(&l.v.1))?;
+        let a = be.encoder_attention(&q, &k, &v, &batch.seqs, &self.attn)?;
+        let mut o = linear(be, &a, &l.out.0, Some(&l.out.1))?;
+        be.add(&mut o, &x)?;
+        let x = be.layer_norm(&o, &l.attn_norm.w, Some(&l.attn_norm.b), self.eps)?;
+        let mut m = linear(be, &x, &l.up.0, Some(&l.up.1))?;
+        be.activate(&mut m, self.act)?;
+        let mut d = linear(be, &m, &l.down.0, Some(&l.down.1))?;
+        be.add(&mut d, &x)?;
+        be.layer_norm(&d, &l.ffn_norm.w, Some(&l.ffn_norm.b), self.eps)
+    }
+}
+
+impl<B: Backend> EncoderModel for Bert<B> {
+    fn config(&self) -> &EncoderConfig {
+        &self.cfg
+    }
+
+    fn backend_name(&self) -> String {
+        self.backend.name()
+    }
+
+    fn forward(&self, batch: &EncodeBatch) -> Result<Vec<f32>> {
+        batch.check(&self.cfg)?;
+        let be = &self.backend;
+        let mut x = be.embedding(&self.word, &batch.tokens)?;
+        be.add(&mut x, &be.embedding(&self.position, &batch.positions())?)?;
+        be.add_row(&mut x, &self.token_type)?;
+        let mut x = be.layer_norm(&x, &self.embed_norm.w, Some(&self.embed_norm.b), self.eps)?;
+        for l in &self.layers {
+            x = self.layer(x, l, batch)?;
+        }
+        be.to_host(&x)
+    }
+}
