@@ -236,20 +236,23 @@ fn naive_attention(q: &[f32], k: &[f32], v: &[f32], p: &AttnParams, n: usize, pa
 fn paged_attention_matches_contiguous_reference_in_mixed_batches() {
     let be = CpuBackend;
     let mut rng = Rng(42);
-    let bs = 4;
-    for window in [None, Some(5)] {
+    // Block size 4: the portable path; 16: the vector path (where present).
+    for (bs, window) in [(4, None), (4, Some(5)), (16, None), (16, Some(5)), (16, Some(13))] {
         let p = AttnParams { n_heads: 4, n_kv_heads: 2, head_dim: 8, scale: 0.35, window, softcap: None };
         let kvd = p.n_kv_heads * p.head_dim;
         let mut pool =
             be.kv_pool(KvSpec { n_layers: 1, n_blocks: 16, block_size: bs, kv_dim: kvd, dtype: KvDtype::F16 }).unwrap();
-        // Sequence A: 11 tokens cached earlier (decode 1 now); B: fresh prefill of 6 tokens.
-        let (a_len, b_len) = (12usize, 6usize);
+        // Sequence A: 11 tokens cached earlier (decode 1 now); B: fresh prefill of
+        // 6 tokens; C: fresh prefill of 37 (several blocks and query blocks).
+        let (a_len, b_len, c_len) = (12usize, 6usize, 37usize);
         let ka = rng.vec(a_len * kvd);
         let va = rng.vec(a_len * kvd);
-        let kb = rng.vec(b_len * kvd);
-        let vb = rng.vec(b_len * kvd);
+        let kb = rng.vec((b_len + c_len) * kvd);
+        let vb = rng.vec((b_len + c_len) * kvd);
         let table_a = vec![7u32, 2, 9];
         let table_b = vec![3u32, 0];
+        let table_c: Vec<u32> =
+            [1u32, 4, 5, 6, 8, 10, 11, 12, 13, 14, 15].into_iter().take(c_len.div_ceil(bs)).collect();
         let slot = |t: &Vec<u32>, pos: usize| t[pos / bs] as usize * bs + pos % bs;
         // Write A's first 11 tokens as an earlier step.
         let early = AttnBatch { seqs: vec![], block_size: bs, slots: (0..11).map(|i| slot(&table_a, i)).collect() };
@@ -265,15 +268,19 @@ fn paged_attention_matches_contiguous_reference_in_mixed_batches() {
             seqs: vec![
                 SeqSlice { q_start: 0, q_len: 1, ctx_len: a_len, block_table: table_a.clone() },
                 SeqSlice { q_start: 1, q_len: b_len, ctx_len: b_len, block_table: table_b.clone() },
+                SeqSlice { q_start: 1 + b_len, q_len: c_len, ctx_len: c_len, block_table: table_c.clone() },
             ],
             block_size: bs,
-            slots: std::iter::once(slot(&table_a, 11)).chain((0..b_len).map(|i| slot(&table_b, i))).collect(),
+            slots: std::iter::once(slot(&table_a, 11))
+                .chain((0..b_len).map(|i| slot(&table_b, i)))
+                .chain((0..c_len).map(|i| slot(&table_c, i)))
+                .collect(),
         };
         let mut knew = ka[11 * kvd..].to_vec();
         knew.extend_from_slice(&kb);
         let mut vnew = va[11 * kvd..].to_vec();
         vnew.extend_from_slice(&vb);
-        let n = 1 + b_len;
+        let n = 1 + b_len + c_len;
         be.write_kv(
             &mut pool,
             0,
@@ -288,9 +295,26 @@ fn paged_attention_matches_contiguous_reference_in_mixed_batches() {
         // The pool stores f16-precision values.
         let r = |v: &[f32]| v.iter().map(|x| half::f16::from_f32(*x).to_f32()).collect::<Vec<_>>();
         let want_a = naive_attention(&q[..qd], &r(&ka), &r(&va), &p, 1, 11);
-        let want_b = naive_attention(&q[qd..], &r(&kb), &r(&vb), &p, b_len, 0);
-        assert!(rel_err(&got.data[..qd], &want_a) < 1e-5, "window {window:?} seq A");
-        assert!(rel_err(&got.data[qd..], &want_b) < 1e-5, "window {window:?} seq B");
+        let (kb, kc) = kb.split_at(b_len * kvd);
+        let (vb, vc) = vb.split_at(b_len * kvd);
+        let want_b = naive_attention(&q[qd..(1 + b_len) * qd], &r(kb), &r(vb), &p, b_len, 0);
+        let want_c = naive_attention(&q[(1 + b_len) * qd..], &r(kc), &r(vc), &p, c_len, 0);
+        let ctx = format!("block size {bs}, window {window:?}");
+        assert!(rel_err(&got.data[..qd], &want_a) < 1e-5, "{ctx}: seq A");
+        assert!(rel_err(&got.data[qd..(1 + b_len) * qd], &want_b) < 1e-5, "{ctx}: seq B");
+        assert!(rel_err(&got.data[(1 + b_len) * qd..], &want_c) < 1e-5, "{ctx}: seq C");
+        // Each sequence alone gives the same bits as in the mixed batch.
+        for (i, s) in batch.seqs.iter().enumerate() {
+            let rows = s.q_start..s.q_start + s.q_len;
+            let alone = AttnBatch {
+                seqs: vec![SeqSlice { q_start: 0, ..s.clone() }],
+                block_size: bs,
+                slots: batch.slots[rows.clone()].to_vec(),
+            };
+            let qs = q[rows.start * qd..rows.end * qd].to_vec();
+            let one = be.attention(&CpuTensor { data: qs, rows: rows.len(), cols: qd }, &pool, 0, &alone, &p).unwrap();
+            assert_eq!(one.data, got.data[rows.start * qd..rows.end * qd], "{ctx}: seq {i} alone");
+        }
     }
 }
 

@@ -1,22 +1,48 @@
-//! Paged causal attention on the CPU: every (token, head) pair reads its
-//! sequence's keys and values through the block table.
+//! Paged causal attention on the CPU.
+//!
+//! Keys are cached transposed within each block, `[block][kv_dim][block_size]`,
+//! so the keys of a block lie contiguous for every dimension: scores for eight
+//! keys accumulate in one vector without horizontal sums. Values stay row-major,
+//! `[slot][kv_dim]`, to be added eight dimensions at a time.
+//!
+//! Work is split into units of (sequence, KV head, block of query rows); within
+//! a unit, tiles of up to four (row, head) pairs that share the KV head are
+//! computed together, so each loaded key or value vector feeds four
+//! accumulators (decode with grouped-query attention fills a tile with the
+//! heads of one KV head). Every pair's arithmetic is its own: scores
+//! accumulate over the dimensions in order, and values over the keys in order
+//! (with exact zero weights outside its window), whatever tile or batch it is
+//! in, so results are batch-invariant and a row computed in a prefill chunk
+//! equals the same row decoded alone.
 
-use super::fork::for_each_chunk_mut;
-use super::matmul::dot_f32;
+use super::fork::for_each_chunk;
+use super::math::exp;
 #[cfg(target_arch = "x86_64")]
 use super::simd::has_avx2;
-use crate::{AttnBatch, AttnParams};
+use crate::{AttnBatch, AttnParams, SeqSlice};
 use ferrite_core::{Error, Result};
+use std::ops::Range;
 
-/// K and V of every layer, each `n_blocks * block_size` slots of `kv_dim` floats.
-/// With `f16`, values are rounded to f16 precision on write, as llama.cpp's
-/// default f16 cache does.
+/// K and V of every layer. With `f16`, values are rounded to f16 precision on
+/// write, as llama.cpp's default f16 cache does.
 pub struct CpuKvPool {
+    /// Per layer: `[block][kv_dim][block_size]` (transposed within a block).
     pub k: Vec<Vec<f32>>,
+    /// Per layer: `[slot][kv_dim]`.
     pub v: Vec<Vec<f32>>,
     pub kv_dim: usize,
+    pub block_size: usize,
     pub slots: usize,
     pub f16: bool,
+}
+
+impl CpuKvPool {
+    /// Index of key dimension `c` of the token in `slot`.
+    #[inline(always)]
+    fn k_index(&self, slot: usize, c: usize) -> usize {
+        let bs = self.block_size;
+        ((slot / bs) * self.kv_dim + c) * bs + slot % bs
+    }
 }
 
 pub fn write_kv(pool: &mut CpuKvPool, layer: usize, k: &[f32], v: &[f32], slots: &[usize]) -> Result<()> {
@@ -24,47 +50,80 @@ pub fn write_kv(pool: &mut CpuKvPool, layer: usize, k: &[f32], v: &[f32], slots:
     if k.len() != slots.len() * d || v.len() != k.len() {
         return Err(Error::Shape(format!("write_kv: {} slots for {} values", slots.len(), k.len())));
     }
+    let round = |x: f32| if pool.f16 { half::f16::from_f32(x).to_f32() } else { x };
     for (i, &s) in slots.iter().enumerate() {
         if s >= pool.slots {
             return Err(Error::Shape(format!("KV slot {s} outside the pool ({} slots)", pool.slots)));
         }
-        let f16 = |x: &f32| if pool.f16 { half::f16::from_f32(*x).to_f32() } else { *x };
-        for (dst, src) in pool.k[layer][s * d..(s + 1) * d].iter_mut().zip(&k[i * d..(i + 1) * d]) {
-            *dst = f16(src);
-        }
-        for (dst, src) in pool.v[layer][s * d..(s + 1) * d].iter_mut().zip(&v[i * d..(i + 1) * d]) {
-            *dst = f16(src);
+        for c in 0..d {
+            let ki = pool.k_index(s, c);
+            pool.k[layer][ki] = round(k[i * d + c]);
+            pool.v[layer][s * d + c] = round(v[i * d + c]);
         }
     }
     Ok(())
 }
 
-/// Where each flat-batch row lives: its sequence and its position.
-fn row_positions(batch: &AttnBatch, n: usize) -> Result<Vec<(usize, usize)>> {
-    let mut rows = vec![(usize::MAX, 0); n];
-    for (si, s) in batch.seqs.iter().enumerate() {
-        if s.q_start + s.q_len > n || s.q_len > s.ctx_len || s.ctx_len > s.block_table.len() * batch.block_size {
-            return Err(Error::Shape(format!("attention batch entry {si} is inconsistent")));
-        }
-        for i in 0..s.q_len {
-            rows[s.q_start + i] = (si, s.ctx_len - s.q_len + i);
-        }
-    }
-    if rows.iter().any(|r| r.0 == usize::MAX) {
-        return Err(Error::Shape("attention batch leaves rows without a sequence".into()));
-    }
-    Ok(rows)
+/// Query rows per unit of work: long prefills split so the threads balance.
+const QUERY_BLOCK: usize = 16;
+
+/// (sequence, KV head, query rows) of the flat batch.
+struct Unit {
+    seq: usize,
+    kv_head: usize,
+    rows: Range<usize>,
 }
 
-/// What every (row, head) task of one attention call reads.
-struct Heads<'a> {
+/// What every unit of one attention call reads.
+struct Call<'a> {
     q: &'a [f32],
-    rows: &'a [(usize, usize)],
-    batch: &'a AttnBatch,
-    p: &'a AttnParams,
     k: &'a [f32],
     v: &'a [f32],
     kv_dim: usize,
+    bs: usize,
+    batch: &'a AttnBatch,
+    p: &'a AttnParams,
+}
+
+/// Output pointer shared by the units; each writes its own (row, head) slices.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: units write disjoint (row, head) slices of a buffer that outlives
+// the parallel loop.
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
+impl Out {
+    #[inline(always)]
+    fn get(self) -> *mut f32 {
+        self.0
+    }
+}
+
+fn check_batch(batch: &AttnBatch, pool: &CpuKvPool, n: usize) -> Result<()> {
+    if batch.block_size != pool.block_size {
+        return Err(Error::Shape(format!(
+            "attention batch uses blocks of {} tokens, the pool {}",
+            batch.block_size, pool.block_size
+        )));
+    }
+    let n_blocks = pool.slots / pool.block_size;
+    let mut covered = vec![false; n];
+    for (si, s) in batch.seqs.iter().enumerate() {
+        let used = s.ctx_len.div_ceil(batch.block_size);
+        if s.q_start + s.q_len > n
+            || s.q_len > s.ctx_len
+            || used > s.block_table.len()
+            || s.block_table[..used].iter().any(|&b| b as usize >= n_blocks)
+            || covered[s.q_start..s.q_start + s.q_len].iter().any(|&c| c)
+        {
+            return Err(Error::Shape(format!("attention batch entry {si} is inconsistent")));
+        }
+        covered[s.q_start..s.q_start + s.q_len].iter_mut().for_each(|c| *c = true);
+    }
+    if covered.iter().any(|&c| !c) {
+        return Err(Error::Shape("attention batch leaves rows without a sequence".into()));
+    }
+    Ok(())
 }
 
 pub fn attention(
@@ -76,74 +135,184 @@ pub fn attention(
     p: &AttnParams,
 ) -> Result<Vec<f32>> {
     let hd = p.head_dim;
-    if q.len() != n * p.n_heads * hd || p.n_kv_heads * hd != pool.kv_dim || !p.n_heads.is_multiple_of(p.n_kv_heads) {
+    if q.len() != n * p.n_heads * hd
+        || p.n_kv_heads == 0
+        || p.n_kv_heads * hd != pool.kv_dim
+        || !p.n_heads.is_multiple_of(p.n_kv_heads)
+        || hd > 512
+    {
         return Err(Error::Shape("attention: q or KV shapes do not match the layer".into()));
     }
-    let rows = row_positions(batch, n)?;
-    let heads = Heads { q, rows: &rows, batch, p, k: &pool.k[layer], v: &pool.v[layer], kv_dim: pool.kv_dim };
-    let mut out = vec![0f32; q.len()];
-    // Enough chunks to balance (a decode step has only n_heads tasks), few
-    // enough that handing them out costs little.
-    let tasks = n * p.n_heads;
-    let per_chunk = tasks.div_ceil(4 * rayon::current_num_threads()).max(1);
-    for_each_chunk_mut(&mut out, hd, per_chunk, &|first, o| {
-        let mut scores = Vec::new();
-        for (i, oh) in o.chunks_mut(hd).enumerate() {
-            #[cfg(target_arch = "x86_64")]
-            if has_avx2() {
-                // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
-                unsafe { head_avx2(&heads, first + i, oh, &mut scores) };
-                continue;
+    check_batch(batch, pool, n)?;
+    let mut units = Vec::new();
+    for (si, s) in batch.seqs.iter().enumerate() {
+        for kv_head in 0..p.n_kv_heads {
+            for start in (s.q_start..s.q_start + s.q_len).step_by(QUERY_BLOCK) {
+                units.push(Unit { seq: si, kv_head, rows: start..(start + QUERY_BLOCK).min(s.q_start + s.q_len) });
             }
-            head(&heads, first + i, oh, &mut scores);
+        }
+    }
+    let call = Call { q, k: &pool.k[layer], v: &pool.v[layer], kv_dim: pool.kv_dim, bs: pool.block_size, batch, p };
+    let mut out = vec![0f32; q.len()];
+    let o = Out(out.as_mut_ptr());
+    for_each_chunk(units.len(), 1, &|range| {
+        let mut scores = Vec::new();
+        for u in &units[range] {
+            run_unit(&call, u, o, &mut scores);
         }
     });
     Ok(out)
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn head_avx2(h: &Heads, idx: usize, o: &mut [f32], scores: &mut Vec<f32>) {
-    head(h, idx, o, scores)
+/// A (row, head) pair of a tile and what it sees.
+#[derive(Clone, Copy, Default)]
+struct Pair {
+    row: usize,
+    head: usize,
+    /// Visible key positions: lo..hi.
+    lo: usize,
+    hi: usize,
 }
 
-/// Output of task `idx` = (row, head): softmax(q k^T * scale) v over the
-/// row's visible positions, read through its sequence's block table.
+fn run_unit(c: &Call, u: &Unit, o: Out, scores: &mut Vec<f32>) {
+    let seq = &c.batch.seqs[u.seq];
+    let group = c.p.n_heads / c.p.n_kv_heads;
+    let heads = u.kv_head * group..(u.kv_head + 1) * group;
+    let pairs: Vec<Pair> = u
+        .rows
+        .clone()
+        .flat_map(|row| heads.clone().map(move |head| (row, head)))
+        .map(|(row, head)| {
+            let pos = seq.ctx_len - seq.q_len + (row - seq.q_start);
+            let lo = c.p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+            Pair { row, head, lo, hi: pos + 1 }
+        })
+        .collect();
+    for tile in pairs.chunks(4) {
+        #[cfg(target_arch = "x86_64")]
+        if has_avx2() && c.bs.is_multiple_of(8) && c.p.head_dim.is_multiple_of(8) {
+            // SAFETY: AVX2 and FMA are present (checked at run time); shapes and
+            // block tables were validated by `attention`.
+            unsafe {
+                match tile.len() {
+                    4 => tile_avx2::<4>(c, seq, u.kv_head, tile, o, scores),
+                    3 => tile_avx2::<3>(c, seq, u.kv_head, tile, o, scores),
+                    2 => tile_avx2::<2>(c, seq, u.kv_head, tile, o, scores),
+                    _ => tile_avx2::<1>(c, seq, u.kv_head, tile, o, scores),
+                }
+            }
+            continue;
+        }
+        for pair in tile {
+            pair_generic(c, seq, u.kv_head, pair, o, scores);
+        }
+    }
+}
+
+/// Turns raw scores[lo..hi] (relative to `base`) into softmax weights of the
+/// pair's visible keys, zero elsewhere in `span`; returns 1 / sum.
 #[inline(always)]
-fn head(h: &Heads, idx: usize, o: &mut [f32], scores: &mut Vec<f32>) {
-    let p = h.p;
-    let hd = p.head_dim;
-    let (row, head) = (idx / p.n_heads, idx % p.n_heads);
-    let (si, pos) = h.rows[row];
-    let seq = &h.batch.seqs[si];
-    let bs = h.batch.block_size;
-    let lo = p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-    let qh = &h.q[idx * hd..(idx + 1) * hd];
-    let kv_off = (head / (p.n_heads / p.n_kv_heads)) * hd;
-    let at = |t: usize| (seq.block_table[t / bs] as usize * bs + t % bs) * h.kv_dim + kv_off;
+fn softmax(row: &mut [f32], base: usize, pair: &Pair, softcap: Option<f32>) -> f32 {
+    let (a, b) = (pair.lo - base, pair.hi - base);
+    row[..a].fill(0.0);
+    row[b..].fill(0.0);
+    let vis = &mut row[a..b];
+    if let Some(cap) = softcap {
+        vis.iter_mut().for_each(|x| *x = cap * (*x / cap).tanh());
+    }
+    let max = vis.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    vis.iter_mut().for_each(|x| *x = exp(*x - max));
+    1.0 / vis.iter().sum::<f32>()
+}
+
+/// Tile of R pairs with AVX2: scores of eight keys per vector from the
+/// transposed key blocks, then values eight dimensions at a time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2<const R: usize>(
+    c: &Call,
+    seq: &SeqSlice,
+    kv_head: usize,
+    tile: &[Pair],
+    o: Out,
+    scores: &mut Vec<f32>,
+) {
+    use std::arch::x86_64::*;
+    let (p, hd, bs, kvd) = (c.p, c.p.head_dim, c.bs, c.kv_dim);
+    let qd = p.n_heads * hd;
+    // Keys any pair sees, widened to whole vectors (never across a block: bs % 8 == 0).
+    let (ulo, uhi) = (tile.iter().map(|t| t.lo).min().unwrap(), tile.iter().map(|t| t.hi).max().unwrap());
+    let (vlo, vhi) = (ulo / 8 * 8, uhi.next_multiple_of(8));
+    let len = vhi - vlo;
+    scores.resize(R * len, 0.0);
+    let mut qs = [[0f32; R]; 512];
+    for (r, t) in tile.iter().enumerate() {
+        for (d, &x) in c.q[t.row * qd + t.head * hd..][..hd].iter().enumerate() {
+            qs[d][r] = x * p.scale;
+        }
+    }
+    let kp = c.k.as_ptr();
+    for t0 in (vlo..vhi).step_by(8) {
+        let block = *seq.block_table.get_unchecked(t0 / bs) as usize;
+        let base = kp.add((block * kvd + kv_head * hd) * bs + t0 % bs);
+        let mut acc = [_mm256_setzero_ps(); R];
+        for (d, qd) in qs[..hd].iter().enumerate() {
+            let kv = _mm256_loadu_ps(base.add(d * bs));
+            for r in 0..R {
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(qd[r]), kv, acc[r]);
+            }
+        }
+        for r in 0..R {
+            _mm256_storeu_ps(scores.as_mut_ptr().add(r * len + t0 - vlo), acc[r]);
+        }
+    }
+    let mut inv = [0f32; R];
+    for r in 0..R {
+        inv[r] = softmax(&mut scores[r * len..(r + 1) * len], vlo, &tile[r], p.softcap);
+    }
+    let vp = c.v.as_ptr();
+    for d0 in (0..hd).step_by(8) {
+        let mut acc = [_mm256_setzero_ps(); R];
+        for t in ulo..uhi {
+            let slot = *seq.block_table.get_unchecked(t / bs) as usize * bs + t % bs;
+            let vv = _mm256_loadu_ps(vp.add(slot * kvd + kv_head * hd + d0));
+            for r in 0..R {
+                let w = _mm256_set1_ps(*scores.get_unchecked(r * len + t - vlo));
+                acc[r] = _mm256_fmadd_ps(w, vv, acc[r]);
+            }
+        }
+        for (r, t) in tile.iter().enumerate() {
+            let dst = o.get().add(t.row * qd + t.head * hd + d0);
+            _mm256_storeu_ps(dst, _mm256_mul_ps(acc[r], _mm256_set1_ps(inv[r])));
+        }
+    }
+}
+
+/// One pair, portable code (any block size and head size).
+fn pair_generic(c: &Call, seq: &SeqSlice, kv_head: usize, t: &Pair, o: Out, scores: &mut Vec<f32>) {
+    let (p, hd, bs, kvd) = (c.p, c.p.head_dim, c.bs, c.kv_dim);
+    let qd = p.n_heads * hd;
+    let q = &c.q[t.row * qd + t.head * hd..][..hd];
+    let slot = |pos: usize| seq.block_table[pos / bs] as usize * bs + pos % bs;
     scores.clear();
-    let mut max = f32::NEG_INFINITY;
-    for t in lo..=pos {
-        let s = at(t);
-        let mut x = dot_f32(qh, &h.k[s..s + hd]) * p.scale;
-        if let Some(cap) = p.softcap {
-            x = cap * (x / cap).tanh();
+    for pos in t.lo..t.hi {
+        let s = slot(pos);
+        let kbase = ((s / bs) * kvd + kv_head * hd) * bs + s % bs;
+        let mut acc = 0f32;
+        for (d, &x) in q.iter().enumerate() {
+            acc = (x * p.scale).mul_add(c.k[kbase + d * bs], acc);
         }
-        max = max.max(x);
-        scores.push(x);
+        scores.push(acc);
     }
-    let mut sum = 0f32;
-    for x in scores.iter_mut() {
-        *x = (*x - max).exp();
-        sum += *x;
-    }
-    let inv = 1.0 / sum;
-    o.fill(0.0);
-    for (j, t) in (lo..=pos).enumerate() {
-        let s = at(t);
-        let w = scores[j] * inv;
-        for (oe, &ve) in o.iter_mut().zip(&h.v[s..s + hd]) {
-            *oe += w * ve;
+    let inv = softmax(scores, t.lo, t, p.softcap);
+    let mut acc = vec![0f32; hd];
+    for (pos, &w) in (t.lo..t.hi).zip(scores.iter()) {
+        let s = slot(pos);
+        for (a, &x) in acc.iter_mut().zip(&c.v[s * kvd + kv_head * hd..][..hd]) {
+            *a = w.mul_add(x, *a);
         }
     }
+    // SAFETY: this (row, head) slice belongs to this unit alone.
+    let dst = unsafe { std::slice::from_raw_parts_mut(o.get().add(t.row * qd + t.head * hd), hd) };
+    dst.iter_mut().zip(&acc).for_each(|(d, a)| *d = a * inv);
 }

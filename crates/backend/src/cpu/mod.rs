@@ -4,6 +4,7 @@
 mod attention;
 mod encoder_attention;
 mod fork;
+mod math;
 mod matmul;
 mod ops;
 mod qdot;
@@ -237,6 +238,7 @@ impl Backend for CpuBackend {
             k: (0..spec.n_layers).map(|_| vec![0f32; len]).collect(),
             v: (0..spec.n_layers).map(|_| vec![0f32; len]).collect(),
             kv_dim: spec.kv_dim,
+            block_size: spec.block_size,
             slots,
             f16: spec.dtype == KvDtype::F16,
         })

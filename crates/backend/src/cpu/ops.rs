@@ -1,6 +1,7 @@
 //! Row-wise CPU ops: norms, gated activations, rotary embedding.
 
 use super::fork::for_each_chunk_mut;
+use super::math::{erf, exp};
 use crate::{Activation, Rope};
 
 /// Rows per parallel chunk: a single decode row runs on the calling thread.
@@ -22,43 +23,63 @@ pub fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     out
 }
 
+/// GELU, tanh form: 0.5 x (1 + tanh(u)) = x / (1 + e^(-2u)).
+#[inline(always)]
 fn gelu_tanh(x: f32) -> f32 {
     const C: f32 = 0.797_884_6; // sqrt(2 / pi)
-    0.5 * x * (1.0 + (C * (x + 0.044715 * x * x * x)).tanh())
+    x / (1.0 + exp(-2.0 * C * (x + 0.044715 * x * x * x)))
 }
 
-fn erf(x: f32) -> f32 {
-    // Abramowitz-Stegun 7.1.26 is too coarse for 1e-4 goldens; use f64 series/continued form.
-    let x = x as f64;
-    let t = 1.0 / (1.0 + 0.5 * x.abs());
-    let y = 1.0
-        - t * (-x * x - 1.265_512_23
-            + t * (1.000_023_68
-                + t * (0.374_091_96
-                    + t * (0.096_784_18
-                        + t * (-0.186_288_06
-                            + t * (0.278_868_07
-                                + t * (-1.135_203_98
-                                    + t * (1.488_515_87 + t * (-0.822_152_23 + t * 0.170_872_77)))))))))
-            .exp();
-    (if x >= 0.0 { y } else { -y }) as f32
+#[inline(always)]
+fn gelu(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
-pub fn activate(x: f32, act: Activation) -> f32 {
-    match act {
-        Activation::Silu => x / (1.0 + (-x).exp()),
-        Activation::GeluTanh => gelu_tanh(x),
-        Activation::Gelu => 0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2)),
+#[inline(always)]
+fn silu(x: f32) -> f32 {
+    x / (1.0 + exp(-x))
+}
+
+/// out[i] = act(a[i]) * b[i] (or act(a[i]) without `b`), one activation per
+/// loop so each loop vectorizes.
+#[inline(always)]
+fn act_loop(out: &mut [f32], a: &[f32], b: Option<&[f32]>, act: Activation) {
+    macro_rules! run {
+        ($f:expr) => {
+            match b {
+                Some(b) => out.iter_mut().zip(a).zip(b).for_each(|((o, &x), &y)| *o = $f(x) * y),
+                None => out.iter_mut().zip(a).for_each(|(o, &x)| *o = $f(x)),
+            }
+        };
     }
+    match act {
+        Activation::Silu => run!(silu),
+        Activation::GeluTanh => run!(gelu_tanh),
+        Activation::Gelu => run!(gelu),
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn act_loop_avx2(out: &mut [f32], a: &[f32], b: Option<&[f32]>, act: Activation) {
+    act_loop(out, a, b, act)
+}
+
+fn act_dispatch(out: &mut [f32], a: &[f32], b: Option<&[f32]>, act: Activation) {
+    #[cfg(target_arch = "x86_64")]
+    if super::simd::has_avx2() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked at run time).
+        unsafe { act_loop_avx2(out, a, b, act) };
+        return;
+    }
+    act_loop(out, a, b, act)
 }
 
 pub fn glu(gate: &[f32], up: &[f32], act: Activation) -> Vec<f32> {
     let mut out = vec![0f32; gate.len()];
     for_each_chunk_mut(&mut out, 1, 4096, &|first, o| {
-        let (g, u) = (&gate[first..first + o.len()], &up[first..first + o.len()]);
-        for ((oe, &ge), &ue) in o.iter_mut().zip(g).zip(u) {
-            *oe = activate(ge, act) * ue;
-        }
+        let n = o.len();
+        act_dispatch(o, &gate[first..first + n], Some(&up[first..first + n]), act);
     });
     out
 }
@@ -104,5 +125,9 @@ pub fn layer_norm(x: &[f32], w: &[f32], b: Option<&[f32]>, eps: f32) -> Vec<f32>
 }
 
 pub fn activate_all(x: &mut [f32], act: Activation) {
-    for_each_chunk_mut(x, 1, 4096, &|_, o| o.iter_mut().for_each(|v| *v = activate(*v, act)));
+    let src = x.to_vec();
+    for_each_chunk_mut(x, 1, 4096, &|first, o| {
+        let n = o.len();
+        act_dispatch(o, &src[first..first + n], None, act);
+    });
 }
