@@ -557,5 +557,6 @@ fn encoder_attention_matches_reference_with_bands_and_gqa() {
     // Rows left without a sequence are a shape error, not a panic.
     let p = AttnParams { n_heads: 1, n_kv_heads: 1, head_dim: 4, scale: 1.0, window: None, softcap: None };
     let t = be.upload(vec![0.0; 8], 2, 4).unwrap();
-    assert!(be.encoder_attention(&t, &t, &t, &[0..1], &p).is_err());
+    let only_first_row = vec![std::ops::Range { start: 0, end: 1 }];
+    assert!(be.encoder_attention(&t, &t, &t, &only_first_row, &p).is_err());
 }

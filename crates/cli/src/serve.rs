@@ -1,16 +1,24 @@
-//! `ferrite serve`: load a model, start the engine and the HTTP server.
+//! `ferrite serve`: load a model, start the engine and the HTTP server. A text
+//! generator gets the generation engine; an embedding model the embedding
+//! engine (/v1/embeddings).
 
 use std::sync::Arc;
 
 use clap::Args;
 use ferrite_core::{Error, Result};
+use ferrite_engine::embed::{EmbedEngine, EmbedEngineConfig};
 use ferrite_engine::{Engine, EngineConfig};
 use ferrite_server::ServeConfig;
 
-use crate::load::{load_with_pool, KvPool};
+use crate::load::{init_threads, is_embedding_model, load_embedder, load_with_pool, KvPool};
 use crate::ModelArgs;
 
+const GENERATION: &str = "Generation options (ignored for an embedding model)";
+
 #[derive(Args, Debug)]
+#[command(after_help = "An embedding model (BERT, ModernBERT) is served on /v1/embeddings, and chat and \
+    completions answer 400. For it --max-embed-tokens and --max-waiting apply; --ctx-size, --kv-cache and \
+    the generation options are ignored.")]
 pub struct ServeArgs {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -23,31 +31,38 @@ pub struct ServeArgs {
     #[arg(long)]
     pub api_key: Option<String>,
     /// Most sequences decoded together in one batch.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, help_heading = GENERATION)]
     pub max_num_seqs: usize,
     /// Most tokens (prompt chunks + decodes) in one forward pass; smaller keeps
     /// decodes flowing while a long prompt is prefilled.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, help_heading = GENERATION)]
     pub max_batched_tokens: usize,
     /// KV-cache size in blocks of 16 tokens, shared by all requests
     /// (default: 4 contexts' worth, at most 2 GiB).
-    #[arg(long, conflicts_with = "kv_memory")]
+    #[arg(long, conflicts_with = "kv_memory", help_heading = GENERATION)]
     pub kv_blocks: Option<usize>,
     /// KV-cache size in GB (alternative to --kv-blocks).
-    #[arg(long)]
+    #[arg(long, help_heading = GENERATION)]
     pub kv_memory: Option<f64>,
     /// Model id in the API (default: the MODEL argument's file or directory name).
     #[arg(long)]
     pub served_model_name: Option<String>,
     /// Turn off sharing of KV blocks between requests with a common prefix.
-    #[arg(long)]
+    #[arg(long, help_heading = GENERATION)]
     pub no_prefix_caching: bool,
     /// Most requests queued for admission before new ones get HTTP 429.
     #[arg(long, default_value_t = 4096)]
     pub max_waiting: usize,
+    /// Embedding model: most tokens in one forward pass; the inputs of all
+    /// waiting requests are batched up to it (a longer input runs alone).
+    #[arg(long, default_value_t = 16384)]
+    pub max_embed_tokens: usize,
 }
 
 pub fn main(args: ServeArgs) -> Result<()> {
+    if is_embedding_model(&args.model.model)? {
+        return serve_embeddings(args);
+    }
     let pool = match (args.kv_blocks, args.kv_memory) {
         (Some(n), _) => KvPool::Blocks(n),
         (None, Some(gb)) if gb.is_finite() && gb > 0.0 => KvPool::Bytes(gb * 1e9),
@@ -84,6 +99,44 @@ pub fn main(args: ServeArgs) -> Result<()> {
         template: loaded.template,
     };
     ferrite_server::serve(engine, serve_config)
+}
+
+/// An embedding model on /v1/embeddings, its requests batched by an `EmbedEngine`.
+fn serve_embeddings(args: ServeArgs) -> Result<()> {
+    if args.max_embed_tokens == 0 {
+        return Err(Error::InvalidInput("--max-embed-tokens must be at least 1".into()));
+    }
+    let m = &args.model;
+    let ignored = [
+        ("--ctx-size", m.ctx_size.is_some()),
+        ("--kv-cache", m.kv_cache.is_some()),
+        ("--kv-blocks", args.kv_blocks.is_some()),
+        ("--kv-memory", args.kv_memory.is_some()),
+        ("--no-prefix-caching", args.no_prefix_caching),
+    ];
+    let ignored: Vec<&str> = ignored.iter().filter(|(_, set)| *set).map(|(flag, _)| *flag).collect();
+    if !ignored.is_empty() {
+        eprintln!("warning: ignored for an embedding model: {}", ignored.join(", "));
+    }
+    init_threads(m.threads)?;
+    let embedder = load_embedder(&m.model, None)?;
+    let name = args.served_model_name.unwrap_or_else(|| default_model_name(&m.model));
+    let (dim, max_length) = (embedder.dim(), embedder.max_length);
+    let config = EmbedEngineConfig { max_batch_tokens: args.max_embed_tokens, max_waiting: args.max_waiting };
+    let engine = EmbedEngine::start(embedder, config);
+    eprintln!(
+        "serving {name} on /v1/embeddings: {dim} dimensions, inputs up to {max_length} tokens, \
+         at most {} tokens per forward pass",
+        args.max_embed_tokens
+    );
+    let serve_config = ServeConfig {
+        host: args.host,
+        port: args.port,
+        api_key: args.api_key,
+        served_model_name: name,
+        template: None,
+    };
+    ferrite_server::serve_embeddings(engine, serve_config)
 }
 
 /// `~/models/smollm2.gguf` -> `smollm2`; `org/name` -> `org/name`.

@@ -1,12 +1,15 @@
-//! The slice of the engine the server uses, as a trait so the HTTP layer can be
-//! tested with a scripted fake (no model needed).
+//! The slices of the engines the server uses, as traits so the HTTP layer can
+//! be tested with scripted fakes (no model needed): `Backend` for a text
+//! generator, `EmbedBackend` for an embedding model.
 
 use std::pin::Pin;
 
 use ferrite_core::Result;
+use ferrite_engine::embed::{EmbedEngine, EmbedMetrics, EmbedReply};
 use ferrite_engine::{Engine, Event, Metrics, Request};
 use ferrite_loader::tokenizer::Tokenizer;
 use futures_util::Stream;
+use tokio::sync::oneshot;
 
 /// One request's events. It owns the engine's `RequestStream`: dropping it
 /// (e.g. when the client disconnects and axum drops the body) cancels the request.
@@ -47,5 +50,57 @@ impl Backend for Engine {
     }
     fn shutdown(&self) {
         Engine::shutdown(self)
+    }
+}
+
+/// A request's vectors arrive here; dropping it (the client went away) makes
+/// the embedding worker skip the request.
+pub type EmbedReceiver = oneshot::Receiver<EmbedReply>;
+
+/// The slice of the embedding engine the server uses.
+pub trait EmbedBackend: Send + Sync + 'static {
+    /// One input's token ids, special tokens included; longer than
+    /// `max_length`: cut with `truncate`, else `Error::InvalidInput`.
+    fn tokenize(&self, text: &str, truncate: bool) -> Result<Vec<u32>>;
+    /// Queues tokenized inputs (each 1..=max_length tokens); `dims` keeps the
+    /// leading values (renormalized when the model normalizes).
+    fn submit(&self, inputs: Vec<Vec<u32>>, dims: Option<usize>) -> Result<EmbedReceiver>;
+    fn metrics(&self) -> EmbedMetrics;
+    fn tokenizer(&self) -> &Tokenizer;
+    /// Length of the vectors.
+    fn dim(&self) -> usize;
+    /// Longest input in tokens, special tokens included.
+    fn max_length(&self) -> usize;
+    /// Token ids the model's embedding table holds.
+    fn vocab_size(&self) -> usize;
+    /// Stops taking requests, finishes the queued ones; blocks until it has.
+    fn shutdown(&self);
+}
+
+impl EmbedBackend for EmbedEngine {
+    fn tokenize(&self, text: &str, truncate: bool) -> Result<Vec<u32>> {
+        self.embedder().tokenize(text, truncate)
+    }
+    fn submit(&self, inputs: Vec<Vec<u32>>, dims: Option<usize>) -> Result<EmbedReceiver> {
+        // Normalized when the checkpoint says so (the engine adds its own setting).
+        EmbedEngine::submit(self, inputs, false, dims)
+    }
+    fn metrics(&self) -> EmbedMetrics {
+        EmbedEngine::metrics(self)
+    }
+    fn tokenizer(&self) -> &Tokenizer {
+        self.embedder().tokenizer()
+    }
+    fn dim(&self) -> usize {
+        self.embedder().dim()
+    }
+    fn max_length(&self) -> usize {
+        self.embedder().max_length
+    }
+    fn vocab_size(&self) -> usize {
+        self.embedder().model().config().vocab_size
+    }
+    fn shutdown(&self) {
+        EmbedEngine::shutdown(self)
     }
 }

@@ -35,7 +35,7 @@ pub struct Output {
 pub fn submit_all(state: &AppState, reqs: Vec<Request>) -> Result<Vec<EventStream>, ApiError> {
     reqs.into_iter()
         .map(|r| {
-            let inner = state.backend.submit(r)?;
+            let inner = state.generator()?.submit(r)?;
             state.metrics.request_started();
             let timed = Timed { inner, state: state.clone(), start: Instant::now(), last: None, done: false };
             Ok(Box::pin(timed) as EventStream)

@@ -1,6 +1,9 @@
-//! OpenAI-compatible HTTP server over the engine's public API.
+//! OpenAI-compatible HTTP server over the engine's public API. It serves one
+//! model: a text generator (`serve`) or an embedding model (`serve_embeddings`).
 //!
 //! - `router`: the route table; `routes/*`: handlers; `auth`: the API key.
+//! - `backend`: the engines as traits; `state`: what handlers share.
+//! - `embed`: /v1/embeddings requests -> token ids and options (pure, tested).
 //! - `api`: wire types; `convert`: request -> engine request (pure, tested);
 //!   `prompt`: chat template + tokenization as `ferrite run` does it.
 //! - `generate`: submitting and collecting; `sse`: streaming bodies.
@@ -10,6 +13,7 @@ mod api;
 mod auth;
 mod backend;
 mod convert;
+mod embed;
 mod errors;
 mod extract;
 mod generate;
@@ -29,12 +33,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ferrite_core::{Error, Result};
+use ferrite_engine::embed::EmbedEngine;
 use ferrite_engine::Engine;
 use ferrite_loader::chat_template::ChatTemplate;
 use tokio::net::TcpListener;
 
-use crate::backend::Backend;
-use crate::state::AppState;
+use crate::state::{AppState, Served};
 
 /// How long in-flight responses get to finish after the engine has cancelled
 /// them on shutdown, before the server stops regardless.
@@ -49,42 +53,49 @@ pub struct ServeConfig {
     /// The model id clients use and /v1/models lists.
     pub served_model_name: String,
     /// The model's chat template; without one /v1/chat/completions answers 400.
+    /// Unused for an embedding model.
     pub template: Option<ChatTemplate>,
 }
 
-/// Serves until Ctrl-C or SIGTERM, then cancels in-flight requests, stops the
-/// engine and returns. Prints `listening on http://HOST:PORT` to stderr once
-/// the socket is bound.
+/// Serves a text generator until Ctrl-C or SIGTERM, then cancels in-flight
+/// requests, stops the engine and returns. Prints `listening on
+/// http://HOST:PORT` to stderr once the socket is bound.
 pub fn serve(engine: Engine, config: ServeConfig) -> Result<()> {
-    let backend: Arc<dyn Backend> = Arc::new(engine);
+    serve_model(Served::Generator(Arc::new(engine)), config)
+}
+
+/// Serves an embedding model (/v1/embeddings; chat and completions answer 400)
+/// as `serve` does; on shutdown the queued embedding requests finish first.
+pub fn serve_embeddings(engine: EmbedEngine, config: ServeConfig) -> Result<()> {
+    serve_model(Served::Embedder(Arc::new(engine)), config)
+}
+
+fn serve_model(served: Served, config: ServeConfig) -> Result<()> {
+    let ServeConfig { host, port, api_key, served_model_name, template } = config;
+    let template = if matches!(served, Served::Embedder(_)) { None } else { template };
+    let api_key = api_key.filter(|k| !k.is_empty());
+    let state = AppState::new(served, served_model_name, api_key, template);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("ferrite-http")
         .enable_all()
         .build()
         .map_err(|e| Error::InvalidInput(format!("cannot start the async runtime: {e}")))?;
-    let result = runtime.block_on(run(backend.clone(), config, shutdown_signal()));
+    let result = runtime.block_on(run(state.clone(), &host, port, shutdown_signal()));
     // Idempotent; covers the paths where the server never started.
-    backend.shutdown();
+    state.shutdown();
     runtime.shutdown_timeout(Duration::from_secs(1));
     result
 }
 
 /// Binds, serves until `stop` resolves, then shuts the engine down (which ends
 /// every in-flight stream) and waits for open responses to finish.
-async fn run(
-    backend: Arc<dyn Backend>,
-    config: ServeConfig,
-    stop: impl Future<Output = ()> + Send + 'static,
-) -> Result<()> {
-    let host = config.host.clone();
-    let listener = TcpListener::bind((host.as_str(), config.port))
+async fn run(state: AppState, host: &str, port: u16, stop: impl Future<Output = ()> + Send + 'static) -> Result<()> {
+    let listener = TcpListener::bind((host, port))
         .await
-        .map_err(|e| Error::InvalidInput(format!("cannot listen on {}:{}: {e}", url_host(&host), config.port)))?;
-    let port = listener.local_addr().map(|a| a.port()).unwrap_or(config.port);
-    let api_key = config.api_key.filter(|k| !k.is_empty());
-    let state = AppState::new(backend.clone(), config.served_model_name, api_key, config.template);
-    eprintln!("listening on http://{}:{port}", url_host(&host));
+        .map_err(|e| Error::InvalidInput(format!("cannot listen on {}:{port}: {e}", url_host(host))))?;
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or(port);
+    eprintln!("listening on http://{}:{port}", url_host(host));
     serve_on(listener, state, stop).await
 }
 
@@ -93,7 +104,7 @@ async fn serve_on(
     state: AppState,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let backend = state.backend.clone();
+    let engine = state.clone();
     let app = router::router(state);
     let (stopped_tx, mut stopped_rx) = tokio::sync::watch::channel(false);
     let stopper: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
@@ -102,7 +113,7 @@ async fn serve_on(
         stop.await;
         eprintln!("shutting down: cancelling in-flight requests");
         // shutdown() blocks until the engine thread exits: keep it off the runtime.
-        let handle = std::thread::spawn(move || backend.shutdown());
+        let handle = std::thread::spawn(move || engine.shutdown());
         if let Ok(mut slot) = stopper_slot.lock() {
             *slot = Some(handle);
         }

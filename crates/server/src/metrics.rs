@@ -1,5 +1,6 @@
 //! Prometheus text exposition, hand-written: the server's own counters and
-//! latency histograms (measured from event timing) plus the engine's gauges.
+//! latency histograms (measured from event timing) plus the engine's gauges,
+//! and the embedding engine's counters.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -7,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use ferrite_engine::embed::EmbedMetrics;
 use ferrite_engine::{FinishReason, Metrics};
 
 const TTFT_BUCKETS: &[f64] = &[0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
@@ -93,8 +95,9 @@ impl ServerMetrics {
         }
     }
 
-    /// The whole exposition: server counters, then the engine snapshot `e`.
-    pub fn render(&self, e: &Metrics) -> String {
+    /// The whole exposition: server counters, then the engine snapshot `e`
+    /// and the embedding engine's `embed` (zeros for the kind not served).
+    pub fn render(&self, e: &Metrics, embed: &EmbedMetrics) -> String {
         let mut out = String::new();
         counter(
             &mut out,
@@ -154,6 +157,7 @@ impl ServerMetrics {
         );
         counter(&mut out, "ferrite_preemptions_total", "Sequences preempted for lack of KV blocks.", e.preemptions);
         counter(&mut out, "ferrite_engine_steps_total", "Forward passes run.", e.steps);
+        render_embed(&mut out, embed);
         header(&mut out, "ferrite_http_requests_total", "HTTP responses, by status code.", "counter");
         if let Ok(m) = self.http.lock() {
             for (status, n) in m.iter() {
@@ -162,6 +166,13 @@ impl ServerMetrics {
         }
         out
     }
+}
+
+fn render_embed(out: &mut String, m: &EmbedMetrics) {
+    counter(out, "ferrite_embedding_requests_total", "Embedding requests answered.", m.requests);
+    counter(out, "ferrite_embedding_inputs_total", "Inputs embedded.", m.inputs);
+    counter(out, "ferrite_embedding_tokens_total", "Tokens embedded.", m.tokens);
+    counter(out, "ferrite_embedding_batches_total", "Embedding forward passes run.", m.batches);
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -199,7 +210,8 @@ mod tests {
         m.request_started();
         m.request_finished(FinishReason::Length);
         m.http_response(200);
-        let text = m.render(&Metrics { kv_blocks_total: 10, kv_blocks_used: 5, ..Default::default() });
+        let embed = EmbedMetrics { requests: 3, tokens: 70, ..Default::default() };
+        let text = m.render(&Metrics { kv_blocks_total: 10, kv_blocks_used: 5, ..Default::default() }, &embed);
         assert!(text.contains("ferrite_time_to_first_token_seconds_bucket{le=\"0.025\"} 1\n"), "{text}");
         assert!(text.contains("ferrite_time_to_first_token_seconds_bucket{le=\"0.25\"} 2\n"));
         assert!(text.contains("ferrite_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n"));
@@ -210,5 +222,8 @@ mod tests {
         assert!(text.contains("ferrite_prefix_cache_hit_rate 0\n"));
         assert!(text.contains("ferrite_http_requests_total{status=\"200\"} 1\n"));
         assert!(text.contains("# TYPE ferrite_inter_token_latency_seconds histogram\n"));
+        assert!(text.contains("ferrite_embedding_requests_total 3\n"));
+        assert!(text.contains("ferrite_embedding_tokens_total 70\n"));
+        assert!(text.contains("# TYPE ferrite_embedding_batches_total counter\n"));
     }
 }

@@ -6,7 +6,7 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use crate::auth;
-use crate::routes::{chat, completions, misc, models, tokenize};
+use crate::routes::{chat, completions, embeddings, misc, models, tokenize};
 use crate::state::AppState;
 
 /// Long prompts are fine; a runaway upload is not.
@@ -16,6 +16,7 @@ pub fn router(state: AppState) -> Router {
     let protected = Router::new()
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/v1/models", get(models::list))
         .route("/v1/models/{id}", get(models::get))
         .route("/tokenize", post(tokenize::tokenize))

@@ -1,21 +1,29 @@
-//! What every handler shares: the engine, the model's name and template, the
-//! API key and the metrics.
+//! What every handler shares: the served model (a text generator or an
+//! embedding model), its name and template, the API key and the metrics.
 
 use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ferrite_loader::chat_template::ChatTemplate;
+use ferrite_loader::tokenizer::Tokenizer;
 
-use crate::backend::Backend;
+use crate::backend::{Backend, EmbedBackend};
 use crate::errors::ApiError;
 use crate::metrics::ServerMetrics;
+
+/// The model behind the server: exactly one kind.
+#[derive(Clone)]
+pub enum Served {
+    Generator(Arc<dyn Backend>),
+    Embedder(Arc<dyn EmbedBackend>),
+}
 
 #[derive(Clone)]
 pub struct AppState(Arc<Shared>);
 
 pub struct Shared {
-    pub backend: Arc<dyn Backend>,
+    pub served: Served,
     pub model: String,
     pub api_key: Option<String>,
     pub template: Option<ChatTemplate>,
@@ -25,14 +33,9 @@ pub struct Shared {
 }
 
 impl AppState {
-    pub fn new(
-        backend: Arc<dyn Backend>,
-        model: String,
-        api_key: Option<String>,
-        template: Option<ChatTemplate>,
-    ) -> Self {
+    pub fn new(served: Served, model: String, api_key: Option<String>, template: Option<ChatTemplate>) -> Self {
         let metrics = ServerMetrics::default();
-        AppState(Arc::new(Shared { backend, model, api_key, template, metrics, started: unix_now() }))
+        AppState(Arc::new(Shared { served, model, api_key, template, metrics, started: unix_now() }))
     }
 
     /// The request's `model` must be ours when given.
@@ -40,6 +43,61 @@ impl AppState {
         match model {
             Some(m) if m != self.model => Err(ApiError::model_not_found(m)),
             _ => Ok(()),
+        }
+    }
+
+    /// The text generator, or a 400 when we serve an embedding model.
+    pub fn generator(&self) -> Result<&Arc<dyn Backend>, ApiError> {
+        match &self.served {
+            Served::Generator(g) => Ok(g),
+            Served::Embedder(_) => Err(ApiError {
+                code: Some("wrong_model_kind"),
+                ..ApiError::param(
+                    "model",
+                    format!("model {} is an embedding model; it does not generate text", self.model),
+                )
+            }),
+        }
+    }
+
+    /// The embedding model, or a 400 when we serve a text generator.
+    pub fn embedder(&self) -> Result<&Arc<dyn EmbedBackend>, ApiError> {
+        match &self.served {
+            Served::Embedder(e) => Ok(e),
+            Served::Generator(_) => Err(ApiError {
+                code: Some("wrong_model_kind"),
+                ..ApiError::param("model", format!("model {} does not produce embeddings", self.model))
+            }),
+        }
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        match &self.served {
+            Served::Generator(g) => g.tokenizer(),
+            Served::Embedder(e) => e.tokenizer(),
+        }
+    }
+
+    /// Longest request in tokens: the context, or the embedder's input limit.
+    pub fn max_model_len(&self) -> usize {
+        match &self.served {
+            Served::Generator(g) => g.max_context(),
+            Served::Embedder(e) => e.max_length(),
+        }
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        match &self.served {
+            Served::Generator(g) => g.vocab_size(),
+            Served::Embedder(e) => e.vocab_size(),
+        }
+    }
+
+    /// Stops the engine; blocks until it has (keep it off the async runtime).
+    pub fn shutdown(&self) {
+        match &self.served {
+            Served::Generator(g) => g.shutdown(),
+            Served::Embedder(e) => e.shutdown(),
         }
     }
 }

@@ -15,6 +15,8 @@
 //! in, so results are batch-invariant and a row computed in a prefill chunk
 //! equals the same row decoded alone.
 
+// Tile rows and their accumulators are parallel const-size arrays.
+#![allow(clippy::needless_range_loop)]
 use super::fork::for_each_chunk;
 use super::math::exp;
 #[cfg(target_arch = "x86_64")]

@@ -1,6 +1,8 @@
 //! Bidirectional attention for encoders: every (row, head) pair attends to the
 //! keys of its own sequence, optionally only those within a band around it.
 
+// Tile rows and their accumulators are parallel const-size arrays.
+#![allow(clippy::needless_range_loop)]
 use super::fork::for_each_chunk;
 use super::math::exp;
 #[cfg(target_arch = "x86_64")]

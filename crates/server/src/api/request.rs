@@ -86,3 +86,17 @@ pub struct DetokenizeRequest {
     pub model: Option<String>,
     pub tokens: Vec<u32>,
 }
+
+#[derive(Debug, Deserialize)]
+pub struct EmbeddingRequest {
+    /// A string, a list of strings, a list of token ids or a list of token-id lists.
+    pub input: Value,
+    pub model: Option<String>,
+    /// "float" (default) or "base64" (little-endian f32 bytes).
+    pub encoding_format: Option<String>,
+    /// Keep the leading values only (renormalized when the model normalizes).
+    pub dimensions: Option<i64>,
+    /// Extension: cut inputs longer than the model's limit instead of failing.
+    pub truncate: Option<bool>,
+    // `user`, like any unknown field, is accepted and ignored.
+}

@@ -131,3 +131,33 @@ pub struct CompletionLogprobs {
     pub top_logprobs: Vec<Map<String, Value>>,
     pub text_offset: Vec<usize>,
 }
+
+/// A /v1/embeddings response.
+#[derive(Serialize)]
+pub struct EmbeddingList {
+    pub object: &'static str,
+    pub data: Vec<EmbeddingData>,
+    pub model: String,
+    pub usage: EmbeddingUsage,
+}
+
+#[derive(Serialize)]
+pub struct EmbeddingData {
+    pub object: &'static str,
+    pub index: usize,
+    pub embedding: EmbeddingValue,
+}
+
+/// A list of floats, or (encoding_format "base64") their little-endian bytes.
+#[derive(Serialize)]
+#[serde(untagged)]
+pub enum EmbeddingValue {
+    Float(Vec<f32>),
+    Base64(String),
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct EmbeddingUsage {
+    pub prompt_tokens: usize,
+    pub total_tokens: usize,
+}

@@ -22,7 +22,7 @@ pub async fn chat_completions(
     if req.tools.as_ref().and_then(Value::as_array).is_some_and(|t| !t.is_empty()) {
         return Err(ApiError::param("tools", "tool calling is not supported"));
     }
-    let backend = &state.backend;
+    let backend = state.generator()?;
     let limits = Limits { max_context: backend.max_context(), vocab_size: backend.vocab_size() };
     let top_logprobs = convert::chat_logprobs(req.logprobs, req.top_logprobs)?;
     let settings = convert::settings(&req.common, top_logprobs, limits)?;
@@ -86,8 +86,7 @@ impl ChatFormat {
 
     fn choice(&self, index: usize, delta: Delta, tokens: &[TokenInfo], finish: Option<&'static str>) -> Value {
         // The finish chunk usually has no tokens left: null, as OpenAI sends.
-        let logprobs =
-            (self.logprobs && !tokens.is_empty()).then(|| logprobs::chat(self.state.backend.tokenizer(), tokens));
+        let logprobs = (self.logprobs && !tokens.is_empty()).then(|| logprobs::chat(self.state.tokenizer(), tokens));
         self.chunk(vec![ChunkChoice { index, delta, logprobs, finish_reason: finish }], None)
     }
 }

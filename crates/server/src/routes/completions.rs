@@ -20,7 +20,7 @@ pub async fn completions(
 ) -> Result<Response, ApiError> {
     state.check_model(req.common.model.as_deref())?;
     unsupported(&req)?;
-    let backend = &state.backend;
+    let backend = state.generator()?;
     let limits = Limits { max_context: backend.max_context(), vocab_size: backend.vocab_size() };
     let top_logprobs = convert::completion_logprobs(req.logprobs)?;
     let settings = convert::settings(&req.common, top_logprobs, limits)?;
@@ -81,7 +81,7 @@ struct CompletionFormat {
 
 impl CompletionFormat {
     fn chunk(&mut self, index: usize, text: String, tokens: &[TokenInfo], finish: Option<&'static str>) -> Value {
-        let tok = self.state.backend.tokenizer();
+        let tok = self.state.tokenizer();
         let logprobs =
             (self.logprobs && !tokens.is_empty()).then(|| logprobs::completion(tok, tokens, &mut self.offsets[index]));
         let choice = CompletionChoice { index, text, logprobs, finish_reason: finish };

@@ -4,17 +4,26 @@ use axum::extract::State;
 use axum::http::{header, Method, Uri};
 use axum::response::{Html, IntoResponse, Response};
 use axum::Json;
+use ferrite_engine::embed::EmbedMetrics;
+use ferrite_engine::Metrics;
 use serde_json::{json, Value};
 
 use crate::errors::ApiError;
-use crate::state::AppState;
+use crate::state::{AppState, Served};
 
 pub async fn health() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
 pub async fn metrics(State(state): State<AppState>) -> Response {
-    let text = state.metrics.render(&state.backend.metrics());
+    let (engine, embed) = match &state.served {
+        Served::Generator(g) => (g.metrics(), EmbedMetrics::default()),
+        Served::Embedder(e) => {
+            let m = e.metrics();
+            (Metrics { waiting: m.waiting, ..Metrics::default() }, m)
+        }
+    };
+    let text = state.metrics.render(&engine, &embed);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
 }
 

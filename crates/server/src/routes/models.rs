@@ -13,7 +13,7 @@ fn model(state: &AppState) -> Value {
         "object": "model",
         "created": state.started,
         "owned_by": "ferrite",
-        "max_model_len": state.backend.max_context(),
+        "max_model_len": state.max_model_len(),
     })
 }
 

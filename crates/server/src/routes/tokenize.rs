@@ -17,7 +17,7 @@ pub async fn tokenize(
     ApiJson(req): ApiJson<TokenizeRequest>,
 ) -> Result<Json<Value>, ApiError> {
     state.check_model(req.model.as_deref())?;
-    let tok = state.backend.tokenizer();
+    let tok = state.tokenizer();
     let tokens = match (&req.prompt, &req.messages) {
         (Some(text), None) => tok.encode(text, req.add_special_tokens.unwrap_or(true))?,
         (None, Some(messages)) => {
@@ -27,7 +27,7 @@ pub async fn tokenize(
         }
         _ => return Err(ApiError::invalid("send exactly one of `prompt` and `messages`")),
     };
-    Ok(Json(json!({"count": tokens.len(), "max_model_len": state.backend.max_context(), "tokens": tokens})))
+    Ok(Json(json!({"count": tokens.len(), "max_model_len": state.max_model_len(), "tokens": tokens})))
 }
 
 pub async fn detokenize(
@@ -35,9 +35,9 @@ pub async fn detokenize(
     ApiJson(req): ApiJson<DetokenizeRequest>,
 ) -> Result<Json<Value>, ApiError> {
     state.check_model(req.model.as_deref())?;
-    let vocab = state.backend.vocab_size();
+    let vocab = state.vocab_size();
     if let Some(bad) = req.tokens.iter().find(|&&t| t as usize >= vocab) {
         return Err(ApiError::param("tokens", format!("token id {bad} is outside the vocabulary of {vocab}")));
     }
-    Ok(Json(json!({"prompt": state.backend.tokenizer().decode(&req.tokens, false)})))
+    Ok(Json(json!({"prompt": state.tokenizer().decode(&req.tokens, false)})))
 }

@@ -1,6 +1,7 @@
-//! Router-level tests over a scripted fake engine and a tiny word-level
-//! tokenizer, so the HTTP behaviour is tested without a model.
+//! Router-level tests over scripted fake engines (a generator and an embedder)
+//! and a tiny word-level tokenizer, so the HTTP behaviour is tested without a model.
 
+mod embeddings;
 mod errors;
 mod routes;
 mod shutdown;
@@ -22,7 +23,7 @@ use serde_json::Value;
 use tower::ServiceExt;
 
 use crate::backend::{Backend, EventStream};
-use crate::state::AppState;
+use crate::state::{AppState, Served};
 
 pub const MODEL: &str = "tiny";
 pub const MAX_CONTEXT: usize = 64;
@@ -181,7 +182,7 @@ pub fn template() -> ChatTemplate {
 }
 
 pub fn app_with(fake: &Arc<Fake>, api_key: Option<&str>, template: Option<ChatTemplate>) -> Router {
-    let state = AppState::new(fake.clone(), MODEL.into(), api_key.map(str::to_string), template);
+    let state = AppState::new(Served::Generator(fake.clone()), MODEL.into(), api_key.map(str::to_string), template);
     crate::router::router(state)
 }
 

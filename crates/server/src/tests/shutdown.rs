@@ -12,7 +12,7 @@ use super::*;
 async fn shutdown_ends_streams_and_returns() {
     let fake = Fake::new();
     fake.hang.store(true, Ordering::SeqCst);
-    let state = AppState::new(fake.clone(), MODEL.into(), None, Some(template()));
+    let state = AppState::new(Served::Generator(fake.clone()), MODEL.into(), None, Some(template()));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
