@@ -1,5 +1,6 @@
 //! `ferrite`: run, serve and benchmark transformer models.
 
+mod alloc;
 mod bench;
 mod bench_serve;
 mod chat;
@@ -100,6 +101,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    alloc::tune();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(a) => run::main(a),

@@ -99,6 +99,58 @@ struct Scratch {
     /// The head's keys of the visible span, transposed: [head_dim, span].
     kt: Vec<f32>,
     scores: Vec<f32>,
+    /// Four scaled query rows: [4][head_dim].
+    qv: Vec<f32>,
+}
+
+/// kt[d * len + j] = k[j * stride + d] for j < n keys and d < hd (hd a
+/// multiple of 8), in 8x8 blocks transposed in registers.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn transpose_keys_avx2(k: &[f32], stride: usize, n: usize, hd: usize, kt: &mut [f32], len: usize) {
+    use std::arch::x86_64::*;
+    debug_assert!(hd.is_multiple_of(8) && kt.len() >= hd * len && len >= n);
+    let full = n / 8 * 8;
+    for j0 in (0..full).step_by(8) {
+        for d0 in (0..hd).step_by(8) {
+            let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(k.as_ptr().add((j0 + i) * stride + d0)));
+            // 8x8 transpose: interleave pairs, then quads, then swap 128-bit halves.
+            let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+            let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+            let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+            let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+            let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+            let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+            let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+            let out = [
+                _mm256_permute2f128_ps::<0x20>(u0, u4),
+                _mm256_permute2f128_ps::<0x20>(u1, u5),
+                _mm256_permute2f128_ps::<0x20>(u2, u6),
+                _mm256_permute2f128_ps::<0x20>(u3, u7),
+                _mm256_permute2f128_ps::<0x31>(u0, u4),
+                _mm256_permute2f128_ps::<0x31>(u1, u5),
+                _mm256_permute2f128_ps::<0x31>(u2, u6),
+                _mm256_permute2f128_ps::<0x31>(u3, u7),
+            ];
+            for (i, v) in out.iter().enumerate() {
+                _mm256_storeu_ps(kt.as_mut_ptr().add((d0 + i) * len + j0), *v);
+            }
+        }
+    }
+    for j in full..n {
+        for d in 0..hd {
+            kt[d * len + j] = k[j * stride + d];
+        }
+    }
 }
 
 /// The unit with register tiles: 4 query rows at a time, scores for 8 keys
@@ -124,32 +176,33 @@ unsafe fn unit_avx2(x: &Inputs, u: &Unit, o: Out, s: &mut Scratch) {
     let len = span.len().next_multiple_of(8);
     s.kt.clear();
     s.kt.resize(hd * len, 0.0);
-    for (j, t) in span.clone().enumerate() {
-        for (d, &kv) in x.k[t * kvd + off..t * kvd + off + hd].iter().enumerate() {
-            s.kt[d * len + j] = kv;
-        }
-    }
+    transpose_keys_avx2(&x.k[span.start * kvd + off..], kvd, span.len(), hd, &mut s.kt, len);
     s.scores.resize(4 * len, 0.0);
+    s.qv.resize(4 * hd, 0.0);
     let mut r0 = u.queries.start;
     while r0 < u.queries.end {
         let nr = 4.min(u.queries.end - r0);
         // Key vectors any of the rows sees, relative to the span.
         let lo = (band(r0).start - span.start) / 8 * 8;
         let hi = (band(r0 + nr - 1).end - span.start).next_multiple_of(8);
-        let mut qv = [[0f32; 4]; 256];
-        for r in 0..nr {
-            let q = &x.q[(r0 + r) * qd + u.head * hd..][..hd];
-            for d in 0..hd {
-                qv[d][r] = q[d] * p.scale;
+        // Scaled queries, row-major [4][hd]; missing rows are zero.
+        for r in 0..4 {
+            let dst = &mut s.qv[r * hd..(r + 1) * hd];
+            if r < nr {
+                let q = &x.q[(r0 + r) * qd + u.head * hd..][..hd];
+                dst.iter_mut().zip(q).for_each(|(a, &b)| *a = b * p.scale);
+            } else {
+                dst.fill(0.0);
             }
         }
+        let qp = s.qv.as_ptr();
         let mut j = lo;
         while j < hi {
             let mut acc = [_mm256_setzero_ps(); 4];
-            for (d, qd4) in qv[..hd].iter().enumerate() {
+            for d in 0..hd {
                 let kv = _mm256_loadu_ps(s.kt.as_ptr().add(d * len + j));
                 for r in 0..4 {
-                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(qd4[r]), kv, acc[r]);
+                    acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&*qp.add(r * hd + d)), kv, acc[r]);
                 }
             }
             for (r, a) in acc.iter().enumerate() {
