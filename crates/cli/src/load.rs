@@ -115,6 +115,9 @@ pub fn load_with_pool(args: &ModelArgs, with_tokenizer: bool, pool: &KvPool) -> 
     bar.finish_and_clear();
     let cfg = model.config();
     let ctx = args.ctx_size.unwrap_or(cfg.max_context.min(DEFAULT_MAX_CTX));
+    if ctx == 0 {
+        return Err(Error::InvalidInput("--ctx-size must be at least 1 token of context".into()));
+    }
     if ctx > cfg.max_context {
         eprintln!("warning: --ctx-size {ctx} is beyond the model's trained context of {}", cfg.max_context);
     }
@@ -162,7 +165,7 @@ fn check_kv_fits(ctx: usize, n_layers: usize, kv_dim: usize) -> Result<()> {
         return Ok(());
     }
     Err(Error::InvalidInput(format!(
-        "a KV cache of {ctx} tokens would need {:.1} GB, more than can be allocated",
+        "a KV cache of {ctx} tokens would need {:.1} GB, more than can be allocated (lower --ctx-size, or --kv-blocks / --kv-memory when serving)",
         ctx as f64 * n_layers as f64 * kv_dim as f64 * 8.0 / 1e9
     )))
 }

@@ -92,12 +92,33 @@ impl QuantMatmul<'_> {
     pub unsafe fn rows(&self, rows: Range<usize>, out: *mut f32) {
         assert!(rows.end <= self.m && self.data.len() >= self.m * self.row_bytes);
         assert!(self.xq.len() >= self.n * (self.k / 32) && self.acts.d.len() >= self.n * self.acts.stride);
-        quant_rows(self, rows, out)
+        if vnni() {
+            quant_rows_vnni(self, rows, out)
+        } else {
+            quant_rows_avx2(self, rows, out)
+        }
     }
 }
 
+/// Whether AVX-512 VNNI (with 256-bit forms) is present, checked once.
+pub fn vnni() -> bool {
+    use std::sync::OnceLock;
+    static OK: OnceLock<bool> = OnceLock::new();
+    *OK.get_or_init(|| is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl"))
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn quant_rows(mm: &QuantMatmul, rows: Range<usize>, out: *mut f32) {
+unsafe fn quant_rows_avx2(mm: &QuantMatmul, rows: Range<usize>, out: *mut f32) {
+    quant_rows::<false>(mm, rows, out)
+}
+
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512vl,avx512vnni")]
+unsafe fn quant_rows_vnni(mm: &QuantMatmul, rows: Range<usize>, out: *mut f32) {
+    quant_rows::<true>(mm, rows, out)
+}
+
+#[inline(always)]
+unsafe fn quant_rows<const V: bool>(mm: &QuantMatmul, rows: Range<usize>, out: *mut f32) {
     let (n, m) = (mm.n, mm.m);
     let a = Rows {
         data: mm.data.as_ptr(),
@@ -110,14 +131,14 @@ unsafe fn quant_rows(mm: &QuantMatmul, rows: Range<usize>, out: *mut f32) {
         out,
     };
     match mm.dtype {
-        DType::Q4_0 => a.run::<Q4_0>(rows),
-        DType::Q4_1 => a.run::<Q4_1>(rows),
-        DType::Q5_0 => a.run::<Q5_0>(rows),
-        DType::Q5_1 => a.run::<Q5_1>(rows),
-        DType::Q8_0 => a.run::<Q8_0>(rows),
-        DType::Q4K => a.run::<Q4K>(rows),
-        DType::Q5K => a.run::<Q5K>(rows),
-        DType::Q6K => a.run::<Q6K>(rows),
+        DType::Q4_0 => a.run::<Q4_0, V>(rows),
+        DType::Q4_1 => a.run::<Q4_1, V>(rows),
+        DType::Q5_0 => a.run::<Q5_0, V>(rows),
+        DType::Q5_1 => a.run::<Q5_1, V>(rows),
+        DType::Q8_0 => a.run::<Q8_0, V>(rows),
+        DType::Q4K => a.run::<Q4K, V>(rows),
+        DType::Q5K => a.run::<Q5K, V>(rows),
+        DType::Q6K => a.run::<Q6K, V>(rows),
         _ => unreachable!("fused kernels cover quantized types only"),
     }
 }
@@ -168,10 +189,16 @@ struct Tile<const T: usize> {
     dsum: [*const f32; T],
 }
 
-/// Accumulators of R weight rows times T activation rows, and the current
-/// group's scales.
-struct Acc<const T: usize, const R: usize> {
+/// Accumulators of R weight rows times T activation rows (kept in registers),
+/// and the state that lives in memory: the current group's scales, read
+/// with a variable index (which would pin the whole struct to the stack if it
+/// were a field here), and the offset accumulators, touched once per group.
+struct Acc<'g, const T: usize, const R: usize, const V: bool> {
     acc: [[__m256; T]; R],
+    g: &'g mut Group<T, R>,
+}
+
+struct Group<const T: usize, const R: usize> {
     macc: [[__m256; T]; R],
     s: [[[f32; 8]; T]; R],
 }
@@ -183,21 +210,25 @@ impl Rows<'_> {
     /// tile shape changes only which values share registers, never the
     /// arithmetic of an output element.
     #[inline(always)]
-    unsafe fn run<const F: u8>(&self, rows: Range<usize>) {
+    unsafe fn run<const F: u8, const V: bool>(&self, rows: Range<usize>) {
         let mut t0 = 0;
         while t0 < self.n {
             t0 += match self.n - t0 {
-                1 => self.tile::<F, 1, 4>(t0, rows.clone()),
-                2 => self.tile::<F, 2, 2>(t0, rows.clone()),
-                3 => self.tile::<F, 3, 1>(t0, rows.clone()),
-                4..8 => self.tile::<F, 4, 1>(t0, rows.clone()),
-                _ => self.tile::<F, 8, 1>(t0, rows.clone()),
+                1 => self.tile::<F, 1, 4, V>(t0, rows.clone()),
+                2 => self.tile::<F, 2, 2, V>(t0, rows.clone()),
+                3 => self.tile::<F, 3, 1, V>(t0, rows.clone()),
+                4..8 => self.tile::<F, 4, 1, V>(t0, rows.clone()),
+                _ => self.tile::<F, 8, 1, V>(t0, rows.clone()),
             };
         }
     }
 
     #[inline(always)]
-    unsafe fn tile<const F: u8, const T: usize, const R: usize>(&self, t0: usize, rows: Range<usize>) -> usize {
+    unsafe fn tile<const F: u8, const T: usize, const R: usize, const V: bool>(
+        &self,
+        t0: usize,
+        rows: Range<usize>,
+    ) -> usize {
         let stride = self.acts.stride;
         let tile = Tile::<T> {
             q: std::array::from_fn(|t| self.xq.add((t0 + t) * self.nb)),
@@ -210,7 +241,7 @@ impl Rows<'_> {
             // Weights stream from memory once per token in decode: fetch the
             // rows PREFETCH_BYTES ahead while these are computed.
             let pf = Prefetch { at: self.data.wrapping_add((r + ahead) * self.row_bytes), len: R * self.row_bytes };
-            let v = row_dot::<F, T, R>(
+            let v = row_dot::<F, T, R, V>(
                 std::array::from_fn(|i| self.data.add((r + i) * self.row_bytes)),
                 self.nb,
                 &tile,
@@ -226,7 +257,7 @@ impl Rows<'_> {
         // The same arithmetic per output element, one weight row at a time.
         while R > 1 && r < rows.end {
             let pf = Prefetch { at: self.data.wrapping_add((r + ahead) * self.row_bytes), len: self.row_bytes };
-            let v = row_dot::<F, T, 1>([self.data.add(r * self.row_bytes)], self.nb, &tile, pf);
+            let v = row_dot::<F, T, 1, V>([self.data.add(r * self.row_bytes)], self.nb, &tile, pf);
             for (t, v) in v[0].into_iter().enumerate() {
                 *self.out.add((t0 + t) * self.m + r) = v;
             }
@@ -264,14 +295,14 @@ impl Prefetch {
 
 /// R weight rows (`nb` 32-element blocks each) against the tile's activation rows.
 #[inline(always)]
-unsafe fn row_dot<const F: u8, const T: usize, const R: usize>(
+unsafe fn row_dot<const F: u8, const T: usize, const R: usize, const V: bool>(
     w: [*const u8; R],
     nb: usize,
     a: &Tile<T>,
     pf: Prefetch,
 ) -> [[f32; T]; R] {
-    let mut c =
-        Acc::<T, R> { acc: [[_mm256_setzero_ps(); T]; R], macc: [[_mm256_setzero_ps(); T]; R], s: [[[0.0; 8]; T]; R] };
+    let mut g = Group::<T, R> { macc: [[_mm256_setzero_ps(); T]; R], s: [[[0.0; 8]; T]; R] };
+    let mut c = Acc::<T, R, V> { acc: [[_mm256_setzero_ps(); T]; R], g: &mut g };
     let bb = block_bytes(F);
     // Spread the prefetches evenly over the groups.
     let per_group = (pf.len * 8).div_ceil(nb.max(1)).next_multiple_of(64);
@@ -283,28 +314,28 @@ unsafe fn row_dot<const F: u8, const T: usize, const R: usize>(
             pf_at = pf.step(pf_at, per_group, pf_end);
             let b = w.map(|w| w.add(j0 / 8 * bb));
             match F {
-                Q4K => group_q4k::<T, R, false>(b, j0, a, &mut c),
-                Q5K => group_q4k::<T, R, true>(b, j0, a, &mut c),
-                _ => group_q6k::<T, R>(b, j0, a, &mut c),
+                Q4K => group_q4k::<T, R, false, V>(b, j0, a, &mut c),
+                Q5K => group_q4k::<T, R, true, V>(b, j0, a, &mut c),
+                _ => group_q6k::<T, R, V>(b, j0, a, &mut c),
             }
             j0 += 8;
         }
     } else {
         while j0 + 8 <= nb {
             pf_at = pf.step(pf_at, per_group, pf_end);
-            group32::<F, T, R>(w.map(|w| w.add(j0 * bb)), 8, j0, a, &mut c);
+            group32::<F, T, R, V>(w.map(|w| w.add(j0 * bb)), 8, j0, a, &mut c);
             j0 += 8;
         }
         if j0 < nb {
             pf.step(pf_at, per_group, pf_end);
-            group32::<F, T, R>(w.map(|w| w.add(j0 * bb)), nb - j0, j0, a, &mut c);
+            group32::<F, T, R, V>(w.map(|w| w.add(j0 * bb)), nb - j0, j0, a, &mut c);
         }
     }
     // (Plain loops: a closure would not inherit the caller's target features.)
     let mut out = [[0f32; T]; R];
     for r in 0..R {
         for t in 0..T {
-            out[r][t] = hsum(_mm256_add_ps(c.acc[r][t], c.macc[r][t]));
+            out[r][t] = hsum(_mm256_add_ps(c.acc[r][t], c.g.macc[r][t]));
         }
     }
     out
@@ -321,18 +352,18 @@ unsafe fn hsum(v: __m256) -> f32 {
 /// Start of a group for weight row `r`: scales `ws * d_act` for each tile row,
 /// and the offset term `wm * dsum_act` (when `MIN`).
 #[inline(always)]
-unsafe fn prologue<const T: usize, const R: usize, const MIN: bool>(
+unsafe fn prologue<const T: usize, const R: usize, const MIN: bool, const V: bool>(
     r: usize,
     ws: __m256,
     wm: __m256,
     j0: usize,
     a: &Tile<T>,
-    c: &mut Acc<T, R>,
+    c: &mut Acc<'_, T, R, V>,
 ) {
     for t in 0..T {
-        _mm256_storeu_ps(c.s[r][t].as_mut_ptr(), _mm256_mul_ps(ws, _mm256_loadu_ps(a.d[t].add(j0))));
+        _mm256_storeu_ps(c.g.s[r][t].as_mut_ptr(), _mm256_mul_ps(ws, _mm256_loadu_ps(a.d[t].add(j0))));
         if MIN {
-            c.macc[r][t] = _mm256_fmadd_ps(wm, _mm256_loadu_ps(a.dsum[t].add(j0)), c.macc[r][t]);
+            c.g.macc[r][t] = _mm256_fmadd_ps(wm, _mm256_loadu_ps(a.dsum[t].add(j0)), c.g.macc[r][t]);
         }
     }
 }
@@ -340,34 +371,38 @@ unsafe fn prologue<const T: usize, const R: usize, const MIN: bool>(
 /// Block `j0 + j` of weight row `r`: weights `w0` (elements 0..16) and `w1`
 /// (16..32) as i16.
 #[inline(always)]
-unsafe fn mac<const T: usize, const R: usize>(
+unsafe fn mac<const T: usize, const R: usize, const V: bool>(
     r: usize,
     w0: __m256i,
     w1: __m256i,
     j0: usize,
     j: usize,
     a: &Tile<T>,
-    c: &mut Acc<T, R>,
+    c: &mut Acc<'_, T, R, V>,
 ) {
     for t in 0..T {
         let q = (*a.q[t].add(j0 + j)).qs.as_ptr() as *const __m256i;
-        let p = _mm256_add_epi32(
-            _mm256_madd_epi16(w0, _mm256_loadu_si256(q)),
-            _mm256_madd_epi16(w1, _mm256_loadu_si256(q.add(1))),
-        );
-        c.acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&c.s[r][t][j]), c.acc[r][t]);
+        let (a0, a1) = (_mm256_loadu_si256(q), _mm256_loadu_si256(q.add(1)));
+        // VNNI fuses the pairwise multiply-add with the accumulation: the same
+        // i32 sums (both wrap identically) in two instructions instead of three.
+        let p = if V {
+            _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(_mm256_setzero_si256(), w0, a0), w1, a1)
+        } else {
+            _mm256_add_epi32(_mm256_madd_epi16(w0, a0), _mm256_madd_epi16(w1, a1))
+        };
+        c.acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&c.g.s[r][t][j]), c.acc[r][t]);
     }
 }
 
 /// Eight (or `g` < 8, at a row's end) consecutive 32-element blocks of each of
 /// the R weight rows.
 #[inline(always)]
-unsafe fn group32<const F: u8, const T: usize, const R: usize>(
+unsafe fn group32<const F: u8, const T: usize, const R: usize, const V: bool>(
     b: [*const u8; R],
     g: usize,
     j0: usize,
     a: &Tile<T>,
-    c: &mut Acc<T, R>,
+    c: &mut Acc<'_, T, R, V>,
 ) {
     let bb = block_bytes(F);
     for r in 0..R {
@@ -391,9 +426,9 @@ unsafe fn group32<const F: u8, const T: usize, const R: usize>(
             _ => _mm256_setzero_ps(),
         };
         if F == Q8_0 {
-            prologue::<T, R, false>(r, ws, wm, j0, a, c);
+            prologue::<T, R, false, V>(r, ws, wm, j0, a, c);
         } else {
-            prologue::<T, R, true>(r, ws, wm, j0, a, c);
+            prologue::<T, R, true, V>(r, ws, wm, j0, a, c);
         }
     }
     let (lo4, four) = nibble_ops();
@@ -423,7 +458,7 @@ unsafe fn group32<const F: u8, const T: usize, const R: usize>(
                     _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(18) as *const __m128i)),
                 ),
             };
-            mac::<T, R>(r, w0, w1, j0, j, a, c);
+            mac::<T, R, V>(r, w0, w1, j0, j, a, c);
         }
     }
 }
@@ -473,11 +508,11 @@ unsafe fn bits32(p: *const u8) -> __m256i {
 /// One Q4_K (or Q5_K) block of each of the R weight rows: 8 sub-blocks of 32
 /// with 6-bit scales and mins.
 #[inline(always)]
-unsafe fn group_q4k<const T: usize, const R: usize, const FIVE: bool>(
+unsafe fn group_q4k<const T: usize, const R: usize, const FIVE: bool, const V: bool>(
     b: [*const u8; R],
     j0: usize,
     a: &Tile<T>,
-    c: &mut Acc<T, R>,
+    c: &mut Acc<'_, T, R, V>,
 ) {
     for r in 0..R {
         let dm = _mm_cvtph_ps(_mm_cvtsi32_si128((b[r] as *const i32).read_unaligned()));
@@ -497,7 +532,7 @@ unsafe fn group_q4k<const T: usize, const R: usize, const FIVE: bool>(
         let mn = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, mn_hi as i32, mn_lo as i32));
         let ws = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
         let wm = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(mn)), _mm256_set1_ps(-0.0));
-        prologue::<T, R, true>(r, ws, wm, j0, a, c);
+        prologue::<T, R, true, V>(r, ws, wm, j0, a, c);
     }
     let (lo4, four) = nibble_ops();
     let bit4 = _mm256_set1_epi16(0x10);
@@ -526,7 +561,7 @@ unsafe fn group_q4k<const T: usize, const R: usize, const FIVE: bool>(
                     w1 = _mm256_or_si256(w1, _mm256_and_si256(h1, bit4));
                     h[r] = (_mm256_srli_epi16(h0, 1), _mm256_srli_epi16(h1, 1));
                 }
-                mac::<T, R>(r, w0, w1, j0, 2 * p + half, a, c);
+                mac::<T, R, V>(r, w0, w1, j0, 2 * p + half, a, c);
             }
         }
     }
@@ -536,10 +571,15 @@ unsafe fn group_q4k<const T: usize, const R: usize, const FIVE: bool>(
 /// sub-blocks of 32 with two i8 scales (one per 16). One row at a time: the
 /// decoded half-block takes most registers.
 #[inline(always)]
-unsafe fn group_q6k<const T: usize, const R: usize>(b: [*const u8; R], j0: usize, a: &Tile<T>, c: &mut Acc<T, R>) {
+unsafe fn group_q6k<const T: usize, const R: usize, const V: bool>(
+    b: [*const u8; R],
+    j0: usize,
+    a: &Tile<T>,
+    c: &mut Acc<'_, T, R, V>,
+) {
     for r in 0..R {
         let d = _mm256_cvtph_ps(_mm_set1_epi16((b[r].add(208) as *const i16).read_unaligned()));
-        prologue::<T, R, false>(r, d, _mm256_setzero_ps(), j0, a, c);
+        prologue::<T, R, false, V>(r, d, _mm256_setzero_ps(), j0, a, c);
         for n in 0..2 {
             let ql = b[r].add(64 * n);
             let qh = b[r].add(128 + 32 * n);
@@ -551,10 +591,10 @@ unsafe fn group_q6k<const T: usize, const R: usize>(b: [*const u8; R], j0: usize
                     b[r].add(192 + 8 * n) as *const __m128i
                 ))),
             };
-            q6k_sub::<T, R, 0>(&h, r, j0, 4 * n, a, c);
-            q6k_sub::<T, R, 1>(&h, r, j0, 4 * n + 1, a, c);
-            q6k_sub::<T, R, 2>(&h, r, j0, 4 * n + 2, a, c);
-            q6k_sub::<T, R, 3>(&h, r, j0, 4 * n + 3, a, c);
+            q6k_sub::<T, R, 0, V>(&h, r, j0, 4 * n, a, c);
+            q6k_sub::<T, R, 1, V>(&h, r, j0, 4 * n + 1, a, c);
+            q6k_sub::<T, R, 2, V>(&h, r, j0, 4 * n + 2, a, c);
+            q6k_sub::<T, R, 3, V>(&h, r, j0, 4 * n + 3, a, c);
         }
     }
 }
@@ -571,13 +611,13 @@ struct Q6Half {
 /// ql[0..32] (0, 2) or ql[32..64] (1, 3), with qh bits 2*SUB and 2*SUB+1 on top,
 /// minus 32, times the scales SUB*2 (first 16) and SUB*2+1 (last 16).
 #[inline(always)]
-unsafe fn q6k_sub<const T: usize, const R: usize, const SUB: i32>(
+unsafe fn q6k_sub<const T: usize, const R: usize, const SUB: i32, const V: bool>(
     h: &Q6Half,
     r: usize,
     j0: usize,
     j: usize,
     a: &Tile<T>,
-    c: &mut Acc<T, R>,
+    c: &mut Acc<'_, T, R, V>,
 ) {
     let lo4 = _mm256_set1_epi16(0x0F);
     let hi2 = _mm256_set1_epi16(0x30);
@@ -599,5 +639,62 @@ unsafe fn q6k_sub<const T: usize, const R: usize, const SUB: i32>(
         let scale = _mm256_shuffle_epi8(h.sc, _mm256_set1_epi16(i16::from_le_bytes([2 * k as u8, 2 * k as u8 + 1])));
         w[i] = _mm256_mullo_epi16(q, scale);
     }
-    mac::<T, R>(r, w[0], w[1], j0, j, a, c);
+    mac::<T, R, V>(r, w[0], w[1], j0, j, a, c);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::quant::quantize_row_q8;
+
+    /// The VNNI variant must give the same bits as the AVX2 one (it only fuses
+    /// the integer multiply-add with the accumulation), for every format and
+    /// tile shape.
+    #[test]
+    fn vnni_variant_is_bit_identical() {
+        if !available() || !vnni() {
+            return; // Nothing to compare on this CPU; the AVX2 path is tested elsewhere.
+        }
+        let mut seed = 0x51_7cc1_b727_220au64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for dtype in
+            [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4K, DType::Q5K, DType::Q6K]
+        {
+            let k = if dtype.block_size() == 256 { 512 } else { 288 };
+            let (n, m) = (11, 13);
+            let bb = dtype.block_bytes();
+            let mut data: Vec<u8> = (0..m * k / dtype.block_size() * bb).map(|_| next() as u8).collect();
+            let scale_at: &[usize] = match dtype {
+                DType::Q6K => &[208],
+                DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+                _ => &[0, 2],
+            };
+            for b in data.chunks_mut(bb) {
+                for &o in scale_at {
+                    b[o..o + 2]
+                        .copy_from_slice(&half::f16::from_f32(0.01 + (next() % 64) as f32 / 2000.0).to_le_bytes());
+                }
+            }
+            let x: Vec<f32> = (0..n * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
+            let mut xq = vec![Q8Block::default(); n * k / 32];
+            for t in 0..n {
+                quantize_row_q8(&x[t * k..(t + 1) * k], &mut xq[t * k / 32..(t + 1) * k / 32], 32);
+            }
+            let acts = ActScales::new(&xq, n, k / 32);
+            let row_bytes = k / dtype.block_size() * bb;
+            let mm = QuantMatmul { dtype, data: &data, row_bytes, k, m, xq: &xq, acts: &acts, n };
+            let (mut plain, mut fused) = (vec![0f32; n * m], vec![0f32; n * m]);
+            // SAFETY: both feature sets are present (checked above); sizes match.
+            unsafe {
+                quant_rows_avx2(&mm, 0..m, plain.as_mut_ptr());
+                quant_rows_vnni(&mm, 0..m, fused.as_mut_ptr());
+            }
+            assert_eq!(plain, fused, "{dtype}");
+        }
+    }
 }

@@ -11,6 +11,9 @@ pub fn has_avx2() -> bool {
 pub fn describe() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
+        if has_avx2() && super::qdot::vnni() {
+            return "avx2+fma, avx512-vnni dots";
+        }
         if has_avx2() {
             return "avx2+fma";
         }
