@@ -6,93 +6,14 @@
 //! installs it and fetches the model).
 
 mod common;
+use common::server::{curl, python, Server};
 use common::*;
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::Command;
 
 use serde_json::{json, Value};
 
 const KEY: &str = "embed-key";
-
-/// A running server, killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-    stderr: mpsc::Receiver<String>,
-}
-
-impl Server {
-    fn start(model: &str, extra: &[&str]) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let port_s = port.to_string();
-        let mut args = vec!["serve", model, "--port", &port_s, "--api-key", KEY];
-        args.extend_from_slice(extra);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("cannot start ferrite serve");
-        let (tx, rx) = mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let line = rx
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .unwrap_or_else(|_| panic!("ferrite serve did not report listening (exit: {:?})", child.try_wait()));
-            assert!(!line.contains("panicked"), "{line}");
-            if line.contains("listening on") {
-                break;
-            }
-        }
-        Server { child, base: format!("http://127.0.0.1:{port}"), stderr: rx }
-    }
-
-    /// Sends SIGTERM and waits for the exit status.
-    fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                let rest: Vec<String> = self.stderr.try_iter().collect();
-                assert!(!rest.iter().any(|l| l.contains("panicked")), "{rest:?}");
-                return status;
-            }
-            assert!(Instant::now() < deadline, "ferrite serve did not exit after SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// curl; returns (HTTP status, body).
-fn curl(args: &[&str]) -> (u16, String) {
-    let out = Command::new("curl")
-        .args(["-s", "-S", "--max-time", "120", "-w", "\n%{http_code}"])
-        .args(args)
-        .output()
-        .expect("curl is required for the server tests");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string())
-}
 
 fn post(base: &str, path: &str, body: &Value) -> (u16, Value) {
     let url = format!("{base}{path}");
@@ -146,18 +67,12 @@ fn decode_base64(s: &str) -> Vec<f32> {
     bytes.chunks(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
 }
 
-fn python() -> PathBuf {
-    let p = repo_root().join(".venv/bin/python");
-    assert!(p.exists(), "{} is missing: run scripts/setup-test-models.sh first", p.display());
-    p
-}
-
 #[test]
 fn tiny_modernbert_vectors_batching_concurrency_and_errors() {
     let fx = read_json("embed/modernbert.json");
     let items = fx["checkpoints"]["modernbert-tiny-a"]["items"].as_array().unwrap().clone();
     let dir = fixture("embed/modernbert-tiny-a");
-    let s = Server::start(dir.to_str().unwrap(), &["--max-embed-tokens", "256"]);
+    let s = Server::start(dir.to_str().unwrap(), KEY, &["--max-embed-tokens", "256"]);
     let b = s.base.as_str();
     let model = "modernbert-tiny-a";
 
@@ -280,7 +195,7 @@ fn tiny_modernbert_vectors_batching_concurrency_and_errors() {
 #[test]
 fn minilm_with_the_openai_client() {
     model_path("all-minilm-l6-v2");
-    let s = Server::start("all-minilm-l6-v2", &[]);
+    let s = Server::start("all-minilm-l6-v2", KEY, &[]);
     let script = repo_root().join("tests/serve/openai_embed.py");
     let out = Command::new(python())
         .arg(&script)

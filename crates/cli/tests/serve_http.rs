@@ -5,92 +5,21 @@
 //! installs them), Chromium from the system (`/usr/bin/chromium`).
 
 mod common;
+use common::server::{curl, python, Server};
 use common::*;
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 const KEY: &str = "test-key";
 const MODEL: &str = "smollm2";
 
-/// A running server, killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-    stderr: mpsc::Receiver<String>,
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        model_path("smollm2.gguf");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let port_s = port.to_string();
-        let mut args = vec!["serve", MODEL, "--port", &port_s, "--api-key", KEY, "--ctx-size", "2048"];
-        args.extend_from_slice(extra);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("cannot start ferrite serve");
-        let (tx, rx) = mpsc::channel();
-        let err = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            let line = rx
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-                .unwrap_or_else(|_| panic!("ferrite serve did not report listening (exit: {:?})", child.try_wait()));
-            assert!(!line.contains("panicked"), "{line}");
-            if line.contains("listening on") {
-                break;
-            }
-        }
-        Server { child, base: format!("http://127.0.0.1:{port}"), stderr: rx }
-    }
-
-    /// Sends SIGTERM and waits for the exit status.
-    fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                let rest: Vec<String> = self.stderr.try_iter().collect();
-                assert!(!rest.iter().any(|l| l.contains("panicked")), "{rest:?}");
-                return status;
-            }
-            assert!(Instant::now() < deadline, "ferrite serve did not exit after SIGTERM");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// curl; returns (HTTP status, body).
-fn curl(args: &[&str]) -> (u16, String) {
-    let out = Command::new("curl")
-        .args(["-s", "-S", "--max-time", "120", "-w", "\n%{http_code}"])
-        .args(args)
-        .output()
-        .expect("curl is required for the server tests");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string())
+/// SmolLM2 served with a 2048-token context and the test key.
+fn start(extra: &[&str]) -> Server {
+    model_path("smollm2.gguf");
+    let mut args = vec!["--ctx-size", "2048"];
+    args.extend_from_slice(extra);
+    Server::start(MODEL, KEY, &args)
 }
 
 fn auth() -> String {
@@ -106,12 +35,6 @@ fn json(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
 }
 
-fn python() -> PathBuf {
-    let p = repo_root().join(".venv/bin/python");
-    assert!(p.exists(), "{} is missing: run scripts/setup-test-models.sh first", p.display());
-    p
-}
-
 fn run_script(script: &str, args: &[&str]) {
     let out = Command::new(python())
         .arg(repo_root().join("tests/serve").join(script))
@@ -125,7 +48,7 @@ fn run_script(script: &str, args: &[&str]) {
 
 #[test]
 fn http_surface_with_curl_openai_client_load_and_browser() {
-    let s = Server::start(&["--max-num-seqs", "64"]);
+    let s = start(&["--max-num-seqs", "64"]);
     let b = s.base.as_str();
 
     // Health, models, metrics need no key; the API does.
@@ -213,7 +136,7 @@ fn http_surface_with_curl_openai_client_load_and_browser() {
 
 #[test]
 fn sigterm_with_streams_in_flight_exits_cleanly_and_bad_startup_fails_clearly() {
-    let s = Server::start(&[]);
+    let s = start(&[]);
     let url = format!("{}/v1/completions", s.base);
     let stream = Command::new("curl")
         .args(["-s", "-N", "-H", &auth(), "-H", "Content-Type: application/json", &url, "-d"])

@@ -17,7 +17,7 @@
 
 // Tile rows and their accumulators are parallel const-size arrays.
 #![allow(clippy::needless_range_loop)]
-use super::fork::for_each_chunk;
+use super::fork::{for_each_chunk, SendPtr};
 use super::math::exp;
 #[cfg(target_arch = "x86_64")]
 use super::simd::has_avx2;
@@ -87,19 +87,7 @@ struct Call<'a> {
     p: &'a AttnParams,
 }
 
-/// Output pointer shared by the units; each writes its own (row, head) slices.
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-// SAFETY: units write disjoint (row, head) slices of a buffer that outlives
-// the parallel loop.
-unsafe impl Send for Out {}
-unsafe impl Sync for Out {}
-impl Out {
-    #[inline(always)]
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
+type Out = SendPtr<f32>;
 
 fn check_batch(batch: &AttnBatch, pool: &CpuKvPool, n: usize) -> Result<()> {
     if batch.block_size != pool.block_size {
@@ -156,7 +144,7 @@ pub fn attention(
     }
     let call = Call { q, k: &pool.k[layer], v: &pool.v[layer], kv_dim: pool.kv_dim, bs: pool.block_size, batch, p };
     let mut out = vec![0f32; q.len()];
-    let o = Out(out.as_mut_ptr());
+    let o = SendPtr(out.as_mut_ptr());
     for_each_chunk(units.len(), 1, &|range| {
         let mut scores = Vec::new();
         for u in &units[range] {

@@ -3,7 +3,7 @@
 
 // Tile rows and their accumulators are parallel const-size arrays.
 #![allow(clippy::needless_range_loop)]
-use super::fork::for_each_chunk;
+use super::fork::{for_each_chunk, SendPtr};
 use super::math::exp;
 #[cfg(target_arch = "x86_64")]
 use super::simd::has_avx2;
@@ -29,18 +29,7 @@ struct Inputs<'a> {
     p: &'a AttnParams,
 }
 
-/// Output pointer shared by the units; each writes its own (row, head) slices.
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-// SAFETY: units write disjoint (row, head) slices of a buffer that outlives the loop.
-unsafe impl Send for Out {}
-unsafe impl Sync for Out {}
-impl Out {
-    #[inline(always)]
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
+type Out = SendPtr<f32>;
 
 pub fn encoder_attention(
     q: &[f32],
@@ -78,7 +67,7 @@ pub fn encoder_attention(
     }
     let inputs = Inputs { q, k, v, p };
     let mut out = vec![0f32; q.len()];
-    let o = Out(out.as_mut_ptr());
+    let o = SendPtr(out.as_mut_ptr());
     for_each_chunk(units.len(), 1, &|range| {
         let mut scratch = Scratch::default();
         for u in &units[range] {

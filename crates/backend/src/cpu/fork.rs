@@ -96,17 +96,27 @@ pub fn for_each_chunk(total: usize, chunk: usize, f: &(dyn Fn(Range<usize>) + Sy
     }
 }
 
-/// A pointer to the output of `for_each_chunk_mut`, shared by its chunks.
-struct OutPtr<T>(*mut T);
-impl<T> Clone for OutPtr<T> {
+/// A raw pointer to a buffer that the chunks of one parallel loop write, each
+/// a disjoint set of elements (the users' SAFETY comments say which).
+pub struct SendPtr<T>(pub *mut T);
+impl<T> Clone for SendPtr<T> {
     fn clone(&self) -> Self {
         *self
     }
 }
-impl<T> Copy for OutPtr<T> {}
-// SAFETY: chunks built from it cover disjoint ranges (see `for_each_chunk_mut`).
-unsafe impl<T: Send> Send for OutPtr<T> {}
-unsafe impl<T: Send> Sync for OutPtr<T> {}
+impl<T> Copy for SendPtr<T> {}
+// SAFETY: every user writes disjoint elements from its chunks, and the buffer
+// outlives the parallel loop that uses the pointer.
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    /// The pointer (a method, so closures capture the whole `Send` wrapper).
+    #[inline(always)]
+    pub fn get(self) -> *mut T {
+        self.0
+    }
+}
 
 /// `out` is `unit`-sized items; calls `f(first_item, items)` on consecutive runs
 /// of at most `items_per_chunk` items, in parallel like `for_each_chunk`.
@@ -118,13 +128,13 @@ pub fn for_each_chunk_mut<T: Send>(
 ) {
     let unit = unit.max(1);
     let items = out.len() / unit;
-    let ptr = OutPtr(out.as_mut_ptr());
+    let ptr = SendPtr(out.as_mut_ptr());
     for_each_chunk(items, items_per_chunk, &|r: Range<usize>| {
         let p = &ptr;
         // SAFETY: `for_each_chunk` hands out disjoint item ranges within
         // `0..items`, so these slices of `out` never overlap, and `out` stays
         // borrowed mutably until every chunk has finished.
-        let s = unsafe { std::slice::from_raw_parts_mut(p.0.add(r.start * unit), r.len() * unit) };
+        let s = unsafe { std::slice::from_raw_parts_mut(p.get().add(r.start * unit), r.len() * unit) };
         f(r.start, s)
     });
 }

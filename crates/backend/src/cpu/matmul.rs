@@ -5,7 +5,7 @@
 //! in integer arithmetic. Dense weights: f32 dots. Every output element is
 //! computed the same way whatever the batch size, so results are batch-invariant.
 
-use super::fork::for_each_chunk;
+use super::fork::{for_each_chunk, SendPtr};
 use super::CpuWeight;
 use crate::quant::{dequantize_row, quantize_row_q8, unpack_row, Q8Block, UnpackedRow};
 use std::ops::Range;
@@ -17,28 +17,6 @@ const CHUNK_WORK: usize = 2048;
 /// Output rows per parallel chunk for `n` activation rows of `nb` blocks.
 fn rows_per_chunk(n: usize, nb: usize) -> usize {
     CHUNK_WORK.div_ceil(n * nb.max(1)).next_multiple_of(4).clamp(16, 512)
-}
-
-/// A raw pointer that may cross threads; each chunk writes a disjoint set of
-/// elements.
-struct SendPtr<T>(*mut T);
-impl<T> Clone for SendPtr<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for SendPtr<T> {}
-// SAFETY: chunks write disjoint indices (distinct output columns r, or distinct
-// activation rows), and the buffer outlives the parallel loop that uses it.
-unsafe impl<T> Send for SendPtr<T> {}
-unsafe impl<T> Sync for SendPtr<T> {}
-
-impl<T> SendPtr<T> {
-    /// The pointer (a method, so closures capture the whole `Send` wrapper).
-    #[inline(always)]
-    fn get(self) -> *mut T {
-        self.0
-    }
 }
 
 type OutPtr = SendPtr<f32>;
@@ -256,45 +234,20 @@ pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_util::{Rng, QUANT_TYPES};
     use super::*;
-    use ferrite_core::{DType, HostBytes};
+    use ferrite_core::HostBytes;
 
     /// The portable unpack path (used where the fused kernels are not) against
     /// the fused kernels: the same quantized activations, so only f32 rounding
     /// differs.
     #[test]
     fn unpack_path_matches_fused_kernels() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        for dtype in
-            [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4K, DType::Q5K, DType::Q6K]
-        {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        for dtype in QUANT_TYPES {
             let (n, m, k) = (3, 37, if dtype.block_size() == 256 { 512 } else { 288 });
-            let bb = dtype.block_bytes();
-            let mut bytes: Vec<u8> = (0..m * k / dtype.block_size() * bb).map(|_| next() as u8).collect();
-            // Small sane f16 scales.
-            let scales: &[usize] = match dtype {
-                DType::Q6K => &[208],
-                DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
-                _ => &[0, 2],
-            };
-            for b in bytes.chunks_mut(bb) {
-                for &o in scales {
-                    b[o..o + 2]
-                        .copy_from_slice(&half::f16::from_f32(0.01 + (next() % 64) as f32 / 2000.0).to_le_bytes());
-                }
-            }
-            let w = CpuWeight::new("w".into(), dtype, m, k, HostBytes::from_vec(bytes));
-            let x: Vec<f32> = (0..n * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
-            let mut xq = vec![Q8Block::default(); n * k / 32];
-            for t in 0..n {
-                quantize_row_q8(&x[t * k..(t + 1) * k], &mut xq[t * k / 32..(t + 1) * k / 32], 32);
-            }
+            let w = CpuWeight::new("w".into(), dtype, m, k, HostBytes::from_vec(rng.weight(dtype, m, k)));
+            let (x, xq) = rng.acts(n, k);
             let mut fused = vec![0f32; n * m];
             matmul(&x, n, &w, &mut fused);
             // Both flavours of the unpack path: explicit AVX2 and plain scalar.

@@ -10,6 +10,8 @@ mod ops;
 mod qdot;
 mod sgemm;
 pub mod simd;
+#[cfg(test)]
+mod test_util;
 
 pub use attention::CpuKvPool;
 pub use matmul::dot_f32;

@@ -644,8 +644,8 @@ unsafe fn q6k_sub<const T: usize, const R: usize, const SUB: i32, const V: bool>
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_util::{Rng, QUANT_TYPES};
     use super::*;
-    use crate::quant::quantize_row_q8;
 
     /// The VNNI variant must give the same bits as the AVX2 one (it only fuses
     /// the integer multiply-add with the accumulation), for every format and
@@ -655,38 +655,14 @@ mod tests {
         if !available() || !vnni() {
             return; // Nothing to compare on this CPU; the AVX2 path is tested elsewhere.
         }
-        let mut seed = 0x51_7cc1_b727_220au64;
-        let mut next = move || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
-        for dtype in
-            [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4K, DType::Q5K, DType::Q6K]
-        {
+        let mut rng = Rng(0x51_7cc1_b727_220a);
+        for dtype in QUANT_TYPES {
             let k = if dtype.block_size() == 256 { 512 } else { 288 };
             let (n, m) = (11, 13);
-            let bb = dtype.block_bytes();
-            let mut data: Vec<u8> = (0..m * k / dtype.block_size() * bb).map(|_| next() as u8).collect();
-            let scale_at: &[usize] = match dtype {
-                DType::Q6K => &[208],
-                DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
-                _ => &[0, 2],
-            };
-            for b in data.chunks_mut(bb) {
-                for &o in scale_at {
-                    b[o..o + 2]
-                        .copy_from_slice(&half::f16::from_f32(0.01 + (next() % 64) as f32 / 2000.0).to_le_bytes());
-                }
-            }
-            let x: Vec<f32> = (0..n * k).map(|_| (next() % 2001) as f32 / 1000.0 - 1.0).collect();
-            let mut xq = vec![Q8Block::default(); n * k / 32];
-            for t in 0..n {
-                quantize_row_q8(&x[t * k..(t + 1) * k], &mut xq[t * k / 32..(t + 1) * k / 32], 32);
-            }
+            let data = rng.weight(dtype, m, k);
+            let (_, xq) = rng.acts(n, k);
             let acts = ActScales::new(&xq, n, k / 32);
-            let row_bytes = k / dtype.block_size() * bb;
+            let row_bytes = k / dtype.block_size() * dtype.block_bytes();
             let mm = QuantMatmul { dtype, data: &data, row_bytes, k, m, xq: &xq, acts: &acts, n };
             let (mut plain, mut fused) = (vec![0f32; n * m], vec![0f32; n * m]);
             // SAFETY: both feature sets are present (checked above); sizes match.

@@ -11,7 +11,7 @@
 //! tile, row block or thread computes it, so results are batch-invariant: a row
 //! gets the same bits alone or in a batch of hundreds.
 
-use super::fork::for_each_chunk;
+use super::fork::{for_each_chunk, SendPtr};
 use std::ops::Range;
 
 /// Output columns per packed panel.
@@ -52,19 +52,7 @@ impl PackedF32 {
     }
 }
 
-/// Output pointer shared by the tiles; each tile writes its own elements.
-#[derive(Clone, Copy)]
-struct Out(*mut f32);
-// SAFETY: tiles write disjoint (row, column) sets of a buffer that outlives
-// the parallel loop.
-unsafe impl Send for Out {}
-unsafe impl Sync for Out {}
-impl Out {
-    #[inline(always)]
-    fn get(self) -> *mut f32 {
-        self.0
-    }
-}
+type Out = SendPtr<f32>;
 
 /// out[n, m] = x[n, k] * w^T.
 pub fn gemm(x: &[f32], n: usize, w: &PackedF32, out: &mut [f32]) {
@@ -73,7 +61,7 @@ pub fn gemm(x: &[f32], n: usize, w: &PackedF32, out: &mut [f32]) {
     let panels = w.m.div_ceil(NR);
     let row_tiles = n.div_ceil(MC);
     let col_tiles = panels.div_ceil(PANELS_PER_TILE);
-    let o = Out(out.as_mut_ptr());
+    let o = SendPtr(out.as_mut_ptr());
     for_each_chunk(row_tiles * col_tiles, 1, &|tiles| {
         for t in tiles {
             let rows = (t / col_tiles) * MC..((t / col_tiles + 1) * MC).min(n);

@@ -67,3 +67,4 @@ pub fn argmax(row: &[f32]) -> usize {
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
+pub mod server;
