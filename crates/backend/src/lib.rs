@@ -139,6 +139,14 @@ pub trait Backend: Send + Sync {
     fn embedding(&self, table: &Self::Weight, ids: &[u32]) -> Result<Self::Tensor>;
     /// x [n, k] times w [m, k] transposed: [n, m].
     fn matmul(&self, x: &Self::Tensor, w: &Self::Weight) -> Result<Self::Tensor>;
+    /// x · w^T plus `bias` [1, m] on every row.
+    fn linear(&self, x: &Self::Tensor, w: &Self::Weight, bias: Option<&Self::Tensor>) -> Result<Self::Tensor> {
+        let mut y = self.matmul(x, w)?;
+        if let Some(b) = bias {
+            self.add_row(&mut y, b)?;
+        }
+        Ok(y)
+    }
     /// Adds `v` [1, cols] to every row of `x`.
     fn add_row(&self, x: &mut Self::Tensor, v: &Self::Tensor) -> Result<()>;
     fn add(&self, x: &mut Self::Tensor, y: &Self::Tensor) -> Result<()>;

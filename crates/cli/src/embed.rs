@@ -7,6 +7,7 @@ use clap::Args;
 use ferrite_core::{Error, Result};
 use ferrite_engine::embed::{EmbedOptions, Pooling};
 use indicatif::{ProgressBar, ProgressStyle};
+use rayon::prelude::*;
 
 use crate::load::{init_threads, load_embedder};
 
@@ -31,7 +32,7 @@ pub struct EmbedArgs {
     /// Pooling: cls, mean, last or max (default: the model's setting, else mean).
     #[arg(long)]
     pub pooling: Option<Pooling>,
-    /// Worker threads (default: all cores).
+    /// Worker threads (default: one per physical core).
     #[arg(long)]
     pub threads: Option<usize>,
 }
@@ -80,13 +81,21 @@ pub fn main(a: EmbedArgs) -> Result<()> {
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut index = 0;
     for chunk in ids.chunks(a.batch_size) {
-        for v in e.embed_tokens(chunk, opts.normalize)? {
-            // f32 values print in their shortest round-trip form.
-            let v = serde_json::to_string(&v).expect("floats serialize");
-            writeln!(out, "{{\"index\":{index},\"embedding\":{v}}}")
-                .map_err(|err| Error::io("standard output", err))?;
-            index += 1;
+        let vectors = e.embed_tokens(chunk, opts.normalize)?;
+        // Formatting floats is a fair share of the work: do it on every core.
+        let lines: Vec<String> = vectors
+            .par_iter()
+            .enumerate()
+            .map(|(i, v)| {
+                // f32 values print in their shortest round-trip form.
+                let v = serde_json::to_string(v).expect("floats serialize");
+                format!("{{\"index\":{},\"embedding\":{v}}}\n", index + i)
+            })
+            .collect();
+        for line in &lines {
+            out.write_all(line.as_bytes()).map_err(|err| Error::io("standard output", err))?;
         }
+        index += lines.len();
         bar.inc(chunk.len() as u64);
     }
     bar.finish_and_clear();

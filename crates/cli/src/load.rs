@@ -28,7 +28,7 @@ pub struct Loaded {
 }
 
 pub fn init_threads(threads: Option<usize>) -> Result<()> {
-    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let n = threads.unwrap_or_else(crate::cores::physical_cores);
     if n == 0 {
         return Err(Error::InvalidInput("--threads must be at least 1".into()));
     }

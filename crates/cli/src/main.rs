@@ -4,6 +4,7 @@ mod alloc;
 mod bench;
 mod bench_serve;
 mod chat;
+mod cores;
 mod embed;
 mod inspect;
 mod load;
@@ -33,7 +34,7 @@ pub struct ModelArgs {
     /// A .gguf file, an HF model directory, an HF cache entry (org/name), or a
     /// short name from ferrite's model directory (see `ferrite list`).
     pub model: String,
-    /// Worker threads (default: all cores).
+    /// Worker threads (default: one per physical core).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Context in tokens: the KV cache of `run` and `bench`, the longest request

@@ -43,7 +43,7 @@ pub fn matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32]) {
         });
         dispatch_quant(&xq, n, w, out);
     } else if let Some(p) = &w.packed {
-        super::sgemm::gemm(x, n, p, out);
+        super::sgemm::gemm(x, n, p, None, out);
     } else {
         dispatch_dense(x, n, w, out);
     }

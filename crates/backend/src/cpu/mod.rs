@@ -142,28 +142,43 @@ impl Backend for CpuBackend {
         Ok(CpuTensor { data: out, rows: x.rows, cols: w.rows })
     }
 
+    fn linear(&self, x: &CpuTensor, w: &CpuWeight, bias: Option<&CpuTensor>) -> Result<CpuTensor> {
+        let Some(p) = &w.packed else {
+            let mut y = self.matmul(x, w)?;
+            if let Some(b) = bias {
+                self.add_row(&mut y, b)?;
+            }
+            return Ok(y);
+        };
+        if x.cols != w.cols || bias.is_some_and(|b| b.data.len() != w.rows) {
+            return Err(Error::Shape(format!(
+                "linear {}: input has {} columns, weight is [{}, {}]",
+                w.name, x.cols, w.rows, w.cols
+            )));
+        }
+        let mut out = vec![0f32; x.rows * w.rows];
+        if x.rows > 0 && w.rows > 0 {
+            sgemm::gemm(&x.data, x.rows, p, bias.map(|b| b.data.as_slice()), &mut out);
+        }
+        Ok(CpuTensor { data: out, rows: x.rows, cols: w.rows })
+    }
+
     fn add_row(&self, x: &mut CpuTensor, v: &CpuTensor) -> Result<()> {
         if v.data.len() != x.cols {
             return Err(Error::Shape(format!("add_row: {} values for {} columns", v.data.len(), x.cols)));
         }
-        for row in x.data.chunks_mut(x.cols) {
-            for (a, b) in row.iter_mut().zip(&v.data) {
-                *a += b;
-            }
-        }
+        ops::add_rows(&mut x.data, &v.data);
         Ok(())
     }
 
     fn add(&self, x: &mut CpuTensor, y: &CpuTensor) -> Result<()> {
         same_shape(x, y, "add")?;
-        for (a, b) in x.data.iter_mut().zip(&y.data) {
-            *a += b;
-        }
+        ops::add(&mut x.data, &y.data);
         Ok(())
     }
 
     fn scale(&self, x: &mut CpuTensor, s: f32) -> Result<()> {
-        x.data.iter_mut().for_each(|v| *v *= s);
+        ops::scale(&mut x.data, s);
         Ok(())
     }
 

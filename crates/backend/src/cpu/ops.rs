@@ -178,3 +178,27 @@ pub fn activate_all(x: &mut [f32], act: Activation) {
         act_dispatch(o, &src[first..first + n], None, act);
     });
 }
+
+/// Elements per parallel chunk of the element-wise ops: one decode row runs
+/// on the calling thread alone.
+const ELEMS_PER_CHUNK: usize = 1 << 14;
+
+/// x[r] += v for every row r of `x` (rows of v.len()).
+pub fn add_rows(x: &mut [f32], v: &[f32]) {
+    let rows_per_chunk = (ELEMS_PER_CHUNK / v.len().max(1)).max(1);
+    for_each_chunk_mut(x, v.len(), rows_per_chunk, &|_, rows| {
+        for row in rows.chunks_mut(v.len()) {
+            row.iter_mut().zip(v).for_each(|(a, b)| *a += b);
+        }
+    });
+}
+
+pub fn add(x: &mut [f32], y: &[f32]) {
+    for_each_chunk_mut(x, 1, ELEMS_PER_CHUNK, &|first, o| {
+        o.iter_mut().zip(&y[first..]).for_each(|(a, b)| *a += b);
+    });
+}
+
+pub fn scale(x: &mut [f32], s: f32) {
+    for_each_chunk_mut(x, 1, ELEMS_PER_CHUNK, &|_, o| o.iter_mut().for_each(|v| *v *= s));
+}

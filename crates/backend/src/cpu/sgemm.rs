@@ -54,10 +54,12 @@ impl PackedF32 {
 
 type Out = SendPtr<f32>;
 
-/// out[n, m] = x[n, k] * w^T.
-pub fn gemm(x: &[f32], n: usize, w: &PackedF32, out: &mut [f32]) {
+/// out[n, m] = x[n, k] * w^T (+ bias[m] on every row, added per tile while
+/// the tile is in cache; the same f32 additions as a separate pass).
+pub fn gemm(x: &[f32], n: usize, w: &PackedF32, bias: Option<&[f32]>, out: &mut [f32]) {
     assert_eq!(x.len(), n * w.k, "gemm: activation size");
     assert_eq!(out.len(), n * w.m, "gemm: output size");
+    assert!(bias.is_none_or(|b| b.len() == w.m), "gemm: bias size");
     let panels = w.m.div_ceil(NR);
     let row_tiles = n.div_ceil(MC);
     let col_tiles = panels.div_ceil(PANELS_PER_TILE);
@@ -66,7 +68,15 @@ pub fn gemm(x: &[f32], n: usize, w: &PackedF32, out: &mut [f32]) {
         for t in tiles {
             let rows = (t / col_tiles) * MC..((t / col_tiles + 1) * MC).min(n);
             let ps = (t % col_tiles) * PANELS_PER_TILE..((t % col_tiles + 1) * PANELS_PER_TILE).min(panels);
-            tile(x, w, rows, ps, o);
+            tile(x, w, rows.clone(), ps.clone(), o);
+            if let Some(b) = bias {
+                let cols = ps.start * NR..(ps.end * NR).min(w.m);
+                for r in rows {
+                    // SAFETY: this tile's rows and columns belong to this task alone.
+                    let row = unsafe { std::slice::from_raw_parts_mut(o.get().add(r * w.m + cols.start), cols.len()) };
+                    row.iter_mut().zip(&b[cols.clone()]).for_each(|(v, b)| *v += b);
+                }
+            }
         }
     });
 }
@@ -185,14 +195,14 @@ mod tests {
             let w: Vec<f32> = (0..m * k).map(|_| rnd()).collect();
             let p = PackedF32::pack(m, k, |r, buf| buf.copy_from_slice(&w[r * k..(r + 1) * k]));
             let mut out = vec![0f32; n * m];
-            gemm(&x, n, &p, &mut out);
+            gemm(&x, n, &p, None, &mut out);
             let want = reference(&x, n, &w, m, k);
             for (i, (a, b)) in out.iter().zip(&want).enumerate() {
                 assert!((a - b).abs() <= 1e-5 * (k as f32).sqrt() * 4.0, "({n},{m},{k}) {i}: {a} vs {b}");
             }
             for t in 0..n {
                 let mut one = vec![0f32; m];
-                gemm(&x[t * k..(t + 1) * k], 1, &p, &mut one);
+                gemm(&x[t * k..(t + 1) * k], 1, &p, None, &mut one);
                 assert_eq!(one, out[t * m..(t + 1) * m], "row {t} alone differs from the batch");
             }
         }

@@ -6,7 +6,7 @@
 //!              x = LN(x + act(x·Wi + bi)·Wo2 + bo2)
 //! Weight names mirror the checkpoint (`encoder.layer.N.attention.self.query`).
 
-use super::{linear, EncodeBatch, EncoderArch, EncoderConfig, EncoderModel, Weights};
+use super::{EncodeBatch, EncoderArch, EncoderConfig, EncoderModel, Weights};
 use crate::checkpoint::HfCheckpoint;
 use crate::hf::HfConfig;
 use ferrite_backend::{Activation, AttnParams, Backend};
@@ -112,16 +112,16 @@ impl<B: Backend> Bert<B> {
 
     fn layer(&self, x: B::Tensor, l: &Layer<B>, batch: &EncodeBatch) -> Result<B::Tensor> {
         let be = &self.backend;
-        let q = linear(be, &x, &l.q.0, Some(&l.q.1))?;
-        let k = linear(be, &x, &l.k.0, Some(&l.k.1))?;
-        let v = linear(be, &x, &l.v.0, Some(&l.v.1))?;
+        let q = be.linear(&x, &l.q.0, Some(&l.q.1))?;
+        let k = be.linear(&x, &l.k.0, Some(&l.k.1))?;
+        let v = be.linear(&x, &l.v.0, Some(&l.v.1))?;
         let a = be.encoder_attention(&q, &k, &v, &batch.seqs, &self.attn)?;
-        let mut o = linear(be, &a, &l.out.0, Some(&l.out.1))?;
+        let mut o = be.linear(&a, &l.out.0, Some(&l.out.1))?;
         be.add(&mut o, &x)?;
         let x = be.layer_norm(&o, &l.attn_norm.w, Some(&l.attn_norm.b), self.eps)?;
-        let mut m = linear(be, &x, &l.up.0, Some(&l.up.1))?;
+        let mut m = be.linear(&x, &l.up.0, Some(&l.up.1))?;
         be.activate(&mut m, self.act)?;
-        let mut d = linear(be, &m, &l.down.0, Some(&l.down.1))?;
+        let mut d = be.linear(&m, &l.down.0, Some(&l.down.1))?;
         be.add(&mut d, &x)?;
         be.layer_norm(&d, &l.ffn_norm.w, Some(&l.ffn_norm.b), self.eps)
     }

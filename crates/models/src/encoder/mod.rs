@@ -165,12 +165,3 @@ impl<'a, B: Backend> Weights<'a, B> {
         self.backend.upload(v, 1, len)
     }
 }
-
-/// x · w (+ b).
-fn linear<B: Backend>(be: &B, x: &B::Tensor, w: &B::Weight, b: Option<&B::Tensor>) -> Result<B::Tensor> {
-    let mut y = be.matmul(x, w)?;
-    if let Some(b) = b {
-        be.add_row(&mut y, b)?;
-    }
-    Ok(y)
-}

@@ -9,7 +9,7 @@
 //! Weight names mirror the checkpoint (`layers.N.attn.Wqkv`), under an optional
 //! `model.` prefix (masked-LM checkpoints).
 
-use super::{linear, EncodeBatch, EncoderArch, EncoderConfig, EncoderModel, Weights};
+use super::{EncodeBatch, EncoderArch, EncoderConfig, EncoderModel, Weights};
 use crate::checkpoint::HfCheckpoint;
 use crate::config::{inv_freq, LayerKind, RopeScaling};
 use crate::hf::HfConfig;
@@ -175,7 +175,7 @@ impl<B: Backend> ModernBert<B> {
     }
 
     fn linear(&self, x: &B::Tensor, l: &Linear<B>) -> Result<B::Tensor> {
-        linear(&self.backend, x, &l.w, l.b.as_ref())
+        self.backend.linear(x, &l.w, l.b.as_ref())
     }
 
     fn layer(&self, mut x: B::Tensor, l: &Layer<B>, batch: &EncodeBatch, positions: &[u32]) -> Result<B::Tensor> {
