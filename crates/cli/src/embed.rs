@@ -70,7 +70,9 @@ pub fn main(a: EmbedArgs) -> Result<()> {
     let e = load_embedder(&a.model, a.pooling)?;
     // Tokenize everything first: a bad input fails before any output.
     let ids = e.tokenize_all(&texts, a.truncate).map_err(|err| match err {
-        Error::InvalidInput(m) => Error::InvalidInput(format!("{m} (--truncate cuts long inputs)")),
+        Error::InvalidInput(m) if m.contains("more than the model's") => {
+            Error::InvalidInput(format!("{m}; --truncate cuts long inputs"))
+        }
         other => other,
     })?;
     let bar = if a.file.is_some() { ProgressBar::new(texts.len() as u64) } else { ProgressBar::hidden() };

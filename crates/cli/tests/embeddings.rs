@@ -201,3 +201,53 @@ fn embed_command_rejects_bad_input_clearly() {
     fails_with(&["embed", smollm.to_str().unwrap(), "hello"], &["not an embedding model"]);
     fails_with(&["run", d, "--prompt", "hi"], &["embedding model", "ferrite embed"]);
 }
+
+// ---------------------------------------------------------------------------
+// The serving engine (what /v1/embeddings runs on)
+
+#[test]
+fn embed_engine_is_fair_validates_and_shuts_down_cleanly() {
+    use ferrite_engine::embed::{EmbedEngine, EmbedEngineConfig, MAX_INPUTS};
+    let dir = fixture("embed/bert-tiny-cls");
+    let reference = embedder(&dir);
+    let engine = EmbedEngine::start(embedder(&dir), EmbedEngineConfig { max_batch_tokens: 64, max_waiting: 8 });
+    let long: Vec<u32> = (0..60).map(|i| 5 + i % 300).collect();
+    let short = vec![2u32, 40, 41, 3];
+
+    // A huge request first, then a small one: the small one is answered while
+    // the huge one is still running (inputs are taken from requests in turn).
+    let big = engine.submit(vec![long.clone(); MAX_INPUTS], false, None).unwrap();
+    let mut small = engine.submit(vec![short.clone()], false, Some(16)).unwrap();
+    let got = loop {
+        match small.try_recv() {
+            Ok(r) => break r.unwrap(),
+            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => std::thread::yield_now(),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let raw = reference.pooled(&[short.as_slice()]).unwrap();
+    // `dimensions` keeps the leading values, then normalizes (this checkpoint normalizes).
+    let mut cut = raw[0][..16].to_vec();
+    ferrite_engine::embed::l2_normalize(&mut cut);
+    assert_eq!(got, vec![cut]);
+    let big = big.blocking_recv().unwrap().unwrap();
+    assert_eq!(big.len(), MAX_INPUTS);
+    assert_eq!(big[0], reference.embed_tokens(std::slice::from_ref(&long), false).unwrap()[0]);
+
+    // Validation happens on submit, with the offending input named.
+    assert!(engine.submit(Vec::new(), false, None).unwrap().blocking_recv().unwrap().unwrap().is_empty());
+    let err = |r: ferrite_core::Result<_>| r.err().map(|e: ferrite_core::Error| e.to_string()).unwrap_or_default();
+    assert!(err(engine.submit(vec![short.clone(); MAX_INPUTS + 1], false, None)).contains("at most"));
+    assert!(err(engine.submit(vec![short.clone(), vec![2, 99_999]], false, None)).contains("input 1"));
+    assert!(err(engine.submit(vec![vec![]], false, None)).contains("input 0"));
+    assert!(err(engine.submit(vec![short.clone()], false, Some(0))).contains("dimensions"));
+
+    // Shutdown with work queued: every receiver gets an answer, none hangs.
+    let pending: Vec<_> = (0..4).map(|_| engine.submit(vec![long.clone(); 256], false, None).unwrap()).collect();
+    engine.shutdown();
+    for rx in pending {
+        let _ = rx.blocking_recv().expect("a queued request must get a reply on shutdown");
+    }
+    assert_eq!(engine.metrics().waiting, 0);
+    assert!(engine.submit(vec![short], false, None).is_err());
+}

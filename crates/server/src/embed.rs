@@ -2,6 +2,7 @@
 //! no I/O) so every validation rule is unit-tested; and the base64 encoding
 //! of vectors.
 
+use ferrite_engine::embed::MAX_INPUTS;
 use serde_json::Value;
 
 use crate::api::request::EmbeddingRequest;
@@ -74,6 +75,9 @@ pub fn inputs(input: &Value, vocab_size: usize) -> Result<Inputs, ApiError> {
         Value::String(s) if s.is_empty() => Err(bad("input must not be an empty string".into())),
         Value::String(s) => Ok(Inputs::Texts(vec![s.clone()])),
         Value::Array(items) if items.is_empty() => Err(bad("input must not be an empty list".into())),
+        Value::Array(items) if !items[0].is_number() && items.len() > MAX_INPUTS => {
+            Err(bad(format!("{} inputs; at most {MAX_INPUTS} per request", items.len())))
+        }
         Value::Array(items) => {
             check_one_kind(items)?;
             match &items[0] {

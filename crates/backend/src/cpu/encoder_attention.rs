@@ -185,19 +185,39 @@ unsafe fn unit_avx2(x: &Inputs, u: &Unit, o: Out, s: &mut Scratch) {
             }
         }
         let qp = s.qv.as_ptr();
+        let kp = s.kt.as_ptr();
+        let sp = s.scores.as_mut_ptr();
+        // Two key vectors per pass where they fit: eight accumulators, so the
+        // FMAs rather than the loads set the pace.
         let mut j = lo;
-        while j < hi {
+        while j + 16 <= hi {
+            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+            for d in 0..hd {
+                let k0 = _mm256_loadu_ps(kp.add(d * len + j));
+                let k1 = _mm256_loadu_ps(kp.add(d * len + j + 8));
+                for r in 0..4 {
+                    let q = _mm256_broadcast_ss(&*qp.add(r * hd + d));
+                    acc[r][0] = _mm256_fmadd_ps(q, k0, acc[r][0]);
+                    acc[r][1] = _mm256_fmadd_ps(q, k1, acc[r][1]);
+                }
+            }
+            for (r, a) in acc.iter().enumerate() {
+                _mm256_storeu_ps(sp.add(r * len + j), a[0]);
+                _mm256_storeu_ps(sp.add(r * len + j + 8), a[1]);
+            }
+            j += 16;
+        }
+        if j < hi {
             let mut acc = [_mm256_setzero_ps(); 4];
             for d in 0..hd {
-                let kv = _mm256_loadu_ps(s.kt.as_ptr().add(d * len + j));
+                let kv = _mm256_loadu_ps(kp.add(d * len + j));
                 for r in 0..4 {
                     acc[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(&*qp.add(r * hd + d)), kv, acc[r]);
                 }
             }
             for (r, a) in acc.iter().enumerate() {
-                _mm256_storeu_ps(s.scores.as_mut_ptr().add(r * len + j), *a);
+                _mm256_storeu_ps(sp.add(r * len + j), *a);
             }
-            j += 8;
         }
         // Softmax of each row over its own band; zero elsewhere in lo..hi.
         let mut inv = [0f32; 4];
@@ -214,20 +234,31 @@ unsafe fn unit_avx2(x: &Inputs, u: &Unit, o: Out, s: &mut Scratch) {
         for r in nr..4 {
             s.scores[r * len + lo..r * len + hi].fill(0.0);
         }
-        // Weighted values, 8 dimensions at a time.
-        for c in (0..hd).step_by(8) {
-            let mut acc = [_mm256_setzero_ps(); 4];
-            for jj in lo..hi.min(span.len()) {
-                let vv = _mm256_loadu_ps(x.v.as_ptr().add((span.start + jj) * kvd + off + c));
+        // Weighted values, 16 dimensions at a time (8 for an odd last one).
+        let keys = lo..hi.min(span.len());
+        let mut c = 0;
+        while c < hd {
+            let two = c + 16 <= hd;
+            let mut acc = [[_mm256_setzero_ps(); 2]; 4];
+            for jj in keys.clone() {
+                let vp = x.v.as_ptr().add((span.start + jj) * kvd + off + c);
+                let v0 = _mm256_loadu_ps(vp);
+                let v1 = if two { _mm256_loadu_ps(vp.add(8)) } else { _mm256_setzero_ps() };
                 for r in 0..4 {
                     let w = _mm256_set1_ps(*s.scores.get_unchecked(r * len + jj));
-                    acc[r] = _mm256_fmadd_ps(w, vv, acc[r]);
+                    acc[r][0] = _mm256_fmadd_ps(w, v0, acc[r][0]);
+                    acc[r][1] = _mm256_fmadd_ps(w, v1, acc[r][1]);
                 }
             }
             for r in 0..nr {
                 let dst = o.get().add((r0 + r) * qd + u.head * hd + c);
-                _mm256_storeu_ps(dst, _mm256_mul_ps(acc[r], _mm256_set1_ps(inv[r])));
+                let scale = _mm256_set1_ps(inv[r]);
+                _mm256_storeu_ps(dst, _mm256_mul_ps(acc[r][0], scale));
+                if two {
+                    _mm256_storeu_ps(dst.add(8), _mm256_mul_ps(acc[r][1], scale));
+                }
             }
+            c += if two { 16 } else { 8 };
         }
         r0 += nr;
     }

@@ -5,7 +5,7 @@ mod pooling;
 mod worker;
 
 pub use pooling::{l2_normalize, pool, Pooling, PoolingConfig};
-pub use worker::{EmbedEngine, EmbedEngineConfig, EmbedMetrics, EmbedReply};
+pub use worker::{EmbedEngine, EmbedEngineConfig, EmbedMetrics, EmbedReply, MAX_INPUTS};
 
 use ferrite_core::{Error, Result};
 use ferrite_loader::tokenizer::Tokenizer;
@@ -62,7 +62,7 @@ impl Embedder {
     /// `truncate`, else an error that says so.
     pub fn tokenize(&self, text: &str, truncate: bool) -> Result<Vec<u32>> {
         if text.is_empty() {
-            return Err(Error::InvalidInput("an input is empty".into()));
+            return Err(Error::InvalidInput("empty text".into()));
         }
         let ids = self.tokenizer.encode(text, true)?;
         if ids.len() <= self.max_length {
@@ -70,7 +70,7 @@ impl Embedder {
         }
         if !truncate {
             return Err(Error::InvalidInput(format!(
-                "an input has {} tokens, more than the model's {} (truncate it, or ask for truncation)",
+                "{} tokens, more than the model's {} (shorten it, or ask for truncation)",
                 ids.len(),
                 self.max_length
             )));
@@ -78,10 +78,13 @@ impl Embedder {
         // The special tokens the post-processor wraps the text in stay; the
         // text's own tokens are cut at the end, as the reference tokenizers do.
         let body = self.tokenizer.encode(text, false)?;
-        let prefix = (0..=ids.len() - body.len())
+        let extra = ids
+            .len()
+            .checked_sub(body.len())
+            .ok_or_else(|| Error::Tokenizer("special tokens shorten the encoding; cannot truncate".into()))?;
+        let prefix = (0..=extra)
             .find(|&p| ids[p..p + body.len()] == body[..])
             .ok_or_else(|| Error::Tokenizer("cannot locate the text between the special tokens".into()))?;
-        let extra = ids.len() - body.len();
         if extra >= self.max_length {
             return Err(Error::InvalidInput(format!("max length {} leaves no room for text", self.max_length)));
         }
@@ -91,9 +94,18 @@ impl Embedder {
         Ok(out)
     }
 
-    /// `tokenize` for every input, on all cores.
+    /// `tokenize` for every input, on all cores; an error names the input.
     pub fn tokenize_all(&self, texts: &[String], truncate: bool) -> Result<Vec<Vec<u32>>> {
-        texts.par_iter().map(|t| self.tokenize(t, truncate)).collect()
+        texts
+            .par_iter()
+            .enumerate()
+            .map(|(i, t)| {
+                self.tokenize(t, truncate).map_err(|e| match e {
+                    Error::InvalidInput(m) => Error::InvalidInput(format!("input {i}: {m}")),
+                    other => other,
+                })
+            })
+            .collect()
     }
 
     /// Pooled vectors for already tokenized inputs, in one forward pass, before

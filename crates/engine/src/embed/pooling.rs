@@ -67,6 +67,13 @@ impl PoolingConfig {
                 let file = dir.join(path).join("config.json");
                 let p = read_json(&file)?.ok_or_else(|| Error::format(format!("{}: missing", file.display())))?;
                 cfg.pooling = pooling_mode(&p).map_err(|m| Error::Unsupported(format!("{}: {m}", file.display())))?;
+            } else if !kind.ends_with(".Transformer") {
+                // A Dense or other layer after pooling changes the vectors:
+                // refuse rather than return different ones.
+                return Err(Error::Unsupported(format!(
+                    "{}: sentence-transformers module {kind:?} is not supported (Transformer, Pooling and Normalize are)",
+                    dir.join("modules.json").display()
+                )));
             }
         }
         Ok(cfg)

@@ -1,10 +1,13 @@
 //! The embedding engine for serving: one thread owns the encoder and runs the
 //! inputs of all waiting requests together, up to a token budget per forward
-//! pass, so concurrent small requests share batches and a huge one is split.
-//! A request whose receiver is dropped (client gone) is skipped.
+//! pass. Inputs are taken from the waiting requests in turn, so a small
+//! request is not stuck behind a huge one, and a request is answered as soon
+//! as its last input is done. A request whose receiver is dropped (client
+//! gone) is skipped; on shutdown, requests not finished get an error.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -12,6 +15,9 @@ use ferrite_core::{Error, Result};
 use tokio::sync::oneshot;
 
 use super::{l2_normalize, Embedder};
+
+/// Most inputs in one request (OpenAI's limit).
+pub const MAX_INPUTS: usize = 2048;
 
 #[derive(Clone, Debug)]
 pub struct EmbedEngineConfig {
@@ -46,8 +52,11 @@ struct Job {
     /// Keep the first `dims` values (then normalize again if normalizing).
     dims: Option<usize>,
     reply: oneshot::Sender<EmbedReply>,
-    /// Vectors done so far.
-    out: Vec<Vec<f32>>,
+    /// Vectors done so far, by input.
+    out: Vec<Option<Vec<f32>>>,
+    /// Next input to schedule, and how many are done.
+    next: usize,
+    done: usize,
 }
 
 #[derive(Default)]
@@ -64,6 +73,7 @@ pub struct EmbedEngine {
     tx: Mutex<Option<mpsc::Sender<Job>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
     counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
     config: EmbedEngineConfig,
 }
 
@@ -71,13 +81,19 @@ impl EmbedEngine {
     pub fn start(embedder: Embedder, config: EmbedEngineConfig) -> EmbedEngine {
         let embedder = Arc::new(embedder);
         let counters = Arc::new(Counters::default());
+        let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = mpsc::channel();
-        let worker = Worker { embedder: embedder.clone(), counters: counters.clone(), budget: config.max_batch_tokens };
+        let worker = Worker {
+            embedder: embedder.clone(),
+            counters: counters.clone(),
+            stop: stop.clone(),
+            budget: config.max_batch_tokens.max(1),
+        };
         let thread = std::thread::Builder::new()
             .name("ferrite-embed".into())
             .spawn(move || worker.run(rx))
             .expect("spawning the embedding thread");
-        EmbedEngine { embedder, tx: Mutex::new(Some(tx)), thread: Mutex::new(Some(thread)), counters, config }
+        EmbedEngine { embedder, tx: Mutex::new(Some(tx)), thread: Mutex::new(Some(thread)), counters, stop, config }
     }
 
     pub fn embedder(&self) -> &Embedder {
@@ -92,23 +108,59 @@ impl EmbedEngine {
         normalize: bool,
         dims: Option<usize>,
     ) -> Result<oneshot::Receiver<EmbedReply>> {
-        let dim = self.embedder.dim();
+        self.validate(&inputs, dims)?;
+        let (reply, rx) = oneshot::channel();
+        if inputs.is_empty() {
+            let _ = reply.send(Ok(Vec::new()));
+            return Ok(rx);
+        }
+        let max = self.config.max_waiting;
+        let waiting = &self.counters.waiting;
+        if waiting.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |w| (w < max).then_some(w + 1)).is_err() {
+            return Err(Error::Busy(format!("{max} embedding requests are waiting")));
+        }
+        let n = inputs.len();
+        let job = Job {
+            normalize: normalize || self.embedder.normalize,
+            dims,
+            reply,
+            out: vec![None; n],
+            next: 0,
+            done: 0,
+            inputs,
+        };
+        let sent = self.tx.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_some_and(|tx| tx.send(job).is_ok());
+        if !sent {
+            waiting.fetch_sub(1, Ordering::Relaxed);
+            return Err(Error::Busy("the server is shutting down".into()));
+        }
+        Ok(rx)
+    }
+
+    fn validate(&self, inputs: &[Vec<u32>], dims: Option<usize>) -> Result<()> {
+        let e = &self.embedder;
+        let (dim, vocab) = (e.dim(), e.model().config().vocab_size);
         if let Some(d) = dims.filter(|&d| d == 0 || d > dim) {
             return Err(Error::InvalidInput(format!("dimensions must be between 1 and {dim}, not {d}")));
         }
-        if inputs.iter().any(|i| i.is_empty() || i.len() > self.embedder.max_length) {
-            return Err(Error::InvalidInput(format!("every input needs 1 to {} tokens", self.embedder.max_length)));
+        if inputs.len() > MAX_INPUTS {
+            return Err(Error::InvalidInput(format!("{} inputs; at most {MAX_INPUTS} per request", inputs.len())));
         }
-        if self.counters.waiting.load(Ordering::Relaxed) >= self.config.max_waiting {
-            return Err(Error::Busy(format!("{} embedding requests are waiting", self.config.max_waiting)));
+        for (i, ids) in inputs.iter().enumerate() {
+            if ids.is_empty() || ids.len() > e.max_length {
+                return Err(Error::InvalidInput(format!(
+                    "input {i} has {} tokens; every input needs 1 to {}",
+                    ids.len(),
+                    e.max_length
+                )));
+            }
+            if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+                return Err(Error::InvalidInput(format!(
+                    "input {i}: token id {bad} is outside the vocabulary of {vocab}"
+                )));
+            }
         }
-        let (reply, rx) = oneshot::channel();
-        let job = Job { normalize: normalize || self.embedder.normalize, dims, reply, out: Vec::new(), inputs };
-        let guard = self.tx.lock().unwrap_or_else(|e| e.into_inner());
-        let tx = guard.as_ref().ok_or_else(|| Error::Busy("the server is shutting down".into()))?;
-        self.counters.waiting.fetch_add(1, Ordering::Relaxed);
-        tx.send(job).map_err(|_| Error::Busy("the server is shutting down".into()))?;
-        Ok(rx)
+        Ok(())
     }
 
     pub fn metrics(&self) -> EmbedMetrics {
@@ -122,8 +174,10 @@ impl EmbedEngine {
         }
     }
 
-    /// Stops taking requests, finishes the queued ones and joins the thread.
+    /// Stops taking requests, fails the ones not finished after the current
+    /// forward pass, and joins the thread.
     pub fn shutdown(&self) {
+        self.stop.store(true, Ordering::Relaxed);
         self.tx.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(t) = self.thread.lock().unwrap_or_else(|e| e.into_inner()).take() {
             let _ = t.join();
@@ -140,6 +194,7 @@ impl Drop for EmbedEngine {
 struct Worker {
     embedder: Arc<Embedder>,
     counters: Arc<Counters>,
+    stop: Arc<AtomicBool>,
     budget: usize,
 }
 
@@ -147,6 +202,13 @@ impl Worker {
     fn run(self, rx: mpsc::Receiver<Job>) {
         let mut queue: VecDeque<Job> = VecDeque::new();
         loop {
+            if self.stop.load(Ordering::Relaxed) {
+                queue.extend(rx.try_iter());
+                for job in queue.drain(..) {
+                    self.finish(job, Err(Error::Busy("the server is shutting down".into())));
+                }
+                return;
+            }
             if queue.is_empty() {
                 match rx.recv() {
                     Ok(job) => queue.push_back(job),
@@ -158,8 +220,33 @@ impl Worker {
         }
     }
 
-    /// One forward pass over the inputs at the front of the queue, within the
-    /// token budget (at least one input); finished requests get their reply.
+    /// Picks inputs from the waiting requests in turn, one per request per
+    /// round, until the token budget is reached (at least one input).
+    fn pick(&self, queue: &mut VecDeque<Job>) -> Vec<(usize, usize)> {
+        let mut picked = Vec::new();
+        let mut tokens = 0;
+        loop {
+            let mut progress = false;
+            for (j, job) in queue.iter_mut().enumerate() {
+                if job.next == job.inputs.len() {
+                    continue;
+                }
+                let len = job.inputs[job.next].len();
+                if !picked.is_empty() && tokens + len > self.budget {
+                    return picked;
+                }
+                picked.push((j, job.next));
+                job.next += 1;
+                tokens += len;
+                progress = true;
+            }
+            if !progress {
+                return picked;
+            }
+        }
+    }
+
+    /// One forward pass; requests whose inputs are all done get their reply.
     fn step(&self, queue: &mut VecDeque<Job>) {
         // Requests whose client went away are dropped before they cost anything.
         queue.retain(|j| {
@@ -169,55 +256,59 @@ impl Worker {
             }
             keep
         });
-        let mut picked: Vec<(usize, usize)> = Vec::new(); // (job, input)
-        let mut tokens = 0;
-        'fill: for (j, job) in queue.iter().enumerate() {
-            for i in job.out.len()..job.inputs.len() {
-                let len = job.inputs[i].len();
-                if !picked.is_empty() && tokens + len > self.budget {
-                    break 'fill;
-                }
-                picked.push((j, i));
-                tokens += len;
-            }
-        }
+        let picked = self.pick(queue);
         if picked.is_empty() {
             return;
         }
         let inputs: Vec<&[u32]> = picked.iter().map(|&(j, i)| queue[j].inputs[i].as_slice()).collect();
-        let result = self.embedder.pooled(&inputs);
-        self.counters.batches.fetch_add(1, Ordering::Relaxed);
-        self.counters.tokens.fetch_add(tokens as u64, Ordering::Relaxed);
-        self.counters.inputs.fetch_add(picked.len() as u64, Ordering::Relaxed);
-        let vectors = match result {
-            Ok(v) => v,
+        let tokens: usize = inputs.iter().map(|i| i.len()).sum();
+        // A panic in a kernel must not take the service down with it.
+        let result = catch_unwind(AssertUnwindSafe(|| self.embedder.pooled(&inputs)))
+            .unwrap_or_else(|_| Err(Error::InvalidInput("the embedding forward pass failed".into())));
+        match result {
+            Ok(vectors) => {
+                self.counters.batches.fetch_add(1, Ordering::Relaxed);
+                self.counters.tokens.fetch_add(tokens as u64, Ordering::Relaxed);
+                self.counters.inputs.fetch_add(picked.len() as u64, Ordering::Relaxed);
+                for (&(j, i), v) in picked.iter().zip(vectors) {
+                    queue[j].out[i] = Some(v);
+                    queue[j].done += 1;
+                }
+            }
             Err(e) => {
-                // Fail every request that had inputs in this batch.
+                // Inputs are validated on submit, so this is an internal
+                // failure: the requests in this batch get it.
                 let mut failed: Vec<usize> = picked.iter().map(|p| p.0).collect();
+                failed.sort_unstable();
                 failed.dedup();
-                for j in failed.into_iter().rev() {
+                for &j in failed.iter().rev() {
                     let job = queue.remove(j).expect("picked jobs are queued");
                     self.finish(job, Err(Error::InvalidInput(format!("embedding failed: {e}"))));
                 }
                 return;
             }
-        };
-        for (&(j, _), v) in picked.iter().zip(vectors) {
-            queue[j].out.push(v);
         }
-        while queue.front().is_some_and(|j| j.out.len() == j.inputs.len()) {
-            let mut job = queue.pop_front().expect("checked above");
-            let (normalize, dims) = (job.normalize, job.dims);
-            for v in job.out.iter_mut() {
-                if let Some(d) = dims {
-                    v.truncate(d);
-                }
-                if normalize {
-                    l2_normalize(v);
-                }
+        let mut j = 0;
+        while j < queue.len() {
+            if queue[j].done < queue[j].inputs.len() {
+                j += 1;
+                continue;
             }
-            let out = std::mem::take(&mut job.out);
-            self.finish(job, Ok(out));
+            let mut job = queue.remove(j).expect("index checked");
+            let vectors: Vec<Vec<f32>> = std::mem::take(&mut job.out)
+                .into_iter()
+                .map(|v| {
+                    let mut v = v.expect("every input is done");
+                    if let Some(d) = job.dims {
+                        v.truncate(d);
+                    }
+                    if job.normalize {
+                        l2_normalize(&mut v);
+                    }
+                    v
+                })
+                .collect();
+            self.finish(job, Ok(vectors));
         }
     }
 
