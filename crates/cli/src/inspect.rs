@@ -5,7 +5,7 @@ use ferrite_core::Result;
 use ferrite_loader::source::{list_models, models_dir};
 use ferrite_models::registry::config_of;
 
-use crate::load::{open_checkpoint, template_of, tokenizer_of};
+use crate::load::{is_embedding_model, load_embedder, open_checkpoint, template_of, tokenizer_of};
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
@@ -14,6 +14,9 @@ pub struct InspectArgs {
 }
 
 pub fn main(a: InspectArgs) -> Result<()> {
+    if is_embedding_model(&a.model)? {
+        return inspect_embedder(&a.model);
+    }
     let (source, ck) = open_checkpoint(&a.model)?;
     // Before any output, so an unsupported model prints only the error.
     let cfg = config_of(&ck)?;
@@ -44,6 +47,22 @@ pub fn main(a: InspectArgs) -> Result<()> {
         }
         Err(e) => println!("tokenizer:     unusable ({e})"),
     }
+    Ok(())
+}
+
+/// An embedding model: what `embed` and `/v1/embeddings` will do with it.
+fn inspect_embedder(model: &str) -> Result<()> {
+    let (_, ck) = open_checkpoint(model)?;
+    let e = load_embedder(model, None)?;
+    let c = e.model().config();
+    println!("path:          {}", ck.path().display());
+    println!("architecture:  {:?} encoder (embeddings)", c.arch);
+    println!("layers:        {}", c.n_layers);
+    println!("dimension:     {}", c.hidden);
+    println!("vocab:         {}", c.vocab_size);
+    println!("max input:     {} tokens (model limit {})", e.max_length, c.max_positions);
+    println!("pooling:       {:?}{}", e.pooling, if e.normalize { ", L2-normalized" } else { "" });
+    println!("tokenizer:     {}", e.tokenizer().kind());
     Ok(())
 }
 

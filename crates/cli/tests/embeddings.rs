@@ -196,6 +196,9 @@ fn embed_command_rejects_bad_input_clearly() {
     assert!(ok && out.lines().count() == 1);
     fails_with(&["embed", d, "x", "--file", "/nonexistent/inputs.txt"], &["/nonexistent/inputs.txt"]);
     fails_with(&["embed", d, "x", "--batch-size", "0"], &["batch-size"]);
+    // `inspect` describes an embedding model.
+    let (ok, out, _) = ferrite(&["inspect", d]);
+    assert!(ok && out.contains("ModernBert encoder") && out.contains("pooling:       Mean"), "{out}");
     // A decoder is not an embedding model, and an embedding model does not generate.
     let smollm = model_path("smollm2.gguf");
     fails_with(&["embed", smollm.to_str().unwrap(), "hello"], &["not an embedding model"]);
