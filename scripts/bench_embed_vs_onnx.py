@@ -210,10 +210,10 @@ class StPeer:
 
 
 class FerritePeer:
-    name = "ferrite"
-
-    def __init__(self, binary, model_dir, corpus_path, threads, batch_size):
-        self.cmd = [binary, "embed", model_dir, "--batch-size", str(batch_size), "--threads", str(threads)]
+    def __init__(self, binary, model_dir, corpus_path, threads, batch_size, precision):
+        self.name = "ferrite" if precision == "f32" else f"ferrite-{precision}"
+        self.cmd = [binary, "embed", model_dir, "--batch-size", str(batch_size), "--threads", str(threads),
+                    "--precision", precision]
         self.corpus_path = corpus_path
 
     def run(self, path, n_expected):
@@ -256,6 +256,8 @@ def main():
     ap.add_argument("--reexport", action="store_true", help="export the ONNX model again")
     ap.add_argument("--ferrite", default=FERRITE, help="ferrite binary")
     ap.add_argument("--skip-ferrite", action="store_true")
+    ap.add_argument("--ferrite-precision", nargs="+", default=["f32", "bf16"], choices=["f32", "bf16"],
+                    help="ferrite's matmul arithmetic, one peer each (bf16 needs AVX-512 BF16, else it runs f32)")
     ap.add_argument("--json-out", default=None)
     args = ap.parse_args()
 
@@ -279,16 +281,18 @@ def main():
 
     ort_peer = OrtPeer(args.model, args.onnx, args.threads, args.batch_size)
     peers = [ort_peer, StPeer(args.model, args.threads, args.batch_size)]
-    ferrite = None
+    ferrites = []
     if not args.skip_ferrite:
         if not os.path.exists(args.ferrite):
             sys.exit(f"{args.ferrite} not found: cargo build --release (or pass --skip-ferrite)")
-        ferrite = FerritePeer(args.ferrite, args.model, corpus_path, args.threads, args.batch_size)
-        peers.insert(0, ferrite)
+        ferrites = [FerritePeer(args.ferrite, args.model, corpus_path, args.threads, args.batch_size, p)
+                    for p in args.ferrite_precision]
+        peers = ferrites + peers
+    ferrite = ferrites[0] if ferrites else None
 
     # Warm-up (untimed): one batch each; ferrite's start-up probe warms the page cache.
     for p in peers:
-        if p is not ferrite:
+        if not isinstance(p, FerritePeer):
             p.encode(sentences[: args.batch_size])
     startup = ferrite.startup_seconds(sentences[0]) if ferrite else None
 
@@ -297,7 +301,7 @@ def main():
     for r in range(args.runs):
         order = peers if r % 2 == 0 else peers[::-1]
         for p in order:
-            if p is ferrite:
+            if isinstance(p, FerritePeer):
                 dt, emb = p.run(corpus_path, n)
             else:
                 t0 = time.perf_counter()
@@ -314,8 +318,8 @@ def main():
 
     rate = {name: n / statistics.median(ts) for name, ts in times.items()}
     cos = {"sentence-transformers_vs_onnxruntime": min_cos(outputs["sentence-transformers"], outputs["onnxruntime"])}
-    if ferrite:
-        cos["ferrite_vs_onnxruntime"] = min_cos(outputs["ferrite"], outputs["onnxruntime"])
+    for f in ferrites:
+        cos[f"{f.name}_vs_onnxruntime"] = min_cos(outputs[f.name], outputs["onnxruntime"])
 
     print(f"\nall-MiniLM-L6-v2, {n} sentences, batch {args.batch_size}, {args.threads} threads, "
           f"median of {args.runs} run(s)\n")
@@ -324,16 +328,17 @@ def main():
     for p in peers:
         print(f"| {p.name} | {rate[p.name]:.1f} | {statistics.median(times[p.name]):.2f} |")
     ratios = {}
-    if ferrite:
-        ratios = {"ferrite/onnxruntime": rate["ferrite"] / rate["onnxruntime"],
-                  "ferrite/sentence-transformers": rate["ferrite"] / rate["sentence-transformers"]}
+    for f in ferrites:
+        ratios[f"{f.name}/onnxruntime"] = rate[f.name] / rate["onnxruntime"]
+        ratios[f"{f.name}/sentence-transformers"] = rate[f.name] / rate["sentence-transformers"]
+    if ferrites:
         print()
         print("| ratio | value |")
         print("| --- | ---: |")
         for k, v in ratios.items():
             print(f"| {k} | {v:.2f} |")
         print(f"\nferrite times are whole-process wall-clock; its start-up (one-sentence run) is "
-              f"{startup:.2f} s. Without it: {n / max(statistics.median(times['ferrite']) - startup, 1e-9):.1f} "
+              f"{startup:.2f} s. Without it: {n / max(statistics.median(times[ferrite.name]) - startup, 1e-9):.1f} "
               f"sentences/s.")
     print()
     for k, v in cos.items():

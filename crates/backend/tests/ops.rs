@@ -91,7 +91,7 @@ fn rel_err(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn matmul_matches_dequantized_reference_for_every_format() {
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let mut rng = Rng(0x1234_5678);
     for dtype in ALL {
         // Odd row counts, one row, and a batch larger than one task's rows.
@@ -114,7 +114,7 @@ fn matmul_matches_dequantized_reference_for_every_format() {
 
 #[test]
 fn matmul_is_batch_invariant() {
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let mut rng = Rng(99);
     for dtype in [DType::Q4_1, DType::Q6K, DType::F32] {
         let (m, k) = (40, 256);
@@ -133,7 +133,7 @@ fn matmul_is_batch_invariant() {
 
 #[test]
 fn weight_with_wrong_byte_count_is_an_error() {
-    let r = CpuBackend.weight(RawWeight {
+    let r = CpuBackend::F32.weight(RawWeight {
         name: "w".into(),
         dtype: DType::Q4_0,
         rows: 2,
@@ -145,7 +145,7 @@ fn weight_with_wrong_byte_count_is_an_error() {
 
 #[test]
 fn rms_norm_and_glu_match_reference() {
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let mut rng = Rng(7);
     let (n, d) = (9, 64);
     let x = rng.vec(n * d);
@@ -187,7 +187,7 @@ fn rms_norm_and_glu_match_reference() {
 
 #[test]
 fn rope_rotates_pairs_in_both_layouts() {
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let hd = 8;
     let inv_freq: Vec<f32> = (0..hd / 2).map(|i| 10000f32.powf(-(2.0 * i as f32) / hd as f32)).collect();
     let x: Vec<f32> = (0..2 * hd).map(|i| i as f32 * 0.1 + 0.3).collect();
@@ -234,7 +234,7 @@ fn naive_attention(q: &[f32], k: &[f32], v: &[f32], p: &AttnParams, n: usize, pa
 
 #[test]
 fn paged_attention_matches_contiguous_reference_in_mixed_batches() {
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let mut rng = Rng(42);
     // Block size 4: the portable path; 16: the vector path (where present).
     for (bs, window) in [(4, None), (4, Some(5)), (16, None), (16, Some(5)), (16, Some(13))] {
@@ -337,7 +337,7 @@ fn cpu_weight(be: &CpuBackend, dtype: DType, m: usize, k: usize, bytes: Vec<u8>)
 
 #[test]
 fn quantized_matmul_matches_reference_at_odd_sizes() {
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let mut rng = Rng(0xfeed);
     for dtype in QUANTIZED {
         for &k in odd_row_lengths(dtype) {
@@ -365,7 +365,7 @@ fn quantized_matmul_matches_reference_at_odd_sizes() {
 /// activations: the integer dots must not overflow.
 #[test]
 fn quantized_matmul_handles_extreme_quants() {
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let mut rng = Rng(5);
     for dtype in QUANTIZED {
         let k = if dtype.block_size() == 256 { 512 } else { 96 };
@@ -408,7 +408,7 @@ fn quantized_matmul_handles_extreme_quants() {
 /// depend on the batch it is in or on how the work is split.
 #[test]
 fn matmul_is_batch_and_thread_invariant_for_every_format() {
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let mut rng = Rng(0xabc);
     let pools: Vec<rayon::ThreadPool> =
         [1, 2, 3].iter().map(|&t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap()).collect();
@@ -480,7 +480,7 @@ fn f16_conversion_is_exact_for_every_value() {
 
 #[test]
 fn layer_norm_and_activate_match_reference() {
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let mut rng = Rng(11);
     let (n, d) = (7, 48);
     // A large common offset: the mean must be removed before squaring.
@@ -537,7 +537,7 @@ fn naive_encoder_attention(q: &[f32], k: &[f32], v: &[f32], p: &AttnParams, rows
 
 #[test]
 fn encoder_attention_matches_reference_with_bands_and_gqa() {
-    let be = CpuBackend;
+    let be = CpuBackend::F32;
     let mut rng = Rng(0xabc);
     // Sequences of 1, 5 and 23 rows back to back.
     let seqs = [0..1, 1..6, 6..29];

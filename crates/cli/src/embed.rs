@@ -9,7 +9,7 @@ use ferrite_engine::embed::{EmbedOptions, Pooling};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
-use crate::load::{init_threads, load_embedder};
+use crate::load::{init_threads, load_embedder, Precision};
 
 #[derive(Args, Debug)]
 pub struct EmbedArgs {
@@ -32,6 +32,10 @@ pub struct EmbedArgs {
     /// Pooling: cls, mean, last or max (default: the model's setting, else mean).
     #[arg(long)]
     pub pooling: Option<Pooling>,
+    /// Matmul arithmetic: f32, or bf16 products (twice as fast where the CPU
+    /// has AVX-512 BF16; cosine ~0.99997 to f32 on all-MiniLM-L6-v2).
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    pub precision: Precision,
     /// Worker threads (default: one per physical core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -67,7 +71,7 @@ pub fn main(a: EmbedArgs) -> Result<()> {
         return Err(Error::InvalidInput("nothing to embed: give texts or --file".into()));
     }
     init_threads(a.threads)?;
-    let e = load_embedder(&a.model, a.pooling)?;
+    let e = load_embedder(&a.model, a.pooling, a.precision)?;
     // Tokenize everything first: a bad input fails before any output.
     let ids = e.tokenize_all(&texts, a.truncate).map_err(|err| match err {
         Error::InvalidInput(m) if m.contains("more than the model's") => {

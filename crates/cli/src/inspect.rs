@@ -5,7 +5,7 @@ use ferrite_core::Result;
 use ferrite_loader::source::{list_models, models_dir};
 use ferrite_models::registry::config_of;
 
-use crate::load::{is_embedding_model, load_embedder, open_checkpoint, template_of, tokenizer_of};
+use crate::load::{is_embedding_model, load_embedder, open_checkpoint, template_of, tokenizer_of, Precision};
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
@@ -53,7 +53,7 @@ pub fn main(a: InspectArgs) -> Result<()> {
 /// An embedding model: what `embed` and `/v1/embeddings` will do with it.
 fn inspect_embedder(model: &str) -> Result<()> {
     let (_, ck) = open_checkpoint(model)?;
-    let e = load_embedder(model, None)?;
+    let e = load_embedder(model, None, Precision::F32)?;
     let c = e.model().config();
     println!("path:          {}", ck.path().display());
     println!("architecture:  {:?} encoder (embeddings)", c.arch);

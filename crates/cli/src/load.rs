@@ -111,7 +111,7 @@ pub fn load_with_pool(args: &ModelArgs, with_tokenizer: bool, pool: &KvPool) -> 
             bar.set_position(i as u64);
         }
     };
-    let model = load_causal_lm(CpuBackend, &ck, &mut progress)?;
+    let model = load_causal_lm(CpuBackend::F32, &ck, &mut progress)?;
     bar.finish_and_clear();
     let cfg = model.config();
     let ctx = args.ctx_size.unwrap_or(cfg.max_context.min(DEFAULT_MAX_CTX));
@@ -183,9 +183,23 @@ pub fn is_embedding_model(model: &str) -> Result<bool> {
     Ok(encoder_arch(&ck).is_some())
 }
 
+/// Arithmetic for the dense matmuls of embedding models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Precision {
+    /// Exact f32 products.
+    F32,
+    /// bf16 products with f32 sums (AVX-512 BF16): about twice as fast,
+    /// cosine ~0.99997 to f32 on all-MiniLM-L6-v2; f32 where unsupported.
+    Bf16,
+}
+
 /// An embedding model with its tokenizer and pooling; `pooling` overrides the
 /// checkpoint's.
-pub fn load_embedder(model: &str, pooling: Option<ferrite_engine::embed::Pooling>) -> Result<Embedder> {
+pub fn load_embedder(
+    model: &str,
+    pooling: Option<ferrite_engine::embed::Pooling>,
+    precision: Precision,
+) -> Result<Embedder> {
     let t0 = Instant::now();
     let (source, ck) = open_checkpoint(model)?;
     if encoder_arch(&ck).is_none() {
@@ -199,18 +213,29 @@ pub fn load_embedder(model: &str, pooling: Option<ferrite_engine::embed::Pooling
     if let Some(p) = pooling {
         cfg.pooling = p;
     }
-    let encoder = load_encoder(CpuBackend, &ck)?;
+    let backend = match precision {
+        Precision::F32 => CpuBackend::F32,
+        Precision::Bf16 => {
+            let (backend, on) = CpuBackend::with_bf16_dense();
+            if !on {
+                eprintln!("note: this CPU has no AVX-512 BF16; computing in f32");
+            }
+            backend
+        }
+    };
+    let encoder = load_encoder(backend, &ck)?;
     let tokenizer = Tokenizer::from_hf_dir(dir)?;
     let e = Embedder::new(encoder, tokenizer, &cfg);
     let c = e.model().config();
     eprintln!(
-        "loaded {model}: {:?} ({} layers, dim {}, {:?} pooling{}, max {} tokens) on {} in {:.2}s",
+        "loaded {model}: {:?} ({} layers, dim {}, {:?} pooling{}, max {} tokens{}) on {} in {:.2}s",
         c.arch,
         c.n_layers,
         c.hidden,
         e.pooling,
         if e.normalize { ", normalized" } else { "" },
         e.max_length,
+        if backend.bf16_dense { ", bf16 matmuls" } else { "" },
         e.model().backend_name(),
         t0.elapsed().as_secs_f64()
     );

@@ -10,7 +10,7 @@ use ferrite_engine::embed::{EmbedEngine, EmbedEngineConfig};
 use ferrite_engine::{Engine, EngineConfig};
 use ferrite_server::ServeConfig;
 
-use crate::load::{init_threads, is_embedding_model, load_embedder, load_with_pool, KvPool};
+use crate::load::{init_threads, is_embedding_model, load_embedder, load_with_pool, KvPool, Precision};
 use crate::ModelArgs;
 
 const GENERATION: &str = "Generation options (ignored for an embedding model)";
@@ -57,6 +57,9 @@ pub struct ServeArgs {
     /// waiting requests are batched up to it (a longer input runs alone).
     #[arg(long, default_value_t = 16384)]
     pub max_embed_tokens: usize,
+    /// Embedding model: matmul arithmetic, f32 or bf16 products (see `ferrite embed --help`).
+    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    pub precision: Precision,
 }
 
 pub fn main(args: ServeArgs) -> Result<()> {
@@ -119,7 +122,7 @@ fn serve_embeddings(args: ServeArgs) -> Result<()> {
         eprintln!("warning: ignored for an embedding model: {}", ignored.join(", "));
     }
     init_threads(m.threads)?;
-    let embedder = load_embedder(&m.model, None)?;
+    let embedder = load_embedder(&m.model, None, args.precision)?;
     let name = args.served_model_name.unwrap_or_else(|| default_model_name(&m.model));
     let (dim, max_length) = (embedder.dim(), embedder.max_length);
     let config = EmbedEngineConfig { max_batch_tokens: args.max_embed_tokens, max_waiting: args.max_waiting };

@@ -18,8 +18,12 @@ use ferrite_models::Checkpoint;
 use serde_json::Value;
 
 fn embedder(dir: &Path) -> Embedder {
+    embedder_on(dir, CpuBackend::F32)
+}
+
+fn embedder_on(dir: &Path, backend: CpuBackend) -> Embedder {
     let ck = Checkpoint::open(&resolve(dir.to_str().unwrap()).unwrap()).unwrap();
-    let model = load_encoder(CpuBackend, &ck).unwrap();
+    let model = load_encoder(backend, &ck).unwrap();
     Embedder::new(model, Tokenizer::from_hf_dir(dir).unwrap(), &PoolingConfig::from_dir(dir).unwrap())
 }
 
@@ -72,6 +76,24 @@ fn minilm_matches_sentence_transformers() {
     for item in items(&refs["cases"]["default"]).into_iter().filter(|i| i.get("mean_pooled").is_some()) {
         let got = e.embed_tokens(&[common::ids(&item["ids"])], false).unwrap();
         assert!(max_abs(&got[0], &floats(&item["mean_pooled"])) < 1e-4, "mean pooling of {:?}", item["text"]);
+    }
+}
+
+/// bf16 products (where the CPU has them) keep every vector within cosine
+/// 0.9999 of sentence-transformers' f32 ones, and batched still equals single.
+#[test]
+fn minilm_in_bf16_stays_within_tolerance() {
+    let refs = read_json("embed/minilm.json");
+    let (backend, on) = CpuBackend::with_bf16_dense();
+    let e = embedder_on(&model_path("all-minilm-l6-v2"), backend);
+    let items = items(&refs["cases"]["default"]);
+    let texts: Vec<String> = items.iter().map(|i| i["text"].as_str().unwrap().to_string()).collect();
+    let ids = e.tokenize_all(&texts, true).unwrap();
+    let batched = e.embed_tokens(&ids, false).unwrap();
+    for ((one, got), item) in ids.iter().zip(&batched).zip(&items) {
+        let cos = cosine(got, &floats(&item["embedding"]));
+        assert!(cos >= 0.9999, "bf16={on}: cosine {cos} for {:?}", item["text"]);
+        assert_eq!(&e.embed_tokens(std::slice::from_ref(one), false).unwrap()[0], got);
     }
 }
 

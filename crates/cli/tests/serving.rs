@@ -67,7 +67,7 @@ fn engine(tok: &Arc<Tokenizer>, n_blocks: usize, config: EngineConfig) -> Engine
     model_path("smollm2.gguf");
     let source = resolve("smollm2").unwrap();
     let ck = Checkpoint::open(&source).unwrap();
-    let lm = ferrite_models::load_causal_lm(ferrite_backend::cpu::CpuBackend, &ck, &mut |_, _| {}).unwrap();
+    let lm = ferrite_models::load_causal_lm(ferrite_backend::cpu::CpuBackend::F32, &ck, &mut |_, _| {}).unwrap();
     let runner = ferrite_engine::Runner::with_pool(lm, CTX, n_blocks, 16, ferrite_models::KvDtype::F16).unwrap();
     Engine::start(runner, tok.clone(), config).unwrap()
 }

@@ -30,7 +30,7 @@ fn greedy(model: &str) -> Vec<(Vec<u32>, Vec<u32>, String)> {
         (ModelSource::HfDir(d), _) => Tokenizer::from_hf_dir(d).unwrap(),
         _ => unreachable!(),
     };
-    let lm = load_causal_lm(CpuBackend, &ck, &mut |_, _| {}).unwrap();
+    let lm = load_causal_lm(CpuBackend::F32, &ck, &mut |_, _| {}).unwrap();
     // Full precision: f32 KV cache for every format.
     let mut runner = Runner::new(lm, 256, 16, KvDtype::F32).unwrap();
     PROMPTS

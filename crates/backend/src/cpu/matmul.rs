@@ -44,6 +44,8 @@ pub fn matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32]) {
         dispatch_quant(&xq, n, w, out);
     } else if let Some(p) = &w.packed {
         super::sgemm::gemm(x, n, p, None, out);
+    } else if let Some(p) = &w.packed_bf16 {
+        super::sgemm_bf16::gemm(x, n, p, None, out);
     } else {
         dispatch_dense(x, n, w, out);
     }

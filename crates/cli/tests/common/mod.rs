@@ -33,7 +33,7 @@ pub fn model_path(file: &str) -> PathBuf {
 pub fn runner_for(model: &str, ctx: usize) -> Runner {
     let source = resolve(model).unwrap();
     let ck = Checkpoint::open(&source).unwrap();
-    let lm = load_causal_lm(CpuBackend, &ck, &mut |_, _| {}).unwrap();
+    let lm = load_causal_lm(CpuBackend::F32, &ck, &mut |_, _| {}).unwrap();
     let kv = match source {
         ModelSource::Gguf(_) => KvDtype::F16,
         ModelSource::HfDir(_) => KvDtype::F32,
