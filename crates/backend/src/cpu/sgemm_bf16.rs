@@ -128,8 +128,8 @@ unsafe fn round_row(src: &[f32], dst: &mut [u32]) {
         let v = _mm512_cvtneps_pbh(_mm512_loadu_ps(src.as_ptr().add(i)));
         _mm256_storeu_si256(out.add(i) as *mut __m256i, std::mem::transmute::<__m256bh, __m256i>(v));
     }
-    for i in full..src.len() {
-        *out.add(i) = to_bf16(src[i]);
+    for (i, &v) in src.iter().enumerate().skip(full) {
+        *out.add(i) = to_bf16(v);
     }
     if src.len() % 2 == 1 {
         *out.add(src.len()) = 0;
