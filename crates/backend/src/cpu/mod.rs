@@ -133,6 +133,11 @@ impl Backend for CpuBackend {
             w.packed_bf16 = Some(packed);
             return Ok(w);
         }
+        if raw.dtype == DType::Q5_0 {
+            // Exactly representable in Q8_0, whose kernels are cheaper (see `repack`).
+            let bytes = HostBytes::from_vec(crate::quant::repack::q5_0_to_q8_0(raw.bytes.as_slice()));
+            return Ok(CpuWeight::new(raw.name, DType::Q8_0, raw.rows, raw.cols, bytes));
+        }
         Ok(CpuWeight::new(raw.name, raw.dtype, raw.rows, raw.cols, raw.bytes))
     }
 

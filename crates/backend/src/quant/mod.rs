@@ -5,6 +5,7 @@
 
 mod dequant;
 mod q8;
+pub mod repack;
 mod unpack;
 
 pub use dequant::dequantize_row;
