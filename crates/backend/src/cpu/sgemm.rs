@@ -17,7 +17,7 @@ use std::ops::Range;
 /// Output columns per packed panel.
 pub const NR: usize = 16;
 /// Activation rows per micro-kernel call.
-const MR: usize = 6;
+pub(super) const MR: usize = 6;
 /// Activation rows per parallel tile (a multiple of `MR`).
 const MC: usize = 48;
 /// Panels per parallel tile.
@@ -52,15 +52,28 @@ impl PackedF32 {
     }
 }
 
-type Out = SendPtr<f32>;
+pub(super) type Out = SendPtr<f32>;
 
-/// out[n, m] = x[n, k] * w^T (+ bias[m] on every row, added per tile while
-/// the tile is in cache; the same f32 additions as a separate pass).
+/// out[n, m] = x[n, k] * w^T (+ bias[m] on every row).
 pub fn gemm(x: &[f32], n: usize, w: &PackedF32, bias: Option<&[f32]>, out: &mut [f32]) {
     assert_eq!(x.len(), n * w.k, "gemm: activation size");
-    assert_eq!(out.len(), n * w.m, "gemm: output size");
-    assert!(bias.is_none_or(|b| b.len() == w.m), "gemm: bias size");
-    let panels = w.m.div_ceil(NR);
+    tiled(n, w.m, bias, out, &|rows, panels, o| tile(x, w, rows, panels, o));
+}
+
+/// Runs `tile(rows, panels, out)` over tiles of `MC` rows by
+/// `PANELS_PER_TILE` panels of an [n, m] output, spread over the threads; each
+/// tile's bias is added while the tile is in cache (the same f32 additions as
+/// a separate pass). Shared by the f32 and bf16 GEMMs.
+pub(super) fn tiled(
+    n: usize,
+    m: usize,
+    bias: Option<&[f32]>,
+    out: &mut [f32],
+    tile: &(dyn Fn(Range<usize>, Range<usize>, Out) + Sync),
+) {
+    assert_eq!(out.len(), n * m, "gemm: output size");
+    assert!(bias.is_none_or(|b| b.len() == m), "gemm: bias size");
+    let panels = m.div_ceil(NR);
     let row_tiles = n.div_ceil(MC);
     let col_tiles = panels.div_ceil(PANELS_PER_TILE);
     let o = SendPtr(out.as_mut_ptr());
@@ -68,12 +81,12 @@ pub fn gemm(x: &[f32], n: usize, w: &PackedF32, bias: Option<&[f32]>, out: &mut 
         for t in tiles {
             let rows = (t / col_tiles) * MC..((t / col_tiles + 1) * MC).min(n);
             let ps = (t % col_tiles) * PANELS_PER_TILE..((t % col_tiles + 1) * PANELS_PER_TILE).min(panels);
-            tile(x, w, rows.clone(), ps.clone(), o);
+            tile(rows.clone(), ps.clone(), o);
             if let Some(b) = bias {
-                let cols = ps.start * NR..(ps.end * NR).min(w.m);
+                let cols = ps.start * NR..(ps.end * NR).min(m);
                 for r in rows {
                     // SAFETY: this tile's rows and columns belong to this task alone.
-                    let row = unsafe { std::slice::from_raw_parts_mut(o.get().add(r * w.m + cols.start), cols.len()) };
+                    let row = unsafe { std::slice::from_raw_parts_mut(o.get().add(r * m + cols.start), cols.len()) };
                     row.iter_mut().zip(&b[cols.clone()]).for_each(|(v, b)| *v += b);
                 }
             }

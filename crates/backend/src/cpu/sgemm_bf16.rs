@@ -9,13 +9,10 @@
 //! is broadcast to every lane. The tiling is `sgemm`'s; every output element
 //! is one chain over the k pairs in order, so results are batch-invariant.
 
-use super::fork::{for_each_chunk, for_each_chunk_mut, SendPtr};
+use super::fork::for_each_chunk_mut;
 use std::ops::Range;
 
-const NR: usize = 16;
-const MR: usize = 6;
-const MC: usize = 48;
-const PANELS_PER_TILE: usize = 4;
+use super::sgemm::{Out, MR, NR};
 
 /// Whether this CPU has the instructions (AVX-512 BF16 with 256-bit forms).
 pub fn available() -> bool {
@@ -69,14 +66,10 @@ impl PackedBf16 {
     }
 }
 
-type Out = SendPtr<f32>;
-
 /// out[n, m] = x[n, k] * w^T (+ bias[m] on every row).
 pub fn gemm(x: &[f32], n: usize, w: &PackedBf16, bias: Option<&[f32]>, out: &mut [f32]) {
     assert!(available(), "bf16 GEMM without AVX-512 BF16");
     assert_eq!(x.len(), n * w.k, "gemm: activation size");
-    assert_eq!(out.len(), n * w.m, "gemm: output size");
-    assert!(bias.is_none_or(|b| b.len() == w.m), "gemm: bias size");
     // Activations as bf16 pairs, one u32 per pair: [n][kp].
     let mut xb = vec![0u32; n * w.kp];
     for_each_chunk_mut(&mut xb, w.kp, 8, &|first, rows| {
@@ -89,29 +82,13 @@ pub fn gemm(x: &[f32], n: usize, w: &PackedBf16, bias: Option<&[f32]>, out: &mut
             };
         }
     });
-    let panels = w.m.div_ceil(NR);
-    let row_tiles = n.div_ceil(MC);
-    let col_tiles = panels.div_ceil(PANELS_PER_TILE);
-    let o = SendPtr(out.as_mut_ptr());
     let xb = &xb;
-    for_each_chunk(row_tiles * col_tiles, 1, &|tiles| {
-        for t in tiles {
-            let rows = (t / col_tiles) * MC..((t / col_tiles + 1) * MC).min(n);
-            let ps = (t % col_tiles) * PANELS_PER_TILE..((t % col_tiles + 1) * PANELS_PER_TILE).min(panels);
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `available()` was checked; the tile's rows and panels are in bounds.
-            unsafe {
-                tile(xb, w, rows.clone(), ps.clone(), o)
-            };
-            if let Some(b) = bias {
-                let cols = ps.start * NR..(ps.end * NR).min(w.m);
-                for r in rows {
-                    // SAFETY: this tile's rows and columns belong to this task alone.
-                    let row = unsafe { std::slice::from_raw_parts_mut(o.get().add(r * w.m + cols.start), cols.len()) };
-                    row.iter_mut().zip(&b[cols.clone()]).for_each(|(v, b)| *v += b);
-                }
-            }
-        }
+    super::sgemm::tiled(n, w.m, bias, out, &|rows, panels, o| {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `available()` was checked; the tile's rows and panels are in bounds.
+        unsafe {
+            tile(xb, w, rows, panels, o)
+        };
     });
 }
 
