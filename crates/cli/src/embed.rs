@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use ferrite_core::{Error, Result};
-use ferrite_engine::embed::{EmbedOptions, Pooling};
+use ferrite_engine::embed::Pooling;
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 
@@ -83,11 +83,10 @@ pub fn main(a: EmbedArgs) -> Result<()> {
     bar.set_style(
         ProgressStyle::with_template("embedding [{bar:30}] {pos}/{len} ({per_sec})").unwrap().progress_chars("=> "),
     );
-    let opts = EmbedOptions { truncate: a.truncate, normalize: a.normalize };
     let mut out = BufWriter::new(std::io::stdout().lock());
     let mut index = 0;
     for chunk in ids.chunks(a.batch_size) {
-        let vectors = e.embed_tokens(chunk, opts.normalize)?;
+        let vectors = e.embed_tokens(chunk, a.normalize)?;
         // Formatting floats is a fair share of the work: do it on every core.
         let lines: Vec<String> = vectors
             .par_iter()

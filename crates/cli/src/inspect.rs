@@ -5,7 +5,10 @@ use ferrite_core::Result;
 use ferrite_loader::source::{list_models, models_dir};
 use ferrite_models::registry::config_of;
 
-use crate::load::{is_embedding_model, load_embedder, open_checkpoint, template_of, tokenizer_of, Precision};
+use crate::load::{load_embedder_from, open_checkpoint, template_of, tokenizer_of, Precision};
+use ferrite_loader::source::ModelSource;
+use ferrite_models::encoder::encoder_arch;
+use ferrite_models::Checkpoint;
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
@@ -14,10 +17,10 @@ pub struct InspectArgs {
 }
 
 pub fn main(a: InspectArgs) -> Result<()> {
-    if is_embedding_model(&a.model)? {
-        return inspect_embedder(&a.model);
-    }
     let (source, ck) = open_checkpoint(&a.model)?;
+    if encoder_arch(&ck).is_some() {
+        return inspect_embedder(&a.model, &source, &ck);
+    }
     // Before any output, so an unsupported model prints only the error.
     let cfg = config_of(&ck)?;
     println!("path:          {}", ck.path().display());
@@ -51,9 +54,8 @@ pub fn main(a: InspectArgs) -> Result<()> {
 }
 
 /// An embedding model: what `embed` and `/v1/embeddings` will do with it.
-fn inspect_embedder(model: &str) -> Result<()> {
-    let (_, ck) = open_checkpoint(model)?;
-    let e = load_embedder(model, None, Precision::F32)?;
+fn inspect_embedder(model: &str, source: &ModelSource, ck: &Checkpoint) -> Result<()> {
+    let e = load_embedder_from(model, source, ck, None, Precision::F32)?;
     let c = e.model().config();
     println!("path:          {}", ck.path().display());
     println!("architecture:  {:?} encoder (embeddings)", c.arch);

@@ -176,13 +176,6 @@ impl Loaded {
     }
 }
 
-/// Whether MODEL names an embedding (encoder) model; errors only when it cannot
-/// be opened at all.
-pub fn is_embedding_model(model: &str) -> Result<bool> {
-    let (_, ck) = open_checkpoint(model)?;
-    Ok(encoder_arch(&ck).is_some())
-}
-
 /// Arithmetic for the dense matmuls of embedding models.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Precision {
@@ -200,15 +193,26 @@ pub fn load_embedder(
     pooling: Option<ferrite_engine::embed::Pooling>,
     precision: Precision,
 ) -> Result<Embedder> {
-    let t0 = Instant::now();
     let (source, ck) = open_checkpoint(model)?;
-    if encoder_arch(&ck).is_none() {
-        let arch = ferrite_models::registry::config_of(&ck).map(|c| c.arch_name).unwrap_or_else(|_| "unknown".into());
+    load_embedder_from(model, &source, &ck, pooling, precision)
+}
+
+/// `load_embedder` for a checkpoint already opened (to tell its kind).
+pub fn load_embedder_from(
+    model: &str,
+    source: &ModelSource,
+    ck: &Checkpoint,
+    pooling: Option<ferrite_engine::embed::Pooling>,
+    precision: Precision,
+) -> Result<Embedder> {
+    let t0 = Instant::now();
+    if encoder_arch(ck).is_none() {
+        let arch = ferrite_models::registry::config_of(ck).map(|c| c.arch_name).unwrap_or_else(|_| "unknown".into());
         return Err(Error::Unsupported(format!(
             "{model} is not an embedding model (architecture {arch}); embeddings need an encoder: bert or modernbert"
         )));
     }
-    let ModelSource::HfDir(dir) = &source else { unreachable!("encoders load from HF directories") };
+    let ModelSource::HfDir(dir) = source else { unreachable!("encoders load from HF directories") };
     let mut cfg = PoolingConfig::from_dir(dir)?;
     if let Some(p) = pooling {
         cfg.pooling = p;
@@ -223,7 +227,7 @@ pub fn load_embedder(
             backend
         }
     };
-    let encoder = load_encoder(backend, &ck)?;
+    let encoder = load_encoder(backend, ck)?;
     let tokenizer = Tokenizer::from_hf_dir(dir)?;
     let e = Embedder::new(encoder, tokenizer, &cfg);
     let c = e.model().config();

@@ -10,8 +10,11 @@ use ferrite_engine::embed::{EmbedEngine, EmbedEngineConfig};
 use ferrite_engine::{Engine, EngineConfig};
 use ferrite_server::ServeConfig;
 
-use crate::load::{init_threads, is_embedding_model, load_embedder, load_with_pool, KvPool, Precision};
+use crate::load::{init_threads, load_embedder_from, load_with_pool, open_checkpoint, KvPool, Precision};
 use crate::ModelArgs;
+use ferrite_loader::source::ModelSource;
+use ferrite_models::encoder::encoder_arch;
+use ferrite_models::Checkpoint;
 
 const GENERATION: &str = "Generation options (ignored for an embedding model)";
 
@@ -63,9 +66,11 @@ pub struct ServeArgs {
 }
 
 pub fn main(args: ServeArgs) -> Result<()> {
-    if is_embedding_model(&args.model.model)? {
-        return serve_embeddings(args);
+    let (source, ck) = open_checkpoint(&args.model.model)?;
+    if encoder_arch(&ck).is_some() {
+        return serve_embeddings(args, &source, &ck);
     }
+    drop(ck); // A generator: `load_with_pool` opens it for itself.
     let pool = match (args.kv_blocks, args.kv_memory) {
         (Some(n), _) => KvPool::Blocks(n),
         (None, Some(gb)) if gb.is_finite() && gb > 0.0 => KvPool::Bytes(gb * 1e9),
@@ -105,7 +110,7 @@ pub fn main(args: ServeArgs) -> Result<()> {
 }
 
 /// An embedding model on /v1/embeddings, its requests batched by an `EmbedEngine`.
-fn serve_embeddings(args: ServeArgs) -> Result<()> {
+fn serve_embeddings(args: ServeArgs, source: &ModelSource, ck: &Checkpoint) -> Result<()> {
     if args.max_embed_tokens == 0 {
         return Err(Error::InvalidInput("--max-embed-tokens must be at least 1".into()));
     }
@@ -122,7 +127,7 @@ fn serve_embeddings(args: ServeArgs) -> Result<()> {
         eprintln!("warning: ignored for an embedding model: {}", ignored.join(", "));
     }
     init_threads(m.threads)?;
-    let embedder = load_embedder(&m.model, None, args.precision)?;
+    let embedder = load_embedder_from(&m.model, source, ck, None, args.precision)?;
     let name = args.served_model_name.unwrap_or_else(|| default_model_name(&m.model));
     let (dim, max_length) = (embedder.dim(), embedder.max_length);
     let config = EmbedEngineConfig { max_batch_tokens: args.max_embed_tokens, max_waiting: args.max_waiting };

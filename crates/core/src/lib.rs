@@ -1,6 +1,7 @@
 //! Shared vocabulary of ferrite: element types, shapes and the error type.
 
 pub mod dtype;
+pub mod env;
 pub mod error;
 
 pub use dtype::DType;

@@ -55,7 +55,7 @@ struct Roots {
 
 impl Roots {
     fn from_env() -> Roots {
-        Roots::from_vars(|key| std::env::var_os(key))
+        Roots::from_vars(ferrite_core::env::var)
     }
 
     /// huggingface_hub's rules: HF_HUB_CACHE (or its legacy name), else

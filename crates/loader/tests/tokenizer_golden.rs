@@ -22,17 +22,12 @@ use serde_json::Value;
 /// `FERRITE_TOKENIZER_FIXTURES` points the golden tests at another fixture set
 /// (e.g. a large random corpus written by the script for a one-off check).
 fn fixture_dir() -> PathBuf {
-    match std::env::var_os("FERRITE_TOKENIZER_FIXTURES") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tokenizer"),
-    }
+    ferrite_core::env::path("FERRITE_TOKENIZER_FIXTURES")
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tokenizer"))
 }
 
 fn models_dir() -> PathBuf {
-    match std::env::var_os("FERRITE_HOME") {
-        Some(home) => PathBuf::from(home).join("models"),
-        None => PathBuf::from(std::env::var_os("HOME").expect("HOME is not set")).join(".ferrite/models"),
-    }
+    ferrite_loader::source::models_dir()
 }
 
 /// A model file or directory; missing models fail the test, never skip it.

@@ -605,8 +605,7 @@ fn constraint_mask_timing_synthetic() {
 /// and random walks through the real vocabulary.
 #[test]
 fn constraint_real_tokenizer() {
-    let Some(home) = std::env::var_os("HOME") else { return };
-    let path = std::path::Path::new(&home).join(".ferrite/models/smollm2.gguf");
+    let path = ferrite_loader::source::models_dir().join("smollm2.gguf");
     if !path.exists() {
         println!("skipping: {} not found", path.display());
         return;

@@ -23,15 +23,6 @@ pub struct Embedder {
     pub max_length: usize,
 }
 
-/// Per-call choices.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct EmbedOptions {
-    /// Cut inputs longer than `max_length` instead of failing.
-    pub truncate: bool,
-    /// L2-normalize even when the checkpoint does not ask for it.
-    pub normalize: bool,
-}
-
 impl Embedder {
     pub fn new(model: Box<dyn EncoderModel>, tokenizer: Tokenizer, cfg: &PoolingConfig) -> Embedder {
         let limit = model.config().max_positions;
@@ -125,16 +116,6 @@ impl Embedder {
         let mut out = self.pooled(&refs)?;
         if normalize || self.normalize {
             out.iter_mut().for_each(|v| l2_normalize(v));
-        }
-        Ok(out)
-    }
-
-    /// Vectors for texts, `batch_size` inputs per forward pass.
-    pub fn embed(&self, texts: &[String], batch_size: usize, opts: EmbedOptions) -> Result<Vec<Vec<f32>>> {
-        let ids = self.tokenize_all(texts, opts.truncate)?;
-        let mut out = Vec::with_capacity(texts.len());
-        for chunk in ids.chunks(batch_size.max(1)) {
-            out.extend(self.embed_tokens(chunk, opts.normalize)?);
         }
         Ok(out)
     }

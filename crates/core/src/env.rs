@@ -1,0 +1,16 @@
+//! The one place ferrite reads environment variables. They only locate files
+//! (HOME, FERRITE_HOME, the Hugging Face cache variables) or point a test at
+//! other fixtures; models and kernels never read the environment.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+/// A variable's value; unset and empty are the same.
+pub fn var(key: &str) -> Option<OsString> {
+    std::env::var_os(key).filter(|v| !v.is_empty())
+}
+
+/// A variable as a path.
+pub fn path(key: &str) -> Option<PathBuf> {
+    var(key).map(PathBuf::from)
+}
