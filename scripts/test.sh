@@ -7,3 +7,7 @@ scripts/setup-test-models.sh
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings
 cargo test --release --workspace
+# Every CUDA kernel must compile (NVRTC from its wheel; no GPU needed).
+nvrtc_lib=$(scripts/nvrtc.sh)
+LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FERRITE_REQUIRE_NVRTC=1 \
+    cargo test --release -p ferrite-backend cuda::compile

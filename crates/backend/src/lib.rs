@@ -2,11 +2,15 @@
 //! about transformers: models compose these ops (see `ferrite-models`).
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod harness;
 pub mod quant;
 
 use ferrite_core::{DType, HostBytes, Result};
 
 /// A 2-D weight as stored in the checkpoint: `rows` outputs of `cols` inputs each.
+#[derive(Clone)]
 pub struct RawWeight {
     pub name: String,
     pub dtype: DType,
@@ -82,6 +86,36 @@ pub struct AttnBatch {
     pub slots: Vec<usize>,
 }
 
+impl AttnBatch {
+    /// Checks that the batch covers rows 0..n exactly once and that every
+    /// sequence's block table fits a pool of `n_blocks` blocks of `block_size`.
+    pub fn validate(&self, n: usize, n_blocks: usize, block_size: usize) -> Result<()> {
+        if self.block_size != block_size {
+            return Err(ferrite_core::Error::Shape(format!(
+                "attention batch uses blocks of {} tokens, the pool {block_size}",
+                self.block_size
+            )));
+        }
+        let mut covered = vec![false; n];
+        for (si, s) in self.seqs.iter().enumerate() {
+            let used = s.ctx_len.div_ceil(block_size);
+            if s.q_start + s.q_len > n
+                || s.q_len > s.ctx_len
+                || used > s.block_table.len()
+                || s.block_table[..used].iter().any(|&b| b as usize >= n_blocks)
+                || covered[s.q_start..s.q_start + s.q_len].iter().any(|&c| c)
+            {
+                return Err(ferrite_core::Error::Shape(format!("attention batch entry {si} is inconsistent")));
+            }
+            covered[s.q_start..s.q_start + s.q_len].iter_mut().for_each(|c| *c = true);
+        }
+        if covered.iter().any(|&c| !c) {
+            return Err(ferrite_core::Error::Shape("attention batch leaves rows without a sequence".into()));
+        }
+        Ok(())
+    }
+}
+
 /// Per-layer attention shape.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnParams {
@@ -139,6 +173,11 @@ pub trait Backend: Send + Sync {
     fn embedding(&self, table: &Self::Weight, ids: &[u32]) -> Result<Self::Tensor>;
     /// x [n, k] times w [m, k] transposed: [n, m].
     fn matmul(&self, x: &Self::Tensor, w: &Self::Weight) -> Result<Self::Tensor>;
+    /// x times each of `ws` (projections sharing their input, as q, k and v):
+    /// one pass where a backend can.
+    fn matmul_many(&self, x: &Self::Tensor, ws: &[&Self::Weight]) -> Result<Vec<Self::Tensor>> {
+        ws.iter().map(|w| self.matmul(x, w)).collect()
+    }
     /// x · w^T plus `bias` [1, m] on every row.
     fn linear(&self, x: &Self::Tensor, w: &Self::Weight, bias: Option<&Self::Tensor>) -> Result<Self::Tensor> {
         let mut y = self.matmul(x, w)?;
@@ -153,6 +192,12 @@ pub trait Backend: Send + Sync {
     fn scale(&self, x: &mut Self::Tensor, s: f32) -> Result<()>;
     /// RMS norm over each group of `w.cols` elements (a whole row, or one head).
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Tensor, eps: f32) -> Result<Self::Tensor>;
+    /// x += y, then the RMS norm of every row of x (the residual add fused with
+    /// the next norm; `w.cols` must be the row length).
+    fn add_rms_norm(&self, x: &mut Self::Tensor, y: &Self::Tensor, w: &Self::Tensor, eps: f32) -> Result<Self::Tensor> {
+        self.add(x, y)?;
+        self.rms_norm(x, w, eps)
+    }
     /// act(gate) * up.
     fn glu(&self, gate: &Self::Tensor, up: &Self::Tensor, act: Activation) -> Result<Self::Tensor>;
     /// Rotates every head of every row by its token's position.

@@ -1,18 +1,22 @@
 //! `ferrite bench`: prefill (pp) and decode (tg) throughput, like llama-bench:
 //! prefill of --prompt-tokens random tokens from an empty cache, and decode of
-//! --gen-tokens tokens one at a time from an empty cache.
+//! --gen-tokens tokens one at a time. With --batch B, B sequences run
+//! together (prefill of B prompts; decode of B streams, each after
+//! --decode-context tokens of context). On a GPU the hardware ceilings are
+//! measured first and each result is also reported against them.
 
 use std::time::Instant;
 
 use clap::Args;
 use ferrite_core::Result;
 use ferrite_engine::{Logits, Runner, Sequence};
+use ferrite_models::LmConfig;
 use serde_json::json;
 
-use crate::load::load;
+use crate::load::{load_with_pool, KvPool};
 use crate::ModelArgs;
 
-#[derive(Args, Debug)]
+#[derive(Args, Clone, Debug)]
 pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
@@ -20,6 +24,15 @@ pub struct BenchArgs {
     pub prompt_tokens: usize,
     #[arg(long, default_value_t = 128)]
     pub gen_tokens: usize,
+    /// Sequences run together, in prefill and in decode.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Tokens of context each stream holds before the timed decode.
+    #[arg(long, default_value_t = 0)]
+    pub decode_context: usize,
+    /// Prompt tokens per sequence per forward pass.
+    #[arg(long, default_value_t = ferrite_engine::generate::PREFILL_CHUNK)]
+    pub prefill_chunk: usize,
     /// Runs of each test; the mean is reported.
     #[arg(long, default_value_t = 3)]
     pub repetitions: usize,
@@ -41,33 +54,49 @@ fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
-fn prefill(r: &mut Runner, n: usize, seed: u64) -> Result<f64> {
-    let mut seq = Sequence::new(tokens(n, r.config().vocab_size, seed));
+fn seqs(r: &Runner, batch: usize, n: usize, seed: u64) -> Vec<Sequence> {
+    (0..batch).map(|b| Sequence::new(tokens(n.max(1), r.config().vocab_size, seed * 1000 + b as u64))).collect()
+}
+
+/// Runs every sequence to its end, `chunk` tokens per step.
+fn run_all(r: &mut Runner, s: &mut [Sequence], chunk: usize) -> Result<()> {
+    while s[0].n_cached < s[0].tokens.len() {
+        let mut refs: Vec<&mut Sequence> = s.iter_mut().collect();
+        r.step(&mut refs, chunk, Logits::Last)?;
+    }
+    Ok(())
+}
+
+fn release(r: &mut Runner, s: &mut [Sequence]) {
+    s.iter_mut().for_each(|q| r.release(q));
+}
+
+/// Prompt tokens per second over all sequences.
+fn prefill(r: &mut Runner, a: &BenchArgs, seed: u64) -> Result<f64> {
+    let mut s = seqs(r, a.batch, a.prompt_tokens, seed);
     let t = Instant::now();
-    let res = (|| {
-        while seq.n_cached < seq.tokens.len() {
-            r.step(&mut [&mut seq], ferrite_engine::generate::PREFILL_CHUNK, Logits::Last)?;
-        }
-        Ok(n as f64 / t.elapsed().as_secs_f64())
-    })();
-    r.release(&mut seq);
+    let res =
+        run_all(r, &mut s, a.prefill_chunk).map(|_| (a.batch * a.prompt_tokens) as f64 / t.elapsed().as_secs_f64());
+    release(r, &mut s);
     res
 }
 
-fn decode(r: &mut Runner, n: usize, seed: u64) -> Result<f64> {
-    let toks = tokens(n, r.config().vocab_size, seed);
-    let mut seq = Sequence::new(vec![toks[0]]);
-    let t = Instant::now();
+/// Generated tokens per second over all streams (untimed context first).
+fn decode(r: &mut Runner, a: &BenchArgs, n: usize, seed: u64) -> Result<f64> {
+    let mut s = seqs(r, a.batch, a.decode_context.max(1), seed);
     let res = (|| {
-        for (i, &t) in toks.iter().enumerate() {
-            if i > 0 {
-                seq.tokens.push(t);
-            }
-            r.step(&mut [&mut seq], 1, Logits::Last)?;
+        run_all(r, &mut s, a.prefill_chunk)?;
+        let vocab = r.config().vocab_size;
+        let next = tokens(n, vocab, seed + 7);
+        let t = Instant::now();
+        for &tok in &next {
+            s.iter_mut().for_each(|q| q.tokens.push(tok));
+            let mut refs: Vec<&mut Sequence> = s.iter_mut().collect();
+            r.step(&mut refs, 1, Logits::Last)?;
         }
-        Ok(n as f64 / t.elapsed().as_secs_f64())
+        Ok((a.batch * n) as f64 / t.elapsed().as_secs_f64())
     })();
-    r.release(&mut seq);
+    release(r, &mut s);
     res
 }
 
@@ -75,24 +104,74 @@ fn mean(v: &[f64]) -> f64 {
     v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
+/// Parameters every token multiplies (matmul weights, output head included).
+fn matmul_params(c: &LmConfig) -> f64 {
+    let (h, qd, kvd) = (c.hidden as f64, (c.n_heads * c.head_dim) as f64, c.kv_dim() as f64);
+    let layer = h * (qd + 2.0 * kvd) + qd * h + 3.0 * h * c.ffn as f64;
+    c.n_layers as f64 * layer + c.vocab_size as f64 * h
+}
+
+/// What the GPU's ceilings allow, printed next to the measured rates.
+struct Roofline {
+    copy: f64,
+    flops: f64,
+}
+
+impl Roofline {
+    /// Fraction of the memory roofline reached by a decode rate: each step
+    /// reads the 16-bit weights once and every stream's K and V.
+    fn decode(&self, c: &LmConfig, a: &BenchArgs, rate: f64, kv_bytes: f64) -> f64 {
+        let ctx = a.decode_context.max(1) as f64 + a.gen_tokens as f64 / 2.0;
+        let kv = a.batch as f64 * ctx * (c.n_layers * c.kv_dim() * 2) as f64 * kv_bytes;
+        let step_bytes = 2.0 * matmul_params(c) + kv;
+        let steps_per_s = rate / a.batch as f64;
+        steps_per_s * step_bytes / self.copy
+    }
+
+    /// Model FLOP utilization of a prefill rate (matmuls plus causal attention).
+    fn prefill(&self, c: &LmConfig, a: &BenchArgs, rate: f64) -> f64 {
+        let attn = 2.0 * 2.0 * (c.n_layers * c.n_heads * c.head_dim) as f64 * (a.prompt_tokens as f64 + 1.0) / 2.0;
+        rate * (2.0 * matmul_params(c) + attn) / self.flops
+    }
+}
+
+fn ceilings(a: &BenchArgs) -> Result<Option<Roofline>> {
+    let Some(crate::device::DeviceChoice::Cuda(n)) = a.model.device.device else { return Ok(None) };
+    let opts = ferrite_backend::cuda::CudaOptions { ordinal: n, ..Default::default() };
+    let c = ferrite_backend::cuda::CudaBackend::open(&opts)?.measure_ceilings()?;
+    Ok(Some(Roofline { copy: c.copy_bytes_per_s, flops: c.bf16_flops }))
+}
+
 pub fn main(mut a: BenchArgs) -> Result<()> {
+    if a.batch == 0 || a.prefill_chunk == 0 {
+        return Err(ferrite_core::Error::InvalidInput("--batch and --prefill-chunk must be at least 1".into()));
+    }
     // At least the warm-up's 4 tokens.
-    a.model.ctx_size = Some(a.model.ctx_size.unwrap_or(0).max(a.prompt_tokens.max(a.gen_tokens).max(4) + 1));
-    let mut l = load(&a.model, false)?;
+    let longest = a.prompt_tokens.max(a.decode_context + a.gen_tokens).max(4) + 1;
+    a.model.ctx_size = Some(a.model.ctx_size.unwrap_or(0).max(longest));
+    let roof = ceilings(&a)?;
+    let blocks = a.batch * a.model.ctx_size.unwrap_or(longest).div_ceil(ferrite_engine::runner::DEFAULT_BLOCK_SIZE);
+    let mut l = load_with_pool(&a.model, false, &KvPool::Blocks(blocks))?;
     let reps = a.repetitions.max(1);
-    // One untimed warm-up touches the weights (page cache) and the thread pool.
-    decode(&mut l.runner, 4, 0)?;
-    let mut pp = Vec::new();
-    let mut tg = Vec::new();
+    // One untimed warm-up touches the weights and the thread pool (or the GPU).
+    let warm = BenchArgs { decode_context: 1, ..a.clone() };
+    decode(&mut l.runner, &warm, 4, 0)?;
+    let (mut pp, mut tg) = (Vec::new(), Vec::new());
     for rep in 0..reps {
         if a.prompt_tokens > 0 {
-            pp.push(prefill(&mut l.runner, a.prompt_tokens, rep as u64 + 1)?);
+            pp.push(prefill(&mut l.runner, &a, rep as u64 + 1)?);
         }
         if a.gen_tokens > 0 {
-            tg.push(decode(&mut l.runner, a.gen_tokens, rep as u64 + 101)?);
+            tg.push(decode(&mut l.runner, &a, a.gen_tokens, rep as u64 + 101)?);
         }
     }
     let threads = rayon::current_num_threads();
+    let cfg = l.runner.config().clone();
+    let kv_bytes = if a.model.kv_cache == Some(ferrite_models::KvDtype::F32) { 4.0 } else { 2.0 };
+    let (pp_frac, tg_frac) = match &roof {
+        Some(r) => (Some(r.prefill(&cfg, &a, mean(&pp))), Some(r.decode(&cfg, &a, mean(&tg), kv_bytes))),
+        None => (None, None),
+    };
     if a.json {
         println!(
             "{}",
@@ -100,24 +179,40 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
                 "model": a.model.model,
                 "backend": l.runner.backend_name(),
                 "threads": threads,
+                "batch": a.batch,
                 "prompt_tokens": a.prompt_tokens,
                 "gen_tokens": a.gen_tokens,
+                "decode_context": a.decode_context,
                 "repetitions": reps,
                 "prefill_tokens_per_s": mean(&pp),
                 "decode_tokens_per_s": mean(&tg),
                 "prefill_runs": pp,
                 "decode_runs": tg,
+                "copy_bytes_per_s": roof.as_ref().map(|r| r.copy),
+                "bf16_flops": roof.as_ref().map(|r| r.flops),
+                "prefill_mfu": pp_frac,
+                "decode_roofline_fraction": tg_frac,
             })
         );
-    } else {
-        println!("| model | threads | test | tokens/s |");
-        println!("|---|---|---|---|");
-        if !pp.is_empty() {
-            println!("| {} | {threads} | pp{} | {:.2} |", a.model.model, a.prompt_tokens, mean(&pp));
-        }
-        if !tg.is_empty() {
-            println!("| {} | {threads} | tg{} | {:.2} |", a.model.model, a.gen_tokens, mean(&tg));
-        }
+        return Ok(());
+    }
+    if let Some(r) = &roof {
+        println!("ceilings: copy {:.0} GB/s, bf16 GEMM {:.0} TFLOP/s", r.copy / 1e9, r.flops / 1e12);
+    }
+    let pct = |f: Option<f64>| f.map_or(String::new(), |f| format!(" ({:.1}%)", 100.0 * f));
+    println!("| model | threads | batch | test | tokens/s |");
+    println!("|---|---|---|---|---|");
+    if !pp.is_empty() {
+        let m = &a.model.model;
+        println!("| {m} | {threads} | {} | pp{} | {:.2}{} |", a.batch, a.prompt_tokens, mean(&pp), pct(pp_frac));
+    }
+    if !tg.is_empty() {
+        let m = &a.model.model;
+        let ctx = if a.decode_context > 0 { format!(" @ {}", a.decode_context) } else { String::new() };
+        println!("| {m} | {threads} | {} | tg{}{ctx} | {:.2}{} |", a.batch, a.gen_tokens, mean(&tg), pct(tg_frac));
+    }
+    if roof.is_some() {
+        println!("(pp: % of the bf16 GEMM rate (MFU); tg: % of the memory roofline, weights + KV per step)");
     }
     Ok(())
 }

@@ -39,6 +39,8 @@ pub struct EmbedArgs {
     /// Worker threads (default: one per physical core).
     #[arg(long)]
     pub threads: Option<usize>,
+    #[command(flatten)]
+    pub device: crate::device::DeviceArgs,
 }
 
 fn read_lines(path: &PathBuf) -> Result<Vec<String>> {
@@ -71,7 +73,7 @@ pub fn main(a: EmbedArgs) -> Result<()> {
         return Err(Error::InvalidInput("nothing to embed: give texts or --file".into()));
     }
     init_threads(a.threads)?;
-    let e = load_embedder(&a.model, a.pooling, a.precision)?;
+    let e = load_embedder(&a.model, a.pooling, a.precision, &a.device)?;
     // Tokenize everything first: a bad input fails before any output.
     let ids = e.tokenize_all(&texts, a.truncate).map_err(|err| match err {
         Error::InvalidInput(m) if m.contains("more than the model's") => {

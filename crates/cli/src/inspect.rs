@@ -55,7 +55,7 @@ pub fn main(a: InspectArgs) -> Result<()> {
 
 /// An embedding model: what `embed` and `/v1/embeddings` will do with it.
 fn inspect_embedder(model: &str, source: &ModelSource, ck: &Checkpoint) -> Result<()> {
-    let e = load_embedder_from(model, source, ck, None, Precision::F32)?;
+    let e = load_embedder_from(model, source, ck, None, Precision::F32, &crate::device::DeviceArgs::cpu())?;
     let c = e.model().config();
     println!("path:          {}", ck.path().display());
     println!("architecture:  {:?} encoder (embeddings)", c.arch);

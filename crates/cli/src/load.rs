@@ -14,7 +14,9 @@ use ferrite_models::encoder::{encoder_arch, load_encoder};
 use ferrite_models::{load_causal_lm, Checkpoint, KvDtype};
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::device::{Backend, DeviceArgs};
 use crate::ModelArgs;
+use ferrite_backend::cuda::CudaBackend;
 
 /// The KV cache is capped here unless --ctx-size asks for more.
 const DEFAULT_MAX_CTX: usize = 8192;
@@ -27,15 +29,22 @@ pub struct Loaded {
     pub name: String,
 }
 
+/// Sizes the global thread pool; later calls (a command loading two models)
+/// keep the first size.
 pub fn init_threads(threads: Option<usize>) -> Result<()> {
+    static STARTED: std::sync::Once = std::sync::Once::new();
     let n = threads.unwrap_or_else(crate::cores::physical_cores);
     if n == 0 {
         return Err(Error::InvalidInput("--threads must be at least 1".into()));
     }
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(n)
-        .build_global()
-        .map_err(|e| Error::InvalidInput(format!("thread pool: {e}")))
+    let mut result = Ok(());
+    STARTED.call_once(|| {
+        result = rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .map_err(|e| Error::InvalidInput(format!("thread pool: {e}")));
+    });
+    result
 }
 
 pub fn open_checkpoint(model: &str) -> Result<(ModelSource, Checkpoint)> {
@@ -48,6 +57,9 @@ pub fn tokenizer_of(source: &ModelSource, ck: &Checkpoint) -> Result<Tokenizer> 
     match (source, ck) {
         (_, Checkpoint::Gguf(g)) => Tokenizer::from_gguf(g),
         (ModelSource::HfDir(d), _) => Tokenizer::from_hf_dir(d),
+        (ModelSource::Random(p), _) => Err(Error::InvalidInput(format!(
+            "random:{p} has random weights and no tokenizer: use it with `ferrite bench`"
+        ))),
         _ => Err(Error::format("no tokenizer found")),
     }
 }
@@ -111,7 +123,12 @@ pub fn load_with_pool(args: &ModelArgs, with_tokenizer: bool, pool: &KvPool) -> 
             bar.set_position(i as u64);
         }
     };
-    let model = load_causal_lm(CpuBackend::F32, &ck, &mut progress)?;
+    let backend = args.device.open(CpuBackend::F32, false)?;
+    let on_gpu = matches!(backend, Backend::Cuda(_));
+    let model = match &backend {
+        Backend::Cpu(b, _) => load_causal_lm(*b, &ck, &mut progress)?,
+        Backend::Cuda(b) => load_causal_lm(b.clone(), &ck, &mut progress)?,
+    };
     bar.finish_and_clear();
     let cfg = model.config();
     let ctx = args.ctx_size.unwrap_or(cfg.max_context.min(DEFAULT_MAX_CTX));
@@ -123,25 +140,31 @@ pub fn load_with_pool(args: &ModelArgs, with_tokenizer: bool, pool: &KvPool) -> 
     }
     let name = args.model.clone();
     eprintln!(
-        "loaded {name}: {} ({} layers, hidden {}) on {} in {:.2}s",
+        "loaded {name}: {} ({} layers, hidden {}) on {}{} in {:.2}s",
         cfg.arch_name,
         cfg.n_layers,
         cfg.hidden,
         model.backend_name(),
+        backend.fallback_note(),
         t0.elapsed().as_secs_f64()
     );
+    // f16 like llama.cpp for GGUF files and on GPUs; f32 for safetensors on the CPU.
     let kv = args.kv_cache.unwrap_or(match source {
-        ModelSource::Gguf(_) => KvDtype::F16,
-        ModelSource::HfDir(_) => KvDtype::F32,
+        ModelSource::HfDir(_) | ModelSource::Random(_) if !on_gpu => KvDtype::F32,
+        _ => KvDtype::F16,
     });
     let bs = DEFAULT_BLOCK_SIZE;
     // The CPU backend keeps K and V in f32 whatever the precision.
-    let block_bytes = (bs * cfg.n_layers * cfg.kv_dim() * 2 * 4) as f64;
-    let n_blocks = match *pool {
-        KvPool::OneSequence => ctx.div_ceil(bs),
-        KvPool::Blocks(n) => n,
-        KvPool::Bytes(b) => (b / block_bytes) as usize,
-        KvPool::ServingDefault => {
+    let elem = if on_gpu && kv == KvDtype::F16 { 2 } else { 4 };
+    let block_bytes = (bs * cfg.n_layers * cfg.kv_dim() * 2 * elem) as f64;
+    let n_blocks = match (pool, &backend) {
+        (KvPool::OneSequence, _) => ctx.div_ceil(bs),
+        (KvPool::Blocks(n), _) => *n,
+        (KvPool::Bytes(b), _) => (*b / block_bytes) as usize,
+        (KvPool::ServingDefault, Backend::Cuda(b)) => {
+            gpu_kv_blocks(b, args.device.gpu_memory_utilization, block_bytes)?
+        }
+        (KvPool::ServingDefault, Backend::Cpu(..)) => {
             (4 * ctx.div_ceil(bs)).min((DEFAULT_POOL_BYTES / block_bytes) as usize).max(ctx.div_ceil(bs))
         }
     };
@@ -151,9 +174,30 @@ pub fn load_with_pool(args: &ModelArgs, with_tokenizer: bool, pool: &KvPool) -> 
             block_bytes / 1e6
         )));
     }
-    check_kv_fits(n_blocks.saturating_mul(bs), cfg.n_layers, cfg.kv_dim())?;
+    if !on_gpu {
+        check_kv_fits(n_blocks.saturating_mul(bs), cfg.n_layers, cfg.kv_dim())?;
+    }
     let runner = Runner::with_pool(model, ctx, n_blocks, bs, kv)?;
     Ok(Loaded { runner, tokenizer, template, name })
+}
+
+/// KV blocks that fit the GPU's memory budget once the weights are loaded:
+/// `utilization` of the total, less what is already in use, less a margin for
+/// the step's work buffers.
+fn gpu_kv_blocks(b: &CudaBackend, utilization: f64, block_bytes: f64) -> Result<usize> {
+    const WORK_MARGIN: f64 = 1.5e9;
+    let (free, total) = b.memory()?;
+    let budget = free as f64 - total as f64 * (1.0 - utilization) - WORK_MARGIN;
+    let n = (budget / block_bytes).floor();
+    if n < 1.0 {
+        return Err(Error::InvalidInput(format!(
+            "no GPU memory left for the KV cache: {:.2} GB free of {:.2} GB after loading the weights, {:.0}% usable (--gpu-memory-utilization)",
+            free as f64 / 1e9,
+            total as f64 / 1e9,
+            utilization * 100.0
+        )));
+    }
+    Ok(n as usize)
 }
 
 /// An absurd --ctx-size would abort the process inside the allocator; probe the
@@ -192,9 +236,10 @@ pub fn load_embedder(
     model: &str,
     pooling: Option<ferrite_engine::embed::Pooling>,
     precision: Precision,
+    device: &DeviceArgs,
 ) -> Result<Embedder> {
     let (source, ck) = open_checkpoint(model)?;
-    load_embedder_from(model, &source, &ck, pooling, precision)
+    load_embedder_from(model, &source, &ck, pooling, precision, device)
 }
 
 /// `load_embedder` for a checkpoint already opened (to tell its kind).
@@ -204,6 +249,7 @@ pub fn load_embedder_from(
     ck: &Checkpoint,
     pooling: Option<ferrite_engine::embed::Pooling>,
     precision: Precision,
+    device: &DeviceArgs,
 ) -> Result<Embedder> {
     let t0 = Instant::now();
     if encoder_arch(ck).is_none() {
@@ -212,35 +258,42 @@ pub fn load_embedder_from(
             "{model} is not an embedding model (architecture {arch}); embeddings need an encoder: bert or modernbert"
         )));
     }
-    let ModelSource::HfDir(dir) = source else { unreachable!("encoders load from HF directories") };
+    let ModelSource::HfDir(dir) = source else {
+        return Err(Error::Unsupported(format!("{model}: embedding models load from HF directories")));
+    };
     let mut cfg = PoolingConfig::from_dir(dir)?;
     if let Some(p) = pooling {
         cfg.pooling = p;
     }
-    let backend = match precision {
+    let cpu = match precision {
         Precision::F32 => CpuBackend::F32,
-        Precision::Bf16 => {
-            let (backend, on) = CpuBackend::with_bf16_dense();
-            if !on {
+        Precision::Bf16 => CpuBackend::with_bf16_dense().0,
+    };
+    let backend = device.open(cpu, precision == Precision::F32)?;
+    let (encoder, bf16) = match &backend {
+        Backend::Cpu(b, _) => {
+            let b = *b;
+            if precision == Precision::Bf16 && !b.bf16_dense {
                 eprintln!("note: this CPU has no AVX-512 BF16; computing in f32");
             }
-            backend
+            (load_encoder(b, ck)?, b.bf16_dense)
         }
+        Backend::Cuda(b) => (load_encoder(b.clone(), ck)?, precision == Precision::Bf16),
     };
-    let encoder = load_encoder(backend, ck)?;
     let tokenizer = Tokenizer::from_hf_dir(dir)?;
     let e = Embedder::new(encoder, tokenizer, &cfg);
     let c = e.model().config();
     eprintln!(
-        "loaded {model}: {:?} ({} layers, dim {}, {:?} pooling{}, max {} tokens{}) on {} in {:.2}s",
+        "loaded {model}: {:?} ({} layers, dim {}, {:?} pooling{}, max {} tokens{}) on {}{} in {:.2}s",
         c.arch,
         c.n_layers,
         c.hidden,
         e.pooling,
         if e.normalize { ", normalized" } else { "" },
         e.max_length,
-        if backend.bf16_dense { ", bf16 matmuls" } else { "" },
+        if bf16 { ", bf16 matmuls" } else { "" },
         e.model().backend_name(),
+        backend.fallback_note(),
         t0.elapsed().as_secs_f64()
     );
     Ok(e)

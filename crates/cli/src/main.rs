@@ -5,7 +5,9 @@ mod bench;
 mod bench_serve;
 mod chat;
 mod cores;
+mod device;
 mod embed;
+mod gpu_check;
 mod inspect;
 mod load;
 mod perplexity;
@@ -45,6 +47,8 @@ pub struct ModelArgs {
     /// f32 for safetensors checkpoints).
     #[arg(long)]
     pub kv_cache: Option<ferrite_models::KvDtype>,
+    #[command(flatten)]
+    pub device: device::DeviceArgs,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -99,6 +103,9 @@ enum Command {
     Inspect(inspect::InspectArgs),
     /// Models in ferrite's model directory.
     List,
+    /// On a GPU machine: every CUDA op against the CPU, the hardware ceilings,
+    /// and models teacher-forced on GPU and CPU.
+    GpuCheck(gpu_check::GpuCheckArgs),
 }
 
 fn main() -> ExitCode {
@@ -114,6 +121,7 @@ fn main() -> ExitCode {
         Command::Score(a) => score::main(a),
         Command::Inspect(a) => inspect::main(a),
         Command::List => inspect::list(),
+        Command::GpuCheck(a) => gpu_check::main(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -127,7 +127,7 @@ fn serve_embeddings(args: ServeArgs, source: &ModelSource, ck: &Checkpoint) -> R
         eprintln!("warning: ignored for an embedding model: {}", ignored.join(", "));
     }
     init_threads(m.threads)?;
-    let embedder = load_embedder_from(&m.model, source, ck, None, args.precision)?;
+    let embedder = load_embedder_from(&m.model, source, ck, None, args.precision, &m.device)?;
     let name = args.served_model_name.unwrap_or_else(|| default_model_name(&m.model));
     let (dim, max_length) = (embedder.dim(), embedder.max_length);
     let config = EmbedEngineConfig { max_batch_tokens: args.max_embed_tokens, max_waiting: args.max_waiting };

@@ -874,3 +874,40 @@ fn crafted_gguf_as_bench_and_perplexity_input() {
     fails(&["inspect", s(&p)], &["mamba9"]);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// `--device`: a bad name is a usage error; an explicit GPU that cannot be used
+/// is one clear error (this suite runs without a GPU driver or with one).
+#[test]
+fn device_choice_errors() {
+    let o = ferrite(&["bench", "smollm2", "--device", "tpu"]);
+    assert!(!o.status.success());
+    assert!(text(&o.stderr).contains("unknown device \"tpu\" (cpu, cuda or cuda:N)"), "{}", text(&o.stderr));
+    fails(&["bench", "smollm2", "--device", "cuda:99"], &["cuda"]);
+    fails(&["bench", "smollm2", "--gpu-memory-utilization", "0", "--device", "cpu"], &["gpu-memory-utilization"]);
+}
+
+/// `random:PRESET`: a model of a published shape with random weights, for
+/// benchmarks; unknown presets and commands that need a tokenizer fail clearly.
+#[test]
+fn random_weight_models() {
+    let (out, _) = ok(&[
+        "bench",
+        "random:smollm2-135m",
+        "--device",
+        "cpu",
+        "--prompt-tokens",
+        "8",
+        "--gen-tokens",
+        "2",
+        "--batch",
+        "2",
+        "--repetitions",
+        "1",
+        "--json",
+    ]);
+    let j: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    assert_eq!(j["batch"], 2);
+    assert!(j["decode_tokens_per_s"].as_f64().unwrap() > 0.0);
+    fails(&["bench", "random:gpt-9", "--device", "cpu"], &["gpt-9", "llama-3.1-8b"]);
+    fails(&["run", "random:smollm2-135m", "--device", "cpu", "--prompt", "hi"], &["no tokenizer"]);
+}

@@ -18,6 +18,9 @@ pub enum Error {
     Template(String),
     #[error("{0}")]
     InvalidInput(String),
+    /// A GPU or its driver failed (no device, a library missing, a kernel error).
+    #[error("CUDA: {0}")]
+    Device(String),
     /// The server is at capacity; the request may be retried later.
     #[error("{0}")]
     Busy(String),

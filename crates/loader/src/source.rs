@@ -18,6 +18,8 @@ use ferrite_core::{Error, Result};
 pub enum ModelSource {
     Gguf(PathBuf),
     HfDir(PathBuf),
+    /// `random:PRESET`: random weights of a known model's shape, for benchmarks.
+    Random(String),
 }
 
 /// One model found by `list_models`.
@@ -33,6 +35,9 @@ pub struct ModelEntry {
 
 /// Resolves a MODEL argument; see the module docs for the accepted forms.
 pub fn resolve(arg: &str) -> Result<ModelSource> {
+    if let Some(preset) = arg.strip_prefix("random:") {
+        return Ok(ModelSource::Random(preset.to_string()));
+    }
     resolve_in(arg, &Roots::from_env())
 }
 
@@ -318,6 +323,7 @@ fn describe_dir(name: &str, dir: &Path) -> Option<ModelEntry> {
                 format: if has_safetensors { "safetensors" } else { "hf" },
             })
         }
+        ModelSource::Random(_) => None,
     }
 }
 

@@ -1,6 +1,7 @@
-//! A loaded checkpoint (GGUF file or HF directory) as a source of weights under
-//! canonical names. Canonical names follow GGUF (`blk.3.attn_q.weight`); HF names
-//! are mapped to them in one place, `canonical_hf_name`.
+//! A loaded checkpoint (GGUF file, HF directory, or generated random weights) as a
+//! source of weights under canonical names. Canonical names follow GGUF
+//! (`blk.3.attn_q.weight`); HF names are mapped to them in one place,
+//! `canonical_hf_name`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,9 +12,13 @@ use ferrite_loader::gguf::GgufFile;
 use ferrite_loader::safetensors::SafeTensors;
 use ferrite_loader::source::ModelSource;
 
+use crate::random::RandomCheckpoint;
+
 pub enum Checkpoint {
     Gguf(GgufFile),
     Hf(HfCheckpoint),
+    /// Generated weights of a published shape, for benchmarks without files.
+    Random(RandomCheckpoint),
 }
 
 pub struct HfCheckpoint {
@@ -29,6 +34,7 @@ impl Checkpoint {
         match source {
             ModelSource::Gguf(p) => Ok(Checkpoint::Gguf(GgufFile::open(p)?)),
             ModelSource::HfDir(d) => Ok(Checkpoint::Hf(HfCheckpoint::open(d)?)),
+            ModelSource::Random(p) => Ok(Checkpoint::Random(crate::random::RandomCheckpoint::preset(p)?)),
         }
     }
 
@@ -36,6 +42,7 @@ impl Checkpoint {
         match self {
             Checkpoint::Gguf(g) => &g.path,
             Checkpoint::Hf(h) => &h.dir,
+            Checkpoint::Random(r) => r.path(),
         }
     }
 
@@ -53,6 +60,7 @@ impl Checkpoint {
                 Some(hf) => h.raw(hf),
                 None => Ok(None),
             },
+            Checkpoint::Random(r) => r.get(name),
         }
     }
 
@@ -82,6 +90,7 @@ impl Checkpoint {
         match self {
             Checkpoint::Gguf(g) => g.tensor(name).is_some(),
             Checkpoint::Hf(h) => h.names.contains_key(name),
+            Checkpoint::Random(r) => r.has(name),
         }
     }
 
@@ -95,6 +104,9 @@ impl Checkpoint {
                 .names()
                 .filter_map(|n| h.tensors.tensor(n))
                 .for_each(|t| *counts.entry(t.dtype).or_default() += 1),
+            Checkpoint::Random(r) => {
+                r.names().iter().filter_map(|n| r.dtype_of(n)).for_each(|d| *counts.entry(d).or_default() += 1)
+            }
         }
         let mut v: Vec<_> = counts.into_iter().collect();
         v.sort_by_key(|(d, _)| d.name());

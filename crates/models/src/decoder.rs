@@ -126,12 +126,24 @@ impl<B: Backend> Decoder<B> {
         Ok(Decoder { backend, cfg, embed, layers, out_norm, output, kv: None })
     }
 
-    fn layer_forward(&self, l: usize, x: &mut B::Tensor, batch: &ForwardBatch, kv: &mut B::KvPool) -> Result<()> {
+    /// One layer on `h`, the normed input; adds attention and MLP outputs to
+    /// the residual stream `x` and returns x normed by `next_norm` (the next
+    /// layer's input norm, or the output norm after the last layer), so each
+    /// residual add is fused with the norm that follows it.
+    fn layer_forward(
+        &self,
+        l: usize,
+        x: &mut B::Tensor,
+        h: &B::Tensor,
+        next_norm: &B::Tensor,
+        batch: &ForwardBatch,
+        kv: &mut B::KvPool,
+    ) -> Result<B::Tensor> {
         let (b, c, layer) = (&self.backend, &self.cfg, &self.layers[l]);
-        let h = b.rms_norm(x, &layer.attn_norm, c.norm_eps)?;
-        let mut q = b.matmul(&h, &layer.wq)?;
-        let mut k = b.matmul(&h, &layer.wk)?;
-        let mut v = b.matmul(&h, &layer.wv)?;
+        let [mut q, mut k, mut v]: [B::Tensor; 3] = b
+            .matmul_many(h, &[&layer.wq, &layer.wk, &layer.wv])?
+            .try_into()
+            .map_err(|_| Error::Shape("matmul_many: expected three outputs".into()))?;
         if let Some([bq, bk, bv]) = &layer.bias {
             b.add_row(&mut q, bq)?;
             b.add_row(&mut k, bk)?;
@@ -149,16 +161,17 @@ impl<B: Backend> Decoder<B> {
         if let Some(n) = &layer.post_attn_norm {
             o = b.rms_norm(&o, n, c.norm_eps)?;
         }
-        b.add(x, &o)?;
-        let h = b.rms_norm(x, &layer.ffn_norm, c.norm_eps)?;
-        let g = b.matmul(&h, &layer.gate)?;
-        let u = b.matmul(&h, &layer.up)?;
+        let h = b.add_rms_norm(x, &o, &layer.ffn_norm, c.norm_eps)?;
+        let [g, u]: [B::Tensor; 2] = b
+            .matmul_many(&h, &[&layer.gate, &layer.up])?
+            .try_into()
+            .map_err(|_| Error::Shape("matmul_many: expected two outputs".into()))?;
         let m = b.glu(&g, &u, c.activation)?;
         let mut d = b.matmul(&m, &layer.down)?;
         if let Some(n) = &layer.post_ffw_norm {
             d = b.rms_norm(&d, n, c.norm_eps)?;
         }
-        b.add(x, &d)
+        b.add_rms_norm(x, &d, next_norm, c.norm_eps)
     }
 }
 
@@ -195,15 +208,17 @@ impl<B: Backend> Decoder<B> {
         if let Some(s) = self.cfg.embed_scale {
             b.scale(&mut x, s)?;
         }
-        for l in 0..self.layers.len() {
-            self.layer_forward(l, &mut x, batch, kv)?;
+        let n = self.layers.len();
+        let mut h = b.rms_norm(&x, &self.layers[0].attn_norm, self.cfg.norm_eps)?;
+        for l in 0..n {
+            let next_norm = if l + 1 < n { &self.layers[l + 1].attn_norm } else { &self.out_norm };
+            h = self.layer_forward(l, &mut x, &h, next_norm, batch, kv)?;
         }
         if batch.logit_rows.is_empty() {
             // A prefill chunk that ends mid-prompt: only the KV writes matter.
             return Ok(Vec::new());
         }
-        let x = b.rows(&x, &batch.logit_rows)?;
-        let x = b.rms_norm(&x, &self.out_norm, self.cfg.norm_eps)?;
+        let x = b.rows(&h, &batch.logit_rows)?;
         let mut logits = b.matmul(&x, self.output.as_ref().unwrap_or(&self.embed))?;
         if let Some(cap) = self.cfg.final_softcap {
             b.softcap(&mut logits, cap)?;

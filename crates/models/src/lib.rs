@@ -9,6 +9,7 @@ pub mod gemma3;
 mod gguf_meta;
 pub mod hf;
 pub mod llama;
+pub mod random;
 pub mod registry;
 
 pub use checkpoint::Checkpoint;

@@ -29,21 +29,29 @@ pub fn supported() -> Vec<&'static str> {
 
 /// The architecture's typed configuration, from whichever format the checkpoint uses.
 pub fn config_of(ck: &Checkpoint) -> Result<LmConfig> {
-    let (arch, is_gguf) = match ck {
+    match ck {
         Checkpoint::Gguf(g) => {
-            (g.architecture().ok_or_else(|| Error::format("GGUF has no general.architecture"))?.to_string(), true)
+            let arch = g.architecture().ok_or_else(|| Error::format("GGUF has no general.architecture"))?;
+            (entry(arch)?.1)(g, arch)
         }
-        Checkpoint::Hf(h) => (h.config.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_string(), false),
-    };
-    let entry = REGISTRY
+        Checkpoint::Hf(h) => config_from_hf_json(&h.config),
+        // Random presets carry a real HF config.json, so they map exactly as the
+        // published checkpoint would.
+        Checkpoint::Random(r) => config_from_hf_json(r.config()),
+    }
+}
+
+/// Maps an HF `config.json` by its `model_type`.
+pub(crate) fn config_from_hf_json(config: &serde_json::Value) -> Result<LmConfig> {
+    let arch = config.get("model_type").and_then(|v| v.as_str()).unwrap_or("");
+    (entry(arch)?.2)(&HfConfig::new(config))
+}
+
+fn entry(arch: &str) -> Result<&'static (&'static str, GgufMapper, HfMapper)> {
+    REGISTRY
         .iter()
         .find(|r| r.0 == arch)
-        .ok_or_else(|| Error::Unsupported(format!("architecture {arch:?} (supported: {})", supported().join(", "))))?;
-    match ck {
-        Checkpoint::Gguf(g) if is_gguf => (entry.1)(g, &arch),
-        Checkpoint::Hf(h) => (entry.2)(&HfConfig::new(&h.config)),
-        Checkpoint::Gguf(_) => unreachable!(),
-    }
+        .ok_or_else(|| Error::Unsupported(format!("architecture {arch:?} (supported: {})", supported().join(", "))))
 }
 
 pub fn load_causal_lm<B: Backend + 'static>(

@@ -89,33 +89,6 @@ struct Call<'a> {
 
 type Out = SendPtr<f32>;
 
-fn check_batch(batch: &AttnBatch, pool: &CpuKvPool, n: usize) -> Result<()> {
-    if batch.block_size != pool.block_size {
-        return Err(Error::Shape(format!(
-            "attention batch uses blocks of {} tokens, the pool {}",
-            batch.block_size, pool.block_size
-        )));
-    }
-    let n_blocks = pool.slots / pool.block_size;
-    let mut covered = vec![false; n];
-    for (si, s) in batch.seqs.iter().enumerate() {
-        let used = s.ctx_len.div_ceil(batch.block_size);
-        if s.q_start + s.q_len > n
-            || s.q_len > s.ctx_len
-            || used > s.block_table.len()
-            || s.block_table[..used].iter().any(|&b| b as usize >= n_blocks)
-            || covered[s.q_start..s.q_start + s.q_len].iter().any(|&c| c)
-        {
-            return Err(Error::Shape(format!("attention batch entry {si} is inconsistent")));
-        }
-        covered[s.q_start..s.q_start + s.q_len].iter_mut().for_each(|c| *c = true);
-    }
-    if covered.iter().any(|&c| !c) {
-        return Err(Error::Shape("attention batch leaves rows without a sequence".into()));
-    }
-    Ok(())
-}
-
 pub fn attention(
     q: &[f32],
     n: usize,
@@ -133,7 +106,7 @@ pub fn attention(
     {
         return Err(Error::Shape("attention: q or KV shapes do not match the layer".into()));
     }
-    check_batch(batch, pool, n)?;
+    batch.validate(n, pool.slots / pool.block_size, pool.block_size)?;
     let mut units = Vec::new();
     for (si, s) in batch.seqs.iter().enumerate() {
         for kv_head in 0..p.n_kv_heads {

@@ -36,7 +36,7 @@ pub fn runner_for(model: &str, ctx: usize) -> Runner {
     let lm = load_causal_lm(CpuBackend::F32, &ck, &mut |_, _| {}).unwrap();
     let kv = match source {
         ModelSource::Gguf(_) => KvDtype::F16,
-        ModelSource::HfDir(_) => KvDtype::F32,
+        _ => KvDtype::F32,
     };
     Runner::new(lm, ctx, 16, kv).unwrap()
 }

@@ -1,0 +1,91 @@
+//! The hardware's ceilings, measured in the same run as a benchmark: device
+//! copy bandwidth (bytes read plus written) and the bf16 GEMM rate (cuBLAS).
+//! Roofline fractions are reported against these, not against data sheets.
+
+use std::ffi::c_void;
+
+use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
+use cudarc::driver::{sys, CudaEvent, DevicePtr, DevicePtrMut};
+use ferrite_core::Result;
+
+use super::device::{device_err, Device};
+use super::CudaBackend;
+
+#[derive(Clone, Copy, Debug)]
+pub struct Ceilings {
+    /// Device-to-device copy, bytes read plus written per second.
+    pub copy_bytes_per_s: f64,
+    /// bf16 GEMM (8192³, f32 accumulation), FLOP per second.
+    pub bf16_flops: f64,
+}
+
+fn event(dev: &Device) -> Result<CudaEvent> {
+    dev.ctx.new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| device_err("event", e))
+}
+
+/// Seconds per call of `f`, averaged over `iters` after one warm-up call.
+fn time(dev: &Device, iters: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?;
+    let (start, end) = (event(dev)?, event(dev)?);
+    start.record(&dev.stream).map_err(|e| device_err("event", e))?;
+    for _ in 0..iters {
+        f()?;
+    }
+    end.record(&dev.stream).map_err(|e| device_err("event", e))?;
+    end.synchronize().map_err(|e| device_err("timing", e))?;
+    let ms = start.elapsed_ms(&end).map_err(|e| device_err("timing", e))?;
+    Ok(ms as f64 / 1e3 / iters as f64)
+}
+
+impl CudaBackend {
+    pub fn measure_ceilings(&self) -> Result<Ceilings> {
+        let dev = &self.dev;
+        let s = &dev.stream;
+        let n = 1usize << 30;
+        let src = s.alloc_zeros::<u8>(n).map_err(|e| device_err("alloc", e))?;
+        let mut dst = s.alloc_zeros::<u8>(n).map_err(|e| device_err("alloc", e))?;
+        let copy = time(dev, 20, || s.memcpy_dtod(&src, &mut dst).map_err(|e| device_err("copy", e)))?;
+        drop((src, dst));
+        let d = 8192usize;
+        let a = s.alloc_zeros::<u16>(d * d).map_err(|e| device_err("alloc", e))?;
+        let b = s.alloc_zeros::<u16>(d * d).map_err(|e| device_err("alloc", e))?;
+        let mut c = s.alloc_zeros::<u16>(d * d).map_err(|e| device_err("alloc", e))?;
+        let (alpha, beta) = (1f32, 0f32);
+        let gemm = time(dev, 20, || {
+            let (ap, _ga) = a.device_ptr(s);
+            let (bp, _gb) = b.device_ptr(s);
+            let (cp, _gc) = c.device_ptr_mut(s);
+            // SAFETY: three live d x d bf16 buffers.
+            unsafe {
+                cudarc::cublas::result::gemm_ex(
+                    *dev.blas.handle(),
+                    cublasOperation_t::CUBLAS_OP_T,
+                    cublasOperation_t::CUBLAS_OP_N,
+                    d as i32,
+                    d as i32,
+                    d as i32,
+                    &alpha as *const f32 as *const c_void,
+                    ap as *const c_void,
+                    cudaDataType::CUDA_R_16BF,
+                    d as i32,
+                    bp as *const c_void,
+                    cudaDataType::CUDA_R_16BF,
+                    d as i32,
+                    &beta as *const f32 as *const c_void,
+                    cp as *mut c_void,
+                    cudaDataType::CUDA_R_16BF,
+                    d as i32,
+                    cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                    cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                )
+            }
+            .map_err(|e| device_err("GEMM", e))
+        })?;
+        Ok(Ceilings { copy_bytes_per_s: 2.0 * n as f64 / copy, bf16_flops: 2.0 * (d as f64).powi(3) / gemm })
+    }
+
+    /// Seconds per call of `f` on this GPU's stream (CUDA events).
+    pub fn time<T>(&self, iters: usize, mut f: impl FnMut() -> Result<T>) -> Result<f64> {
+        time(&self.dev, iters, || f().map(drop))
+    }
+}

@@ -1,0 +1,129 @@
+//! Kernel sources (`kernels/*.cu`, embedded in the binary) compiled by NVRTC
+//! straight to machine code (cubin) for the device's architecture at first
+//! use, and cached on disk, keyed by source, options and driver version. A
+//! cubin loads with no driver JIT, which the PTX route would pay on every start.
+
+use std::ffi::{c_char, CString};
+use std::path::{Path, PathBuf};
+
+use cudarc::nvrtc::{result as nvrtc, sys};
+
+/// Helpers every kernel source starts with.
+const COMMON: &str = include_str!("kernels/common.cuh");
+
+/// (module name, source) of every kernel file.
+pub const MODULES: &[(&str, &str)] = &[
+    ("ops", include_str!("kernels/ops.cu")),
+    ("attention", include_str!("kernels/attention.cu")),
+    ("gemv", include_str!("kernels/gemv.cu")),
+];
+
+/// Whether NVRTC's library can be loaded (checked first: a missing library
+/// would otherwise panic inside the bindings).
+pub fn nvrtc_available() -> bool {
+    // SAFETY: only probes for the shared library.
+    unsafe { sys::is_culib_present() }
+}
+
+fn options(arch: &str) -> Vec<String> {
+    vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()]
+}
+
+/// FNV-1a over everything that decides the machine code.
+fn cache_key(parts: &[&str]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for p in parts {
+        for b in p.bytes().chain([0xff]) {
+            h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Compiles one module to a cubin for `arch` (e.g. "sm_90"); the error is the
+/// compiler's log.
+pub fn compile(name: &str, source: &str, arch: &str) -> Result<Vec<u8>, String> {
+    if !nvrtc_available() {
+        return Err("NVRTC (libnvrtc) was not found: install the CUDA toolkit or the CUDA 13 NVRTC libraries".into());
+    }
+    let src = CString::new(format!("{COMMON}\n{source}")).map_err(|e| e.to_string())?;
+    let cname = CString::new(format!("{name}.cu")).map_err(|e| e.to_string())?;
+    let prog = nvrtc::create_program(&src, Some(&cname)).map_err(|e| format!("nvrtc: {e}"))?;
+    // SAFETY: `prog` was just created and is destroyed once, below.
+    let out = unsafe {
+        match nvrtc::compile_program(prog, &options(arch)) {
+            Ok(()) => cubin(prog),
+            Err(e) => {
+                let log = nvrtc::get_program_log(prog).map(|l| log_text(&l)).unwrap_or_default();
+                Err(format!("{name}.cu does not compile for {arch} ({e}):\n{log}"))
+            }
+        }
+    };
+    // SAFETY: as above.
+    unsafe { nvrtc::destroy_program(prog) }.map_err(|e| format!("nvrtc: {e}"))?;
+    out
+}
+
+/// SAFETY: `prog` must be a successfully compiled program.
+unsafe fn cubin(prog: sys::nvrtcProgram) -> Result<Vec<u8>, String> {
+    let mut size = 0usize;
+    sys::nvrtcGetCUBINSize(prog, &mut size).result().map_err(|e| format!("nvrtc: {e}"))?;
+    let mut buf = vec![0u8; size];
+    sys::nvrtcGetCUBIN(prog, buf.as_mut_ptr() as *mut c_char).result().map_err(|e| format!("nvrtc: {e}"))?;
+    Ok(buf)
+}
+
+fn log_text(log: &[c_char]) -> String {
+    let bytes: Vec<u8> = log.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// A module's cubin from the cache in `dir`, compiling and storing it on a miss.
+/// `driver` (the driver version) is part of the key: a newer driver may
+/// reject or mis-run an older cubin. An unwritable cache only costs time.
+pub fn cached(dir: Option<&Path>, name: &str, source: &str, arch: &str, driver: i32) -> Result<Vec<u8>, String> {
+    let opts = options(arch).join(" ");
+    let key = cache_key(&[COMMON, source, &opts, &driver.to_string()]);
+    let path: Option<PathBuf> = dir.map(|d| d.join(format!("{name}-{arch}-{key:016x}.cubin")));
+    if let Some(bytes) = path.as_ref().and_then(|p| std::fs::read(p).ok()) {
+        return Ok(bytes);
+    }
+    let bytes = compile(name, source, arch)?;
+    if let (Some(dir), Some(path)) = (dir, path) {
+        // Write then rename, so a concurrent reader never sees half a file.
+        let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::create_dir_all(dir).is_ok() && std::fs::write(&tmp, &bytes).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kernel compiles for the H200's architecture. CI installs NVRTC
+    /// (scripts/nvrtc.sh) and sets FERRITE_REQUIRE_NVRTC, so a kernel that does
+    /// not compile never lands; elsewhere the test needs the library.
+    #[test]
+    fn every_kernel_compiles() {
+        if !nvrtc_available() {
+            assert!(std::env::var_os("FERRITE_REQUIRE_NVRTC").is_none(), "NVRTC is required but was not found");
+            eprintln!("NVRTC not found: kernel compilation not checked here");
+            return;
+        }
+        for (name, src) in MODULES {
+            let cubin = compile(name, src, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+            assert!(cubin.starts_with(b"\x7fELF"), "{name}: not a cubin");
+        }
+    }
+
+    #[test]
+    fn cache_key_depends_on_every_part() {
+        let base = cache_key(&["a", "b"]);
+        assert_ne!(base, cache_key(&["a", "c"]));
+        assert_ne!(base, cache_key(&["ab", ""]));
+        assert_eq!(base, cache_key(&["a", "b"]));
+    }
+}

@@ -1,0 +1,191 @@
+//! Opening a GPU: libraries, context, stream, cuBLAS and the compiled kernels.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use cudarc::cublas::CudaBlas;
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream, LaunchConfig};
+use cudarc::nvrtc::Ptx;
+use ferrite_core::{Error, Result};
+
+use super::compile;
+
+/// How a CUDA backend is opened.
+#[derive(Clone, Debug, Default)]
+pub struct CudaOptions {
+    /// Device index (`--device cuda:N`).
+    pub ordinal: usize,
+    /// Where compiled kernels are cached; `None` compiles at every start.
+    pub kernel_cache: Option<PathBuf>,
+    /// Keep f32 weights in f32 (exact, FP32 GEMMs) instead of bf16.
+    pub exact_f32: bool,
+}
+
+pub(crate) fn device_err(what: &str, e: impl std::fmt::Debug) -> Error {
+    Error::Device(format!("{what}: {e:?}"))
+}
+
+/// One GPU: its context, the one stream all work is ordered on, cuBLAS, and
+/// every kernel function by name.
+pub struct Device {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub blas: CudaBlas,
+    _workspace: cudarc::driver::CudaSlice<u8>,
+    pub name: String,
+    pub arch: String,
+    funcs: HashMap<&'static str, CudaFunction>,
+}
+
+/// Kernel entry points of each module (`extern "C"` names in kernels/*.cu).
+const FUNCTIONS: &[(&str, &[&str])] = &[
+    (
+        "ops",
+        &[
+            "to_bf16",
+            "to_f16",
+            "add",
+            "add_row",
+            "scale",
+            "softcap",
+            "activate",
+            "glu",
+            "rms_norm",
+            "layer_norm",
+            "rope",
+            "gather_rows",
+            "embedding",
+            "write_kv_f32",
+            "write_kv_f16",
+            "add_rms_norm",
+        ],
+    ),
+    ("attention", &["attention_rows_f32", "attention_rows_f16", "flash_f16_64", "flash_f16_128"]),
+    ("gemv", &GEMV_NAMES),
+];
+
+/// `gemv_{bf16,f16}_{1..8}`: one kernel per input-row count.
+pub const GEMV_NAMES: [&str; 16] = [
+    "gemv_bf16_1",
+    "gemv_bf16_2",
+    "gemv_bf16_3",
+    "gemv_bf16_4",
+    "gemv_bf16_5",
+    "gemv_bf16_6",
+    "gemv_bf16_7",
+    "gemv_bf16_8",
+    "gemv_f16_1",
+    "gemv_f16_2",
+    "gemv_f16_3",
+    "gemv_f16_4",
+    "gemv_f16_5",
+    "gemv_f16_6",
+    "gemv_f16_7",
+    "gemv_f16_8",
+];
+
+/// Number of CUDA devices, or why there are none usable.
+pub fn device_count() -> Result<usize> {
+    // SAFETY: only probes for the shared library.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(Error::Device("no NVIDIA driver found (libcuda could not be loaded)".into()));
+    }
+    let n = CudaContext::device_count().map_err(|e| device_err("no usable CUDA device", e))?;
+    if n <= 0 {
+        return Err(Error::Device("the NVIDIA driver reports no CUDA device".into()));
+    }
+    Ok(n as usize)
+}
+
+impl Device {
+    pub fn open(opts: &CudaOptions) -> Result<Device> {
+        let n = device_count()?;
+        if opts.ordinal >= n {
+            return Err(Error::Device(format!("cuda:{} does not exist ({n} device(s))", opts.ordinal)));
+        }
+        // SAFETY: only probes for the shared library.
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            return Err(Error::Device("cuBLAS (libcublas) could not be loaded".into()));
+        }
+        let ctx = CudaContext::new(opts.ordinal).map_err(|e| device_err("creating a CUDA context", e))?;
+        // One stream orders all work: no per-buffer events are needed.
+        // SAFETY: called before any buffer exists.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream().map_err(|e| device_err("creating a stream", e))?;
+        keep_pool_memory(&ctx)?;
+        let blas = CudaBlas::new(stream.clone()).map_err(|e| device_err("starting cuBLAS", e))?;
+        // cuBLAS picks faster Hopper kernels with a larger workspace (its
+        // guide suggests 32 MiB); it lives as long as the device.
+        let workspace = stream.alloc_zeros::<u8>(32 << 20).map_err(|e| device_err("cuBLAS workspace", e))?;
+        {
+            let (ptr, _guard) = cudarc::driver::DevicePtr::device_ptr(&workspace, &stream);
+            // SAFETY: the buffer outlives the handle (both live in `Device`).
+            unsafe {
+                cudarc::cublas::sys::cublasSetWorkspace_v2(*blas.handle(), ptr as *mut std::ffi::c_void, 32 << 20)
+            }
+            .result()
+            .map_err(|e| device_err("cuBLAS workspace", e))?;
+        }
+        let (major, minor) = ctx.compute_capability().map_err(|e| device_err("compute capability", e))?;
+        let arch = format!("sm_{major}{minor}");
+        let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
+        let mut driver = 0i32;
+        // SAFETY: writes one int.
+        unsafe { sys::cuDriverGetVersion(&mut driver) };
+        let mut funcs = HashMap::new();
+        for (module, src) in compile::MODULES {
+            let cubin =
+                compile::cached(opts.kernel_cache.as_deref(), module, src, &arch, driver).map_err(Error::Device)?;
+            let m = ctx.load_module(Ptx::from_binary(cubin)).map_err(|e| device_err("loading kernels", e))?;
+            let names = FUNCTIONS.iter().find(|(n, _)| n == module).map_or(&[][..], |f| f.1);
+            for &f in names {
+                funcs.insert(f, m.load_function(f).map_err(|e| device_err(f, e))?);
+            }
+        }
+        Ok(Device { ctx, stream, blas, _workspace: workspace, name, arch, funcs })
+    }
+
+    pub fn func(&self, name: &str) -> &CudaFunction {
+        self.funcs.get(name).unwrap_or_else(|| panic!("kernel {name} is not in FUNCTIONS"))
+    }
+
+    /// (free, total) bytes of device memory.
+    pub fn memory(&self) -> Result<(usize, usize)> {
+        self.ctx.mem_get_info().map_err(|e| device_err("memory info", e))
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        self.stream.synchronize().map_err(|e| device_err("kernel failed", e))
+    }
+}
+
+/// The stream-ordered allocator would return freed memory to the driver at
+/// every synchronization; keeping it makes per-op allocation nearly free.
+fn keep_pool_memory(ctx: &CudaContext) -> Result<()> {
+    // SAFETY: plain driver calls on this context's device.
+    unsafe {
+        let pool = cudarc::driver::result::device::get_default_mem_pool(ctx.cu_device())
+            .map_err(|e| device_err("memory pool", e))?;
+        let mut max = u64::MAX;
+        cudarc::driver::result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            &mut max as *mut u64 as *mut std::ffi::c_void,
+        )
+        .map_err(|e| device_err("memory pool", e))?;
+    }
+    Ok(())
+}
+
+/// A 1-D launch over `n` elements, grid-stride loops in the kernel.
+pub fn elementwise(n: usize) -> LaunchConfig {
+    let blocks = n.div_ceil(256).clamp(1, 132 * 16) as u32;
+    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// One block per row, `threads` rounded to whole warps.
+pub fn per_row(rows: usize, width: usize) -> LaunchConfig {
+    let t = width.clamp(32, 1024).div_ceil(32) * 32;
+    LaunchConfig { grid_dim: (rows as u32, 1, 1), block_dim: (t.min(256) as u32, 1, 1), shared_mem_bytes: 0 }
+}

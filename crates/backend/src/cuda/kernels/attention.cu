@@ -1,0 +1,347 @@
+// Paged attention. Keys live in a paged cache (slot = table[t / bs] * bs +
+// t % bs) or, with bs == 0, in a contiguous [n, kv_dim] tensor (encoders).
+// Per flat row, `meta` holds (lo, hi, offset of the sequence's block table):
+// the row sees keys lo..hi of its sequence; a sliding `window` (0: none)
+// raises lo to hi - window.
+//
+// Two kernels share that metadata:
+// - attention_rows_*: one block per (listed row, KV head); the heads of a
+//   KV head share each key and value load. Keys are split over 4 warps in
+//   tiles of 32 (lane = key for scores, lane = dimensions for values), each
+//   warp with its own online softmax, merged at the end. Decode and short rows.
+// - flash_f16_*: tiles of 64 query rows of one sequence on tensor cores
+//   (mma.sync m16n8k16, f16 operands, f32 accumulation), K/V tiles staged in
+//   shared memory, online softmax in registers. Prefill.
+
+#define ROW_WARPS 4
+#define MAX_GROUP 8   // query heads per KV head
+#define MAX_HD 256
+
+__device__ __forceinline__ u32 row_lo(const u32* meta, u32 r, u32 window) {
+    u32 lo = meta[3 * r];
+    const u32 hi = meta[3 * r + 1];
+    if (window && hi > window && hi - window > lo) lo = hi - window;
+    return lo;
+}
+
+__device__ __forceinline__ u64 key_slot(const u32* tables, u32 toff, u32 bs, u32 t) {
+    return bs ? (u64)tables[toff + t / bs] * bs + t % bs : (u64)t;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// Eight consecutive cached values as f32.
+__device__ __forceinline__ void load8(const u16* p, float* f) {
+    const uint4 v = *(const uint4*)p;
+    const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = f16_to_f32((u16)(w[i] & 0xffffu));
+        f[2 * i + 1] = f16_to_f32((u16)(w[i] >> 16));
+    }
+}
+__device__ __forceinline__ void load8(const float* p, float* f) {
+    const float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
+    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+    f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+}
+
+template <typename KT>
+__device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* out, const u32* meta,
+                            const u32* tables, const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs,
+                            u32 window, float scale, float softcap) {
+    const u32 row = rows[blockIdx.x], kvh = blockIdx.y;
+    const u32 G = n_heads / n_kv_heads;
+    const u32 hi = meta[3 * row + 1], toff = meta[3 * row + 2], lo = row_lo(meta, row, window);
+    const u64 kv_dim = (u64)n_kv_heads * hd;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const u32 per = (hd + 31) / 32;  // value dimensions per lane
+    __shared__ float qs[MAX_GROUP][MAX_HD];
+    __shared__ float wm[ROW_WARPS][MAX_GROUP], wl[ROW_WARPS][MAX_GROUP];
+    __shared__ float wacc[ROW_WARPS][MAX_GROUP][MAX_HD];
+    for (u32 i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        const u32 g = i / hd, d = i % hd;
+        qs[g][d] = q[(u64)row * n_heads * hd + (u64)(kvh * G + g) * hd + d] * scale;
+    }
+    __syncthreads();
+    float m[MAX_GROUP], l[MAX_GROUP], acc[MAX_GROUP][MAX_HD / 32];
+#pragma unroll
+    for (int g = 0; g < MAX_GROUP; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.f;
+#pragma unroll
+        for (int i = 0; i < MAX_HD / 32; i++) acc[g][i] = 0.f;
+    }
+    for (u32 t0 = lo + 32 * warp; t0 < hi; t0 += 32 * ROW_WARPS) {
+        const u32 t = t0 + lane;
+        const bool valid = t < hi;
+        float s[MAX_GROUP];
+#pragma unroll
+        for (int g = 0; g < MAX_GROUP; g++) s[g] = 0.f;
+        u64 base = 0;
+        if (valid) {
+            base = key_slot(tables, toff, bs, t) * kv_dim + (u64)kvh * hd;
+            for (u32 d = 0; d < hd; d += 8) {
+                float k8[8];
+                load8(kc + base + d, k8);
+#pragma unroll
+                for (int g = 0; g < MAX_GROUP; g++) {
+                    if (g < G) {
+#pragma unroll
+                        for (int e = 0; e < 8; e++) s[g] += qs[g][d + e] * k8[e];
+                    }
+                }
+            }
+        }
+        float p[MAX_GROUP];
+#pragma unroll
+        for (int g = 0; g < MAX_GROUP; g++) {
+            if (g >= G) break;
+            float sg = s[g];
+            if (softcap > 0.f) sg = softcap * tanhf(sg / softcap);
+            sg = valid ? sg : -INFINITY;
+            const float mn = fmaxf(m[g], warp_max(sg));
+            const float corr = expf(m[g] - mn);
+            p[g] = valid ? expf(sg - mn) : 0.f;
+            l[g] = l[g] * corr + warp_sum(p[g]);
+            m[g] = mn;
+#pragma unroll
+            for (int i = 0; i < MAX_HD / 32; i++) acc[g][i] *= corr;
+        }
+        const u32 nk = min(32u, hi - t0);
+        for (u32 kk = 0; kk < nk; kk++) {
+            const u64 vb = key_slot(tables, toff, bs, t0 + kk) * kv_dim + (u64)kvh * hd + lane * per;
+            float v[MAX_HD / 32];
+#pragma unroll
+            for (int i = 0; i < MAX_HD / 32; i++) v[i] = i < per && lane * per + i < hd ? load_kv(vc, vb + i) : 0.f;
+#pragma unroll
+            for (int g = 0; g < MAX_GROUP; g++) {
+                if (g >= G) break;
+                const float pk = __shfl_sync(0xffffffffu, p[g], kk);
+#pragma unroll
+                for (int i = 0; i < MAX_HD / 32; i++) acc[g][i] += pk * v[i];
+            }
+        }
+    }
+    // Constant indices only: a runtime index would put acc in local memory.
+#pragma unroll
+    for (int g = 0; g < MAX_GROUP; g++) {
+        if (g >= G) break;
+        if (lane == 0) {
+            wm[warp][g] = m[g];
+            wl[warp][g] = l[g];
+        }
+#pragma unroll
+        for (int i = 0; i < MAX_HD / 32; i++)
+            if (i < per && lane * per + i < hd) wacc[warp][g][lane * per + i] = acc[g][i];
+    }
+    __syncthreads();
+    for (u32 i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        const u32 g = i / hd, d = i % hd;
+        float mx = -INFINITY;
+        for (int w = 0; w < ROW_WARPS; w++) mx = fmaxf(mx, wm[w][g]);
+        float num = 0.f, den = 0.f;
+        for (int w = 0; w < ROW_WARPS; w++) {
+            const float wt = wm[w][g] == -INFINITY ? 0.f : expf(wm[w][g] - mx);
+            num += wt * wacc[w][g][d];
+            den += wt * wl[w][g];
+        }
+        out[(u64)row * n_heads * hd + (u64)(kvh * G + g) * hd + d] = num / den;
+    }
+}
+
+#define ROWS_KERNEL(NAME, KT)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(32 * ROW_WARPS)                                                  \
+        NAME(const float* q, const KT* kc, const KT* vc, float* out, const u32* meta, const u32* tables,          \
+             const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs, u32 window, float scale, float softcap) { \
+        attend_rows<KT>(q, kc, vc, out, meta, tables, rows, n_heads, n_kv_heads, hd, bs, window, scale, softcap); \
+    }
+ROWS_KERNEL(attention_rows_f32, float)
+ROWS_KERNEL(attention_rows_f16, u16)
+
+// ---------------------------------------------------------------- flash (prefill)
+
+#define FA_KEYS 32
+#define FA_ROWS 64  // 4 warps x 16 rows
+
+__device__ __forceinline__ u32 pack_f16(float a, float b) {
+    return (u32)f32_to_f16(a) | ((u32)f32_to_f16(b) << 16);
+}
+
+__device__ __forceinline__ void mma_f16(float* c, const u32* a, u32 b0, u32 b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Lane layout of m16n8k16: g = lane / 4 picks rows g and g + 8 (A, C) or
+// column g (B); t = lane % 4 picks the pairs of k (or C columns) 2t, 2t+1 and
+// 2t+8, 2t+9.
+template <int HD>
+__device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta,
+                           const u32* tables, const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 bs, u32 window,
+                           float scale, float softcap) {
+    __shared__ __align__(16) u16 Ks[FA_KEYS][HD + 8];
+    __shared__ __align__(16) u16 Vs[FA_KEYS][HD + 8];
+    const u32 head = blockIdx.y;
+    const u32 row0 = tiles[2 * blockIdx.x], nrows = tiles[2 * blockIdx.x + 1];
+    const u32 kvh = head / (n_heads / n_kv_heads);
+    const u64 kv_dim = (u64)n_kv_heads * HD, q_stride = (u64)n_heads * HD;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const u32 toff = meta[3 * row0 + 2];
+    const u32 klo = row_lo(meta, row0, window), khi = meta[3 * (row0 + nrows - 1) + 1];
+    // This warp's two rows per lane, and what each sees.
+    const u32 ra = warp * 16 + g, rb = ra + 8;
+    const bool va = ra < nrows, vb = rb < nrows;
+    const u32 lo_a = va ? row_lo(meta, row0 + ra, window) : 0xffffffffu, hi_a = va ? meta[3 * (row0 + ra) + 1] : 0;
+    const u32 lo_b = vb ? row_lo(meta, row0 + rb, window) : 0xffffffffu, hi_b = vb ? meta[3 * (row0 + rb) + 1] : 0;
+    const float* qa = q + (u64)(row0 + ra) * q_stride + (u64)head * HD;
+    const float* qb = q + (u64)(row0 + rb) * q_stride + (u64)head * HD;
+    u32 qf[HD / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ks++) {
+        const int d = ks * 16 + 2 * t;
+        qf[ks][0] = va ? pack_f16(qa[d] * scale, qa[d + 1] * scale) : 0u;
+        qf[ks][1] = vb ? pack_f16(qb[d] * scale, qb[d + 1] * scale) : 0u;
+        qf[ks][2] = va ? pack_f16(qa[d + 8] * scale, qa[d + 9] * scale) : 0u;
+        qf[ks][3] = vb ? pack_f16(qb[d + 8] * scale, qb[d + 9] * scale) : 0u;
+    }
+    float o[HD / 8][4];
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.f, l_b = 0.f;
+    // Keys any of this warp's rows can see: the same for all its lanes, so
+    // skipping a tile never splits the warp before its shuffles.
+    u32 w_lo = min(lo_a, lo_b), w_hi = max(hi_a, hi_b);
+    for (int o = 16; o > 0; o >>= 1) {
+        w_lo = min(w_lo, __shfl_xor_sync(0xffffffffu, w_lo, o));
+        w_hi = max(w_hi, __shfl_xor_sync(0xffffffffu, w_hi, o));
+    }
+    for (u32 j0 = klo; j0 < khi; j0 += FA_KEYS) {
+        __syncthreads();
+        for (u32 c = threadIdx.x; c < FA_KEYS * (HD / 8); c += blockDim.x) {
+            const u32 kj = c / (HD / 8), ch = c % (HD / 8), j = j0 + kj;
+            uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
+            if (j < khi) {
+                const u64 base = key_slot(tables, toff, bs, j) * kv_dim + (u64)kvh * HD + ch * 8;
+                kv = *(const uint4*)(kc + base);
+                vv = *(const uint4*)(vc + base);
+            }
+            *(uint4*)&Ks[kj][ch * 8] = kv;
+            *(uint4*)&Vs[kj][ch * 8] = vv;
+        }
+        __syncthreads();
+        if (j0 >= w_hi || j0 + FA_KEYS <= w_lo) continue;
+        float s[FA_KEYS / 8][4];
+#pragma unroll
+        for (int n = 0; n < FA_KEYS / 8; n++) {
+            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+            for (int ks = 0; ks < HD / 16; ks++) {
+                const u32 b0 = *(const u32*)&Ks[n * 8 + g][ks * 16 + 2 * t];
+                const u32 b1 = *(const u32*)&Ks[n * 8 + g][ks * 16 + 2 * t + 8];
+                mma_f16(s[n], qf[ks], b0, b1);
+            }
+        }
+        float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < FA_KEYS / 8; n++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const u32 key = j0 + n * 8 + 2 * t + (i & 1);
+                float v = s[n][i];
+                if (softcap > 0.f) v = softcap * tanhf(v / softcap);
+                const bool ok = i < 2 ? (key >= lo_a && key < hi_a) : (key >= lo_b && key < hi_b);
+                v = ok ? v : -INFINITY;
+                s[n][i] = v;
+                if (i < 2) mx_a = fmaxf(mx_a, v);
+                else mx_b = fmaxf(mx_b, v);
+            }
+        }
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+        const float nm_a = fmaxf(m_a, mx_a), nm_b = fmaxf(m_b, mx_b);
+        const float c_a = nm_a == -INFINITY ? 1.f : expf(m_a - nm_a);
+        const float c_b = nm_b == -INFINITY ? 1.f : expf(m_b - nm_b);
+        float sum_a = 0.f, sum_b = 0.f;
+#pragma unroll
+        for (int n = 0; n < FA_KEYS / 8; n++) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const float nm = i < 2 ? nm_a : nm_b;
+                const float p = nm == -INFINITY ? 0.f : expf(s[n][i] - nm);
+                s[n][i] = p;
+                if (i < 2) sum_a += p;
+                else sum_b += p;
+            }
+        }
+        sum_a += __shfl_xor_sync(0xffffffffu, sum_a, 1);
+        sum_a += __shfl_xor_sync(0xffffffffu, sum_a, 2);
+        sum_b += __shfl_xor_sync(0xffffffffu, sum_b, 1);
+        sum_b += __shfl_xor_sync(0xffffffffu, sum_b, 2);
+        l_a = l_a * c_a + sum_a;
+        l_b = l_b * c_b + sum_b;
+        m_a = nm_a;
+        m_b = nm_b;
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++) {
+            o[n][0] *= c_a;
+            o[n][1] *= c_a;
+            o[n][2] *= c_b;
+            o[n][3] *= c_b;
+        }
+#pragma unroll
+        for (int kk = 0; kk < FA_KEYS / 16; kk++) {
+            u32 a[4];
+            a[0] = pack_f16(s[2 * kk][0], s[2 * kk][1]);
+            a[1] = pack_f16(s[2 * kk][2], s[2 * kk][3]);
+            a[2] = pack_f16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+            a[3] = pack_f16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+            // ldmatrix.trans: lanes 0-15 address keys kk*16 + (lane % 16) at
+            // columns n*8 (matrices 0, 1) and lanes 16-31 the same keys at
+            // columns n*8 + 8 (matrices 2, 3): B fragments of two n-tiles.
+            const int key = kk * 16 + (lane & 15);
+#pragma unroll
+            for (int n = 0; n < HD / 8; n += 2) {
+                const u32 addr = (u32)__cvta_generic_to_shared(&Vs[key][n * 8 + (lane >> 4) * 8]);
+                u32 b0, b1, b2, b3;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                             : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
+                             : "r"(addr));
+                mma_f16(o[n], a, b0, b1);
+                mma_f16(o[n + 1], a, b2, b3);
+            }
+        }
+    }
+    float* oa = out + (u64)(row0 + ra) * q_stride + (u64)head * HD;
+    float* ob = out + (u64)(row0 + rb) * q_stride + (u64)head * HD;
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) {
+        const int d = n * 8 + 2 * t;
+        if (va) {
+            oa[d] = o[n][0] / l_a;
+            oa[d + 1] = o[n][1] / l_a;
+        }
+        if (vb) {
+            ob[d] = o[n][2] / l_b;
+            ob[d + 1] = o[n][3] / l_b;
+        }
+    }
+}
+
+#define FLASH_KERNEL(HD)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(128)                                                           \
+        flash_f16_##HD(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta,               \
+                       const u32* tables, const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 bs, u32 window,    \
+                       float scale, float softcap) {                                                            \
+        flash_body<HD>(q, kc, vc, out, meta, tables, tiles, n_heads, n_kv_heads, bs, window, scale, softcap); \
+    }
+FLASH_KERNEL(64)
+FLASH_KERNEL(128)

@@ -1,0 +1,54 @@
+// Shared helpers, prepended to every kernel source. Self-contained on purpose:
+// no toolkit headers (cuda_fp16.h / cuda_bf16.h), so kernels compile wherever
+// NVRTC itself is present, with a driver and no toolkit.
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+#define INFINITY __int_as_float(0x7f800000)
+
+__device__ __forceinline__ float bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
+__device__ __forceinline__ u16 f32_to_bf16(float f) {
+    u16 r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
+}
+__device__ __forceinline__ float f16_to_f32(u16 h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ u16 f32_to_f16(float f) {
+    u16 r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(f));
+    return r;
+}
+
+// Loads of cached keys and values, f32 or f16 (stored as raw bits).
+__device__ __forceinline__ float load_kv(const float* p, u64 i) { return p[i]; }
+__device__ __forceinline__ float load_kv(const u16* p, u64 i) { return f16_to_f32(p[i]); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Sum over the whole block (any blockDim.x up to 1024); every thread gets it.
+__device__ __forceinline__ float block_sum(float v) {
+    __shared__ float part[32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    const int nw = (blockDim.x + 31) >> 5;
+    float t = lane < nw ? part[lane] : 0.f;
+    t = warp_sum(t);
+    return t;
+}
+
+// Activations; codes match `Activation` on the host: 0 SiLU, 1 GELU (tanh), 2 GELU (erf).
+__device__ __forceinline__ float act_fn(float x, int act) {
+    if (act == 0) return x / (1.f + expf(-x));
+    if (act == 1) return x / (1.f + expf(-2.f * 0.7978845608f * (x + 0.044715f * x * x * x)));
+    return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
+}

@@ -1,0 +1,308 @@
+//! The paged KV pool on the GPU, KV writes and attention.
+//!
+//! K and V are stored row-major per slot, `[slot][kv_dim]`, in f16 (as
+//! llama.cpp's default cache) or f32. Per-batch metadata (row ranges, block
+//! tables, slots) is the same for every layer of a step; `MetaCache` uploads
+//! each distinct array once and reuses it.
+
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use ferrite_core::{Error, Result};
+
+use super::device::{device_err, per_row, Device};
+use super::CudaTensor;
+use crate::{AttnBatch, AttnParams, KvDtype, KvSpec};
+
+pub enum KvBuf {
+    F32(CudaSlice<f32>),
+    F16(CudaSlice<u16>),
+}
+
+/// A borrowed K or V buffer: a cache layer or an encoder's K/V tensor.
+#[derive(Clone, Copy)]
+pub enum KvRef<'a> {
+    F32(&'a CudaSlice<f32>),
+    F16(&'a CudaSlice<u16>),
+}
+
+impl KvBuf {
+    pub fn as_ref(&self) -> KvRef<'_> {
+        match self {
+            KvBuf::F32(b) => KvRef::F32(b),
+            KvBuf::F16(b) => KvRef::F16(b),
+        }
+    }
+}
+
+pub struct CudaKvPool {
+    pub k: Vec<KvBuf>,
+    pub v: Vec<KvBuf>,
+    pub kv_dim: usize,
+    pub block_size: usize,
+    pub slots: usize,
+}
+
+impl CudaKvPool {
+    pub fn new(dev: &Device, spec: KvSpec) -> Result<CudaKvPool> {
+        let slots = spec.n_blocks * spec.block_size;
+        let len =
+            slots.checked_mul(spec.kv_dim).ok_or_else(|| Error::InvalidInput("KV cache size overflows".into()))?;
+        let elem = if spec.dtype == KvDtype::F16 { 2 } else { 4 };
+        let need = len as f64 * elem as f64 * 2.0 * spec.n_layers as f64;
+        let (free, _) = dev.memory()?;
+        if need > free as f64 {
+            return Err(Error::InvalidInput(format!(
+                "a KV cache of {slots} tokens needs {:.2} GB; the GPU has {:.2} GB free",
+                need / 1e9,
+                free as f64 / 1e9
+            )));
+        }
+        let alloc = || -> Result<KvBuf> {
+            let s = &dev.stream;
+            Ok(match spec.dtype {
+                KvDtype::F16 => KvBuf::F16(s.alloc_zeros::<u16>(len).map_err(|e| device_err("KV cache", e))?),
+                KvDtype::F32 => KvBuf::F32(s.alloc_zeros::<f32>(len).map_err(|e| device_err("KV cache", e))?),
+            })
+        };
+        let mut k = Vec::with_capacity(spec.n_layers);
+        let mut v = Vec::with_capacity(spec.n_layers);
+        for _ in 0..spec.n_layers {
+            k.push(alloc()?);
+            v.push(alloc()?);
+        }
+        Ok(CudaKvPool { k, v, kv_dim: spec.kv_dim, block_size: spec.block_size, slots })
+    }
+}
+
+/// A host array and its device copy.
+type MetaEntry = (Vec<u32>, Arc<CudaSlice<u32>>);
+
+/// Device copies of the last few metadata arrays, matched by content.
+#[derive(Default)]
+pub struct MetaCache {
+    entries: Mutex<Vec<MetaEntry>>,
+}
+
+impl MetaCache {
+    const CAPACITY: usize = 8;
+
+    pub fn get(&self, dev: &Device, host: Vec<u32>) -> Result<Arc<CudaSlice<u32>>> {
+        let mut e = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = e.iter().position(|(h, _)| *h == host) {
+            let hit = e.remove(i);
+            let buf = hit.1.clone();
+            e.push(hit);
+            return Ok(buf);
+        }
+        let data = if host.is_empty() { vec![0u32] } else { host.clone() };
+        let buf = Arc::new(dev.stream.clone_htod(&data).map_err(|e| device_err("uploading metadata", e))?);
+        if e.len() == Self::CAPACITY {
+            e.remove(0);
+        }
+        e.push((host, buf.clone()));
+        Ok(buf)
+    }
+}
+
+pub fn write_kv(
+    dev: &Device,
+    meta: &MetaCache,
+    pool: &mut CudaKvPool,
+    layer: usize,
+    k: &CudaTensor,
+    v: &CudaTensor,
+    batch: &AttnBatch,
+) -> Result<()> {
+    let d = pool.kv_dim;
+    let n = batch.slots.len();
+    if k.cols != d || v.cols != d || k.rows != n || v.rows != n || layer >= pool.k.len() {
+        return Err(Error::Shape(format!("write_kv: {n} slots for [{}, {}] values", k.rows, k.cols)));
+    }
+    if let Some(s) = batch.slots.iter().find(|&&s| s >= pool.slots) {
+        return Err(Error::Shape(format!("KV slot {s} outside the pool ({} slots)", pool.slots)));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let slots = meta.get(dev, batch.slots.iter().map(|&s| s as u32).collect())?;
+    let kv_dim = d as u32;
+    let s = &dev.stream;
+    let cfg = per_row(n, d);
+    // SAFETY (both arms): argument types match the kernel; slots were checked.
+    let r = match (&mut pool.k[layer], &mut pool.v[layer]) {
+        (KvBuf::F16(kc), KvBuf::F16(vc)) => unsafe {
+            s.launch_builder(dev.func("write_kv_f16"))
+                .arg(&k.buf)
+                .arg(&v.buf)
+                .arg(slots.as_ref())
+                .arg(kc)
+                .arg(vc)
+                .arg(&kv_dim)
+                .launch(cfg)
+        },
+        (KvBuf::F32(kc), KvBuf::F32(vc)) => unsafe {
+            s.launch_builder(dev.func("write_kv_f32"))
+                .arg(&k.buf)
+                .arg(&v.buf)
+                .arg(slots.as_ref())
+                .arg(kc)
+                .arg(vc)
+                .arg(&kv_dim)
+                .launch(cfg)
+        },
+        _ => unreachable!("K and V share a dtype"),
+    };
+    r.map(drop).map_err(|e| device_err("write_kv", e))
+}
+
+/// Per row (lo, hi, table offset), then every sequence's block table: one
+/// array, one upload. Also returns each sequence's (first row, rows).
+fn paged_meta(batch: &AttnBatch, n: usize) -> (Vec<u32>, Vec<(usize, usize)>) {
+    let mut meta = vec![0u32; 3 * n];
+    let mut tables = Vec::new();
+    let mut spans = Vec::new();
+    for s in &batch.seqs {
+        let off = tables.len() as u32;
+        tables.extend_from_slice(&s.block_table[..s.ctx_len.div_ceil(batch.block_size)]);
+        for r in 0..s.q_len {
+            let pos = s.ctx_len - s.q_len + r;
+            let row = s.q_start + r;
+            meta[3 * row..3 * row + 3].copy_from_slice(&[0, pos as u32 + 1, off]);
+        }
+        spans.push((s.q_start, s.q_len));
+    }
+    meta.extend(tables);
+    (meta, spans)
+}
+
+/// Sequences with at least this many new rows go to the tensor-core kernel.
+const FLASH_MIN_ROWS: usize = 16;
+/// Query rows per flash block (kernels/attention.cu FA_ROWS).
+const FLASH_ROWS: usize = 64;
+
+/// One attention call: q, K and V, and the metadata of `paged_meta` (or the
+/// encoder's), with each sequence's span of rows.
+pub struct AttnLaunch<'a> {
+    pub q: &'a CudaTensor,
+    pub k: KvRef<'a>,
+    pub v: KvRef<'a>,
+    /// (lo, hi, table offset) per row, then the block tables.
+    pub meta: Vec<u32>,
+    pub spans: Vec<(usize, usize)>,
+    pub bs: usize,
+    pub window: Option<usize>,
+}
+
+pub fn launch_attention(dev: &Device, cache: &MetaCache, a: AttnLaunch, p: &AttnParams) -> Result<CudaTensor> {
+    let n = a.q.rows;
+    let hd = p.head_dim;
+    let s = &dev.stream;
+    // SAFETY: every row of every head is written by one of the two kernels.
+    let mut out = unsafe { s.alloc::<f32>((n * a.q.cols).max(1)) }.map_err(|e| device_err("alloc", e))?;
+    if n == 0 {
+        return Ok(CudaTensor { buf: out, rows: 0, cols: a.q.cols });
+    }
+    let flash_name = match (a.k, hd) {
+        (KvRef::F16(_), 64) => Some("flash_f16_64"),
+        (KvRef::F16(_), 128) => Some("flash_f16_128"),
+        _ => None,
+    };
+    // Flash tiles (first row, rows) and the rows left to the row kernel.
+    let (mut tiles, mut rows) = (Vec::new(), Vec::new());
+    for &(start, len) in &a.spans {
+        if flash_name.is_some() && len >= FLASH_MIN_ROWS {
+            for t in (0..len).step_by(FLASH_ROWS) {
+                tiles.extend([(start + t) as u32, (len - t).min(FLASH_ROWS) as u32]);
+            }
+        } else {
+            rows.extend((start..start + len).map(|r| r as u32));
+        }
+    }
+    // One upload: meta (3n) | tables | tiles | rows.
+    let n_meta = a.meta.len();
+    let (n_tiles, n_rows) = (tiles.len() / 2, rows.len());
+    let mut host = a.meta;
+    host.extend(&tiles);
+    host.extend(&rows);
+    let buf = cache.get(dev, host)?;
+    let meta = buf.slice(..3 * n);
+    let tables = buf.slice(3 * n..);
+    let tiles_v = buf.slice(n_meta..);
+    let rows_v = buf.slice(n_meta + 2 * n_tiles..);
+    let (nh, nkv, hd32, bs) = (p.n_heads as u32, p.n_kv_heads as u32, hd as u32, a.bs as u32);
+    let window = a.window.unwrap_or(0) as u32;
+    let softcap = p.softcap.unwrap_or(0.0);
+    macro_rules! go {
+        ($f:expr, $cfg:expr, $k:expr, $v:expr, $list:expr, $with_hd:expr) => {{
+            let mut b = s.launch_builder(dev.func($f));
+            b.arg(&a.q.buf).arg($k).arg($v).arg(&mut out).arg(&meta).arg(&tables).arg($list).arg(&nh).arg(&nkv);
+            if $with_hd {
+                b.arg(&hd32);
+            }
+            b.arg(&bs).arg(&window).arg(&p.scale).arg(&softcap);
+            // SAFETY: argument types match the kernel; metadata was validated.
+            unsafe { b.launch($cfg) }.map(drop).map_err(|e| device_err($f, e))
+        }};
+    }
+    if n_tiles > 0 {
+        let cfg = LaunchConfig { grid_dim: (n_tiles as u32, nh, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        let f = flash_name.expect("tiles only with a flash kernel");
+        match (a.k, a.v) {
+            (KvRef::F16(k), KvRef::F16(v)) => go!(f, cfg, k, v, &tiles_v, false)?,
+            _ => unreachable!("flash kernels read f16 caches"),
+        }
+    }
+    if n_rows > 0 {
+        let cfg = LaunchConfig { grid_dim: (n_rows as u32, nkv, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        match (a.k, a.v) {
+            (KvRef::F16(k), KvRef::F16(v)) => go!("attention_rows_f16", cfg, k, v, &rows_v, true)?,
+            (KvRef::F32(k), KvRef::F32(v)) => go!("attention_rows_f32", cfg, k, v, &rows_v, true)?,
+            _ => unreachable!("K and V share a dtype"),
+        }
+    }
+    Ok(CudaTensor { buf: out, rows: n, cols: a.q.cols })
+}
+
+pub fn attention(
+    dev: &Device,
+    meta: &MetaCache,
+    q: &CudaTensor,
+    pool: &CudaKvPool,
+    layer: usize,
+    batch: &AttnBatch,
+    p: &AttnParams,
+) -> Result<CudaTensor> {
+    check_shapes(q, p, pool.kv_dim)?;
+    if layer >= pool.k.len() {
+        return Err(Error::Shape(format!("layer {layer} of a {}-layer KV pool", pool.k.len())));
+    }
+    batch.validate(q.rows, pool.slots / pool.block_size, pool.block_size)?;
+    let (m, spans) = paged_meta(batch, q.rows);
+    let a = AttnLaunch {
+        q,
+        k: pool.k[layer].as_ref(),
+        v: pool.v[layer].as_ref(),
+        meta: m,
+        spans,
+        bs: pool.block_size,
+        window: p.window,
+    };
+    launch_attention(dev, meta, a, p)
+}
+
+pub fn check_shapes(q: &CudaTensor, p: &AttnParams, kv_dim: usize) -> Result<()> {
+    if q.cols != p.n_heads * p.head_dim
+        || p.n_kv_heads == 0
+        || p.n_kv_heads * p.head_dim != kv_dim
+        || !p.n_heads.is_multiple_of(p.n_kv_heads)
+        || p.head_dim > 256
+        || !p.head_dim.is_multiple_of(8)
+        || p.n_heads / p.n_kv_heads > 8
+    {
+        return Err(Error::Shape(
+            "attention: q or KV shapes do not match the layer (on CUDA: head_dim a multiple of 8 up to 256, at most 8 query heads per KV head)".into(),
+        ));
+    }
+    Ok(())
+}

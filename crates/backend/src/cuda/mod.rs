@@ -1,0 +1,324 @@
+//! The CUDA backend: f32 activations on the GPU, 16-bit weights multiplied by
+//! cuBLAS on tensor cores, and our own kernels (kernels/*.cu) compiled with
+//! NVRTC for the device at first use. The same op set as the CPU backend,
+//! checked against it op by op (`ferrite gpu-check`).
+
+mod ceilings;
+mod compile;
+mod device;
+mod kv;
+mod weight;
+
+pub use ceilings::Ceilings;
+pub use compile::{compile, nvrtc_available, MODULES};
+pub use device::{device_count, CudaOptions};
+pub use kv::CudaKvPool;
+pub use weight::{CudaWeight, Storage};
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, PushKernelArg};
+use ferrite_core::{Error, Result};
+
+use crate::{Activation, AttnBatch, AttnParams, Backend, KvSpec, RawWeight, Rope};
+use device::{device_err, elementwise, per_row, Device};
+use kv::{AttnLaunch, KvRef, MetaCache};
+
+/// Activations: a row-major f32 matrix in device memory.
+pub struct CudaTensor {
+    buf: CudaSlice<f32>,
+    rows: usize,
+    cols: usize,
+}
+
+/// Launches kernel `$name` with the given arguments, in the kernel's order.
+macro_rules! launch {
+    ($self:expr, $name:expr, $cfg:expr, $($arg:expr),* $(,)?) => {{
+        let mut b = $self.dev.stream.launch_builder($self.dev.func($name));
+        $( b.arg($arg); )*
+        // SAFETY: the arguments match the kernel's parameters, in order.
+        unsafe { b.launch($cfg) }.map(drop).map_err(|e| device_err($name, e))
+    }};
+}
+
+#[derive(Clone)]
+pub struct CudaBackend {
+    dev: Arc<Device>,
+    meta: Arc<MetaCache>,
+    exact_f32: bool,
+}
+
+fn act_code(a: Activation) -> i32 {
+    match a {
+        Activation::Silu => 0,
+        Activation::GeluTanh => 1,
+        Activation::Gelu => 2,
+    }
+}
+
+fn same_shape(a: &CudaTensor, b: &CudaTensor, op: &str) -> Result<()> {
+    if a.rows != b.rows || a.cols != b.cols {
+        return Err(Error::Shape(format!("{op}: [{}, {}] vs [{}, {}]", a.rows, a.cols, b.rows, b.cols)));
+    }
+    Ok(())
+}
+
+impl CudaBackend {
+    /// Opens a GPU and compiles (or loads cached) kernels. Errors say why no
+    /// GPU is usable (no driver, no device, a library missing).
+    pub fn open(opts: &CudaOptions) -> Result<CudaBackend> {
+        let dev = Device::open(opts)?;
+        Ok(CudaBackend { dev: Arc::new(dev), meta: Arc::default(), exact_f32: opts.exact_f32 })
+    }
+
+    /// (free, total) device memory in bytes.
+    pub fn memory(&self) -> Result<(usize, usize)> {
+        self.dev.memory()
+    }
+
+    /// Waits for all queued work; a failed kernel surfaces here.
+    pub fn synchronize(&self) -> Result<()> {
+        self.dev.sync()
+    }
+
+    fn alloc(&self, n: usize) -> Result<CudaSlice<f32>> {
+        // SAFETY: callers write every element before it is read.
+        unsafe { self.dev.stream.alloc::<f32>(n.max(1)) }.map_err(|e| device_err("alloc", e))
+    }
+
+    fn tensor(&self, buf: CudaSlice<f32>, rows: usize, cols: usize) -> CudaTensor {
+        CudaTensor { buf, rows, cols }
+    }
+
+    fn upload_u32(&self, v: Vec<u32>) -> Result<Arc<CudaSlice<u32>>> {
+        self.meta.get(&self.dev, v)
+    }
+}
+
+impl Backend for CudaBackend {
+    type Tensor = CudaTensor;
+    type Weight = CudaWeight;
+    type KvPool = CudaKvPool;
+
+    fn name(&self) -> String {
+        format!("cuda:{} ({}, {})", self.dev.ctx.ordinal(), self.dev.name, self.dev.arch)
+    }
+
+    fn weight(&self, raw: RawWeight) -> Result<CudaWeight> {
+        weight::upload(&self.dev, raw, self.exact_f32)
+    }
+
+    fn upload(&self, data: Vec<f32>, rows: usize, cols: usize) -> Result<CudaTensor> {
+        if data.len() != rows * cols {
+            return Err(Error::Shape(format!("{} values for [{rows}, {cols}]", data.len())));
+        }
+        let src = if data.is_empty() { vec![0f32] } else { data };
+        let buf = self.dev.stream.clone_htod(&src).map_err(|e| device_err("upload", e))?;
+        Ok(self.tensor(buf, rows, cols))
+    }
+
+    fn to_host(&self, t: &CudaTensor) -> Result<Vec<f32>> {
+        let mut v = self.dev.stream.clone_dtoh(&t.buf).map_err(|e| device_err("download", e))?;
+        v.truncate(t.rows * t.cols);
+        Ok(v)
+    }
+
+    fn shape(&self, t: &CudaTensor) -> (usize, usize) {
+        (t.rows, t.cols)
+    }
+
+    fn embedding(&self, table: &CudaWeight, ids: &[u32]) -> Result<CudaTensor> {
+        if let Some(id) = ids.iter().find(|&&id| id as usize >= table.rows) {
+            return Err(Error::InvalidInput(format!(
+                "token id {id} is outside the vocabulary ({} tokens)",
+                table.rows
+            )));
+        }
+        let d = table.cols;
+        let mut out = self.alloc(ids.len() * d)?;
+        if !ids.is_empty() {
+            let ids = self.upload_u32(ids.to_vec())?;
+            let (cols, code) = (d as u32, table.storage.code());
+            launch!(self, "embedding", per_row(ids.len(), d), &table.data, ids.as_ref(), &mut out, &cols, &code)?;
+        }
+        Ok(self.tensor(out, ids.len(), d))
+    }
+
+    fn matmul(&self, x: &CudaTensor, w: &CudaWeight) -> Result<CudaTensor> {
+        weight::matmul(&self.dev, x, w)
+    }
+
+    fn matmul_many(&self, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {
+        weight::matmul_many(&self.dev, x, ws)
+    }
+
+    fn add_row(&self, x: &mut CudaTensor, v: &CudaTensor) -> Result<()> {
+        if v.rows * v.cols != x.cols {
+            return Err(Error::Shape(format!("add_row: {} values for {} columns", v.rows * v.cols, x.cols)));
+        }
+        let (n, cols) = ((x.rows * x.cols) as u64, x.cols as u32);
+        launch!(self, "add_row", elementwise(n as usize), &mut x.buf, &v.buf, &n, &cols)
+    }
+
+    fn add(&self, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
+        same_shape(x, y, "add")?;
+        let n = (x.rows * x.cols) as u64;
+        launch!(self, "add", elementwise(n as usize), &mut x.buf, &y.buf, &n)
+    }
+
+    fn scale(&self, x: &mut CudaTensor, s: f32) -> Result<()> {
+        let n = (x.rows * x.cols) as u64;
+        launch!(self, "scale", elementwise(n as usize), &mut x.buf, &s, &n)
+    }
+
+    fn rms_norm(&self, x: &CudaTensor, w: &CudaTensor, eps: f32) -> Result<CudaTensor> {
+        let g = w.rows * w.cols;
+        if g == 0 || !x.cols.is_multiple_of(g) {
+            return Err(Error::Shape(format!("rms_norm: {} columns in groups of {g}", x.cols)));
+        }
+        let groups = x.rows * x.cols / g;
+        let mut out = self.alloc(x.rows * x.cols)?;
+        if groups > 0 {
+            let g32 = g as u32;
+            launch!(self, "rms_norm", per_row(groups, g), &x.buf, &w.buf, &mut out, &g32, &eps)?;
+        }
+        Ok(self.tensor(out, x.rows, x.cols))
+    }
+
+    fn add_rms_norm(&self, x: &mut CudaTensor, y: &CudaTensor, w: &CudaTensor, eps: f32) -> Result<CudaTensor> {
+        same_shape(x, y, "add_rms_norm")?;
+        if w.rows * w.cols != x.cols {
+            return Err(Error::Shape(format!("add_rms_norm: {} weights for {} columns", w.rows * w.cols, x.cols)));
+        }
+        let mut out = self.alloc(x.rows * x.cols)?;
+        if x.rows > 0 {
+            let cols = x.cols as u32;
+            launch!(self, "add_rms_norm", per_row(x.rows, x.cols), &mut x.buf, &y.buf, &w.buf, &mut out, &cols, &eps)?;
+        }
+        Ok(self.tensor(out, x.rows, x.cols))
+    }
+
+    fn glu(&self, gate: &CudaTensor, up: &CudaTensor, act: Activation) -> Result<CudaTensor> {
+        same_shape(gate, up, "glu")?;
+        let n = gate.rows * gate.cols;
+        let mut out = self.alloc(n)?;
+        let (n64, code) = (n as u64, act_code(act));
+        launch!(self, "glu", elementwise(n), &gate.buf, &up.buf, &mut out, &n64, &code)?;
+        Ok(self.tensor(out, gate.rows, gate.cols))
+    }
+
+    fn rope(&self, x: &mut CudaTensor, rope: &Rope, positions: &[u32]) -> Result<()> {
+        if positions.len() != x.rows
+            || !x.cols.is_multiple_of(rope.head_dim)
+            || rope.inv_freq.len() * 2 != rope.head_dim
+        {
+            return Err(Error::Shape("rope: positions or head size do not match".into()));
+        }
+        if x.rows == 0 {
+            return Ok(());
+        }
+        let pos = self.upload_u32(positions.to_vec())?;
+        let freq = self.upload_u32(rope.inv_freq.iter().map(|f| f.to_bits()).collect())?;
+        let (cols, hd, inter) = (x.cols as u32, rope.head_dim as u32, rope.interleaved as i32);
+        launch!(self, "rope", per_row(x.rows, x.cols / 2), &mut x.buf, pos.as_ref(), freq.as_ref(), &cols, &hd, &inter)
+    }
+
+    fn layer_norm(&self, x: &CudaTensor, w: &CudaTensor, b: Option<&CudaTensor>, eps: f32) -> Result<CudaTensor> {
+        let len = |t: &CudaTensor| t.rows * t.cols;
+        if len(w) != x.cols || b.is_some_and(|b| len(b) != x.cols) {
+            return Err(Error::Shape(format!("layer_norm: weights do not match {} columns", x.cols)));
+        }
+        let mut out = self.alloc(x.rows * x.cols)?;
+        if x.rows > 0 {
+            let cols = x.cols as u32;
+            let (null, cfg) = (0u64, per_row(x.rows, x.cols));
+            match b {
+                Some(b) => launch!(self, "layer_norm", cfg, &x.buf, &w.buf, &b.buf, &mut out, &cols, &eps),
+                None => launch!(self, "layer_norm", cfg, &x.buf, &w.buf, &null, &mut out, &cols, &eps),
+            }?;
+        }
+        Ok(self.tensor(out, x.rows, x.cols))
+    }
+
+    fn activate(&self, x: &mut CudaTensor, act: Activation) -> Result<()> {
+        let (n, code) = ((x.rows * x.cols) as u64, act_code(act));
+        launch!(self, "activate", elementwise(n as usize), &mut x.buf, &n, &code)
+    }
+
+    fn softcap(&self, x: &mut CudaTensor, cap: f32) -> Result<()> {
+        let n = (x.rows * x.cols) as u64;
+        launch!(self, "softcap", elementwise(n as usize), &mut x.buf, &cap, &n)
+    }
+
+    fn rows(&self, x: &CudaTensor, rows: &[usize]) -> Result<CudaTensor> {
+        if let Some(r) = rows.iter().find(|&&r| r >= x.rows) {
+            return Err(Error::Shape(format!("row {r} of {}", x.rows)));
+        }
+        let mut out = self.alloc(rows.len() * x.cols)?;
+        if !rows.is_empty() {
+            let idx = self.upload_u32(rows.iter().map(|&r| r as u32).collect())?;
+            let cols = x.cols as u32;
+            launch!(self, "gather_rows", per_row(rows.len(), x.cols), &x.buf, idx.as_ref(), &mut out, &cols)?;
+        }
+        Ok(self.tensor(out, rows.len(), x.cols))
+    }
+
+    fn encoder_attention(
+        &self,
+        q: &CudaTensor,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        seqs: &[std::ops::Range<usize>],
+        p: &AttnParams,
+    ) -> Result<CudaTensor> {
+        kv::check_shapes(q, p, k.cols)?;
+        same_shape(k, v, "encoder_attention")?;
+        if k.rows != q.rows {
+            return Err(Error::Shape("encoder_attention: q and k rows differ".into()));
+        }
+        // Per row: the band of keys it sees inside its sequence.
+        let mut meta = vec![0u32; 3 * q.rows];
+        for s in seqs {
+            if s.end > q.rows || s.start > s.end {
+                return Err(Error::Shape(format!("sequence {s:?} outside {} rows", q.rows)));
+            }
+            for i in s.clone() {
+                let (lo, hi) = match p.window {
+                    Some(w) => (i.saturating_sub(w).max(s.start), (i + w + 1).min(s.end)),
+                    None => (s.start, s.end),
+                };
+                meta[3 * i..3 * i + 3].copy_from_slice(&[lo as u32, hi as u32, 0]);
+            }
+        }
+        // Every row goes to the row kernel (spans of one row each).
+        let spans = (0..q.rows).map(|r| (r, 1)).collect();
+        let a = AttnLaunch { q, k: KvRef::F32(&k.buf), v: KvRef::F32(&v.buf), meta, spans, bs: 0, window: None };
+        kv::launch_attention(&self.dev, &self.meta, a, p)
+    }
+
+    fn kv_pool(&self, spec: KvSpec) -> Result<CudaKvPool> {
+        CudaKvPool::new(&self.dev, spec)
+    }
+
+    fn write_kv(
+        &self,
+        pool: &mut CudaKvPool,
+        layer: usize,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        batch: &AttnBatch,
+    ) -> Result<()> {
+        kv::write_kv(&self.dev, &self.meta, pool, layer, k, v, batch)
+    }
+
+    fn attention(
+        &self,
+        q: &CudaTensor,
+        pool: &CudaKvPool,
+        layer: usize,
+        batch: &AttnBatch,
+        p: &AttnParams,
+    ) -> Result<CudaTensor> {
+        kv::attention(&self.dev, &self.meta, q, pool, layer, batch, p)
+    }
+}

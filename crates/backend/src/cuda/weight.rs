@@ -1,0 +1,244 @@
+//! Weights on the GPU and the dense matmul through cuBLAS.
+//!
+//! Weights are stored as f16 or bf16 (f32 only with `exact_f32`). Quantized
+//! GGUF weights are dequantized at load to f16, which holds every Q8_0/Q4/Q5
+//! and k-quant value to within f16 rounding of the product of scale and quant.
+//! Activations stay f32 between ops; a matmul rounds its input to the weight's
+//! 16-bit type, multiplies on tensor cores and accumulates and writes f32.
+
+use std::ffi::c_void;
+
+use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use ferrite_core::{DType, Error, Result};
+use rayon::prelude::*;
+
+use super::device::{device_err, elementwise, Device};
+use super::CudaTensor;
+use crate::quant::dequantize_row;
+use crate::RawWeight;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Storage {
+    F32,
+    F16,
+    Bf16,
+}
+
+impl Storage {
+    /// Kernel code for the `embedding` kernel.
+    pub fn code(self) -> i32 {
+        match self {
+            Storage::F32 => 0,
+            Storage::F16 => 1,
+            Storage::Bf16 => 2,
+        }
+    }
+    fn cuda_type(self) -> cudaDataType {
+        match self {
+            Storage::F32 => cudaDataType::CUDA_R_32F,
+            Storage::F16 => cudaDataType::CUDA_R_16F,
+            Storage::Bf16 => cudaDataType::CUDA_R_16BF,
+        }
+    }
+}
+
+pub struct CudaWeight {
+    pub name: String,
+    pub rows: usize,
+    pub cols: usize,
+    pub storage: Storage,
+    pub data: CudaSlice<u8>,
+}
+
+/// The bytes to upload for a checkpoint weight, and how they are stored.
+fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Vec<u8>, Storage)> {
+    let src = raw.bytes.as_slice();
+    Ok(match raw.dtype {
+        DType::F16 => (src.to_vec(), Storage::F16),
+        DType::BF16 => (src.to_vec(), Storage::Bf16),
+        DType::F32 if exact_f32 => (src.to_vec(), Storage::F32),
+        DType::F32 => {
+            let mut out = vec![0u8; src.len() / 2];
+            out.par_chunks_mut(2 << 16).zip(src.par_chunks(4 << 16)).for_each(|(o, s)| {
+                for (o, s) in o.chunks_exact_mut(2).zip(s.chunks_exact(4)) {
+                    let v = f32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+                    o.copy_from_slice(&half::bf16::from_f32(v).to_le_bytes());
+                }
+            });
+            (out, Storage::Bf16)
+        }
+        q => {
+            let row_bytes = raw.cols / q.block_size() * q.block_bytes();
+            let mut out = vec![0u8; raw.rows * raw.cols * 2];
+            out.par_chunks_mut(raw.cols * 2).zip(src.par_chunks(row_bytes)).try_for_each(|(o, s)| {
+                let mut row = vec![0f32; raw.cols];
+                dequantize_row(q, s, &mut row)?;
+                for (o, v) in o.chunks_exact_mut(2).zip(row) {
+                    o.copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+                }
+                Ok::<(), Error>(())
+            })?;
+            (out, Storage::F16)
+        }
+    })
+}
+
+pub fn upload(dev: &Device, raw: RawWeight, exact_f32: bool) -> Result<CudaWeight> {
+    let block = raw.dtype.block_size();
+    let want = raw.rows * (raw.cols / block) * raw.dtype.block_bytes();
+    if !raw.cols.is_multiple_of(block) || raw.bytes.len() != want {
+        return Err(Error::Shape(format!(
+            "{}: {} bytes for a [{}, {}] {} tensor",
+            raw.name,
+            raw.bytes.len(),
+            raw.rows,
+            raw.cols,
+            raw.dtype
+        )));
+    }
+    let (bytes, storage) = device_bytes(&raw, exact_f32)?;
+    let data = dev.stream.clone_htod(&bytes).map_err(|e| device_err("uploading a weight", e))?;
+    Ok(CudaWeight { name: raw.name, rows: raw.rows, cols: raw.cols, storage, data })
+}
+
+/// y [n, m] = x [n, k] · w [m, k]^T, f32 out.
+pub fn matmul(dev: &Device, x: &CudaTensor, w: &CudaWeight) -> Result<CudaTensor> {
+    matmul_many(dev, x, &[w]).map(|mut v| v.remove(0))
+}
+
+fn alloc_out(dev: &Device, n: usize, m: usize) -> Result<CudaSlice<f32>> {
+    // SAFETY: every element is written by the GEMM or GEMV that follows.
+    unsafe { dev.stream.alloc::<f32>((n * m).max(1)) }.map_err(|e| device_err("alloc", e))
+}
+
+/// x times each weight (q, k, v sharing their input): one kernel for decode
+/// batches of up to three weights, else one input conversion and a GEMM each.
+pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {
+    let (n, k) = (x.rows, x.cols);
+    if let Some(w) = ws.iter().find(|w| w.cols != k) {
+        return Err(Error::Shape(format!("matmul {}: input has {k} columns, weight expects {}", w.name, w.cols)));
+    }
+    let st = ws.first().map(|w| w.storage);
+    let same = ws.iter().all(|w| Some(w.storage) == st);
+    if (1..=8).contains(&n) && k.is_multiple_of(8) && ws.len() <= 3 && same && st != Some(Storage::F32) {
+        return gemv(dev, x, ws);
+    }
+    let mut half_x: Option<(Storage, CudaSlice<u16>)> = None;
+    let mut out = Vec::with_capacity(ws.len());
+    for w in ws {
+        let mut y = alloc_out(dev, n, w.rows)?;
+        if n * w.rows > 0 && k == 0 {
+            dev.stream.memset_zeros(&mut y).map_err(|e| device_err("memset", e))?;
+        } else if n * w.rows > 0 {
+            if w.storage != Storage::F32 && half_x.as_ref().is_none_or(|h| h.0 != w.storage) {
+                half_x = Some((w.storage, to_half(dev, x, w.storage)?));
+            }
+            let xp = half_x.as_ref().filter(|_| w.storage != Storage::F32).map(|h| &h.1);
+            gemm(dev, x, xp, w, &mut y)?;
+        }
+        out.push(CudaTensor { buf: y, rows: n, cols: w.rows });
+    }
+    Ok(out)
+}
+
+/// The input rounded to a 16-bit weight type.
+fn to_half(dev: &Device, x: &CudaTensor, st: Storage) -> Result<CudaSlice<u16>> {
+    let len = x.rows * x.cols;
+    // SAFETY: fully written by the conversion kernel.
+    let mut h = unsafe { dev.stream.alloc::<u16>(len.max(1)) }.map_err(|e| device_err("alloc", e))?;
+    let f = dev.func(if st == Storage::Bf16 { "to_bf16" } else { "to_f16" });
+    let len64 = len as u64;
+    let mut b = dev.stream.launch_builder(f);
+    b.arg(&x.buf).arg(&mut h).arg(&len64);
+    // SAFETY: argument types match the kernel's signature.
+    unsafe { b.launch(elementwise(len)) }.map_err(|e| device_err("to_bf16", e))?;
+    Ok(h)
+}
+
+/// cuBLAS: y = x · w^T with x in f32 (`half_x` None, f32 weights) or in the
+/// weight's 16-bit type.
+fn gemm(
+    dev: &Device,
+    x: &CudaTensor,
+    half_x: Option<&CudaSlice<u16>>,
+    w: &CudaWeight,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let (n, k, m) = (x.rows, x.cols, w.rows);
+    let s = &dev.stream;
+    let (alpha, beta) = (1f32, 0f32);
+    let (wp, _g1) = w.data.device_ptr(s);
+    let (xp, _g2) = match half_x {
+        Some(h) => h.device_ptr(s),
+        None => x.buf.device_ptr(s),
+    };
+    let (yp, _g3) = y.device_ptr_mut(s);
+    // Column-major view: y^T [m, n] = w [k, m]^T · x^T [k, n].
+    // SAFETY: pointers are live device buffers of the sizes given.
+    unsafe {
+        cudarc::cublas::result::gemm_ex(
+            *dev.blas.handle(),
+            cublasOperation_t::CUBLAS_OP_T,
+            cublasOperation_t::CUBLAS_OP_N,
+            m as i32,
+            n as i32,
+            k as i32,
+            &alpha as *const f32 as *const c_void,
+            wp as *const c_void,
+            w.storage.cuda_type(),
+            k as i32,
+            xp as *const c_void,
+            w.storage.cuda_type(),
+            k as i32,
+            &beta as *const f32 as *const c_void,
+            yp as *mut c_void,
+            cudaDataType::CUDA_R_32F,
+            m as i32,
+            cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+        )
+    }
+    .map_err(|e| device_err(&format!("GEMM {}", w.name), e))
+}
+
+/// Decode batches (n <= 8): our memory-bound kernel, f32 input as is, up to
+/// three weights in one launch.
+fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {
+    let (n, k) = (x.rows, x.cols);
+    let s = &dev.stream;
+    let mut ys = ws.iter().map(|w| alloc_out(dev, n, w.rows)).collect::<Result<Vec<_>>>()?;
+    let idx = (n - 1) + if ws[0].storage == Storage::Bf16 { 0 } else { 8 };
+    let name = super::device::GEMV_NAMES[idx];
+    // Unused slots repeat the first weight with zero rows.
+    let mut wp = [0u64; 3];
+    let mut yp = [0u64; 3];
+    let mut m = [0u32; 3];
+    let mut guards = Vec::new();
+    for (i, w) in ws.iter().enumerate() {
+        let (p, g) = w.data.device_ptr(s);
+        wp[i] = p;
+        guards.push(g);
+        m[i] = w.rows as u32;
+    }
+    for (i, y) in ys.iter_mut().enumerate() {
+        let (p, g) = y.device_ptr_mut(s);
+        yp[i] = p;
+        guards.push(g);
+    }
+    for i in ws.len()..3 {
+        (wp[i], yp[i]) = (wp[0], yp[0]);
+    }
+    let rows: u32 = m.iter().sum();
+    let k32 = k as u32;
+    // One warp per weight row, eight per block.
+    let cfg = LaunchConfig { grid_dim: (rows.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let mut b = s.launch_builder(dev.func(name));
+    b.arg(&wp[0]).arg(&wp[1]).arg(&wp[2]).arg(&yp[0]).arg(&yp[1]).arg(&yp[2]);
+    b.arg(&m[0]).arg(&m[1]).arg(&m[2]).arg(&x.buf).arg(&k32);
+    // SAFETY: pointers are live buffers of the sizes given; k % 8 == 0 keeps
+    // the 16-byte loads aligned.
+    unsafe { b.launch(cfg) }.map_err(|e| device_err(name, e))?;
+    drop(guards);
+    Ok(ys.into_iter().zip(ws).map(|(buf, w)| CudaTensor { buf, rows: n, cols: w.rows }).collect())
+}

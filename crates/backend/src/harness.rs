@@ -1,0 +1,363 @@
+//! The op harness: every op of a backend against the CPU backend on random
+//! inputs, with a relative-error limit per arithmetic (DESIGN.md, tests
+//! ladder step 1). `ferrite gpu-check` runs it on a GPU; the CPU checks itself
+//! in the unit tests (so the harness code runs in CI).
+
+use crate::cpu::CpuBackend;
+use crate::{Activation, AttnBatch, AttnParams, Backend, KvDtype, KvSpec, RawWeight, Rope, SeqSlice};
+use ferrite_core::{DType, HostBytes, Result};
+
+/// Relative error limits of the issue: f32 arithmetic, f16 and bf16 operands.
+pub const TOL_F32: f32 = 1e-5;
+pub const TOL_F16: f32 = 2e-3;
+pub const TOL_BF16: f32 = 1e-2;
+
+pub const QUANT_TYPES: [DType; 8] =
+    [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4K, DType::Q5K, DType::Q6K];
+
+/// xorshift64: deterministic test data.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in [-a, a].
+    pub fn vec(&mut self, n: usize, a: f32) -> Vec<f32> {
+        (0..n).map(|_| ((self.next_u64() % 20001) as f32 / 10000.0 - 1.0) * a).collect()
+    }
+
+    /// `m` rows of `k` random `dtype` values whose f16 scales are small and sane.
+    pub fn weight(&mut self, dtype: DType, m: usize, k: usize) -> Vec<u8> {
+        match dtype {
+            DType::F32 => return self.vec(m * k, 0.1).iter().flat_map(|v| v.to_le_bytes()).collect(),
+            DType::F16 => {
+                return self.vec(m * k, 0.1).iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect()
+            }
+            DType::BF16 => {
+                return self.vec(m * k, 0.1).iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect()
+            }
+            _ => {}
+        }
+        let bb = dtype.block_bytes();
+        let mut bytes: Vec<u8> = (0..m * k / dtype.block_size() * bb).map(|_| self.next_u64() as u8).collect();
+        let scales: &[usize] = match dtype {
+            DType::Q6K => &[208],
+            DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
+            _ => &[0, 2],
+        };
+        for b in bytes.chunks_mut(bb) {
+            for &o in scales {
+                let s = 0.01 + (self.next_u64() % 64) as f32 / 2000.0;
+                b[o..o + 2].copy_from_slice(&half::f16::from_f32(s).to_le_bytes());
+            }
+        }
+        bytes
+    }
+}
+
+/// One checked case.
+#[derive(Clone, Debug)]
+pub struct Check {
+    pub op: String,
+    pub rel_err: f32,
+    pub tol: f32,
+}
+
+impl Check {
+    pub fn passed(&self) -> bool {
+        self.rel_err <= self.tol
+    }
+}
+
+/// max |got - want| / max |want|.
+pub fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    if got.len() != want.len() {
+        return f32::INFINITY;
+    }
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
+    let diff = got
+        .iter()
+        .zip(want)
+        .fold(0f32, |m, (a, b)| if (a - b).is_nan() { f32::INFINITY } else { m.max((a - b).abs()) });
+    diff / scale
+}
+
+fn raw(name: &str, dtype: DType, rows: usize, cols: usize, bytes: Vec<u8>) -> RawWeight {
+    RawWeight { name: name.into(), dtype, rows, cols, bytes: HostBytes::from_vec(bytes) }
+}
+
+/// The same weights as f32, for quantized references.
+fn dequantized(w: &RawWeight) -> Result<RawWeight> {
+    let rb = w.cols / w.dtype.block_size() * w.dtype.block_bytes();
+    let mut out = Vec::with_capacity(w.rows * w.cols * 4);
+    let mut row = vec![0f32; w.cols];
+    for r in 0..w.rows {
+        crate::quant::dequantize_row(w.dtype, &w.bytes.as_slice()[r * rb..(r + 1) * rb], &mut row)?;
+        out.extend(row.iter().flat_map(|v| v.to_le_bytes()));
+    }
+    Ok(raw(&w.name, DType::F32, w.rows, w.cols, out))
+}
+
+struct Harness<'a, B: Backend> {
+    b: &'a B,
+    cpu: CpuBackend,
+    rng: Rng,
+    out: Vec<Check>,
+    /// Told of each check as it completes (progress on slow devices).
+    report: &'a mut dyn FnMut(&Check),
+}
+
+impl<B: Backend> Harness<'_, B> {
+    fn up(&self, v: &[f32], rows: usize, cols: usize) -> Result<(B::Tensor, crate::cpu::CpuTensor)> {
+        Ok((self.b.upload(v.to_vec(), rows, cols)?, self.cpu.upload(v.to_vec(), rows, cols)?))
+    }
+
+    fn record(&mut self, op: String, got: &B::Tensor, want: &crate::cpu::CpuTensor, tol: f32) -> Result<()> {
+        let got = self.b.to_host(got)?;
+        let c = Check { op, rel_err: rel_err(&got, &want.data), tol };
+        (self.report)(&c);
+        self.out.push(c);
+        Ok(())
+    }
+
+    fn matmuls(&mut self, dense_f32_tol: f32) -> Result<()> {
+        for &(n, m, k) in &[(1, 96, 256), (3, 40, 512), (7, 130, 512), (8, 64, 1024), (33, 64, 768)] {
+            for dt in [DType::F32, DType::F16, DType::BF16].into_iter().chain(QUANT_TYPES) {
+                let w = raw("w", dt, m, k, self.rng.weight(dt, m, k));
+                let reference = if dt.is_quantized() { dequantized(&w)? } else { w.clone() };
+                let x = self.rng.vec(n * k, 1.0);
+                let (xb, xc) = self.up(&x, n, k)?;
+                let got = self.b.matmul(&xb, &self.b.weight(w)?)?;
+                let want = self.cpu.matmul(&xc, &self.cpu.weight(reference)?)?;
+                let tol = match dt {
+                    DType::F32 => dense_f32_tol,
+                    DType::BF16 => TOL_BF16,
+                    _ => TOL_F16,
+                };
+                self.record(format!("matmul {dt} [{n}x{k}]·[{m}x{k}]ᵀ"), &got, &want, tol)?;
+            }
+        }
+        // Projections sharing an input, in one call (decode and prefill sizes).
+        for (n, dt) in [(2, DType::BF16), (20, DType::F16), (5, DType::Q4K)] {
+            let k = 512;
+            let raws: Vec<RawWeight> =
+                [96, 40, 40].iter().map(|&m| raw("w", dt, m, k, self.rng.weight(dt, m, k))).collect();
+            let x = self.rng.vec(n * k, 1.0);
+            let (xb, xc) = self.up(&x, n, k)?;
+            let wb = raws.iter().map(|w| self.b.weight(w.clone())).collect::<Result<Vec<_>>>()?;
+            let got = self.b.matmul_many(&xb, &wb.iter().collect::<Vec<_>>())?;
+            for (i, (g, w)) in got.iter().zip(&raws).enumerate() {
+                let reference = if dt.is_quantized() { dequantized(w)? } else { w.clone() };
+                let want = self.cpu.matmul(&xc, &self.cpu.weight(reference)?)?;
+                let tol = if dt == DType::BF16 { TOL_BF16 } else { TOL_F16 };
+                self.record(format!("matmul_many {dt} n={n} weight {i}"), g, &want, tol)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn rowwise(&mut self) -> Result<()> {
+        let (n, c) = (5, 640);
+        let x = self.rng.vec(n * c, 3.0);
+        let y = self.rng.vec(n * c, 1.0);
+        let w = self.rng.vec(c, 1.0);
+        let (xb, xc) = self.up(&x, n, c)?;
+        let (yb, yc) = self.up(&y, n, c)?;
+        let (wb, wc) = self.up(&w, 1, c)?;
+        let (hb, hc) = self.up(&w[..128], 1, 128)?;
+        let got = self.b.rms_norm(&xb, &wb, 1e-6)?;
+        let want = self.cpu.rms_norm(&xc, &wc, 1e-6)?;
+        self.record("rms_norm row".into(), &got, &want, TOL_F32)?;
+        let got = self.b.rms_norm(&xb, &hb, 1e-6)?;
+        let want = self.cpu.rms_norm(&xc, &hc, 1e-6)?;
+        self.record("rms_norm per head".into(), &got, &want, TOL_F32)?;
+        let (mut g, mut wc2) = self.up(&x, n, c)?;
+        let got = self.b.add_rms_norm(&mut g, &yb, &wb, 1e-6)?;
+        let want = self.cpu.add_rms_norm(&mut wc2, &yc, &wc, 1e-6)?;
+        self.record("add_rms_norm (normed)".into(), &got, &want, TOL_F32)?;
+        self.record("add_rms_norm (sum)".into(), &g, &wc2, TOL_F32)?;
+        for bias in [false, true] {
+            let got = self.b.layer_norm(&xb, &wb, bias.then_some(&wb), 1e-12)?;
+            let want = self.cpu.layer_norm(&xc, &wc, bias.then_some(&wc), 1e-12)?;
+            self.record(format!("layer_norm bias={bias}"), &got, &want, TOL_F32)?;
+        }
+        for act in [Activation::Silu, Activation::GeluTanh, Activation::Gelu] {
+            let got = self.b.glu(&xb, &yb, act)?;
+            let want = self.cpu.glu(&xc, &yc, act)?;
+            self.record(format!("glu {act:?}"), &got, &want, TOL_F32)?;
+            let (mut g, mut w) = self.up(&x, n, c)?;
+            self.b.activate(&mut g, act)?;
+            self.cpu.activate(&mut w, act)?;
+            self.record(format!("activate {act:?}"), &g, &w, TOL_F32)?;
+        }
+        let (mut g, mut w) = self.up(&x, n, c)?;
+        self.b.add(&mut g, &yb)?;
+        self.cpu.add(&mut w, &yc)?;
+        self.b.add_row(&mut g, &wb)?;
+        self.cpu.add_row(&mut w, &wc)?;
+        self.b.scale(&mut g, 0.7)?;
+        self.cpu.scale(&mut w, 0.7)?;
+        self.b.softcap(&mut g, 2.5)?;
+        self.cpu.softcap(&mut w, 2.5)?;
+        self.record("add, add_row, scale, softcap".into(), &g, &w, TOL_F32)?;
+        let got = self.b.rows(&xb, &[4, 0, 2, 2])?;
+        let want = self.cpu.rows(&xc, &[4, 0, 2, 2])?;
+        self.record("rows".into(), &got, &want, TOL_F32)?;
+        for interleaved in [false, true] {
+            let hd = 64;
+            let rope = Rope {
+                head_dim: hd,
+                inv_freq: (0..hd / 2).map(|i| 10000f32.powf(-((2 * i) as f32) / hd as f32)).collect(),
+                interleaved,
+            };
+            let positions = [0, 1, 17, 4095, 70000];
+            let (mut g, mut w) = self.up(&x, n, c)?;
+            self.b.rope(&mut g, &rope, &positions)?;
+            self.cpu.rope(&mut w, &rope, &positions)?;
+            self.record(format!("rope interleaved={interleaved}"), &g, &w, TOL_F32)?;
+        }
+        Ok(())
+    }
+
+    fn embeddings(&mut self, dense_f32_tol: f32) -> Result<()> {
+        let (v, d) = (50, 256);
+        let ids = [3, 0, 49, 3, 17];
+        for dt in [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4K, DType::Q6K] {
+            let w = raw("embd", dt, v, d, self.rng.weight(dt, v, d));
+            let got = self.b.embedding(&self.b.weight(w.clone())?, &ids)?;
+            let want = self.cpu.embedding(&self.cpu.weight(w)?, &ids)?;
+            // Exact on the CPU; a GPU may hold quantized tables as f16, f32 ones as bf16.
+            let tol = match dt {
+                DType::F32 => dense_f32_tol,
+                _ if dt.is_quantized() => TOL_F16,
+                _ => TOL_F32,
+            };
+            self.record(format!("embedding {dt}"), &got, &want, tol)?;
+        }
+        Ok(())
+    }
+
+    /// A mixed step: a sequence mid-prefill, a decode, and a fresh prompt,
+    /// paged over scattered blocks.
+    fn attention(&mut self) -> Result<()> {
+        for (dtype, window, softcap, hd, heads, kv_heads) in [
+            (KvDtype::F16, None, None, 64, 8, 2),
+            (KvDtype::F32, Some(5), Some(20.0), 128, 4, 4),
+            (KvDtype::F16, Some(300), None, 256, 4, 1),
+            (KvDtype::F16, Some(20), Some(30.0), 128, 8, 2),
+        ] {
+            let bs = 16;
+            let spec = KvSpec { n_layers: 2, n_blocks: 40, block_size: bs, kv_dim: kv_heads * hd, dtype };
+            let p = AttnParams { n_heads: heads, n_kv_heads: kv_heads, head_dim: hd, scale: 0.125, window, softcap };
+            let mut pb = self.b.kv_pool(spec)?;
+            let mut pc = self.cpu.kv_pool(spec)?;
+            // (tokens already cached, new tokens, block table)
+            // Long prompts take the tensor-core path on GPUs, short ones the row kernel.
+            let seqs: [(usize, usize, Vec<u32>); 4] = [
+                (0, 100, vec![5, 9, 1, 12, 13, 14, 15]),
+                (40, 1, vec![30, 2, 7, 11]),
+                (20, 13, vec![39, 0, 3]),
+                (30, 20, vec![16, 17, 18, 19]),
+            ];
+            let mut batch_seqs = Vec::new();
+            let mut slots = Vec::new();
+            let mut start = 0;
+            for (past, new, table) in &seqs {
+                for t in *past..past + new {
+                    slots.push(table[t / bs] as usize * bs + t % bs);
+                }
+                batch_seqs.push(SeqSlice {
+                    q_start: start,
+                    q_len: *new,
+                    ctx_len: past + new,
+                    block_table: table.clone(),
+                });
+                start += new;
+            }
+            // Earlier context: written by a first step of the same layer.
+            let mut past_slots = Vec::new();
+            let mut past_seqs = Vec::new();
+            let mut pstart = 0;
+            for (past, _, table) in &seqs {
+                for t in 0..*past {
+                    past_slots.push(table[t / bs] as usize * bs + t % bs);
+                }
+                past_seqs.push(SeqSlice { q_start: pstart, q_len: *past, ctx_len: *past, block_table: table.clone() });
+                pstart += past;
+            }
+            let kvd = kv_heads * hd;
+            let past_batch = AttnBatch { seqs: past_seqs, block_size: bs, slots: past_slots };
+            let (pk, pv) = (self.rng.vec(pstart * kvd, 1.0), self.rng.vec(pstart * kvd, 1.0));
+            let (kb, kc) = self.up(&pk, pstart, kvd)?;
+            let (vb, vc) = self.up(&pv, pstart, kvd)?;
+            self.b.write_kv(&mut pb, 1, &kb, &vb, &past_batch)?;
+            self.cpu.write_kv(&mut pc, 1, &kc, &vc, &past_batch)?;
+            let batch = AttnBatch { seqs: batch_seqs, block_size: bs, slots };
+            let n = start;
+            let (k, v, q) = (self.rng.vec(n * kvd, 1.0), self.rng.vec(n * kvd, 1.0), self.rng.vec(n * heads * hd, 2.0));
+            let (kb, kc) = self.up(&k, n, kvd)?;
+            let (vb, vc) = self.up(&v, n, kvd)?;
+            let (qb, qc) = self.up(&q, n, heads * hd)?;
+            self.b.write_kv(&mut pb, 1, &kb, &vb, &batch)?;
+            self.cpu.write_kv(&mut pc, 1, &kc, &vc, &batch)?;
+            let got = self.b.attention(&qb, &pb, 1, &batch, &p)?;
+            let want = self.cpu.attention(&qc, &pc, 1, &batch, &p)?;
+            let name =
+                format!("paged attention {dtype:?} hd={hd} {heads}/{kv_heads} window={window:?} softcap={softcap:?}");
+            // With an f16 cache a backend may also round q and the softmax
+            // weights to f16 (tensor cores): the f16 limit applies.
+            let tol = if dtype == KvDtype::F16 { TOL_F16 } else { TOL_F32 };
+            self.record(name, &got, &want, tol)?;
+            // Encoders: bidirectional over two sequences, banded or not.
+            let seqs = [0..20, 20..n];
+            let enc_window = window.map(|w| w.min(8));
+            let pe = AttnParams { window: enc_window, softcap: None, ..p };
+            let got = self.b.encoder_attention(&qb, &kb, &vb, &seqs, &pe)?;
+            let want = self.cpu.encoder_attention(&qc, &kc, &vc, &seqs, &pe)?;
+            self.record(format!("encoder attention hd={hd} window={enc_window:?}"), &got, &want, TOL_F32)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs every op of `b` against the CPU. `dense_f32_tol`: the limit for f32
+/// weights, which a backend may multiply in f32 (TOL_F32) or bf16 (TOL_BF16).
+pub fn check_backend<B: Backend>(b: &B, dense_f32_tol: f32, report: &mut dyn FnMut(&Check)) -> Result<Vec<Check>> {
+    let mut h = Harness { b, cpu: CpuBackend::F32, rng: Rng(0x9e37_79b9_7f4a_7c15), out: Vec::new(), report };
+    h.matmuls(dense_f32_tol)?;
+    h.rowwise()?;
+    h.embeddings(dense_f32_tol)?;
+    h.attention()?;
+    Ok(h.out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CPU against itself: every case runs and agrees exactly, except the
+    /// quantized matmuls, whose CPU kernels round activations to 8 bits.
+    #[test]
+    fn harness_runs_on_the_cpu() {
+        let checks = check_backend(&CpuBackend::F32, TOL_F32, &mut |_| {}).unwrap();
+        assert!(checks.len() > 40, "{} checks", checks.len());
+        for c in &checks {
+            let quantized = QUANT_TYPES.iter().any(|t| c.op.starts_with("matmul") && c.op.contains(&format!(" {t} ")));
+            let limit = if quantized { 0.05 } else { 0.0 };
+            assert!(c.rel_err <= limit, "{}: {}", c.op, c.rel_err);
+        }
+    }
+
+    #[test]
+    fn rel_err_sees_nan_and_length() {
+        assert_eq!(rel_err(&[1.0, 2.0], &[1.0, 2.0]), 0.0);
+        assert!(rel_err(&[f32::NAN], &[1.0]).is_infinite());
+        assert!(rel_err(&[1.0], &[1.0, 2.0]).is_infinite());
+        assert!((rel_err(&[1.0, 2.1], &[1.0, 2.0]) - 0.05).abs() < 1e-6);
+    }
+}

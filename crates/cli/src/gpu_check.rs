@@ -1,0 +1,188 @@
+//! `ferrite gpu-check`: on a machine with a GPU, every CUDA op against the CPU
+//! (random inputs), the hardware ceilings, and optionally models teacher-forced
+//! on the GPU against the CPU and against a reference's continuations.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use ferrite_backend::cuda::{CudaBackend, CudaOptions};
+use ferrite_backend::harness::{check_backend, TOL_BF16, TOL_F32};
+use ferrite_core::{Error, Result};
+use ferrite_engine::{Logits, Runner, Sequence};
+use ferrite_models::KvDtype;
+
+use crate::device::{DeviceArgs, DeviceChoice};
+use crate::load::load;
+use crate::ModelArgs;
+
+#[derive(Args, Debug)]
+pub struct GpuCheckArgs {
+    /// The GPU to check.
+    #[arg(long, default_value_t = 0)]
+    pub gpu: usize,
+    /// A model to compare, teacher-forced, on the GPU and the CPU (repeatable;
+    /// each with the --golden at the same position).
+    #[arg(long)]
+    pub model: Vec<String>,
+    /// A reference fixture (`prompt_ids` + `continuation_ids` per prompt, as
+    /// tests/fixtures/llamacpp/*_greedy.json) for the --model at the same position.
+    #[arg(long)]
+    pub golden: Vec<PathBuf>,
+    /// A tiny HF checkpoint directory with the transformers logits of its
+    /// `input_ids` in logits.json (tests/fixtures/hf/*): run on the GPU with
+    /// bf16 weights, every row's cosine to the reference must be >= 0.999.
+    #[arg(long)]
+    pub hf_golden: Vec<PathBuf>,
+    /// Skip measuring copy bandwidth and GEMM rate.
+    #[arg(long)]
+    pub no_ceilings: bool,
+}
+
+/// Our top logit may beat the reference's token by at most this (a near-tie).
+const NEAR_TIE: f32 = 0.5;
+
+pub fn main(a: GpuCheckArgs) -> Result<()> {
+    crate::load::init_threads(None)?;
+    let mut failed = 0;
+    for (exact, dense_tol, label) in [(true, TOL_F32, "f32 weights in f32"), (false, TOL_BF16, "f32 weights in bf16")] {
+        let opts = CudaOptions { ordinal: a.gpu, kernel_cache: None, exact_f32: exact };
+        let b = CudaBackend::open(&opts)?;
+        if exact {
+            println!("device: {}", ferrite_backend::Backend::name(&b));
+        }
+        println!("\nop harness ({label}): relative error against the CPU");
+        let mut print = |c: &ferrite_backend::harness::Check| {
+            let mark = if c.passed() { "ok" } else { "FAIL" };
+            println!("  {mark:4} {:<62} {:>10.2e}  (limit {:.0e})", c.op, c.rel_err, c.tol);
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+        };
+        failed += check_backend(&b, dense_tol, &mut print)?.iter().filter(|c| !c.passed()).count();
+        if exact && !a.no_ceilings {
+            let c = b.measure_ceilings()?;
+            println!(
+                "\nceilings: device copy {:.0} GB/s (read + write), bf16 GEMM {:.0} TFLOP/s",
+                c.copy_bytes_per_s / 1e9,
+                c.bf16_flops / 1e12
+            );
+        }
+    }
+    if a.model.len() != a.golden.len() {
+        return Err(Error::InvalidInput("give one --golden per --model".into()));
+    }
+    for (m, g) in a.model.iter().zip(&a.golden) {
+        failed += compare_model(m, g, a.gpu)?;
+    }
+    for dir in &a.hf_golden {
+        failed += compare_hf(dir, a.gpu)?;
+    }
+    if failed > 0 {
+        return Err(Error::Device(format!("{failed} check(s) failed")));
+    }
+    println!("\nall checks passed");
+    Ok(())
+}
+
+/// Rows of the GPU's logits whose cosine to transformers' is under 0.999.
+fn compare_hf(dir: &std::path::Path, gpu: usize) -> Result<usize> {
+    let path = dir.join("logits.json");
+    let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+    let fx: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::format(e.to_string()))?;
+    let want: Vec<Vec<f32>> = fx["logits"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|r| r.as_array().into_iter().flatten().filter_map(|v| v.as_f64()).map(|v| v as f32).collect())
+        .collect();
+    let mut r = runner(&dir.to_string_lossy(), DeviceChoice::Cuda(gpu))?;
+    let got = score(&mut r, &ids(&fx["input_ids"]))?;
+    if got.len() != want.len() {
+        return Err(Error::format(format!("{}: {} rows, reference has {}", dir.display(), got.len(), want.len())));
+    }
+    let cos: Vec<f64> = got.iter().zip(&want).map(|(g, w)| cosine(g, w)).collect();
+    let worst = cos.iter().copied().fold(1f64, f64::min);
+    let bad = cos.iter().filter(|&&c| c < 0.999).count();
+    let mark = if bad == 0 { "ok" } else { "FAIL" };
+    println!("  {mark:4} {}: {} rows, lowest cosine to transformers {worst:.6}", dir.display(), cos.len());
+    Ok(bad)
+}
+
+fn runner(model: &str, device: DeviceChoice) -> Result<Runner> {
+    let args = ModelArgs {
+        model: model.into(),
+        threads: None,
+        ctx_size: Some(512),
+        kv_cache: Some(KvDtype::F16),
+        device: DeviceArgs { device: Some(device), gpu_memory_utilization: 0.9 },
+    };
+    Ok(load(&args, false)?.runner)
+}
+
+/// Logits at every position of `ids`, one row per position.
+fn score(r: &mut Runner, ids: &[u32]) -> Result<Vec<Vec<f32>>> {
+    let vocab = r.config().vocab_size;
+    let mut seq = Sequence::new(ids.to_vec());
+    let mut rows = Vec::new();
+    while seq.n_cached < seq.tokens.len() {
+        let l = r.step(&mut [&mut seq], 512, Logits::All)?;
+        rows.extend(l.chunks(vocab).map(|r| r.to_vec()));
+    }
+    r.release(&mut seq);
+    Ok(rows)
+}
+
+fn argmax(row: &[f32]) -> usize {
+    (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b })
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as u32).collect()).unwrap_or_default()
+}
+
+/// Teacher-forced on the golden's prompts and continuations: the GPU's top
+/// token against the CPU's and against the reference's, near-ties allowed.
+/// Returns the number of failed positions.
+fn compare_model(model: &str, golden: &PathBuf, gpu: usize) -> Result<usize> {
+    let text = std::fs::read_to_string(golden).map_err(|e| Error::io(golden, e))?;
+    let fx: serde_json::Value = serde_json::from_str(&text).map_err(|e| Error::format(e.to_string()))?;
+    let mut cpu = runner(model, DeviceChoice::Cpu)?;
+    let mut cuda = runner(model, DeviceChoice::Cuda(gpu))?;
+    let (mut n, mut bad, mut ties_cpu, mut ties_ref, mut worst_cos) = (0, 0, 0, 0, 1f64);
+    for p in fx["prompts"].as_array().into_iter().flatten() {
+        let (prompt, cont) = (ids(&p["prompt_ids"]), ids(&p["continuation_ids"]));
+        let all: Vec<u32> = prompt.iter().chain(&cont).copied().collect();
+        let (lc, lg) = (score(&mut cpu, &all)?, score(&mut cuda, &all)?);
+        for (i, &want) in cont.iter().enumerate() {
+            let pos = prompt.len() - 1 + i;
+            let (rc, rg) = (&lc[pos], &lg[pos]);
+            let (tc, tg) = (argmax(rc), argmax(rg));
+            let gap_cpu = rg[tg] - rg[tc];
+            let gap_ref = rg[tg] - rg[want as usize];
+            worst_cos = worst_cos.min(cosine(rc, rg));
+            n += 1;
+            ties_cpu += usize::from(tg != tc);
+            ties_ref += usize::from(tg != want as usize);
+            if gap_cpu > NEAR_TIE {
+                bad += 1;
+                println!("  FAIL {model} position {pos}: GPU top {tg} beats the CPU's {tc} by {gap_cpu:.3}");
+            }
+            if gap_ref > NEAR_TIE {
+                println!("  note {model} position {pos}: GPU top {tg} beats the reference's {want} by {gap_ref:.3}");
+            }
+        }
+    }
+    println!(
+        "\n{model}: {n} positions teacher-forced; top token differs from the CPU's at {ties_cpu} (all near-ties unless FAIL above), \
+         from the reference's at {ties_ref}; lowest logits cosine GPU vs CPU {worst_cos:.6}"
+    );
+    Ok(bad)
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f64 {
+    let (mut ab, mut aa, mut bb) = (0f64, 0f64, 0f64);
+    for (&x, &y) in a.iter().zip(b) {
+        ab += x as f64 * y as f64;
+        aa += x as f64 * x as f64;
+        bb += y as f64 * y as f64;
+    }
+    ab / (aa.sqrt() * bb.sqrt()).max(1e-30)
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Sentence embeddings on a GPU, side by side: `ferrite embed --device cuda`
+against sentence-transformers (torch, CUDA) on all-MiniLM-L6-v2, at batch 32
+and 256, on the corpus of scripts/bench_embed_vs_onnx.py (mixed lengths).
+
+ferrite is timed as a whole subprocess (tokenization on all cores, model load
+included) minus its start-up cost, measured by a one-sentence run;
+sentence-transformers as model.encode() on the loaded model after a warm-up.
+Also prints the lowest cosine between the two engines' vectors.
+
+    python3 scripts/bench_embed_gpu.py --model DIR [--ferrite BIN] [--n 8192]
+        [--precision bf16]
+Needs torch and sentence-transformers (present on the GPU machine)."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_embed_vs_onnx import make_corpus  # noqa: E402
+
+
+def run_ferrite(binary, model, path, batch, precision):
+    cmd = [binary, "embed", model, "--file", path, "--batch-size", str(batch), "--device", "cuda",
+           "--precision", precision]
+    t = time.perf_counter()
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return time.perf_counter() - t, [json.loads(line)["embedding"] for line in out.splitlines()]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--ferrite", default="target/release/ferrite")
+    ap.add_argument("--n", type=int, default=8192)
+    ap.add_argument("--precision", default="bf16")
+    a = ap.parse_args()
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    sentences = make_corpus(a.n)
+    tmp = tempfile.mkdtemp()
+    corpus = os.path.join(tmp, "corpus.txt")
+    one = os.path.join(tmp, "one.txt")
+    with open(corpus, "w") as f:
+        f.write("\n".join(sentences) + "\n")
+    with open(one, "w") as f:
+        f.write(sentences[0] + "\n")
+    st = SentenceTransformer(a.model, device="cuda")
+    st.encode(sentences[:256], batch_size=64)
+    rows = []
+    for batch in (32, 256):
+        start, _ = run_ferrite(a.ferrite, a.model, one, batch, a.precision)
+        full, ours = run_ferrite(a.ferrite, a.model, corpus, batch, a.precision)
+        assert len(ours) == a.n, len(ours)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        ref = st.encode(sentences, batch_size=batch, convert_to_tensor=True)
+        torch.cuda.synchronize()
+        st_rate = a.n / (time.perf_counter() - t)
+        ours_t = torch.tensor(ours[:256], device="cuda")
+        cos = torch.nn.functional.cosine_similarity(ours_t, ref[:256].float(), dim=1).min().item()
+        f_rate = a.n / max(full - start, 1e-9)
+        rows.append(dict(batch=batch, ferrite=f_rate, ferrite_whole=a.n / full, startup_s=start,
+                         sentence_transformers=st_rate, ratio=f_rate / st_rate, min_cosine=cos))
+    print("| batch | ferrite sent/s | (whole run) | sentence-transformers sent/s | ratio | min cosine |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['batch']} | {r['ferrite']:.0f} | {r['ferrite_whole']:.0f} | "
+              f"{r['sentence_transformers']:.0f} | {r['ratio']:.2f}x | {r['min_cosine']:.5f} |")
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()

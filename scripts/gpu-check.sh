@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The GPU checks in one go, on a machine with an NVIDIA GPU (no Rust needed):
+#   1. the op harness (every CUDA op against the CPU, random inputs) and the
+#      hardware ceilings (device copy bandwidth, bf16 GEMM rate);
+#   2. the model goldens: SmolLM2 and Gemma-3-270M teacher-forced on the GPU
+#      against the CPU and llama.cpp's continuations, perplexity on both, and
+#      the tiny HF checkpoints (bf16 on the GPU) against transformers' logits;
+#   3. the benchmarks with random bf16 weights of Llama-3.1-8B's shape.
+# Usage: scripts/gpu-check.sh [ops|models|bench|all]   (default: all)
+# FERRITE_BIN: the binary (default target/release/ferrite);
+# MODELS: where smollm2.gguf and gemma3-270m.gguf are (default ~/.ferrite/models).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${FERRITE_BIN:-target/release/ferrite}
+MODELS=${MODELS:-$HOME/.ferrite/models}
+what=${1:-all}
+fx=tests/fixtures/llamacpp
+
+if [[ $what == ops || $what == all ]]; then
+    "$BIN" gpu-check
+fi
+
+if [[ $what == models || $what == all ]]; then
+    args=()
+    for m in smollm2:smollm2 gemma3-270m:gemma3-270m; do
+        file=$MODELS/${m%%:*}.gguf
+        if [[ -f $file ]]; then
+            args+=(--model "$file" --golden "$fx/${m##*:}_greedy.json")
+        else
+            echo "missing $file: skipped" >&2
+        fi
+    done
+    for d in tests/fixtures/hf/*/; do
+        args+=(--hf-golden "${d%/}")
+    done
+    "$BIN" gpu-check --no-ceilings "${args[@]}"
+    for m in smollm2 gemma3-270m; do
+        [[ -f $MODELS/$m.gguf ]] || continue
+        for d in cpu cuda; do
+            echo "perplexity $m on $d:"
+            "$BIN" perplexity "$MODELS/$m.gguf" --device $d --ctx 256 --kv-cache f16 \
+                --file tests/fixtures/prose/english.txt 2>/dev/null | tail -1
+        done
+    done
+fi
+
+if [[ $what == bench || $what == all ]]; then
+    m=random:llama-3.1-8b
+    "$BIN" bench $m --device cuda --prompt-tokens 0 --gen-tokens 128 --repetitions 2
+    "$BIN" bench $m --device cuda --batch 64 --decode-context 1024 --prompt-tokens 0 --gen-tokens 128 --repetitions 1
+    "$BIN" bench $m --device cuda --batch 8 --prompt-tokens 2048 --prefill-chunk 2048 --gen-tokens 0 --repetitions 2
+    # The peer, same shapes, same GPU (needs torch and transformers).
+    if python3 -c "import torch, transformers" 2>/dev/null; then
+        python3 scripts/bench_hf_gpu.py
+    fi
+fi
