@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU checks in one go, on a machine with an NVIDIA GPU (no Rust needed):
-#   1. the op harness (every CUDA op against the CPU, random inputs) and the
-#      hardware ceilings (device copy bandwidth, bf16 GEMM rate);
+#   1. the op harness (every CUDA op against the CPU, random inputs), the
+#      hardware ceilings (device copy bandwidth, bf16 GEMM rate), and batched
+#      against one-at-a-time greedy decoding (default and --deterministic);
 #   2. the model goldens: SmolLM2 and Gemma-3-270M teacher-forced on the GPU
 #      against the CPU and llama.cpp's continuations, perplexity on both, and
 #      the tiny HF checkpoints (bf16 on the GPU) against transformers' logits;
@@ -49,6 +50,9 @@ if [[ $what == bench || $what == all ]]; then
     "$BIN" bench $m --device cuda --prompt-tokens 0 --gen-tokens 128 --repetitions 2
     "$BIN" bench $m --device cuda --batch 64 --decode-context 1024 --prompt-tokens 0 --gen-tokens 128 --repetitions 1
     "$BIN" bench $m --device cuda --batch 8 --prompt-tokens 2048 --prefill-chunk 2048 --gen-tokens 0 --repetitions 2
+    # What the batch-invariant mode costs.
+    "$BIN" bench $m --device cuda --deterministic --batch 64 --decode-context 1024 --prompt-tokens 0 --gen-tokens 128 --repetitions 1
+    "$BIN" bench $m --device cuda --deterministic --batch 8 --prompt-tokens 2048 --prefill-chunk 2048 --gen-tokens 0 --repetitions 1
     # The peer, same shapes, same GPU (needs torch and transformers).
     if python3 -c "import torch, transformers" 2>/dev/null; then
         python3 scripts/bench_hf_gpu.py

@@ -36,6 +36,10 @@ pub struct DeviceArgs {
     /// Fraction of the GPU's memory ferrite may fill (weights, KV cache, work buffers).
     #[arg(long, default_value_t = 0.9)]
     pub gpu_memory_utilization: f64,
+    /// Batch-invariant GPU arithmetic: a request's results never depend on
+    /// what else is batched with it (slower prefill; the CPU is always so).
+    #[arg(long)]
+    pub deterministic: bool,
 }
 
 /// A backend chosen at run time. The CPU may carry why no GPU is in use
@@ -65,7 +69,7 @@ fn kernel_cache() -> Option<std::path::PathBuf> {
 impl DeviceArgs {
     /// The CPU, with no GPU probe.
     pub fn cpu() -> DeviceArgs {
-        DeviceArgs { device: Some(DeviceChoice::Cpu), gpu_memory_utilization: 0.9 }
+        DeviceArgs { device: Some(DeviceChoice::Cpu), gpu_memory_utilization: 0.9, deterministic: false }
     }
 
     /// Opens the chosen device. With no `--device`, a missing GPU means the
@@ -84,7 +88,7 @@ impl DeviceArgs {
             Some(DeviceChoice::Cuda(n)) => n,
             None => 0,
         };
-        let opts = CudaOptions { ordinal, kernel_cache: kernel_cache(), exact_f32 };
+        let opts = CudaOptions { ordinal, kernel_cache: kernel_cache(), exact_f32, deterministic: self.deterministic };
         match CudaBackend::open(&opts) {
             Ok(b) => Ok(Backend::Cuda(b)),
             Err(e) if self.device.is_none() => Ok(Backend::Cpu(cpu, Some(e.to_string()))),

@@ -12,7 +12,7 @@ use ferrite_engine::{Logits, Runner, Sequence};
 use ferrite_models::KvDtype;
 
 use crate::device::{DeviceArgs, DeviceChoice};
-use crate::load::load;
+use crate::load::{load, load_with_pool, KvPool};
 use crate::ModelArgs;
 
 #[derive(Args, Debug)]
@@ -45,7 +45,7 @@ pub fn main(a: GpuCheckArgs) -> Result<()> {
     crate::load::init_threads(None)?;
     let mut failed = 0;
     for (exact, dense_tol, label) in [(true, TOL_F32, "f32 weights in f32"), (false, TOL_BF16, "f32 weights in bf16")] {
-        let opts = CudaOptions { ordinal: a.gpu, kernel_cache: None, exact_f32: exact };
+        let opts = CudaOptions { ordinal: a.gpu, exact_f32: exact, ..Default::default() };
         let b = CudaBackend::open(&opts)?;
         if exact {
             println!("device: {}", ferrite_backend::Backend::name(&b));
@@ -60,9 +60,10 @@ pub fn main(a: GpuCheckArgs) -> Result<()> {
         if exact && !a.no_ceilings {
             let c = b.measure_ceilings()?;
             println!(
-                "\nceilings: device copy {:.0} GB/s (read + write), bf16 GEMM {:.0} TFLOP/s",
+                "\nceilings: device copy {:.0} GB/s (read + write), bf16 GEMM {:.0} TFLOP/s ({:.0} with f32 output)",
                 c.copy_bytes_per_s / 1e9,
-                c.bf16_flops / 1e12
+                c.bf16_flops / 1e12,
+                c.bf16_f32_out_flops / 1e12
             );
         }
     }
@@ -71,6 +72,16 @@ pub fn main(a: GpuCheckArgs) -> Result<()> {
     }
     for (m, g) in a.model.iter().zip(&a.golden) {
         failed += compare_model(m, g, a.gpu)?;
+    }
+    for deterministic in [false, true] {
+        let (differ, n, worst) = invariance(a.gpu, deterministic)?;
+        let mode = if deterministic { "--deterministic" } else { "default" };
+        let ok = !deterministic || (differ == 0 && worst == 0.0);
+        println!(
+            "  {:4} batched vs one at a time ({mode}): {differ} of {n} greedy tokens differ, largest logit difference {worst:e}",
+            if ok { "ok" } else { "FAIL" }
+        );
+        failed += usize::from(!ok);
     }
     for dir in &a.hf_golden {
         failed += compare_hf(dir, a.gpu)?;
@@ -112,9 +123,55 @@ fn runner(model: &str, device: DeviceChoice) -> Result<Runner> {
         threads: None,
         ctx_size: Some(512),
         kv_cache: Some(KvDtype::F16),
-        device: DeviceArgs { device: Some(device), gpu_memory_utilization: 0.9 },
+        device: DeviceArgs { device: Some(device), gpu_memory_utilization: 0.9, deterministic: false },
     };
     Ok(load(&args, false)?.runner)
+}
+
+/// Greedy decoding of random prompts batched against one at a time, on a
+/// random-weight model: (tokens that differ, of all, largest logit difference).
+fn invariance(gpu: usize, deterministic: bool) -> Result<(usize, usize, f32)> {
+    const SEQS: usize = 16;
+    const STEPS: usize = 12;
+    let args = ModelArgs {
+        model: "random:smollm2-135m".into(),
+        threads: None,
+        ctx_size: Some(128),
+        kv_cache: Some(KvDtype::F16),
+        device: DeviceArgs { device: Some(DeviceChoice::Cuda(gpu)), gpu_memory_utilization: 0.9, deterministic },
+    };
+    let mut r = load_with_pool(&args, false, &KvPool::Blocks(SEQS * 8 + 8))?.runner;
+    let vocab = r.config().vocab_size;
+    let prompts: Vec<Vec<u32>> = (0..SEQS)
+        .map(|i| (0..3 + 5 * i).map(|j| ((i * 7919 + j * 104_729) % (vocab - 10) + 5) as u32).collect())
+        .collect();
+    // One sequence at a time.
+    let mut alone = Vec::new();
+    for p in &prompts {
+        let mut seq = Sequence::new(p.clone());
+        let mut rows = Vec::new();
+        for _ in 0..STEPS {
+            let l = r.step(&mut [&mut seq], 512, Logits::Last)?;
+            seq.tokens.push(argmax(&l) as u32);
+            rows.push(l);
+        }
+        r.release(&mut seq);
+        alone.push((seq.tokens, rows));
+    }
+    // All together.
+    let mut seqs: Vec<Sequence> = prompts.iter().map(|p| Sequence::new(p.clone())).collect();
+    let mut worst = 0f32;
+    for step in 0..STEPS {
+        let mut refs: Vec<&mut Sequence> = seqs.iter_mut().collect();
+        let l = r.step(&mut refs, 512, Logits::Last)?;
+        for (i, row) in l.chunks(vocab).enumerate() {
+            let d = row.iter().zip(&alone[i].1[step]).fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+            worst = worst.max(d);
+            seqs[i].tokens.push(argmax(row) as u32);
+        }
+    }
+    let differ = seqs.iter().zip(&alone).map(|(s, a)| s.tokens.iter().zip(&a.0).filter(|(x, y)| x != y).count()).sum();
+    Ok((differ, SEQS * STEPS, worst))
 }
 
 /// Logits at every position of `ids`, one row per position.

@@ -17,6 +17,8 @@ pub struct Ceilings {
     pub copy_bytes_per_s: f64,
     /// bf16 GEMM (8192³, f32 accumulation), FLOP per second.
     pub bf16_flops: f64,
+    /// The same GEMM writing f32 (as ferrite's matmuls do).
+    pub bf16_f32_out_flops: f64,
 }
 
 fn event(dev: &Device) -> Result<CudaEvent> {
@@ -50,38 +52,45 @@ impl CudaBackend {
         let a = s.alloc_zeros::<u16>(d * d).map_err(|e| device_err("alloc", e))?;
         let b = s.alloc_zeros::<u16>(d * d).map_err(|e| device_err("alloc", e))?;
         let mut c = s.alloc_zeros::<u16>(d * d).map_err(|e| device_err("alloc", e))?;
+        let mut c32 = s.alloc_zeros::<f32>(d * d).map_err(|e| device_err("alloc", e))?;
         let (alpha, beta) = (1f32, 0f32);
-        let gemm = time(dev, 20, || {
-            let (ap, _ga) = a.device_ptr(s);
-            let (bp, _gb) = b.device_ptr(s);
-            let (cp, _gc) = c.device_ptr_mut(s);
-            // SAFETY: three live d x d bf16 buffers.
-            unsafe {
-                cudarc::cublas::result::gemm_ex(
-                    *dev.blas.handle(),
-                    cublasOperation_t::CUBLAS_OP_T,
-                    cublasOperation_t::CUBLAS_OP_N,
-                    d as i32,
-                    d as i32,
-                    d as i32,
-                    &alpha as *const f32 as *const c_void,
-                    ap as *const c_void,
-                    cudaDataType::CUDA_R_16BF,
-                    d as i32,
-                    bp as *const c_void,
-                    cudaDataType::CUDA_R_16BF,
-                    d as i32,
-                    &beta as *const f32 as *const c_void,
-                    cp as *mut c_void,
-                    cudaDataType::CUDA_R_16BF,
-                    d as i32,
-                    cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                    cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                )
-            }
-            .map_err(|e| device_err("GEMM", e))
-        })?;
-        Ok(Ceilings { copy_bytes_per_s: 2.0 * n as f64 / copy, bf16_flops: 2.0 * (d as f64).powi(3) / gemm })
+        let mut gemm_rate = |f32_out: bool| -> Result<f64> {
+            let secs = time(dev, 20, || {
+                let (ap, _ga) = a.device_ptr(s);
+                let (bp, _gb) = b.device_ptr(s);
+                let (cp, _gc) = if f32_out { c32.device_ptr_mut(s) } else { c.device_ptr_mut(s) };
+                let ct = if f32_out { cudaDataType::CUDA_R_32F } else { cudaDataType::CUDA_R_16BF };
+                // SAFETY: live d x d buffers of the types given.
+                unsafe {
+                    cudarc::cublas::result::gemm_ex(
+                        *dev.blas.handle(),
+                        cublasOperation_t::CUBLAS_OP_T,
+                        cublasOperation_t::CUBLAS_OP_N,
+                        d as i32,
+                        d as i32,
+                        d as i32,
+                        &alpha as *const f32 as *const c_void,
+                        ap as *const c_void,
+                        cudaDataType::CUDA_R_16BF,
+                        d as i32,
+                        bp as *const c_void,
+                        cudaDataType::CUDA_R_16BF,
+                        d as i32,
+                        &beta as *const f32 as *const c_void,
+                        cp as *mut c_void,
+                        ct,
+                        d as i32,
+                        cublasComputeType_t::CUBLAS_COMPUTE_32F,
+                        cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
+                    )
+                }
+                .map_err(|e| device_err("GEMM", e))
+            })?;
+            Ok(2.0 * (d as f64).powi(3) / secs)
+        };
+        let bf16_flops = gemm_rate(false)?;
+        let bf16_f32_out_flops = gemm_rate(true)?;
+        Ok(Ceilings { copy_bytes_per_s: 2.0 * n as f64 / copy, bf16_flops, bf16_f32_out_flops })
     }
 
     /// Seconds per call of `f` on this GPU's stream (CUDA events).

@@ -20,6 +20,10 @@ pub struct CudaOptions {
     pub kernel_cache: Option<PathBuf>,
     /// Keep f32 weights in f32 (exact, FP32 GEMMs) instead of bf16.
     pub exact_f32: bool,
+    /// Batch-invariant arithmetic: every row is computed the same way whatever
+    /// else is in the batch (matmuls by our row kernel, attention by the row
+    /// kernel), so batched and one-at-a-time results are identical, bit for bit.
+    pub deterministic: bool,
 }
 
 pub(crate) fn device_err(what: &str, e: impl std::fmt::Debug) -> Error {
@@ -33,6 +37,7 @@ pub struct Device {
     pub stream: Arc<CudaStream>,
     pub blas: CudaBlas,
     _workspace: cudarc::driver::CudaSlice<u8>,
+    pub deterministic: bool,
     pub name: String,
     pub arch: String,
     funcs: HashMap<&'static str, CudaFunction>,
@@ -143,7 +148,7 @@ impl Device {
                 funcs.insert(f, m.load_function(f).map_err(|e| device_err(f, e))?);
             }
         }
-        Ok(Device { ctx, stream, blas, _workspace: workspace, name, arch, funcs })
+        Ok(Device { ctx, stream, blas, _workspace: workspace, deterministic: opts.deterministic, name, arch, funcs })
     }
 
     pub fn func(&self, name: &str) -> &CudaFunction {

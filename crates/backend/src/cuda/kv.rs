@@ -204,6 +204,7 @@ pub fn launch_attention(dev: &Device, cache: &MetaCache, a: AttnLaunch, p: &Attn
         return Ok(CudaTensor { buf: out, rows: 0, cols: a.q.cols });
     }
     let flash_name = match (a.k, hd) {
+        _ if dev.deterministic => None,
         (KvRef::F16(_), 64) => Some("flash_f16_64"),
         (KvRef::F16(_), 128) => Some("flash_f16_128"),
         _ => None,

@@ -220,7 +220,17 @@ impl Backend for CudaBackend {
         let pos = self.upload_u32(positions.to_vec())?;
         let freq = self.upload_u32(rope.inv_freq.iter().map(|f| f.to_bits()).collect())?;
         let (cols, hd, inter) = (x.cols as u32, rope.head_dim as u32, rope.interleaved as i32);
-        launch!(self, "rope", per_row(x.rows, x.cols / 2), &mut x.buf, pos.as_ref(), freq.as_ref(), &cols, &hd, &inter)
+        launch!(
+            self,
+            "rope",
+            per_row(x.rows, rope.head_dim / 2),
+            &mut x.buf,
+            pos.as_ref(),
+            freq.as_ref(),
+            &cols,
+            &hd,
+            &inter
+        )
     }
 
     fn layer_norm(&self, x: &CudaTensor, w: &CudaTensor, b: Option<&CudaTensor>, eps: f32) -> Result<CudaTensor> {

@@ -113,7 +113,8 @@ fn alloc_out(dev: &Device, n: usize, m: usize) -> Result<CudaSlice<f32>> {
 }
 
 /// x times each weight (q, k, v sharing their input): one kernel for decode
-/// batches of up to three weights, else one input conversion and a GEMM each.
+/// batches of up to three weights, else one input conversion and a GEMM each
+/// (in the batch-invariant mode, always the kernel).
 pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {
     let (n, k) = (x.rows, x.cols);
     if let Some(w) = ws.iter().find(|w| w.cols != k) {
@@ -121,8 +122,13 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<V
     }
     let st = ws.first().map(|w| w.storage);
     let same = ws.iter().all(|w| Some(w.storage) == st);
-    if (1..=8).contains(&n) && k.is_multiple_of(8) && ws.len() <= 3 && same && st != Some(Storage::F32) {
-        return gemv(dev, x, ws);
+    let gemv_ok = n >= 1 && k.is_multiple_of(8) && same && st != Some(Storage::F32);
+    if gemv_ok && (n <= 8 || dev.deterministic) {
+        let mut out = Vec::with_capacity(ws.len());
+        for group in ws.chunks(3) {
+            out.extend(gemv(dev, x, group)?);
+        }
+        return Ok(out);
     }
     let mut half_x: Option<(Storage, CudaSlice<u16>)> = None;
     let mut out = Vec::with_capacity(ws.len());
@@ -202,14 +208,14 @@ fn gemm(
     .map_err(|e| device_err(&format!("GEMM {}", w.name), e))
 }
 
-/// Decode batches (n <= 8): our memory-bound kernel, f32 input as is, up to
-/// three weights in one launch.
+/// Decode batches: our memory-bound kernel, f32 input as is, up to three
+/// weights per launch, input rows in chunks of eight. Each output row's sums
+/// run the same way whatever the batch (the batch-invariant mode uses this for
+/// every batch size).
 fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {
     let (n, k) = (x.rows, x.cols);
     let s = &dev.stream;
     let mut ys = ws.iter().map(|w| alloc_out(dev, n, w.rows)).collect::<Result<Vec<_>>>()?;
-    let idx = (n - 1) + if ws[0].storage == Storage::Bf16 { 0 } else { 8 };
-    let name = super::device::GEMV_NAMES[idx];
     // Unused slots repeat the first weight with zero rows.
     let mut wp = [0u64; 3];
     let mut yp = [0u64; 3];
@@ -229,16 +235,24 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTens
     for i in ws.len()..3 {
         (wp[i], yp[i]) = (wp[0], yp[0]);
     }
+    let (xp, gx) = x.buf.device_ptr(s);
+    guards.push(gx);
     let rows: u32 = m.iter().sum();
     let k32 = k as u32;
     // One warp per weight row, eight per block.
     let cfg = LaunchConfig { grid_dim: (rows.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-    let mut b = s.launch_builder(dev.func(name));
-    b.arg(&wp[0]).arg(&wp[1]).arg(&wp[2]).arg(&yp[0]).arg(&yp[1]).arg(&yp[2]);
-    b.arg(&m[0]).arg(&m[1]).arg(&m[2]).arg(&x.buf).arg(&k32);
-    // SAFETY: pointers are live buffers of the sizes given; k % 8 == 0 keeps
-    // the 16-byte loads aligned.
-    unsafe { b.launch(cfg) }.map_err(|e| device_err(name, e))?;
+    for r0 in (0..n).step_by(8) {
+        let nc = (n - r0).min(8);
+        let name = super::device::GEMV_NAMES[(nc - 1) + if ws[0].storage == Storage::Bf16 { 0 } else { 8 }];
+        let y: [u64; 3] = std::array::from_fn(|i| yp[i] + (r0 * m[i] as usize * 4) as u64);
+        let xr = xp + (r0 * k * 4) as u64;
+        let mut b = s.launch_builder(dev.func(name));
+        b.arg(&wp[0]).arg(&wp[1]).arg(&wp[2]).arg(&y[0]).arg(&y[1]).arg(&y[2]);
+        b.arg(&m[0]).arg(&m[1]).arg(&m[2]).arg(&xr).arg(&k32);
+        // SAFETY: pointers are live buffers of the sizes given (offsets stay
+        // inside them); k % 8 == 0 keeps the 16-byte loads aligned.
+        unsafe { b.launch(cfg) }.map_err(|e| device_err(name, e))?;
+    }
     drop(guards);
     Ok(ys.into_iter().zip(ws).map(|(buf, w)| CudaTensor { buf, rows: n, cols: w.rows }).collect())
 }

@@ -167,6 +167,13 @@ ROWS_KERNEL(attention_rows_f16, u16)
 #define FA_KEYS 32
 #define FA_ROWS 64  // 4 warps x 16 rows
 
+// 16 bytes global -> shared without registers; zeros when !in.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool in) {
+    const u32 dst = (u32)__cvta_generic_to_shared(smem);
+    const int n = in ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(gmem), "r"(n));
+}
+
 __device__ __forceinline__ u32 pack_f16(float a, float b) {
     return (u32)f32_to_f16(a) | ((u32)f32_to_f16(b) << 16);
 }
@@ -186,8 +193,9 @@ template <int HD>
 __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta,
                            const u32* tables, const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 bs, u32 window,
                            float scale, float softcap) {
-    __shared__ __align__(16) u16 Ks[FA_KEYS][HD + 8];
-    __shared__ __align__(16) u16 Vs[FA_KEYS][HD + 8];
+    // Two buffers: the next K/V tile streams in (cp.async) while this one is used.
+    __shared__ __align__(16) u16 Ks[2][FA_KEYS][HD + 8];
+    __shared__ __align__(16) u16 Vs[2][FA_KEYS][HD + 8];
     const u32 head = blockIdx.y;
     const u32 row0 = tiles[2 * blockIdx.x], nrows = tiles[2 * blockIdx.x + 1];
     const u32 kvh = head / (n_heads / n_kv_heads);
@@ -222,104 +230,121 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
         w_lo = min(w_lo, __shfl_xor_sync(0xffffffffu, w_lo, o));
         w_hi = max(w_hi, __shfl_xor_sync(0xffffffffu, w_hi, o));
     }
-    for (u32 j0 = klo; j0 < khi; j0 += FA_KEYS) {
-        __syncthreads();
+    // Stages the K/V tile at key j0 into buffer `buf`; keys past khi read as zeros.
+    auto stage = [&](u32 j0, int buf) {
         for (u32 c = threadIdx.x; c < FA_KEYS * (HD / 8); c += blockDim.x) {
             const u32 kj = c / (HD / 8), ch = c % (HD / 8), j = j0 + kj;
-            uint4 kv = make_uint4(0, 0, 0, 0), vv = make_uint4(0, 0, 0, 0);
-            if (j < khi) {
-                const u64 base = key_slot(tables, toff, bs, j) * kv_dim + (u64)kvh * HD + ch * 8;
-                kv = *(const uint4*)(kc + base);
-                vv = *(const uint4*)(vc + base);
-            }
-            *(uint4*)&Ks[kj][ch * 8] = kv;
-            *(uint4*)&Vs[kj][ch * 8] = vv;
+            const bool in = j < khi;
+            const u64 base = in ? key_slot(tables, toff, bs, j) * kv_dim + (u64)kvh * HD + ch * 8 : 0;
+            cp_async16(&Ks[buf][kj][ch * 8], kc + base, in);
+            cp_async16(&Vs[buf][kj][ch * 8], vc + base, in);
         }
+        asm volatile("cp.async.commit_group;");
+    };
+    stage(klo, 0);
+    int buf = 0;
+    for (u32 j0 = klo; j0 < khi; j0 += FA_KEYS, buf ^= 1) {
+        if (j0 + FA_KEYS < khi) stage(j0 + FA_KEYS, buf ^ 1);
+        else asm volatile("cp.async.commit_group;");
+        asm volatile("cp.async.wait_group 1;");
         __syncthreads();
-        if (j0 >= w_hi || j0 + FA_KEYS <= w_lo) continue;
-        float s[FA_KEYS / 8][4];
+        // Every warp reaches the barrier below, working or not.
+        if (j0 < w_hi && j0 + FA_KEYS > w_lo) {
+            float s[FA_KEYS / 8][4];
 #pragma unroll
-        for (int n = 0; n < FA_KEYS / 8; n++) {
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+            for (int n = 0; n < FA_KEYS / 8; n++) {
+                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
-            for (int ks = 0; ks < HD / 16; ks++) {
-                const u32 b0 = *(const u32*)&Ks[n * 8 + g][ks * 16 + 2 * t];
-                const u32 b1 = *(const u32*)&Ks[n * 8 + g][ks * 16 + 2 * t + 8];
-                mma_f16(s[n], qf[ks], b0, b1);
+                for (int ks = 0; ks < HD / 16; ks += 2) {
+                    // ldmatrix: lanes 8i..8i+7 address keys n*8.. at column (ks*16 + 8i):
+                    // B fragments (b0, b1) of k-steps ks and ks + 1.
+                    const u32 addr =
+                        (u32)__cvta_generic_to_shared(&Ks[buf][n * 8 + (lane & 7)][ks * 16 + (lane >> 3) * 8]);
+                    u32 b0, b1, b2, b3;
+                    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                                 : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
+                                 : "r"(addr));
+                    mma_f16(s[n], qf[ks], b0, b1);
+                    mma_f16(s[n], qf[ks + 1], b2, b3);
+                }
+            }
+            float mx_a = -INFINITY, mx_b = -INFINITY;
+#pragma unroll
+            for (int n = 0; n < FA_KEYS / 8; n++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const u32 key = j0 + n * 8 + 2 * t + (i & 1);
+                    float v = s[n][i];
+                    if (softcap > 0.f) v = softcap * tanhf(v / softcap);
+                    const bool ok = i < 2 ? (key >= lo_a && key < hi_a) : (key >= lo_b && key < hi_b);
+                    v = ok ? v : -INFINITY;
+                    s[n][i] = v;
+                    if (i < 2) mx_a = fmaxf(mx_a, v);
+                    else mx_b = fmaxf(mx_b, v);
+                }
+            }
+            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
+            mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
+            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
+            mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
+            const float nm_a = fmaxf(m_a, mx_a), nm_b = fmaxf(m_b, mx_b);
+            const float c_a = nm_a == -INFINITY ? 1.f : expf(m_a - nm_a);
+            const float c_b = nm_b == -INFINITY ? 1.f : expf(m_b - nm_b);
+            float sum_a = 0.f, sum_b = 0.f;
+#pragma unroll
+            for (int n = 0; n < FA_KEYS / 8; n++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float nm = i < 2 ? nm_a : nm_b;
+                    const float p = nm == -INFINITY ? 0.f : expf(s[n][i] - nm);
+                    s[n][i] = p;
+                    if (i < 2) sum_a += p;
+                    else sum_b += p;
+                }
+            }
+            sum_a += __shfl_xor_sync(0xffffffffu, sum_a, 1);
+            sum_a += __shfl_xor_sync(0xffffffffu, sum_a, 2);
+            sum_b += __shfl_xor_sync(0xffffffffu, sum_b, 1);
+            sum_b += __shfl_xor_sync(0xffffffffu, sum_b, 2);
+            l_a = l_a * c_a + sum_a;
+            l_b = l_b * c_b + sum_b;
+            m_a = nm_a;
+            m_b = nm_b;
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++) {
+                o[n][0] *= c_a;
+                o[n][1] *= c_a;
+                o[n][2] *= c_b;
+                o[n][3] *= c_b;
+            }
+#pragma unroll
+            for (int kk = 0; kk < FA_KEYS / 16; kk++) {
+                u32 a[4];
+                a[0] = pack_f16(s[2 * kk][0], s[2 * kk][1]);
+                a[1] = pack_f16(s[2 * kk][2], s[2 * kk][3]);
+                a[2] = pack_f16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                a[3] = pack_f16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+                // ldmatrix.trans: lanes 0-15 address keys kk*16 + (lane % 16) at
+                // columns n*8 (matrices 0, 1) and lanes 16-31 the same keys at
+                // columns n*8 + 8 (matrices 2, 3): B fragments of two n-tiles.
+                const int key = kk * 16 + (lane & 15);
+#pragma unroll
+                for (int n = 0; n < HD / 8; n += 2) {
+                    const u32 addr = (u32)__cvta_generic_to_shared(&Vs[buf][key][n * 8 + (lane >> 4) * 8]);
+                    u32 b0, b1, b2, b3;
+                    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                                 : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
+                                 : "r"(addr));
+                    mma_f16(o[n], a, b0, b1);
+                    mma_f16(o[n + 1], a, b2, b3);
+                }
             }
         }
-        float mx_a = -INFINITY, mx_b = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < FA_KEYS / 8; n++) {
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const u32 key = j0 + n * 8 + 2 * t + (i & 1);
-                float v = s[n][i];
-                if (softcap > 0.f) v = softcap * tanhf(v / softcap);
-                const bool ok = i < 2 ? (key >= lo_a && key < hi_a) : (key >= lo_b && key < hi_b);
-                v = ok ? v : -INFINITY;
-                s[n][i] = v;
-                if (i < 2) mx_a = fmaxf(mx_a, v);
-                else mx_b = fmaxf(mx_b, v);
-            }
-        }
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 1));
-        mx_a = fmaxf(mx_a, __shfl_xor_sync(0xffffffffu, mx_a, 2));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
-        mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
-        const float nm_a = fmaxf(m_a, mx_a), nm_b = fmaxf(m_b, mx_b);
-        const float c_a = nm_a == -INFINITY ? 1.f : expf(m_a - nm_a);
-        const float c_b = nm_b == -INFINITY ? 1.f : expf(m_b - nm_b);
-        float sum_a = 0.f, sum_b = 0.f;
-#pragma unroll
-        for (int n = 0; n < FA_KEYS / 8; n++) {
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const float nm = i < 2 ? nm_a : nm_b;
-                const float p = nm == -INFINITY ? 0.f : expf(s[n][i] - nm);
-                s[n][i] = p;
-                if (i < 2) sum_a += p;
-                else sum_b += p;
-            }
-        }
-        sum_a += __shfl_xor_sync(0xffffffffu, sum_a, 1);
-        sum_a += __shfl_xor_sync(0xffffffffu, sum_a, 2);
-        sum_b += __shfl_xor_sync(0xffffffffu, sum_b, 1);
-        sum_b += __shfl_xor_sync(0xffffffffu, sum_b, 2);
-        l_a = l_a * c_a + sum_a;
-        l_b = l_b * c_b + sum_b;
-        m_a = nm_a;
-        m_b = nm_b;
-#pragma unroll
-        for (int n = 0; n < HD / 8; n++) {
-            o[n][0] *= c_a;
-            o[n][1] *= c_a;
-            o[n][2] *= c_b;
-            o[n][3] *= c_b;
-        }
-#pragma unroll
-        for (int kk = 0; kk < FA_KEYS / 16; kk++) {
-            u32 a[4];
-            a[0] = pack_f16(s[2 * kk][0], s[2 * kk][1]);
-            a[1] = pack_f16(s[2 * kk][2], s[2 * kk][3]);
-            a[2] = pack_f16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-            a[3] = pack_f16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-            // ldmatrix.trans: lanes 0-15 address keys kk*16 + (lane % 16) at
-            // columns n*8 (matrices 0, 1) and lanes 16-31 the same keys at
-            // columns n*8 + 8 (matrices 2, 3): B fragments of two n-tiles.
-            const int key = kk * 16 + (lane & 15);
-#pragma unroll
-            for (int n = 0; n < HD / 8; n += 2) {
-                const u32 addr = (u32)__cvta_generic_to_shared(&Vs[key][n * 8 + (lane >> 4) * 8]);
-                u32 b0, b1, b2, b3;
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                             : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
-                             : "r"(addr));
-                mma_f16(o[n], a, b0, b1);
-                mma_f16(o[n + 1], a, b2, b3);
-            }
-        }
+        // The next iteration's stage() overwrites the other buffer only; this
+        // one is refilled two iterations on, after everyone is done with it.
+        __syncthreads();
     }
+    asm volatile("cp.async.wait_group 0;");
     float* oa = out + (u64)(row0 + ra) * q_stride + (u64)head * HD;
     float* ob = out + (u64)(row0 + rb) * q_stride + (u64)head * HD;
 #pragma unroll

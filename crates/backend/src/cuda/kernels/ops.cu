@@ -69,22 +69,24 @@ extern "C" __global__ void layer_norm(const float* x, const float* w, const floa
     }
 }
 
-// Rotary embedding in place; one block per row. Pairs (2i, 2i+1) when
-// `interleaved`, else (i, i + head_dim/2).
+// Rotary embedding in place; one block per row, one thread per rotated pair
+// index i, which computes its angle once and turns that pair in every head.
+// Pairs (2i, 2i+1) when `interleaved`, else (i, i + head_dim/2).
 extern "C" __global__ void rope(float* x, const u32* pos, const float* inv_freq, u32 cols, u32 head_dim,
                                 int interleaved) {
     float* xi = x + (u64)blockIdx.x * cols;
     const float p = (float)pos[blockIdx.x];
     const u32 half = head_dim / 2;
-    for (u32 k = threadIdx.x; k < cols / 2; k += blockDim.x) {
-        const u32 head = k / half, i = k % half;
+    for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
         float s, c;
         sincosf(p * inv_freq[i], &s, &c);
-        const u32 a = head * head_dim + (interleaved ? 2 * i : i);
-        const u32 b = head * head_dim + (interleaved ? 2 * i + 1 : i + half);
-        const float x0 = xi[a], x1 = xi[b];
-        xi[a] = x0 * c - x1 * s;
-        xi[b] = x0 * s + x1 * c;
+        for (u32 h = 0; h < cols / head_dim; h++) {
+            const u32 a = h * head_dim + (interleaved ? 2 * i : i);
+            const u32 b = h * head_dim + (interleaved ? 2 * i + 1 : i + half);
+            const float x0 = xi[a], x1 = xi[b];
+            xi[a] = x0 * c - x1 * s;
+            xi[b] = x0 * s + x1 * c;
+        }
     }
 }
 
