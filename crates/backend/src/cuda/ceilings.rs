@@ -2,13 +2,12 @@
 //! copy bandwidth (bytes read plus written) and the bf16 GEMM rate (cuBLAS).
 //! Roofline fractions are reported against these, not against data sheets.
 
-use std::ffi::c_void;
-
-use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
+use cudarc::cublas::sys::cudaDataType;
 use cudarc::driver::{sys, CudaEvent, DevicePtr, DevicePtrMut};
 use ferrite_core::Result;
 
 use super::device::{device_err, Device};
+use super::weight::Gemm;
 use super::CudaBackend;
 
 #[derive(Clone, Copy, Debug)]
@@ -53,38 +52,16 @@ impl CudaBackend {
         let b = s.alloc_zeros::<u16>(d * d).map_err(|e| device_err("alloc", e))?;
         let mut c = s.alloc_zeros::<u16>(d * d).map_err(|e| device_err("alloc", e))?;
         let mut c32 = s.alloc_zeros::<f32>(d * d).map_err(|e| device_err("alloc", e))?;
-        let (alpha, beta) = (1f32, 0f32);
         let mut gemm_rate = |f32_out: bool| -> Result<f64> {
             let secs = time(dev, 20, || {
                 let (ap, _ga) = a.device_ptr(s);
                 let (bp, _gb) = b.device_ptr(s);
                 let (cp, _gc) = if f32_out { c32.device_ptr_mut(s) } else { c.device_ptr_mut(s) };
                 let ct = if f32_out { cudaDataType::CUDA_R_32F } else { cudaDataType::CUDA_R_16BF };
+                let bf = cudaDataType::CUDA_R_16BF;
+                let g = Gemm { m: d, n: d, k: d, a: (ap, bf), b: (bp, bf), c: (cp, ct) };
                 // SAFETY: live d x d buffers of the types given.
-                unsafe {
-                    cudarc::cublas::result::gemm_ex(
-                        *dev.blas.handle(),
-                        cublasOperation_t::CUBLAS_OP_T,
-                        cublasOperation_t::CUBLAS_OP_N,
-                        d as i32,
-                        d as i32,
-                        d as i32,
-                        &alpha as *const f32 as *const c_void,
-                        ap as *const c_void,
-                        cudaDataType::CUDA_R_16BF,
-                        d as i32,
-                        bp as *const c_void,
-                        cudaDataType::CUDA_R_16BF,
-                        d as i32,
-                        &beta as *const f32 as *const c_void,
-                        cp as *mut c_void,
-                        ct,
-                        d as i32,
-                        cublasComputeType_t::CUBLAS_COMPUTE_32F,
-                        cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
-                    )
-                }
-                .map_err(|e| device_err("GEMM", e))
+                unsafe { g.run(dev) }.map_err(|e| device_err("GEMM", e))
             })?;
             Ok(2.0 * (d as f64).powi(3) / secs)
         };

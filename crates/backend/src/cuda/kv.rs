@@ -129,28 +129,17 @@ pub fn write_kv(
     let kv_dim = d as u32;
     let s = &dev.stream;
     let cfg = per_row(n, d);
-    // SAFETY (both arms): argument types match the kernel; slots were checked.
+    macro_rules! go {
+        ($f:literal, $kc:expr, $vc:expr) => {{
+            let mut b = s.launch_builder(dev.func($f));
+            b.arg(&k.buf).arg(&v.buf).arg(slots.as_ref()).arg($kc).arg($vc).arg(&kv_dim);
+            // SAFETY: argument types match the kernel; slots were checked.
+            unsafe { b.launch(cfg) }
+        }};
+    }
     let r = match (&mut pool.k[layer], &mut pool.v[layer]) {
-        (KvBuf::F16(kc), KvBuf::F16(vc)) => unsafe {
-            s.launch_builder(dev.func("write_kv_f16"))
-                .arg(&k.buf)
-                .arg(&v.buf)
-                .arg(slots.as_ref())
-                .arg(kc)
-                .arg(vc)
-                .arg(&kv_dim)
-                .launch(cfg)
-        },
-        (KvBuf::F32(kc), KvBuf::F32(vc)) => unsafe {
-            s.launch_builder(dev.func("write_kv_f32"))
-                .arg(&k.buf)
-                .arg(&v.buf)
-                .arg(slots.as_ref())
-                .arg(kc)
-                .arg(vc)
-                .arg(&kv_dim)
-                .launch(cfg)
-        },
+        (KvBuf::F16(kc), KvBuf::F16(vc)) => go!("write_kv_f16", kc, vc),
+        (KvBuf::F32(kc), KvBuf::F32(vc)) => go!("write_kv_f32", kc, vc),
         _ => unreachable!("K and V share a dtype"),
     };
     r.map(drop).map_err(|e| device_err("write_kv", e))
@@ -181,6 +170,22 @@ const FLASH_MIN_ROWS: usize = 16;
 /// Query rows per flash block (kernels/attention.cu FA_ROWS).
 const FLASH_ROWS: usize = 64;
 
+/// Flash tiles (first row, rows; flattened) for sequences with enough new
+/// rows when `flash`, and the rows left to the row kernel: every row once.
+fn partition(spans: &[(usize, usize)], flash: bool) -> (Vec<u32>, Vec<u32>) {
+    let (mut tiles, mut rows) = (Vec::new(), Vec::new());
+    for &(start, len) in spans {
+        if flash && len >= FLASH_MIN_ROWS {
+            for t in (0..len).step_by(FLASH_ROWS) {
+                tiles.extend([(start + t) as u32, (len - t).min(FLASH_ROWS) as u32]);
+            }
+        } else {
+            rows.extend((start..start + len).map(|r| r as u32));
+        }
+    }
+    (tiles, rows)
+}
+
 /// One attention call: q, K and V, and the metadata of `paged_meta` (or the
 /// encoder's), with each sequence's span of rows.
 pub struct AttnLaunch<'a> {
@@ -209,17 +214,7 @@ pub fn launch_attention(dev: &Device, cache: &MetaCache, a: AttnLaunch, p: &Attn
         (KvRef::F16(_), 128) => Some("flash_f16_128"),
         _ => None,
     };
-    // Flash tiles (first row, rows) and the rows left to the row kernel.
-    let (mut tiles, mut rows) = (Vec::new(), Vec::new());
-    for &(start, len) in &a.spans {
-        if flash_name.is_some() && len >= FLASH_MIN_ROWS {
-            for t in (0..len).step_by(FLASH_ROWS) {
-                tiles.extend([(start + t) as u32, (len - t).min(FLASH_ROWS) as u32]);
-            }
-        } else {
-            rows.extend((start..start + len).map(|r| r as u32));
-        }
-    }
+    let (tiles, rows) = partition(&a.spans, flash_name.is_some());
     // One upload: meta (3n) | tables | tiles | rows.
     let n_meta = a.meta.len();
     let (n_tiles, n_rows) = (tiles.len() / 2, rows.len());
@@ -306,4 +301,44 @@ pub fn check_shapes(q: &CudaTensor, p: &AttnParams, kv_dim: usize) -> Result<()>
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::SeqSlice;
+
+    #[test]
+    fn every_row_goes_to_exactly_one_kernel() {
+        let spans = [(0, 150), (150, 1), (151, 15), (166, 16), (182, 64)];
+        for flash in [false, true] {
+            let (tiles, rows) = partition(&spans, flash);
+            let mut seen = vec![0; 246];
+            for t in tiles.chunks(2) {
+                assert!(t[1] as usize <= FLASH_ROWS && t[1] > 0);
+                (t[0]..t[0] + t[1]).for_each(|r| seen[r as usize] += 1);
+            }
+            rows.iter().for_each(|&r| seen[r as usize] += 1);
+            assert!(seen.iter().all(|&c| c == 1), "flash={flash}");
+            // Short sequences (decode rows, 15-row prompts) take the row kernel.
+            assert_eq!(rows.len(), if flash { 16 } else { 246 });
+        }
+    }
+
+    #[test]
+    fn metadata_rows_see_their_causal_prefix() {
+        let batch = AttnBatch {
+            seqs: vec![
+                SeqSlice { q_start: 0, q_len: 3, ctx_len: 5, block_table: vec![7] },
+                SeqSlice { q_start: 3, q_len: 1, ctx_len: 20, block_table: vec![2, 4, 9] },
+            ],
+            block_size: 8,
+            slots: vec![0; 4],
+        };
+        let (meta, spans) = paged_meta(&batch, 4);
+        // (lo, hi, table offset) per row, then the tables (blocks in use only).
+        assert_eq!(&meta[..12], &[0, 3, 0, 0, 4, 0, 0, 5, 0, 0, 20, 1]);
+        assert_eq!(&meta[12..], &[7, 2, 4, 9]);
+        assert_eq!(spans, vec![(0, 3), (3, 1)]);
+    }
 }

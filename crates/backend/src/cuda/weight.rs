@@ -173,39 +173,56 @@ fn gemm(
 ) -> Result<()> {
     let (n, k, m) = (x.rows, x.cols, w.rows);
     let s = &dev.stream;
-    let (alpha, beta) = (1f32, 0f32);
     let (wp, _g1) = w.data.device_ptr(s);
     let (xp, _g2) = match half_x {
         Some(h) => h.device_ptr(s),
         None => x.buf.device_ptr(s),
     };
     let (yp, _g3) = y.device_ptr_mut(s);
+    let t = w.storage.cuda_type();
     // Column-major view: y^T [m, n] = w [k, m]^T · x^T [k, n].
+    let g = Gemm { m, n, k, a: (wp, t), b: (xp, t), c: (yp, cudaDataType::CUDA_R_32F) };
     // SAFETY: pointers are live device buffers of the sizes given.
-    unsafe {
+    unsafe { g.run(dev) }.map_err(|e| device_err(&format!("GEMM {}", w.name), e))
+}
+
+/// One cuBLAS call C = A^T · B (column-major; f32 accumulation): A is k x m,
+/// B is k x n, C is m x n, each a device pointer and its element type.
+pub(super) struct Gemm {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: (u64, cudaDataType),
+    pub b: (u64, cudaDataType),
+    pub c: (u64, cudaDataType),
+}
+
+impl Gemm {
+    /// SAFETY: the three pointers must be live buffers of those sizes and types.
+    pub unsafe fn run(&self, dev: &Device) -> std::result::Result<(), cudarc::cublas::result::CublasError> {
+        let (alpha, beta) = (1f32, 0f32);
         cudarc::cublas::result::gemm_ex(
             *dev.blas.handle(),
             cublasOperation_t::CUBLAS_OP_T,
             cublasOperation_t::CUBLAS_OP_N,
-            m as i32,
-            n as i32,
-            k as i32,
+            self.m as i32,
+            self.n as i32,
+            self.k as i32,
             &alpha as *const f32 as *const c_void,
-            wp as *const c_void,
-            w.storage.cuda_type(),
-            k as i32,
-            xp as *const c_void,
-            w.storage.cuda_type(),
-            k as i32,
+            self.a.0 as *const c_void,
+            self.a.1,
+            self.k as i32,
+            self.b.0 as *const c_void,
+            self.b.1,
+            self.k as i32,
             &beta as *const f32 as *const c_void,
-            yp as *mut c_void,
-            cudaDataType::CUDA_R_32F,
-            m as i32,
+            self.c.0 as *mut c_void,
+            self.c.1,
+            self.m as i32,
             cublasComputeType_t::CUBLAS_COMPUTE_32F,
             cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
     }
-    .map_err(|e| device_err(&format!("GEMM {}", w.name), e))
 }
 
 /// Decode batches: our memory-bound kernel, f32 input as is, up to three
