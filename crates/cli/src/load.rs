@@ -125,6 +125,9 @@ pub fn load_with_pool(args: &ModelArgs, with_tokenizer: bool, pool: &KvPool) -> 
     };
     let backend = args.device.open(CpuBackend::F32, false)?;
     let on_gpu = matches!(backend, Backend::Cuda(_));
+    if let Backend::Cuda(b) = &backend {
+        check_weights_fit(b, ck.total_elements(), args.device.gpu_memory_utilization)?;
+    }
     let model = match &backend {
         Backend::Cpu(b, _) => load_causal_lm(*b, &ck, &mut progress)?,
         Backend::Cuda(b) => load_causal_lm(b.clone(), &ck, &mut progress)?,
@@ -179,6 +182,24 @@ pub fn load_with_pool(args: &ModelArgs, with_tokenizer: bool, pool: &KvPool) -> 
     }
     let runner = Runner::with_pool(model, ctx, n_blocks, bs, kv)?;
     Ok(Loaded { runner, tokenizer, template, name })
+}
+
+/// Refuses, before anything is uploaded, weights that cannot fit the GPU's
+/// budget: they are stored there in 16 bits (f32 checkpoints included).
+fn check_weights_fit(b: &CudaBackend, elements: u64, utilization: f64) -> Result<()> {
+    let need = elements as f64 * 2.0;
+    let (free, total) = b.memory()?;
+    let usable = free as f64 - total as f64 * (1.0 - utilization);
+    if need > usable {
+        return Err(Error::InvalidInput(format!(
+            "the model's weights need {:.2} GB on the GPU; {:.2} GB of its {:.2} GB are free, {:.2} GB usable at --gpu-memory-utilization {utilization} (use --device cpu, or a smaller or more quantized model)",
+            need / 1e9,
+            free as f64 / 1e9,
+            total as f64 / 1e9,
+            usable.max(0.0) / 1e9
+        )));
+    }
+    Ok(())
 }
 
 /// KV blocks that fit the GPU's memory budget once the weights are loaded:

@@ -94,6 +94,21 @@ impl Checkpoint {
         }
     }
 
+    /// Elements of all tensors: what a backend storing 16-bit weights needs
+    /// twice over in bytes (checked against GPU memory before loading).
+    pub fn total_elements(&self) -> u64 {
+        match self {
+            Checkpoint::Gguf(g) => g.tensors.iter().map(|t| t.n_elements()).sum(),
+            Checkpoint::Hf(h) => h
+                .tensors
+                .names()
+                .filter_map(|n| h.tensors.tensor(n))
+                .map(|t| t.shape.iter().product::<usize>() as u64)
+                .sum(),
+            Checkpoint::Random(r) => r.total_elements(),
+        }
+    }
+
     /// Tensor types and counts, for `ferrite inspect`.
     pub fn type_summary(&self) -> Vec<(DType, usize)> {
         let mut counts: HashMap<DType, usize> = HashMap::new();

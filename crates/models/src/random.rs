@@ -107,6 +107,11 @@ impl RandomCheckpoint {
         self.layout(name).is_some()
     }
 
+    /// Elements of every tensor (without generating any).
+    pub fn total_elements(&self) -> u64 {
+        self.names().iter().filter_map(|n| self.layout(n)).map(|(r, c, _)| (r * c) as u64).sum()
+    }
+
     /// The stored element type of `name`, if it exists.
     pub fn dtype_of(&self, name: &str) -> Option<DType> {
         self.layout(name).map(|(_, _, k)| if k == Kind::Matrix { self.dtype } else { DType::F32 })
@@ -245,6 +250,16 @@ mod tests {
     use crate::registry::config_of;
     use crate::ForwardBatch;
     use ferrite_backend::{AttnBatch, KvDtype, SeqSlice};
+
+    /// Element counts come from the shapes alone (no weight is generated):
+    /// Llama-3.1-8B has its published 8.03 B parameters.
+    #[test]
+    fn total_elements_match_published_sizes() {
+        let n = RandomCheckpoint::preset("llama-3.1-8b").unwrap().total_elements();
+        assert!((8_020_000_000..8_040_000_000).contains(&n), "{n}");
+        let ck = Checkpoint::Random(RandomCheckpoint::preset("smollm2-135m").unwrap());
+        assert!((134_000_000..136_000_000).contains(&ck.total_elements()), "{}", ck.total_elements());
+    }
 
     fn values(w: &RawWeight) -> Vec<f32> {
         let mut out = vec![0f32; w.rows * w.cols];
