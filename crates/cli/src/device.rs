@@ -37,7 +37,7 @@ pub struct DeviceArgs {
     #[arg(long, default_value_t = 0.9)]
     pub gpu_memory_utilization: f64,
     /// Batch-invariant GPU arithmetic: a request's results never depend on
-    /// what else is batched with it (slower prefill; the CPU is always so).
+    /// what else is batched with it (slower prefill; GPU only).
     #[arg(long)]
     pub deterministic: bool,
 }
