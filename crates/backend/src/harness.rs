@@ -31,15 +31,16 @@ impl Rng {
         (0..n).map(|_| ((self.next_u64() % 20001) as f32 / 10000.0 - 1.0) * a).collect()
     }
 
-    /// `m` rows of `k` random `dtype` values whose f16 scales are small and sane.
+    /// `m` rows of `k` random `dtype` values: dense ones in [-1, 1], quantized
+    /// blocks with small sane f16 scales.
     pub fn weight(&mut self, dtype: DType, m: usize, k: usize) -> Vec<u8> {
         match dtype {
-            DType::F32 => return self.vec(m * k, 0.1).iter().flat_map(|v| v.to_le_bytes()).collect(),
+            DType::F32 => return self.vec(m * k, 1.0).iter().flat_map(|v| v.to_le_bytes()).collect(),
             DType::F16 => {
-                return self.vec(m * k, 0.1).iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect()
+                return self.vec(m * k, 1.0).iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect()
             }
             DType::BF16 => {
-                return self.vec(m * k, 0.1).iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect()
+                return self.vec(m * k, 1.0).iter().flat_map(|&v| half::bf16::from_f32(v).to_le_bytes()).collect()
             }
             _ => {}
         }
@@ -52,7 +53,7 @@ impl Rng {
         };
         for b in bytes.chunks_mut(bb) {
             for &o in scales {
-                let s = 0.01 + (self.next_u64() % 64) as f32 / 2000.0;
+                let s = 0.005 + (self.next_u64() % 100) as f32 / 4000.0;
                 b[o..o + 2].copy_from_slice(&half::f16::from_f32(s).to_le_bytes());
             }
         }

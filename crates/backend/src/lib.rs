@@ -20,6 +20,30 @@ pub struct RawWeight {
 }
 
 impl RawWeight {
+    /// Rows of whole blocks, and exactly the bytes that [rows, cols] of this
+    /// type take: what every backend checks before trusting the bytes.
+    pub fn check_size(&self) -> Result<()> {
+        let block = self.dtype.block_size();
+        let want = self.rows * (self.cols / block) * self.dtype.block_bytes();
+        if !self.cols.is_multiple_of(block) {
+            return Err(ferrite_core::Error::Shape(format!(
+                "{}: row length {} does not fit {} blocks",
+                self.name, self.cols, self.dtype
+            )));
+        }
+        if self.bytes.len() != want {
+            return Err(ferrite_core::Error::Shape(format!(
+                "{}: {} bytes for a [{}, {}] {} tensor (expected {want})",
+                self.name,
+                self.bytes.len(),
+                self.rows,
+                self.cols,
+                self.dtype
+            )));
+        }
+        Ok(())
+    }
+
     /// Splits a fused weight by rows (e.g. a fused QKV projection), sharing bytes.
     pub fn split_rows(self, rows: &[usize]) -> Result<Vec<RawWeight>> {
         let block = self.dtype.block_size();

@@ -2,25 +2,10 @@
 //! weight format, odd sizes and several thread counts.
 
 use ferrite_backend::cpu::{CpuBackend, CpuTensor};
+use ferrite_backend::harness::Rng;
 use ferrite_backend::quant::dequantize_row;
 use ferrite_backend::{Activation, AttnBatch, AttnParams, Backend, KvDtype, KvSpec, RawWeight, Rope, SeqSlice};
 use ferrite_core::{DType, HostBytes};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn f(&mut self) -> f32 {
-        (self.next() % 20001) as f32 / 10000.0 - 1.0
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.f()).collect()
-    }
-}
 
 const ALL: [DType; 11] = [
     DType::F32,
@@ -35,37 +20,6 @@ const ALL: [DType; 11] = [
     DType::Q5K,
     DType::Q6K,
 ];
-
-/// Random blocks whose f16 scale fields hold small sane values.
-fn random_weight(rng: &mut Rng, dtype: DType, rows: usize, cols: usize) -> Vec<u8> {
-    let n_blocks = rows * cols / dtype.block_size();
-    let bb = dtype.block_bytes();
-    let mut bytes: Vec<u8> = (0..n_blocks * bb).map(|_| rng.next() as u8).collect();
-    let scale_offsets: &[usize] = match dtype {
-        DType::F32 => {
-            let v = rng.vec(rows * cols);
-            return v.iter().flat_map(|x| x.to_le_bytes()).collect();
-        }
-        DType::F16 => {
-            let v = rng.vec(rows * cols);
-            return v.iter().flat_map(|x| half::f16::from_f32(*x).to_le_bytes()).collect();
-        }
-        DType::BF16 => {
-            let v = rng.vec(rows * cols);
-            return v.iter().flat_map(|x| half::bf16::from_f32(*x).to_le_bytes()).collect();
-        }
-        DType::Q4_0 | DType::Q5_0 | DType::Q8_0 => &[0],
-        DType::Q4_1 | DType::Q5_1 | DType::Q4K | DType::Q5K => &[0, 2],
-        DType::Q6K => &[208],
-    };
-    for b in bytes.chunks_mut(bb) {
-        for &o in scale_offsets {
-            let s = half::f16::from_f32(0.005 + (rng.next() % 100) as f32 / 4000.0);
-            b[o..o + 2].copy_from_slice(&s.to_le_bytes());
-        }
-    }
-    bytes
-}
 
 fn dequant_all(dtype: DType, bytes: &[u8], rows: usize, cols: usize) -> Vec<f32> {
     let mut out = vec![0f32; rows * cols];
@@ -96,12 +50,12 @@ fn matmul_matches_dequantized_reference_for_every_format() {
     for dtype in ALL {
         // Odd row counts, one row, and a batch larger than one task's rows.
         for &(n, m, k) in &[(1usize, 1usize, 256usize), (3, 17, 512), (7, 33, 768)] {
-            let bytes = random_weight(&mut rng, dtype, m, k);
+            let bytes = rng.weight(dtype, m, k);
             let wf = dequant_all(dtype, &bytes, m, k);
             let w = be
                 .weight(RawWeight { name: "w".into(), dtype, rows: m, cols: k, bytes: HostBytes::from_vec(bytes) })
                 .unwrap();
-            let x = rng.vec(n * k);
+            let x = rng.vec(n * k, 1.0);
             let got = be.matmul(&be.upload(x.clone(), n, k).unwrap(), &w).unwrap();
             let want = reference_matmul(&x, n, &wf, m, k);
             // Quantized formats quantize activations to 16 bits.
@@ -118,11 +72,11 @@ fn matmul_is_batch_invariant() {
     let mut rng = Rng(99);
     for dtype in [DType::Q4_1, DType::Q6K, DType::F32] {
         let (m, k) = (40, 256);
-        let bytes = random_weight(&mut rng, dtype, m, k);
+        let bytes = rng.weight(dtype, m, k);
         let w = be
             .weight(RawWeight { name: "w".into(), dtype, rows: m, cols: k, bytes: HostBytes::from_vec(bytes) })
             .unwrap();
-        let x = rng.vec(5 * k);
+        let x = rng.vec(5 * k, 1.0);
         let all = be.matmul(&be.upload(x.clone(), 5, k).unwrap(), &w).unwrap();
         for t in 0..5 {
             let one = be.matmul(&be.upload(x[t * k..(t + 1) * k].to_vec(), 1, k).unwrap(), &w).unwrap();
@@ -148,8 +102,8 @@ fn rms_norm_and_glu_match_reference() {
     let be = CpuBackend::F32;
     let mut rng = Rng(7);
     let (n, d) = (9, 64);
-    let x = rng.vec(n * d);
-    let w = rng.vec(16);
+    let x = rng.vec(n * d, 1.0);
+    let w = rng.vec(16, 1.0);
     let got = be.rms_norm(&be.upload(x.clone(), n, d).unwrap(), &be.upload(w.clone(), 1, 16).unwrap(), 1e-6).unwrap();
     for g in 0..n * d / 16 {
         let xs = &x[g * 16..(g + 1) * 16];
@@ -158,7 +112,7 @@ fn rms_norm_and_glu_match_reference() {
             assert!((got.data[g * 16 + i] - xs[i] * r * w[i]).abs() < 1e-5);
         }
     }
-    let (g, u) = (rng.vec(n * d), rng.vec(n * d));
+    let (g, u) = (rng.vec(n * d, 1.0), rng.vec(n * d, 1.0));
     for act in [Activation::Silu, Activation::GeluTanh, Activation::Gelu] {
         let out = be.glu(&be.upload(g.clone(), n, d).unwrap(), &be.upload(u.clone(), n, d).unwrap(), act).unwrap();
         for i in 0..n * d {
@@ -245,10 +199,10 @@ fn paged_attention_matches_contiguous_reference_in_mixed_batches() {
         // Sequence A: 11 tokens cached earlier (decode 1 now); B: fresh prefill of
         // 6 tokens; C: fresh prefill of 37 (several blocks and query blocks).
         let (a_len, b_len, c_len) = (12usize, 6usize, 37usize);
-        let ka = rng.vec(a_len * kvd);
-        let va = rng.vec(a_len * kvd);
-        let kb = rng.vec((b_len + c_len) * kvd);
-        let vb = rng.vec((b_len + c_len) * kvd);
+        let ka = rng.vec(a_len * kvd, 1.0);
+        let va = rng.vec(a_len * kvd, 1.0);
+        let kb = rng.vec((b_len + c_len) * kvd, 1.0);
+        let vb = rng.vec((b_len + c_len) * kvd, 1.0);
         let table_a = vec![7u32, 2, 9];
         let table_b = vec![3u32, 0];
         let table_c: Vec<u32> =
@@ -290,7 +244,7 @@ fn paged_attention_matches_contiguous_reference_in_mixed_batches() {
         )
         .unwrap();
         let qd = p.n_heads * p.head_dim;
-        let q = rng.vec(n * qd);
+        let q = rng.vec(n * qd, 1.0);
         let got = be.attention(&CpuTensor { data: q.clone(), rows: n, cols: qd }, &pool, 0, &batch, &p).unwrap();
         // The pool stores f16-precision values.
         let r = |v: &[f32]| v.iter().map(|x| half::f16::from_f32(*x).to_f32()).collect::<Vec<_>>();
@@ -343,10 +297,10 @@ fn quantized_matmul_matches_reference_at_odd_sizes() {
         for &k in odd_row_lengths(dtype) {
             // Row counts around the kernels' row tiles (4) and parallel chunks.
             for &(n, m) in &[(1usize, 1usize), (1, 7), (2, 5), (3, 9), (4, 4), (5, 13), (17, 6), (1, 301)] {
-                let bytes = random_weight(&mut rng, dtype, m, k);
+                let bytes = rng.weight(dtype, m, k);
                 let wf = dequant_all(dtype, &bytes, m, k);
                 let w = cpu_weight(&be, dtype, m, k, bytes);
-                let x = rng.vec(n * k);
+                let x = rng.vec(n * k, 1.0);
                 let got = be.matmul(&be.upload(x.clone(), n, k).unwrap(), &w).unwrap();
                 let want = reference_matmul(&x, n, &wf, m, k);
                 let e = rel_err(&got.data, &want);
@@ -371,7 +325,7 @@ fn quantized_matmul_handles_extreme_quants() {
         let k = if dtype.block_size() == 256 { 512 } else { 96 };
         let m = 3;
         for fill in [0x00u8, 0xFF, 0x80, 0x7F] {
-            let mut bytes = random_weight(&mut rng, dtype, m, k);
+            let mut bytes = rng.weight(dtype, m, k);
             let bb = dtype.block_bytes();
             for b in bytes.chunks_mut(bb) {
                 // Keep the f16 scales written by random_weight, set everything else.
@@ -415,9 +369,9 @@ fn matmul_is_batch_and_thread_invariant_for_every_format() {
     for dtype in ALL {
         let k = if dtype.block_size() == 256 { 512 } else { 288 };
         let m = 301;
-        let bytes = random_weight(&mut rng, dtype, m, k);
+        let bytes = rng.weight(dtype, m, k);
         let w = cpu_weight(&be, dtype, m, k, bytes);
-        let x = rng.vec(17 * k);
+        let x = rng.vec(17 * k, 1.0);
         let alone: Vec<Vec<f32>> = (0..17)
             .map(|t| be.matmul(&be.upload(x[t * k..(t + 1) * k].to_vec(), 1, k).unwrap(), &w).unwrap().data)
             .collect();
@@ -440,7 +394,7 @@ fn matmul_is_batch_and_thread_invariant_for_every_format() {
 fn activation_quantization_matches_scalar_reference() {
     use ferrite_backend::quant::{quantize_row_q8, Q8Block};
     let mut rng = Rng(77);
-    let mut rows: Vec<Vec<f32>> = (0..20).map(|_| rng.vec(96).iter().map(|v| v * 3.0).collect()).collect();
+    let mut rows: Vec<Vec<f32>> = (0..20).map(|_| rng.vec(96, 1.0).iter().map(|v| v * 3.0).collect()).collect();
     // Scale 1 (max 32767) with exact ties, negative ones too.
     let mut ties: Vec<f32> = (0..32).map(|i| (i as f32 - 16.0) * 1.5 + 0.5).collect();
     ties[0] = 32767.0;
@@ -484,8 +438,8 @@ fn layer_norm_and_activate_match_reference() {
     let mut rng = Rng(11);
     let (n, d) = (7, 48);
     // A large common offset: the mean must be removed before squaring.
-    let x: Vec<f32> = rng.vec(n * d).iter().map(|v| v + 30.0).collect();
-    let (w, b) = (rng.vec(d), rng.vec(d));
+    let x: Vec<f32> = rng.vec(n * d, 1.0).iter().map(|v| v + 30.0).collect();
+    let (w, b) = (rng.vec(d, 1.0), rng.vec(d, 1.0));
     let xt = be.upload(x.clone(), n, d).unwrap();
     for bias in [false, true] {
         let bt = be.upload(b.clone(), 1, d).unwrap();
@@ -545,7 +499,8 @@ fn encoder_attention_matches_reference_with_bands_and_gqa() {
     for (n_heads, n_kv_heads, window) in [(4, 4, None), (4, 2, Some(3)), (2, 1, Some(0)), (3, 3, Some(40))] {
         let hd = 8;
         let p = AttnParams { n_heads, n_kv_heads, head_dim: hd, scale: 0.35, window, softcap: None };
-        let (q, k, v) = (rng.vec(n * n_heads * hd), rng.vec(n * n_kv_heads * hd), rng.vec(n * n_kv_heads * hd));
+        let (q, k, v) =
+            (rng.vec(n * n_heads * hd, 1.0), rng.vec(n * n_kv_heads * hd, 1.0), rng.vec(n * n_kv_heads * hd, 1.0));
         let up = |x: &Vec<f32>, c| be.upload(x.clone(), n, c).unwrap();
         let got = be
             .encoder_attention(&up(&q, n_heads * hd), &up(&k, n_kv_heads * hd), &up(&v, n_kv_heads * hd), &seqs, &p)

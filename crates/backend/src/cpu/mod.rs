@@ -99,24 +99,7 @@ impl Backend for CpuBackend {
     }
 
     fn weight(&self, raw: RawWeight) -> Result<CpuWeight> {
-        let quantized = raw.dtype.is_quantized();
-        if !raw.cols.is_multiple_of(raw.dtype.block_size()) || (quantized && !raw.cols.is_multiple_of(32)) {
-            return Err(Error::Shape(format!(
-                "{}: row length {} does not fit {} blocks",
-                raw.name, raw.cols, raw.dtype
-            )));
-        }
-        let want = raw.rows * (raw.cols / raw.dtype.block_size()) * raw.dtype.block_bytes();
-        if raw.bytes.len() != want {
-            return Err(Error::Shape(format!(
-                "{}: {} bytes for a [{}, {}] {} tensor (expected {want})",
-                raw.name,
-                raw.bytes.len(),
-                raw.rows,
-                raw.cols,
-                raw.dtype
-            )));
-        }
+        raw.check_size()?;
         if self.bf16_dense && raw.dtype == DType::F32 && raw.rows > 1 {
             let mut w = CpuWeight {
                 name: raw.name,

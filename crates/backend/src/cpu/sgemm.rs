@@ -94,6 +94,35 @@ pub(super) fn tiled(
     });
 }
 
+/// The loop over weight panels and row blocks of up to MR rows of one tile,
+/// calling `$kernel::<R>(a, panel, k, c, ldc, cols)`. A macro, not a function,
+/// so each caller's kernel inlines under that caller's target features.
+macro_rules! panel_loop {
+    ($x:expr, $w:expr, $k:expr, $rows:expr, $panels:expr, $o:expr, $kernel:ident) => {
+        for p in $panels {
+            let b = $w.panel(p);
+            let cols = NR.min($w.m - p * NR);
+            let mut r = $rows.start;
+            while r < $rows.end {
+                let nr = MR.min($rows.end - r);
+                let a = &$x[r * $k..(r + nr) * $k];
+                // SAFETY: rows r..r+nr and columns p*NR..p*NR+cols are this tile's.
+                let c = $o.get().add(r * $w.m + p * NR);
+                match nr {
+                    6 => $kernel::<6>(a, b, $k, c, $w.m, cols),
+                    5 => $kernel::<5>(a, b, $k, c, $w.m, cols),
+                    4 => $kernel::<4>(a, b, $k, c, $w.m, cols),
+                    3 => $kernel::<3>(a, b, $k, c, $w.m, cols),
+                    2 => $kernel::<2>(a, b, $k, c, $w.m, cols),
+                    _ => $kernel::<1>(a, b, $k, c, $w.m, cols),
+                }
+                r += nr;
+            }
+        }
+    };
+}
+pub(super) use panel_loop;
+
 fn tile(x: &[f32], w: &PackedF32, rows: Range<usize>, panels: Range<usize>, o: Out) {
     #[cfg(target_arch = "x86_64")]
     if super::simd::has_avx2() {
@@ -107,26 +136,7 @@ fn tile(x: &[f32], w: &PackedF32, rows: Range<usize>, panels: Range<usize>, o: O
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn tile_avx2(x: &[f32], w: &PackedF32, rows: Range<usize>, panels: Range<usize>, o: Out) {
-    for p in panels {
-        let b = w.panel(p);
-        let cols = NR.min(w.m - p * NR);
-        let mut r = rows.start;
-        while r < rows.end {
-            let nr = MR.min(rows.end - r);
-            let a = &x[r * w.k..(r + nr) * w.k];
-            // SAFETY: rows r..r+nr and columns p*NR..p*NR+cols are this tile's.
-            let c = o.get().add(r * w.m + p * NR);
-            match nr {
-                6 => kernel_avx2::<6>(a, b, w.k, c, w.m, cols),
-                5 => kernel_avx2::<5>(a, b, w.k, c, w.m, cols),
-                4 => kernel_avx2::<4>(a, b, w.k, c, w.m, cols),
-                3 => kernel_avx2::<3>(a, b, w.k, c, w.m, cols),
-                2 => kernel_avx2::<2>(a, b, w.k, c, w.m, cols),
-                _ => kernel_avx2::<1>(a, b, w.k, c, w.m, cols),
-            }
-            r += nr;
-        }
-    }
+    panel_loop!(x, w, w.k, rows, panels, o, kernel_avx2);
 }
 
 /// C[R, cols] = A[R, k] * panel, one FMA chain per element.

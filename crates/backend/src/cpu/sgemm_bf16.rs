@@ -116,25 +116,7 @@ unsafe fn round_row(src: &[f32], dst: &mut [u32]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512f,avx512vl,avx512bf16")]
 unsafe fn tile(xb: &[u32], w: &PackedBf16, rows: Range<usize>, panels: Range<usize>, o: Out) {
-    for p in panels {
-        let b = w.panel(p);
-        let cols = NR.min(w.m - p * NR);
-        let mut r = rows.start;
-        while r < rows.end {
-            let nr = MR.min(rows.end - r);
-            let a = &xb[r * w.kp..(r + nr) * w.kp];
-            let c = o.get().add(r * w.m + p * NR);
-            match nr {
-                6 => kernel::<6>(a, b, w.kp, c, w.m, cols),
-                5 => kernel::<5>(a, b, w.kp, c, w.m, cols),
-                4 => kernel::<4>(a, b, w.kp, c, w.m, cols),
-                3 => kernel::<3>(a, b, w.kp, c, w.m, cols),
-                2 => kernel::<2>(a, b, w.kp, c, w.m, cols),
-                _ => kernel::<1>(a, b, w.kp, c, w.m, cols),
-            }
-            r += nr;
-        }
-    }
+    super::sgemm::panel_loop!(xb, w, w.kp, rows, panels, o, kernel);
 }
 
 /// C[R, cols] = A[R, k] * panel: per k pair, two 8-column panel vectors and a

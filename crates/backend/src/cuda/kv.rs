@@ -95,8 +95,9 @@ impl MetaCache {
             e.push(hit);
             return Ok(buf);
         }
-        let data = if host.is_empty() { vec![0u32] } else { host.clone() };
-        let buf = Arc::new(dev.stream.clone_htod(&data).map_err(|e| device_err("uploading metadata", e))?);
+        // A zero-length allocation is not allowed: an empty array uploads one 0.
+        let data: &[u32] = if host.is_empty() { &[0] } else { &host };
+        let buf = Arc::new(dev.stream.clone_htod(data).map_err(|e| device_err("uploading metadata", e))?);
         if e.len() == Self::CAPACITY {
             e.remove(0);
         }

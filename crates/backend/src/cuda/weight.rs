@@ -6,6 +6,7 @@
 //! Activations stay f32 between ops; a matmul rounds its input to the weight's
 //! 16-bit type, multiplies on tensor cores and accumulates and writes f32.
 
+use std::borrow::Cow;
 use std::ffi::c_void;
 
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
@@ -51,13 +52,14 @@ pub struct CudaWeight {
     pub data: CudaSlice<u8>,
 }
 
-/// The bytes to upload for a checkpoint weight, and how they are stored.
-fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Vec<u8>, Storage)> {
+/// The bytes to upload for a checkpoint weight, and how they are stored:
+/// stored types as they are (borrowed), others converted.
+fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Storage)> {
     let src = raw.bytes.as_slice();
     Ok(match raw.dtype {
-        DType::F16 => (src.to_vec(), Storage::F16),
-        DType::BF16 => (src.to_vec(), Storage::Bf16),
-        DType::F32 if exact_f32 => (src.to_vec(), Storage::F32),
+        DType::F16 => (Cow::Borrowed(src), Storage::F16),
+        DType::BF16 => (Cow::Borrowed(src), Storage::Bf16),
+        DType::F32 if exact_f32 => (Cow::Borrowed(src), Storage::F32),
         DType::F32 => {
             let mut out = vec![0u8; src.len() / 2];
             out.par_chunks_mut(2 << 16).zip(src.par_chunks(4 << 16)).for_each(|(o, s)| {
@@ -66,7 +68,7 @@ fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Vec<u8>, Storage)> 
                     o.copy_from_slice(&half::bf16::from_f32(v).to_le_bytes());
                 }
             });
-            (out, Storage::Bf16)
+            (Cow::Owned(out), Storage::Bf16)
         }
         q => {
             let row_bytes = raw.cols / q.block_size() * q.block_bytes();
@@ -79,26 +81,15 @@ fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Vec<u8>, Storage)> 
                 }
                 Ok::<(), Error>(())
             })?;
-            (out, Storage::F16)
+            (Cow::Owned(out), Storage::F16)
         }
     })
 }
 
 pub fn upload(dev: &Device, raw: RawWeight, exact_f32: bool) -> Result<CudaWeight> {
-    let block = raw.dtype.block_size();
-    let want = raw.rows * (raw.cols / block) * raw.dtype.block_bytes();
-    if !raw.cols.is_multiple_of(block) || raw.bytes.len() != want {
-        return Err(Error::Shape(format!(
-            "{}: {} bytes for a [{}, {}] {} tensor",
-            raw.name,
-            raw.bytes.len(),
-            raw.rows,
-            raw.cols,
-            raw.dtype
-        )));
-    }
+    raw.check_size()?;
     let (bytes, storage) = device_bytes(&raw, exact_f32)?;
-    let data = dev.stream.clone_htod(&bytes).map_err(|e| device_err("uploading a weight", e))?;
+    let data = dev.stream.clone_htod(bytes.as_ref()).map_err(|e| device_err("uploading a weight", e))?;
     Ok(CudaWeight { name: raw.name, rows: raw.rows, cols: raw.cols, storage, data })
 }
 
