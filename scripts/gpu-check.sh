@@ -6,7 +6,8 @@
 #   2. the model goldens: SmolLM2 and Gemma-3-270M teacher-forced on the GPU
 #      against the CPU and llama.cpp's continuations, perplexity on both, and
 #      the tiny HF checkpoints (bf16 on the GPU) against transformers' logits;
-#   3. the benchmarks with random bf16 weights of Llama-3.1-8B's shape.
+#   3. the benchmarks with random bf16 (and Q4_K_M) weights of Llama-3.1-8B's
+#      shape. FERRITE_PROFILE=1 adds GPU time per op to each benchmark.
 # Usage: scripts/gpu-check.sh [ops|models|bench|all]   (default: all)
 # FERRITE_BIN: the binary (default target/release/ferrite);
 # MODELS: where smollm2.gguf and gemma3-270m.gguf are (default ~/.ferrite/models).
@@ -50,6 +51,9 @@ if [[ $what == bench || $what == all ]]; then
     "$BIN" bench $m --device cuda --prompt-tokens 0 --gen-tokens 128 --repetitions 2
     "$BIN" bench $m --device cuda --batch 64 --decode-context 1024 --prompt-tokens 0 --gen-tokens 128 --repetitions 1
     "$BIN" bench $m --device cuda --batch 8 --prompt-tokens 2048 --prefill-chunk 2048 --gen-tokens 0 --repetitions 2
+    # GGUF Q4_K_M blocks of the same shape: batch-1 decode against the
+    # roofline of the quantized bytes, and prefill through dequantized tiles.
+    "$BIN" bench $m:q4_k_m --device cuda --prompt-tokens 512 --gen-tokens 128 --repetitions 2
     # What the batch-invariant mode costs.
     "$BIN" bench $m --device cuda --deterministic --batch 64 --decode-context 1024 --prompt-tokens 0 --gen-tokens 128 --repetitions 1
     "$BIN" bench $m --device cuda --deterministic --batch 8 --prompt-tokens 2048 --prefill-chunk 2048 --gen-tokens 0 --repetitions 1

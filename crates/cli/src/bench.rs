@@ -8,6 +8,7 @@
 use std::time::Instant;
 
 use clap::Args;
+use ferrite_backend::cuda::profile::{self, Profile};
 use ferrite_core::Result;
 use ferrite_engine::{Logits, Runner, Sequence};
 use ferrite_models::LmConfig;
@@ -111,6 +112,15 @@ fn matmul_params(c: &LmConfig) -> f64 {
     c.n_layers as f64 * layer + c.vocab_size as f64 * h
 }
 
+/// Bytes of weights a decode step reads on the device: every 2-D weight but
+/// the embedding table, unless it is also the output head.
+fn step_weight_bytes(model: &str, c: &LmConfig) -> Result<f64> {
+    let ck = ferrite_models::Checkpoint::open(&ferrite_loader::source::resolve(model)?)?;
+    let is_table = |n: &str| n.contains("token_embd") || n.contains("embed_tokens");
+    let read = ck.device_tensor_bytes().into_iter().filter(|(n, _)| c.tied_embeddings || !is_table(n));
+    Ok(read.map(|(_, b)| b as f64).sum())
+}
+
 /// What the GPU's ceilings allow, printed next to the measured rates.
 struct Roofline {
     copy: f64,
@@ -119,11 +129,12 @@ struct Roofline {
 
 impl Roofline {
     /// Fraction of the memory roofline reached by a decode rate: each step
-    /// reads the 16-bit weights once and every stream's K and V.
-    fn decode(&self, c: &LmConfig, a: &BenchArgs, rate: f64, kv_bytes: f64) -> f64 {
+    /// reads the matmul weights once (`weight_bytes`, as stored on the
+    /// device) and every stream's K and V.
+    fn decode(&self, c: &LmConfig, a: &BenchArgs, rate: f64, weight_bytes: f64, kv_bytes: f64) -> f64 {
         let ctx = a.decode_context.max(1) as f64 + a.gen_tokens as f64 / 2.0;
         let kv = a.batch as f64 * ctx * (c.n_layers * c.kv_dim() * 2) as f64 * kv_bytes;
-        let step_bytes = 2.0 * matmul_params(c) + kv;
+        let step_bytes = weight_bytes + kv;
         let steps_per_s = rate / a.batch as f64;
         steps_per_s * step_bytes / self.copy
     }
@@ -157,19 +168,30 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
     let warm = BenchArgs { decode_context: 1, ..a.clone() };
     decode(&mut l.runner, &warm, 4, 0)?;
     let (mut pp, mut tg) = (Vec::new(), Vec::new());
+    // FERRITE_PROFILE=1 on a GPU: GPU time per op, prefill and decode apart.
+    let (mut pp_prof, mut tg_prof) = (Profile::default(), Profile::default());
+    let _ = profile::take();
     for rep in 0..reps {
         if a.prompt_tokens > 0 {
             pp.push(prefill(&mut l.runner, &a, rep as u64 + 1)?);
+            profile::take().inspect(|p| pp_prof.merge(p));
         }
         if a.gen_tokens > 0 {
             tg.push(decode(&mut l.runner, &a, a.gen_tokens, rep as u64 + 101)?);
+            profile::take().inspect(|p| tg_prof.merge(p));
         }
+    }
+    if profile::enabled() {
+        eprintln!("prefill, all repetitions:\n{}\ndecode, all repetitions:\n{}", pp_prof.table(), tg_prof.table());
     }
     let threads = rayon::current_num_threads();
     let cfg = l.runner.config().clone();
     let kv_bytes = if a.model.kv_cache == Some(ferrite_models::KvDtype::F32) { 4.0 } else { 2.0 };
     let (pp_frac, tg_frac) = match &roof {
-        Some(r) => (Some(r.prefill(&cfg, &a, mean(&pp))), Some(r.decode(&cfg, &a, mean(&tg), kv_bytes))),
+        Some(r) => {
+            let w = step_weight_bytes(&a.model.model, &cfg)?;
+            (Some(r.prefill(&cfg, &a, mean(&pp))), Some(r.decode(&cfg, &a, mean(&tg), w, kv_bytes)))
+        }
         None => (None, None),
     };
     if a.json {

@@ -126,7 +126,7 @@ pub fn load_with_pool(args: &ModelArgs, with_tokenizer: bool, pool: &KvPool) -> 
     let backend = args.device.open(CpuBackend::F32, false)?;
     let on_gpu = matches!(backend, Backend::Cuda(_));
     if let Backend::Cuda(b) = &backend {
-        check_weights_fit(b, ck.total_elements(), args.device.gpu_memory_utilization)?;
+        check_weights_fit(b, ck.device_bytes(), args.device.gpu_memory_utilization)?;
     }
     let model = match &backend {
         Backend::Cpu(b, _) => load_causal_lm(*b, &ck, &mut progress)?,
@@ -185,9 +185,10 @@ pub fn load_with_pool(args: &ModelArgs, with_tokenizer: bool, pool: &KvPool) -> 
 }
 
 /// Refuses, before anything is uploaded, weights that cannot fit the GPU's
-/// budget: they are stored there in 16 bits (f32 checkpoints included).
-fn check_weights_fit(b: &CudaBackend, elements: u64, utilization: f64) -> Result<()> {
-    let need = elements as f64 * 2.0;
+/// budget: GGUF blocks as they are, dense weights in 16 bits (f32 checkpoints
+/// included).
+fn check_weights_fit(b: &CudaBackend, bytes: u64, utilization: f64) -> Result<()> {
+    let need = bytes as f64;
     let (free, total) = b.memory()?;
     let usable = free as f64 - total as f64 * (1.0 - utilization);
     if need > usable {

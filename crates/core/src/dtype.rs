@@ -18,6 +18,25 @@ pub enum DType {
 }
 
 impl DType {
+    pub const ALL: [DType; 11] = [
+        DType::F32,
+        DType::F16,
+        DType::BF16,
+        DType::Q4_0,
+        DType::Q4_1,
+        DType::Q5_0,
+        DType::Q5_1,
+        DType::Q8_0,
+        DType::Q4K,
+        DType::Q5K,
+        DType::Q6K,
+    ];
+
+    /// The type of a name as [`DType::name`] writes it, any case.
+    pub fn from_name(name: &str) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.name().eq_ignore_ascii_case(name))
+    }
+
     /// Elements per block (1 for dense types).
     pub fn block_size(self) -> usize {
         match self {

@@ -94,18 +94,24 @@ impl Checkpoint {
         }
     }
 
-    /// Elements of all tensors: what a backend storing 16-bit weights needs
-    /// twice over in bytes (checked against GPU memory before loading).
-    pub fn total_elements(&self) -> u64 {
+    /// Bytes of all tensors on a backend that keeps GGUF blocks as they are
+    /// and dense weights in 16 bits (checked against GPU memory before loading).
+    pub fn device_bytes(&self) -> u64 {
+        self.device_tensor_bytes().iter().map(|t| t.1).sum()
+    }
+
+    /// Each tensor's name (as stored) and its bytes on such a backend.
+    pub fn device_tensor_bytes(&self) -> Vec<(String, u64)> {
+        let bytes = |d: DType, n: u64| if d.is_quantized() { d.bytes_for(n).unwrap_or(u64::MAX) } else { 2 * n };
         match self {
-            Checkpoint::Gguf(g) => g.tensors.iter().map(|t| t.n_elements()).sum(),
+            Checkpoint::Gguf(g) => g.tensors.iter().map(|t| (t.name.clone(), bytes(t.dtype, t.n_elements()))).collect(),
             Checkpoint::Hf(h) => h
                 .tensors
                 .names()
-                .filter_map(|n| h.tensors.tensor(n))
-                .map(|t| t.shape.iter().product::<usize>() as u64)
-                .sum(),
-            Checkpoint::Random(r) => r.total_elements(),
+                .filter_map(|n| h.tensors.tensor(n).map(|t| (n.to_string(), t)))
+                .map(|(n, t)| (n, bytes(t.dtype, t.shape.iter().product::<usize>() as u64)))
+                .collect(),
+            Checkpoint::Random(r) => r.device_tensor_bytes(),
         }
     }
 

@@ -29,8 +29,20 @@ pub struct RandomCheckpoint {
     path: PathBuf,
     config: Value,
     dtype: DType,
+    /// GGUF block types of the matrices, when quantized.
+    quant: Option<QuantMix>,
     /// The mapped config, for tensor shapes.
     lm: LmConfig,
+}
+
+/// Block types of random quantized matrices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum QuantMix {
+    /// Every matrix in one type.
+    All(DType),
+    /// llama.cpp's Q4_K_M mix: Q4_K, with Q6_K for the output matrix and for
+    /// attn_v and ffn_down in the layers it gives more bits.
+    Q4KM,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -41,15 +53,65 @@ enum Kind {
 }
 
 impl RandomCheckpoint {
-    /// A preset by name (see [`PRESETS`]), with bf16 matrices.
-    pub fn preset(name: &str) -> Result<RandomCheckpoint> {
+    /// A preset by name (see [`PRESETS`]), with bf16 matrices, or
+    /// `PRESET:TYPE` with matrices of TYPE: f32, f16, bf16, a GGUF block type
+    /// (q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k) or the q4_k_m mix.
+    pub fn preset(spec: &str) -> Result<RandomCheckpoint> {
+        let (name, ty) = spec.split_once(':').map_or((spec, None), |(n, t)| (n, Some(t)));
         let (preset, config) =
             PRESETS.iter().find(|p| **p == name).map(|p| (*p, preset_config(p))).ok_or_else(|| {
                 Error::InvalidInput(format!("unknown random preset {name:?} (presets: {})", PRESETS.join(", ")))
             })?;
         let lm = crate::registry::config_from_hf_json(&config)?;
-        let path = PathBuf::from(format!("random:{preset}"));
-        Ok(RandomCheckpoint { preset, path, config, dtype: DType::BF16, lm })
+        let path = PathBuf::from(format!("random:{spec}"));
+        let ck = RandomCheckpoint { preset, path, config, dtype: DType::BF16, quant: None, lm };
+        match ty.map(|t| t.to_ascii_lowercase()) {
+            None => Ok(ck),
+            Some(t) if t == "q4_k_m" => Ok(RandomCheckpoint { quant: Some(QuantMix::Q4KM), ..ck }),
+            Some(t) => match DType::from_name(&t) {
+                Some(d) if d.is_quantized() => Ok(RandomCheckpoint { quant: Some(QuantMix::All(d)), ..ck }),
+                Some(d) => ck.with_dtype(d),
+                None => Err(Error::InvalidInput(format!(
+                    "unknown weight type {t:?} in random:{spec} (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k or q4_k_m)"
+                ))),
+            },
+        }
+    }
+
+    /// The stored type of a matrix: as asked, or, where its rows do not fit
+    /// the type's blocks, llama.cpp's fallback (k-quants to 32-blocks, then
+    /// bf16).
+    fn matrix_dtype(&self, name: &str) -> DType {
+        let want = self.wanted_dtype(name);
+        let cols = self.layout(name).map_or(0, |l| l.1);
+        let fallback = match want {
+            DType::Q4K => DType::Q5_0,
+            DType::Q5K => DType::Q5_1,
+            DType::Q6K => DType::Q8_0,
+            _ => DType::BF16,
+        };
+        [want, fallback, DType::BF16].into_iter().find(|d| cols.is_multiple_of(d.block_size())).unwrap_or(DType::BF16)
+    }
+
+    fn wanted_dtype(&self, name: &str) -> DType {
+        match self.quant {
+            None => self.dtype,
+            Some(QuantMix::All(d)) => d,
+            Some(QuantMix::Q4KM) => {
+                let n = self.lm.n_layers;
+                let layer = name.strip_prefix("blk.").and_then(|r| r.split_once('.')).and_then(|(l, _)| l.parse().ok());
+                // llama.cpp's use_more_bits: the first and last eighth, and every third between.
+                let more_bits = |i: usize| i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+                let wide = name == "output.weight"
+                    || (name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight"))
+                        && layer.is_some_and(more_bits);
+                if wide {
+                    DType::Q6K
+                } else {
+                    DType::Q4K
+                }
+            }
+        }
     }
 
     /// The element type of 2-D weights: F32, F16 or BF16 (vectors are always F32).
@@ -112,9 +174,24 @@ impl RandomCheckpoint {
         self.names().iter().filter_map(|n| self.layout(n)).map(|(r, c, _)| (r * c) as u64).sum()
     }
 
+    /// Each tensor's bytes on a device that keeps blocks as they are and
+    /// dense weights in 16 bits.
+    pub fn device_tensor_bytes(&self) -> Vec<(String, u64)> {
+        let sized = |n: &String| Some((self.layout(n)?, self.dtype_of(n)?));
+        let bytes = |(r, c, _): (usize, usize, Kind), d: DType| {
+            let n = (r * c) as u64;
+            if d.is_quantized() {
+                d.bytes_for(n).unwrap_or(u64::MAX)
+            } else {
+                2 * n
+            }
+        };
+        self.names().into_iter().filter_map(|n| sized(&n).map(|(l, d)| (n, bytes(l, d)))).collect()
+    }
+
     /// The stored element type of `name`, if it exists.
     pub fn dtype_of(&self, name: &str) -> Option<DType> {
-        self.layout(name).map(|(_, _, k)| if k == Kind::Matrix { self.dtype } else { DType::F32 })
+        self.layout(name).map(|(_, _, k)| if k == Kind::Matrix { self.matrix_dtype(name) } else { DType::F32 })
     }
 
     /// Generates the weight `name` as [rows, cols] (vectors are one row).
@@ -124,7 +201,10 @@ impl RandomCheckpoint {
         let (dtype, bytes) = match kind {
             Kind::Norm => (DType::F32, 1f32.to_le_bytes().repeat(n)),
             Kind::Bias => (DType::F32, fill(DType::F32, n, fnv1a(name), BIAS_SCALE)),
-            Kind::Matrix => (self.dtype, fill(self.dtype, n, fnv1a(name), 1.0 / (cols as f32).sqrt())),
+            Kind::Matrix => {
+                let d = self.matrix_dtype(name);
+                (d, fill(d, n, fnv1a(name), 1.0 / (cols as f32).sqrt()))
+            }
         };
         Ok(Some(RawWeight { name: name.into(), dtype, rows, cols, bytes: HostBytes::from_vec(bytes) }))
     }
@@ -206,8 +286,40 @@ fn fill(dtype: DType, n: usize, seed: u64, scale: f32) -> Vec<u8> {
         DType::F32 => fill_as(n, seed, scale, f32::to_le_bytes),
         DType::F16 => fill_as(n, seed, scale, |x| half::f16::from_f32(x).to_le_bytes()),
         DType::BF16 => fill_as(n, seed, scale, |x| half::bf16::from_f32(x).to_le_bytes()),
-        d => unreachable!("with_dtype admits only dense types, not {d}"),
+        d => fill_blocks(d, n, seed, scale),
     }
+}
+
+/// Random blocks of a GGUF type: random quants, with every f16 scale set so
+/// the values come out about `scale` in size.
+fn fill_blocks(dtype: DType, n: usize, seed: u64, scale: f32) -> Vec<u8> {
+    let bb = dtype.block_bytes();
+    // (offsets of the f16 scales, typical |quant x sub-scale|)
+    let (fields, unit): (&[usize], f32) = match dtype {
+        DType::Q4_0 => (&[0], 4.0),
+        DType::Q5_0 => (&[0], 8.0),
+        DType::Q8_0 => (&[0], 64.0),
+        DType::Q4_1 | DType::Q5_1 => (&[0, 2], 16.0),
+        DType::Q4K | DType::Q5K => (&[0, 2], 300.0),
+        DType::Q6K => (&[208], 2000.0),
+        d => unreachable!("{d} is not a block type"),
+    };
+    let d = half::f16::from_f32(scale / unit).to_le_bytes();
+    let mut out = vec![0u8; n / dtype.block_size() * bb];
+    let blocks_per_chunk = (CHUNK / dtype.block_size()).max(1);
+    out.par_chunks_mut(blocks_per_chunk * bb).enumerate().for_each(|(i, chunk)| {
+        let mut state = seed ^ splitmix64(&mut (i as u64));
+        for word in chunk.chunks_mut(8) {
+            let r = splitmix64(&mut state).to_le_bytes();
+            word.copy_from_slice(&r[..word.len()]);
+        }
+        for block in chunk.chunks_exact_mut(bb) {
+            for &o in fields {
+                block[o..o + 2].copy_from_slice(&d);
+            }
+        }
+    });
+    out
 }
 
 fn fill_as<const N: usize>(n: usize, seed: u64, scale: f32, enc: impl Fn(f32) -> [u8; N] + Sync) -> Vec<u8> {
@@ -258,7 +370,33 @@ mod tests {
         let n = RandomCheckpoint::preset("llama-3.1-8b").unwrap().total_elements();
         assert!((8_020_000_000..8_040_000_000).contains(&n), "{n}");
         let ck = Checkpoint::Random(RandomCheckpoint::preset("smollm2-135m").unwrap());
-        assert!((134_000_000..136_000_000).contains(&ck.total_elements()), "{}", ck.total_elements());
+        // bf16: two bytes each.
+        let bytes = ck.device_bytes();
+        assert!((268_000_000..272_000_000).contains(&bytes), "{bytes}");
+    }
+
+    #[test]
+    fn q4_k_m_mix_follows_llama_cpp() {
+        let ck = RandomCheckpoint::preset("llama-3.1-8b:q4_k_m").unwrap();
+        let ty = |n: &str| ck.dtype_of(n).unwrap();
+        assert_eq!(ty("blk.0.attn_v.weight"), DType::Q6K);
+        assert_eq!(ty("blk.4.attn_v.weight"), DType::Q4K);
+        assert_eq!(ty("blk.6.ffn_down.weight"), DType::Q6K);
+        assert_eq!(ty("blk.6.ffn_up.weight"), DType::Q4K);
+        assert_eq!(ty("output.weight"), DType::Q6K);
+        assert_eq!(ty("blk.0.attn_norm.weight"), DType::F32);
+        // Published Llama-3.1-8B Q4_K_M files are 4.92 GB.
+        let bytes: u64 = ck.device_tensor_bytes().iter().map(|t| t.1).sum();
+        assert!((4_700_000_000..5_100_000_000).contains(&bytes), "{bytes}");
+        // SmolLM2's 576-wide rows do not fit 256-blocks: llama.cpp's fallbacks.
+        let small = RandomCheckpoint::preset("smollm2-135m:Q4_K").unwrap();
+        assert_eq!(small.dtype_of("blk.0.attn_q.weight").unwrap(), DType::Q5_0);
+        assert_eq!(small.dtype_of("blk.0.ffn_down.weight").unwrap(), DType::Q4K);
+        let w = small.get("blk.0.ffn_down.weight").unwrap().unwrap();
+        let v = values(&w);
+        let rms = (v.iter().map(|x| x * x).sum::<f32>() / v.len() as f32).sqrt();
+        assert!(v.iter().all(|x| x.is_finite()) && rms > 0.002 && rms < 0.2, "rms {rms}");
+        assert!(RandomCheckpoint::preset("smollm2-135m:q9").is_err());
     }
 
     fn values(w: &RawWeight) -> Vec<f32> {

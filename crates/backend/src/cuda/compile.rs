@@ -16,6 +16,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("ops", include_str!("kernels/ops.cu")),
     ("attention", include_str!("kernels/attention.cu")),
     ("gemv", include_str!("kernels/gemv.cu")),
+    ("quant", include_str!("kernels/quant.cu")),
 ];
 
 /// Whether NVRTC's library can be loaded (checked first: a missing library
@@ -116,6 +117,12 @@ mod tests {
         for (name, src) in MODULES {
             let cubin = compile(name, src, "sm_90").unwrap_or_else(|e| panic!("{e}"));
             assert!(cubin.starts_with(b"\x7fELF"), "{name}: not a cubin");
+            // Every entry point the device loads is in the module's symbols.
+            for f in super::super::device::functions(name) {
+                let sym = format!("{f}\0");
+                let found = cubin.windows(sym.len()).any(|w| w == sym.as_bytes());
+                assert!(found, "{name}.cu has no kernel {f}");
+            }
         }
     }
 

@@ -10,6 +10,7 @@ use cudarc::nvrtc::Ptx;
 use ferrite_core::{Error, Result};
 
 use super::compile;
+use super::weight::{gemv_name, Storage, QUANT_KERNELS};
 
 /// How a CUDA backend is opened.
 #[derive(Clone, Debug, Default)]
@@ -40,7 +41,7 @@ pub struct Device {
     pub deterministic: bool,
     pub name: String,
     pub arch: String,
-    funcs: HashMap<&'static str, CudaFunction>,
+    funcs: HashMap<String, CudaFunction>,
 }
 
 /// Kernel entry points of each module (`extern "C"` names in kernels/*.cu).
@@ -67,28 +68,25 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
         ],
     ),
     ("attention", &["attention_rows_f32", "attention_rows_f16", "flash_f16_64", "flash_f16_128"]),
-    ("gemv", &GEMV_NAMES),
+    ("gemv", &[]),
+    ("quant", &["dequant_f16", "embedding_q"]),
 ];
 
-/// `gemv_{bf16,f16}_{1..8}`: one kernel per input-row count.
-pub const GEMV_NAMES: [&str; 16] = [
-    "gemv_bf16_1",
-    "gemv_bf16_2",
-    "gemv_bf16_3",
-    "gemv_bf16_4",
-    "gemv_bf16_5",
-    "gemv_bf16_6",
-    "gemv_bf16_7",
-    "gemv_bf16_8",
-    "gemv_f16_1",
-    "gemv_f16_2",
-    "gemv_f16_3",
-    "gemv_f16_4",
-    "gemv_f16_5",
-    "gemv_f16_6",
-    "gemv_f16_7",
-    "gemv_f16_8",
-];
+/// A module's entry points: the fixed ones, plus one GEMV per storage and
+/// input-row count (1..=8).
+pub(super) fn functions(module: &str) -> Vec<String> {
+    let mut names: Vec<String> =
+        FUNCTIONS.iter().find(|(n, _)| *n == module).map_or(&[][..], |f| f.1).iter().map(|s| s.to_string()).collect();
+    let stores: Vec<Storage> = match module {
+        "gemv" => vec![Storage::Bf16, Storage::F16],
+        "quant" => QUANT_KERNELS.iter().map(|(q, _)| Storage::Quant(*q)).collect(),
+        _ => vec![],
+    };
+    for st in stores {
+        names.extend((1..=8).map(|n| gemv_name(st, n)));
+    }
+    names
+}
 
 /// Number of CUDA devices, or why there are none usable.
 pub fn device_count() -> Result<usize> {
@@ -143,9 +141,9 @@ impl Device {
             let cubin =
                 compile::cached(opts.kernel_cache.as_deref(), module, src, &arch, driver).map_err(Error::Device)?;
             let m = ctx.load_module(Ptx::from_binary(cubin)).map_err(|e| device_err("loading kernels", e))?;
-            let names = FUNCTIONS.iter().find(|(n, _)| n == module).map_or(&[][..], |f| f.1);
-            for &f in names {
-                funcs.insert(f, m.load_function(f).map_err(|e| device_err(f, e))?);
+            for f in functions(module) {
+                let func = m.load_function(&f).map_err(|e| device_err(&f, e))?;
+                funcs.insert(f, func);
             }
         }
         Ok(Device { ctx, stream, blas, _workspace: workspace, deterministic: opts.deterministic, name, arch, funcs })

@@ -7,6 +7,7 @@ mod ceilings;
 mod compile;
 mod device;
 mod kv;
+pub mod profile;
 mod weight;
 
 pub use ceilings::Ceilings;
@@ -109,6 +110,7 @@ impl Backend for CudaBackend {
     }
 
     fn upload(&self, data: Vec<f32>, rows: usize, cols: usize) -> Result<CudaTensor> {
+        let _span = profile::span(&self.dev.stream, "upload");
         if data.len() != rows * cols {
             return Err(Error::Shape(format!("{} values for [{rows}, {cols}]", data.len())));
         }
@@ -118,6 +120,7 @@ impl Backend for CudaBackend {
     }
 
     fn to_host(&self, t: &CudaTensor) -> Result<Vec<f32>> {
+        let _span = profile::span(&self.dev.stream, "to_host");
         let mut v = self.dev.stream.clone_dtoh(&t.buf).map_err(|e| device_err("download", e))?;
         v.truncate(t.rows * t.cols);
         Ok(v)
@@ -128,6 +131,7 @@ impl Backend for CudaBackend {
     }
 
     fn embedding(&self, table: &CudaWeight, ids: &[u32]) -> Result<CudaTensor> {
+        let _span = profile::span(&self.dev.stream, "embedding");
         if let Some(id) = ids.iter().find(|&&id| id as usize >= table.rows) {
             return Err(Error::InvalidInput(format!(
                 "token id {id} is outside the vocabulary ({} tokens)",
@@ -139,20 +143,29 @@ impl Backend for CudaBackend {
         if !ids.is_empty() {
             let ids = self.upload_u32(ids.to_vec())?;
             let (cols, code) = (d as u32, table.storage.code());
-            launch!(self, "embedding", per_row(ids.len(), d), &table.data, ids.as_ref(), &mut out, &cols, &code)?;
+            if let Storage::Quant(q) = table.storage {
+                let row_bytes = (d / q.block_size() * q.block_bytes()) as u64;
+                let cfg = per_row(ids.len(), d / 32);
+                launch!(self, "embedding_q", cfg, &table.data, ids.as_ref(), &mut out, &code, &row_bytes, &cols)?;
+            } else {
+                launch!(self, "embedding", per_row(ids.len(), d), &table.data, ids.as_ref(), &mut out, &cols, &code)?;
+            }
         }
         Ok(self.tensor(out, ids.len(), d))
     }
 
     fn matmul(&self, x: &CudaTensor, w: &CudaWeight) -> Result<CudaTensor> {
+        let _span = profile::span(&self.dev.stream, "matmul");
         weight::matmul(&self.dev, x, w)
     }
 
     fn matmul_many(&self, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {
+        let _span = profile::span(&self.dev.stream, "matmul_many");
         weight::matmul_many(&self.dev, x, ws)
     }
 
     fn add_row(&self, x: &mut CudaTensor, v: &CudaTensor) -> Result<()> {
+        let _span = profile::span(&self.dev.stream, "add_row");
         if v.rows * v.cols != x.cols {
             return Err(Error::Shape(format!("add_row: {} values for {} columns", v.rows * v.cols, x.cols)));
         }
@@ -161,17 +174,20 @@ impl Backend for CudaBackend {
     }
 
     fn add(&self, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
+        let _span = profile::span(&self.dev.stream, "add");
         same_shape(x, y, "add")?;
         let n = (x.rows * x.cols) as u64;
         launch!(self, "add", elementwise(n as usize), &mut x.buf, &y.buf, &n)
     }
 
     fn scale(&self, x: &mut CudaTensor, s: f32) -> Result<()> {
+        let _span = profile::span(&self.dev.stream, "scale");
         let n = (x.rows * x.cols) as u64;
         launch!(self, "scale", elementwise(n as usize), &mut x.buf, &s, &n)
     }
 
     fn rms_norm(&self, x: &CudaTensor, w: &CudaTensor, eps: f32) -> Result<CudaTensor> {
+        let _span = profile::span(&self.dev.stream, "rms_norm");
         let g = w.rows * w.cols;
         if g == 0 || !x.cols.is_multiple_of(g) {
             return Err(Error::Shape(format!("rms_norm: {} columns in groups of {g}", x.cols)));
@@ -186,6 +202,7 @@ impl Backend for CudaBackend {
     }
 
     fn add_rms_norm(&self, x: &mut CudaTensor, y: &CudaTensor, w: &CudaTensor, eps: f32) -> Result<CudaTensor> {
+        let _span = profile::span(&self.dev.stream, "add_rms_norm");
         same_shape(x, y, "add_rms_norm")?;
         if w.rows * w.cols != x.cols {
             return Err(Error::Shape(format!("add_rms_norm: {} weights for {} columns", w.rows * w.cols, x.cols)));
@@ -199,6 +216,7 @@ impl Backend for CudaBackend {
     }
 
     fn glu(&self, gate: &CudaTensor, up: &CudaTensor, act: Activation) -> Result<CudaTensor> {
+        let _span = profile::span(&self.dev.stream, "glu");
         same_shape(gate, up, "glu")?;
         let n = gate.rows * gate.cols;
         let mut out = self.alloc(n)?;
@@ -208,6 +226,7 @@ impl Backend for CudaBackend {
     }
 
     fn rope(&self, x: &mut CudaTensor, rope: &Rope, positions: &[u32]) -> Result<()> {
+        let _span = profile::span(&self.dev.stream, "rope");
         if positions.len() != x.rows
             || !x.cols.is_multiple_of(rope.head_dim)
             || rope.inv_freq.len() * 2 != rope.head_dim
@@ -234,6 +253,7 @@ impl Backend for CudaBackend {
     }
 
     fn layer_norm(&self, x: &CudaTensor, w: &CudaTensor, b: Option<&CudaTensor>, eps: f32) -> Result<CudaTensor> {
+        let _span = profile::span(&self.dev.stream, "layer_norm");
         let len = |t: &CudaTensor| t.rows * t.cols;
         if len(w) != x.cols || b.is_some_and(|b| len(b) != x.cols) {
             return Err(Error::Shape(format!("layer_norm: weights do not match {} columns", x.cols)));
@@ -251,16 +271,19 @@ impl Backend for CudaBackend {
     }
 
     fn activate(&self, x: &mut CudaTensor, act: Activation) -> Result<()> {
+        let _span = profile::span(&self.dev.stream, "activate");
         let (n, code) = ((x.rows * x.cols) as u64, act_code(act));
         launch!(self, "activate", elementwise(n as usize), &mut x.buf, &n, &code)
     }
 
     fn softcap(&self, x: &mut CudaTensor, cap: f32) -> Result<()> {
+        let _span = profile::span(&self.dev.stream, "softcap");
         let n = (x.rows * x.cols) as u64;
         launch!(self, "softcap", elementwise(n as usize), &mut x.buf, &cap, &n)
     }
 
     fn rows(&self, x: &CudaTensor, rows: &[usize]) -> Result<CudaTensor> {
+        let _span = profile::span(&self.dev.stream, "rows");
         if let Some(r) = rows.iter().find(|&&r| r >= x.rows) {
             return Err(Error::Shape(format!("row {r} of {}", x.rows)));
         }
@@ -281,6 +304,7 @@ impl Backend for CudaBackend {
         seqs: &[std::ops::Range<usize>],
         p: &AttnParams,
     ) -> Result<CudaTensor> {
+        let _span = profile::span(&self.dev.stream, "encoder_attention");
         kv::check_shapes(q, p, k.cols)?;
         same_shape(k, v, "encoder_attention")?;
         if k.rows != q.rows {
@@ -318,6 +342,7 @@ impl Backend for CudaBackend {
         v: &CudaTensor,
         batch: &AttnBatch,
     ) -> Result<()> {
+        let _span = profile::span(&self.dev.stream, "write_kv");
         kv::write_kv(&self.dev, &self.meta, pool, layer, k, v, batch)
     }
 
@@ -329,6 +354,7 @@ impl Backend for CudaBackend {
         batch: &AttnBatch,
         p: &AttnParams,
     ) -> Result<CudaTensor> {
+        let _span = profile::span(&self.dev.stream, "attention");
         kv::attention(&self.dev, &self.meta, q, pool, layer, batch, p)
     }
 }

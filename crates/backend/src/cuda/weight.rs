@@ -1,10 +1,11 @@
 //! Weights on the GPU and the dense matmul through cuBLAS.
 //!
 //! Weights are stored as f16 or bf16 (f32 only with `exact_f32`). Quantized
-//! GGUF weights are dequantized at load to f16, which holds every Q8_0/Q4/Q5
-//! and k-quant value to within f16 rounding of the product of scale and quant.
-//! Activations stay f32 between ops; a matmul rounds its input to the weight's
-//! 16-bit type, multiplies on tensor cores and accumulates and writes f32.
+//! GGUF weights stay in their blocks (kernels/quant.cu reads them in place):
+//! decode batches multiply them directly, prefill dequantizes a tile of rows
+//! at a time to f16 for the tensor cores. Activations stay f32 between ops; a
+//! GEMM rounds its input to the weight's 16-bit type, multiplies on tensor
+//! cores and accumulates and writes f32.
 
 use std::borrow::Cow;
 use std::ffi::c_void;
@@ -16,7 +17,6 @@ use rayon::prelude::*;
 
 use super::device::{device_err, elementwise, Device};
 use super::CudaTensor;
-use crate::quant::dequantize_row;
 use crate::RawWeight;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,24 +24,64 @@ pub enum Storage {
     F32,
     F16,
     Bf16,
+    /// GGUF blocks as stored.
+    Quant(DType),
 }
 
 impl Storage {
-    /// Kernel code for the `embedding` kernel.
+    /// Kernel code: the `embedding` kernel's dtype for dense storage, the
+    /// type code of kernels/quant.cu for blocks.
     pub fn code(self) -> i32 {
         match self {
             Storage::F32 => 0,
             Storage::F16 => 1,
             Storage::Bf16 => 2,
+            Storage::Quant(q) => quant_code(q).unwrap_or(-1),
         }
     }
+    /// The type a GEMM reads: blocks are dequantized to f16 first.
     fn cuda_type(self) -> cudaDataType {
         match self {
             Storage::F32 => cudaDataType::CUDA_R_32F,
-            Storage::F16 => cudaDataType::CUDA_R_16F,
             Storage::Bf16 => cudaDataType::CUDA_R_16BF,
+            Storage::F16 | Storage::Quant(_) => cudaDataType::CUDA_R_16F,
         }
     }
+    /// 16-bit type of a GEMM's input.
+    fn half(self) -> Storage {
+        if self == Storage::Bf16 {
+            Storage::Bf16
+        } else {
+            Storage::F16
+        }
+    }
+}
+
+/// kernels/quant.cu's code (T_*) of a block type, and the kernel-name stem.
+fn quant_code(q: DType) -> Option<i32> {
+    QUANT_KERNELS.iter().position(|(t, _)| *t == q).map(|i| i as i32)
+}
+
+/// Block types read in place, in kernel-code order, with their GEMV name stems.
+pub const QUANT_KERNELS: [(DType, &str); 8] = [
+    (DType::Q4_0, "q4_0"),
+    (DType::Q4_1, "q4_1"),
+    (DType::Q5_0, "q5_0"),
+    (DType::Q5_1, "q5_1"),
+    (DType::Q8_0, "q8_0"),
+    (DType::Q4K, "q4_k"),
+    (DType::Q5K, "q5_k"),
+    (DType::Q6K, "q6_k"),
+];
+
+/// The GEMV kernel for `n` (1..=8) input rows of weights stored as `st`.
+pub fn gemv_name(st: Storage, n: usize) -> String {
+    let stem = match st {
+        Storage::Bf16 => "bf16",
+        Storage::Quant(q) => QUANT_KERNELS.iter().find(|(t, _)| *t == q).map_or("f16", |k| k.1),
+        _ => "f16",
+    };
+    format!("gemv_{stem}_{n}")
 }
 
 pub struct CudaWeight {
@@ -70,19 +110,8 @@ fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Stor
             });
             (Cow::Owned(out), Storage::Bf16)
         }
-        q => {
-            let row_bytes = raw.cols / q.block_size() * q.block_bytes();
-            let mut out = vec![0u8; raw.rows * raw.cols * 2];
-            out.par_chunks_mut(raw.cols * 2).zip(src.par_chunks(row_bytes)).try_for_each(|(o, s)| {
-                let mut row = vec![0f32; raw.cols];
-                dequantize_row(q, s, &mut row)?;
-                for (o, v) in o.chunks_exact_mut(2).zip(row) {
-                    o.copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
-                }
-                Ok::<(), Error>(())
-            })?;
-            (Cow::Owned(out), Storage::F16)
-        }
+        q if quant_code(q).is_some() => (Cow::Borrowed(src), Storage::Quant(q)),
+        q => return Err(Error::Unsupported(format!("{}: {q} weights on the GPU", raw.name))),
     })
 }
 
@@ -103,38 +132,44 @@ fn alloc_out(dev: &Device, n: usize, m: usize) -> Result<CudaSlice<f32>> {
     unsafe { dev.stream.alloc::<f32>((n * m).max(1)) }.map_err(|e| device_err("alloc", e))
 }
 
-/// x times each weight (q, k, v sharing their input): one kernel for decode
-/// batches of up to three weights, else one input conversion and a GEMM each
-/// (in the batch-invariant mode, always the kernel).
+/// x times each weight (q, k, v sharing their input): the GEMV kernel for
+/// decode batches (up to three weights of one storage per launch; in the
+/// batch-invariant mode, for every batch), else one input conversion and a
+/// GEMM per weight.
 pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {
     let (n, k) = (x.rows, x.cols);
     if let Some(w) = ws.iter().find(|w| w.cols != k) {
         return Err(Error::Shape(format!("matmul {}: input has {k} columns, weight expects {}", w.name, w.cols)));
     }
-    let st = ws.first().map(|w| w.storage);
-    let same = ws.iter().all(|w| Some(w.storage) == st);
-    let gemv_ok = n >= 1 && k.is_multiple_of(8) && same && st != Some(Storage::F32);
-    if gemv_ok && (n <= 8 || dev.deterministic) {
-        let mut out = Vec::with_capacity(ws.len());
-        for group in ws.chunks(3) {
-            out.extend(gemv(dev, x, group)?);
-        }
-        return Ok(out);
-    }
-    let mut half_x: Option<(Storage, CudaSlice<u16>)> = None;
     let mut out = Vec::with_capacity(ws.len());
-    for w in ws {
+    let mut half_x: Option<(Storage, CudaSlice<u16>)> = None;
+    let mut rest = ws;
+    while let Some(first) = rest.first() {
+        let st = first.storage;
+        let gemv_ok = n >= 1 && k.is_multiple_of(8) && st != Storage::F32;
+        if gemv_ok && (n <= 8 || dev.deterministic) {
+            let run = rest.iter().take(3).take_while(|w| w.storage == st).count();
+            out.extend(gemv(dev, x, &rest[..run])?);
+            rest = &rest[run..];
+            continue;
+        }
+        let w = first;
         let mut y = alloc_out(dev, n, w.rows)?;
         if n * w.rows > 0 && k == 0 {
             dev.stream.memset_zeros(&mut y).map_err(|e| device_err("memset", e))?;
         } else if n * w.rows > 0 {
-            if w.storage != Storage::F32 && half_x.as_ref().is_none_or(|h| h.0 != w.storage) {
-                half_x = Some((w.storage, to_half(dev, x, w.storage)?));
+            let half = st.half();
+            if st != Storage::F32 && half_x.as_ref().is_none_or(|h| h.0 != half) {
+                half_x = Some((half, to_half(dev, x, half)?));
             }
-            let xp = half_x.as_ref().filter(|_| w.storage != Storage::F32).map(|h| &h.1);
-            gemm(dev, x, xp, w, &mut y)?;
+            let xp = half_x.as_ref().filter(|_| st != Storage::F32).map(|h| &h.1);
+            match st {
+                Storage::Quant(q) => gemm_quant(dev, x, xp.expect("f16 input"), w, q, &mut y)?,
+                _ => gemm(dev, x, xp, w, &mut y)?,
+            }
         }
         out.push(CudaTensor { buf: y, rows: n, cols: w.rows });
+        rest = &rest[1..];
     }
     Ok(out)
 }
@@ -172,17 +207,58 @@ fn gemm(
     let (yp, _g3) = y.device_ptr_mut(s);
     let t = w.storage.cuda_type();
     // Column-major view: y^T [m, n] = w [k, m]^T · x^T [k, n].
-    let g = Gemm { m, n, k, a: (wp, t), b: (xp, t), c: (yp, cudaDataType::CUDA_R_32F) };
+    let g = Gemm { m, n, k, ldc: m, a: (wp, t), b: (xp, t), c: (yp, cudaDataType::CUDA_R_32F) };
     // SAFETY: pointers are live device buffers of the sizes given.
     unsafe { g.run(dev) }.map_err(|e| device_err(&format!("GEMM {}", w.name), e))
 }
 
+/// Elements of f16 scratch a quantized weight is dequantized into per GEMM.
+const DEQUANT_TILE: usize = 32 << 20;
+
+/// Prefill with a quantized weight: tiles of rows dequantized to f16, each
+/// multiplied into its columns of y^T (its rows' outputs).
+fn gemm_quant(
+    dev: &Device,
+    x: &CudaTensor,
+    half_x: &CudaSlice<u16>,
+    w: &CudaWeight,
+    q: DType,
+    y: &mut CudaSlice<f32>,
+) -> Result<()> {
+    let (n, k, m) = (x.rows, x.cols, w.rows);
+    let s = &dev.stream;
+    let tile_rows = (DEQUANT_TILE / k).clamp(1, m);
+    // SAFETY: each tile is fully written by `dequant_f16` before the GEMM reads it.
+    let mut tile = unsafe { s.alloc::<u16>(tile_rows * k) }.map_err(|e| device_err("alloc", e))?;
+    let row_bytes = (k / q.block_size() * q.block_bytes()) as u64;
+    let (code, k32) = (w.storage.code(), k as u32);
+    for r0 in (0..m).step_by(tile_rows) {
+        let rows = (m - r0).min(tile_rows);
+        let (r0_32, rows32) = (r0 as u32, rows as u32);
+        let mut b = s.launch_builder(dev.func("dequant_f16"));
+        b.arg(&w.data).arg(&mut tile).arg(&code).arg(&row_bytes).arg(&k32).arg(&r0_32).arg(&rows32);
+        // SAFETY: rows r0..r0+rows exist; the tile holds rows x k values.
+        unsafe { b.launch(elementwise(rows * k / 32)) }.map_err(|e| device_err("dequant_f16", e))?;
+        let (tp, _g1) = tile.device_ptr(s);
+        let (xp, _g2) = half_x.device_ptr(s);
+        let (yp, _g3) = y.device_ptr_mut(s);
+        let h = cudaDataType::CUDA_R_16F;
+        let c = (yp + (r0 * 4) as u64, cudaDataType::CUDA_R_32F);
+        let g = Gemm { m: rows, n, k, ldc: m, a: (tp, h), b: (xp, h), c };
+        // SAFETY: the tile, the input and y's columns r0..r0+rows are live.
+        unsafe { g.run(dev) }.map_err(|e| device_err(&format!("GEMM {}", w.name), e))?;
+    }
+    Ok(())
+}
+
 /// One cuBLAS call C = A^T · B (column-major; f32 accumulation): A is k x m,
-/// B is k x n, C is m x n, each a device pointer and its element type.
+/// B is k x n, C is m x n with leading dimension `ldc`, each a device pointer
+/// and its element type.
 pub(super) struct Gemm {
     pub m: usize,
     pub n: usize,
     pub k: usize,
+    pub ldc: usize,
     pub a: (u64, cudaDataType),
     pub b: (u64, cudaDataType),
     pub c: (u64, cudaDataType),
@@ -209,7 +285,7 @@ impl Gemm {
             &beta as *const f32 as *const c_void,
             self.c.0 as *mut c_void,
             self.c.1,
-            self.m as i32,
+            self.ldc as i32,
             cublasComputeType_t::CUBLAS_COMPUTE_32F,
             cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
@@ -247,19 +323,26 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTens
     guards.push(gx);
     let rows: u32 = m.iter().sum();
     let k32 = k as u32;
+    let row_bytes = match ws[0].storage {
+        Storage::Quant(q) => (k / q.block_size() * q.block_bytes()) as u64,
+        _ => 0,
+    };
     // One warp per weight row, eight per block.
     let cfg = LaunchConfig { grid_dim: (rows.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     for r0 in (0..n).step_by(8) {
         let nc = (n - r0).min(8);
-        let name = super::device::GEMV_NAMES[(nc - 1) + if ws[0].storage == Storage::Bf16 { 0 } else { 8 }];
+        let name = gemv_name(ws[0].storage, nc);
         let y: [u64; 3] = std::array::from_fn(|i| yp[i] + (r0 * m[i] as usize * 4) as u64);
         let xr = xp + (r0 * k * 4) as u64;
-        let mut b = s.launch_builder(dev.func(name));
+        let mut b = s.launch_builder(dev.func(&name));
         b.arg(&wp[0]).arg(&wp[1]).arg(&wp[2]).arg(&y[0]).arg(&y[1]).arg(&y[2]);
         b.arg(&m[0]).arg(&m[1]).arg(&m[2]).arg(&xr).arg(&k32);
+        if matches!(ws[0].storage, Storage::Quant(_)) {
+            b.arg(&row_bytes);
+        }
         // SAFETY: pointers are live buffers of the sizes given (offsets stay
         // inside them); k % 8 == 0 keeps the 16-byte loads aligned.
-        unsafe { b.launch(cfg) }.map_err(|e| device_err(name, e))?;
+        unsafe { b.launch(cfg) }.map_err(|e| device_err(&name, e))?;
     }
     drop(guards);
     Ok(ys.into_iter().zip(ws).map(|(buf, w)| CudaTensor { buf, rows: n, cols: w.rows }).collect())

@@ -1,0 +1,246 @@
+// GGUF quantized weights read in place: every kernel here sees a weight as
+// its stored blocks. The unit of work is a chunk of 32 consecutive values of
+// a row (one Q4_0..Q8_0 block, or one eighth of a k-quant super-block), each
+// with its own scale, so a warp's lanes take adjacent chunks and together
+// read whole contiguous blocks.
+//
+// Type codes match `quant_code` on the host. Blocks of 18, 22, 34 and 210
+// bytes are only 2-byte aligned, so multi-byte fields are read as halves.
+
+typedef unsigned char u8;
+
+#define T_Q4_0 0
+#define T_Q4_1 1
+#define T_Q5_0 2
+#define T_Q5_1 3
+#define T_Q8_0 4
+#define T_Q4_K 5
+#define T_Q5_K 6
+#define T_Q6_K 7
+
+__device__ __forceinline__ float ld_f16(const u8* p) { return f16_to_f32(*(const u16*)p); }
+__device__ __forceinline__ u32 ld_u32_2(const u8* p) {
+    const u16* h = (const u16*)p;
+    return (u32)h[0] | ((u32)h[1] << 16);
+}
+// 32 bytes at a 2-byte aligned address, as eight words.
+__device__ __forceinline__ void ld32_2(const u8* p, u32* q) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) q[i] = ld_u32_2(p + 4 * i);
+}
+__device__ __forceinline__ void ld32_16(const u8* p, u32* q) {
+    const uint4 a = ((const uint4*)p)[0], b = ((const uint4*)p)[1];
+    q[0] = a.x, q[1] = a.y, q[2] = a.z, q[3] = a.w, q[4] = b.x, q[5] = b.y, q[6] = b.z, q[7] = b.w;
+}
+// Byte j of a little-endian word array.
+__device__ __forceinline__ u32 byte_at(const u32* q, int j) { return (q[j >> 2] >> (8 * (j & 3))) & 0xffu; }
+
+// k-quant 6-bit scale and min of sub-block j (0..7) from the 12 scale bytes.
+__device__ __forceinline__ void scale_min_k4(int j, const u8* s, float& sc, float& m) {
+    if (j < 4) {
+        sc = (float)(s[j] & 63);
+        m = (float)(s[j + 4] & 63);
+    } else {
+        sc = (float)((s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4));
+        m = (float)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+    }
+}
+
+// Values c*32 .. c*32+31 of a row.
+template <int T>
+__device__ __forceinline__ void dq32(const u8* row, u32 c, float* w) {
+    if (T == T_Q4_0 || T == T_Q4_1) {
+        const u8* b = row + (u64)c * (T == T_Q4_0 ? 18 : 20);
+        const float d = ld_f16(b);
+        const float m = T == T_Q4_0 ? -8.f * d : ld_f16(b + 2);
+        u32 q[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) q[i] = ld_u32_2(b + (T == T_Q4_0 ? 2 : 4) + 4 * i);
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const u32 v = byte_at(q, j);
+            w[j] = (float)(v & 0xf) * d + m;
+            w[j + 16] = (float)(v >> 4) * d + m;
+        }
+    } else if (T == T_Q5_0 || T == T_Q5_1) {
+        const u8* b = row + (u64)c * (T == T_Q5_0 ? 22 : 24);
+        const float d = ld_f16(b);
+        const float m = T == T_Q5_0 ? -16.f * d : ld_f16(b + 2);
+        const int off = T == T_Q5_0 ? 2 : 4;
+        const u32 qh = ld_u32_2(b + off);
+        u32 q[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) q[i] = ld_u32_2(b + off + 4 + 4 * i);
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            const u32 v = byte_at(q, j);
+            w[j] = (float)((v & 0xf) | (((qh >> j) & 1) << 4)) * d + m;
+            w[j + 16] = (float)((v >> 4) | (((qh >> (j + 16)) & 1) << 4)) * d + m;
+        }
+    } else if (T == T_Q8_0) {
+        const u8* b = row + (u64)c * 34;
+        const float d = ld_f16(b);
+        u32 q[8];
+        ld32_2(b + 2, q);
+#pragma unroll
+        for (int j = 0; j < 32; j++) w[j] = (float)(signed char)byte_at(q, j) * d;
+    } else if (T == T_Q4_K || T == T_Q5_K) {
+        const int j = c & 7;
+        const u8* b = row + (u64)(c >> 3) * (T == T_Q4_K ? 144 : 176);
+        float sc, mn;
+        scale_min_k4(j, b + 4, sc, mn);
+        const float d = ld_f16(b) * sc, m = ld_f16(b + 2) * mn;
+        u32 q[8];
+        ld32_16(b + (T == T_Q4_K ? 16 : 48) + 32 * (j >> 1), q);
+        const int shift = (j & 1) * 4;
+        if (T == T_Q4_K) {
+#pragma unroll
+            for (int l = 0; l < 32; l++) w[l] = d * (float)((byte_at(q, l) >> shift) & 0xf) - m;
+        } else {
+            u32 h[8];
+            ld32_16(b + 16, h);
+#pragma unroll
+            for (int l = 0; l < 32; l++) {
+                const u32 v = ((byte_at(q, l) >> shift) & 0xf) | (((byte_at(h, l) >> j) & 1) << 4);
+                w[l] = d * (float)v - m;
+            }
+        }
+    } else {  // Q6_K: chunk (n, r) of y[128 n + 32 r + l]
+        const int j = c & 7, n = j >> 2, r = j & 3;
+        const u8* b = row + (u64)(c >> 3) * 210;
+        const float d = ld_f16(b + 208);
+        const float s0 = d * (float)(signed char)b[192 + 8 * n + 2 * r];
+        const float s1 = d * (float)(signed char)b[192 + 8 * n + 2 * r + 1];
+        u32 ql[8], qh[8];
+        ld32_2(b + 64 * n + 32 * (r & 1), ql);
+        ld32_2(b + 128 + 32 * n, qh);
+        const int sl = (r >> 1) * 4, sh = 2 * r;
+#pragma unroll
+        for (int l = 0; l < 32; l++) {
+            const int v = (int)(((byte_at(ql, l) >> sl) & 0xf) | (((byte_at(qh, l) >> sh) & 3) << 4)) - 32;
+            w[l] = (l < 16 ? s0 : s1) * (float)v;
+        }
+    }
+}
+
+// Runtime type dispatch, for the kernels that are not on the hot path.
+__device__ __forceinline__ void dq32_any(int t, const u8* row, u32 c, float* w) {
+    switch (t) {
+        case T_Q4_0: dq32<T_Q4_0>(row, c, w); break;
+        case T_Q4_1: dq32<T_Q4_1>(row, c, w); break;
+        case T_Q5_0: dq32<T_Q5_0>(row, c, w); break;
+        case T_Q5_1: dq32<T_Q5_1>(row, c, w); break;
+        case T_Q8_0: dq32<T_Q8_0>(row, c, w); break;
+        case T_Q4_K: dq32<T_Q4_K>(row, c, w); break;
+        case T_Q5_K: dq32<T_Q5_K>(row, c, w); break;
+        default: dq32<T_Q6_K>(row, c, w); break;
+    }
+}
+
+// Rows r0 .. r0 + rows of a weight to f16 [rows, k] (prefill: a tile of the
+// weight for the tensor-core GEMM). One thread per chunk.
+extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_bytes, u32 k, u32 r0, u32 rows) {
+    const u32 chunks = k / 32;
+    const u64 total = (u64)rows * chunks;
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
+        const u32 r = (u32)(i / chunks), c = (u32)(i % chunks);
+        float v[32];
+        dq32_any(t, w + (u64)(r0 + r) * row_bytes, c, v);
+        uint4* o = (uint4*)(out + (u64)r * k + 32 * c);
+#pragma unroll
+        for (int q = 0; q < 4; q++) {
+            u32 p[4];
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                p[e] = (u32)f32_to_f16(v[8 * q + 2 * e]) | ((u32)f32_to_f16(v[8 * q + 2 * e + 1]) << 16);
+            o[q] = make_uint4(p[0], p[1], p[2], p[3]);
+        }
+    }
+}
+
+// Embedding rows of a quantized table: block per id, thread per chunk.
+extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, int t, u64 row_bytes, u32 k) {
+    const u8* row = w + (u64)ids[blockIdx.x] * row_bytes;
+    float* dst = out + (u64)blockIdx.x * k;
+    for (u32 c = threadIdx.x; c < k / 32; c += blockDim.x) {
+        float v[32];
+        dq32_any(t, row, c, v);
+#pragma unroll
+        for (int j = 0; j < 32; j++) dst[32 * c + j] = v[j];
+    }
+}
+
+// Decode matmul y[n, m] = x[n, k] · W[m, k]^T for n <= 8 straight from the
+// blocks; the same layout as gemv.cu (one warp per weight row, up to three
+// weights of one type sharing the input).
+template <int T, int N>
+__device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
+                            u32 m1, u32 m2, const float* x, u32 k, u64 row_bytes) {
+    u32 row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const u32 lane = threadIdx.x & 31;
+    const u8* w = w0;
+    float* y = y0;
+    u32 m = m0;
+    if (row >= m0) {
+        row -= m0;
+        w = w1;
+        y = y1;
+        m = m1;
+        if (row >= m1) {
+            row -= m1;
+            w = w2;
+            y = y2;
+            m = m2;
+        }
+    }
+    if (row >= m) return;
+    const u8* wr = w + (u64)row * row_bytes;
+    float acc[N];
+#pragma unroll
+    for (int n = 0; n < N; n++) acc[n] = 0.f;
+    for (u32 c = lane; c < k / 32; c += 32) {
+        float v[32];
+        dq32<T>(wr, c, v);
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            const float4* xr = (const float4*)(x + (u64)n * k + 32 * c);
+            float s = 0.f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                const float4 a = xr[e];
+                s += v[4 * e] * a.x + v[4 * e + 1] * a.y + v[4 * e + 2] * a.z + v[4 * e + 3] * a.w;
+            }
+            acc[n] += s;
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const float s = warp_sum(acc[n]);
+        if (lane == 0) y[(u64)n * m + row] = s;
+    }
+}
+
+#define GEMVQ_ARGS                                                                                          \
+    const u8 *w0, const u8 *w1, const u8 *w2, float *y0, float *y1, float *y2, u32 m0, u32 m1, u32 m2, \
+        const float *x, u32 k, u64 row_bytes
+#define GEMVQ(NAME, T, N)                                                    \
+    extern "C" __global__ void gemv_##NAME##_##N(GEMVQ_ARGS) {               \
+        gemv_q_body<T, N>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, row_bytes); \
+    }
+#define GEMVQ_ALL(NAME, T) \
+    GEMVQ(NAME, T, 1)      \
+    GEMVQ(NAME, T, 2)      \
+    GEMVQ(NAME, T, 3)      \
+    GEMVQ(NAME, T, 4)      \
+    GEMVQ(NAME, T, 5)      \
+    GEMVQ(NAME, T, 6)      \
+    GEMVQ(NAME, T, 7)      \
+    GEMVQ(NAME, T, 8)
+GEMVQ_ALL(q4_0, T_Q4_0)
+GEMVQ_ALL(q4_1, T_Q4_1)
+GEMVQ_ALL(q5_0, T_Q5_0)
+GEMVQ_ALL(q5_1, T_Q5_1)
+GEMVQ_ALL(q8_0, T_Q8_0)
+GEMVQ_ALL(q4_k, T_Q4_K)
+GEMVQ_ALL(q5_k, T_Q5_K)
+GEMVQ_ALL(q6_k, T_Q6_K)
