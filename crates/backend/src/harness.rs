@@ -4,7 +4,10 @@
 //! in the unit tests (so the harness code runs in CI).
 
 use crate::cpu::CpuBackend;
-use crate::{Activation, AttnBatch, AttnParams, Backend, KvDtype, KvSpec, RawWeight, Rope, SeqSlice};
+use crate::sampling;
+use crate::{
+    Activation, AttnBatch, AttnParams, Backend, KvDtype, KvSpec, LogitEdit, RawWeight, Rope, RowSampling, SeqSlice,
+};
 use ferrite_core::{DType, HostBytes, Result};
 
 /// Relative error limits of the issue: f32 arithmetic, f16 and bf16 operands.
@@ -120,10 +123,14 @@ impl<B: Backend> Harness<'_, B> {
 
     fn record(&mut self, op: String, got: &B::Tensor, want: &crate::cpu::CpuTensor, tol: f32) -> Result<()> {
         let got = self.b.to_host(got)?;
-        let c = Check { op, rel_err: rel_err(&got, &want.data), tol };
+        self.push(op, rel_err(&got, &want.data), tol);
+        Ok(())
+    }
+
+    fn push(&mut self, op: String, rel_err: f32, tol: f32) {
+        let c = Check { op, rel_err, tol };
         (self.report)(&c);
         self.out.push(c);
-        Ok(())
     }
 
     fn matmuls(&mut self, dense_f32_tol: f32) -> Result<()> {
@@ -248,6 +255,56 @@ impl<B: Backend> Harness<'_, B> {
 
     /// A mixed step: a sequence mid-prefill, a decode, and a fresh prompt,
     /// paged over scattered blocks.
+    /// Device sampling against the reference distribution: greedy picks and
+    /// logprobs exactly, draws by total-variation distance over many seeds.
+    fn sampling(&mut self) -> Result<()> {
+        let vocab = 256;
+        let mut logits = self.rng.vec(vocab, 4.0);
+        logits[7] = f32::NAN;
+        let edit = |token, bias, rep, sub| LogitEdit { token, bias, rep, sub };
+        let (top, _) = logits.iter().enumerate().fold((0, f32::MIN), |a, (i, &v)| if v > a.1 { (i, v) } else { a });
+        let edits = vec![
+            edit(top as u32, f32::NEG_INFINITY, 1.0, 0.0),
+            edit(3, 1.5, 1.3, 0.2),
+            edit(9, 0.0, 1.3, 0.0),
+            edit(11, 0.0, 1.0, 2.5),
+        ];
+        let greedy = RowSampling { temperature: 0.0, top_p: 1.0, edits: edits.clone(), ..Default::default() };
+        let filtered = RowSampling { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.05, edits, seed: 0 };
+        let plain = RowSampling { temperature: 1.5, top_p: 1.0, ..Default::default() };
+        // Greedy: the reference's token, its logprob.
+        let mut t = self.b.upload(logits.clone(), 1, vocab)?;
+        let got = self.b.sample(&mut t, std::slice::from_ref(&greedy))?.unwrap_or_default();
+        let want = sampling::probabilities(&logits, &greedy).iter().position(|&p| p == 1.0).unwrap_or(0) as u32;
+        let err = match got.first() {
+            Some(&(tok, lp)) if tok == want => (lp - sampling::logprob(&logits, &greedy, want)).abs(),
+            _ => 1.0,
+        };
+        self.push("sample greedy, with bias/penalty edits and a NaN".into(), err, 1e-4);
+        // Draws: the same row under many seeds.
+        for (name, r, width) in [("T=0.8 top-k 40 top-p 0.9 min-p 0.05", filtered, vocab), ("T=1.5", plain, 64)] {
+            let draws = 16384;
+            let row = &logits[..width];
+            let rows: Vec<RowSampling> =
+                (0..draws).map(|i| RowSampling { seed: self.rng.next_u64() ^ i, ..r.clone() }).collect();
+            let mut t = self.b.upload(row.repeat(draws as usize), draws as usize, width)?;
+            let got = self.b.sample(&mut t, &rows)?.unwrap_or_default();
+            let probs = sampling::probabilities(row, &r);
+            let mut freq = vec![0f64; width];
+            let mut outside = got.len() != draws as usize;
+            for &(tok, _) in &got {
+                match probs.get(tok as usize) {
+                    Some(&p) if p > 0.0 => freq[tok as usize] += 1.0 / draws as f64,
+                    _ => outside = true,
+                }
+            }
+            let tv = 0.5 * freq.iter().zip(&probs).map(|(f, p)| (f - p).abs()).sum::<f64>();
+            let err = if outside { 1.0 } else { tv as f32 };
+            self.push(format!("sample {name}: total variation over {draws} draws"), err, 0.06);
+        }
+        Ok(())
+    }
+
     fn attention(&mut self) -> Result<()> {
         for (dtype, window, softcap, hd, heads, kv_heads) in [
             (KvDtype::F16, None, None, 64, 8, 2),
@@ -337,6 +394,9 @@ pub fn check_backend<B: Backend>(b: &B, dense_f32_tol: f32, report: &mut dyn FnM
     h.rowwise()?;
     h.embeddings(dense_f32_tol)?;
     h.attention()?;
+    if b.samples_on_device() {
+        h.sampling()?;
+    }
     Ok(h.out)
 }
 

@@ -6,6 +6,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod harness;
 pub mod quant;
+pub mod sampling;
 
 use ferrite_core::{DType, HostBytes, Result};
 
@@ -181,6 +182,44 @@ impl std::str::FromStr for KvDtype {
     }
 }
 
+/// How to draw one token from one row of logits where the logits are (the
+/// host sampler's rules; see cuda/kernels/sample.cu).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RowSampling {
+    /// 0 (or less): greedy.
+    pub temperature: f32,
+    /// 0: off.
+    pub top_k: u32,
+    /// 1.0: off.
+    pub top_p: f32,
+    /// 0.0: off.
+    pub min_p: f32,
+    /// Seeds this draw's noise; the host draws it from the request's RNG.
+    pub seed: u64,
+    /// Per-token changes before anything else, one per distinct token.
+    pub edits: Vec<LogitEdit>,
+}
+
+/// `x += bias`, then the repetition penalty (`x / rep` if positive, `x * rep`
+/// if not; 1.0 for none), then `x -= sub` (presence and frequency penalties).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LogitEdit {
+    pub token: u32,
+    pub bias: f32,
+    pub rep: f32,
+    pub sub: f32,
+}
+
+impl LogitEdit {
+    pub fn apply(&self, x: f32) -> f32 {
+        let mut v = x + self.bias;
+        if self.rep != 1.0 {
+            v = if v > 0.0 { v / self.rep } else { v * self.rep };
+        }
+        v - self.sub
+    }
+}
+
 pub trait Backend: Send + Sync {
     /// Activations: a row-major matrix [rows, cols].
     type Tensor: Send + Sync;
@@ -240,6 +279,17 @@ pub trait Backend: Send + Sync {
     fn softcap(&self, x: &mut Self::Tensor, cap: f32) -> Result<()>;
     /// Selected rows, in the given order.
     fn rows(&self, x: &Self::Tensor, rows: &[usize]) -> Result<Self::Tensor>;
+
+    /// Whether `sample` runs here (else logits go to the host to be sampled).
+    fn samples_on_device(&self) -> bool {
+        false
+    }
+    /// One token per row of `logits` [rows.len(), vocab], drawn where the
+    /// logits are: (token, log-softmax of the edited logits at the token).
+    /// The logits are overwritten. `None` when this backend does not sample.
+    fn sample(&self, _logits: &mut Self::Tensor, _rows: &[RowSampling]) -> Result<Option<Vec<(u32, f32)>>> {
+        Ok(None)
+    }
 
     /// Bidirectional attention inside each sequence of a flat batch, for
     /// encoders (no KV cache): q, k, v [n, n_heads * head_dim], `seqs` the rows

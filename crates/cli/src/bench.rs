@@ -11,7 +11,7 @@ use clap::Args;
 use ferrite_backend::cuda::profile::{self, Profile};
 use ferrite_core::Result;
 use ferrite_engine::{Logits, Runner, Sequence};
-use ferrite_models::LmConfig;
+use ferrite_models::{LmConfig, RowSampling};
 use serde_json::json;
 
 use crate::load::{load_with_pool, KvPool};
@@ -87,13 +87,22 @@ fn decode(r: &mut Runner, a: &BenchArgs, n: usize, seed: u64) -> Result<f64> {
     let mut s = seqs(r, a.batch, a.decode_context.max(1), seed);
     let res = (|| {
         run_all(r, &mut s, a.prefill_chunk)?;
+        // The context's prefill is not part of the decode profile.
+        let _ = profile::take();
         let vocab = r.config().vocab_size;
         let next = tokens(n, vocab, seed + 7);
         let t = Instant::now();
+        // As serving does: greedy picks on the device where the model samples
+        // there, else the logits come to the host.
+        let greedy = vec![RowSampling { top_p: 1.0, ..Default::default() }; s.len()];
         for &tok in &next {
             s.iter_mut().for_each(|q| q.tokens.push(tok));
             let mut refs: Vec<&mut Sequence> = s.iter_mut().collect();
-            r.step(&mut refs, 1, Logits::Last)?;
+            if r.samples_on_device() {
+                r.step_sampled(&mut refs, 1, &greedy)?;
+            } else {
+                r.step(&mut refs, 1, Logits::Last)?;
+            }
         }
         Ok((a.batch * n) as f64 / t.elapsed().as_secs_f64())
     })();

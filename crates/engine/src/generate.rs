@@ -83,6 +83,29 @@ pub fn generate(
     result
 }
 
+/// One forward step of up to `chunk` tokens, and the next token: drawn on the
+/// device where the model samples there (and the request needs no top
+/// logprobs), else from the logits on the host.
+fn step_and_pick(
+    runner: &mut Runner,
+    seq: &mut Sequence,
+    chunk: usize,
+    sampler: &mut Sampler,
+    prompt: &[u32],
+    generated: &[u32],
+) -> Result<Sampled> {
+    if runner.samples_on_device() {
+        if let Some(row) = sampler.device_request(prompt, generated, &[]) {
+            let picked = runner.step_sampled(&mut [seq], chunk, &[row])?;
+            let (token, logprob) = picked.first().copied().unwrap_or((0, f32::NEG_INFINITY));
+            return Ok(Sampled { token, logprob, top: Vec::new() });
+        }
+    }
+    let vocab = runner.config().vocab_size;
+    let logits = runner.step(&mut [seq], chunk, Logits::Last)?;
+    Ok(sampler.sample(&logits[..vocab], prompt, generated))
+}
+
 fn run(
     runner: &mut Runner,
     tok: &Tokenizer,
@@ -90,23 +113,26 @@ fn run(
     seq: &mut Sequence,
     on_token: &mut dyn FnMut(&TokenEvent) -> bool,
 ) -> Result<Generation> {
-    let vocab = runner.config().vocab_size;
     let max_tokens = req.max_tokens.min(runner.max_context() - req.prompt.len());
     let t0 = Instant::now();
-    let mut logits = Vec::new();
-    while seq.n_cached < seq.tokens.len() {
-        logits = runner.step(&mut [&mut *seq], PREFILL_CHUNK, Logits::Last)?;
+    let mut sampler = Sampler::new(req.sampling.clone());
+    // All prompt chunks but the last; the last one yields the first token.
+    while seq.tokens.len() - seq.n_cached > PREFILL_CHUNK {
+        runner.step(&mut [&mut *seq], PREFILL_CHUNK, Logits::Last)?;
     }
+    let mut next = Some(step_and_pick(runner, seq, PREFILL_CHUNK, &mut sampler, &req.prompt, &[])?);
     let prefill_time = t0.elapsed();
     let t1 = Instant::now();
-    let mut sampler = Sampler::new(req.sampling.clone());
     let mut detok = IncrementalDetokenizer::new();
     let mut stops = StopChecker::new(req.stop.clone());
     let mut generated: Vec<u32> = Vec::new();
     let mut text = String::new();
     let mut finish = FinishReason::Length;
     while generated.len() < max_tokens {
-        let s = sampler.sample(&logits[..vocab], &req.prompt, &generated);
+        let s = match next.take() {
+            Some(s) => s,
+            None => step_and_pick(runner, seq, 1, &mut sampler, &req.prompt, &generated)?,
+        };
         generated.push(s.token);
         let eog = (!req.ignore_eos && tok.eos_ids().contains(&s.token)) || req.stop_ids.contains(&s.token);
         let (piece, stopped) =
@@ -124,7 +150,6 @@ fn run(
             break;
         }
         seq.tokens.push(s.token);
-        logits = runner.step(&mut [&mut *seq], 1, Logits::Last)?;
     }
     if finish == FinishReason::Length {
         let tail = stops.push(&detok.flush()).0 + &stops.flush();

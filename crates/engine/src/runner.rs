@@ -3,7 +3,7 @@
 
 use crate::blocks::BlockManager;
 use crate::scheduler::ScheduledSeq;
-use ferrite_backend::{AttnBatch, SeqSlice};
+use ferrite_backend::{AttnBatch, RowSampling, SeqSlice};
 use ferrite_core::{Error, Result};
 use ferrite_models::{CausalLm, ForwardBatch, KvDtype, LmConfig};
 
@@ -82,10 +82,27 @@ impl Runner {
         self.blocks.block_size()
     }
 
+    /// Whether `execute_sampled` and `step_sampled` draw tokens on the device.
+    pub fn samples_on_device(&self) -> bool {
+        self.model.samples_on_device()
+    }
+
     /// Runs a scheduler's plan in one forward pass. Block tables come from the
     /// scheduler (which then owns the KV pool; don't mix with `step`). Returns
     /// the logits of the last row of each sequence marked `sample`, in order.
     pub fn execute(&mut self, plan: &[ScheduledSeq]) -> Result<Vec<f32>> {
+        let batch = self.plan_batch(plan)?;
+        self.model.forward(&batch)
+    }
+
+    /// `execute`, drawing the token of each sequence marked `sample` on the
+    /// device by its entry of `rows`: (token, logprob) in order.
+    pub fn execute_sampled(&mut self, plan: &[ScheduledSeq], rows: &[RowSampling]) -> Result<Vec<(u32, f32)>> {
+        let batch = self.plan_batch(plan)?;
+        self.model.forward_sample(&batch, rows)
+    }
+
+    fn plan_batch(&self, plan: &[ScheduledSeq]) -> Result<ForwardBatch> {
         let bs = self.blocks.block_size();
         let mut batch = ForwardBatch {
             tokens: Vec::new(),
@@ -115,12 +132,39 @@ impl Runner {
                 batch.logit_rows.push(batch.tokens.len() - 1);
             }
         }
-        self.model.forward(&batch)
+        Ok(batch)
     }
 
     /// Processes up to `chunk` uncached tokens of every sequence in one forward
     /// pass; returns the requested logits, `vocab` floats per row.
     pub fn step(&mut self, seqs: &mut [&mut Sequence], chunk: usize, which: Logits) -> Result<Vec<f32>> {
+        let batch = self.step_batch(seqs, chunk, which)?;
+        let logits = self.model.forward(&batch)?;
+        Self::advance(seqs, chunk);
+        Ok(logits)
+    }
+
+    /// `step` with each sequence's last row's token drawn on the device by its
+    /// entry of `rows`: (token, logprob) per sequence.
+    pub fn step_sampled(
+        &mut self,
+        seqs: &mut [&mut Sequence],
+        chunk: usize,
+        rows: &[RowSampling],
+    ) -> Result<Vec<(u32, f32)>> {
+        let batch = self.step_batch(seqs, chunk, Logits::Last)?;
+        let picked = self.model.forward_sample(&batch, rows)?;
+        Self::advance(seqs, chunk);
+        Ok(picked)
+    }
+
+    fn advance(seqs: &mut [&mut Sequence], chunk: usize) {
+        for seq in seqs.iter_mut() {
+            seq.n_cached = seq.tokens.len().min(seq.n_cached.saturating_add(chunk));
+        }
+    }
+
+    fn step_batch(&mut self, seqs: &mut [&mut Sequence], chunk: usize, which: Logits) -> Result<ForwardBatch> {
         let bs = self.blocks.block_size();
         let mut batch = ForwardBatch {
             tokens: Vec::new(),
@@ -158,11 +202,7 @@ impl Runner {
                 Logits::All => batch.logit_rows.extend(q_start..batch.tokens.len()),
             }
         }
-        let logits = self.model.forward(&batch)?;
-        for seq in seqs.iter_mut() {
-            seq.n_cached = seq.tokens.len().min(seq.n_cached.saturating_add(chunk));
-        }
-        Ok(logits)
+        Ok(batch)
     }
 
     /// Returns the sequence's blocks to the pool.

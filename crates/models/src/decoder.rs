@@ -8,7 +8,7 @@
 use crate::checkpoint::Checkpoint;
 use crate::config::{inv_freq, Family, LmConfig};
 use crate::{CausalLm, ForwardBatch};
-use ferrite_backend::{AttnParams, Backend, KvDtype, KvSpec, Rope};
+use ferrite_backend::{AttnParams, Backend, KvDtype, KvSpec, Rope, RowSampling};
 use ferrite_core::{Error, Result};
 
 struct Layer<B: Backend> {
@@ -191,15 +191,43 @@ impl<B: Backend> CausalLm for Decoder<B> {
     }
 
     fn forward(&mut self, batch: &ForwardBatch) -> Result<Vec<f32>> {
-        let mut kv = self.kv.take().ok_or_else(|| Error::InvalidInput("KV cache not allocated".into()))?;
-        let result = self.forward_with(batch, &mut kv);
-        self.kv = Some(kv);
-        result
+        match self.with_kv(|d, kv| d.logits(batch, kv))? {
+            Some(l) => self.backend.to_host(&l),
+            // A prefill chunk that ends mid-prompt: only the KV writes matter.
+            None => Ok(Vec::new()),
+        }
+    }
+
+    fn samples_on_device(&self) -> bool {
+        self.backend.samples_on_device()
+    }
+
+    fn forward_sample(&mut self, batch: &ForwardBatch, rows: &[RowSampling]) -> Result<Vec<(u32, f32)>> {
+        if rows.len() != batch.logit_rows.len() {
+            return Err(Error::InvalidInput(format!(
+                "forward_sample: {} sampling rows for {} logit rows",
+                rows.len(),
+                batch.logit_rows.len()
+            )));
+        }
+        let Some(mut logits) = self.with_kv(|d, kv| d.logits(batch, kv))? else { return Ok(Vec::new()) };
+        self.backend.sample(&mut logits, rows)?.ok_or_else(|| {
+            Error::Unsupported(format!("sampling on {}", self.backend.name()))
+        })
     }
 }
 
 impl<B: Backend> Decoder<B> {
-    fn forward_with(&self, batch: &ForwardBatch, kv: &mut B::KvPool) -> Result<Vec<f32>> {
+    fn with_kv<T>(&mut self, f: impl FnOnce(&Self, &mut B::KvPool) -> Result<T>) -> Result<T> {
+        let mut kv = self.kv.take().ok_or_else(|| Error::InvalidInput("KV cache not allocated".into()))?;
+        let result = f(self, &mut kv);
+        self.kv = Some(kv);
+        result
+    }
+
+    /// The logits of `batch.logit_rows`, where the backend keeps them; `None`
+    /// when no row's logits are wanted.
+    fn logits(&self, batch: &ForwardBatch, kv: &mut B::KvPool) -> Result<Option<B::Tensor>> {
         let b = &self.backend;
         if batch.tokens.len() != batch.positions.len() || batch.tokens.is_empty() {
             return Err(Error::InvalidInput("forward: empty batch or positions mismatch".into()));
@@ -215,14 +243,13 @@ impl<B: Backend> Decoder<B> {
             h = self.layer_forward(l, &mut x, &h, next_norm, batch, kv)?;
         }
         if batch.logit_rows.is_empty() {
-            // A prefill chunk that ends mid-prompt: only the KV writes matter.
-            return Ok(Vec::new());
+            return Ok(None);
         }
         let x = b.rows(&h, &batch.logit_rows)?;
         let mut logits = b.matmul(&x, self.output.as_ref().unwrap_or(&self.embed))?;
         if let Some(cap) = self.cfg.final_softcap {
             b.softcap(&mut logits, cap)?;
         }
-        b.to_host(&logits)
+        Ok(Some(logits))
     }
 }

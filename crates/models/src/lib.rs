@@ -17,6 +17,7 @@ pub use config::LmConfig;
 pub use registry::load_causal_lm;
 
 use ferrite_backend::AttnBatch;
+pub use ferrite_backend::{LogitEdit, RowSampling};
 pub use ferrite_backend::KvDtype;
 use ferrite_core::Result;
 
@@ -38,4 +39,15 @@ pub trait CausalLm: Send {
     fn alloc_kv(&mut self, n_blocks: usize, block_size: usize, dtype: KvDtype) -> Result<()>;
     /// Runs the batch and returns logits [logit_rows.len(), vocab] row-major.
     fn forward(&mut self, batch: &ForwardBatch) -> Result<Vec<f32>>;
+    /// Whether `forward_sample` draws tokens where the logits are (a GPU),
+    /// so that only token ids come back.
+    fn samples_on_device(&self) -> bool {
+        false
+    }
+    /// Runs the batch and draws one token per logit row by `rows` (one each):
+    /// (token, logprob). Only where `samples_on_device`.
+    fn forward_sample(&mut self, batch: &ForwardBatch, rows: &[RowSampling]) -> Result<Vec<(u32, f32)>> {
+        let _ = (batch, rows);
+        Err(ferrite_core::Error::Unsupported(format!("sampling on {}", self.backend_name())))
+    }
 }

@@ -17,6 +17,7 @@ pub const MODULES: &[(&str, &str)] = &[
     ("attention", include_str!("kernels/attention.cu")),
     ("gemv", include_str!("kernels/gemv.cu")),
     ("quant", include_str!("kernels/quant.cu")),
+    ("sample", include_str!("kernels/sample.cu")),
 ];
 
 /// Whether NVRTC's library can be loaded (checked first: a missing library

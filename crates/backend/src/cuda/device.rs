@@ -70,6 +70,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
     ("attention", &["attention_rows_f32", "attention_rows_f16", "flash_f16_64", "flash_f16_128"]),
     ("gemv", &[]),
     ("quant", &["dequant_f16", "embedding_q"]),
+    ("sample", &["sample_rows"]),
 ];
 
 /// A module's entry points: the fixed ones, plus one GEMV per storage and

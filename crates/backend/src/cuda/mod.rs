@@ -18,10 +18,10 @@ pub use weight::{CudaWeight, Storage};
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use ferrite_core::{Error, Result};
 
-use crate::{Activation, AttnBatch, AttnParams, Backend, KvSpec, RawWeight, Rope};
+use crate::{Activation, AttnBatch, AttnParams, Backend, KvSpec, RawWeight, Rope, RowSampling};
 use device::{device_err, elementwise, per_row, Device};
 use kv::{AttnLaunch, KvRef, MetaCache};
 
@@ -55,6 +55,26 @@ fn act_code(a: Activation) -> i32 {
         Activation::GeluTanh => 1,
         Activation::Gelu => 2,
     }
+}
+
+/// Rows' parameters (8 words each) and their edits (4 words each), as
+/// kernels/sample.cu reads them.
+fn pack_sampling(rows: &[RowSampling]) -> (Vec<u32>, Vec<u32>) {
+    let mut params = Vec::with_capacity(8 * rows.len());
+    let mut edits = Vec::new();
+    for r in rows {
+        let first = (edits.len() / 4) as u32;
+        for e in &r.edits {
+            edits.extend([e.token, e.bias.to_bits(), e.rep.to_bits(), e.sub.to_bits()]);
+        }
+        let end = (edits.len() / 4) as u32;
+        let (t, p, m) = (r.temperature.to_bits(), r.top_p.to_bits(), r.min_p.to_bits());
+        params.extend([t, r.top_k, p, m, r.seed as u32, (r.seed >> 32) as u32, first, end]);
+    }
+    if edits.is_empty() {
+        edits.push(0);
+    }
+    (params, edits)
 }
 
 fn same_shape(a: &CudaTensor, b: &CudaTensor, op: &str) -> Result<()> {
@@ -294,6 +314,33 @@ impl Backend for CudaBackend {
             launch!(self, "gather_rows", per_row(rows.len(), x.cols), &x.buf, idx.as_ref(), &mut out, &cols)?;
         }
         Ok(self.tensor(out, rows.len(), x.cols))
+    }
+
+    fn samples_on_device(&self) -> bool {
+        true
+    }
+
+    fn sample(&self, logits: &mut CudaTensor, rows: &[RowSampling]) -> Result<Option<Vec<(u32, f32)>>> {
+        let _span = profile::span(&self.dev.stream, "sample");
+        if rows.len() != logits.rows {
+            return Err(Error::Shape(format!("sampling {} rows of {} logits rows", rows.len(), logits.rows)));
+        }
+        if rows.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        if logits.cols == 0 {
+            return Err(Error::Shape("sampling from an empty vocabulary".into()));
+        }
+        let (params, edits) = pack_sampling(rows);
+        let params = self.dev.stream.clone_htod(&params).map_err(|e| device_err("upload", e))?;
+        let edits = self.dev.stream.clone_htod(&edits).map_err(|e| device_err("upload", e))?;
+        // SAFETY: every row's thread 0 writes both of its words.
+        let mut out = unsafe { self.dev.stream.alloc::<u32>(2 * rows.len()) }.map_err(|e| device_err("alloc", e))?;
+        let vocab = logits.cols as u32;
+        let cfg = LaunchConfig { grid_dim: (rows.len() as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
+        launch!(self, "sample_rows", cfg, &mut logits.buf, &vocab, &params, &edits, &mut out)?;
+        let words = self.dev.stream.clone_dtoh(&out).map_err(|e| device_err("download", e))?;
+        Ok(Some(words.chunks_exact(2).map(|w| (w[0], f32::from_bits(w[1]))).collect()))
     }
 
     fn encoder_attention(

@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use cudarc::driver::{sys, CudaEvent, CudaStream};
 
-type Pending = Vec<(&'static str, CudaEvent, CudaEvent)>;
+/// (op, start, end, host seconds spent issuing it)
+type Pending = Vec<(&'static str, CudaEvent, CudaEvent, f64)>;
 
 static EVENTS: OnceLock<Mutex<Pending>> = OnceLock::new();
 
@@ -25,6 +26,7 @@ pub struct Span {
     name: &'static str,
     start: Option<CudaEvent>,
     stream: Arc<CudaStream>,
+    host: std::time::Instant,
 }
 
 fn recorded(stream: &Arc<CudaStream>) -> Option<CudaEvent> {
@@ -38,52 +40,64 @@ pub fn span(stream: &Arc<CudaStream>, name: &'static str) -> Option<Span> {
     if !enabled() {
         return None;
     }
-    Some(Span { name, start: Some(recorded(stream)?), stream: stream.clone() })
+    Some(Span { name, start: Some(recorded(stream)?), stream: stream.clone(), host: std::time::Instant::now() })
 }
 
 impl Drop for Span {
     fn drop(&mut self) {
+        let host = self.host.elapsed().as_secs_f64();
         if let (Some(start), Some(end)) = (self.start.take(), recorded(&self.stream)) {
-            EVENTS.get_or_init(Mutex::default).lock().unwrap_or_else(|e| e.into_inner()).push((self.name, start, end));
+            let mut events = EVENTS.get_or_init(Mutex::default).lock().unwrap_or_else(|e| e.into_inner());
+            events.push((self.name, start, end, host));
         }
     }
 }
 
-/// GPU milliseconds per op since the last call.
+/// Time per op since the last call.
 #[derive(Clone, Debug, Default)]
 pub struct Profile {
-    /// op -> (calls, milliseconds)
-    pub ops: BTreeMap<&'static str, (usize, f64)>,
+    pub ops: BTreeMap<&'static str, OpTime>,
     pub timeline_ms: f64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct OpTime {
+    pub calls: usize,
+    /// Between the op's start and end events on the GPU.
+    pub gpu_ms: f64,
+    /// Issuing it on the host (the events' own cost included).
+    pub host_ms: f64,
 }
 
 impl Profile {
     pub fn merge(&mut self, other: &Profile) {
-        for (op, (n, ms)) in &other.ops {
+        for (op, t) in &other.ops {
             let e = self.ops.entry(op).or_default();
-            e.0 += n;
-            e.1 += ms;
+            e.calls += t.calls;
+            e.gpu_ms += t.gpu_ms;
+            e.host_ms += t.host_ms;
         }
         self.timeline_ms += other.timeline_ms;
     }
 
     pub fn busy_ms(&self) -> f64 {
-        self.ops.values().map(|v| v.1).sum()
+        self.ops.values().map(|v| v.gpu_ms).sum()
     }
 
     /// A table, largest share first.
     pub fn table(&self) -> String {
         let busy = self.busy_ms();
         let mut rows: Vec<_> = self.ops.iter().collect();
-        rows.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+        rows.sort_by(|a, b| b.1.gpu_ms.total_cmp(&a.1.gpu_ms));
         let mut out = format!(
-            "GPU timeline {:.2} ms, busy {:.2} ms ({:.1}%)\n| op | calls | ms | share of busy |\n|---|---|---|---|\n",
+            "GPU timeline {:.2} ms, busy {:.2} ms ({:.1}%)\n| op | calls | GPU ms | share of busy | host ms |\n|---|---|---|---|---|\n",
             self.timeline_ms,
             busy,
             100.0 * busy / self.timeline_ms.max(1e-9)
         );
-        for (op, (n, ms)) in rows {
-            out += &format!("| {op} | {n} | {ms:.3} | {:.1}% |\n", 100.0 * ms / busy.max(1e-9));
+        for (op, t) in rows {
+            let share = 100.0 * t.gpu_ms / busy.max(1e-9);
+            out += &format!("| {op} | {} | {:.3} | {share:.1}% | {:.3} |\n", t.calls, t.gpu_ms, t.host_ms);
         }
         out
     }
@@ -100,11 +114,11 @@ pub fn take() -> Option<Profile> {
         last.2.synchronize().ok()?;
         p.timeline_ms = first.1.elapsed_ms(&last.2).ok()? as f64;
     }
-    for (name, start, end) in &events {
-        let ms = start.elapsed_ms(end).ok()? as f64;
+    for (name, start, end, host) in &events {
         let e = p.ops.entry(*name).or_default();
-        e.0 += 1;
-        e.1 += ms;
+        e.calls += 1;
+        e.gpu_ms += start.elapsed_ms(end).ok()? as f64;
+        e.host_ms += host * 1e3;
     }
     Some(p)
 }

@@ -6,6 +6,10 @@
 //! nothing sorts the whole vocabulary (see `select`), and the full-vocabulary
 //! passes (max, log-sum-exp) are written to vectorize (see `math`).
 
+use std::collections::HashMap;
+
+use ferrite_backend::{LogitEdit, RowSampling};
+
 use super::math::{exp_fast, max_argmax, sanitize, sum_exp};
 use super::params::SamplingParams;
 use super::rng::Rng;
@@ -92,6 +96,55 @@ impl Sampler {
             _ => Vec::new(),
         };
         Sampled { token, logprob, top }
+    }
+
+    /// The same draw described for a device that holds the logits, with
+    /// `banned` tokens (e.g. end of generation before `min_tokens`) set to
+    /// -inf first; `None` when the request needs the logits on the host
+    /// (top logprobs). Draws the row's seed from this sampler's RNG.
+    pub fn device_request(&mut self, prompt: &[u32], generated: &[u32], banned: &[u32]) -> Option<RowSampling> {
+        let p = &self.params;
+        if p.logprobs.is_some_and(|n| n > 0) {
+            return None;
+        }
+        let mut edits: HashMap<u32, LogitEdit> = HashMap::new();
+        fn edit(edits: &mut HashMap<u32, LogitEdit>, t: u32) -> &mut LogitEdit {
+            edits.entry(t).or_insert(LogitEdit { token: t, bias: 0.0, rep: 1.0, sub: 0.0 })
+        }
+        for &t in banned {
+            edit(&mut edits, t).bias = f32::NEG_INFINITY;
+        }
+        for &(t, b) in &p.logit_bias {
+            edit(&mut edits, t).bias += b;
+        }
+        let penalty = p.repetition_penalty;
+        if penalty != 1.0 && !penalty.is_nan() && penalty > 0.0 {
+            let total = prompt.len() + generated.len();
+            let n = if p.penalty_last_n == 0 { total } else { p.penalty_last_n.min(total) };
+            let from_generated = n.min(generated.len());
+            let from_prompt = n - from_generated;
+            for &t in prompt[prompt.len() - from_prompt..].iter().chain(&generated[generated.len() - from_generated..]) {
+                edit(&mut edits, t).rep = penalty;
+            }
+        }
+        if p.presence_penalty != 0.0 || p.frequency_penalty != 0.0 {
+            let mut counts: HashMap<u32, u32> = HashMap::new();
+            for &t in generated {
+                *counts.entry(t).or_default() += 1;
+            }
+            for (t, c) in counts {
+                edit(&mut edits, t).sub = c as f32 * p.frequency_penalty + p.presence_penalty;
+            }
+        }
+        let t = if p.temperature.is_nan() { 0.0 } else { p.temperature };
+        Some(RowSampling {
+            temperature: t,
+            top_k: p.top_k.min(u32::MAX as usize) as u32,
+            top_p: p.top_p,
+            min_p: p.min_p,
+            seed: self.rng.next_u64(),
+            edits: edits.into_values().collect(),
+        })
     }
 
     fn apply_logit_bias(&mut self) {
@@ -261,6 +314,44 @@ mod tests {
 
     fn random_logits(n: usize, rng: &mut Rng) -> Vec<f32> {
         (0..n).map(|_| (rng.next_f64() * 20.0 - 10.0) as f32).collect()
+    }
+
+    /// What a device is asked to draw is what the host draws: greedy picks
+    /// and logprobs equal, and the host's draws follow the distribution that
+    /// `ferrite_backend::sampling` (the device samplers' reference) gives the
+    /// request, with bias, penalties and banned tokens.
+    #[test]
+    fn device_request_describes_the_host_draw() {
+        let mut rng = Rng::seeded(5);
+        let logits = random_logits(200, &mut rng);
+        let (prompt, generated) = ([3u32, 4, 5, 3, 250], [4u32, 9, 9, 17]);
+        let with = |t: f32, k: usize, p: f32, m: f32| SamplingParams {
+            repetition_penalty: 1.3,
+            penalty_last_n: 6,
+            presence_penalty: 0.4,
+            frequency_penalty: 0.3,
+            logit_bias: vec![(9, 2.0), (17, 1.0), (9, 0.5)],
+            ..params(t, k, p, m)
+        };
+        for p in [with(0.0, 40, 0.9, 0.05), with(0.9, 20, 0.8, 0.02), with(1.3, 0, 1.0, 0.0)] {
+            let mut host = Sampler::new(p.clone());
+            let req = host.device_request(&prompt, &generated, &[1]).unwrap();
+            let probs = ferrite_backend::sampling::probabilities(&logits, &req);
+            let mut banned = logits.clone();
+            banned[1] = f32::NEG_INFINITY;
+            let draws = 20_000;
+            let mut freq = vec![0f64; logits.len()];
+            for _ in 0..draws {
+                let s = host.sample(&banned, &prompt, &generated);
+                let want = ferrite_backend::sampling::logprob(&logits, &req, s.token);
+                assert!((s.logprob - want).abs() < 1e-4, "logprob {} vs {want}", s.logprob);
+                freq[s.token as usize] += 1.0 / draws as f64;
+            }
+            let tv = 0.5 * freq.iter().zip(&probs).map(|(f, p)| (f - p).abs()).sum::<f64>();
+            assert!(tv < 0.03, "{p:?}: total variation {tv}");
+        }
+        let top = SamplingParams { logprobs: Some(3), ..params(0.5, 0, 1.0, 0.0) };
+        assert!(Sampler::new(top).device_request(&prompt, &generated, &[]).is_none());
     }
 
     /// f64 log-softmax reference.

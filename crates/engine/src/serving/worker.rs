@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
+use ferrite_backend::RowSampling;
 use ferrite_core::Result;
 use ferrite_loader::tokenizer::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
@@ -13,12 +14,18 @@ use super::{Command, EngineConfig, Event, Request, Shared, Summary};
 use crate::constraint::json::{JsonConstraint, JsonVocab};
 use crate::detokenizer::IncrementalDetokenizer;
 use crate::runner::Runner;
-use crate::sampling::{Sampler, StopChecker};
+use crate::sampling::{Sampled, Sampler, StopChecker};
 use crate::scheduler::{Scheduler, SchedulerConfig, StepPlan};
 use crate::FinishReason;
 
 /// A request the worker is serving: everything besides its tokens and blocks
 /// (which the scheduler holds).
+/// A step's result: logits to sample on the host, or tokens drawn on the device.
+enum Picked {
+    Logits(Vec<f32>),
+    Device(Vec<(u32, f32)>),
+}
+
 struct Active {
     tx: UnboundedSender<Event>,
     req: Request,
@@ -152,10 +159,14 @@ impl Worker {
                 }
             }
         }
-        match self.runner.execute(&plan.seqs) {
-            Ok(logits) => {
+        let result = match self.device_rows(&plan) {
+            Some(rows) => self.runner.execute_sampled(&plan.seqs, &rows).map(Picked::Device),
+            None => self.runner.execute(&plan.seqs).map(Picked::Logits),
+        };
+        match result {
+            Ok(picked) => {
                 self.scheduler.step_done(&plan);
-                self.sample_all(&plan, &logits);
+                self.sample_all(&plan, &picked);
             }
             Err(e) => {
                 let msg = e.to_string();
@@ -167,15 +178,57 @@ impl Worker {
         self.metric(|m| m.steps += 1);
     }
 
-    fn sample_all(&mut self, plan: &StepPlan, logits: &[f32]) {
+    /// Each sampled sequence's draw, for the device, when the model samples
+    /// there and no request of the step needs its logits on the host (a JSON
+    /// constraint or top logprobs).
+    fn device_rows(&mut self, plan: &StepPlan) -> Option<Vec<RowSampling>> {
+        if !self.runner.samples_on_device() {
+            return None;
+        }
+        let sampled = || plan.seqs.iter().filter(|s| s.sample).filter_map(|s| self.active.get(&s.id));
+        if sampled().any(|a| a.json.is_some() || a.sampler.params().logprobs.is_some_and(|n| n > 0)) {
+            return None;
+        }
+        let mut rows = Vec::new();
+        for s in plan.seqs.iter().filter(|s| s.sample) {
+            let a = self.active.get_mut(&s.id)?;
+            let banned: Vec<u32> = if a.generated.len() < a.req.min_tokens {
+                self.tokenizer.eos_ids().iter().chain(&a.req.stop_ids).copied().collect()
+            } else {
+                Vec::new()
+            };
+            rows.push(a.sampler.device_request(&a.req.prompt, &a.generated, &banned)?);
+        }
+        Some(rows)
+    }
+
+    fn sample_all(&mut self, plan: &StepPlan, picked: &Picked) {
         let vocab = self.vocab;
-        let mut rows = logits.chunks_exact(vocab);
+        let (mut rows, mut tokens) = match picked {
+            Picked::Logits(l) => (Some(l.chunks_exact(vocab)), None),
+            Picked::Device(t) => (None, Some(t.iter())),
+        };
         let mut work = Vec::new();
         for s in plan.seqs.iter().filter(|s| s.sample) {
-            let Some(row) = rows.next() else { break };
+            let device = match tokens.as_mut() {
+                Some(t) => match t.next() {
+                    Some(&(token, logprob)) => Some(Sampled { token, logprob, top: Vec::new() }),
+                    None => break,
+                },
+                None => None,
+            };
+            let row = match (&device, rows.as_mut()) {
+                (None, Some(r)) => match r.next() {
+                    Some(row) => row,
+                    None => break,
+                },
+                _ => &[][..],
+            };
             let Some(a) = self.active.get_mut(&s.id) else { continue };
             let too_short = a.generated.len() < a.req.min_tokens;
-            let row = if a.json.is_some() || too_short {
+            let row = if device.is_some() {
+                row
+            } else if a.json.is_some() || too_short {
                 work.clear();
                 work.extend_from_slice(row);
                 if let Some(c) = &a.json {
@@ -192,7 +245,10 @@ impl Worker {
             } else {
                 row
             };
-            let sampled = a.sampler.sample(row, &a.req.prompt, &a.generated);
+            let sampled = match device {
+                Some(d) => d,
+                None => a.sampler.sample(row, &a.req.prompt, &a.generated),
+            };
             let token = sampled.token;
             a.generated.push(token);
             if let Some(c) = &mut a.json {

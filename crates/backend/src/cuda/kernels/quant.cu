@@ -18,10 +18,10 @@ typedef unsigned char u8;
 #define T_Q5_K 6
 #define T_Q6_K 7
 
-__device__ __forceinline__ float ld_f16(const u8* p) { return f16_to_f32(*(const u16*)p); }
+__device__ __forceinline__ float ld_f16(const u8* p) { return f16_to_f32(__ldg((const u16*)p)); }
 __device__ __forceinline__ u32 ld_u32_2(const u8* p) {
     const u16* h = (const u16*)p;
-    return (u32)h[0] | ((u32)h[1] << 16);
+    return (u32)__ldg(h) | ((u32)__ldg(h + 1) << 16);
 }
 // 32 bytes at a 2-byte aligned address, as eight words.
 __device__ __forceinline__ void ld32_2(const u8* p, u32* q) {
@@ -29,20 +29,21 @@ __device__ __forceinline__ void ld32_2(const u8* p, u32* q) {
     for (int i = 0; i < 8; i++) q[i] = ld_u32_2(p + 4 * i);
 }
 __device__ __forceinline__ void ld32_16(const u8* p, u32* q) {
-    const uint4 a = ((const uint4*)p)[0], b = ((const uint4*)p)[1];
+    const uint4 a = __ldg((const uint4*)p), b = __ldg((const uint4*)p + 1);
     q[0] = a.x, q[1] = a.y, q[2] = a.z, q[3] = a.w, q[4] = b.x, q[5] = b.y, q[6] = b.z, q[7] = b.w;
 }
 // Byte j of a little-endian word array.
 __device__ __forceinline__ u32 byte_at(const u32* q, int j) { return (q[j >> 2] >> (8 * (j & 3))) & 0xffu; }
 
-// k-quant 6-bit scale and min of sub-block j (0..7) from the 12 scale bytes.
-__device__ __forceinline__ void scale_min_k4(int j, const u8* s, float& sc, float& m) {
+// k-quant 6-bit scale and min of sub-block j (0..7) from the 12 scale bytes
+// (as three words).
+__device__ __forceinline__ void scale_min_k4(int j, const u32* s, float& sc, float& m) {
     if (j < 4) {
-        sc = (float)(s[j] & 63);
-        m = (float)(s[j + 4] & 63);
+        sc = (float)(byte_at(s, j) & 63);
+        m = (float)(byte_at(s, j + 4) & 63);
     } else {
-        sc = (float)((s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4));
-        m = (float)((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+        sc = (float)((byte_at(s, j + 4) & 0xf) | ((byte_at(s, j - 4) >> 6) << 4));
+        m = (float)((byte_at(s, j + 4) >> 4) | ((byte_at(s, j) >> 6) << 4));
     }
 }
 
@@ -87,9 +88,12 @@ __device__ __forceinline__ void dq32(const u8* row, u32 c, float* w) {
     } else if (T == T_Q4_K || T == T_Q5_K) {
         const int j = c & 7;
         const u8* b = row + (u64)(c >> 3) * (T == T_Q4_K ? 144 : 176);
+        // Blocks of 144 and 176 bytes keep 16-byte alignment.
+        const uint4 head = __ldg((const uint4*)b);
+        const u32 scales[3] = {head.y, head.z, head.w};
         float sc, mn;
-        scale_min_k4(j, b + 4, sc, mn);
-        const float d = ld_f16(b) * sc, m = ld_f16(b + 2) * mn;
+        scale_min_k4(j, scales, sc, mn);
+        const float d = f16_to_f32((u16)(head.x & 0xffff)) * sc, m = f16_to_f32((u16)(head.x >> 16)) * mn;
         u32 q[8];
         ld32_16(b + (T == T_Q4_K ? 16 : 48) + 32 * (j >> 1), q);
         const int shift = (j & 1) * 4;
@@ -109,8 +113,9 @@ __device__ __forceinline__ void dq32(const u8* row, u32 c, float* w) {
         const int j = c & 7, n = j >> 2, r = j & 3;
         const u8* b = row + (u64)(c >> 3) * 210;
         const float d = ld_f16(b + 208);
-        const float s0 = d * (float)(signed char)b[192 + 8 * n + 2 * r];
-        const float s1 = d * (float)(signed char)b[192 + 8 * n + 2 * r + 1];
+        const u32 sc = __ldg((const u16*)(b + 192 + 8 * n + 2 * r));
+        const float s0 = d * (float)(signed char)(sc & 0xff);
+        const float s1 = d * (float)(signed char)(sc >> 8);
         u32 ql[8], qh[8];
         ld32_2(b + 64 * n + 32 * (r & 1), ql);
         ld32_2(b + 128 + 32 * n, qh);
@@ -139,13 +144,14 @@ __device__ __forceinline__ void dq32_any(int t, const u8* row, u32 c, float* w) 
 
 // Rows r0 .. r0 + rows of a weight to f16 [rows, k] (prefill: a tile of the
 // weight for the tensor-core GEMM). One thread per chunk.
-extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_bytes, u32 k, u32 r0, u32 rows) {
+template <int T>
+__device__ void dequant_tile(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r0, u32 rows) {
     const u32 chunks = k / 32;
     const u64 total = (u64)rows * chunks;
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
         const u32 r = (u32)(i / chunks), c = (u32)(i % chunks);
         float v[32];
-        dq32_any(t, w + (u64)(r0 + r) * row_bytes, c, v);
+        dq32<T>(w + (u64)(r0 + r) * row_bytes, c, v);
         uint4* o = (uint4*)(out + (u64)r * k + 32 * c);
 #pragma unroll
         for (int q = 0; q < 4; q++) {
@@ -155,6 +161,19 @@ extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_byt
                 p[e] = (u32)f32_to_f16(v[8 * q + 2 * e]) | ((u32)f32_to_f16(v[8 * q + 2 * e + 1]) << 16);
             o[q] = make_uint4(p[0], p[1], p[2], p[3]);
         }
+    }
+}
+
+extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_bytes, u32 k, u32 r0, u32 rows) {
+    switch (t) {
+        case T_Q4_0: dequant_tile<T_Q4_0>(w, out, row_bytes, k, r0, rows); break;
+        case T_Q4_1: dequant_tile<T_Q4_1>(w, out, row_bytes, k, r0, rows); break;
+        case T_Q5_0: dequant_tile<T_Q5_0>(w, out, row_bytes, k, r0, rows); break;
+        case T_Q5_1: dequant_tile<T_Q5_1>(w, out, row_bytes, k, r0, rows); break;
+        case T_Q8_0: dequant_tile<T_Q8_0>(w, out, row_bytes, k, r0, rows); break;
+        case T_Q4_K: dequant_tile<T_Q4_K>(w, out, row_bytes, k, r0, rows); break;
+        case T_Q5_K: dequant_tile<T_Q5_K>(w, out, row_bytes, k, r0, rows); break;
+        default: dequant_tile<T_Q6_K>(w, out, row_bytes, k, r0, rows); break;
     }
 }
 
@@ -198,7 +217,10 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
     float acc[N];
 #pragma unroll
     for (int n = 0; n < N; n++) acc[n] = 0.f;
-    for (u32 c = lane; c < k / 32; c += 32) {
+    const u32 chunks = k / 32;
+    // Unrolled so that several chunks' loads are in flight per lane.
+#pragma unroll 4
+    for (u32 c = lane; c < chunks; c += 32) {
         float v[32];
         dq32<T>(wr, c, v);
 #pragma unroll
