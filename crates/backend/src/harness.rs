@@ -187,11 +187,17 @@ impl<B: Backend> Harness<'_, B> {
         let got = self.b.rms_norm(&xb, &hb, 1e-6)?;
         let want = self.cpu.rms_norm(&xc, &hc, 1e-6)?;
         self.record("rms_norm per head".into(), &got, &want, TOL_F32)?;
-        let (mut g, mut wc2) = self.up(&x, n, c)?;
-        let got = self.b.add_rms_norm(&mut g, &yb, &wb, 1e-6)?;
-        let want = self.cpu.add_rms_norm(&mut wc2, &yc, &wc, 1e-6)?;
-        self.record("add_rms_norm (normed)".into(), &got, &want, TOL_F32)?;
-        self.record("add_rms_norm (sum)".into(), &g, &wc2, TOL_F32)?;
+        // Rows of whole float4s (one or several per thread) and not.
+        for c in [640, 1030, 16384] {
+            let (x, y, w) = (self.rng.vec(n * c, 3.0), self.rng.vec(n * c, 1.0), self.rng.vec(c, 1.0));
+            let (yb, yc) = self.up(&y, n, c)?;
+            let (wb, wc) = self.up(&w, 1, c)?;
+            let (mut g, mut wc2) = self.up(&x, n, c)?;
+            let got = self.b.add_rms_norm(&mut g, &yb, &wb, 1e-6)?;
+            let want = self.cpu.add_rms_norm(&mut wc2, &yc, &wc, 1e-6)?;
+            self.record(format!("add_rms_norm [{n}x{c}] (normed)"), &got, &want, TOL_F32)?;
+            self.record(format!("add_rms_norm [{n}x{c}] (sum)"), &g, &wc2, TOL_F32)?;
+        }
         for bias in [false, true] {
             let got = self.b.layer_norm(&xb, &wb, bias.then_some(&wb), 1e-12)?;
             let want = self.cpu.layer_norm(&xc, &wc, bias.then_some(&wc), 1e-12)?;

@@ -65,11 +65,12 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "write_kv_f32",
             "write_kv_f16",
             "add_rms_norm",
+            "add_rms_norm4",
         ],
     ),
     ("attention", &["attention_rows_f32", "attention_rows_f16", "flash_f16_64", "flash_f16_128"]),
     ("gemv", &[]),
-    ("quant", &["dequant_f16", "embedding_q"]),
+    ("quant", &["dequant_f16", "embedding_q", "quantize_x16"]),
     ("sample", &["sample_rows"]),
 ];
 

@@ -230,7 +230,15 @@ impl Backend for CudaBackend {
         let mut out = self.alloc(x.rows * x.cols)?;
         if x.rows > 0 {
             let cols = x.cols as u32;
-            launch!(self, "add_rms_norm", per_row(x.rows, x.cols), &mut x.buf, &y.buf, &w.buf, &mut out, &cols, &eps)?;
+            let n4 = x.cols / 4;
+            if x.cols.is_multiple_of(4) && n4 <= 1024 * 8 {
+                let threads = n4.min(1024).div_ceil(32) as u32 * 32;
+                let cfg = LaunchConfig { grid_dim: (x.rows as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+                launch!(self, "add_rms_norm4", cfg, &mut x.buf, &y.buf, &w.buf, &mut out, &cols, &eps)?;
+            } else {
+                let cfg = per_row(x.rows, x.cols);
+                launch!(self, "add_rms_norm", cfg, &mut x.buf, &y.buf, &w.buf, &mut out, &cols, &eps)?;
+            }
         }
         Ok(self.tensor(out, x.rows, x.cols))
     }
@@ -250,6 +258,7 @@ impl Backend for CudaBackend {
         if positions.len() != x.rows
             || !x.cols.is_multiple_of(rope.head_dim)
             || rope.inv_freq.len() * 2 != rope.head_dim
+            || rope.head_dim > 512
         {
             return Err(Error::Shape("rope: positions or head size do not match".into()));
         }
@@ -262,7 +271,11 @@ impl Backend for CudaBackend {
         launch!(
             self,
             "rope",
-            per_row(x.rows, rope.head_dim / 2),
+            LaunchConfig {
+                grid_dim: (x.rows as u32, 1, 1),
+                block_dim: ((x.cols / 2).clamp(32, 1024).div_ceil(32) as u32 * 32, 1, 1),
+                shared_mem_bytes: 0
+            },
             &mut x.buf,
             pos.as_ref(),
             freq.as_ref(),

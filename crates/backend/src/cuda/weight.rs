@@ -292,6 +292,21 @@ impl Gemm {
     }
 }
 
+/// The input of a quantized GEMV: 16-bit values per 32-block and each
+/// block's (scale, sum of its first 16, sum of its last 16).
+fn quantize_x16(dev: &Device, x: &CudaTensor) -> Result<(CudaSlice<u16>, CudaSlice<u32>)> {
+    let len = x.rows * x.cols;
+    let blocks = (len / 32) as u64;
+    // SAFETY: both are fully written by the kernel (k % 32 == 0 for blocks).
+    let mut xq = unsafe { dev.stream.alloc::<u16>(len.max(1)) }.map_err(|e| device_err("alloc", e))?;
+    let mut meta = unsafe { dev.stream.alloc::<u32>(4 * (len / 32).max(1)) }.map_err(|e| device_err("alloc", e))?;
+    let mut b = dev.stream.launch_builder(dev.func("quantize_x16"));
+    b.arg(&x.buf).arg(&mut xq).arg(&mut meta).arg(&blocks);
+    // SAFETY: argument types match the kernel's signature; one lane per value.
+    unsafe { b.launch(elementwise(len)) }.map_err(|e| device_err("quantize_x16", e))?;
+    Ok((xq, meta))
+}
+
 /// Decode batches: our memory-bound kernel, f32 input as is, up to three
 /// weights per launch, input rows in chunks of eight. Each output row's sums
 /// run the same way whatever the batch (the batch-invariant mode uses this for
@@ -319,13 +334,13 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTens
     for i in ws.len()..3 {
         (wp[i], yp[i]) = (wp[0], yp[0]);
     }
-    let (xp, gx) = x.buf.device_ptr(s);
-    guards.push(gx);
     let rows: u32 = m.iter().sum();
     let k32 = k as u32;
-    let row_bytes = match ws[0].storage {
-        Storage::Quant(q) => (k / q.block_size() * q.block_bytes()) as u64,
-        _ => 0,
+    // Blocks: the input quantized to 16 bits per 32-block, with each block's
+    // scale and sums (kernels/quant.cu).
+    let quant = match ws[0].storage {
+        Storage::Quant(q) => Some((q, quantize_x16(dev, x)?)),
+        _ => None,
     };
     // One warp per weight row, eight per block.
     let cfg = LaunchConfig { grid_dim: (rows.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
@@ -333,12 +348,26 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTens
         let nc = (n - r0).min(8);
         let name = gemv_name(ws[0].storage, nc);
         let y: [u64; 3] = std::array::from_fn(|i| yp[i] + (r0 * m[i] as usize * 4) as u64);
-        let xr = xp + (r0 * k * 4) as u64;
         let mut b = s.launch_builder(dev.func(&name));
         b.arg(&wp[0]).arg(&wp[1]).arg(&wp[2]).arg(&y[0]).arg(&y[1]).arg(&y[2]);
-        b.arg(&m[0]).arg(&m[1]).arg(&m[2]).arg(&xr).arg(&k32);
-        if matches!(ws[0].storage, Storage::Quant(_)) {
-            b.arg(&row_bytes);
+        b.arg(&m[0]).arg(&m[1]).arg(&m[2]);
+        let (xr, meta_r, row_bytes, _g);
+        match &quant {
+            Some((q, (xq, meta))) => {
+                let (xp, g1) = xq.device_ptr(s);
+                let (mp, g2) = meta.device_ptr(s);
+                _g = (g1, Some(g2));
+                xr = xp + (r0 * k * 2) as u64;
+                meta_r = mp + (r0 * (k / 32) * 16) as u64;
+                row_bytes = (k / q.block_size() * q.block_bytes()) as u64;
+                b.arg(&xr).arg(&meta_r).arg(&k32).arg(&row_bytes);
+            }
+            None => {
+                let (xp, g1) = x.buf.device_ptr(s);
+                _g = (g1, None);
+                xr = xp + (r0 * k * 4) as u64;
+                b.arg(&xr).arg(&k32);
+            }
         }
         // SAFETY: pointers are live buffers of the sizes given (offsets stay
         // inside them); k % 8 == 0 keeps the 16-byte loads aligned.

@@ -49,6 +49,33 @@ __device__ __forceinline__ void load8(const float* p, float* f) {
     f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
 }
 
+__device__ __forceinline__ void load4(const u16* p, float* f) {
+    const uint2 v = *(const uint2*)p;
+    f[0] = f16_to_f32((u16)(v.x & 0xffffu));
+    f[1] = f16_to_f32((u16)(v.x >> 16));
+    f[2] = f16_to_f32((u16)(v.y & 0xffffu));
+    f[3] = f16_to_f32((u16)(v.y >> 16));
+}
+__device__ __forceinline__ void load4(const float* p, float* f) {
+    const float4 a = *(const float4*)p;
+    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
+}
+
+// This lane's `per` value dimensions of one cached row (zeros past the head).
+// `n` is how many of them lie inside the head.
+template <typename KT>
+__device__ __forceinline__ void load_values(const KT* vc, u64 at, u32 per, int n, float* v) {
+#pragma unroll
+    for (int i = 0; i < MAX_HD / 32; i++) v[i] = 0.f;
+    if (per == 4 && n == 4) {
+        load4(vc + at, v);
+    } else {
+#pragma unroll
+        for (int i = 0; i < MAX_HD / 32; i++)
+            if (i < n) v[i] = load_kv(vc, at + i);
+    }
+}
+
 template <typename KT>
 __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* out, const u32* meta,
                             const u32* tables, const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs,
@@ -84,6 +111,7 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
         u64 base = 0;
         if (valid) {
             base = key_slot(tables, toff, bs, t) * kv_dim + (u64)kvh * hd;
+#pragma unroll 4
             for (u32 d = 0; d < hd; d += 8) {
                 float k8[8];
                 load8(kc + base + d, k8);
@@ -112,11 +140,13 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
             for (int i = 0; i < MAX_HD / 32; i++) acc[g][i] *= corr;
         }
         const u32 nk = min(32u, hi - t0);
+        // Key kk's row start comes from the lane that scored it (no second
+        // table lookup); unrolled so several keys' value loads are in flight.
+#pragma unroll 8
         for (u32 kk = 0; kk < nk; kk++) {
-            const u64 vb = key_slot(tables, toff, bs, t0 + kk) * kv_dim + (u64)kvh * hd + lane * per;
+            const u64 vb = __shfl_sync(0xffffffffu, base, kk) + lane * per;
             float v[MAX_HD / 32];
-#pragma unroll
-            for (int i = 0; i < MAX_HD / 32; i++) v[i] = i < per && lane * per + i < hd ? load_kv(vc, vb + i) : 0.f;
+            load_values(vc, vb, per, min((int)per, (int)hd - (int)(lane * per)), v);
 #pragma unroll
             for (int g = 0; g < MAX_GROUP; g++) {
                 if (g >= G) break;

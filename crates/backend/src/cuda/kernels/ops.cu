@@ -69,24 +69,27 @@ extern "C" __global__ void layer_norm(const float* x, const float* w, const floa
     }
 }
 
-// Rotary embedding in place; one block per row, one thread per rotated pair
-// index i, which computes its angle once and turns that pair in every head.
-// Pairs (2i, 2i+1) when `interleaved`, else (i, i + head_dim/2).
+#define MAX_HALF 256  // rotated pairs per head (head_dim <= 512)
+
+// Rotary embedding in place; one block per row. Pairs (2i, 2i+1) when
+// `interleaved`, else (i, i + head_dim/2).
 extern "C" __global__ void rope(float* x, const u32* pos, const float* inv_freq, u32 cols, u32 head_dim,
                                 int interleaved) {
+    // Angles once per row in shared memory, then every pair of every head
+    // at once: a loop over heads per thread would wait on each load in turn.
+    __shared__ float cs[MAX_HALF], sn[MAX_HALF];
     float* xi = x + (u64)blockIdx.x * cols;
     const float p = (float)pos[blockIdx.x];
     const u32 half = head_dim / 2;
-    for (u32 i = threadIdx.x; i < half; i += blockDim.x) {
-        float s, c;
-        sincosf(p * inv_freq[i], &s, &c);
-        for (u32 h = 0; h < cols / head_dim; h++) {
-            const u32 a = h * head_dim + (interleaved ? 2 * i : i);
-            const u32 b = h * head_dim + (interleaved ? 2 * i + 1 : i + half);
-            const float x0 = xi[a], x1 = xi[b];
-            xi[a] = x0 * c - x1 * s;
-            xi[b] = x0 * s + x1 * c;
-        }
+    for (u32 i = threadIdx.x; i < half; i += blockDim.x) sincosf(p * inv_freq[i], &sn[i], &cs[i]);
+    __syncthreads();
+    for (u32 q = threadIdx.x; q < cols / 2; q += blockDim.x) {
+        const u32 h = q / half, i = q % half;
+        const u32 a = h * head_dim + (interleaved ? 2 * i : i);
+        const u32 b = h * head_dim + (interleaved ? 2 * i + 1 : i + half);
+        const float x0 = xi[a], x1 = xi[b];
+        xi[a] = x0 * cs[i] - x1 * sn[i];
+        xi[b] = x0 * sn[i] + x1 * cs[i];
     }
 }
 
@@ -126,6 +129,40 @@ extern "C" __global__ void write_kv_f16(const float* k, const float* v, const u3
     for (u32 i = threadIdx.x; i < kv_dim; i += blockDim.x) {
         kc[dst + i] = f32_to_f16(k[src + i]);
         vc[dst + i] = f32_to_f16(v[src + i]);
+    }
+}
+
+// The same for rows of whole float4s, up to NORM_VEC per thread: every load
+// of the row is issued at once, the sum taken, then the row written from
+// registers (a single decode row is latency-bound otherwise).
+#define NORM_VEC 8
+extern "C" __global__ void __launch_bounds__(1024)
+    add_rms_norm4(float* x, const float* y, const float* w, float* out, u32 cols, float eps) {
+    float4* xi = (float4*)(x + (u64)blockIdx.x * cols);
+    const float4* yi = (const float4*)(y + (u64)blockIdx.x * cols);
+    const float4* wi = (const float4*)w;
+    float4* oi = (float4*)(out + (u64)blockIdx.x * cols);
+    const u32 n4 = cols / 4;
+    float4 v[NORM_VEC];
+    float ss = 0.f;
+#pragma unroll
+    for (int j = 0; j < NORM_VEC; j++) {
+        const u32 i = threadIdx.x + j * blockDim.x;
+        if (i < n4) {
+            const float4 a = xi[i], b = yi[i];
+            v[j] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+            xi[i] = v[j];
+            ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+        }
+    }
+    const float r = rsqrtf(block_sum(ss) / cols + eps);
+#pragma unroll
+    for (int j = 0; j < NORM_VEC; j++) {
+        const u32 i = threadIdx.x + j * blockDim.x;
+        if (i < n4) {
+            const float4 g = wi[i];
+            oi[i] = make_float4(v[j].x * r * g.x, v[j].y * r * g.y, v[j].z * r * g.z, v[j].w * r * g.w);
+        }
     }
 }
 

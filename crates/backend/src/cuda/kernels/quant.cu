@@ -189,12 +189,172 @@ extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, 
     }
 }
 
+// ---------------------------------------------------------------- decode GEMV
 // Decode matmul y[n, m] = x[n, k] · W[m, k]^T for n <= 8 straight from the
-// blocks; the same layout as gemv.cu (one warp per weight row, up to three
-// weights of one type sharing the input).
+// blocks. Converting every weight to float would make the kernel bound by
+// conversions, not memory; instead the input is quantized once per call to
+// 16 bits per 32-block (`quantize_x16`: error ~1e-5, far below the weights'
+// own) and each chunk's dot product runs on integers with dp2a (two 16-bit x
+// 8-bit products per instruction), scaled once per chunk:
+//   sum_i x_i (d_w q_i - m_w) = d_x (d_w sum_i xq_i q_i - m_w sum_i xq_i)
+// (q_i offset by 8/16/32 for the symmetric types folds into the same sums).
+
+// Input row metadata per 32-block: scale (f32 bits), sum of the first 16 and
+// of the last 16 quantized values.
+extern "C" __global__ void quantize_x16(const float* x, u16* xq, uint4* meta, u64 blocks) {
+    const u32 lane = threadIdx.x & 31;
+    for (u64 b = (blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5; b < blocks;
+         b += ((u64)gridDim.x * blockDim.x) >> 5) {
+        const float v = x[32 * b + lane];
+        float amax = fabsf(v);
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float d = amax / 32767.f;
+        const int q = amax > 0.f ? __float2int_rn(v / d) : 0;
+        xq[32 * b + lane] = (u16)(short)q;
+        int lo = lane < 16 ? q : 0, hi = lane < 16 ? 0 : q;
+        for (int o = 16; o > 0; o >>= 1) {
+            lo += __shfl_xor_sync(0xffffffffu, lo, o);
+            hi += __shfl_xor_sync(0xffffffffu, hi, o);
+        }
+        if (lane == 0) meta[b] = make_uint4(__float_as_uint(d), (u32)lo, (u32)hi, 0u);
+    }
+}
+
+__device__ __forceinline__ int dp2a_lo(u32 a, u32 b, int c) {
+    int d;
+    asm("dp2a.lo.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ int dp2a_hi(u32 a, u32 b, int c) {
+    int d;
+    asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ int dp2a_lo_s(u32 a, u32 b, int c) {
+    int d;
+    asm("dp2a.lo.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ int dp2a_hi_s(u32 a, u32 b, int c) {
+    int d;
+    asm("dp2a.hi.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+// Four bits (b & 15) to bit 4 of each byte.
+__device__ __forceinline__ u32 spread4(u32 b) {
+    return ((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25);
+}
+
+// One chunk of a weight row as integers: byte e of word t is value 4t + e
+// (signed for Q8_0, else unsigned), with
+//   value_i = da * (q_i - off) for i < 16, db * (q_i - off) for i >= 16, minus mw.
+struct Chunk {
+    u32 w[8];
+    float da, db, mw;
+    int off;
+};
+
+template <int T>
+__device__ __forceinline__ void load_chunk(const u8* row, u32 c, Chunk& k) {
+    k.mw = 0.f;
+    k.off = 0;
+    if (T == T_Q4_0 || T == T_Q4_1) {
+        const u8* b = row + (u64)c * (T == T_Q4_0 ? 18 : 20);
+        k.da = k.db = ld_f16(b);
+        if (T == T_Q4_0) k.off = 8;
+        else k.mw = -ld_f16(b + 2);
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            const u32 q = ld_u32_2(b + (T == T_Q4_0 ? 2 : 4) + 4 * t);
+            k.w[t] = q & 0x0f0f0f0fu;
+            k.w[4 + t] = (q >> 4) & 0x0f0f0f0fu;
+        }
+    } else if (T == T_Q5_0 || T == T_Q5_1) {
+        const u8* b = row + (u64)c * (T == T_Q5_0 ? 22 : 24);
+        k.da = k.db = ld_f16(b);
+        if (T == T_Q5_0) k.off = 16;
+        else k.mw = -ld_f16(b + 2);
+        const int o = T == T_Q5_0 ? 2 : 4;
+        const u32 qh = ld_u32_2(b + o);
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            const u32 q = ld_u32_2(b + o + 4 + 4 * t);
+            k.w[t] = (q & 0x0f0f0f0fu) | spread4(qh >> (4 * t));
+            k.w[4 + t] = ((q >> 4) & 0x0f0f0f0fu) | spread4(qh >> (16 + 4 * t));
+        }
+    } else if (T == T_Q8_0) {
+        const u8* b = row + (u64)c * 34;
+        k.da = k.db = ld_f16(b);
+        ld32_2(b + 2, k.w);
+    } else if (T == T_Q4_K || T == T_Q5_K) {
+        const int j = c & 7;
+        const u8* b = row + (u64)(c >> 3) * (T == T_Q4_K ? 144 : 176);
+        const uint4 head = __ldg((const uint4*)b);
+        const u32 scales[3] = {head.y, head.z, head.w};
+        float sc, mn;
+        scale_min_k4(j, scales, sc, mn);
+        k.da = k.db = f16_to_f32((u16)(head.x & 0xffff)) * sc;
+        k.mw = -f16_to_f32((u16)(head.x >> 16)) * mn;
+        ld32_16(b + (T == T_Q4_K ? 16 : 48) + 32 * (j >> 1), k.w);
+        const int shift = (j & 1) * 4;
+#pragma unroll
+        for (int t = 0; t < 8; t++) k.w[t] = (k.w[t] >> shift) & 0x0f0f0f0fu;
+        if (T == T_Q5_K) {
+            u32 h[8];
+            ld32_16(b + 16, h);
+#pragma unroll
+            for (int t = 0; t < 8; t++) k.w[t] |= ((h[t] >> j) & 0x01010101u) << 4;
+        }
+    } else {  // Q6_K
+        const int j = c & 7, n = j >> 2, r = j & 3;
+        const u8* b = row + (u64)(c >> 3) * 210;
+        const float d = ld_f16(b + 208);
+        const u32 sc = __ldg((const u16*)(b + 192 + 8 * n + 2 * r));
+        k.da = d * (float)(signed char)(sc & 0xff);
+        k.db = d * (float)(signed char)(sc >> 8);
+        k.off = 32;
+        u32 qh[8];
+        ld32_2(b + 64 * n + 32 * (r & 1), k.w);
+        ld32_2(b + 128 + 32 * n, qh);
+        const int sl = (r >> 1) * 4, sh = 2 * r;
+#pragma unroll
+        for (int t = 0; t < 8; t++) k.w[t] = ((k.w[t] >> sl) & 0x0f0f0f0fu) | (((qh[t] >> sh) & 0x03030303u) << 4);
+    }
+}
+
+// The chunk times 32 quantized inputs (16 words of two values) and their
+// block metadata.
+template <int T>
+__device__ __forceinline__ float chunk_dot(const Chunk& k, const uint4* xq, uint4 meta) {
+    const uint4 x0 = xq[0], x1 = xq[1], x2 = xq[2], x3 = xq[3];
+    const u32 xw[16] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w,
+                        x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
+    int lo = 0, hi = 0;
+#pragma unroll
+    for (int t = 0; t < 4; t++) {
+        if (T == T_Q8_0) {
+            lo = dp2a_lo_s(xw[2 * t], k.w[t], lo);
+            lo = dp2a_hi_s(xw[2 * t + 1], k.w[t], lo);
+            hi = dp2a_lo_s(xw[8 + 2 * t], k.w[4 + t], hi);
+            hi = dp2a_hi_s(xw[8 + 2 * t + 1], k.w[4 + t], hi);
+        } else {
+            lo = dp2a_lo(xw[2 * t], k.w[t], lo);
+            lo = dp2a_hi(xw[2 * t + 1], k.w[t], lo);
+            hi = dp2a_lo(xw[8 + 2 * t], k.w[4 + t], hi);
+            hi = dp2a_hi(xw[8 + 2 * t + 1], k.w[4 + t], hi);
+        }
+    }
+    const int slo = (int)meta.y, shi = (int)meta.z;
+    const float s = k.da * (float)(lo - k.off * slo) + k.db * (float)(hi - k.off * shi) + k.mw * (float)(slo + shi);
+    return __uint_as_float(meta.x) * s;
+}
+
+// One warp per weight row, up to three weights of one type sharing the
+// input (rows of w0 first, then w1, then w2), as in gemv.cu.
 template <int T, int N>
 __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
-                            u32 m1, u32 m2, const float* x, u32 k, u64 row_bytes) {
+                            u32 m1, u32 m2, const u16* xq, const uint4* meta, u32 k, u64 row_bytes) {
     u32 row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31;
     const u8* w = w0;
@@ -214,26 +374,17 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
     }
     if (row >= m) return;
     const u8* wr = w + (u64)row * row_bytes;
+    const u32 chunks = k / 32;
     float acc[N];
 #pragma unroll
     for (int n = 0; n < N; n++) acc[n] = 0.f;
-    const u32 chunks = k / 32;
-    // Unrolled so that several chunks' loads are in flight per lane.
-#pragma unroll 4
+#pragma unroll 2
     for (u32 c = lane; c < chunks; c += 32) {
-        float v[32];
-        dq32<T>(wr, c, v);
+        Chunk ch;
+        load_chunk<T>(wr, c, ch);
 #pragma unroll
-        for (int n = 0; n < N; n++) {
-            const float4* xr = (const float4*)(x + (u64)n * k + 32 * c);
-            float s = 0.f;
-#pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const float4 a = xr[e];
-                s += v[4 * e] * a.x + v[4 * e + 1] * a.y + v[4 * e + 2] * a.z + v[4 * e + 3] * a.w;
-            }
-            acc[n] += s;
-        }
+        for (int n = 0; n < N; n++)
+            acc[n] += chunk_dot<T>(ch, (const uint4*)(xq + (u64)n * k + 32 * c), meta[(u64)n * chunks + c]);
     }
 #pragma unroll
     for (int n = 0; n < N; n++) {
@@ -244,10 +395,10 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
 
 #define GEMVQ_ARGS                                                                                          \
     const u8 *w0, const u8 *w1, const u8 *w2, float *y0, float *y1, float *y2, u32 m0, u32 m1, u32 m2, \
-        const float *x, u32 k, u64 row_bytes
-#define GEMVQ(NAME, T, N)                                                    \
-    extern "C" __global__ void gemv_##NAME##_##N(GEMVQ_ARGS) {               \
-        gemv_q_body<T, N>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, row_bytes); \
+        const u16 *xq, const uint4 *meta, u32 k, u64 row_bytes
+#define GEMVQ(NAME, T, N)                                                           \
+    extern "C" __global__ void gemv_##NAME##_##N(GEMVQ_ARGS) {                      \
+        gemv_q_body<T, N>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes); \
     }
 #define GEMVQ_ALL(NAME, T) \
     GEMVQ(NAME, T, 1)      \
