@@ -49,6 +49,8 @@ fi
 if [[ $what == bench || $what == all ]]; then
     m=random:llama-3.1-8b
     "$BIN" bench $m --device cuda --prompt-tokens 0 --gen-tokens 128 --repetitions 2
+    # Batch-1 decode over a long context (split-K attention).
+    "$BIN" bench $m --device cuda --decode-context 16384 --prompt-tokens 0 --gen-tokens 64 --repetitions 1
     "$BIN" bench $m --device cuda --batch 64 --decode-context 1024 --prompt-tokens 0 --gen-tokens 128 --repetitions 1
     "$BIN" bench $m --device cuda --batch 8 --prompt-tokens 2048 --prefill-chunk 2048 --gen-tokens 0 --repetitions 2
     # GGUF Q4_K_M blocks of the same shape: batch-1 decode against the

@@ -312,25 +312,32 @@ impl<B: Backend> Harness<'_, B> {
     }
 
     fn attention(&mut self) -> Result<()> {
-        for (dtype, window, softcap, hd, heads, kv_heads) in [
-            (KvDtype::F16, None, None, 64, 8, 2),
-            (KvDtype::F32, Some(5), Some(20.0), 128, 4, 4),
-            (KvDtype::F16, Some(300), None, 256, 4, 1),
-            (KvDtype::F16, Some(20), Some(30.0), 128, 8, 2),
+        for (dtype, window, softcap, hd, heads, kv_heads, long) in [
+            (KvDtype::F16, None, None, 64, 8, 2, false),
+            (KvDtype::F32, Some(5), Some(20.0), 128, 4, 4, false),
+            (KvDtype::F16, Some(300), None, 256, 4, 1, false),
+            (KvDtype::F16, Some(20), Some(30.0), 128, 8, 2, false),
+            // Few decode rows over long contexts: split-K on GPUs.
+            (KvDtype::F16, None, None, 128, 8, 2, true),
+            (KvDtype::F32, Some(700), None, 64, 4, 1, true),
         ] {
             let bs = 16;
-            let spec = KvSpec { n_layers: 2, n_blocks: 40, block_size: bs, kv_dim: kv_heads * hd, dtype };
+            let spec = KvSpec { n_layers: 2, n_blocks: 120, block_size: bs, kv_dim: kv_heads * hd, dtype };
             let p = AttnParams { n_heads: heads, n_kv_heads: kv_heads, head_dim: hd, scale: 0.125, window, softcap };
             let mut pb = self.b.kv_pool(spec)?;
             let mut pc = self.cpu.kv_pool(spec)?;
             // (tokens already cached, new tokens, block table)
             // Long prompts take the tensor-core path on GPUs, short ones the row kernel.
-            let seqs: [(usize, usize, Vec<u32>); 4] = [
-                (0, 100, vec![5, 9, 1, 12, 13, 14, 15]),
-                (40, 1, vec![30, 2, 7, 11]),
-                (20, 13, vec![39, 0, 3]),
-                (30, 20, vec![16, 17, 18, 19]),
-            ];
+            let seqs: Vec<(usize, usize, Vec<u32>)> = if long {
+                vec![(900, 1, (0..57).rev().collect()), (600, 2, (57..95).collect())]
+            } else {
+                vec![
+                    (0, 100, vec![5, 9, 1, 12, 13, 14, 15]),
+                    (40, 1, vec![30, 2, 7, 11]),
+                    (20, 13, vec![39, 0, 3]),
+                    (30, 20, vec![16, 17, 18, 19]),
+                ]
+            };
             let mut batch_seqs = Vec::new();
             let mut slots = Vec::new();
             let mut start = 0;
@@ -374,14 +381,16 @@ impl<B: Backend> Harness<'_, B> {
             self.cpu.write_kv(&mut pc, 1, &kc, &vc, &batch)?;
             let got = self.b.attention(&qb, &pb, 1, &batch, &p)?;
             let want = self.cpu.attention(&qc, &pc, 1, &batch, &p)?;
-            let name =
-                format!("paged attention {dtype:?} hd={hd} {heads}/{kv_heads} window={window:?} softcap={softcap:?}");
+            let ctx = if long { ", 900-token context" } else { "" };
+            let name = format!(
+                "paged attention {dtype:?} hd={hd} {heads}/{kv_heads} window={window:?} softcap={softcap:?}{ctx}"
+            );
             // With an f16 cache a backend may also round q and the softmax
             // weights to f16 (tensor cores): the f16 limit applies.
             let tol = if dtype == KvDtype::F16 { TOL_F16 } else { TOL_F32 };
             self.record(name, &got, &want, tol)?;
             // Encoders: bidirectional over two sequences, banded or not.
-            let seqs = [0..20, 20..n];
+            let seqs = if long { [0..1, 1..n] } else { [0..20, 20..n] };
             let enc_window = window.map(|w| w.min(8));
             let pe = AttnParams { window: enc_window, softcap: None, ..p };
             let got = self.b.encoder_attention(&qb, &kb, &vb, &seqs, &pe)?;

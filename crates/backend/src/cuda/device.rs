@@ -68,7 +68,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "add_rms_norm4",
         ],
     ),
-    ("attention", &["attention_rows_f32", "attention_rows_f16", "flash_f16_64", "flash_f16_128"]),
+    ("attention", &["attention_rows_f32", "attention_rows_f16", "attention_combine", "flash_f16_64", "flash_f16_128"]),
     ("gemv", &[]),
     ("quant", &["dequant_f16", "embedding_q", "quantize_x16"]),
     ("sample", &["sample_rows"]),

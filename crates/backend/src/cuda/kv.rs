@@ -187,6 +187,29 @@ fn partition(spans: &[(usize, usize)], flash: bool) -> (Vec<u32>, Vec<u32>) {
     (tiles, rows)
 }
 
+/// Keys per split-K block, at least (whole warp tiles of the row kernel).
+const SPLIT_KEYS: usize = 256;
+/// Row-kernel blocks that fill the GPU about twice over.
+const BUSY_BLOCKS: usize = 264;
+
+/// (splits, keys per split; 0 for none) of the row kernel: few rows with long
+/// contexts get their keys split so that the GPU is busy.
+fn split_count(meta: &[u32], rows: &[u32], window: Option<usize>, n_kv_heads: usize) -> (u32, u32) {
+    let span = |r: usize| {
+        let (lo, hi) = (meta[3 * r] as usize, meta[3 * r + 1] as usize);
+        let lo = window.map_or(lo, |w| lo.max(hi.saturating_sub(w)));
+        hi - lo
+    };
+    let longest = rows.iter().map(|&r| span(r as usize)).max().unwrap_or(0);
+    let blocks = rows.len() * n_kv_heads;
+    if blocks >= BUSY_BLOCKS / 2 || longest < 2 * SPLIT_KEYS {
+        return (1, 0);
+    }
+    let n = (BUSY_BLOCKS / blocks).min(longest / SPLIT_KEYS).clamp(1, 64);
+    let per = longest.div_ceil(n).div_ceil(128) * 128;
+    (longest.div_ceil(per) as u32, per as u32)
+}
+
 /// One attention call: q, K and V, and the metadata of `paged_meta` (or the
 /// encoder's), with each sequence's span of rows.
 pub struct AttnLaunch<'a> {
@@ -216,6 +239,7 @@ pub fn launch_attention(dev: &Device, cache: &MetaCache, a: AttnLaunch, p: &Attn
         _ => None,
     };
     let (tiles, rows) = partition(&a.spans, flash_name.is_some());
+    let splits = if dev.deterministic { (1, 0) } else { split_count(&a.meta, &rows, a.window, p.n_kv_heads) };
     // One upload: meta (3n) | tables | tiles | rows.
     let n_meta = a.meta.len();
     let (n_tiles, n_rows) = (tiles.len() / 2, rows.len());
@@ -231,13 +255,14 @@ pub fn launch_attention(dev: &Device, cache: &MetaCache, a: AttnLaunch, p: &Attn
     let window = a.window.unwrap_or(0) as u32;
     let softcap = p.softcap.unwrap_or(0.0);
     macro_rules! go {
-        ($f:expr, $cfg:expr, $k:expr, $v:expr, $list:expr, $with_hd:expr) => {{
+        ($f:expr, $cfg:expr, $k:expr, $v:expr, $list:expr, $with_hd:expr $(, $extra:expr)*) => {{
             let mut b = s.launch_builder(dev.func($f));
             b.arg(&a.q.buf).arg($k).arg($v).arg(&mut out).arg(&meta).arg(&tables).arg($list).arg(&nh).arg(&nkv);
             if $with_hd {
                 b.arg(&hd32);
             }
             b.arg(&bs).arg(&window).arg(&p.scale).arg(&softcap);
+            $( b.arg($extra); )*
             // SAFETY: argument types match the kernel; metadata was validated.
             unsafe { b.launch($cfg) }.map(drop).map_err(|e| device_err($f, e))
         }};
@@ -251,11 +276,22 @@ pub fn launch_attention(dev: &Device, cache: &MetaCache, a: AttnLaunch, p: &Attn
         }
     }
     if n_rows > 0 {
-        let cfg = LaunchConfig { grid_dim: (n_rows as u32, nkv, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        let (nsplit, split) = splits;
+        let cfg = LaunchConfig { grid_dim: (n_rows as u32, nkv, nsplit), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        // SAFETY: with splits, every partial is written before the combine reads it.
+        let mut part = unsafe { s.alloc::<f32>(if nsplit > 1 { n_rows * p.n_heads * nsplit as usize * (hd + 2) } else { 1 }) }
+            .map_err(|e| device_err("alloc", e))?;
         match (a.k, a.v) {
-            (KvRef::F16(k), KvRef::F16(v)) => go!("attention_rows_f16", cfg, k, v, &rows_v, true)?,
-            (KvRef::F32(k), KvRef::F32(v)) => go!("attention_rows_f32", cfg, k, v, &rows_v, true)?,
+            (KvRef::F16(k), KvRef::F16(v)) => go!("attention_rows_f16", cfg, k, v, &rows_v, true, &split, &mut part)?,
+            (KvRef::F32(k), KvRef::F32(v)) => go!("attention_rows_f32", cfg, k, v, &rows_v, true, &split, &mut part)?,
             _ => unreachable!("K and V share a dtype"),
+        }
+        if nsplit > 1 {
+            let cfg = LaunchConfig { grid_dim: (n_rows as u32, nh, 1), block_dim: (hd32.min(1024), 1, 1), shared_mem_bytes: 0 };
+            let mut b = s.launch_builder(dev.func("attention_combine"));
+            b.arg(&part).arg(&mut out).arg(&rows_v).arg(&nh).arg(&hd32).arg(&nsplit);
+            // SAFETY: `part` holds n_rows x heads x nsplit partials of hd + 2.
+            unsafe { b.launch(cfg) }.map_err(|e| device_err("attention_combine", e))?;
         }
     }
     Ok(CudaTensor { buf: out, rows: n, cols: a.q.cols })

@@ -214,6 +214,8 @@ fn gemm(
 
 /// Elements of f16 scratch a quantized weight is dequantized into per GEMM.
 const DEQUANT_TILE: usize = 32 << 20;
+/// Rows per dequantized tile at most (the grid's y dimension).
+const DEQUANT_ROWS: usize = 65535;
 
 /// Prefill with a quantized weight: tiles of rows dequantized to f16, each
 /// multiplied into its columns of y^T (its rows' outputs).
@@ -227,18 +229,21 @@ fn gemm_quant(
 ) -> Result<()> {
     let (n, k, m) = (x.rows, x.cols, w.rows);
     let s = &dev.stream;
-    let tile_rows = (DEQUANT_TILE / k).clamp(1, m);
+    let tile_rows = (DEQUANT_TILE / k).clamp(1, m.min(DEQUANT_ROWS));
     // SAFETY: each tile is fully written by `dequant_f16` before the GEMM reads it.
     let mut tile = unsafe { s.alloc::<u16>(tile_rows * k) }.map_err(|e| device_err("alloc", e))?;
     let row_bytes = (k / q.block_size() * q.block_bytes()) as u64;
     let (code, k32) = (w.storage.code(), k as u32);
     for r0 in (0..m).step_by(tile_rows) {
         let rows = (m - r0).min(tile_rows);
-        let (r0_32, rows32) = (r0 as u32, rows as u32);
+        let r0_32 = r0 as u32;
         let mut b = s.launch_builder(dev.func("dequant_f16"));
-        b.arg(&w.data).arg(&mut tile).arg(&code).arg(&row_bytes).arg(&k32).arg(&r0_32).arg(&rows32);
+        b.arg(&w.data).arg(&mut tile).arg(&code).arg(&row_bytes).arg(&k32).arg(&r0_32);
+        // A block row per weight row, a thread per 32 values.
+        let grid = ((k / 32).div_ceil(128) as u32, rows as u32, 1);
+        let cfg = LaunchConfig { grid_dim: grid, block_dim: (128, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: rows r0..r0+rows exist; the tile holds rows x k values.
-        unsafe { b.launch(elementwise(rows * k / 32)) }.map_err(|e| device_err("dequant_f16", e))?;
+        unsafe { b.launch(cfg) }.map_err(|e| device_err("dequant_f16", e))?;
         let (tp, _g1) = tile.device_ptr(s);
         let (xp, _g2) = half_x.device_ptr(s);
         let (yp, _g3) = y.device_ptr_mut(s);
@@ -292,6 +297,9 @@ impl Gemm {
     }
 }
 
+/// Weight rows per warp in the quantized GEMV (`GEMV_ROWS` in kernels/quant.cu).
+const GEMV_ROWS: u32 = 4;
+
 /// The input of a quantized GEMV: 16-bit values per 32-block and each
 /// block's (scale, sum of its first 16, sum of its last 16).
 fn quantize_x16(dev: &Device, x: &CudaTensor) -> Result<(CudaSlice<u16>, CudaSlice<u32>)> {
@@ -342,8 +350,13 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTens
         Storage::Quant(q) => Some((q, quantize_x16(dev, x)?)),
         _ => None,
     };
-    // One warp per weight row, eight per block.
-    let cfg = LaunchConfig { grid_dim: (rows.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    // Eight warps per block; one warp per weight row, or per group of
+    // GEMV_ROWS rows of one weight for blocks (kernels/quant.cu).
+    let warps = match quant {
+        Some(_) => m.iter().map(|&r| r.div_ceil(GEMV_ROWS)).sum(),
+        None => rows,
+    };
+    let cfg = LaunchConfig { grid_dim: (warps.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     for r0 in (0..n).step_by(8) {
         let nc = (n - r0).min(8);
         let name = gemv_name(ws[0].storage, nc);

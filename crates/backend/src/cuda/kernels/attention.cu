@@ -76,13 +76,31 @@ __device__ __forceinline__ void load_values(const KT* vc, u64 at, u32 per, int n
     }
 }
 
+// Split-K (flash decoding): with `split` > 0, block z of gridDim.z takes
+// keys lo + z*split .. + split of its row and writes its normalized partial
+// output with its running max and sum (hd + 2 floats per row, head and
+// split) to `part`; `attention_combine` merges them. Long contexts with few
+// rows then use the whole GPU instead of a few blocks.
 template <typename KT>
 __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* out, const u32* meta,
                             const u32* tables, const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs,
-                            u32 window, float scale, float softcap) {
+                            u32 window, float scale, float softcap, u32 split, float* part) {
     const u32 row = rows[blockIdx.x], kvh = blockIdx.y;
     const u32 G = n_heads / n_kv_heads;
-    const u32 hi = meta[3 * row + 1], toff = meta[3 * row + 2], lo = row_lo(meta, row, window);
+    const u32 toff = meta[3 * row + 2];
+    u32 hi = meta[3 * row + 1], lo = row_lo(meta, row, window);
+    if (split) {
+        lo += blockIdx.z * split;
+        hi = min(hi, lo + split);
+        if (lo >= hi) {  // nothing left for this split: an empty partial
+            for (u32 i = threadIdx.x; i < G * (hd + 2); i += blockDim.x) {
+                const u32 g = i / (hd + 2), d = i % (hd + 2);
+                const u64 at = (((u64)blockIdx.x * n_heads + kvh * G + g) * gridDim.z + blockIdx.z) * (hd + 2);
+                part[at + d] = d == hd ? -INFINITY : 0.f;
+            }
+            return;
+        }
+    }
     const u64 kv_dim = (u64)n_kv_heads * hd;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const u32 per = (hd + 31) / 32;  // value dimensions per lane
@@ -111,7 +129,6 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
         u64 base = 0;
         if (valid) {
             base = key_slot(tables, toff, bs, t) * kv_dim + (u64)kvh * hd;
-#pragma unroll 4
             for (u32 d = 0; d < hd; d += 8) {
                 float k8[8];
                 load8(kc + base + d, k8);
@@ -141,8 +158,7 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
         }
         const u32 nk = min(32u, hi - t0);
         // Key kk's row start comes from the lane that scored it (no second
-        // table lookup); unrolled so several keys' value loads are in flight.
-#pragma unroll 8
+        // table lookup).
         for (u32 kk = 0; kk < nk; kk++) {
             const u64 vb = __shfl_sync(0xffffffffu, base, kk) + lane * per;
             float v[MAX_HD / 32];
@@ -179,15 +195,45 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
             num += wt * wacc[w][g][d];
             den += wt * wl[w][g];
         }
-        out[(u64)row * n_heads * hd + (u64)(kvh * G + g) * hd + d] = num / den;
+        if (split) {
+            const u64 at = (((u64)blockIdx.x * n_heads + kvh * G + g) * gridDim.z + blockIdx.z) * (hd + 2);
+            part[at + d] = den > 0.f ? num / den : 0.f;
+            if (d == 0) {
+                part[at + hd] = mx;
+                part[at + hd + 1] = den;
+            }
+        } else {
+            out[(u64)row * n_heads * hd + (u64)(kvh * G + g) * hd + d] = num / den;
+        }
+    }
+}
+
+// Merges the splits of each (listed row, head): block per pair, thread per dimension.
+extern "C" __global__ void attention_combine(const float* part, float* out, const u32* rows, u32 n_heads, u32 hd,
+                                             u32 nsplit) {
+    const u32 row = rows[blockIdx.x], h = blockIdx.y;
+    const float* p = part + ((u64)blockIdx.x * n_heads + h) * nsplit * (hd + 2);
+    float mx = -INFINITY;
+    for (u32 z = 0; z < nsplit; z++) mx = fmaxf(mx, p[z * (hd + 2) + hd]);
+    for (u32 d = threadIdx.x; d < hd; d += blockDim.x) {
+        float num = 0.f, den = 0.f;
+        for (u32 z = 0; z < nsplit; z++) {
+            const float* pz = p + z * (hd + 2);
+            const float wt = pz[hd] == -INFINITY ? 0.f : expf(pz[hd] - mx) * pz[hd + 1];
+            num += wt * pz[d];
+            den += wt;
+        }
+        out[(u64)row * n_heads * hd + (u64)h * hd + d] = num / den;
     }
 }
 
 #define ROWS_KERNEL(NAME, KT)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(32 * ROW_WARPS)                                                  \
+    extern "C" __global__ void __launch_bounds__(32 * ROW_WARPS, 4)                                               \
         NAME(const float* q, const KT* kc, const KT* vc, float* out, const u32* meta, const u32* tables,          \
-             const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs, u32 window, float scale, float softcap) { \
-        attend_rows<KT>(q, kc, vc, out, meta, tables, rows, n_heads, n_kv_heads, hd, bs, window, scale, softcap); \
+             const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs, u32 window, float scale, float softcap,    \
+             u32 split, float* part) {                                                                            \
+        attend_rows<KT>(q, kc, vc, out, meta, tables, rows, n_heads, n_kv_heads, hd, bs, window, scale, softcap,  \
+                        split, part);                                                                             \
     }
 ROWS_KERNEL(attention_rows_f32, float)
 ROWS_KERNEL(attention_rows_f16, u16)

@@ -142,38 +142,36 @@ __device__ __forceinline__ void dq32_any(int t, const u8* row, u32 c, float* w) 
     }
 }
 
-// Rows r0 .. r0 + rows of a weight to f16 [rows, k] (prefill: a tile of the
-// weight for the tensor-core GEMM). One thread per chunk.
+// Rows r0 .. of a weight to f16 [rows, k] (prefill: a tile of the weight
+// for the tensor-core GEMM). Block row y is weight row r0 + y; one thread per
+// chunk.
 template <int T>
-__device__ void dequant_tile(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r0, u32 rows) {
-    const u32 chunks = k / 32;
-    const u64 total = (u64)rows * chunks;
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < total; i += (u64)gridDim.x * blockDim.x) {
-        const u32 r = (u32)(i / chunks), c = (u32)(i % chunks);
-        float v[32];
-        dq32<T>(w + (u64)(r0 + r) * row_bytes, c, v);
-        uint4* o = (uint4*)(out + (u64)r * k + 32 * c);
+__device__ void dequant_tile(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r0) {
+    const u32 c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
+    if (c >= k / 32) return;
+    float v[32];
+    dq32<T>(w + (u64)(r0 + r) * row_bytes, c, v);
+    uint4* o = (uint4*)(out + (u64)r * k + 32 * c);
 #pragma unroll
-        for (int q = 0; q < 4; q++) {
-            u32 p[4];
+    for (int q = 0; q < 4; q++) {
+        u32 p[4];
 #pragma unroll
-            for (int e = 0; e < 4; e++)
-                p[e] = (u32)f32_to_f16(v[8 * q + 2 * e]) | ((u32)f32_to_f16(v[8 * q + 2 * e + 1]) << 16);
-            o[q] = make_uint4(p[0], p[1], p[2], p[3]);
-        }
+        for (int e = 0; e < 4; e++)
+            p[e] = (u32)f32_to_f16(v[8 * q + 2 * e]) | ((u32)f32_to_f16(v[8 * q + 2 * e + 1]) << 16);
+        o[q] = make_uint4(p[0], p[1], p[2], p[3]);
     }
 }
 
-extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_bytes, u32 k, u32 r0, u32 rows) {
+extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_bytes, u32 k, u32 r0) {
     switch (t) {
-        case T_Q4_0: dequant_tile<T_Q4_0>(w, out, row_bytes, k, r0, rows); break;
-        case T_Q4_1: dequant_tile<T_Q4_1>(w, out, row_bytes, k, r0, rows); break;
-        case T_Q5_0: dequant_tile<T_Q5_0>(w, out, row_bytes, k, r0, rows); break;
-        case T_Q5_1: dequant_tile<T_Q5_1>(w, out, row_bytes, k, r0, rows); break;
-        case T_Q8_0: dequant_tile<T_Q8_0>(w, out, row_bytes, k, r0, rows); break;
-        case T_Q4_K: dequant_tile<T_Q4_K>(w, out, row_bytes, k, r0, rows); break;
-        case T_Q5_K: dequant_tile<T_Q5_K>(w, out, row_bytes, k, r0, rows); break;
-        default: dequant_tile<T_Q6_K>(w, out, row_bytes, k, r0, rows); break;
+        case T_Q4_0: dequant_tile<T_Q4_0>(w, out, row_bytes, k, r0); break;
+        case T_Q4_1: dequant_tile<T_Q4_1>(w, out, row_bytes, k, r0); break;
+        case T_Q5_0: dequant_tile<T_Q5_0>(w, out, row_bytes, k, r0); break;
+        case T_Q5_1: dequant_tile<T_Q5_1>(w, out, row_bytes, k, r0); break;
+        case T_Q8_0: dequant_tile<T_Q8_0>(w, out, row_bytes, k, r0); break;
+        case T_Q4_K: dequant_tile<T_Q4_K>(w, out, row_bytes, k, r0); break;
+        case T_Q5_K: dequant_tile<T_Q5_K>(w, out, row_bytes, k, r0); break;
+        default: dequant_tile<T_Q6_K>(w, out, row_bytes, k, r0); break;
     }
 }
 
@@ -248,7 +246,7 @@ __device__ __forceinline__ u32 spread4(u32 b) {
 
 // One chunk of a weight row as integers: byte e of word t is value 4t + e
 // (signed for Q8_0, else unsigned), with
-//   value_i = da * (q_i - off) for i < 16, db * (q_i - off) for i >= 16, minus mw.
+//   value_i = da * (q_i - off) for i < 16, db * (q_i - off) for i >= 16, plus mw.
 struct Chunk {
     u32 w[8];
     float da, db, mw;
@@ -263,7 +261,7 @@ __device__ __forceinline__ void load_chunk(const u8* row, u32 c, Chunk& k) {
         const u8* b = row + (u64)c * (T == T_Q4_0 ? 18 : 20);
         k.da = k.db = ld_f16(b);
         if (T == T_Q4_0) k.off = 8;
-        else k.mw = -ld_f16(b + 2);
+        else k.mw = ld_f16(b + 2);
 #pragma unroll
         for (int t = 0; t < 4; t++) {
             const u32 q = ld_u32_2(b + (T == T_Q4_0 ? 2 : 4) + 4 * t);
@@ -274,7 +272,7 @@ __device__ __forceinline__ void load_chunk(const u8* row, u32 c, Chunk& k) {
         const u8* b = row + (u64)c * (T == T_Q5_0 ? 22 : 24);
         k.da = k.db = ld_f16(b);
         if (T == T_Q5_0) k.off = 16;
-        else k.mw = -ld_f16(b + 2);
+        else k.mw = ld_f16(b + 2);
         const int o = T == T_Q5_0 ? 2 : 4;
         const u32 qh = ld_u32_2(b + o);
 #pragma unroll
@@ -323,11 +321,10 @@ __device__ __forceinline__ void load_chunk(const u8* row, u32 c, Chunk& k) {
     }
 }
 
-// The chunk times 32 quantized inputs (16 words of two values) and their
-// block metadata.
+// The chunk times 32 quantized inputs (16 words of two values, in four
+// uint4) and their block metadata.
 template <int T>
-__device__ __forceinline__ float chunk_dot(const Chunk& k, const uint4* xq, uint4 meta) {
-    const uint4 x0 = xq[0], x1 = xq[1], x2 = xq[2], x3 = xq[3];
+__device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, uint4 x2, uint4 x3, uint4 meta) {
     const u32 xw[16] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w,
                         x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
     int lo = 0, hi = 0;
@@ -350,47 +347,65 @@ __device__ __forceinline__ float chunk_dot(const Chunk& k, const uint4* xq, uint
     return __uint_as_float(meta.x) * s;
 }
 
-// One warp per weight row, up to three weights of one type sharing the
-// input (rows of w0 first, then w1, then w2), as in gemv.cu.
+// One warp per GEMV_ROWS weight rows, up to three weights of one type
+// sharing the input (groups of rows of w0 first, then w1, then w2; a group
+// never spans two weights). A lane loads a chunk of each of its rows, then
+// each input row's chunk once for all of them: the input, read from L1 by
+// every warp, would otherwise cost more bandwidth than the weights.
+#define GEMV_ROWS 4
 template <int T, int N>
 __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
                             u32 m1, u32 m2, const u16* xq, const uint4* meta, u32 k, u64 row_bytes) {
-    u32 row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    u32 group = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31;
     const u8* w = w0;
     float* y = y0;
     u32 m = m0;
-    if (row >= m0) {
-        row -= m0;
+    const u32 g0 = (m0 + GEMV_ROWS - 1) / GEMV_ROWS, g1 = (m1 + GEMV_ROWS - 1) / GEMV_ROWS;
+    if (group >= g0) {
+        group -= g0;
         w = w1;
         y = y1;
         m = m1;
-        if (row >= m1) {
-            row -= m1;
+        if (group >= g1) {
+            group -= g1;
             w = w2;
             y = y2;
             m = m2;
         }
     }
-    if (row >= m) return;
-    const u8* wr = w + (u64)row * row_bytes;
+    const u32 row0 = group * GEMV_ROWS;
+    if (row0 >= m) return;
+    const u32 nr = min((u32)GEMV_ROWS, m - row0);
+    const u8* wr = w + (u64)row0 * row_bytes;
     const u32 chunks = k / 32;
-    float acc[N];
+    float acc[N][GEMV_ROWS];
 #pragma unroll
-    for (int n = 0; n < N; n++) acc[n] = 0.f;
-#pragma unroll 2
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int r = 0; r < GEMV_ROWS; r++) acc[n][r] = 0.f;
     for (u32 c = lane; c < chunks; c += 32) {
-        Chunk ch;
-        load_chunk<T>(wr, c, ch);
+        Chunk ch[GEMV_ROWS];
 #pragma unroll
-        for (int n = 0; n < N; n++)
-            acc[n] += chunk_dot<T>(ch, (const uint4*)(xq + (u64)n * k + 32 * c), meta[(u64)n * chunks + c]);
+        for (int r = 0; r < GEMV_ROWS; r++)
+            if (r < nr) load_chunk<T>(wr + r * row_bytes, c, ch[r]);
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            const uint4* xr = (const uint4*)(xq + (u64)n * k + 32 * c);
+            const uint4 x0 = xr[0], x1 = xr[1], x2 = xr[2], x3 = xr[3];
+            const uint4 mt = meta[(u64)n * chunks + c];
+#pragma unroll
+            for (int r = 0; r < GEMV_ROWS; r++)
+                if (r < nr) acc[n][r] += chunk_dot<T>(ch[r], x0, x1, x2, x3, mt);
+        }
     }
 #pragma unroll
-    for (int n = 0; n < N; n++) {
-        const float s = warp_sum(acc[n]);
-        if (lane == 0) y[(u64)n * m + row] = s;
-    }
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int r = 0; r < GEMV_ROWS; r++) {
+            const float s = warp_sum(acc[n][r]);
+            if (lane == 0 && r < nr) y[(u64)n * m + row0 + r] = s;
+        }
 }
 
 #define GEMVQ_ARGS                                                                                          \
