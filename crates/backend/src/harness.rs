@@ -134,7 +134,9 @@ impl<B: Backend> Harness<'_, B> {
     }
 
     fn matmuls(&mut self, dense_f32_tol: f32) -> Result<()> {
-        for &(n, m, k) in &[(1, 96, 256), (3, 40, 512), (7, 130, 512), (8, 64, 1024), (33, 64, 768)] {
+        // The last shape has rows enough for GPU kernels that take several
+        // weight rows per warp (and a partial group at the end).
+        for &(n, m, k) in &[(1, 96, 256), (3, 40, 512), (7, 130, 512), (8, 64, 1024), (33, 64, 768), (3, 12801, 256)] {
             for dt in [DType::F32, DType::F16, DType::BF16].into_iter().chain(QUANT_TYPES) {
                 let w = raw("w", dt, m, k, self.rng.weight(dt, m, k));
                 let reference = if dt.is_quantized() { dequantized(&w)? } else { w.clone() };

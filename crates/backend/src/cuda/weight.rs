@@ -74,14 +74,16 @@ pub const QUANT_KERNELS: [(DType, &str); 8] = [
     (DType::Q6K, "q6_k"),
 ];
 
-/// The GEMV kernel for `n` (1..=8) input rows of weights stored as `st`.
-pub fn gemv_name(st: Storage, n: usize) -> String {
+/// The GEMV kernel for `n` (1..=8) input rows of weights stored as `st`,
+/// `rows` weight rows per warp (1, or 4 for blocks).
+pub fn gemv_name(st: Storage, n: usize, rows: u32) -> String {
     let stem = match st {
         Storage::Bf16 => "bf16",
         Storage::Quant(q) => QUANT_KERNELS.iter().find(|(t, _)| *t == q).map_or("f16", |k| k.1),
         _ => "f16",
     };
-    format!("gemv_{stem}_{n}")
+    let per_warp = if rows > 1 { format!("x{rows}") } else { String::new() };
+    format!("gemv_{stem}{per_warp}_{n}")
 }
 
 pub struct CudaWeight {
@@ -297,8 +299,9 @@ impl Gemm {
     }
 }
 
-/// Weight rows per warp in the quantized GEMV (`GEMV_ROWS` in kernels/quant.cu).
-const GEMV_ROWS: u32 = 4;
+/// Warps that keep every SM of a large GPU busy (132 SMs x 24): below this,
+/// a quantized GEMV takes one weight row per warp.
+const GROUPED_MIN_WARPS: u32 = 132 * 24;
 
 /// The input of a quantized GEMV: 16-bit values per 32-block and each
 /// block's (scale, sum of its first 16, sum of its last 16).
@@ -350,16 +353,16 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTens
         Storage::Quant(q) => Some((q, quantize_x16(dev, x)?)),
         _ => None,
     };
-    // Eight warps per block; one warp per weight row, or per group of
-    // GEMV_ROWS rows of one weight for blocks (kernels/quant.cu).
-    let warps = match quant {
-        Some(_) => m.iter().map(|&r| r.div_ceil(GEMV_ROWS)).sum(),
-        None => rows,
-    };
+    // Eight warps per block; one warp per weight row, or for blocks, per
+    // group of four rows of one weight when that still leaves enough warps to
+    // fill the GPU (kernels/quant.cu).
+    let grouped: u32 = m.iter().map(|&r| r.div_ceil(4)).sum();
+    let rows_per_warp = if quant.is_some() && grouped >= GROUPED_MIN_WARPS { 4 } else { 1 };
+    let warps = if rows_per_warp > 1 { grouped } else { rows };
     let cfg = LaunchConfig { grid_dim: (warps.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     for r0 in (0..n).step_by(8) {
         let nc = (n - r0).min(8);
-        let name = gemv_name(ws[0].storage, nc);
+        let name = gemv_name(ws[0].storage, nc, rows_per_warp);
         let y: [u64; 3] = std::array::from_fn(|i| yp[i] + (r0 * m[i] as usize * 4) as u64);
         let mut b = s.launch_builder(dev.func(&name));
         b.arg(&wp[0]).arg(&wp[1]).arg(&wp[2]).arg(&y[0]).arg(&y[1]).arg(&y[2]);

@@ -347,13 +347,13 @@ __device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, u
     return __uint_as_float(meta.x) * s;
 }
 
-// One warp per GEMV_ROWS weight rows, up to three weights of one type
-// sharing the input (groups of rows of w0 first, then w1, then w2; a group
-// never spans two weights). A lane loads a chunk of each of its rows, then
-// each input row's chunk once for all of them: the input, read from L1 by
-// every warp, would otherwise cost more bandwidth than the weights.
-#define GEMV_ROWS 4
-template <int T, int N>
+// One warp per R weight rows, up to three weights of one type sharing the
+// input (groups of rows of w0 first, then w1, then w2; a group never spans
+// two weights). A lane loads a chunk of each of its rows, then each input
+// row's chunk once for all of them: with R = 1 the input, read from L1 by
+// every warp, costs more bandwidth than the weights; R = 4 needs enough rows
+// to keep every SM busy with a quarter of the warps (the host picks).
+template <int T, int N, int R>
 __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
                             u32 m1, u32 m2, const u16* xq, const uint4* meta, u32 k, u64 row_bytes) {
     u32 group = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
@@ -361,7 +361,7 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
     const u8* w = w0;
     float* y = y0;
     u32 m = m0;
-    const u32 g0 = (m0 + GEMV_ROWS - 1) / GEMV_ROWS, g1 = (m1 + GEMV_ROWS - 1) / GEMV_ROWS;
+    const u32 g0 = (m0 + R - 1) / R, g1 = (m1 + R - 1) / R;
     if (group >= g0) {
         group -= g0;
         w = w1;
@@ -374,20 +374,20 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
             m = m2;
         }
     }
-    const u32 row0 = group * GEMV_ROWS;
+    const u32 row0 = group * R;
     if (row0 >= m) return;
-    const u32 nr = min((u32)GEMV_ROWS, m - row0);
+    const u32 nr = min((u32)R, m - row0);
     const u8* wr = w + (u64)row0 * row_bytes;
     const u32 chunks = k / 32;
-    float acc[N][GEMV_ROWS];
+    float acc[N][R];
 #pragma unroll
     for (int n = 0; n < N; n++)
 #pragma unroll
-        for (int r = 0; r < GEMV_ROWS; r++) acc[n][r] = 0.f;
+        for (int r = 0; r < R; r++) acc[n][r] = 0.f;
     for (u32 c = lane; c < chunks; c += 32) {
-        Chunk ch[GEMV_ROWS];
+        Chunk ch[R];
 #pragma unroll
-        for (int r = 0; r < GEMV_ROWS; r++)
+        for (int r = 0; r < R; r++)
             if (r < nr) load_chunk<T>(wr + r * row_bytes, c, ch[r]);
 #pragma unroll
         for (int n = 0; n < N; n++) {
@@ -395,14 +395,14 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
             const uint4 x0 = xr[0], x1 = xr[1], x2 = xr[2], x3 = xr[3];
             const uint4 mt = meta[(u64)n * chunks + c];
 #pragma unroll
-            for (int r = 0; r < GEMV_ROWS; r++)
+            for (int r = 0; r < R; r++)
                 if (r < nr) acc[n][r] += chunk_dot<T>(ch[r], x0, x1, x2, x3, mt);
         }
     }
 #pragma unroll
     for (int n = 0; n < N; n++)
 #pragma unroll
-        for (int r = 0; r < GEMV_ROWS; r++) {
+        for (int r = 0; r < R; r++) {
             const float s = warp_sum(acc[n][r]);
             if (lane == 0 && r < nr) y[(u64)n * m + row0 + r] = s;
         }
@@ -411,9 +411,12 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
 #define GEMVQ_ARGS                                                                                          \
     const u8 *w0, const u8 *w1, const u8 *w2, float *y0, float *y1, float *y2, u32 m0, u32 m1, u32 m2, \
         const u16 *xq, const uint4 *meta, u32 k, u64 row_bytes
-#define GEMVQ(NAME, T, N)                                                           \
-    extern "C" __global__ void gemv_##NAME##_##N(GEMVQ_ARGS) {                      \
-        gemv_q_body<T, N>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes); \
+#define GEMVQ(NAME, T, N)                                                              \
+    extern "C" __global__ void gemv_##NAME##_##N(GEMVQ_ARGS) {                         \
+        gemv_q_body<T, N, 1>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes); \
+    }                                                                                  \
+    extern "C" __global__ void gemv_##NAME##x4_##N(GEMVQ_ARGS) {                       \
+        gemv_q_body<T, N, 4>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes); \
     }
 #define GEMVQ_ALL(NAME, T) \
     GEMVQ(NAME, T, 1)      \
