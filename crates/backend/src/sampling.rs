@@ -50,7 +50,8 @@ pub fn probabilities(logits: &[f32], r: &RowSampling) -> Vec<f64> {
         keep = n.count().max(1);
     }
     let floor = if r.min_p > 0.0 { mx + r.min_p.ln() } else { f32::NEG_INFINITY };
-    let kept: Vec<usize> = order[..keep].iter().copied().filter(|&i| x[i] >= floor && x[i] > f32::NEG_INFINITY).collect();
+    let kept: Vec<usize> =
+        order[..keep].iter().copied().filter(|&i| x[i] >= floor && x[i] > f32::NEG_INFINITY).collect();
     if kept.is_empty() {
         probs[argmax] = 1.0;
         return probs;

@@ -234,13 +234,16 @@ fn compare_streams(seqs: &[Sequence], alone: &[(Vec<u32>, Vec<Vec<f32>>)], promp
 
 /// The top logit's lead over the second.
 fn top_gap(row: &[f32]) -> f32 {
-    let (a, b) = row.iter().fold((f32::NEG_INFINITY, f32::NEG_INFINITY), |(a, b), &x| {
-        if x > a {
-            (x, a)
-        } else {
-            (a, b.max(x))
-        }
-    });
+    let (a, b) = row.iter().fold(
+        (f32::NEG_INFINITY, f32::NEG_INFINITY),
+        |(a, b), &x| {
+            if x > a {
+                (x, a)
+            } else {
+                (a, b.max(x))
+            }
+        },
+    );
     a - b
 }
 

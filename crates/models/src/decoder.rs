@@ -211,9 +211,9 @@ impl<B: Backend> CausalLm for Decoder<B> {
             )));
         }
         let Some(mut logits) = self.with_kv(|d, kv| d.logits(batch, kv))? else { return Ok(Vec::new()) };
-        self.backend.sample(&mut logits, rows)?.ok_or_else(|| {
-            Error::Unsupported(format!("sampling on {}", self.backend.name()))
-        })
+        self.backend
+            .sample(&mut logits, rows)?
+            .ok_or_else(|| Error::Unsupported(format!("sampling on {}", self.backend.name())))
     }
 }
 

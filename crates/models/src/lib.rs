@@ -17,8 +17,8 @@ pub use config::LmConfig;
 pub use registry::load_causal_lm;
 
 use ferrite_backend::AttnBatch;
-pub use ferrite_backend::{LogitEdit, RowSampling};
 pub use ferrite_backend::KvDtype;
+pub use ferrite_backend::{LogitEdit, RowSampling};
 use ferrite_core::Result;
 
 /// One step's flat batch: the new tokens of every sequence, back to back.

@@ -85,10 +85,7 @@ pub(super) fn functions(module: &str) -> Vec<String> {
         _ => vec![],
     };
     for st in stores {
-        names.extend((1..=8).map(|n| gemv_name(st, n, 1)));
-        if matches!(st, Storage::Quant(_)) {
-            names.extend((1..=8).map(|n| gemv_name(st, n, 4)));
-        }
+        names.extend((1..=8).map(|n| gemv_name(st, n)));
     }
     names
 }

@@ -279,15 +279,20 @@ pub fn launch_attention(dev: &Device, cache: &MetaCache, a: AttnLaunch, p: &Attn
         let (nsplit, split) = splits;
         let cfg = LaunchConfig { grid_dim: (n_rows as u32, nkv, nsplit), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: with splits, every partial is written before the combine reads it.
-        let mut part = unsafe { s.alloc::<f32>(if nsplit > 1 { n_rows * p.n_heads * nsplit as usize * (hd + 2) } else { 1 }) }
-            .map_err(|e| device_err("alloc", e))?;
+        let mut part =
+            unsafe { s.alloc::<f32>(if nsplit > 1 { n_rows * p.n_heads * nsplit as usize * (hd + 2) } else { 1 }) }
+                .map_err(|e| device_err("alloc", e))?;
         match (a.k, a.v) {
             (KvRef::F16(k), KvRef::F16(v)) => go!("attention_rows_f16", cfg, k, v, &rows_v, true, &split, &mut part)?,
             (KvRef::F32(k), KvRef::F32(v)) => go!("attention_rows_f32", cfg, k, v, &rows_v, true, &split, &mut part)?,
             _ => unreachable!("K and V share a dtype"),
         }
         if nsplit > 1 {
-            let cfg = LaunchConfig { grid_dim: (n_rows as u32, nh, 1), block_dim: (hd32.min(1024), 1, 1), shared_mem_bytes: 0 };
+            let cfg = LaunchConfig {
+                grid_dim: (n_rows as u32, nh, 1),
+                block_dim: (hd32.min(1024), 1, 1),
+                shared_mem_bytes: 0,
+            };
             let mut b = s.launch_builder(dev.func("attention_combine"));
             b.arg(&part).arg(&mut out).arg(&rows_v).arg(&nh).arg(&hd32).arg(&nsplit);
             // SAFETY: `part` holds n_rows x heads x nsplit partials of hd + 2.

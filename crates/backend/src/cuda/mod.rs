@@ -233,7 +233,8 @@ impl Backend for CudaBackend {
             let n4 = x.cols / 4;
             if x.cols.is_multiple_of(4) && n4 <= 1024 * 8 {
                 let threads = n4.min(1024).div_ceil(32) as u32 * 32;
-                let cfg = LaunchConfig { grid_dim: (x.rows as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+                let cfg =
+                    LaunchConfig { grid_dim: (x.rows as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
                 launch!(self, "add_rms_norm4", cfg, &mut x.buf, &y.buf, &w.buf, &mut out, &cols, &eps)?;
             } else {
                 let cfg = per_row(x.rows, x.cols);

@@ -74,16 +74,14 @@ pub const QUANT_KERNELS: [(DType, &str); 8] = [
     (DType::Q6K, "q6_k"),
 ];
 
-/// The GEMV kernel for `n` (1..=8) input rows of weights stored as `st`,
-/// `rows` weight rows per warp (1, or 4 for blocks).
-pub fn gemv_name(st: Storage, n: usize, rows: u32) -> String {
+/// The GEMV kernel for `n` (1..=8) input rows of weights stored as `st`.
+pub fn gemv_name(st: Storage, n: usize) -> String {
     let stem = match st {
         Storage::Bf16 => "bf16",
         Storage::Quant(q) => QUANT_KERNELS.iter().find(|(t, _)| *t == q).map_or("f16", |k| k.1),
         _ => "f16",
     };
-    let per_warp = if rows > 1 { format!("x{rows}") } else { String::new() };
-    format!("gemv_{stem}{per_warp}_{n}")
+    format!("gemv_{stem}_{n}")
 }
 
 pub struct CudaWeight {
@@ -145,13 +143,15 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<V
     }
     let mut out = Vec::with_capacity(ws.len());
     let mut half_x: Option<(Storage, CudaSlice<u16>)> = None;
+    // The input quantized for block GEMVs, once for all of them.
+    let mut x16: Option<X16> = None;
     let mut rest = ws;
     while let Some(first) = rest.first() {
         let st = first.storage;
         let gemv_ok = n >= 1 && k.is_multiple_of(8) && st != Storage::F32;
         if gemv_ok && (n <= 8 || dev.deterministic) {
             let run = rest.iter().take(3).take_while(|w| w.storage == st).count();
-            out.extend(gemv(dev, x, &rest[..run])?);
+            out.extend(gemv(dev, x, &rest[..run], &mut x16)?);
             rest = &rest[run..];
             continue;
         }
@@ -239,6 +239,7 @@ fn gemm_quant(
     for r0 in (0..m).step_by(tile_rows) {
         let rows = (m - r0).min(tile_rows);
         let r0_32 = r0 as u32;
+        let span = super::profile::span(s, "  dequant_f16");
         let mut b = s.launch_builder(dev.func("dequant_f16"));
         b.arg(&w.data).arg(&mut tile).arg(&code).arg(&row_bytes).arg(&k32).arg(&r0_32);
         // A block row per weight row, a thread per 32 values.
@@ -246,6 +247,8 @@ fn gemm_quant(
         let cfg = LaunchConfig { grid_dim: grid, block_dim: (128, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: rows r0..r0+rows exist; the tile holds rows x k values.
         unsafe { b.launch(cfg) }.map_err(|e| device_err("dequant_f16", e))?;
+        drop(span);
+        let _span = super::profile::span(s, "  gemm (dequantized)");
         let (tp, _g1) = tile.device_ptr(s);
         let (xp, _g2) = half_x.device_ptr(s);
         let (yp, _g3) = y.device_ptr_mut(s);
@@ -299,18 +302,28 @@ impl Gemm {
     }
 }
 
-/// Warps that keep every SM of a large GPU busy (132 SMs x 24): below this,
-/// a quantized GEMV takes one weight row per warp.
-const GROUPED_MIN_WARPS: u32 = 132 * 24;
+/// Profile name of a GEMV launch (nested in its matmul's).
+fn gemv_span(st: Storage) -> &'static str {
+    match st {
+        Storage::Bf16 => "  gemv bf16",
+        Storage::Quant(DType::Q4K) => "  gemv q4_k",
+        Storage::Quant(DType::Q6K) => "  gemv q6_k",
+        Storage::Quant(_) => "  gemv other blocks",
+        _ => "  gemv f16",
+    }
+}
 
 /// The input of a quantized GEMV: 16-bit values per 32-block and each
 /// block's (scale, sum of its first 16, sum of its last 16).
-fn quantize_x16(dev: &Device, x: &CudaTensor) -> Result<(CudaSlice<u16>, CudaSlice<u32>)> {
+type X16 = (CudaSlice<u16>, CudaSlice<u32>);
+
+fn quantize_x16(dev: &Device, x: &CudaTensor) -> Result<X16> {
     let len = x.rows * x.cols;
     let blocks = (len / 32) as u64;
     // SAFETY: both are fully written by the kernel (k % 32 == 0 for blocks).
     let mut xq = unsafe { dev.stream.alloc::<u16>(len.max(1)) }.map_err(|e| device_err("alloc", e))?;
     let mut meta = unsafe { dev.stream.alloc::<u32>(4 * (len / 32).max(1)) }.map_err(|e| device_err("alloc", e))?;
+    let _span = super::profile::span(&dev.stream, "  quantize_x16");
     let mut b = dev.stream.launch_builder(dev.func("quantize_x16"));
     b.arg(&x.buf).arg(&mut xq).arg(&mut meta).arg(&blocks);
     // SAFETY: argument types match the kernel's signature; one lane per value.
@@ -322,7 +335,7 @@ fn quantize_x16(dev: &Device, x: &CudaTensor) -> Result<(CudaSlice<u16>, CudaSli
 /// weights per launch, input rows in chunks of eight. Each output row's sums
 /// run the same way whatever the batch (the batch-invariant mode uses this for
 /// every batch size).
-fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {
+fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x16: &mut Option<X16>) -> Result<Vec<CudaTensor>> {
     let (n, k) = (x.rows, x.cols);
     let s = &dev.stream;
     let mut ys = ws.iter().map(|w| alloc_out(dev, n, w.rows)).collect::<Result<Vec<_>>>()?;
@@ -350,19 +363,19 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTens
     // Blocks: the input quantized to 16 bits per 32-block, with each block's
     // scale and sums (kernels/quant.cu).
     let quant = match ws[0].storage {
-        Storage::Quant(q) => Some((q, quantize_x16(dev, x)?)),
+        Storage::Quant(q) => {
+            if x16.is_none() {
+                *x16 = Some(quantize_x16(dev, x)?);
+            }
+            Some((q, x16.as_ref().expect("just set")))
+        }
         _ => None,
     };
-    // Eight warps per block; one warp per weight row, or for blocks, per
-    // group of four rows of one weight when that still leaves enough warps to
-    // fill the GPU (kernels/quant.cu).
-    let grouped: u32 = m.iter().map(|&r| r.div_ceil(4)).sum();
-    let rows_per_warp = if quant.is_some() && grouped >= GROUPED_MIN_WARPS { 4 } else { 1 };
-    let warps = if rows_per_warp > 1 { grouped } else { rows };
-    let cfg = LaunchConfig { grid_dim: (warps.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    // One warp per weight row, eight per block.
+    let cfg = LaunchConfig { grid_dim: (rows.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     for r0 in (0..n).step_by(8) {
         let nc = (n - r0).min(8);
-        let name = gemv_name(ws[0].storage, nc, rows_per_warp);
+        let name = gemv_name(ws[0].storage, nc);
         let y: [u64; 3] = std::array::from_fn(|i| yp[i] + (r0 * m[i] as usize * 4) as u64);
         let mut b = s.launch_builder(dev.func(&name));
         b.arg(&wp[0]).arg(&wp[1]).arg(&wp[2]).arg(&y[0]).arg(&y[1]).arg(&y[2]);
@@ -385,6 +398,7 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTens
                 b.arg(&xr).arg(&k32);
             }
         }
+        let _span = super::profile::span(s, gemv_span(ws[0].storage));
         // SAFETY: pointers are live buffers of the sizes given (offsets stay
         // inside them); k % 8 == 0 keeps the 16-byte loads aligned.
         unsafe { b.launch(cfg) }.map_err(|e| device_err(&name, e))?;

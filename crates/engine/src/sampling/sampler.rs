@@ -123,7 +123,8 @@ impl Sampler {
             let n = if p.penalty_last_n == 0 { total } else { p.penalty_last_n.min(total) };
             let from_generated = n.min(generated.len());
             let from_prompt = n - from_generated;
-            for &t in prompt[prompt.len() - from_prompt..].iter().chain(&generated[generated.len() - from_generated..]) {
+            for &t in prompt[prompt.len() - from_prompt..].iter().chain(&generated[generated.len() - from_generated..])
+            {
                 edit(&mut edits, t).rep = penalty;
             }
         }

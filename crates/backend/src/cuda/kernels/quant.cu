@@ -350,9 +350,9 @@ __device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, u
 // One warp per R weight rows, up to three weights of one type sharing the
 // input (groups of rows of w0 first, then w1, then w2; a group never spans
 // two weights). A lane loads a chunk of each of its rows, then each input
-// row's chunk once for all of them: with R = 1 the input, read from L1 by
-// every warp, costs more bandwidth than the weights; R = 4 needs enough rows
-// to keep every SM busy with a quarter of the warps (the host picks).
+// row's chunk once for all of them. (R = 4, which reads the input a quarter
+// as often, measured slower on the H200 than R = 1 with four times the
+// warps: only R = 1 is built.)
 template <int T, int N, int R>
 __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
                             u32 m1, u32 m2, const u16* xq, const uint4* meta, u32 k, u64 row_bytes) {
@@ -384,6 +384,7 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
     for (int n = 0; n < N; n++)
 #pragma unroll
         for (int r = 0; r < R; r++) acc[n][r] = 0.f;
+#pragma unroll 2
     for (u32 c = lane; c < chunks; c += 32) {
         Chunk ch[R];
 #pragma unroll
@@ -414,9 +415,6 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
 #define GEMVQ(NAME, T, N)                                                              \
     extern "C" __global__ void gemv_##NAME##_##N(GEMVQ_ARGS) {                         \
         gemv_q_body<T, N, 1>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes); \
-    }                                                                                  \
-    extern "C" __global__ void gemv_##NAME##x4_##N(GEMVQ_ARGS) {                       \
-        gemv_q_body<T, N, 4>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes); \
     }
 #define GEMVQ_ALL(NAME, T) \
     GEMVQ(NAME, T, 1)      \
