@@ -239,6 +239,15 @@ impl<B: Backend> Harness<'_, B> {
             self.b.rope(&mut g, &rope, &positions)?;
             self.cpu.rope(&mut w, &rope, &positions)?;
             self.record(format!("rope interleaved={interleaved}"), &g, &w, TOL_F32)?;
+            // q and k together (k narrower, as with GQA).
+            let kx = self.rng.vec(n * 2 * hd, 3.0);
+            let (mut gq, mut wq) = self.up(&x, n, c)?;
+            let (mut gk, mut wk) = self.up(&kx, n, 2 * hd)?;
+            self.b.rope_qk(&mut gq, &mut gk, &rope, &positions)?;
+            self.cpu.rope(&mut wq, &rope, &positions)?;
+            self.cpu.rope(&mut wk, &rope, &positions)?;
+            self.record(format!("rope_qk q interleaved={interleaved}"), &gq, &wq, TOL_F32)?;
+            self.record(format!("rope_qk k interleaved={interleaved}"), &gk, &wk, TOL_F32)?;
         }
         Ok(())
     }

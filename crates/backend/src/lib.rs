@@ -265,6 +265,12 @@ pub trait Backend: Send + Sync {
     fn glu(&self, gate: &Self::Tensor, up: &Self::Tensor, act: Activation) -> Result<Self::Tensor>;
     /// Rotates every head of every row by its token's position.
     fn rope(&self, x: &mut Self::Tensor, rope: &Rope, positions: &[u32]) -> Result<()>;
+    /// `rope` on q and on k (same rows, same positions), in one pass where a
+    /// backend can.
+    fn rope_qk(&self, q: &mut Self::Tensor, k: &mut Self::Tensor, rope: &Rope, positions: &[u32]) -> Result<()> {
+        self.rope(q, rope, positions)?;
+        self.rope(k, rope, positions)
+    }
     /// LayerNorm of each row: (x - mean) / sqrt(var + eps) * w, plus `b` if given.
     fn layer_norm(
         &self,

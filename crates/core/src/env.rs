@@ -1,6 +1,7 @@
 //! The one place ferrite reads environment variables. They only locate files
-//! (HOME, FERRITE_HOME, the Hugging Face cache variables) or point a test at
-//! other fixtures; models and kernels never read the environment.
+//! (HOME, FERRITE_HOME, the Hugging Face cache variables), point a test at
+//! other fixtures, or switch on debugging output (`FERRITE_PROFILE`); models
+//! and kernels never read the environment.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -13,4 +14,9 @@ pub fn var(key: &str) -> Option<OsString> {
 /// A variable as a path.
 pub fn path(key: &str) -> Option<PathBuf> {
     var(key).map(PathBuf::from)
+}
+
+/// `FERRITE_PROFILE` set (and not "0"): backends time every op.
+pub fn profiling() -> bool {
+    var("FERRITE_PROFILE").is_some_and(|v| v != "0")
 }

@@ -153,8 +153,7 @@ impl<B: Backend> Decoder<B> {
             q = b.rms_norm(&q, qn, c.norm_eps)?;
             k = b.rms_norm(&k, kn, c.norm_eps)?;
         }
-        b.rope(&mut q, &layer.rope, &batch.positions)?;
-        b.rope(&mut k, &layer.rope, &batch.positions)?;
+        b.rope_qk(&mut q, &mut k, &layer.rope, &batch.positions)?;
         b.write_kv(kv, l, &k, &v, &batch.attn)?;
         let a = b.attention(&q, kv, l, &batch.attn, &layer.attn)?;
         let mut o = b.matmul(&a, &layer.wo)?;

@@ -18,7 +18,7 @@ pub use weight::{CudaWeight, Storage};
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchConfig, PushKernelArg};
 use ferrite_core::{Error, Result};
 
 use crate::{Activation, AttnBatch, AttnParams, Backend, KvSpec, RawWeight, Rope, RowSampling};
@@ -113,6 +113,49 @@ impl CudaBackend {
 
     fn upload_u32(&self, v: Vec<u32>) -> Result<Arc<CudaSlice<u32>>> {
         self.meta.get(&self.dev, v)
+    }
+
+    /// RoPE on `x`, and on `k` too if given (one launch; block row y of the
+    /// grid turns tensor y).
+    fn rope_launch(
+        &self,
+        x: &mut CudaTensor,
+        k: Option<&mut CudaTensor>,
+        rope: &Rope,
+        positions: &[u32],
+    ) -> Result<()> {
+        let fits = |t: &CudaTensor| positions.len() == t.rows && t.cols.is_multiple_of(rope.head_dim);
+        if !fits(x)
+            || k.as_deref().is_some_and(|k| !fits(k))
+            || rope.inv_freq.len() * 2 != rope.head_dim
+            || rope.head_dim > 512
+        {
+            return Err(Error::Shape("rope: positions or head size do not match".into()));
+        }
+        if x.rows == 0 {
+            return Ok(());
+        }
+        let pos = self.upload_u32(positions.to_vec())?;
+        let freq = self.upload_u32(rope.inv_freq.iter().map(|f| f.to_bits()).collect())?;
+        let s = &self.dev.stream;
+        let (p0, _g0) = x.buf.device_ptr_mut(s);
+        let mut _g1 = None;
+        let (tensors, c1, p1) = match k {
+            Some(k) => {
+                let (p, g) = k.buf.device_ptr_mut(s);
+                _g1 = Some(g);
+                (2, k.cols, p)
+            }
+            None => (1, x.cols, p0),
+        };
+        let widest = x.cols.max(c1);
+        let (c0, c1, hd, inter) = (x.cols as u32, c1 as u32, rope.head_dim as u32, rope.interleaved as i32);
+        let cfg = LaunchConfig {
+            grid_dim: (x.rows as u32, tensors, 1),
+            block_dim: ((widest / 2).clamp(32, 1024).div_ceil(32) as u32 * 32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        launch!(self, "rope", cfg, &p0, &p1, pos.as_ref(), freq.as_ref(), &c0, &c1, &hd, &inter)
     }
 }
 
@@ -256,34 +299,12 @@ impl Backend for CudaBackend {
 
     fn rope(&self, x: &mut CudaTensor, rope: &Rope, positions: &[u32]) -> Result<()> {
         let _span = profile::span(&self.dev.stream, "rope");
-        if positions.len() != x.rows
-            || !x.cols.is_multiple_of(rope.head_dim)
-            || rope.inv_freq.len() * 2 != rope.head_dim
-            || rope.head_dim > 512
-        {
-            return Err(Error::Shape("rope: positions or head size do not match".into()));
-        }
-        if x.rows == 0 {
-            return Ok(());
-        }
-        let pos = self.upload_u32(positions.to_vec())?;
-        let freq = self.upload_u32(rope.inv_freq.iter().map(|f| f.to_bits()).collect())?;
-        let (cols, hd, inter) = (x.cols as u32, rope.head_dim as u32, rope.interleaved as i32);
-        launch!(
-            self,
-            "rope",
-            LaunchConfig {
-                grid_dim: (x.rows as u32, 1, 1),
-                block_dim: ((x.cols / 2).clamp(32, 1024).div_ceil(32) as u32 * 32, 1, 1),
-                shared_mem_bytes: 0
-            },
-            &mut x.buf,
-            pos.as_ref(),
-            freq.as_ref(),
-            &cols,
-            &hd,
-            &inter
-        )
+        self.rope_launch(x, None, rope, positions)
+    }
+
+    fn rope_qk(&self, q: &mut CudaTensor, k: &mut CudaTensor, rope: &Rope, positions: &[u32]) -> Result<()> {
+        let _span = profile::span(&self.dev.stream, "rope");
+        self.rope_launch(q, Some(k), rope, positions)
     }
 
     fn layer_norm(&self, x: &CudaTensor, w: &CudaTensor, b: Option<&CudaTensor>, eps: f32) -> Result<CudaTensor> {

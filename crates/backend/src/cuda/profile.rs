@@ -18,7 +18,7 @@ static EVENTS: OnceLock<Mutex<Pending>> = OnceLock::new();
 /// Whether profiling was asked for.
 pub fn enabled() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("FERRITE_PROFILE").is_some_and(|v| v != "0"))
+    *ON.get_or_init(ferrite_core::env::profiling)
 }
 
 /// Times everything queued on `stream` between now and its drop.

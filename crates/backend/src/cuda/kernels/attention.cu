@@ -160,11 +160,15 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
         }
         const u32 nk = min(32u, hi - t0);
         // Key kk's row start comes from the lane that scored it (no second
-        // table lookup).
+        // table lookup); the next key's values load while this one's are used.
+        const int n_in = min((int)per, (int)hd - (int)(lane * per));
+        float next[MAX_HD / 32];
+        load_values(vc, __shfl_sync(0xffffffffu, base, 0) + lane * per, per, n_in, next);
         for (u32 kk = 0; kk < nk; kk++) {
-            const u64 vb = __shfl_sync(0xffffffffu, base, kk) + lane * per;
             float v[MAX_HD / 32];
-            load_values(vc, vb, per, min((int)per, (int)hd - (int)(lane * per)), v);
+#pragma unroll
+            for (int i = 0; i < MAX_HD / 32; i++) v[i] = next[i];
+            if (kk + 1 < nk) load_values(vc, __shfl_sync(0xffffffffu, base, kk + 1) + lane * per, per, n_in, next);
 #pragma unroll
             for (int g = 0; g < MAX_GROUP; g++) {
                 if (g >= G) break;

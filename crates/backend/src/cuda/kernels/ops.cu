@@ -71,13 +71,17 @@ extern "C" __global__ void layer_norm(const float* x, const float* w, const floa
 
 #define MAX_HALF 256  // rotated pairs per head (head_dim <= 512)
 
-// Rotary embedding in place; one block per row. Pairs (2i, 2i+1) when
-// `interleaved`, else (i, i + head_dim/2).
-extern "C" __global__ void rope(float* x, const u32* pos, const float* inv_freq, u32 cols, u32 head_dim,
-                                int interleaved) {
-    // Angles once per row in shared memory, then every pair of every head
-    // at once: a loop over heads per thread would wait on each load in turn.
+// Rotary embedding in place of one or two tensors with the same positions;
+// one block per row and tensor. Pairs (2i, 2i+1) when `interleaved`, else
+// (i, i + head_dim/2).
+extern "C" __global__ void rope(float* x0, float* x1, const u32* pos, const float* inv_freq, u32 cols0, u32 cols1,
+                                u32 head_dim, int interleaved) {
+    // Block row y turns tensor y (q and k in one launch; y is only 0 for one
+    // tensor). Angles once per row in shared memory, then every pair of every
+    // head at once: a loop over heads per thread would wait on each load in turn.
     __shared__ float cs[MAX_HALF], sn[MAX_HALF];
+    float* x = blockIdx.y ? x1 : x0;
+    const u32 cols = blockIdx.y ? cols1 : cols0;
     float* xi = x + (u64)blockIdx.x * cols;
     const float p = (float)pos[blockIdx.x];
     const u32 half = head_dim / 2;
@@ -87,9 +91,9 @@ extern "C" __global__ void rope(float* x, const u32* pos, const float* inv_freq,
         const u32 h = q / half, i = q % half;
         const u32 a = h * head_dim + (interleaved ? 2 * i : i);
         const u32 b = h * head_dim + (interleaved ? 2 * i + 1 : i + half);
-        const float x0 = xi[a], x1 = xi[b];
-        xi[a] = x0 * cs[i] - x1 * sn[i];
-        xi[b] = x0 * sn[i] + x1 * cs[i];
+        const float u = xi[a], v = xi[b];
+        xi[a] = u * cs[i] - v * sn[i];
+        xi[b] = u * sn[i] + v * cs[i];
     }
 }
 
