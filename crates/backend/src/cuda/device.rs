@@ -37,6 +37,8 @@ pub struct Device {
     pub ctx: Arc<CudaContext>,
     pub stream: Arc<CudaStream>,
     pub blas: CudaBlas,
+    /// cuBLASLt for dense GEMMs, when its library is present (else GemmEx).
+    pub lt: Option<super::lt::Lt>,
     _workspace: cudarc::driver::CudaSlice<u8>,
     pub deterministic: bool,
     pub name: String,
@@ -123,6 +125,16 @@ impl Device {
         // cuBLAS picks faster Hopper kernels with a larger workspace (its
         // guide suggests 32 MiB); it lives as long as the device.
         let workspace = stream.alloc_zeros::<u8>(32 << 20).map_err(|e| device_err("cuBLAS workspace", e))?;
+        let lt = {
+            let (ptr, _guard) = cudarc::driver::DevicePtr::device_ptr(&workspace, &stream);
+            // SAFETY: only probes for the shared library.
+            if unsafe { cudarc::cublaslt::sys::is_culib_present() } {
+                // The workspace is shared: cuBLAS and cuBLASLt calls are ordered on one stream.
+                Some(super::lt::Lt::new((ptr, 32 << 20)).map_err(|e| device_err("starting cuBLASLt", e))?)
+            } else {
+                None
+            }
+        };
         {
             let (ptr, _guard) = cudarc::driver::DevicePtr::device_ptr(&workspace, &stream);
             // SAFETY: the buffer outlives the handle (both live in `Device`).
@@ -148,7 +160,17 @@ impl Device {
                 funcs.insert(f, func);
             }
         }
-        Ok(Device { ctx, stream, blas, _workspace: workspace, deterministic: opts.deterministic, name, arch, funcs })
+        Ok(Device {
+            ctx,
+            stream,
+            blas,
+            lt,
+            _workspace: workspace,
+            deterministic: opts.deterministic,
+            name,
+            arch,
+            funcs,
+        })
     }
 
     pub fn func(&self, name: &str) -> &CudaFunction {

@@ -7,6 +7,7 @@ mod ceilings;
 mod compile;
 mod device;
 mod kv;
+mod lt;
 pub mod profile;
 mod weight;
 

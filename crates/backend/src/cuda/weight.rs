@@ -275,8 +275,26 @@ pub(super) struct Gemm {
 }
 
 impl Gemm {
+    /// cuBLASLt where it has an algorithm for the shape, else cublasGemmEx.
+    ///
     /// SAFETY: the three pointers must be live buffers of those sizes and types.
-    pub unsafe fn run(&self, dev: &Device) -> std::result::Result<(), cudarc::cublas::result::CublasError> {
+    pub unsafe fn run(&self, dev: &Device) -> std::result::Result<(), String> {
+        if let Some(lt) = &dev.lt {
+            let shape = super::lt::Shape {
+                m: self.m,
+                n: self.n,
+                k: self.k,
+                ldc: self.ldc,
+                a: self.a.1,
+                b: self.b.1,
+                c: self.c.1,
+            };
+            let stream = dev.stream.cu_stream() as cudarc::cublaslt::sys::cudaStream_t;
+            match lt.gemm(&shape, self.a.0, self.b.0, self.c.0, stream) {
+                Err(e) if e.0 == cudarc::cublaslt::sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED => {}
+                done => return done.map_err(|e| format!("cuBLASLt: {e:?}")),
+            }
+        }
         let (alpha, beta) = (1f32, 0f32);
         cudarc::cublas::result::gemm_ex(
             *dev.blas.handle(),
@@ -299,6 +317,7 @@ impl Gemm {
             cublasComputeType_t::CUBLAS_COMPUTE_32F,
             cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
+        .map_err(|e| format!("cuBLAS: {e:?}"))
     }
 }
 

@@ -1,0 +1,164 @@
+//! Dense GEMMs through cuBLASLt. A plan (operation and layout descriptors and
+//! the heuristic's fastest algorithm) is made once per shape and element
+//! types and reused; a shape cuBLASLt has no algorithm for falls back to
+//! cublasGemmEx (the caller's job).
+
+use std::collections::HashMap;
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use cudarc::cublas::sys::cudaDataType;
+use cudarc::cublaslt::result::CublasError;
+use cudarc::cublaslt::{result as lt, sys as lsys};
+
+/// Plans kept at most; serving sees many batch sizes, so the cache is reset
+/// when full rather than grown without bound.
+const MAX_PLANS: usize = 512;
+
+/// C (m x n, leading dimension ldc) = A^T · B with A k x m and B k x n,
+/// column-major, f32 accumulation: the element types and sizes of one GEMM.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub struct Shape {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub ldc: usize,
+    pub a: cudaDataType,
+    pub b: cudaDataType,
+    pub c: cudaDataType,
+}
+
+struct Plan {
+    desc: lsys::cublasLtMatmulDesc_t,
+    layouts: [lsys::cublasLtMatrixLayout_t; 3],
+    algo: lsys::cublasLtMatmulAlgo_t,
+}
+
+impl Drop for Plan {
+    fn drop(&mut self) {
+        // SAFETY: each descriptor was created once and is destroyed once, here.
+        unsafe {
+            for l in self.layouts {
+                let _ = lt::destroy_matrix_layout(l);
+            }
+            let _ = lt::destroy_matmul_desc(self.desc);
+        }
+    }
+}
+
+/// The cuBLASLt handle and its plans.
+pub struct Lt {
+    handle: lsys::cublasLtHandle_t,
+    plans: Mutex<HashMap<Shape, Plan>>,
+    workspace: (u64, usize),
+}
+
+// SAFETY: the handle and descriptors are used under the plans' mutex or
+// read-only, and all work goes to the device's one stream.
+unsafe impl Send for Lt {}
+unsafe impl Sync for Lt {}
+
+impl Drop for Lt {
+    fn drop(&mut self) {
+        self.plans.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        // SAFETY: created in `new`, destroyed once.
+        let _ = unsafe { lt::destroy_handle(self.handle) };
+    }
+}
+
+fn lt_type(t: cudaDataType) -> lsys::cudaDataType {
+    match t {
+        cudaDataType::CUDA_R_16F => lsys::cudaDataType::CUDA_R_16F,
+        cudaDataType::CUDA_R_16BF => lsys::cudaDataType::CUDA_R_16BF,
+        _ => lsys::cudaDataType::CUDA_R_32F,
+    }
+}
+
+impl Lt {
+    /// `workspace`: a device buffer (pointer, bytes) that outlives this.
+    pub fn new(workspace: (u64, usize)) -> Result<Lt, CublasError> {
+        Ok(Lt { handle: lt::create_handle()?, plans: Mutex::default(), workspace })
+    }
+
+    fn plan(&self, s: &Shape) -> Result<Plan, CublasError> {
+        let desc =
+            lt::create_matmul_desc(lsys::cublasComputeType_t::CUBLAS_COMPUTE_32F, lsys::cudaDataType::CUDA_R_32F)?;
+        let transpose: i32 = 1; // CUBLAS_OP_T
+        let layout = |t, rows: usize, cols: usize, ld: usize| {
+            lt::create_matrix_layout(lt_type(t), rows as u64, cols as u64, ld as i64)
+        };
+        // SAFETY: the descriptor is live; the attribute is an i32.
+        unsafe {
+            lt::set_matmul_desc_attribute(
+                desc,
+                lsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_TRANSA,
+                &transpose as *const i32 as *const c_void,
+                4,
+            )?;
+        }
+        let mut plan = Plan { desc, layouts: [std::ptr::null_mut(); 3], algo: unsafe { std::mem::zeroed() } };
+        plan.layouts[0] = layout(s.a, s.k, s.m, s.k)?;
+        plan.layouts[1] = layout(s.b, s.k, s.n, s.k)?;
+        plan.layouts[2] = layout(s.c, s.m, s.n, s.ldc)?;
+        let pref = lt::create_matmul_pref()?;
+        let max_ws = self.workspace.1 as u64;
+        // SAFETY: live descriptors; the preference is destroyed below.
+        let found = unsafe {
+            let set = lt::set_matmul_pref_attribute(
+                pref,
+                lsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                &max_ws as *const u64 as *const c_void,
+                8,
+            );
+            let [a, b, c] = plan.layouts;
+            let found = set.and_then(|_| lt::get_matmul_algo_heuristic(self.handle, desc, a, b, c, c, pref));
+            let _ = lt::destroy_matmul_pref(pref);
+            found
+        }?;
+        plan.algo = found.algo;
+        Ok(plan)
+    }
+
+    /// Runs the GEMM on `stream`.
+    ///
+    /// SAFETY: the pointers must be live device buffers of the shape's sizes
+    /// and types, and `stream` the stream that orders them.
+    pub unsafe fn gemm(
+        &self,
+        s: &Shape,
+        a: u64,
+        b: u64,
+        c: u64,
+        stream: lsys::cudaStream_t,
+    ) -> Result<(), CublasError> {
+        let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
+        if !plans.contains_key(s) {
+            if plans.len() >= MAX_PLANS {
+                plans.clear();
+            }
+            let plan = self.plan(s)?;
+            plans.insert(*s, plan);
+        }
+        let p = &plans[s];
+        let (alpha, beta) = (1f32, 0f32);
+        let [la, lb, lc] = p.layouts;
+        lt::matmul(
+            self.handle,
+            p.desc,
+            &alpha as *const f32 as *const c_void,
+            &beta as *const f32 as *const c_void,
+            a as *const c_void,
+            la,
+            b as *const c_void,
+            lb,
+            c as *const c_void,
+            lc,
+            c as *mut c_void,
+            lc,
+            &p.algo,
+            self.workspace.0 as *mut c_void,
+            self.workspace.1,
+            stream,
+        )
+    }
+}
