@@ -1,5 +1,5 @@
 //! The CUDA backend: f32 activations on the GPU, 16-bit weights multiplied by
-//! cuBLAS on tensor cores, and our own kernels (kernels/*.cu) compiled with
+//! cuBLASLt on tensor cores, and our own kernels (kernels/*.cu) compiled with
 //! NVRTC for the device at first use. The same op set as the CPU backend,
 //! checked against it op by op (`ferrite gpu-check`).
 

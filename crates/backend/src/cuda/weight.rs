@@ -1,4 +1,5 @@
-//! Weights on the GPU and the dense matmul through cuBLAS.
+//! Weights on the GPU and the matmuls: our GEMV kernels for decode batches,
+//! cuBLASLt (lt.rs) for the rest.
 //!
 //! Weights are stored as f16 or bf16 (f32 only with `exact_f32`). Quantized
 //! GGUF weights stay in their blocks (kernels/quant.cu reads them in place):
@@ -190,7 +191,7 @@ fn to_half(dev: &Device, x: &CudaTensor, st: Storage) -> Result<CudaSlice<u16>> 
     Ok(h)
 }
 
-/// cuBLAS: y = x · w^T with x in f32 (`half_x` None, f32 weights) or in the
+/// y = x · w^T on tensor cores, with x in f32 (`half_x` None, f32 weights) or in the
 /// weight's 16-bit type.
 fn gemm(
     dev: &Device,
@@ -261,7 +262,7 @@ fn gemm_quant(
     Ok(())
 }
 
-/// One cuBLAS call C = A^T · B (column-major; f32 accumulation): A is k x m,
+/// One GEMM C = A^T · B (column-major; f32 accumulation): A is k x m,
 /// B is k x n, C is m x n with leading dimension `ldc`, each a device pointer
 /// and its element type.
 pub(super) struct Gemm {

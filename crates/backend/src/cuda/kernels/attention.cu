@@ -81,6 +81,69 @@ __device__ __forceinline__ void load_values(const KT* vc, u64 at, u32 per, int n
 // output with its running max and sum (hd + 2 floats per row, head and
 // split) to `part`; `attention_combine` merges them. Long contexts with few
 // rows then use the whole GPU instead of a few blocks.
+// The general case: one key at a time, the next key's values loading while
+// this one's are used.
+template <typename KT>
+__device__ __forceinline__ void weigh_values_any(const KT* vc, u64 base, const float (&p)[MAX_GROUP],
+                                                 float (&acc)[MAX_GROUP][MAX_HD / 32], u32 nk, u32 per, int n_in,
+                                                 u32 G) {
+    const u32 lane = threadIdx.x & 31;
+    float next[MAX_HD / 32];
+    load_values(vc, __shfl_sync(0xffffffffu, base, 0) + lane * per, per, n_in, next);
+    for (u32 kk = 0; kk < nk; kk++) {
+        float v[MAX_HD / 32];
+#pragma unroll
+        for (int i = 0; i < MAX_HD / 32; i++) v[i] = next[i];
+        if (kk + 1 < nk) load_values(vc, __shfl_sync(0xffffffffu, base, kk + 1) + lane * per, per, n_in, next);
+#pragma unroll
+        for (int g = 0; g < MAX_GROUP; g++) {
+            if (g >= G) break;
+            const float pk = __shfl_sync(0xffffffffu, p[g], kk);
+#pragma unroll
+            for (int i = 0; i < MAX_HD / 32; i++) acc[g][i] += pk * v[i];
+        }
+    }
+}
+
+// acc[g] += p_kk[g] * V[kk] over the tile's nk keys (key kk's row at lane
+// kk's `base`). f16 heads of 128 (4 values a lane): VALUE_BATCH keys'
+// values are loaded at once, so their latencies overlap.
+#define VALUE_BATCH 4
+__device__ __forceinline__ void weigh_values(const u16* vc, u64 base, const float (&p)[MAX_GROUP],
+                                             float (&acc)[MAX_GROUP][MAX_HD / 32], u32 nk, u32 per, int n_in,
+                                             u32 G, u32 lane) {
+    if (per != 4 || n_in != 4) {
+        weigh_values_any(vc, base, p, acc, nk, per, n_in, G);
+        return;
+    }
+    for (u32 k0 = 0; k0 < nk; k0 += VALUE_BATCH) {
+        uint2 raw[VALUE_BATCH];
+#pragma unroll
+        for (int j = 0; j < VALUE_BATCH; j++) {
+            const u64 vb = __shfl_sync(0xffffffffu, base, (k0 + j) & 31) + lane * 4;
+            raw[j] = k0 + j < nk ? *(const uint2*)(vc + vb) : make_uint2(0u, 0u);
+        }
+#pragma unroll
+        for (int j = 0; j < VALUE_BATCH; j++) {
+            if (k0 + j >= nk) break;
+            const float v[4] = {f16_to_f32((u16)(raw[j].x & 0xffffu)), f16_to_f32((u16)(raw[j].x >> 16)),
+                                f16_to_f32((u16)(raw[j].y & 0xffffu)), f16_to_f32((u16)(raw[j].y >> 16))};
+#pragma unroll
+            for (int g = 0; g < MAX_GROUP; g++) {
+                if (g >= G) break;
+                const float pk = __shfl_sync(0xffffffffu, p[g], k0 + j);
+#pragma unroll
+                for (int i = 0; i < 4; i++) acc[g][i] += pk * v[i];
+            }
+        }
+    }
+}
+__device__ __forceinline__ void weigh_values(const float* vc, u64 base, const float (&p)[MAX_GROUP],
+                                             float (&acc)[MAX_GROUP][MAX_HD / 32], u32 nk, u32 per, int n_in,
+                                             u32 G, u32) {
+    weigh_values_any(vc, base, p, acc, nk, per, n_in, G);
+}
+
 template <typename KT>
 __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* out, const u32* meta,
                             const u32* tables, const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs,
@@ -160,23 +223,9 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
         }
         const u32 nk = min(32u, hi - t0);
         // Key kk's row start comes from the lane that scored it (no second
-        // table lookup); the next key's values load while this one's are used.
+        // table lookup).
         const int n_in = min((int)per, (int)hd - (int)(lane * per));
-        float next[MAX_HD / 32];
-        load_values(vc, __shfl_sync(0xffffffffu, base, 0) + lane * per, per, n_in, next);
-        for (u32 kk = 0; kk < nk; kk++) {
-            float v[MAX_HD / 32];
-#pragma unroll
-            for (int i = 0; i < MAX_HD / 32; i++) v[i] = next[i];
-            if (kk + 1 < nk) load_values(vc, __shfl_sync(0xffffffffu, base, kk + 1) + lane * per, per, n_in, next);
-#pragma unroll
-            for (int g = 0; g < MAX_GROUP; g++) {
-                if (g >= G) break;
-                const float pk = __shfl_sync(0xffffffffu, p[g], kk);
-#pragma unroll
-                for (int i = 0; i < MAX_HD / 32; i++) acc[g][i] += pk * v[i];
-            }
-        }
+        weigh_values(vc, base, p, acc, nk, per, n_in, G, lane);
     }
     // Constant indices only: a runtime index would put acc in local memory.
 #pragma unroll
