@@ -193,7 +193,7 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
         if (valid) {
             base = key_slot(tables, toff, bs, t) * kv_dim + (u64)kvh * hd;
             // Unrolled: the key's loads go out together, not one latency each.
-#pragma unroll 2
+#pragma unroll 4
             for (u32 d = 0; d < hd; d += 8) {
                 float k8[8];
                 load8(kc + base + d, k8);
