@@ -7,19 +7,7 @@ use ferrite_backend::quant::dequantize_row;
 use ferrite_backend::{Activation, AttnBatch, AttnParams, Backend, KvDtype, KvSpec, RawWeight, Rope, SeqSlice};
 use ferrite_core::{DType, HostBytes};
 
-const ALL: [DType; 11] = [
-    DType::F32,
-    DType::F16,
-    DType::BF16,
-    DType::Q4_0,
-    DType::Q4_1,
-    DType::Q5_0,
-    DType::Q5_1,
-    DType::Q8_0,
-    DType::Q4K,
-    DType::Q5K,
-    DType::Q6K,
-];
+const ALL: [DType; 11] = DType::ALL;
 
 fn dequant_all(dtype: DType, bytes: &[u8], rows: usize, cols: usize) -> Vec<f32> {
     let mut out = vec![0f32; rows * cols];

@@ -52,3 +52,20 @@ __device__ __forceinline__ float act_fn(float x, int act) {
     if (act == 1) return x / (1.f + expf(-2.f * 0.7978845608f * (x + 0.044715f * x * x * x)));
     return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
 }
+
+// Decode GEMVs run up to three weights that share an input in one launch,
+// their rows back to back. Given w, y, m set to the first weight's, moves
+// `row` (global) into the weight it falls in; false past the last.
+template <typename W>
+__device__ __forceinline__ bool pick_weight(u32& row, const W*& w, float*& y, u32& m, const W* w1, const W* w2,
+                                            float* y1, float* y2, u32 m1, u32 m2) {
+    if (row >= m) {
+        row -= m;
+        w = w1, y = y1, m = m1;
+        if (row >= m) {
+            row -= m;
+            w = w2, y = y2, m = m2;
+        }
+    }
+    return row < m;
+}

@@ -31,19 +31,7 @@ __device__ void gemv_body(const u16* w0, const u16* w1, const u16* w2, float* y0
     const u16* w = w0;
     float* y = y0;
     u32 m = m0;
-    if (row >= m0) {
-        row -= m0;
-        w = w1;
-        y = y1;
-        m = m1;
-        if (row >= m1) {
-            row -= m1;
-            w = w2;
-            y = y2;
-            m = m2;
-        }
-    }
-    if (row >= m) return;
+    if (!pick_weight(row, w, y, m, w1, w2, y1, y2, m1, m2)) return;
     const uint4* wr = (const uint4*)(w + (u64)row * k);
     float acc[N];
 #pragma unroll

@@ -218,26 +218,18 @@ extern "C" __global__ void quantize_x16(const float* x, u16* xq, uint4* meta, u6
     }
 }
 
-__device__ __forceinline__ int dp2a_lo(u32 a, u32 b, int c) {
-    int d;
-    asm("dp2a.lo.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-__device__ __forceinline__ int dp2a_hi(u32 a, u32 b, int c) {
-    int d;
-    asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-__device__ __forceinline__ int dp2a_lo_s(u32 a, u32 b, int c) {
-    int d;
-    asm("dp2a.lo.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-__device__ __forceinline__ int dp2a_hi_s(u32 a, u32 b, int c) {
-    int d;
-    asm("dp2a.hi.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
+// Two 16-bit x 8-bit products (bytes 0-1 or 2-3 of b) added to c; `_s`:
+// signed bytes.
+#define DP2A(NAME, OP)                                                  \
+    __device__ __forceinline__ int NAME(u32 a, u32 b, int c) {          \
+        int d;                                                          \
+        asm(OP " %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c)); \
+        return d;                                                       \
+    }
+DP2A(dp2a_lo, "dp2a.lo.s32.u32")
+DP2A(dp2a_hi, "dp2a.hi.s32.u32")
+DP2A(dp2a_lo_s, "dp2a.lo.s32.s32")
+DP2A(dp2a_hi_s, "dp2a.hi.s32.s32")
 
 // Four bits (b & 15) to bit 4 of each byte.
 __device__ __forceinline__ u32 spread4(u32 b) {
@@ -347,66 +339,39 @@ __device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, u
     return __uint_as_float(meta.x) * s;
 }
 
-// One warp per R weight rows, up to three weights of one type sharing the
-// input (groups of rows of w0 first, then w1, then w2; a group never spans
-// two weights). A lane loads a chunk of each of its rows, then each input
-// row's chunk once for all of them. (R = 4, which reads the input a quarter
-// as often, measured slower on the H200 than R = 1 with four times the
-// warps: only R = 1 is built.)
-template <int T, int N, int R>
+// One warp per weight row, up to three weights of one type sharing the input
+// (see pick_weight). (Four rows per warp, which reads the input a quarter as
+// often, measured slower on the H200: a quarter of the warps hide less
+// latency.)
+template <int T, int N>
 __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
                             u32 m1, u32 m2, const u16* xq, const uint4* meta, u32 k, u64 row_bytes) {
-    u32 group = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    u32 row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31;
     const u8* w = w0;
     float* y = y0;
     u32 m = m0;
-    const u32 g0 = (m0 + R - 1) / R, g1 = (m1 + R - 1) / R;
-    if (group >= g0) {
-        group -= g0;
-        w = w1;
-        y = y1;
-        m = m1;
-        if (group >= g1) {
-            group -= g1;
-            w = w2;
-            y = y2;
-            m = m2;
-        }
-    }
-    const u32 row0 = group * R;
-    if (row0 >= m) return;
-    const u32 nr = min((u32)R, m - row0);
-    const u8* wr = w + (u64)row0 * row_bytes;
+    if (!pick_weight(row, w, y, m, w1, w2, y1, y2, m1, m2)) return;
+    const u8* wr = w + (u64)row * row_bytes;
     const u32 chunks = k / 32;
-    float acc[N][R];
+    float acc[N];
 #pragma unroll
-    for (int n = 0; n < N; n++)
-#pragma unroll
-        for (int r = 0; r < R; r++) acc[n][r] = 0.f;
+    for (int n = 0; n < N; n++) acc[n] = 0.f;
 #pragma unroll 2
     for (u32 c = lane; c < chunks; c += 32) {
-        Chunk ch[R];
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            if (r < nr) load_chunk<T>(wr + r * row_bytes, c, ch[r]);
+        Chunk ch;
+        load_chunk<T>(wr, c, ch);
 #pragma unroll
         for (int n = 0; n < N; n++) {
             const uint4* xr = (const uint4*)(xq + (u64)n * k + 32 * c);
-            const uint4 x0 = xr[0], x1 = xr[1], x2 = xr[2], x3 = xr[3];
-            const uint4 mt = meta[(u64)n * chunks + c];
-#pragma unroll
-            for (int r = 0; r < R; r++)
-                if (r < nr) acc[n][r] += chunk_dot<T>(ch[r], x0, x1, x2, x3, mt);
+            acc[n] += chunk_dot<T>(ch, xr[0], xr[1], xr[2], xr[3], meta[(u64)n * chunks + c]);
         }
     }
 #pragma unroll
-    for (int n = 0; n < N; n++)
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const float s = warp_sum(acc[n][r]);
-            if (lane == 0 && r < nr) y[(u64)n * m + row0 + r] = s;
-        }
+    for (int n = 0; n < N; n++) {
+        const float s = warp_sum(acc[n]);
+        if (lane == 0) y[(u64)n * m + row] = s;
+    }
 }
 
 #define GEMVQ_ARGS                                                                                          \
@@ -414,7 +379,7 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
         const u16 *xq, const uint4 *meta, u32 k, u64 row_bytes
 #define GEMVQ(NAME, T, N)                                                              \
     extern "C" __global__ void gemv_##NAME##_##N(GEMVQ_ARGS) {                         \
-        gemv_q_body<T, N, 1>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes); \
+        gemv_q_body<T, N>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes);    \
     }
 #define GEMVQ_ALL(NAME, T) \
     GEMVQ(NAME, T, 1)      \
