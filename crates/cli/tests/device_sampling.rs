@@ -1,0 +1,193 @@
+//! The engine's device-sampling path (taken by `serve` and `run` on a GPU),
+//! driven on the CPU: a model wrapper that says it samples where its logits
+//! are and draws from `ferrite_backend::sampling`'s reference distribution.
+//! Greedy requests give the host path's tokens, batched or alone; logit bias
+//! and min_tokens reach the device as edits; requests that want top logprobs
+//! or a JSON value keep the host path.
+
+mod common;
+use common::*;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use ferrite_backend::sampling;
+use ferrite_core::Result;
+use ferrite_engine::sampling::SamplingParams;
+use ferrite_engine::{generate, Engine, EngineConfig, Event, GenerateRequest, Request, Runner};
+use ferrite_loader::source::resolve;
+use ferrite_loader::tokenizer::Tokenizer;
+use ferrite_models::{CausalLm, Checkpoint, ForwardBatch, KvDtype, LmConfig, RowSampling};
+
+const CTX: usize = 256;
+const NEW: usize = 10;
+
+/// The real CPU model, sampling "on the device" by the reference rules.
+struct DeviceLike {
+    inner: Box<dyn CausalLm>,
+    draws: Arc<AtomicUsize>,
+}
+
+impl CausalLm for DeviceLike {
+    fn config(&self) -> &LmConfig {
+        self.inner.config()
+    }
+    fn backend_name(&self) -> String {
+        self.inner.backend_name()
+    }
+    fn alloc_kv(&mut self, n_blocks: usize, block_size: usize, dtype: KvDtype) -> Result<()> {
+        self.inner.alloc_kv(n_blocks, block_size, dtype)
+    }
+    fn forward(&mut self, batch: &ForwardBatch) -> Result<Vec<f32>> {
+        self.inner.forward(batch)
+    }
+    fn samples_on_device(&self) -> bool {
+        true
+    }
+    fn forward_sample(&mut self, batch: &ForwardBatch, rows: &[RowSampling]) -> Result<Vec<(u32, f32)>> {
+        assert_eq!(rows.len(), batch.logit_rows.len());
+        let vocab = self.config().vocab_size;
+        let logits = self.inner.forward(batch)?;
+        self.draws.fetch_add(rows.len(), Ordering::SeqCst);
+        Ok(logits.chunks(vocab).zip(rows).map(|(row, r)| draw(row, r)).collect())
+    }
+}
+
+/// One draw from the reference distribution, by the row's seed.
+fn draw(row: &[f32], r: &RowSampling) -> (u32, f32) {
+    let probs = sampling::probabilities(row, r);
+    let u = (r.seed >> 11) as f64 / (1u64 << 53) as f64;
+    let mut acc = 0.0;
+    let last = probs.iter().rposition(|&p| p > 0.0).unwrap_or(0);
+    let token = probs.iter().position(|&p| {
+        acc += p;
+        p > 0.0 && acc > u
+    });
+    let token = token.unwrap_or(last) as u32;
+    (token, sampling::logprob(row, r, token))
+}
+
+fn model() -> Box<dyn CausalLm> {
+    model_path("smollm2.gguf");
+    let ck = Checkpoint::open(&resolve("smollm2").unwrap()).unwrap();
+    ferrite_models::load_causal_lm(ferrite_backend::cpu::CpuBackend::F32, &ck, &mut |_, _| {}).unwrap()
+}
+
+fn device_runner(draws: &Arc<AtomicUsize>, n_blocks: Option<usize>) -> Runner {
+    let lm = Box::new(DeviceLike { inner: model(), draws: draws.clone() });
+    match n_blocks {
+        Some(n) => Runner::with_pool(lm, CTX, n, 16, KvDtype::F16).unwrap(),
+        None => Runner::new(lm, CTX, 16, KvDtype::F16).unwrap(),
+    }
+}
+
+fn tokenizer() -> Arc<Tokenizer> {
+    let ck = Checkpoint::open(&resolve("smollm2").unwrap()).unwrap();
+    let Checkpoint::Gguf(g) = &ck else { panic!("smollm2 is a GGUF") };
+    Arc::new(Tokenizer::from_gguf(g).unwrap())
+}
+
+fn prompts(tok: &Tokenizer) -> Vec<Vec<u32>> {
+    ["The river", "Bread is made of", "Comets are", "Tell me about bees and their hives."]
+        .iter()
+        .map(|t| tok.encode(t, true).unwrap())
+        .collect()
+}
+
+fn request(prompt: &[u32], sampling: SamplingParams) -> GenerateRequest {
+    GenerateRequest {
+        prompt: prompt.to_vec(),
+        sampling,
+        max_tokens: NEW,
+        stop: Vec::new(),
+        stop_ids: Vec::new(),
+        ignore_eos: true,
+    }
+}
+
+fn drain(mut s: ferrite_engine::RequestStream) -> (Vec<u32>, Vec<usize>) {
+    let (mut tokens, mut tops) = (Vec::new(), Vec::new());
+    loop {
+        match s.next_blocking().expect("stream ended without Done") {
+            Event::Token { token, top_logprobs, .. } => {
+                tokens.push(token);
+                tops.push(top_logprobs.len());
+            }
+            Event::Done(_) => return (tokens, tops),
+        }
+    }
+}
+
+#[test]
+fn greedy_picks_on_the_device_equal_the_host_path() {
+    let tok = tokenizer();
+    let prompts = prompts(&tok);
+    let mut host = runner_for("smollm2", CTX);
+    let want: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| generate(&mut host, &tok, &request(p, SamplingParams::greedy()), &mut |_| true).unwrap().tokens)
+        .collect();
+
+    // `run`: one request at a time.
+    let draws = Arc::new(AtomicUsize::new(0));
+    let mut dev = device_runner(&draws, None);
+    for (p, want) in prompts.iter().zip(&want) {
+        let got = generate(&mut dev, &tok, &request(p, SamplingParams::greedy()), &mut |_| true).unwrap();
+        assert_eq!(&got.tokens, want);
+    }
+    assert_eq!(draws.load(Ordering::SeqCst), prompts.len() * NEW, "every token drawn on the device");
+
+    // `serve`: all at once.
+    let draws = Arc::new(AtomicUsize::new(0));
+    let engine = Engine::start(device_runner(&draws, Some(64)), tok.clone(), EngineConfig::default()).unwrap();
+    let streams: Vec<_> = prompts
+        .iter()
+        .map(|p| {
+            let mut r = Request::new(p.clone(), SamplingParams::greedy(), NEW);
+            r.ignore_eos = true;
+            engine.submit(r).unwrap()
+        })
+        .collect();
+    for (s, want) in streams.into_iter().zip(&want) {
+        assert_eq!(&drain(s).0, want, "batched, picked on the device");
+    }
+    assert_eq!(draws.load(Ordering::SeqCst), prompts.len() * NEW);
+    engine.shutdown();
+}
+
+#[test]
+fn bias_and_min_tokens_reach_the_device_and_logprobs_keep_the_host_path() {
+    let tok = tokenizer();
+    let prompt = tok.encode("Once upon a time", true).unwrap();
+    let draws = Arc::new(AtomicUsize::new(0));
+    let engine = Engine::start(device_runner(&draws, Some(64)), tok.clone(), EngineConfig::default()).unwrap();
+
+    // A huge bias on one token: every pick is that token.
+    let forced = 1234u32;
+    let biased = SamplingParams { logit_bias: vec![(forced, 100.0)], ..SamplingParams::greedy() };
+    let mut r = Request::new(prompt.clone(), biased, NEW);
+    r.ignore_eos = true;
+    let (tokens, _) = drain(engine.submit(r).unwrap());
+    assert_eq!(tokens, vec![forced; NEW]);
+
+    // End of generation pushed to the top but banned until min_tokens.
+    let eos = tok.eos_ids()[0];
+    let ending = SamplingParams { logit_bias: vec![(eos, 100.0)], ..SamplingParams::greedy() };
+    let mut r = Request::new(prompt.clone(), ending, NEW);
+    r.min_tokens = 4;
+    let (tokens, _) = drain(engine.submit(r).unwrap());
+    assert_eq!(tokens.len(), 5, "four tokens, then end of generation: {tokens:?}");
+    assert!(tokens[..4].iter().all(|&t| t != eos) && tokens[4] == eos, "{tokens:?}");
+    let before = draws.load(Ordering::SeqCst);
+    assert_eq!(before, NEW + 5);
+
+    // Top logprobs need the logits on the host.
+    let wants_top = SamplingParams { logprobs: Some(2), ..SamplingParams::greedy() };
+    let mut r = Request::new(prompt, wants_top, NEW);
+    r.ignore_eos = true;
+    let (tokens, tops) = drain(engine.submit(r).unwrap());
+    assert_eq!(tokens.len(), NEW);
+    assert!(tops.iter().all(|&n| n == 2));
+    assert_eq!(draws.load(Ordering::SeqCst), before, "no device draw for a top-logprobs request");
+    engine.shutdown();
+}
