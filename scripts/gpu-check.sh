@@ -4,8 +4,9 @@
 #      hardware ceilings (device copy bandwidth, bf16 GEMM rate), and batched
 #      against one-at-a-time greedy decoding (default and --deterministic);
 #   2. the model goldens: SmolLM2 and Gemma-3-270M teacher-forced on the GPU
-#      against the CPU and llama.cpp's continuations, perplexity on both, and
-#      the tiny HF checkpoints (bf16 on the GPU) against transformers' logits;
+#      against the CPU and llama.cpp's continuations, perplexity on both, the
+#      tiny HF checkpoints (bf16 on the GPU) against transformers' logits, and
+#      `serve` with 64 concurrent greedy requests against one at a time;
 #   3. the benchmarks with random bf16 (and Q4_K_M) weights of Llama-3.1-8B's
 #      shape. FERRITE_PROFILE=1 adds GPU time per op to each benchmark.
 # Usage: scripts/gpu-check.sh [ops|models|bench|all]   (default: all)
@@ -44,6 +45,10 @@ if [[ $what == models || $what == all ]]; then
                 --file tests/fixtures/prose/english.txt 2>/dev/null | tail -1
         done
     done
+    # Over HTTP: 64 concurrent greedy requests against one at a time.
+    if [[ -f $MODELS/smollm2.gguf ]]; then
+        python3 scripts/serve_equality_check.py --ferrite "$BIN" --model "$MODELS/smollm2.gguf" --device cuda --n 64
+    fi
 fi
 
 if [[ $what == bench || $what == all ]]; then

@@ -33,8 +33,10 @@ struct Cli {
 /// Options every command that loads a model shares.
 #[derive(Args, Clone, Debug)]
 pub struct ModelArgs {
-    /// A .gguf file, an HF model directory, an HF cache entry (org/name), or a
-    /// short name from ferrite's model directory (see `ferrite list`).
+    /// A .gguf file, an HF model directory, an HF cache entry (org/name), a
+    /// short name from ferrite's model directory (see `ferrite list`), or, for
+    /// `bench`, random:PRESET[:TYPE] (random weights of a published shape, e.g.
+    /// random:llama-3.1-8b:q4_k_m).
     pub model: String,
     /// Worker threads (default: one per physical core).
     #[arg(long)]
