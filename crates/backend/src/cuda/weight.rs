@@ -351,10 +351,11 @@ fn quantize_x16(dev: &Device, x: &CudaTensor) -> Result<X16> {
     Ok((xq, meta))
 }
 
-/// Decode batches: our memory-bound kernel, f32 input as is, up to three
-/// weights per launch, input rows in chunks of eight. Each output row's sums
-/// run the same way whatever the batch (the batch-invariant mode uses this for
-/// every batch size).
+/// Decode batches: our memory-bound kernels, up to three weights of one
+/// storage per launch, input rows in chunks of eight; 16-bit weights take the
+/// f32 input as is, blocks take it quantized once per matmul group (`x16`).
+/// Each output row's sums run the same way whatever the batch (the
+/// batch-invariant mode uses this for every batch size).
 fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x16: &mut Option<X16>) -> Result<Vec<CudaTensor>> {
     let (n, k) = (x.rows, x.cols);
     let s = &dev.stream;
