@@ -61,6 +61,19 @@ fn read_lines(path: &PathBuf) -> Result<Vec<String>> {
     Ok(out)
 }
 
+/// JSON lines for vectors numbered from `first`, formatted on every core.
+fn format_lines(vectors: &[Vec<f32>], first: usize) -> Vec<String> {
+    vectors
+        .par_iter()
+        .enumerate()
+        .map(|(i, v)| {
+            // f32 values print in their shortest round-trip form.
+            let v = serde_json::to_string(v).expect("floats serialize");
+            format!("{{\"index\":{},\"embedding\":{v}}}\n", first + i)
+        })
+        .collect()
+}
+
 pub fn main(a: EmbedArgs) -> Result<()> {
     if a.batch_size == 0 {
         return Err(Error::InvalidInput("--batch-size must be at least 1".into()));
@@ -86,25 +99,32 @@ pub fn main(a: EmbedArgs) -> Result<()> {
         ProgressStyle::with_template("embedding [{bar:30}] {pos}/{len} ({per_sec})").unwrap().progress_chars("=> "),
     );
     let mut out = BufWriter::new(std::io::stdout().lock());
-    let mut index = 0;
-    for chunk in ids.chunks(a.batch_size) {
-        let vectors = e.embed_tokens(chunk, a.normalize)?;
-        // Formatting floats is a fair share of the work: do it on every core.
-        let lines: Vec<String> = vectors
-            .par_iter()
-            .enumerate()
-            .map(|(i, v)| {
-                // f32 values print in their shortest round-trip form.
-                let v = serde_json::to_string(v).expect("floats serialize");
-                format!("{{\"index\":{},\"embedding\":{v}}}\n", index + i)
-            })
-            .collect();
+    let mut write = |lines: Vec<String>| -> Result<()> {
         for line in &lines {
             out.write_all(line.as_bytes()).map_err(|err| Error::io("standard output", err))?;
         }
-        index += lines.len();
-        bar.inc(chunk.len() as u64);
-    }
+        Ok(())
+    };
+    // Batch i's lines are formatted on other threads while batch i + 1 is
+    // embedded (on a GPU the device would otherwise wait for the formatting).
+    std::thread::scope(|scope| -> Result<()> {
+        let mut pending: Option<std::thread::ScopedJoinHandle<'_, Vec<String>>> = None;
+        let mut index = 0;
+        for chunk in ids.chunks(a.batch_size) {
+            let vectors = e.embed_tokens(chunk, a.normalize)?;
+            let first = index;
+            index += vectors.len();
+            let next = scope.spawn(move || format_lines(&vectors, first));
+            if let Some(done) = pending.replace(next) {
+                write(done.join().expect("formatting never panics"))?;
+            }
+            bar.inc(chunk.len() as u64);
+        }
+        if let Some(done) = pending {
+            write(done.join().expect("formatting never panics"))?;
+        }
+        Ok(())
+    })?;
     bar.finish_and_clear();
     out.flush().map_err(|err| Error::io("standard output", err))
 }
