@@ -152,7 +152,7 @@ struct Invariance {
     /// Largest logit difference, batched against alone.
     worst: f32,
     /// Streams whose first differing token did not follow a near-tie (top two
-    /// logits of the one-at-a-time run within 0.5).
+    /// logits of the one-at-a-time run within NEAR_TIE).
     not_after_tie: usize,
     /// The same for the batched run with greedy picks made on the device.
     device_differ: usize,
@@ -226,7 +226,7 @@ fn compare_streams(seqs: &[Sequence], alone: &[(Vec<u32>, Vec<Vec<f32>>)], promp
         let gen = s.tokens[p.len()..].iter().zip(&a.0[p.len()..]);
         differ += gen.clone().filter(|(x, y)| x != y).count();
         if let Some(step) = gen.clone().position(|(x, y)| x != y) {
-            bad += usize::from(top_gap(&a.1[step]) > 0.5);
+            bad += usize::from(top_gap(&a.1[step]) > NEAR_TIE);
         }
     }
     (differ, bad)

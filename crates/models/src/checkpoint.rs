@@ -111,7 +111,7 @@ impl Checkpoint {
                 .filter_map(|n| h.tensors.tensor(n).map(|t| (n.to_string(), t)))
                 .map(|(n, t)| (n, bytes(t.dtype, t.shape.iter().product::<usize>() as u64)))
                 .collect(),
-            Checkpoint::Random(r) => r.device_tensor_bytes(),
+            Checkpoint::Random(r) => r.tensor_sizes().into_iter().map(|(n, d, e)| (n, bytes(d, e))).collect(),
         }
     }
 

@@ -171,22 +171,13 @@ impl RandomCheckpoint {
 
     /// Elements of every tensor (without generating any).
     pub fn total_elements(&self) -> u64 {
-        self.names().iter().filter_map(|n| self.layout(n)).map(|(r, c, _)| (r * c) as u64).sum()
+        self.tensor_sizes().iter().map(|t| t.2).sum()
     }
 
-    /// Each tensor's bytes on a device that keeps blocks as they are and
-    /// dense weights in 16 bits.
-    pub fn device_tensor_bytes(&self) -> Vec<(String, u64)> {
-        let sized = |n: &String| Some((self.layout(n)?, self.dtype_of(n)?));
-        let bytes = |(r, c, _): (usize, usize, Kind), d: DType| {
-            let n = (r * c) as u64;
-            if d.is_quantized() {
-                d.bytes_for(n).unwrap_or(u64::MAX)
-            } else {
-                2 * n
-            }
-        };
-        self.names().into_iter().filter_map(|n| sized(&n).map(|(l, d)| (n, bytes(l, d)))).collect()
+    /// Every tensor's name, stored type and element count (without generating any).
+    pub fn tensor_sizes(&self) -> Vec<(String, DType, u64)> {
+        let size = |n: &str| Some((self.dtype_of(n)?, self.layout(n).map(|(r, c, _)| (r * c) as u64)?));
+        self.names().into_iter().filter_map(|n| size(&n).map(|(d, e)| (n, d, e))).collect()
     }
 
     /// The stored element type of `name`, if it exists.
@@ -386,7 +377,7 @@ mod tests {
         assert_eq!(ty("output.weight"), DType::Q6K);
         assert_eq!(ty("blk.0.attn_norm.weight"), DType::F32);
         // Published Llama-3.1-8B Q4_K_M files are 4.92 GB.
-        let bytes: u64 = ck.device_tensor_bytes().iter().map(|t| t.1).sum();
+        let bytes = Checkpoint::Random(ck).device_bytes();
         assert!((4_700_000_000..5_100_000_000).contains(&bytes), "{bytes}");
         // SmolLM2's 576-wide rows do not fit 256-blocks: llama.cpp's fallbacks.
         let small = RandomCheckpoint::preset("smollm2-135m:Q4_K").unwrap();
