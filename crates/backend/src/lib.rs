@@ -141,6 +141,14 @@ impl AttnBatch {
     }
 }
 
+/// A decode step's inputs: one new token per sequence (row i belongs to the
+/// i-th sequence of `attn`), every row's logits wanted, in order.
+pub struct DecodeStep<'a> {
+    pub tokens: &'a [u32],
+    pub positions: &'a [u32],
+    pub attn: &'a AttnBatch,
+}
+
 /// Per-layer attention shape.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnParams {
@@ -285,6 +293,18 @@ pub trait Backend: Send + Sync {
     fn softcap(&self, x: &mut Self::Tensor, cap: f32) -> Result<()>;
     /// Selected rows, in the given order.
     fn rows(&self, x: &Self::Tensor, rows: &[usize]) -> Result<Self::Tensor>;
+
+    /// Runs `forward`, the model's pass over decode step `step`, returning
+    /// its logits. A backend may capture the pass once per batch size and
+    /// then replay it with new inputs (CUDA graphs); the default runs it.
+    fn decode_step(
+        &self,
+        step: &DecodeStep,
+        forward: &mut dyn FnMut() -> Result<Self::Tensor>,
+    ) -> Result<Self::Tensor> {
+        let _ = step;
+        forward()
+    }
 
     /// Whether `sample` runs here (else logits go to the host to be sampled).
     fn samples_on_device(&self) -> bool {

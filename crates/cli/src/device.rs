@@ -40,6 +40,10 @@ pub struct DeviceArgs {
     /// what else is batched with it (slower prefill; GPU only).
     #[arg(long)]
     pub deterministic: bool,
+    /// Never capture decode steps as CUDA graphs: every step launches its
+    /// kernels one by one (slower; for debugging and comparison).
+    #[arg(long)]
+    pub enforce_eager: bool,
 }
 
 /// A backend chosen at run time. The CPU may carry why no GPU is in use
@@ -69,7 +73,12 @@ fn kernel_cache() -> Option<std::path::PathBuf> {
 impl DeviceArgs {
     /// The CPU, with no GPU probe.
     pub fn cpu() -> DeviceArgs {
-        DeviceArgs { device: Some(DeviceChoice::Cpu), gpu_memory_utilization: 0.9, deterministic: false }
+        DeviceArgs {
+            device: Some(DeviceChoice::Cpu),
+            gpu_memory_utilization: 0.9,
+            deterministic: false,
+            enforce_eager: false,
+        }
     }
 
     /// Opens the chosen device. With no `--device`, a missing GPU means the
@@ -88,7 +97,13 @@ impl DeviceArgs {
             Some(DeviceChoice::Cuda(n)) => n,
             None => 0,
         };
-        let opts = CudaOptions { ordinal, kernel_cache: kernel_cache(), exact_f32, deterministic: self.deterministic };
+        let opts = CudaOptions {
+            ordinal,
+            kernel_cache: kernel_cache(),
+            exact_f32,
+            deterministic: self.deterministic,
+            eager: self.enforce_eager,
+        };
         match CudaBackend::open(&opts) {
             Ok(b) => Ok(Backend::Cuda(b)),
             Err(e) if self.device.is_none() => Ok(Backend::Cpu(cpu, Some(e.to_string()))),

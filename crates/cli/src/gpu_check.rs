@@ -97,6 +97,18 @@ pub fn main(a: GpuCheckArgs) -> Result<()> {
         );
         failed += usize::from(!ok);
     }
+    for deterministic in [false, true] {
+        let (worst, flips) = graphs_vs_eager(a.gpu, deterministic)?;
+        let mode = if deterministic { "--deterministic" } else { "default" };
+        // Deterministic: the same kernels, so bit-identical; default: the
+        // graph's attention splits differ from eager's, so nearly equal.
+        let ok = flips == 0 && if deterministic { worst == 0.0 } else { worst < 1e-3 };
+        println!(
+            "  {:4} decode steps replayed as CUDA graphs vs eager ({mode}): largest logit difference {worst:.2e} of the largest logit, {flips} top tokens differ beyond a near-tie",
+            if ok { "ok" } else { "FAIL" }
+        );
+        failed += usize::from(!ok);
+    }
     for dir in &a.hf_golden {
         failed += compare_hf(dir, a.gpu)?;
     }
@@ -137,7 +149,12 @@ fn runner(model: &str, device: DeviceChoice) -> Result<Runner> {
         threads: None,
         ctx_size: Some(512),
         kv_cache: Some(KvDtype::F16),
-        device: DeviceArgs { device: Some(device), gpu_memory_utilization: 0.9, deterministic: false },
+        device: DeviceArgs {
+            device: Some(device),
+            gpu_memory_utilization: 0.9,
+            deterministic: false,
+            enforce_eager: false,
+        },
     };
     Ok(load(&args, false)?.runner)
 }
@@ -168,7 +185,12 @@ fn invariance(gpu: usize, deterministic: bool) -> Result<Invariance> {
         threads: None,
         ctx_size: Some(128),
         kv_cache: Some(KvDtype::F16),
-        device: DeviceArgs { device: Some(DeviceChoice::Cuda(gpu)), gpu_memory_utilization: 0.9, deterministic },
+        device: DeviceArgs {
+            device: Some(DeviceChoice::Cuda(gpu)),
+            gpu_memory_utilization: 0.9,
+            deterministic,
+            enforce_eager: false,
+        },
     };
     let mut r = load_with_pool(&args, false, &KvPool::Blocks(SEQS * 8 + 8))?.runner;
     let vocab = r.config().vocab_size;
@@ -215,6 +237,54 @@ fn invariance(gpu: usize, deterministic: bool) -> Result<Invariance> {
     let (device_differ, device_not_after_tie) = compare_streams(&seqs, &alone, &prompts);
     seqs.iter_mut().for_each(|s| r.release(s));
     Ok(Invariance { differ, total: SEQS * STEPS, worst, not_after_tie, device_differ, device_not_after_tie })
+}
+
+/// Greedy decoding of batches of 1 and 5 streams with CUDA graphs (captured at
+/// the second step, replayed after) against `--enforce-eager`, teacher-forced
+/// on the eager picks: (largest logit difference relative to the largest
+/// logit, top tokens that differ beyond a near-tie).
+fn graphs_vs_eager(gpu: usize, deterministic: bool) -> Result<(f32, usize)> {
+    const STEPS: usize = 16;
+    let open = |enforce_eager| -> Result<Runner> {
+        let args = ModelArgs {
+            model: "random:smollm2-135m".into(),
+            threads: None,
+            ctx_size: Some(256),
+            kv_cache: Some(KvDtype::F16),
+            device: DeviceArgs {
+                device: Some(DeviceChoice::Cuda(gpu)),
+                gpu_memory_utilization: 0.45,
+                deterministic,
+                enforce_eager,
+            },
+        };
+        Ok(load_with_pool(&args, false, &KvPool::Blocks(64))?.runner)
+    };
+    let (mut eager, mut graphs) = (open(true)?, open(false)?);
+    let vocab = eager.config().vocab_size;
+    let (mut worst, mut flips) = (0f32, 0);
+    for batch in [1usize, 5] {
+        let prompts: Vec<Vec<u32>> = (0..batch)
+            .map(|i| (0..7 + 3 * i).map(|j| ((i * 31 + j * 977) % (vocab - 10) + 5) as u32).collect())
+            .collect();
+        let mut a: Vec<Sequence> = prompts.iter().map(|p| Sequence::new(p.clone())).collect();
+        let mut b = a.clone();
+        for _ in 0..STEPS {
+            let la = eager.step(&mut a.iter_mut().collect::<Vec<_>>(), 512, Logits::Last)?;
+            let lb = graphs.step(&mut b.iter_mut().collect::<Vec<_>>(), 512, Logits::Last)?;
+            for (i, (ra, rb)) in la.chunks(vocab).zip(lb.chunks(vocab)).enumerate() {
+                let top = ra.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
+                worst = worst.max(ra.iter().zip(rb).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / top);
+                let (ta, tb) = (argmax(ra), argmax(rb));
+                flips += usize::from(ra[ta] - ra[tb] > NEAR_TIE);
+                a[i].tokens.push(ta as u32);
+                b[i].tokens.push(ta as u32);
+            }
+        }
+        a.iter_mut().for_each(|s| eager.release(s));
+        b.iter_mut().for_each(|s| graphs.release(s));
+    }
+    Ok((worst, flips))
 }
 
 /// (tokens that differ from the one-at-a-time run, streams whose first

@@ -8,7 +8,7 @@
 use crate::checkpoint::Checkpoint;
 use crate::config::{inv_freq, Family, LmConfig};
 use crate::{CausalLm, ForwardBatch};
-use ferrite_backend::{AttnParams, Backend, KvDtype, KvSpec, Rope, RowSampling};
+use ferrite_backend::{AttnParams, Backend, DecodeStep, KvDtype, KvSpec, Rope, RowSampling};
 use ferrite_core::{Error, Result};
 
 struct Layer<B: Backend> {
@@ -225,12 +225,29 @@ impl<B: Backend> Decoder<B> {
     }
 
     /// The logits of `batch.logit_rows`, where the backend keeps them; `None`
-    /// when no row's logits are wanted.
+    /// when no row's logits are wanted. Decode steps go through the backend's
+    /// `decode_step` (replayed as a CUDA graph there).
     fn logits(&self, batch: &ForwardBatch, kv: &mut B::KvPool) -> Result<Option<B::Tensor>> {
         let b = &self.backend;
         if batch.tokens.len() != batch.positions.len() || batch.tokens.is_empty() {
             return Err(Error::InvalidInput("forward: empty batch or positions mismatch".into()));
         }
+        let n = batch.tokens.len();
+        let all_rows = batch.logit_rows.len() == n && batch.logit_rows.iter().enumerate().all(|(i, &r)| i == r);
+        if all_rows && batch.attn.seqs.iter().all(|s| s.q_len == 1) {
+            let step = DecodeStep { tokens: &batch.tokens, positions: &batch.positions, attn: &batch.attn };
+            return b.decode_step(&step, &mut || self.head(self.hidden(batch, kv)?, batch)).map(Some);
+        }
+        let h = self.hidden(batch, kv)?;
+        if batch.logit_rows.is_empty() {
+            return Ok(None);
+        }
+        self.head(h, batch).map(Some)
+    }
+
+    /// Every row through every layer, normed by the output norm.
+    fn hidden(&self, batch: &ForwardBatch, kv: &mut B::KvPool) -> Result<B::Tensor> {
+        let b = &self.backend;
         let mut x = b.embedding(&self.embed, &batch.tokens)?;
         if let Some(s) = self.cfg.embed_scale {
             b.scale(&mut x, s)?;
@@ -241,14 +258,19 @@ impl<B: Backend> Decoder<B> {
             let next_norm = if l + 1 < n { &self.layers[l + 1].attn_norm } else { &self.out_norm };
             h = self.layer_forward(l, &mut x, &h, next_norm, batch, kv)?;
         }
-        if batch.logit_rows.is_empty() {
-            return Ok(None);
-        }
-        let x = b.rows(&h, &batch.logit_rows)?;
+        Ok(h)
+    }
+
+    /// The logits of `batch.logit_rows` of `h`.
+    fn head(&self, h: B::Tensor, batch: &ForwardBatch) -> Result<B::Tensor> {
+        let b = &self.backend;
+        let all_rows =
+            batch.logit_rows.len() == b.shape(&h).0 && batch.logit_rows.iter().enumerate().all(|(i, &r)| i == r);
+        let x = if all_rows { h } else { b.rows(&h, &batch.logit_rows)? };
         let mut logits = b.matmul(&x, self.output.as_ref().unwrap_or(&self.embed))?;
         if let Some(cap) = self.cfg.final_softcap {
             b.softcap(&mut logits, cap)?;
         }
-        Ok(Some(logits))
+        Ok(logits)
     }
 }

@@ -25,6 +25,8 @@ pub struct CudaOptions {
     /// else is in the batch (matmuls by our row kernel, attention by the row
     /// kernel), so batched and one-at-a-time results are identical, bit for bit.
     pub deterministic: bool,
+    /// Never capture decode steps as CUDA graphs (`--enforce-eager`).
+    pub eager: bool,
 }
 
 pub(crate) fn device_err(what: &str, e: impl std::fmt::Debug) -> Error {

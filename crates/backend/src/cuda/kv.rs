@@ -11,6 +11,7 @@ use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use ferrite_core::{Error, Result};
 
 use super::device::{device_err, per_row, Device};
+use super::graph::{Field, StepInputs, Words};
 use super::CudaTensor;
 use crate::{AttnBatch, AttnParams, KvDtype, KvSpec};
 
@@ -78,10 +79,12 @@ impl CudaKvPool {
 /// A host array and its device copy.
 type MetaEntry = (Vec<u32>, Arc<CudaSlice<u32>>);
 
-/// Device copies of the last few metadata arrays, matched by content.
+/// Device copies of the last few metadata arrays, matched by content, and of
+/// every constant array (kept for good: graph captures may not upload).
 #[derive(Default)]
 pub struct MetaCache {
     entries: Mutex<Vec<MetaEntry>>,
+    constants: Mutex<Vec<MetaEntry>>,
 }
 
 impl MetaCache {
@@ -104,11 +107,33 @@ impl MetaCache {
         e.push((host, buf.clone()));
         Ok(buf)
     }
+
+    /// A constant array (RoPE frequencies): uploaded once, kept. While a step
+    /// is captured (`capturing`) nothing may be uploaded, so a miss is an error.
+    pub fn constant(&self, dev: &Device, host: Vec<u32>, capturing: bool) -> Result<Arc<CudaSlice<u32>>> {
+        let mut c = self.constants.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, buf)) = c.iter().find(|(h, _)| *h == host) {
+            return Ok(buf.clone());
+        }
+        if capturing {
+            return Err(Error::Device("a constant was first uploaded during a graph capture".into()));
+        }
+        let buf = Arc::new(dev.stream.clone_htod(&host).map_err(|e| device_err("uploading constants", e))?);
+        c.push((host, buf.clone()));
+        Ok(buf)
+    }
+}
+
+/// Where an op's metadata comes from: uploaded now (cached by content), or a
+/// captured decode step's inputs.
+pub enum Source<'a> {
+    Upload(&'a MetaCache),
+    Step(StepInputs),
 }
 
 pub fn write_kv(
     dev: &Device,
-    meta: &MetaCache,
+    src: &Source,
     pool: &mut CudaKvPool,
     layer: usize,
     k: &CudaTensor,
@@ -126,14 +151,18 @@ pub fn write_kv(
     if n == 0 {
         return Ok(());
     }
-    let slots = meta.get(dev, batch.slots.iter().map(|&s| s as u32).collect())?;
+    let slots = match src {
+        Source::Step(step) => step.words(Field::Slots),
+        Source::Upload(meta) => Words::all(meta.get(dev, batch.slots.iter().map(|&s| s as u32).collect())?),
+    };
+    let slots = slots.view();
     let kv_dim = d as u32;
     let s = &dev.stream;
     let cfg = per_row(n, d);
     macro_rules! go {
         ($f:literal, $kc:expr, $vc:expr) => {{
             let mut b = s.launch_builder(dev.func($f));
-            b.arg(&k.buf).arg(&v.buf).arg(slots.as_ref()).arg($kc).arg($vc).arg(&kv_dim);
+            b.arg(&k.buf).arg(&v.buf).arg(&slots).arg($kc).arg($vc).arg(&kv_dim);
             // SAFETY: argument types match the kernel; slots were checked.
             unsafe { b.launch(cfg) }
         }};
@@ -148,7 +177,7 @@ pub fn write_kv(
 
 /// Per row (lo, hi, table offset), then every sequence's block table: one
 /// array, one upload. Also returns each sequence's (first row, rows).
-fn paged_meta(batch: &AttnBatch, n: usize) -> (Vec<u32>, Vec<(usize, usize)>) {
+pub fn paged_meta(batch: &AttnBatch, n: usize) -> (Vec<u32>, Vec<(usize, usize)>) {
     let mut meta = vec![0u32; 3 * n];
     let mut tables = Vec::new();
     let mut spans = Vec::new();
@@ -187,27 +216,33 @@ fn partition(spans: &[(usize, usize)], flash: bool) -> (Vec<u32>, Vec<u32>) {
     (tiles, rows)
 }
 
-/// Keys per split-K block, at least (whole warp tiles of the row kernel).
-const SPLIT_KEYS: usize = 256;
+/// Keys per split-K block, at least (whole warp tiles of the row kernel);
+/// each row's keys are shared out over the splits in multiples of this.
+const SPLIT_KEYS: u32 = 128;
 /// Row-kernel blocks that fill the GPU about twice over.
 const BUSY_BLOCKS: usize = 264;
 
-/// (splits, keys per split; 0 for none) of the row kernel: few rows with long
-/// contexts get their keys split so that the GPU is busy.
-fn split_count(meta: &[u32], rows: &[u32], window: Option<usize>, n_kv_heads: usize) -> (u32, u32) {
+/// Splits of the row kernel that keep the GPU busy with `rows` rows of
+/// `n_kv_heads` heads (1: no split), whatever their lengths.
+pub fn busy_splits(rows: usize, n_kv_heads: usize) -> u32 {
+    let blocks = rows * n_kv_heads;
+    if blocks == 0 || blocks >= BUSY_BLOCKS / 2 {
+        return 1;
+    }
+    (BUSY_BLOCKS / blocks).clamp(1, 64) as u32
+}
+
+/// Splits of the row kernel for these rows: few rows with long contexts get
+/// their keys split so that the GPU is busy.
+fn split_count(meta: &[u32], rows: &[u32], window: Option<usize>, n_kv_heads: usize) -> u32 {
     let span = |r: usize| {
         let (lo, hi) = (meta[3 * r] as usize, meta[3 * r + 1] as usize);
         let lo = window.map_or(lo, |w| lo.max(hi.saturating_sub(w)));
         hi - lo
     };
     let longest = rows.iter().map(|&r| span(r as usize)).max().unwrap_or(0);
-    let blocks = rows.len() * n_kv_heads;
-    if blocks >= BUSY_BLOCKS / 2 || longest < 2 * SPLIT_KEYS {
-        return (1, 0);
-    }
-    let n = (BUSY_BLOCKS / blocks).min(longest / SPLIT_KEYS).clamp(1, 64);
-    let per = longest.div_ceil(n).div_ceil(128) * 128;
-    (longest.div_ceil(per) as u32, per as u32)
+    let splits = busy_splits(rows.len(), n_kv_heads);
+    splits.min((longest / (2 * SPLIT_KEYS as usize)) as u32).max(1)
 }
 
 /// One attention call: q, K and V, and the metadata of `paged_meta` (or the
@@ -223,34 +258,68 @@ pub struct AttnLaunch<'a> {
     pub window: Option<usize>,
 }
 
-pub fn launch_attention(dev: &Device, cache: &MetaCache, a: AttnLaunch, p: &AttnParams) -> Result<CudaTensor> {
+/// An attention call's metadata on the device, and how its kernels split it.
+struct AttnWords {
+    meta: Words,
+    tables: Words,
+    /// Flash tiles (first row, rows), and the rows left to the row kernel.
+    tiles: (Words, usize),
+    rows: (Words, usize),
+    nsplit: u32,
+    flash: Option<&'static str>,
+}
+
+fn flash_kernel(dev: &Device, k: KvRef, hd: usize) -> Option<&'static str> {
+    match (k, hd) {
+        _ if dev.deterministic => None,
+        (KvRef::F16(_), 64) => Some("flash_f16_64"),
+        (KvRef::F16(_), 128) => Some("flash_f16_128"),
+        _ => None,
+    }
+}
+
+/// Uploads the metadata of `a` (one array: meta | tables | tiles | rows).
+fn upload_words(dev: &Device, cache: &MetaCache, a: &mut AttnLaunch, p: &AttnParams) -> Result<AttnWords> {
+    let n = a.q.rows;
+    let flash = flash_kernel(dev, a.k, p.head_dim);
+    let (tiles, rows) = partition(&a.spans, flash.is_some());
+    let nsplit = if dev.deterministic { 1 } else { split_count(&a.meta, &rows, a.window, p.n_kv_heads) };
+    let n_meta = a.meta.len();
+    let (n_tiles, n_rows) = (tiles.len() / 2, rows.len());
+    let mut host = std::mem::take(&mut a.meta);
+    host.extend(&tiles);
+    host.extend(&rows);
+    let buf = cache.get(dev, host)?;
+    let part = |range: std::ops::Range<usize>| Words::part(buf.clone(), range);
+    Ok(AttnWords {
+        meta: part(0..3 * n),
+        tables: part(3 * n..n_meta.max(3 * n + 1)),
+        tiles: (part(n_meta..n_meta + 2 * n_tiles), n_tiles),
+        rows: (part(n_meta + 2 * n_tiles..n_meta + 2 * n_tiles + n_rows), n_rows),
+        nsplit,
+        flash,
+    })
+}
+
+pub fn launch_attention(dev: &Device, cache: &MetaCache, mut a: AttnLaunch, p: &AttnParams) -> Result<CudaTensor> {
+    if a.q.rows == 0 {
+        // SAFETY: nothing is read from an empty tensor.
+        let out = unsafe { dev.stream.alloc::<f32>(1) }.map_err(|e| device_err("alloc", e))?;
+        return Ok(CudaTensor { buf: out, rows: 0, cols: a.q.cols });
+    }
+    let w = upload_words(dev, cache, &mut a, p)?;
+    run_kernels(dev, &a, &w, p)
+}
+
+/// The flash kernel over the tiles and the row kernel (split or not) over the rows.
+fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams) -> Result<CudaTensor> {
     let n = a.q.rows;
     let hd = p.head_dim;
     let s = &dev.stream;
     // SAFETY: every row of every head is written by one of the two kernels.
     let mut out = unsafe { s.alloc::<f32>((n * a.q.cols).max(1)) }.map_err(|e| device_err("alloc", e))?;
-    if n == 0 {
-        return Ok(CudaTensor { buf: out, rows: 0, cols: a.q.cols });
-    }
-    let flash_name = match (a.k, hd) {
-        _ if dev.deterministic => None,
-        (KvRef::F16(_), 64) => Some("flash_f16_64"),
-        (KvRef::F16(_), 128) => Some("flash_f16_128"),
-        _ => None,
-    };
-    let (tiles, rows) = partition(&a.spans, flash_name.is_some());
-    let splits = if dev.deterministic { (1, 0) } else { split_count(&a.meta, &rows, a.window, p.n_kv_heads) };
-    // One upload: meta (3n) | tables | tiles | rows.
-    let n_meta = a.meta.len();
-    let (n_tiles, n_rows) = (tiles.len() / 2, rows.len());
-    let mut host = a.meta;
-    host.extend(&tiles);
-    host.extend(&rows);
-    let buf = cache.get(dev, host)?;
-    let meta = buf.slice(..3 * n);
-    let tables = buf.slice(3 * n..);
-    let tiles_v = buf.slice(n_meta..);
-    let rows_v = buf.slice(n_meta + 2 * n_tiles..);
+    let (meta, tables) = (w.meta.view(), w.tables.view());
+    let (tiles_v, rows_v) = (w.tiles.0.view(), w.rows.0.view());
     let (nh, nkv, hd32, bs) = (p.n_heads as u32, p.n_kv_heads as u32, hd as u32, a.bs as u32);
     let window = a.window.unwrap_or(0) as u32;
     let softcap = p.softcap.unwrap_or(0.0);
@@ -267,16 +336,18 @@ pub fn launch_attention(dev: &Device, cache: &MetaCache, a: AttnLaunch, p: &Attn
             unsafe { b.launch($cfg) }.map(drop).map_err(|e| device_err($f, e))
         }};
     }
+    let (n_tiles, n_rows) = (w.tiles.1, w.rows.1);
     if n_tiles > 0 {
         let cfg = LaunchConfig { grid_dim: (n_tiles as u32, nh, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
-        let f = flash_name.expect("tiles only with a flash kernel");
+        let f = w.flash.expect("tiles only with a flash kernel");
         match (a.k, a.v) {
             (KvRef::F16(k), KvRef::F16(v)) => go!(f, cfg, k, v, &tiles_v, false)?,
             _ => unreachable!("flash kernels read f16 caches"),
         }
     }
     if n_rows > 0 {
-        let (nsplit, split) = splits;
+        let nsplit = w.nsplit;
+        let split = if nsplit > 1 { SPLIT_KEYS } else { 0 };
         let cfg = LaunchConfig { grid_dim: (n_rows as u32, nkv, nsplit), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: with splits, every partial is written before the combine reads it.
         let mut part =
@@ -302,9 +373,12 @@ pub fn launch_attention(dev: &Device, cache: &MetaCache, a: AttnLaunch, p: &Attn
     Ok(CudaTensor { buf: out, rows: n, cols: a.q.cols })
 }
 
+/// Paged attention of `q` over layer `layer` of the pool. While a decode step
+/// is captured (`Source::Step`), the metadata is the step's inputs and the row
+/// kernel's splits depend on the shapes only, so that replays may change them.
 pub fn attention(
     dev: &Device,
-    meta: &MetaCache,
+    src: &Source,
     q: &CudaTensor,
     pool: &CudaKvPool,
     layer: usize,
@@ -316,17 +390,33 @@ pub fn attention(
         return Err(Error::Shape(format!("layer {layer} of a {}-layer KV pool", pool.k.len())));
     }
     batch.validate(q.rows, pool.slots / pool.block_size, pool.block_size)?;
-    let (m, spans) = paged_meta(batch, q.rows);
-    let a = AttnLaunch {
+    let mut a = AttnLaunch {
         q,
         k: pool.k[layer].as_ref(),
         v: pool.v[layer].as_ref(),
-        meta: m,
-        spans,
+        meta: Vec::new(),
+        spans: Vec::new(),
         bs: pool.block_size,
         window: p.window,
     };
-    launch_attention(dev, meta, a, p)
+    match src {
+        Source::Step(step) => {
+            let n = q.rows;
+            let w = AttnWords {
+                meta: step.words(Field::AttnMeta),
+                tables: step.words(Field::Tables),
+                tiles: (step.words(Field::Rows), 0),
+                rows: (step.words(Field::Rows), n),
+                nsplit: if dev.deterministic { 1 } else { busy_splits(n, p.n_kv_heads) },
+                flash: None,
+            };
+            run_kernels(dev, &a, &w, p)
+        }
+        Source::Upload(meta) => {
+            (a.meta, a.spans) = paged_meta(batch, q.rows);
+            launch_attention(dev, meta, a, p)
+        }
+    }
 }
 
 pub fn check_shapes(q: &CudaTensor, p: &AttnParams, kv_dim: usize) -> Result<()> {

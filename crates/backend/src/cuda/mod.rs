@@ -6,6 +6,7 @@
 mod ceilings;
 mod compile;
 mod device;
+mod graph;
 mod kv;
 mod lt;
 pub mod profile;
@@ -22,9 +23,10 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchConfig, PushKernelArg};
 use ferrite_core::{Error, Result};
 
-use crate::{Activation, AttnBatch, AttnParams, Backend, KvSpec, RawWeight, Rope, RowSampling};
+use crate::{Activation, AttnBatch, AttnParams, Backend, DecodeStep, KvSpec, RawWeight, Rope, RowSampling};
 use device::{device_err, elementwise, per_row, Device};
-use kv::{AttnLaunch, KvRef, MetaCache};
+use graph::{Field, Graphs, Words, MAX_GRAPH_ROWS};
+use kv::{AttnLaunch, KvRef, MetaCache, Source};
 
 /// Activations: a row-major f32 matrix in device memory.
 pub struct CudaTensor {
@@ -43,11 +45,28 @@ macro_rules! launch {
     }};
 }
 
-#[derive(Clone)]
 pub struct CudaBackend {
     dev: Arc<Device>,
     meta: Arc<MetaCache>,
     exact_f32: bool,
+    /// Capture decode steps as CUDA graphs (not with `--enforce-eager`, nor
+    /// while profiling, which times ops one by one).
+    use_graphs: bool,
+    graphs: Graphs,
+}
+
+/// A clone shares the GPU and its caches; its graphs are its own (a graph
+/// holds one model's weights and KV pool).
+impl Clone for CudaBackend {
+    fn clone(&self) -> Self {
+        CudaBackend {
+            dev: self.dev.clone(),
+            meta: self.meta.clone(),
+            exact_f32: self.exact_f32,
+            use_graphs: self.use_graphs,
+            graphs: Graphs::default(),
+        }
+    }
 }
 
 fn act_code(a: Activation) -> i32 {
@@ -90,7 +109,13 @@ impl CudaBackend {
     /// GPU is usable (no driver, no device, a library missing).
     pub fn open(opts: &CudaOptions) -> Result<CudaBackend> {
         let dev = Device::open(opts)?;
-        Ok(CudaBackend { dev: Arc::new(dev), meta: Arc::default(), exact_f32: opts.exact_f32 })
+        Ok(CudaBackend {
+            dev: Arc::new(dev),
+            meta: Arc::default(),
+            exact_f32: opts.exact_f32,
+            use_graphs: !opts.eager && !ferrite_core::env::profiling(),
+            graphs: Graphs::default(),
+        })
     }
 
     /// (free, total) device memory in bytes.
@@ -116,6 +141,22 @@ impl CudaBackend {
         self.meta.get(&self.dev, v)
     }
 
+    fn source(&self) -> Source<'_> {
+        match self.graphs.capturing() {
+            Some(step) => Source::Step(step),
+            None => Source::Upload(&self.meta),
+        }
+    }
+
+    /// A step input: from the captured step's inputs while a decode step is
+    /// captured, else uploaded.
+    fn step_words(&self, field: Field, host: impl FnOnce() -> Vec<u32>) -> Result<Words> {
+        match self.graphs.capturing() {
+            Some(step) => Ok(step.words(field)),
+            None => self.upload_u32(host()).map(Words::all),
+        }
+    }
+
     /// RoPE on `x`, and on `k` too if given (one launch; block row y of the
     /// grid turns tensor y).
     fn rope_launch(
@@ -136,8 +177,10 @@ impl CudaBackend {
         if x.rows == 0 {
             return Ok(());
         }
-        let pos = self.upload_u32(positions.to_vec())?;
-        let freq = self.upload_u32(rope.inv_freq.iter().map(|f| f.to_bits()).collect())?;
+        let pos = self.step_words(Field::Positions, || positions.to_vec())?;
+        let pos = pos.view();
+        let freq = rope.inv_freq.iter().map(|f| f.to_bits()).collect();
+        let freq = self.meta.constant(&self.dev, freq, self.graphs.capturing().is_some())?;
         let s = &self.dev.stream;
         let (p0, _g0) = x.buf.device_ptr_mut(s);
         let mut _g1 = None;
@@ -156,7 +199,7 @@ impl CudaBackend {
             block_dim: ((widest / 2).clamp(32, 1024).div_ceil(32) as u32 * 32, 1, 1),
             shared_mem_bytes: 0,
         };
-        launch!(self, "rope", cfg, &p0, &p1, pos.as_ref(), freq.as_ref(), &c0, &c1, &hd, &inter)
+        launch!(self, "rope", cfg, &p0, &p1, &pos, freq.as_ref(), &c0, &c1, &hd, &inter)
     }
 }
 
@@ -204,15 +247,17 @@ impl Backend for CudaBackend {
         }
         let d = table.cols;
         let mut out = self.alloc(ids.len() * d)?;
+        self.graphs.note(|l| l.vocab = table.rows);
         if !ids.is_empty() {
-            let ids = self.upload_u32(ids.to_vec())?;
+            let ids = self.step_words(Field::Ids, || ids.to_vec())?;
+            let ids = ids.view();
             let (cols, code) = (d as u32, table.storage.code());
             if let Storage::Quant(q) = table.storage {
                 let row_bytes = (d / q.block_size() * q.block_bytes()) as u64;
                 let cfg = per_row(ids.len(), d / 32);
-                launch!(self, "embedding_q", cfg, &table.data, ids.as_ref(), &mut out, &code, &row_bytes, &cols)?;
+                launch!(self, "embedding_q", cfg, &table.data, &ids, &mut out, &code, &row_bytes, &cols)?;
             } else {
-                launch!(self, "embedding", per_row(ids.len(), d), &table.data, ids.as_ref(), &mut out, &cols, &code)?;
+                launch!(self, "embedding", per_row(ids.len(), d), &table.data, &ids, &mut out, &cols, &code)?;
             }
         }
         Ok(self.tensor(out, ids.len(), d))
@@ -345,11 +390,22 @@ impl Backend for CudaBackend {
         }
         let mut out = self.alloc(rows.len() * x.cols)?;
         if !rows.is_empty() {
+            if self.graphs.capturing().is_some() {
+                return Err(Error::Device("gathering rows inside a captured decode step".into()));
+            }
             let idx = self.upload_u32(rows.iter().map(|&r| r as u32).collect())?;
             let cols = x.cols as u32;
             launch!(self, "gather_rows", per_row(rows.len(), x.cols), &x.buf, idx.as_ref(), &mut out, &cols)?;
         }
         Ok(self.tensor(out, rows.len(), x.cols))
+    }
+
+    fn decode_step(&self, step: &DecodeStep, forward: &mut dyn FnMut() -> Result<CudaTensor>) -> Result<CudaTensor> {
+        let n = step.tokens.len();
+        if !self.use_graphs || n == 0 || n > MAX_GRAPH_ROWS {
+            return forward();
+        }
+        self.graphs.run(&self.dev, step, forward)
     }
 
     fn samples_on_device(&self) -> bool {
@@ -414,6 +470,8 @@ impl Backend for CudaBackend {
     }
 
     fn kv_pool(&self, spec: KvSpec) -> Result<CudaKvPool> {
+        // Graphs hold the old pool's buffers.
+        self.graphs.clear();
         CudaKvPool::new(&self.dev, spec)
     }
 
@@ -426,7 +484,7 @@ impl Backend for CudaBackend {
         batch: &AttnBatch,
     ) -> Result<()> {
         let _span = profile::span(&self.dev.stream, "write_kv");
-        kv::write_kv(&self.dev, &self.meta, pool, layer, k, v, batch)
+        kv::write_kv(&self.dev, &self.source(), pool, layer, k, v, batch)
     }
 
     fn attention(
@@ -438,6 +496,8 @@ impl Backend for CudaBackend {
         p: &AttnParams,
     ) -> Result<CudaTensor> {
         let _span = profile::span(&self.dev.stream, "attention");
-        kv::attention(&self.dev, &self.meta, q, pool, layer, batch, p)
+        let (kv_blocks, block_size) = (pool.slots / pool.block_size, pool.block_size);
+        self.graphs.note(|l| (l.kv_blocks, l.block_size) = (kv_blocks, block_size));
+        kv::attention(&self.dev, &self.source(), q, pool, layer, batch, p)
     }
 }

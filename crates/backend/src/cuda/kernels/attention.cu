@@ -76,8 +76,9 @@ __device__ __forceinline__ void load_values(const KT* vc, u64 at, u32 per, int n
     }
 }
 
-// Split-K (flash decoding): with `split` > 0, block z of gridDim.z takes
-// keys lo + z*split .. + split of its row and writes its normalized partial
+// Split-K (flash decoding): with `split` > 0, block z of gridDim.z takes the
+// z-th share of its row's keys (shares a multiple of `split` keys, so that the
+// split depends on the row alone) and writes its normalized partial
 // output with its running max and sum (hd + 2 floats per row, head and
 // split) to `part`; `attention_combine` merges them. Long contexts with few
 // rows then use the whole GPU instead of a few blocks.
@@ -153,8 +154,10 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
     const u32 toff = meta[3 * row + 2];
     u32 hi = meta[3 * row + 1], lo = row_lo(meta, row, window);
     if (split) {
-        lo += blockIdx.z * split;
-        hi = min(hi, lo + split);
+        // This row's keys shared out over gridDim.z splits, in multiples of `split`.
+        const u32 per = ((hi - lo + gridDim.z - 1) / gridDim.z + split - 1) / split * split;
+        lo += blockIdx.z * per;
+        hi = min(hi, lo + per);
         if (lo >= hi) {  // nothing left for this split: an empty partial
             for (u32 i = threadIdx.x; i < G * (hd + 2); i += blockDim.x) {
                 const u32 g = i / (hd + 2), d = i % (hd + 2);

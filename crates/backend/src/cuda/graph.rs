@@ -1,0 +1,264 @@
+//! CUDA graphs for decode steps.
+//!
+//! A decode step (one new token per sequence, every row's logits wanted)
+//! launches the same kernels with the same shapes at a given batch size; only
+//! its inputs change: token ids, positions, KV slots and attention metadata.
+//! Those live in one device buffer per batch size, at fixed places, so the
+//! step is captured once and then replayed after the buffer is rewritten: the
+//! host issues one launch instead of hundreds.
+//!
+//! The first step of a size runs eagerly: it warms what capture may not do
+//! (cuBLASLt plans, uploads of constants). The second is captured. A size
+//! whose capture fails runs eagerly from then on.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{sys, CudaGraph, CudaSlice, CudaView, DevicePtr};
+use ferrite_core::{Error, Result};
+
+use super::device::{device_err, Device};
+use super::kv::paged_meta;
+use super::CudaTensor;
+use crate::DecodeStep;
+
+/// Batches of more rows than this always run eagerly.
+pub const MAX_GRAPH_ROWS: usize = 256;
+
+/// Device words an op reads: an uploaded array, or a part of a graph's step
+/// inputs.
+pub struct Words {
+    buf: Arc<CudaSlice<u32>>,
+    range: Range<usize>,
+}
+
+impl Words {
+    pub fn all(buf: Arc<CudaSlice<u32>>) -> Words {
+        let range = 0..buf.len();
+        Words { buf, range }
+    }
+    /// Words `range` of `buf` (cut to its length).
+    pub fn part(buf: Arc<CudaSlice<u32>>, range: Range<usize>) -> Words {
+        let end = range.end.min(buf.len());
+        Words { range: range.start.min(end)..end, buf }
+    }
+    pub fn view(&self) -> CudaView<'_, u32> {
+        self.buf.slice(self.range.clone())
+    }
+}
+
+/// Which input of a decode step.
+#[derive(Clone, Copy)]
+pub enum Field {
+    Ids,
+    Positions,
+    Slots,
+    /// The rows the attention kernel takes: all of them, in order.
+    Rows,
+    /// (lo, hi, table offset) per row (`paged_meta`).
+    AttnMeta,
+    /// Every sequence's block table, after the metadata.
+    Tables,
+}
+
+/// A decode step's inputs on the device: ids | positions | slots | rows |
+/// attention metadata (3 words a row) | block tables, `cap` words in all.
+#[derive(Clone)]
+pub struct StepInputs {
+    buf: Arc<CudaSlice<u32>>,
+    n: usize,
+}
+
+impl StepInputs {
+    pub fn words(&self, f: Field) -> Words {
+        let n = self.n;
+        let range = match f {
+            Field::Ids => 0..n,
+            Field::Positions => n..2 * n,
+            Field::Slots => 2 * n..3 * n,
+            Field::Rows => 3 * n..4 * n,
+            Field::AttnMeta => 4 * n..7 * n,
+            Field::Tables => 7 * n..self.buf.len(),
+        };
+        Words { buf: self.buf.clone(), range }
+    }
+}
+
+/// The words of `StepInputs`, in its layout.
+fn pack(step: &DecodeStep) -> Vec<u32> {
+    let n = step.tokens.len();
+    let mut w = Vec::with_capacity(8 * n);
+    w.extend_from_slice(step.tokens);
+    w.extend_from_slice(step.positions);
+    w.extend(step.attn.slots.iter().map(|&s| s as u32));
+    w.extend(0..n as u32);
+    w.extend(paged_meta(step.attn, n).0);
+    w
+}
+
+/// What the ops of a captured step checked against, for replays to check too.
+#[derive(Clone, Copy, Default)]
+pub struct Limits {
+    pub vocab: usize,
+    pub kv_blocks: usize,
+    pub block_size: usize,
+}
+
+/// A captured graph. CUDA graphs must not be used by two threads at once:
+/// every use is under `Graphs::sizes`' lock.
+struct Graph(CudaGraph);
+// SAFETY: see above; the handles themselves may move between threads.
+unsafe impl Send for Graph {}
+
+struct Captured {
+    graph: Graph,
+    inputs: StepInputs,
+    /// The logits: a graph allocation, freed after each replay.
+    out: (sys::CUdeviceptr, usize, usize),
+    limits: Limits,
+}
+
+enum Size {
+    /// Ran once eagerly; the next step of this size is captured.
+    Warm,
+    Ready(Box<Captured>),
+    /// Capture failed: always eager.
+    Eager,
+}
+
+/// Per-model graph state (a backend's clones each get their own).
+#[derive(Default)]
+pub struct Graphs {
+    sizes: Mutex<HashMap<usize, Size>>,
+    /// Set while a step is captured: the ops read their inputs from here.
+    capturing: Mutex<Option<(StepInputs, Limits)>>,
+}
+
+impl Graphs {
+    pub fn capturing(&self) -> Option<StepInputs> {
+        self.capturing.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|c| c.0.clone())
+    }
+
+    /// Ops of a captured step note what they checked against.
+    pub fn note(&self, f: impl FnOnce(&mut Limits)) {
+        if let Some(c) = self.capturing.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            f(&mut c.1);
+        }
+    }
+
+    /// Forgets every graph (their KV pool is gone).
+    pub fn clear(&self) {
+        self.sizes.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// Runs `forward`, a decode step with inputs `step`: replayed, captured,
+    /// or eager (see the module doc).
+    pub fn run(
+        &self,
+        dev: &Device,
+        step: &DecodeStep,
+        forward: &mut dyn FnMut() -> Result<CudaTensor>,
+    ) -> Result<CudaTensor> {
+        let n = step.tokens.len();
+        let words = pack(step);
+        let mut sizes = self.sizes.lock().unwrap_or_else(|p| p.into_inner());
+        match sizes.get(&n) {
+            None => {
+                sizes.insert(n, Size::Warm);
+                drop(sizes);
+                return forward();
+            }
+            Some(Size::Eager) => {
+                drop(sizes);
+                return forward();
+            }
+            Some(Size::Ready(c)) if c.inputs.buf.len() >= words.len() => {
+                check(step, &c.limits)?;
+                write_words(dev, &c.inputs.buf, &words)?;
+                c.graph.0.launch().map_err(|e| device_err("replaying a decode step", e))?;
+                return take_output(dev, c.out);
+            }
+            // Warm, or the block tables outgrew the buffer: (re)capture.
+            Some(_) => {}
+        }
+        sizes.remove(&n);
+        drop(sizes);
+        let cap = words.len() + (words.len() - 7 * n).max(64);
+        let buf = Arc::new(dev.stream.alloc_zeros::<u32>(cap).map_err(|e| device_err("step inputs", e))?);
+        write_words(dev, &buf, &words)?;
+        let inputs = StepInputs { buf, n };
+        match self.capture(dev, inputs, forward) {
+            Ok((captured, logits)) => {
+                self.sizes.lock().unwrap_or_else(|p| p.into_inner()).insert(n, Size::Ready(Box::new(captured)));
+                Ok(logits)
+            }
+            Err(e) => {
+                self.sizes.lock().unwrap_or_else(|p| p.into_inner()).insert(n, Size::Eager);
+                eprintln!("note: decode steps of {n} rows run without a CUDA graph ({e})");
+                forward()
+            }
+        }
+    }
+
+    fn capture(
+        &self,
+        dev: &Device,
+        inputs: StepInputs,
+        forward: &mut dyn FnMut() -> Result<CudaTensor>,
+    ) -> Result<(Captured, CudaTensor)> {
+        *self.capturing.lock().unwrap_or_else(|p| p.into_inner()) = Some((inputs.clone(), Limits::default()));
+        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        let begun = dev.stream.begin_capture(mode).map_err(|e| device_err("starting a graph capture", e));
+        let result = begun.and_then(|_| forward());
+        let limits = self.capturing.lock().unwrap_or_else(|p| p.into_inner()).take().map(|c| c.1).unwrap_or_default();
+        // Capture must end whatever happened, or the stream stays unusable.
+        let ended = dev.stream.end_capture(sys::CUgraphInstantiate_flags(0));
+        let logits = result?;
+        let graph = ended
+            .map_err(|e| device_err("instantiating a decode graph", e))?
+            .ok_or_else(|| Error::Device("graph capture recorded nothing".into()))?;
+        graph.launch().map_err(|e| device_err("launching a decode graph", e))?;
+        let (ptr, _) = logits.buf.device_ptr(&dev.stream);
+        let out = (ptr, logits.rows, logits.cols);
+        // The captured tensor is the graph's allocation: hand back a copy, as replays do.
+        let copy = copy_tensor(dev, &logits)?;
+        drop(logits);
+        Ok((Captured { graph: Graph(graph), inputs, out, limits }, copy))
+    }
+}
+
+/// Replays skip the ops' own checks: the same ones, on the host.
+fn check(step: &DecodeStep, l: &Limits) -> Result<()> {
+    if let Some(id) = step.tokens.iter().find(|&&id| id as usize >= l.vocab) {
+        return Err(Error::InvalidInput(format!("token id {id} is outside the vocabulary ({} tokens)", l.vocab)));
+    }
+    step.attn.validate(step.tokens.len(), l.kv_blocks, l.block_size)?;
+    if let Some(s) = step.attn.slots.iter().find(|&&s| s >= l.kv_blocks * l.block_size) {
+        return Err(Error::Shape(format!("KV slot {s} outside the pool")));
+    }
+    Ok(())
+}
+
+fn write_words(dev: &Device, buf: &CudaSlice<u32>, words: &[u32]) -> Result<()> {
+    let (ptr, _guard) = buf.device_ptr(&dev.stream);
+    // SAFETY: the buffer holds at least `words.len()` words (checked by the
+    // callers); the copy is ordered on the stream like every other use.
+    unsafe { cudarc::driver::result::memcpy_htod_async(ptr, words, dev.stream.cu_stream()) }
+        .map_err(|e| device_err("uploading step inputs", e))
+}
+
+/// The logits of a replay, copied out of the graph's allocation, which is
+/// then freed so that the graph may run again.
+fn take_output(dev: &Device, (ptr, rows, cols): (sys::CUdeviceptr, usize, usize)) -> Result<CudaTensor> {
+    // SAFETY: the graph allocated `rows * cols` f32 at `ptr` in this launch;
+    // dropping the slice frees it, as a graph allocation must be before relaunch.
+    let graph_out = unsafe { dev.stream.upgrade_device_ptr::<f32>(ptr, (rows * cols).max(1)) };
+    let t = CudaTensor { buf: graph_out, rows, cols };
+    copy_tensor(dev, &t)
+}
+
+fn copy_tensor(dev: &Device, t: &CudaTensor) -> Result<CudaTensor> {
+    let buf = dev.stream.clone_dtod(&t.buf).map_err(|e| device_err("copying logits", e))?;
+    Ok(CudaTensor { buf, rows: t.rows, cols: t.cols })
+}
