@@ -229,6 +229,7 @@ pub fn busy_splits(rows: usize, n_kv_heads: usize) -> u32 {
     if blocks == 0 || blocks >= BUSY_BLOCKS / 2 {
         return 1;
     }
+    // At most 64: kernels/attention.cu MAX_SPLITS.
     (BUSY_BLOCKS / blocks).clamp(1, 64) as u32
 }
 
@@ -353,9 +354,21 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams) -> R
         let mut part =
             unsafe { s.alloc::<f32>(if nsplit > 1 { n_rows * p.n_heads * nsplit as usize * (hd + 2) } else { 1 }) }
                 .map_err(|e| device_err("alloc", e))?;
-        match (a.k, a.v) {
-            (KvRef::F16(k), KvRef::F16(v)) => go!("attention_rows_f16", cfg, k, v, &rows_v, true, &split, &mut part)?,
-            (KvRef::F32(k), KvRef::F32(v)) => go!("attention_rows_f32", cfg, k, v, &rows_v, true, &split, &mut part)?,
+        // The small instance: heads of up to 128, up to 4 query heads per KV head.
+        let small = hd <= 128 && p.n_heads / p.n_kv_heads <= 4;
+        match (a.k, a.v, small) {
+            (KvRef::F16(k), KvRef::F16(v), false) => {
+                go!("attention_rows_f16", cfg, k, v, &rows_v, true, &split, &mut part)?
+            }
+            (KvRef::F16(k), KvRef::F16(v), true) => {
+                go!("attention_rows_f16_small", cfg, k, v, &rows_v, true, &split, &mut part)?
+            }
+            (KvRef::F32(k), KvRef::F32(v), false) => {
+                go!("attention_rows_f32", cfg, k, v, &rows_v, true, &split, &mut part)?
+            }
+            (KvRef::F32(k), KvRef::F32(v), true) => {
+                go!("attention_rows_f32_small", cfg, k, v, &rows_v, true, &split, &mut part)?
+            }
             _ => unreachable!("K and V share a dtype"),
         }
         if nsplit > 1 {

@@ -33,9 +33,9 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
-// Eight consecutive cached values as f32.
-__device__ __forceinline__ void load8(const u16* p, float* f) {
-    const uint4 v = *(const uint4*)p;
+// Eight consecutive cached values: raw, then as f32.
+__device__ __forceinline__ uint4 raw8(const u16* p) { return *(const uint4*)p; }
+__device__ __forceinline__ void unpack8(uint4 v, float* f) {
     const u32 w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -43,37 +43,18 @@ __device__ __forceinline__ void load8(const u16* p, float* f) {
         f[2 * i + 1] = f16_to_f32((u16)(w[i] >> 16));
     }
 }
+__device__ __forceinline__ void load8(const u16* p, float* f) { unpack8(raw8(p), f); }
 __device__ __forceinline__ void load8(const float* p, float* f) {
     const float4 a = *(const float4*)p, b = *(const float4*)(p + 4);
     f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
     f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
 }
 
-__device__ __forceinline__ void load4(const u16* p, float* f) {
-    const uint2 v = *(const uint2*)p;
-    f[0] = f16_to_f32((u16)(v.x & 0xffffu));
-    f[1] = f16_to_f32((u16)(v.x >> 16));
-    f[2] = f16_to_f32((u16)(v.y & 0xffffu));
-    f[3] = f16_to_f32((u16)(v.y >> 16));
-}
-__device__ __forceinline__ void load4(const float* p, float* f) {
-    const float4 a = *(const float4*)p;
-    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w;
-}
-
-// This lane's `per` value dimensions of one cached row (zeros past the head).
-// `n` is how many of them lie inside the head.
-template <typename KT>
-__device__ __forceinline__ void load_values(const KT* vc, u64 at, u32 per, int n, float* v) {
+// This lane's `n` (of at most PER) value dimensions of one cached row, zeros after.
+template <int PER, typename KT>
+__device__ __forceinline__ void load_values(const KT* vc, u64 at, int n, float* v) {
 #pragma unroll
-    for (int i = 0; i < MAX_HD / 32; i++) v[i] = 0.f;
-    if (per == 4 && n == 4) {
-        load4(vc + at, v);
-    } else {
-#pragma unroll
-        for (int i = 0; i < MAX_HD / 32; i++)
-            if (i < n) v[i] = load_kv(vc, at + i);
-    }
+    for (int i = 0; i < PER; i++) v[i] = i < n ? load_kv(vc, at + i) : 0.f;
 }
 
 // Split-K (flash decoding): with `split` > 0, block z of gridDim.z takes the
@@ -82,73 +63,66 @@ __device__ __forceinline__ void load_values(const KT* vc, u64 at, u32 per, int n
 // output with its running max and sum (hd + 2 floats per row, head and
 // split) to `part`; `attention_combine` merges them. Long contexts with few
 // rows then use the whole GPU instead of a few blocks.
-// The general case: one key at a time, the next key's values loading while
-// this one's are used.
-template <typename KT>
-__device__ __forceinline__ void weigh_values_any(const KT* vc, u64 base, const float (&p)[MAX_GROUP],
-                                                 float (&acc)[MAX_GROUP][MAX_HD / 32], u32 nk, u32 per, int n_in,
-                                                 u32 G) {
-    const u32 lane = threadIdx.x & 31;
-    float next[MAX_HD / 32];
-    load_values(vc, __shfl_sync(0xffffffffu, base, 0) + lane * per, per, n_in, next);
+//
+// acc[g] += p_kk[g] * V[kk] over the tile's nk keys (key kk's row at lane
+// kk's `base`). f16 heads of 4 values a lane (hd 128): VALUE_BATCH keys'
+// values are loaded at once, so their latencies overlap; other shapes one key
+// at a time, the next key's values loading while this one's are used.
+#define VALUE_BATCH 8
+template <int GM, int PER, typename KT>
+__device__ __forceinline__ void weigh_values(const KT* vc, u64 base, const float (&p)[GM], float (&acc)[GM][PER],
+                                             u32 nk, u32 per, int n_in, u32 G, u32 lane) {
+    if (sizeof(KT) == 2 && PER >= 4 && per == 4 && n_in == 4) {
+        const u16* v16 = (const u16*)vc;
+        for (u32 k0 = 0; k0 < nk; k0 += VALUE_BATCH) {
+            uint2 raw[VALUE_BATCH];
+#pragma unroll
+            for (int j = 0; j < VALUE_BATCH; j++) {
+                const u64 vb = __shfl_sync(0xffffffffu, base, (k0 + j) & 31) + lane * 4;
+                raw[j] = k0 + j < nk ? *(const uint2*)(v16 + vb) : make_uint2(0u, 0u);
+            }
+#pragma unroll
+            for (int j = 0; j < VALUE_BATCH; j++) {
+                if (k0 + j >= nk) break;
+                const float v[4] = {f16_to_f32((u16)(raw[j].x & 0xffffu)), f16_to_f32((u16)(raw[j].x >> 16)),
+                                    f16_to_f32((u16)(raw[j].y & 0xffffu)), f16_to_f32((u16)(raw[j].y >> 16))};
+#pragma unroll
+                for (int g = 0; g < GM; g++) {
+                    if (g >= G) break;
+                    const float pk = __shfl_sync(0xffffffffu, p[g], k0 + j);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) acc[g][i] += pk * v[i];
+                }
+            }
+        }
+        return;
+    }
+    float next[PER];
+    load_values<PER>(vc, __shfl_sync(0xffffffffu, base, 0) + lane * per, n_in, next);
     for (u32 kk = 0; kk < nk; kk++) {
-        float v[MAX_HD / 32];
+        float v[PER];
 #pragma unroll
-        for (int i = 0; i < MAX_HD / 32; i++) v[i] = next[i];
-        if (kk + 1 < nk) load_values(vc, __shfl_sync(0xffffffffu, base, kk + 1) + lane * per, per, n_in, next);
+        for (int i = 0; i < PER; i++) v[i] = next[i];
+        if (kk + 1 < nk) load_values<PER>(vc, __shfl_sync(0xffffffffu, base, kk + 1) + lane * per, n_in, next);
 #pragma unroll
-        for (int g = 0; g < MAX_GROUP; g++) {
+        for (int g = 0; g < GM; g++) {
             if (g >= G) break;
             const float pk = __shfl_sync(0xffffffffu, p[g], kk);
 #pragma unroll
-            for (int i = 0; i < MAX_HD / 32; i++) acc[g][i] += pk * v[i];
+            for (int i = 0; i < PER; i++) acc[g][i] += pk * v[i];
         }
     }
 }
 
-// acc[g] += p_kk[g] * V[kk] over the tile's nk keys (key kk's row at lane
-// kk's `base`). f16 heads of 128 (4 values a lane): VALUE_BATCH keys'
-// values are loaded at once, so their latencies overlap.
-#define VALUE_BATCH 4
-__device__ __forceinline__ void weigh_values(const u16* vc, u64 base, const float (&p)[MAX_GROUP],
-                                             float (&acc)[MAX_GROUP][MAX_HD / 32], u32 nk, u32 per, int n_in,
-                                             u32 G, u32 lane) {
-    if (per != 4 || n_in != 4) {
-        weigh_values_any(vc, base, p, acc, nk, per, n_in, G);
-        return;
-    }
-    for (u32 k0 = 0; k0 < nk; k0 += VALUE_BATCH) {
-        uint2 raw[VALUE_BATCH];
-#pragma unroll
-        for (int j = 0; j < VALUE_BATCH; j++) {
-            const u64 vb = __shfl_sync(0xffffffffu, base, (k0 + j) & 31) + lane * 4;
-            raw[j] = k0 + j < nk ? *(const uint2*)(vc + vb) : make_uint2(0u, 0u);
-        }
-#pragma unroll
-        for (int j = 0; j < VALUE_BATCH; j++) {
-            if (k0 + j >= nk) break;
-            const float v[4] = {f16_to_f32((u16)(raw[j].x & 0xffffu)), f16_to_f32((u16)(raw[j].x >> 16)),
-                                f16_to_f32((u16)(raw[j].y & 0xffffu)), f16_to_f32((u16)(raw[j].y >> 16))};
-#pragma unroll
-            for (int g = 0; g < MAX_GROUP; g++) {
-                if (g >= G) break;
-                const float pk = __shfl_sync(0xffffffffu, p[g], k0 + j);
-#pragma unroll
-                for (int i = 0; i < 4; i++) acc[g][i] += pk * v[i];
-            }
-        }
-    }
-}
-__device__ __forceinline__ void weigh_values(const float* vc, u64 base, const float (&p)[MAX_GROUP],
-                                             float (&acc)[MAX_GROUP][MAX_HD / 32], u32 nk, u32 per, int n_in,
-                                             u32 G, u32) {
-    weigh_values_any(vc, base, p, acc, nk, per, n_in, G);
-}
-
-template <typename KT>
+// One block per (listed row, KV head, split). GM and PER bound the query
+// heads per KV head and the value dimensions per lane (hd <= 32 * PER): the
+// small instance keeps its accumulators in few registers, so a key's loads
+// all go out at once.
+template <int GM, int PER, typename KT>
 __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* out, const u32* meta,
                             const u32* tables, const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs,
                             u32 window, float scale, float softcap, u32 split, float* part) {
+    constexpr int HDM = 32 * PER;
     const u32 row = rows[blockIdx.x], kvh = blockIdx.y;
     const u32 G = n_heads / n_kv_heads;
     const u32 toff = meta[3 * row + 2];
@@ -170,49 +144,69 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
     const u64 kv_dim = (u64)n_kv_heads * hd;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const u32 per = (hd + 31) / 32;  // value dimensions per lane
-    __shared__ float qs[MAX_GROUP][MAX_HD];
-    __shared__ float wm[ROW_WARPS][MAX_GROUP], wl[ROW_WARPS][MAX_GROUP];
-    __shared__ float wacc[ROW_WARPS][MAX_GROUP][MAX_HD];
+    __shared__ float qs[GM][HDM];
+    __shared__ float wm[ROW_WARPS][GM], wl[ROW_WARPS][GM];
+    __shared__ float wacc[ROW_WARPS][GM][HDM];
     for (u32 i = threadIdx.x; i < G * hd; i += blockDim.x) {
         const u32 g = i / hd, d = i % hd;
         qs[g][d] = q[(u64)row * n_heads * hd + (u64)(kvh * G + g) * hd + d] * scale;
     }
     __syncthreads();
-    float m[MAX_GROUP], l[MAX_GROUP], acc[MAX_GROUP][MAX_HD / 32];
+    float m[GM], l[GM], acc[GM][PER];
 #pragma unroll
-    for (int g = 0; g < MAX_GROUP; g++) {
+    for (int g = 0; g < GM; g++) {
         m[g] = -INFINITY;
         l[g] = 0.f;
 #pragma unroll
-        for (int i = 0; i < MAX_HD / 32; i++) acc[g][i] = 0.f;
+        for (int i = 0; i < PER; i++) acc[g][i] = 0.f;
     }
     for (u32 t0 = lo + 32 * warp; t0 < hi; t0 += 32 * ROW_WARPS) {
         const u32 t = t0 + lane;
         const bool valid = t < hi;
-        float s[MAX_GROUP];
+        float s[GM];
 #pragma unroll
-        for (int g = 0; g < MAX_GROUP; g++) s[g] = 0.f;
+        for (int g = 0; g < GM; g++) s[g] = 0.f;
         u64 base = 0;
         if (valid) {
             base = key_slot(tables, toff, bs, t) * kv_dim + (u64)kvh * hd;
-            // Unrolled: the key's loads go out together, not one latency each.
+            if (sizeof(KT) == 2 && PER == 4 && hd == 128) {
+                // The whole f16 key in one go: sixteen loads in flight.
+                uint4 raw[16];
+#pragma unroll
+                for (int c = 0; c < 16; c++) raw[c] = raw8((const u16*)kc + base + 8 * c);
+#pragma unroll
+                for (int c = 0; c < 16; c++) {
+                    float k8[8];
+                    unpack8(raw[c], k8);
+#pragma unroll
+                    for (int g = 0; g < GM; g++) {
+                        if (g < G) {
+#pragma unroll
+                            for (int e = 0; e < 8; e++) s[g] += qs[g][8 * c + e] * k8[e];
+                        }
+                    }
+                }
+            } else {
+                // Unrolled: the key's loads go out together, not one latency each.
 #pragma unroll 4
-            for (u32 d = 0; d < hd; d += 8) {
-                float k8[8];
-                load8(kc + base + d, k8);
+                for (u32 d = 0; d < hd; d += 8) {
+                    float k8[8];
+                    load8(kc + base + d, k8);
 #pragma unroll
-                for (int g = 0; g < MAX_GROUP; g++) {
-                    if (g < G) {
+                    for (int g = 0; g < GM; g++) {
+                        if (g < G) {
 #pragma unroll
-                        for (int e = 0; e < 8; e++) s[g] += qs[g][d + e] * k8[e];
+                            for (int e = 0; e < 8; e++) s[g] += qs[g][d + e] * k8[e];
+                        }
                     }
                 }
             }
         }
-        float p[MAX_GROUP];
+        float p[GM];
 #pragma unroll
-        for (int g = 0; g < MAX_GROUP; g++) {
-            if (g >= G) break;
+        for (int g = 0; g < GM; g++) {
+            p[g] = 0.f;
+            if (g >= G) continue;
             float sg = s[g];
             if (softcap > 0.f) sg = softcap * tanhf(sg / softcap);
             sg = valid ? sg : -INFINITY;
@@ -222,24 +216,24 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
             l[g] = l[g] * corr + warp_sum(p[g]);
             m[g] = mn;
 #pragma unroll
-            for (int i = 0; i < MAX_HD / 32; i++) acc[g][i] *= corr;
+            for (int i = 0; i < PER; i++) acc[g][i] *= corr;
         }
         const u32 nk = min(32u, hi - t0);
         // Key kk's row start comes from the lane that scored it (no second
         // table lookup).
         const int n_in = min((int)per, (int)hd - (int)(lane * per));
-        weigh_values(vc, base, p, acc, nk, per, n_in, G, lane);
+        weigh_values<GM, PER>(vc, base, p, acc, nk, per, n_in, G, lane);
     }
     // Constant indices only: a runtime index would put acc in local memory.
 #pragma unroll
-    for (int g = 0; g < MAX_GROUP; g++) {
+    for (int g = 0; g < GM; g++) {
         if (g >= G) break;
         if (lane == 0) {
             wm[warp][g] = m[g];
             wl[warp][g] = l[g];
         }
 #pragma unroll
-        for (int i = 0; i < MAX_HD / 32; i++)
+        for (int i = 0; i < PER; i++)
             if (i < per && lane * per + i < hd) wacc[warp][g][lane * per + i] = acc[g][i];
     }
     __syncthreads();
@@ -266,35 +260,46 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
     }
 }
 
-// Merges the splits of each (listed row, head): block per pair, thread per dimension.
+// Merges the splits of each (listed row, head): block per pair, thread per
+// dimension. Each split's weight exp(max - overall max) * sum is computed
+// once, in parallel, into shared memory. At most MAX_SPLITS splits (host).
+#define MAX_SPLITS 64
 extern "C" __global__ void attention_combine(const float* part, float* out, const u32* rows, u32 n_heads, u32 hd,
                                              u32 nsplit) {
+   
     const u32 row = rows[blockIdx.x], h = blockIdx.y;
     const float* p = part + ((u64)blockIdx.x * n_heads + h) * nsplit * (hd + 2);
+    __shared__ float ms[MAX_SPLITS], wt[MAX_SPLITS];
+    for (u32 z = threadIdx.x; z < nsplit; z += blockDim.x) ms[z] = p[z * (hd + 2) + hd];
+    __syncthreads();
     float mx = -INFINITY;
-    for (u32 z = 0; z < nsplit; z++) mx = fmaxf(mx, p[z * (hd + 2) + hd]);
+    for (u32 z = 0; z < nsplit; z++) mx = fmaxf(mx, ms[z]);
+    for (u32 z = threadIdx.x; z < nsplit; z += blockDim.x)
+        wt[z] = ms[z] == -INFINITY ? 0.f : expf(ms[z] - mx) * p[z * (hd + 2) + hd + 1];
+    __syncthreads();
+    float den = 0.f;
+    for (u32 z = 0; z < nsplit; z++) den += wt[z];
     for (u32 d = threadIdx.x; d < hd; d += blockDim.x) {
-        float num = 0.f, den = 0.f;
-        for (u32 z = 0; z < nsplit; z++) {
-            const float* pz = p + z * (hd + 2);
-            const float wt = pz[hd] == -INFINITY ? 0.f : expf(pz[hd] - mx) * pz[hd + 1];
-            num += wt * pz[d];
-            den += wt;
-        }
+        float num = 0.f;
+#pragma unroll 8
+        for (u32 z = 0; z < nsplit; z++) num += wt[z] * p[z * (hd + 2) + d];
         out[(u64)row * n_heads * hd + (u64)h * hd + d] = num / den;
     }
 }
 
-#define ROWS_KERNEL(NAME, KT)                                                                                    \
+#define ROWS_KERNEL(NAME, GM, PER, KT)                                                                           \
     extern "C" __global__ void __launch_bounds__(32 * ROW_WARPS, 4)                                               \
         NAME(const float* q, const KT* kc, const KT* vc, float* out, const u32* meta, const u32* tables,          \
              const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs, u32 window, float scale, float softcap,    \
              u32 split, float* part) {                                                                            \
-        attend_rows<KT>(q, kc, vc, out, meta, tables, rows, n_heads, n_kv_heads, hd, bs, window, scale, softcap,  \
-                        split, part);                                                                             \
+        attend_rows<GM, PER, KT>(q, kc, vc, out, meta, tables, rows, n_heads, n_kv_heads, hd, bs, window, scale,  \
+                                 softcap, split, part);                                                           \
     }
-ROWS_KERNEL(attention_rows_f32, float)
-ROWS_KERNEL(attention_rows_f16, u16)
+ROWS_KERNEL(attention_rows_f32, MAX_GROUP, MAX_HD / 32, float)
+ROWS_KERNEL(attention_rows_f16, MAX_GROUP, MAX_HD / 32, u16)
+// Heads of up to 128 with up to 4 query heads per KV head (Llama 3 8B and 70B, Qwen, SmolLM2).
+ROWS_KERNEL(attention_rows_f32_small, 4, 4, float)
+ROWS_KERNEL(attention_rows_f16_small, 4, 4, u16)
 
 // ---------------------------------------------------------------- flash (prefill)
 
