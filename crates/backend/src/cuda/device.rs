@@ -85,7 +85,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
         ],
     ),
     ("gemv", &[]),
-    ("quant", &["dequant_f16", "embedding_q", "quantize_x16"]),
+    ("quant", &["dequant_f16", "embedding_q", "quantize_x8"]),
     ("sample", &["sample_rows"]),
 ];
 

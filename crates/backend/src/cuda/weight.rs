@@ -145,14 +145,14 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<V
     let mut out = Vec::with_capacity(ws.len());
     let mut half_x: Option<(Storage, CudaSlice<u16>)> = None;
     // The input quantized for block GEMVs, once for all of them.
-    let mut x16: Option<X16> = None;
+    let mut x8: Option<X8> = None;
     let mut rest = ws;
     while let Some(first) = rest.first() {
         let st = first.storage;
         let gemv_ok = n >= 1 && k.is_multiple_of(8) && st != Storage::F32;
         if gemv_ok && (n <= 8 || dev.deterministic) {
             let run = rest.iter().take(3).take_while(|w| w.storage == st).count();
-            out.extend(gemv(dev, x, &rest[..run], &mut x16)?);
+            out.extend(gemv(dev, x, &rest[..run], &mut x8)?);
             rest = &rest[run..];
             continue;
         }
@@ -333,30 +333,30 @@ fn gemv_span(st: Storage) -> &'static str {
     }
 }
 
-/// The input of a quantized GEMV: 16-bit values per 32-block and each
+/// The input of a quantized GEMV: 8-bit values per 32-block and each
 /// block's (scale, sum of its first 16, sum of its last 16).
-type X16 = (CudaSlice<u16>, CudaSlice<u32>);
+type X8 = (CudaSlice<u8>, CudaSlice<u32>);
 
-fn quantize_x16(dev: &Device, x: &CudaTensor) -> Result<X16> {
+fn quantize_x8(dev: &Device, x: &CudaTensor) -> Result<X8> {
     let len = x.rows * x.cols;
     let blocks = (len / 32) as u64;
     // SAFETY: both are fully written by the kernel (k % 32 == 0 for blocks).
-    let mut xq = unsafe { dev.stream.alloc::<u16>(len.max(1)) }.map_err(|e| device_err("alloc", e))?;
+    let mut xq = unsafe { dev.stream.alloc::<u8>(len.max(1)) }.map_err(|e| device_err("alloc", e))?;
     let mut meta = unsafe { dev.stream.alloc::<u32>(4 * (len / 32).max(1)) }.map_err(|e| device_err("alloc", e))?;
-    let _span = super::profile::span(&dev.stream, "  quantize_x16");
-    let mut b = dev.stream.launch_builder(dev.func("quantize_x16"));
+    let _span = super::profile::span(&dev.stream, "  quantize_x8");
+    let mut b = dev.stream.launch_builder(dev.func("quantize_x8"));
     b.arg(&x.buf).arg(&mut xq).arg(&mut meta).arg(&blocks);
     // SAFETY: argument types match the kernel's signature; one lane per value.
-    unsafe { b.launch(elementwise(len)) }.map_err(|e| device_err("quantize_x16", e))?;
+    unsafe { b.launch(elementwise(len)) }.map_err(|e| device_err("quantize_x8", e))?;
     Ok((xq, meta))
 }
 
 /// Decode batches: our memory-bound kernels, up to three weights of one
 /// storage per launch, input rows in chunks of eight; 16-bit weights take the
-/// f32 input as is, blocks take it quantized once per matmul group (`x16`).
+/// f32 input as is, blocks take it quantized once per matmul group (`x8`).
 /// Each output row's sums run the same way whatever the batch (the
 /// batch-invariant mode uses this for every batch size).
-fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x16: &mut Option<X16>) -> Result<Vec<CudaTensor>> {
+fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x8: &mut Option<X8>) -> Result<Vec<CudaTensor>> {
     let (n, k) = (x.rows, x.cols);
     let s = &dev.stream;
     let mut ys = ws.iter().map(|w| alloc_out(dev, n, w.rows)).collect::<Result<Vec<_>>>()?;
@@ -381,14 +381,14 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x16: &mut Option<X16>)
     }
     let rows: u32 = m.iter().sum();
     let k32 = k as u32;
-    // Blocks: the input quantized to 16 bits per 32-block, with each block's
+    // Blocks: the input quantized to 8 bits per 32-block, with each block's
     // scale and sums (kernels/quant.cu).
     let quant = match ws[0].storage {
         Storage::Quant(q) => {
-            if x16.is_none() {
-                *x16 = Some(quantize_x16(dev, x)?);
+            if x8.is_none() {
+                *x8 = Some(quantize_x8(dev, x)?);
             }
-            Some((q, x16.as_ref().expect("just set")))
+            Some((q, x8.as_ref().expect("just set")))
         }
         _ => None,
     };
@@ -407,7 +407,7 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x16: &mut Option<X16>)
                 let (xp, g1) = xq.device_ptr(s);
                 let (mp, g2) = meta.device_ptr(s);
                 _g = (g1, Some(g2));
-                xr = xp + (r0 * k * 2) as u64;
+                xr = xp + (r0 * k) as u64;
                 meta_r = mp + (r0 * (k / 32) * 16) as u64;
                 row_bytes = (k / q.block_size() * q.block_bytes()) as u64;
                 b.arg(&xr).arg(&meta_r).arg(&k32).arg(&row_bytes);
