@@ -15,8 +15,8 @@ pub const TOL_F32: f32 = 1e-5;
 pub const TOL_F16: f32 = 2e-3;
 pub const TOL_BF16: f32 = 1e-2;
 /// Quantized weights against their dequantized values: the activations are
-/// rounded to 8 bits per 32-block on the way in (as llama.cpp's kernels and
-/// our CPU's do).
+/// rounded per 32-block on the way in: to 16 bits on the CPU, to 8 in the
+/// CUDA decode kernels (as llama.cpp's GPU kernels).
 pub const TOL_Q8: f32 = 1e-2;
 
 pub const QUANT_TYPES: [DType; 8] =
@@ -440,7 +440,7 @@ mod tests {
     use super::*;
 
     /// The CPU against itself: every case runs and agrees exactly, except the
-    /// quantized matmuls, whose CPU kernels round activations to 8 bits.
+    /// quantized matmuls, whose CPU kernels round activations to 16 bits.
     #[test]
     fn harness_runs_on_the_cpu() {
         let checks = check_backend(&CpuBackend::F32, TOL_F32, &mut |_| {}).unwrap();

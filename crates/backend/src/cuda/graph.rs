@@ -262,3 +262,30 @@ fn copy_tensor(dev: &Device, t: &CudaTensor) -> Result<CudaTensor> {
     let buf = dev.stream.clone_dtod(&t.buf).map_err(|e| device_err("copying logits", e))?;
     Ok(CudaTensor { buf, rows: t.rows, cols: t.cols })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AttnBatch, SeqSlice};
+
+    #[test]
+    fn step_inputs_are_packed_where_the_fields_say() {
+        let attn = AttnBatch {
+            seqs: vec![
+                SeqSlice { q_start: 0, q_len: 1, ctx_len: 5, block_table: vec![7] },
+                SeqSlice { q_start: 1, q_len: 1, ctx_len: 20, block_table: vec![2, 4, 9, 11] },
+            ],
+            block_size: 8,
+            slots: vec![60, 35],
+        };
+        let step = DecodeStep { tokens: &[11, 12], positions: &[4, 19], attn: &attn };
+        let w = pack(&step);
+        // ids | positions | slots | rows | (lo, hi, table offset) per row | tables in use
+        assert_eq!(&w[0..2], &[11, 12]);
+        assert_eq!(&w[2..4], &[4, 19]);
+        assert_eq!(&w[4..6], &[60, 35]);
+        assert_eq!(&w[6..8], &[0, 1]);
+        assert_eq!(&w[8..14], &[0, 5, 0, 0, 20, 1]);
+        assert_eq!(&w[14..], &[7, 2, 4, 9]);
+    }
+}

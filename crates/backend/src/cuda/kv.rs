@@ -471,6 +471,21 @@ mod tests {
     }
 
     #[test]
+    fn splits_fill_the_gpu_only_when_rows_are_few_and_long() {
+        // Decode graphs: by shape alone, at most MAX_SPLITS (64).
+        assert_eq!(busy_splits(1, 8), 33);
+        assert_eq!(busy_splits(1, 1), 64);
+        assert_eq!(busy_splits(64, 8), 1);
+        // Eager: no split below 2 x SPLIT_KEYS keys, then one per 256 keys at most.
+        let meta = |ctx: u32| vec![0, ctx, 0];
+        assert_eq!(split_count(&meta(300), &[0], None, 8), 1);
+        assert_eq!(split_count(&meta(1024), &[0], None, 8), 4);
+        assert_eq!(split_count(&meta(100_000), &[0], None, 8), 33);
+        // A sliding window bounds the keys a row sees.
+        assert_eq!(split_count(&meta(100_000), &[0], Some(512), 8), 2);
+    }
+
+    #[test]
     fn metadata_rows_see_their_causal_prefix() {
         let batch = AttnBatch {
             seqs: vec![

@@ -191,8 +191,8 @@ extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, 
 // Decode matmul y[n, m] = x[n, k] · W[m, k]^T for n <= 8 straight from the
 // blocks. Converting every weight to float would make the kernel bound by
 // conversions, not memory; instead the input is quantized once per call to
-// 8 bits per 32-block (`quantize_x8`, as the CPU's and llama.cpp's kernels
-// do) and each chunk's dot product runs on integers with dp4a (four 8-bit
+// 8 bits per 32-block (`quantize_x8`, as llama.cpp's GPU kernels do; the
+// CPU keeps 16) and each chunk's dot product runs on integers with dp4a (four 8-bit
 // products per instruction), scaled once per chunk. (16-bit inputs, four
 // times the weights' bytes, kept L1 saturated on the H200.)
 //   sum_i x_i (d_w q_i - m_w) = d_x (d_w sum_i xq_i q_i - m_w sum_i xq_i)
