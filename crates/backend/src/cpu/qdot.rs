@@ -218,6 +218,9 @@ impl Rows<'_> {
                 2 => self.tile::<F, 2, 2, V>(t0, rows.clone()),
                 3 => self.tile::<F, 3, 1, V>(t0, rows.clone()),
                 4..8 => self.tile::<F, 4, 1, V>(t0, rows.clone()),
+                // AVX-512 VL has 32 vector registers: two weight rows per tile
+                // halve the activation loads per product.
+                _ if V => self.tile::<F, 8, 2, V>(t0, rows.clone()),
                 _ => self.tile::<F, 8, 1, V>(t0, rows.clone()),
             };
         }
@@ -394,6 +397,31 @@ unsafe fn mac<const T: usize, const R: usize, const V: bool>(
     }
 }
 
+/// Block `j0 + j` of all R weight rows (`w[r]` as in `mac`): each activation
+/// block is loaded once for the R rows.
+#[inline(always)]
+unsafe fn mac_rows<const T: usize, const R: usize, const V: bool>(
+    w: &[(__m256i, __m256i); R],
+    j0: usize,
+    j: usize,
+    a: &Tile<T>,
+    c: &mut Acc<'_, T, R, V>,
+) {
+    for t in 0..T {
+        let q = (*a.q[t].add(j0 + j)).qs.as_ptr() as *const __m256i;
+        let (a0, a1) = (_mm256_loadu_si256(q), _mm256_loadu_si256(q.add(1)));
+        for r in 0..R {
+            let (w0, w1) = w[r];
+            let p = if V {
+                _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(_mm256_setzero_si256(), w0, a0), w1, a1)
+            } else {
+                _mm256_add_epi32(_mm256_madd_epi16(w0, a0), _mm256_madd_epi16(w1, a1))
+            };
+            c.acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&c.g.s[r][t][j]), c.acc[r][t]);
+        }
+    }
+}
+
 /// Eight (or `g` < 8, at a row's end) consecutive 32-element blocks of each of
 /// the R weight rows.
 #[inline(always)]
@@ -433,9 +461,10 @@ unsafe fn group32<const F: u8, const T: usize, const R: usize, const V: bool>(
     }
     let (lo4, four) = nibble_ops();
     for j in 0..g {
+        let mut w = [(_mm256_setzero_si256(), _mm256_setzero_si256()); R];
         for r in 0..R {
             let blk = b[r].add(j * bb);
-            let (w0, w1) = match F {
+            w[r] = match F {
                 Q4_0 | Q4_1 => {
                     let x =
                         _mm256_cvtepu8_epi16(_mm_loadu_si128(blk.add(if F == Q4_0 { 2 } else { 4 }) as *const __m128i));
@@ -458,8 +487,8 @@ unsafe fn group32<const F: u8, const T: usize, const R: usize, const V: bool>(
                     _mm256_cvtepi8_epi16(_mm_loadu_si128(blk.add(18) as *const __m128i)),
                 ),
             };
-            mac::<T, R, V>(r, w0, w1, j0, j, a, c);
         }
+        mac_rows::<T, R, V>(&w, j0, j, a, c);
     }
 }
 
@@ -546,6 +575,7 @@ unsafe fn group_q4k<const T: usize, const R: usize, const FIVE: bool, const V: b
     }
     for p in 0..4 {
         for half in 0..2 {
+            let mut w = [(_mm256_setzero_si256(), _mm256_setzero_si256()); R];
             for r in 0..R {
                 let qs = b[r].add(if FIVE { 48 } else { 16 } + 32 * p);
                 let x0 = _mm256_cvtepu8_epi16(_mm_loadu_si128(qs as *const __m128i));
@@ -561,8 +591,9 @@ unsafe fn group_q4k<const T: usize, const R: usize, const FIVE: bool, const V: b
                     w1 = _mm256_or_si256(w1, _mm256_and_si256(h1, bit4));
                     h[r] = (_mm256_srli_epi16(h0, 1), _mm256_srli_epi16(h1, 1));
                 }
-                mac::<T, R, V>(r, w0, w1, j0, 2 * p + half, a, c);
+                w[r] = (w0, w1);
             }
+            mac_rows::<T, R, V>(&w, j0, 2 * p + half, a, c);
         }
     }
 }
