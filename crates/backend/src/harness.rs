@@ -158,12 +158,13 @@ impl<B: Backend> Harness<'_, B> {
             }
         }
         // Projections sharing an input, in one call (decode and prefill sizes).
-        // Mixed types as in Q4_K_M files (v in Q6_K): runs of one type per launch.
+        // Mixed types as in Q4_K_M files (v in Q6_K): runs of one type per launch;
+        // odd row counts, so that no weight ends on a warp or block boundary.
         let (b16, f16, q4, q6) = (DType::BF16, DType::F16, DType::Q4K, DType::Q6K);
         for (n, dts) in [(2, [b16; 3]), (20, [f16; 3]), (5, [q4; 3]), (3, [q4, q4, q6]), (12, [q4, q6, q6])] {
             let k = 512;
             let raws: Vec<RawWeight> =
-                [96, 40, 40].iter().zip(dts).map(|(&m, dt)| raw("w", dt, m, k, self.rng.weight(dt, m, k))).collect();
+                [97, 41, 40].iter().zip(dts).map(|(&m, dt)| raw("w", dt, m, k, self.rng.weight(dt, m, k))).collect();
             let x = self.rng.vec(n * k, 1.0);
             let (xb, xc) = self.up(&x, n, k)?;
             let wb = raws.iter().map(|w| self.b.weight(w.clone())).collect::<Result<Vec<_>>>()?;
