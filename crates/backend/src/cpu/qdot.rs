@@ -371,34 +371,52 @@ unsafe fn prologue<const T: usize, const R: usize, const MIN: bool, const V: boo
     }
 }
 
-/// Block `j0 + j` of weight row `r`: weights `w0` (elements 0..16) and `w1`
-/// (16..32) as i16.
+/// Activation block `j0 + j` of tile row `t` as two vectors of 16 i16.
+#[inline(always)]
+unsafe fn act_block<const T: usize>(a: &Tile<T>, t: usize, j0: usize, j: usize) -> (__m256i, __m256i) {
+    let q = (*a.q[t].add(j0 + j)).qs.as_ptr() as *const __m256i;
+    (_mm256_loadu_si256(q), _mm256_loadu_si256(q.add(1)))
+}
+
+/// `acc[r][t] += dot * scale`: the i32 lanes of one block's dot, weights
+/// (`w0` elements 0..16, `w1` 16..32, as i16) times activations (a0, a1), then
+/// to f32 with the block's scale for this tile row.
+#[inline(always)]
+unsafe fn mac_one<const T: usize, const R: usize, const V: bool>(
+    (w0, w1): (__m256i, __m256i),
+    (a0, a1): (__m256i, __m256i),
+    r: usize,
+    t: usize,
+    j: usize,
+    c: &mut Acc<'_, T, R, V>,
+) {
+    // VNNI fuses the pairwise multiply-add with the accumulation: the same
+    // i32 sums (both wrap identically) in two instructions instead of three.
+    let p = if V {
+        _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(_mm256_setzero_si256(), w0, a0), w1, a1)
+    } else {
+        _mm256_add_epi32(_mm256_madd_epi16(w0, a0), _mm256_madd_epi16(w1, a1))
+    };
+    c.acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&c.g.s[r][t][j]), c.acc[r][t]);
+}
+
+/// Block `j0 + j` of weight row `r` (`w` as in `mac_one`).
 #[inline(always)]
 unsafe fn mac<const T: usize, const R: usize, const V: bool>(
     r: usize,
-    w0: __m256i,
-    w1: __m256i,
+    w: (__m256i, __m256i),
     j0: usize,
     j: usize,
     a: &Tile<T>,
     c: &mut Acc<'_, T, R, V>,
 ) {
     for t in 0..T {
-        let q = (*a.q[t].add(j0 + j)).qs.as_ptr() as *const __m256i;
-        let (a0, a1) = (_mm256_loadu_si256(q), _mm256_loadu_si256(q.add(1)));
-        // VNNI fuses the pairwise multiply-add with the accumulation: the same
-        // i32 sums (both wrap identically) in two instructions instead of three.
-        let p = if V {
-            _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(_mm256_setzero_si256(), w0, a0), w1, a1)
-        } else {
-            _mm256_add_epi32(_mm256_madd_epi16(w0, a0), _mm256_madd_epi16(w1, a1))
-        };
-        c.acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&c.g.s[r][t][j]), c.acc[r][t]);
+        mac_one(w, act_block(a, t, j0, j), r, t, j, c);
     }
 }
 
-/// Block `j0 + j` of all R weight rows (`w[r]` as in `mac`): each activation
-/// block is loaded once for the R rows.
+/// Block `j0 + j` of all R weight rows: each activation block is loaded once
+/// for the R rows.
 #[inline(always)]
 unsafe fn mac_rows<const T: usize, const R: usize, const V: bool>(
     w: &[(__m256i, __m256i); R],
@@ -408,16 +426,9 @@ unsafe fn mac_rows<const T: usize, const R: usize, const V: bool>(
     c: &mut Acc<'_, T, R, V>,
 ) {
     for t in 0..T {
-        let q = (*a.q[t].add(j0 + j)).qs.as_ptr() as *const __m256i;
-        let (a0, a1) = (_mm256_loadu_si256(q), _mm256_loadu_si256(q.add(1)));
+        let x = act_block(a, t, j0, j);
         for r in 0..R {
-            let (w0, w1) = w[r];
-            let p = if V {
-                _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(_mm256_setzero_si256(), w0, a0), w1, a1)
-            } else {
-                _mm256_add_epi32(_mm256_madd_epi16(w0, a0), _mm256_madd_epi16(w1, a1))
-            };
-            c.acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_broadcast_ss(&c.g.s[r][t][j]), c.acc[r][t]);
+            mac_one(w[r], x, r, t, j, c);
         }
     }
 }
@@ -670,7 +681,7 @@ unsafe fn q6k_sub<const T: usize, const R: usize, const SUB: i32, const V: bool>
         let scale = _mm256_shuffle_epi8(h.sc, _mm256_set1_epi16(i16::from_le_bytes([2 * k as u8, 2 * k as u8 + 1])));
         w[i] = _mm256_mullo_epi16(q, scale);
     }
-    mac::<T, R, V>(r, w[0], w[1], j0, j, a, c);
+    mac::<T, R, V>(r, (w[0], w[1]), j0, j, a, c);
 }
 
 #[cfg(test)]
