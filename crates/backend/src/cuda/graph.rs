@@ -193,6 +193,12 @@ impl Graphs {
                 self.sizes.lock().unwrap_or_else(|p| p.into_inner()).insert(n, Size::Ready(Box::new(captured)));
                 Ok(logits)
             }
+            // Bad input (a token outside the vocabulary, a block table outside
+            // the pool) fails eagerly too: report it, try capturing next time.
+            Err(e @ (Error::InvalidInput(_) | Error::Shape(_))) => {
+                self.sizes.lock().unwrap_or_else(|p| p.into_inner()).insert(n, Size::Warm);
+                Err(e)
+            }
             Err(e) => {
                 self.sizes.lock().unwrap_or_else(|p| p.into_inner()).insert(n, Size::Eager);
                 eprintln!("note: decode steps of {n} rows run without a CUDA graph ({e})");
