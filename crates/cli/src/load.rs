@@ -157,8 +157,7 @@ pub fn load_with_pool(args: &ModelArgs, with_tokenizer: bool, pool: &KvPool) -> 
         _ => KvDtype::F16,
     });
     let bs = DEFAULT_BLOCK_SIZE;
-    // The CPU backend keeps K and V in f32 whatever the precision.
-    let elem = if on_gpu && kv == KvDtype::F16 { 2 } else { 4 };
+    let elem = if kv == KvDtype::F16 { 2 } else { 4 };
     let block_bytes = (bs * cfg.n_layers * cfg.kv_dim() * 2 * elem) as f64;
     let n_blocks = match (pool, &backend) {
         (KvPool::OneSequence, _) => ctx.div_ceil(bs),

@@ -20,22 +20,80 @@
 use super::fork::{for_each_chunk, SendPtr};
 use super::math::exp;
 #[cfg(target_arch = "x86_64")]
-use super::simd::has_avx2;
+use super::simd::{has_avx2, has_f16c};
 use crate::{AttnBatch, AttnParams, SeqSlice};
 use ferrite_core::{Error, Result};
 use std::ops::Range;
 
-/// K and V of every layer. With `f16`, values are rounded to f16 precision on
-/// write, as llama.cpp's default f16 cache does.
+/// K and V of every layer, stored in f32 or in f16 (as llama.cpp's default
+/// cache: half the bytes to read per decoded token, widened exactly on load).
 pub struct CpuKvPool {
     /// Per layer: `[block][kv_dim][block_size]` (transposed within a block).
-    pub k: Vec<Vec<f32>>,
+    pub k: Vec<KvStore>,
     /// Per layer: `[slot][kv_dim]`.
-    pub v: Vec<Vec<f32>>,
+    pub v: Vec<KvStore>,
     pub kv_dim: usize,
     pub block_size: usize,
     pub slots: usize,
-    pub f16: bool,
+}
+
+pub enum KvStore {
+    F32(Vec<f32>),
+    /// f16 bits.
+    F16(Vec<u16>),
+}
+
+impl KvStore {
+    pub fn zeros(len: usize, f16: bool) -> KvStore {
+        if f16 {
+            KvStore::F16(vec![0; len])
+        } else {
+            KvStore::F32(vec![0.0; len])
+        }
+    }
+
+    fn set(&mut self, i: usize, x: f32) {
+        match self {
+            KvStore::F32(v) => v[i] = x,
+            KvStore::F16(v) => v[i] = half::f16::from_f32(x).to_bits(),
+        }
+    }
+}
+
+/// A cached element: f32, or f16 bits widened exactly.
+trait Elem: Copy + Send + Sync {
+    fn f32(self) -> f32;
+    /// Eight consecutive elements as f32.
+    ///
+    /// # Safety
+    /// AVX2 and F16C present; eight elements readable at `p`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+}
+
+impl Elem for f32 {
+    #[inline(always)]
+    fn f32(self) -> f32 {
+        self
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> std::arch::x86_64::__m256 {
+        std::arch::x86_64::_mm256_loadu_ps(p)
+    }
+}
+
+impl Elem for u16 {
+    #[inline(always)]
+    fn f32(self) -> f32 {
+        half::f16::from_bits(self).to_f32()
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load8(p: *const u16) -> std::arch::x86_64::__m256 {
+        use std::arch::x86_64::*;
+        _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+    }
 }
 
 impl CpuKvPool {
@@ -52,15 +110,14 @@ pub fn write_kv(pool: &mut CpuKvPool, layer: usize, k: &[f32], v: &[f32], slots:
     if k.len() != slots.len() * d || v.len() != k.len() {
         return Err(Error::Shape(format!("write_kv: {} slots for {} values", slots.len(), k.len())));
     }
-    let round = |x: f32| if pool.f16 { half::f16::from_f32(x).to_f32() } else { x };
     for (i, &s) in slots.iter().enumerate() {
         if s >= pool.slots {
             return Err(Error::Shape(format!("KV slot {s} outside the pool ({} slots)", pool.slots)));
         }
         for c in 0..d {
             let ki = pool.k_index(s, c);
-            pool.k[layer][ki] = round(k[i * d + c]);
-            pool.v[layer][s * d + c] = round(v[i * d + c]);
+            pool.k[layer].set(ki, k[i * d + c]);
+            pool.v[layer].set(s * d + c, v[i * d + c]);
         }
     }
     Ok(())
@@ -77,10 +134,10 @@ struct Unit {
 }
 
 /// What every unit of one attention call reads.
-struct Call<'a> {
+struct Call<'a, E> {
     q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
+    k: &'a [E],
+    v: &'a [E],
     kv_dim: usize,
     bs: usize,
     batch: &'a AttnBatch,
@@ -115,16 +172,24 @@ pub fn attention(
             }
         }
     }
-    let call = Call { q, k: &pool.k[layer], v: &pool.v[layer], kv_dim: pool.kv_dim, bs: pool.block_size, batch, p };
     let mut out = vec![0f32; q.len()];
     let o = SendPtr(out.as_mut_ptr());
+    let (kv_dim, bs) = (pool.kv_dim, pool.block_size);
+    match (&pool.k[layer], &pool.v[layer]) {
+        (KvStore::F32(k), KvStore::F32(v)) => run_units(&Call { q, k, v, kv_dim, bs, batch, p }, &units, o),
+        (KvStore::F16(k), KvStore::F16(v)) => run_units(&Call { q, k, v, kv_dim, bs, batch, p }, &units, o),
+        _ => unreachable!("K and V share a precision"),
+    }
+    Ok(out)
+}
+
+fn run_units<E: Elem>(call: &Call<E>, units: &[Unit], o: Out) {
     for_each_chunk(units.len(), 1, &|range| {
         let mut scores = Vec::new();
         for u in &units[range] {
-            run_unit(&call, u, o, &mut scores);
+            run_unit(call, u, o, &mut scores);
         }
     });
-    Ok(out)
 }
 
 /// A (row, head) pair of a tile and what it sees.
@@ -137,7 +202,7 @@ struct Pair {
     hi: usize,
 }
 
-fn run_unit(c: &Call, u: &Unit, o: Out, scores: &mut Vec<f32>) {
+fn run_unit<E: Elem>(c: &Call<E>, u: &Unit, o: Out, scores: &mut Vec<f32>) {
     let seq = &c.batch.seqs[u.seq];
     let group = c.p.n_heads / c.p.n_kv_heads;
     let heads = u.kv_head * group..(u.kv_head + 1) * group;
@@ -153,15 +218,15 @@ fn run_unit(c: &Call, u: &Unit, o: Out, scores: &mut Vec<f32>) {
         .collect();
     for tile in pairs.chunks(4) {
         #[cfg(target_arch = "x86_64")]
-        if has_avx2() && c.bs.is_multiple_of(8) && c.p.head_dim.is_multiple_of(8) {
-            // SAFETY: AVX2 and FMA are present (checked at run time); shapes and
-            // block tables were validated by `attention`.
+        if has_avx2() && has_f16c() && c.bs.is_multiple_of(8) && c.p.head_dim.is_multiple_of(8) {
+            // SAFETY: AVX2, FMA and F16C are present (checked at run time);
+            // shapes and block tables were validated by `attention`.
             unsafe {
                 match tile.len() {
-                    4 => tile_avx2::<4>(c, seq, u.kv_head, tile, o, scores),
-                    3 => tile_avx2::<3>(c, seq, u.kv_head, tile, o, scores),
-                    2 => tile_avx2::<2>(c, seq, u.kv_head, tile, o, scores),
-                    _ => tile_avx2::<1>(c, seq, u.kv_head, tile, o, scores),
+                    4 => tile_avx2::<E, 4>(c, seq, u.kv_head, tile, o, scores),
+                    3 => tile_avx2::<E, 3>(c, seq, u.kv_head, tile, o, scores),
+                    2 => tile_avx2::<E, 2>(c, seq, u.kv_head, tile, o, scores),
+                    _ => tile_avx2::<E, 1>(c, seq, u.kv_head, tile, o, scores),
                 }
             }
             continue;
@@ -191,9 +256,9 @@ fn softmax(row: &mut [f32], base: usize, pair: &Pair, softcap: Option<f32>) -> f
 /// Tile of R pairs with AVX2: scores of eight keys per vector from the
 /// transposed key blocks, then values eight dimensions at a time.
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2<const R: usize>(
-    c: &Call,
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn tile_avx2<E: Elem, const R: usize>(
+    c: &Call<E>,
     seq: &SeqSlice,
     kv_head: usize,
     tile: &[Pair],
@@ -220,7 +285,7 @@ unsafe fn tile_avx2<const R: usize>(
         let base = kp.add((block * kvd + kv_head * hd) * bs + t0 % bs);
         let mut acc = [_mm256_setzero_ps(); R];
         for (d, qd) in qs[..hd].iter().enumerate() {
-            let kv = _mm256_loadu_ps(base.add(d * bs));
+            let kv = E::load8(base.add(d * bs));
             for r in 0..R {
                 acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(qd[r]), kv, acc[r]);
             }
@@ -238,7 +303,7 @@ unsafe fn tile_avx2<const R: usize>(
         let mut acc = [_mm256_setzero_ps(); R];
         for t in ulo..uhi {
             let slot = *seq.block_table.get_unchecked(t / bs) as usize * bs + t % bs;
-            let vv = _mm256_loadu_ps(vp.add(slot * kvd + kv_head * hd + d0));
+            let vv = E::load8(vp.add(slot * kvd + kv_head * hd + d0));
             for r in 0..R {
                 let w = _mm256_set1_ps(*scores.get_unchecked(r * len + t - vlo));
                 acc[r] = _mm256_fmadd_ps(w, vv, acc[r]);
@@ -252,7 +317,7 @@ unsafe fn tile_avx2<const R: usize>(
 }
 
 /// One pair, portable code (any block size and head size).
-fn pair_generic(c: &Call, seq: &SeqSlice, kv_head: usize, t: &Pair, o: Out, scores: &mut Vec<f32>) {
+fn pair_generic<E: Elem>(c: &Call<E>, seq: &SeqSlice, kv_head: usize, t: &Pair, o: Out, scores: &mut Vec<f32>) {
     let (p, hd, bs, kvd) = (c.p, c.p.head_dim, c.bs, c.kv_dim);
     let qd = p.n_heads * hd;
     let q = &c.q[t.row * qd + t.head * hd..][..hd];
@@ -263,7 +328,7 @@ fn pair_generic(c: &Call, seq: &SeqSlice, kv_head: usize, t: &Pair, o: Out, scor
         let kbase = ((s / bs) * kvd + kv_head * hd) * bs + s % bs;
         let mut acc = 0f32;
         for (d, &x) in q.iter().enumerate() {
-            acc = (x * p.scale).mul_add(c.k[kbase + d * bs], acc);
+            acc = (x * p.scale).mul_add(c.k[kbase + d * bs].f32(), acc);
         }
         scores.push(acc);
     }
@@ -272,7 +337,7 @@ fn pair_generic(c: &Call, seq: &SeqSlice, kv_head: usize, t: &Pair, o: Out, scor
     for (pos, &w) in (t.lo..t.hi).zip(scores.iter()) {
         let s = slot(pos);
         for (a, &x) in acc.iter_mut().zip(&c.v[s * kvd + kv_head * hd..][..hd]) {
-            *a = w.mul_add(x, *a);
+            *a = w.mul_add(x.f32(), *a);
         }
     }
     // SAFETY: this (row, head) slice belongs to this unit alone.

@@ -14,7 +14,7 @@ pub mod simd;
 #[cfg(test)]
 mod test_util;
 
-pub use attention::CpuKvPool;
+pub use attention::{CpuKvPool, KvStore};
 pub use matmul::dot_f32;
 
 use crate::quant::dequantize_row;
@@ -280,13 +280,13 @@ impl Backend for CpuBackend {
         let slots = spec.n_blocks * spec.block_size;
         let len =
             slots.checked_mul(spec.kv_dim).ok_or_else(|| Error::InvalidInput("KV cache size overflows".into()))?;
+        let f16 = spec.dtype == KvDtype::F16;
         Ok(CpuKvPool {
-            k: (0..spec.n_layers).map(|_| vec![0f32; len]).collect(),
-            v: (0..spec.n_layers).map(|_| vec![0f32; len]).collect(),
+            k: (0..spec.n_layers).map(|_| KvStore::zeros(len, f16)).collect(),
+            v: (0..spec.n_layers).map(|_| KvStore::zeros(len, f16)).collect(),
             kv_dim: spec.kv_dim,
             block_size: spec.block_size,
             slots,
-            f16: spec.dtype == KvDtype::F16,
         })
     }
 
