@@ -9,7 +9,8 @@
 //!
 //! The first step of a size runs eagerly: it warms what capture may not do
 //! (cuBLASLt plans, uploads of constants). The second is captured. A size
-//! whose capture fails runs eagerly from then on.
+//! whose capture fails runs eagerly from then on; a step whose input is bad
+//! fails as it would eagerly, and the size is captured at a later step.
 
 use std::collections::HashMap;
 use std::ops::Range;
