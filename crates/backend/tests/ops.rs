@@ -178,12 +178,13 @@ fn naive_attention(q: &[f32], k: &[f32], v: &[f32], p: &AttnParams, n: usize, pa
 fn paged_attention_matches_contiguous_reference_in_mixed_batches() {
     let be = CpuBackend::F32;
     let mut rng = Rng(42);
-    // Block size 4: the portable path; 16: the vector path (where present).
-    for (bs, window) in [(4, None), (4, Some(5)), (16, None), (16, Some(5)), (16, Some(13))] {
+    // Block size 4: the portable path; 16: the vector path (where present);
+    // each over a cache stored in f16 and in f32.
+    let cases = [(4, None), (4, Some(5)), (16, None), (16, Some(5)), (16, Some(13))];
+    for ((bs, window), dtype) in cases.into_iter().flat_map(|c| [(c, KvDtype::F16), (c, KvDtype::F32)]) {
         let p = AttnParams { n_heads: 4, n_kv_heads: 2, head_dim: 8, scale: 0.35, window, softcap: None };
         let kvd = p.n_kv_heads * p.head_dim;
-        let mut pool =
-            be.kv_pool(KvSpec { n_layers: 1, n_blocks: 16, block_size: bs, kv_dim: kvd, dtype: KvDtype::F16 }).unwrap();
+        let mut pool = be.kv_pool(KvSpec { n_layers: 1, n_blocks: 16, block_size: bs, kv_dim: kvd, dtype }).unwrap();
         // Sequence A: 11 tokens cached earlier (decode 1 now); B: fresh prefill of
         // 6 tokens; C: fresh prefill of 37 (several blocks and query blocks).
         let (a_len, b_len, c_len) = (12usize, 6usize, 37usize);
@@ -234,14 +235,16 @@ fn paged_attention_matches_contiguous_reference_in_mixed_batches() {
         let qd = p.n_heads * p.head_dim;
         let q = rng.vec(n * qd, 1.0);
         let got = be.attention(&CpuTensor { data: q.clone(), rows: n, cols: qd }, &pool, 0, &batch, &p).unwrap();
-        // The pool stores f16-precision values.
-        let r = |v: &[f32]| v.iter().map(|x| half::f16::from_f32(*x).to_f32()).collect::<Vec<_>>();
+        // An f16 pool stores f16-precision values.
+        let f16 = dtype == KvDtype::F16;
+        let r =
+            |v: &[f32]| v.iter().map(|&x| if f16 { half::f16::from_f32(x).to_f32() } else { x }).collect::<Vec<_>>();
         let want_a = naive_attention(&q[..qd], &r(&ka), &r(&va), &p, 1, 11);
         let (kb, kc) = kb.split_at(b_len * kvd);
         let (vb, vc) = vb.split_at(b_len * kvd);
         let want_b = naive_attention(&q[qd..(1 + b_len) * qd], &r(kb), &r(vb), &p, b_len, 0);
         let want_c = naive_attention(&q[(1 + b_len) * qd..], &r(kc), &r(vc), &p, c_len, 0);
-        let ctx = format!("block size {bs}, window {window:?}");
+        let ctx = format!("block size {bs}, window {window:?}, {dtype:?} cache");
         assert!(rel_err(&got.data[..qd], &want_a) < 1e-5, "{ctx}: seq A");
         assert!(rel_err(&got.data[qd..(1 + b_len) * qd], &want_b) < 1e-5, "{ctx}: seq B");
         assert!(rel_err(&got.data[(1 + b_len) * qd..], &want_c) < 1e-5, "{ctx}: seq C");
