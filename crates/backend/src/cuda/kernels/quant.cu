@@ -47,6 +47,24 @@ __device__ __forceinline__ void scale_min_k4(int j, const u32* s, float& sc, flo
     }
 }
 
+// Sub-block c & 7 of the Q4_K / Q5_K block that holds 32-chunk c of a row:
+// its scale d and min m (value = d * q - m) and the 32 bytes whose low (even
+// sub-blocks) or high (odd) nibbles are its 4-bit values. Returns the block.
+template <int T>
+__device__ __forceinline__ const u8* k4_sub(const u8* row, u32 c, float& d, float& m, u32 (&q)[8]) {
+    const int j = c & 7;
+    const u8* b = row + (u64)(c >> 3) * (T == T_Q4_K ? 144 : 176);
+    // Blocks of 144 and 176 bytes keep 16-byte alignment.
+    const uint4 head = __ldg((const uint4*)b);
+    const u32 scales[3] = {head.y, head.z, head.w};
+    float sc, mn;
+    scale_min_k4(j, scales, sc, mn);
+    d = f16_to_f32((u16)(head.x & 0xffff)) * sc;
+    m = f16_to_f32((u16)(head.x >> 16)) * mn;
+    ld32_16(b + (T == T_Q4_K ? 16 : 48) + 32 * (j >> 1), q);
+    return b;
+}
+
 // Values c*32 .. c*32+31 of a row.
 template <int T>
 __device__ __forceinline__ void dq32(const u8* row, u32 c, float* w) {
@@ -87,15 +105,9 @@ __device__ __forceinline__ void dq32(const u8* row, u32 c, float* w) {
         for (int j = 0; j < 32; j++) w[j] = (float)(signed char)byte_at(q, j) * d;
     } else if (T == T_Q4_K || T == T_Q5_K) {
         const int j = c & 7;
-        const u8* b = row + (u64)(c >> 3) * (T == T_Q4_K ? 144 : 176);
-        // Blocks of 144 and 176 bytes keep 16-byte alignment.
-        const uint4 head = __ldg((const uint4*)b);
-        const u32 scales[3] = {head.y, head.z, head.w};
-        float sc, mn;
-        scale_min_k4(j, scales, sc, mn);
-        const float d = f16_to_f32((u16)(head.x & 0xffff)) * sc, m = f16_to_f32((u16)(head.x >> 16)) * mn;
+        float d, m;
         u32 q[8];
-        ld32_16(b + (T == T_Q4_K ? 16 : 48) + 32 * (j >> 1), q);
+        const u8* b = k4_sub<T>(row, c, d, m, q);
         const int shift = (j & 1) * 4;
         if (T == T_Q4_K) {
 #pragma unroll
@@ -278,14 +290,10 @@ __device__ __forceinline__ void load_chunk(const u8* row, u32 c, Chunk& k) {
         ld32_2(b + 2, k.w);
     } else if (T == T_Q4_K || T == T_Q5_K) {
         const int j = c & 7;
-        const u8* b = row + (u64)(c >> 3) * (T == T_Q4_K ? 144 : 176);
-        const uint4 head = __ldg((const uint4*)b);
-        const u32 scales[3] = {head.y, head.z, head.w};
-        float sc, mn;
-        scale_min_k4(j, scales, sc, mn);
-        k.da = k.db = f16_to_f32((u16)(head.x & 0xffff)) * sc;
-        k.mw = -f16_to_f32((u16)(head.x >> 16)) * mn;
-        ld32_16(b + (T == T_Q4_K ? 16 : 48) + 32 * (j >> 1), k.w);
+        float d, m;
+        const u8* b = k4_sub<T>(row, c, d, m, k.w);
+        k.da = k.db = d;
+        k.mw = -m;
         const int shift = (j & 1) * 4;
 #pragma unroll
         for (int t = 0; t < 8; t++) k.w[t] = (k.w[t] >> shift) & 0x0f0f0f0fu;
