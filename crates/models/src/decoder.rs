@@ -232,9 +232,7 @@ impl<B: Backend> Decoder<B> {
         if batch.tokens.len() != batch.positions.len() || batch.tokens.is_empty() {
             return Err(Error::InvalidInput("forward: empty batch or positions mismatch".into()));
         }
-        let n = batch.tokens.len();
-        let all_rows = batch.logit_rows.len() == n && batch.logit_rows.iter().enumerate().all(|(i, &r)| i == r);
-        if all_rows && batch.attn.seqs.iter().all(|s| s.q_len == 1) {
+        if batch.wants_every_row() && batch.attn.seqs.iter().all(|s| s.q_len == 1) {
             let step = DecodeStep { tokens: &batch.tokens, positions: &batch.positions, attn: &batch.attn };
             return b.decode_step(&step, &mut || self.head(self.hidden(batch, kv)?, batch)).map(Some);
         }
@@ -264,9 +262,7 @@ impl<B: Backend> Decoder<B> {
     /// The logits of `batch.logit_rows` of `h`.
     fn head(&self, h: B::Tensor, batch: &ForwardBatch) -> Result<B::Tensor> {
         let b = &self.backend;
-        let all_rows =
-            batch.logit_rows.len() == b.shape(&h).0 && batch.logit_rows.iter().enumerate().all(|(i, &r)| i == r);
-        let x = if all_rows { h } else { b.rows(&h, &batch.logit_rows)? };
+        let x = if batch.wants_every_row() { h } else { b.rows(&h, &batch.logit_rows)? };
         let mut logits = b.matmul(&x, self.output.as_ref().unwrap_or(&self.embed))?;
         if let Some(cap) = self.cfg.final_softcap {
             b.softcap(&mut logits, cap)?;

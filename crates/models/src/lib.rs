@@ -31,6 +31,13 @@ pub struct ForwardBatch {
     pub logit_rows: Vec<usize>,
 }
 
+impl ForwardBatch {
+    /// Whether every row's logits are wanted, in order (no gather needed).
+    pub fn wants_every_row(&self) -> bool {
+        self.logit_rows.len() == self.tokens.len() && self.logit_rows.iter().enumerate().all(|(i, &r)| i == r)
+    }
+}
+
 /// A causal LM ready to run: owns its weights and its paged KV pool.
 pub trait CausalLm: Send {
     fn config(&self) -> &LmConfig;

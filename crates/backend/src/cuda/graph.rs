@@ -44,6 +44,13 @@ impl Words {
         let end = range.end.min(buf.len());
         Words { range: range.start.min(end)..end, buf }
     }
+    /// No words, of the same buffer.
+    pub fn none(&self) -> Words {
+        Words { buf: self.buf.clone(), range: 0..0 }
+    }
+    pub fn len(&self) -> usize {
+        self.range.len()
+    }
     pub fn view(&self) -> CudaView<'_, u32> {
         self.buf.slice(self.range.clone())
     }

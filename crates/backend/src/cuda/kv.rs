@@ -263,9 +263,10 @@ pub struct AttnLaunch<'a> {
 struct AttnWords {
     meta: Words,
     tables: Words,
-    /// Flash tiles (first row, rows), and the rows left to the row kernel.
-    tiles: (Words, usize),
-    rows: (Words, usize),
+    /// Flash tiles (first row, rows: two words each), and the rows left to
+    /// the row kernel.
+    tiles: Words,
+    rows: Words,
     nsplit: u32,
     flash: Option<&'static str>,
 }
@@ -295,8 +296,8 @@ fn upload_words(dev: &Device, cache: &MetaCache, a: &mut AttnLaunch, p: &AttnPar
     Ok(AttnWords {
         meta: part(0..3 * n),
         tables: part(3 * n..n_meta.max(3 * n + 1)),
-        tiles: (part(n_meta..n_meta + 2 * n_tiles), n_tiles),
-        rows: (part(n_meta + 2 * n_tiles..n_meta + 2 * n_tiles + n_rows), n_rows),
+        tiles: part(n_meta..n_meta + 2 * n_tiles),
+        rows: part(n_meta + 2 * n_tiles..n_meta + 2 * n_tiles + n_rows),
         nsplit,
         flash,
     })
@@ -320,7 +321,7 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams) -> R
     // SAFETY: every row of every head is written by one of the two kernels.
     let mut out = unsafe { s.alloc::<f32>((n * a.q.cols).max(1)) }.map_err(|e| device_err("alloc", e))?;
     let (meta, tables) = (w.meta.view(), w.tables.view());
-    let (tiles_v, rows_v) = (w.tiles.0.view(), w.rows.0.view());
+    let (tiles_v, rows_v) = (w.tiles.view(), w.rows.view());
     let (nh, nkv, hd32, bs) = (p.n_heads as u32, p.n_kv_heads as u32, hd as u32, a.bs as u32);
     let window = a.window.unwrap_or(0) as u32;
     let softcap = p.softcap.unwrap_or(0.0);
@@ -337,7 +338,7 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams) -> R
             unsafe { b.launch($cfg) }.map(drop).map_err(|e| device_err($f, e))
         }};
     }
-    let (n_tiles, n_rows) = (w.tiles.1, w.rows.1);
+    let (n_tiles, n_rows) = (w.tiles.len() / 2, w.rows.len());
     if n_tiles > 0 {
         let cfg = LaunchConfig { grid_dim: (n_tiles as u32, nh, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
         let f = w.flash.expect("tiles only with a flash kernel");
@@ -418,8 +419,8 @@ pub fn attention(
             let w = AttnWords {
                 meta: step.words(Field::AttnMeta),
                 tables: step.words(Field::Tables),
-                tiles: (step.words(Field::Rows), 0),
-                rows: (step.words(Field::Rows), n),
+                tiles: step.words(Field::Rows).none(),
+                rows: step.words(Field::Rows),
                 nsplit: if dev.deterministic { 1 } else { busy_splits(n, p.n_kv_heads) },
                 flash: None,
             };
