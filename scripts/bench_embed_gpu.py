@@ -10,7 +10,7 @@ sentence-transformers as model.encode() on the loaded model after a warm-up.
 Also prints the lowest cosine between the two engines' vectors.
 
     python3 scripts/bench_embed_gpu.py --model DIR [--ferrite BIN] [--n 8192]
-        [--precision bf16]
+        [--precision bf16] [--profile]
 Needs torch and sentence-transformers (present on the GPU machine)."""
 import argparse
 import json
@@ -24,12 +24,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_embed_vs_onnx import make_corpus  # noqa: E402
 
 
-def run_ferrite(binary, model, path, batch, precision):
+def run_ferrite(binary, model, path, batch, precision, profile=False):
     cmd = [binary, "embed", model, "--file", path, "--batch-size", str(batch), "--device", "cuda",
            "--precision", precision]
+    env = dict(os.environ, FERRITE_PROFILE="1" if profile else "0")
     t = time.perf_counter()
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return time.perf_counter() - t, [json.loads(line)["embedding"] for line in out.splitlines()]
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    took = time.perf_counter() - t
+    if profile:
+        print(f"FERRITE_PROFILE=1, batch {batch}:\n{done.stderr}")
+    return took, [json.loads(line)["embedding"] for line in done.stdout.splitlines()]
 
 
 def main():
@@ -38,6 +42,7 @@ def main():
     ap.add_argument("--ferrite", default="target/release/ferrite")
     ap.add_argument("--n", type=int, default=8192)
     ap.add_argument("--precision", default="bf16")
+    ap.add_argument("--profile", action="store_true", help="also print ferrite's phases and GPU time per op")
     a = ap.parse_args()
     import torch
     from sentence_transformers import SentenceTransformer
@@ -69,6 +74,9 @@ def main():
         f_rate = a.n / max(full - start, 1e-9)
         rows.append(dict(batch=batch, ferrite=f_rate, ferrite_whole=a.n / full, startup_s=start,
                          sentence_transformers=st_rate, ratio=f_rate / st_rate, min_cosine=cos))
+    if a.profile:
+        for batch in (32, 256):
+            run_ferrite(a.ferrite, a.model, corpus, batch, a.precision, profile=True)
     print("| batch | ferrite sent/s | (whole run) | sentence-transformers sent/s | ratio | min cosine |")
     print("|---|---|---|---|---|---|")
     for r in rows:

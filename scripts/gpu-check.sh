@@ -9,9 +9,11 @@
 #      `serve` with 64 concurrent greedy requests against one at a time;
 #   3. the benchmarks with random bf16 (and Q4_K_M) weights of Llama-3.1-8B's
 #      shape. FERRITE_PROFILE=1 adds GPU time per op to each benchmark.
-# Usage: scripts/gpu-check.sh [ops|models|bench|all]   (default: all)
+#   4. sentence embeddings (all-minilm-l6-v2) against sentence-transformers.
+# Usage: scripts/gpu-check.sh [ops|models|bench|embed|all]   (default: all)
 # FERRITE_BIN: the binary (default target/release/ferrite);
-# MODELS: where smollm2.gguf and gemma3-270m.gguf are (default ~/.ferrite/models).
+# MODELS: where smollm2.gguf, gemma3-270m.gguf and the all-minilm-l6-v2
+# directory are (default ~/.ferrite/models).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${FERRITE_BIN:-target/release/ferrite}
@@ -67,5 +69,15 @@ if [[ $what == bench || $what == all ]]; then
     # The peer, same shapes, same GPU (needs torch and transformers).
     if python3 -c "import torch, transformers" 2>/dev/null; then
         python3 scripts/bench_hf_gpu.py
+    fi
+fi
+
+if [[ $what == embed || $what == all ]]; then
+    if [[ -d $MODELS/all-minilm-l6-v2 ]] && python3 -c "import sentence_transformers" 2>/dev/null; then
+        profile=()
+        [[ ${FERRITE_PROFILE:-0} != 0 ]] && profile=(--profile)
+        FERRITE_PROFILE=0 python3 scripts/bench_embed_gpu.py --model "$MODELS/all-minilm-l6-v2" --ferrite "$BIN" "${profile[@]}"
+    else
+        echo "embeddings: needs $MODELS/all-minilm-l6-v2 and sentence-transformers; skipped" >&2
     fi
 fi

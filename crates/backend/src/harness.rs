@@ -6,7 +6,7 @@
 use crate::cpu::CpuBackend;
 use crate::sampling;
 use crate::{
-    Activation, AttnBatch, AttnParams, Backend, KvDtype, KvSpec, LogitEdit, RawWeight, Rope, RowSampling, SeqSlice,
+    Activation, AttnBatch, AttnParams, Backend, KvDtype, KvSpec, LogitEdit, RawWeight, Reduce, Rope, RowSampling, SeqSlice,
 };
 use ferrite_core::{DType, HostBytes, Result};
 
@@ -237,6 +237,12 @@ impl<B: Backend> Harness<'_, B> {
         let got = self.b.rows(&xb, &[4, 0, 2, 2])?;
         let want = self.cpu.rows(&xc, &[4, 0, 2, 2])?;
         self.record("rows".into(), &got, &want, TOL_F32)?;
+        for how in [Reduce::Mean, Reduce::Max] {
+            let segs = [0..1, 1..n, 2..3];
+            let got = self.b.reduce_segments(&xb, &segs, how)?;
+            let want = self.cpu.reduce_segments(&xc, &segs, how)?;
+            self.record(format!("reduce_segments {how:?}"), &got, &want, TOL_F32)?;
+        }
         for interleaved in [false, true] {
             let hd = 64;
             let rope = Rope {
@@ -417,6 +423,31 @@ impl<B: Backend> Harness<'_, B> {
             let got = self.b.encoder_attention(&qb, &kb, &vb, &seqs, &pe)?;
             let want = self.cpu.encoder_attention(&qc, &kc, &vc, &seqs, &pe)?;
             self.record(format!("encoder attention hd={hd} window={enc_window:?}"), &got, &want, TOL_F32)?;
+        }
+        self.encoder_attention()
+    }
+
+    /// Encoder shapes: many short sequences and ones longer than a GPU tile
+    /// (64 rows), banded or not, and a head size that is not a multiple of 4.
+    fn encoder_attention(&mut self) -> Result<()> {
+        let mixed = [0..5, 5..70, 70..71, 71..200];
+        for (hd, heads, kv_heads, window, seqs) in [
+            (32, 12, 12, None, &mixed[..]),
+            (64, 4, 2, Some(16), &[0..150, 150..200][..]),
+            (96, 2, 1, Some(70), &mixed[..]),
+            (30, 2, 1, None, &mixed[..]),
+        ] {
+            let n = seqs.last().map_or(0, |s| s.end);
+            let p = AttnParams { n_heads: heads, n_kv_heads: kv_heads, head_dim: hd, scale: 0.17, window, softcap: None };
+            let kvd = kv_heads * hd;
+            let (k, v, q) = (self.rng.vec(n * kvd, 1.0), self.rng.vec(n * kvd, 1.0), self.rng.vec(n * heads * hd, 2.0));
+            let (kb, kc) = self.up(&k, n, kvd)?;
+            let (vb, vc) = self.up(&v, n, kvd)?;
+            let (qb, qc) = self.up(&q, n, heads * hd)?;
+            let got = self.b.encoder_attention(&qb, &kb, &vb, seqs, &p)?;
+            let want = self.cpu.encoder_attention(&qc, &kc, &vc, seqs, &p)?;
+            let name = format!("encoder attention hd={hd} {heads}/{kv_heads} window={window:?}, {} sequences", seqs.len());
+            self.record(name, &got, &want, TOL_F32)?;
         }
         Ok(())
     }

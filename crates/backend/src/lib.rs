@@ -8,7 +8,7 @@ pub mod harness;
 pub mod quant;
 pub mod sampling;
 
-use ferrite_core::{DType, HostBytes, Result};
+use ferrite_core::{DType, Error, HostBytes, Result};
 
 /// A 2-D weight as stored in the checkpoint: `rows` outputs of `cols` inputs each.
 #[derive(Clone)]
@@ -81,6 +81,22 @@ pub enum Activation {
 }
 
 /// Rotary embedding of one attention layer.
+/// How `reduce_segments` folds a segment's rows into one row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduce {
+    Mean,
+    /// Element-wise maximum.
+    Max,
+}
+
+/// Segments for `reduce_segments`: non-empty and inside `rows`.
+pub(crate) fn check_segments(segs: &[std::ops::Range<usize>], rows: usize) -> Result<()> {
+    match segs.iter().find(|s| s.start >= s.end || s.end > rows) {
+        Some(s) => Err(Error::Shape(format!("segment {s:?} of {rows} rows"))),
+        None => Ok(()),
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct Rope {
     pub head_dim: usize,
@@ -328,6 +344,15 @@ pub trait Backend: Send + Sync {
         v: &Self::Tensor,
         seqs: &[std::ops::Range<usize>],
         p: &AttnParams,
+    ) -> Result<Self::Tensor>;
+
+    /// One row per segment of `x`'s rows (sentence pooling): their mean or
+    /// element-wise maximum. Segments are non-empty and inside `x`.
+    fn reduce_segments(
+        &self,
+        x: &Self::Tensor,
+        segs: &[std::ops::Range<usize>],
+        how: Reduce,
     ) -> Result<Self::Tensor>;
 
     fn kv_pool(&self, spec: KvSpec) -> Result<Self::KvPool>;

@@ -18,7 +18,8 @@ pub use attention::{CpuKvPool, KvStore};
 pub use matmul::dot_f32;
 
 use crate::quant::dequantize_row;
-use crate::{Activation, AttnBatch, AttnParams, Backend, KvDtype, KvSpec, RawWeight, Rope};
+use crate::{check_segments, Activation, AttnBatch, AttnParams, Backend, KvDtype, KvSpec, RawWeight, Reduce, Rope};
+use rayon::prelude::*;
 use ferrite_core::{DType, Error, HostBytes, Result};
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -274,6 +275,28 @@ impl Backend for CpuBackend {
     ) -> Result<CpuTensor> {
         let data = encoder_attention::encoder_attention(&q.data, &k.data, &v.data, q.rows, seqs, p)?;
         Ok(CpuTensor { data, rows: q.rows, cols: q.cols })
+    }
+
+    fn reduce_segments(&self, x: &CpuTensor, segs: &[std::ops::Range<usize>], how: Reduce) -> Result<CpuTensor> {
+        check_segments(segs, x.rows)?;
+        let cols = x.cols;
+        let mut data = vec![0f32; segs.len() * cols];
+        data.par_chunks_mut(cols.max(1)).zip(segs).for_each(|(out, s)| {
+            let rows = x.data[s.start * cols..s.end * cols].chunks(cols);
+            match how {
+                Reduce::Mean => {
+                    // f64 sums: the mean of hundreds of rows stays exact to f32.
+                    let mut acc = vec![0f64; cols];
+                    rows.for_each(|r| acc.iter_mut().zip(r).for_each(|(a, &v)| *a += v as f64));
+                    out.iter_mut().zip(&acc).for_each(|(o, a)| *o = (a / s.len() as f64) as f32);
+                }
+                Reduce::Max => {
+                    out.fill(f32::NEG_INFINITY);
+                    rows.for_each(|r| out.iter_mut().zip(r).for_each(|(o, &v)| *o = o.max(v)));
+                }
+            }
+        });
+        Ok(CpuTensor { data, rows: segs.len(), cols })
     }
 
     fn kv_pool(&self, spec: KvSpec) -> Result<CpuKvPool> {

@@ -15,6 +15,7 @@ const COMMON: &str = include_str!("kernels/common.cuh");
 pub const MODULES: &[(&str, &str)] = &[
     ("ops", include_str!("kernels/ops.cu")),
     ("attention", include_str!("kernels/attention.cu")),
+    ("encoder", include_str!("kernels/encoder.cu")),
     ("gemv", include_str!("kernels/gemv.cu")),
     ("quant", include_str!("kernels/quant.cu")),
     ("sample", include_str!("kernels/sample.cu")),

@@ -1,7 +1,10 @@
 //! Dense GEMMs through cuBLASLt. A plan (operation and layout descriptors and
 //! the heuristic's fastest algorithm) is made once per shape and element
 //! types and reused; a shape cuBLASLt has no algorithm for falls back to
-//! cublasGemmEx (the caller's job).
+//! cublasGemmEx (the caller's job). The heuristic costs about a millisecond
+//! of host time, and encoders and prefills see a new token count (n) nearly
+//! every batch: its choice is kept per power-of-two range of n and reused,
+//! after cuBLASLt confirms it supports the exact shape.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -50,6 +53,8 @@ impl Drop for Plan {
 pub struct Lt {
     handle: lsys::cublasLtHandle_t,
     plans: Mutex<HashMap<Shape, Plan>>,
+    /// The heuristic's algorithm per shape with n rounded up to a power of two.
+    algos: Mutex<HashMap<Shape, lsys::cublasLtMatmulAlgo_t>>,
     workspace: (u64, usize),
 }
 
@@ -77,7 +82,7 @@ fn lt_type(t: cudaDataType) -> lsys::cudaDataType {
 impl Lt {
     /// `workspace`: a device buffer (pointer, bytes) that outlives this.
     pub fn new(workspace: (u64, usize)) -> Result<Lt, CublasError> {
-        Ok(Lt { handle: lt::create_handle()?, plans: Mutex::default(), workspace })
+        Ok(Lt { handle: lt::create_handle()?, plans: Mutex::default(), algos: Mutex::default(), workspace })
     }
 
     fn plan(&self, s: &Shape) -> Result<Plan, CublasError> {
@@ -100,6 +105,35 @@ impl Lt {
         plan.layouts[0] = layout(s.a, s.k, s.m, s.k)?;
         plan.layouts[1] = layout(s.b, s.k, s.n, s.k)?;
         plan.layouts[2] = layout(s.c, s.m, s.n, s.ldc)?;
+        let range = Shape { n: s.n.next_power_of_two(), ..*s };
+        let known = self.algos.lock().unwrap_or_else(|e| e.into_inner()).get(&range).copied();
+        if let Some(algo) = known.filter(|a| self.supports(&plan, a)) {
+            plan.algo = algo;
+            return Ok(plan);
+        }
+        plan.algo = self.heuristic(&plan)?;
+        let mut algos = self.algos.lock().unwrap_or_else(|e| e.into_inner());
+        if algos.len() >= MAX_PLANS {
+            algos.clear();
+        }
+        algos.insert(range, plan.algo);
+        Ok(plan)
+    }
+
+    /// Whether `algo` runs `plan`'s exact shape within the workspace.
+    fn supports(&self, plan: &Plan, algo: &lsys::cublasLtMatmulAlgo_t) -> bool {
+        let [a, b, c] = plan.layouts;
+        let mut result = std::mem::MaybeUninit::<lsys::cublasLtMatmulHeuristicResult_t>::uninit();
+        // SAFETY: live descriptors; `result` is written by the call.
+        let status =
+            unsafe { lsys::cublasLtMatmulAlgoCheck(self.handle, plan.desc, a, b, c, c, algo, result.as_mut_ptr()) };
+        // SAFETY: written when the status is success.
+        status == lsys::cublasStatus_t::CUBLAS_STATUS_SUCCESS
+            && unsafe { result.assume_init() }.workspaceSize <= self.workspace.1
+    }
+
+    /// The heuristic's fastest algorithm for `plan`.
+    fn heuristic(&self, plan: &Plan) -> Result<lsys::cublasLtMatmulAlgo_t, CublasError> {
         let pref = lt::create_matmul_pref()?;
         let max_ws = self.workspace.1 as u64;
         // SAFETY: live descriptors; the preference is destroyed below.
@@ -111,12 +145,11 @@ impl Lt {
                 8,
             );
             let [a, b, c] = plan.layouts;
-            let found = set.and_then(|_| lt::get_matmul_algo_heuristic(self.handle, desc, a, b, c, c, pref));
+            let found = set.and_then(|_| lt::get_matmul_algo_heuristic(self.handle, plan.desc, a, b, c, c, pref));
             let _ = lt::destroy_matmul_pref(pref);
             found
         }?;
-        plan.algo = found.algo;
-        Ok(plan)
+        Ok(found.algo)
     }
 
     /// Runs the GEMM on `stream`.

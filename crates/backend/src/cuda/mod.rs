@@ -23,7 +23,9 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchConfig, PushKernelArg};
 use ferrite_core::{Error, Result};
 
-use crate::{Activation, AttnBatch, AttnParams, Backend, DecodeStep, KvSpec, RawWeight, Rope, RowSampling};
+use crate::{
+    check_segments, Activation, AttnBatch, AttnParams, Backend, DecodeStep, KvSpec, RawWeight, Reduce, Rope, RowSampling,
+};
 use device::{device_err, elementwise, per_row, Device};
 use graph::{Field, Graphs, Words, MAX_GRAPH_ROWS};
 use kv::{AttnLaunch, KvRef, MetaCache, Source};
@@ -135,6 +137,45 @@ impl CudaBackend {
 
     fn tensor(&self, buf: CudaSlice<f32>, rows: usize, cols: usize) -> CudaTensor {
         CudaTensor { buf, rows, cols }
+    }
+
+    /// Encoder attention in tiles of up to 64 query rows of one sequence
+    /// (kernels/encoder.cu); head sizes that are multiples of 4, up to 256.
+    fn encoder_tiles(
+        &self,
+        q: &CudaTensor,
+        k: &CudaTensor,
+        v: &CudaTensor,
+        seqs: &[std::ops::Range<usize>],
+        p: &AttnParams,
+    ) -> Result<CudaTensor> {
+        const ROWS: usize = 64;
+        let mut tiles = Vec::new();
+        for s in seqs {
+            if s.end > q.rows || s.start >= s.end {
+                return Err(Error::Shape(format!("sequence {s:?} outside {} rows", q.rows)));
+            }
+            for r0 in s.clone().step_by(ROWS) {
+                tiles.extend([r0, ROWS.min(s.end - r0), s.start, s.end].map(|x| x as u32));
+            }
+        }
+        let mut out = self.alloc(q.rows * q.cols)?;
+        if tiles.is_empty() {
+            return Ok(self.tensor(out, q.rows, q.cols));
+        }
+        let n_tiles = (tiles.len() / 4) as u32;
+        let tiles = self.upload_u32(tiles)?;
+        let g = p.head_dim.div_ceil(32).next_power_of_two();
+        let name = format!("encoder_attention_g{g}");
+        let cfg = LaunchConfig {
+            grid_dim: (n_tiles, p.n_heads as u32, 1),
+            block_dim: ((ROWS * g) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (nh, nkv, hd) = (p.n_heads as u32, p.n_kv_heads as u32, p.head_dim as u32);
+        let window = p.window.unwrap_or(0) as u32;
+        launch!(self, &name, cfg, &q.buf, &k.buf, &v.buf, &mut out, tiles.as_ref(), &nh, &nkv, &hd, &window, &p.scale)?;
+        Ok(self.tensor(out, q.rows, q.cols))
     }
 
     fn upload_u32(&self, v: Vec<u32>) -> Result<Arc<CudaSlice<u32>>> {
@@ -449,7 +490,10 @@ impl Backend for CudaBackend {
         if k.rows != q.rows {
             return Err(Error::Shape("encoder_attention: q and k rows differ".into()));
         }
-        // Per row: the band of keys it sees inside its sequence.
+        if p.head_dim.is_multiple_of(4) && p.head_dim <= 256 && p.n_kv_heads > 0 {
+            return self.encoder_tiles(q, k, v, seqs, p);
+        }
+        // Other head sizes: the decode row kernel, each row seeing its band.
         let mut meta = vec![0u32; 3 * q.rows];
         for s in seqs {
             if s.end > q.rows || s.start > s.end {
@@ -463,10 +507,22 @@ impl Backend for CudaBackend {
                 meta[3 * i..3 * i + 3].copy_from_slice(&[lo as u32, hi as u32, 0]);
             }
         }
-        // Every row goes to the row kernel (spans of one row each).
         let spans = (0..q.rows).map(|r| (r, 1)).collect();
         let a = AttnLaunch { q, k: KvRef::F32(&k.buf), v: KvRef::F32(&v.buf), meta, spans, bs: 0, window: None };
         kv::launch_attention(&self.dev, &self.meta, a, p)
+    }
+
+    fn reduce_segments(&self, x: &CudaTensor, segs: &[std::ops::Range<usize>], how: Reduce) -> Result<CudaTensor> {
+        let _span = profile::span(&self.dev.stream, "reduce_segments");
+        check_segments(segs, x.rows)?;
+        let mut out = self.alloc(segs.len() * x.cols)?;
+        if !segs.is_empty() {
+            let bounds = self.upload_u32(segs.iter().flat_map(|s| [s.start as u32, s.end as u32]).collect())?;
+            let (cols, mode) = (x.cols as u32, (how == Reduce::Max) as i32);
+            let cfg = per_row(segs.len(), x.cols);
+            launch!(self, "reduce_segments", cfg, &x.buf, bounds.as_ref(), &mut out, &cols, &mode)?;
+        }
+        Ok(self.tensor(out, segs.len(), x.cols))
     }
 
     fn kv_pool(&self, spec: KvSpec) -> Result<CudaKvPool> {

@@ -4,7 +4,7 @@
 mod pooling;
 mod worker;
 
-pub use pooling::{l2_normalize, pool, Pooling, PoolingConfig};
+pub use pooling::{l2_normalize, Pooling, PoolingConfig};
 pub use worker::{EmbedEngine, EmbedEngineConfig, EmbedMetrics, EmbedReply, MAX_INPUTS};
 
 use ferrite_core::{Error, Result};
@@ -87,12 +87,17 @@ impl Embedder {
 
     /// `tokenize` for every input, on all cores; an error names the input.
     pub fn tokenize_all(&self, texts: &[String], truncate: bool) -> Result<Vec<Vec<u32>>> {
+        self.tokenize_numbered(texts, 0, truncate)
+    }
+
+    /// `tokenize_all` for inputs numbered from `first` (in error messages).
+    pub fn tokenize_numbered(&self, texts: &[String], first: usize, truncate: bool) -> Result<Vec<Vec<u32>>> {
         texts
             .par_iter()
             .enumerate()
             .map(|(i, t)| {
                 self.tokenize(t, truncate).map_err(|e| match e {
-                    Error::InvalidInput(m) => Error::InvalidInput(format!("input {i}: {m}")),
+                    Error::InvalidInput(m) => Error::InvalidInput(format!("input {}: {m}", first + i)),
                     other => other,
                 })
             })
@@ -106,8 +111,8 @@ impl Embedder {
             return Ok(Vec::new());
         }
         let batch = EncodeBatch::from_slices(inputs);
-        let hidden = self.model.forward(&batch)?;
-        Ok(pool(&hidden, self.dim(), &batch.seqs, self.pooling))
+        let flat = self.model.forward_pooled(&batch, self.pooling)?;
+        Ok(flat.chunks(self.dim()).map(|v| v.to_vec()).collect())
     }
 
     /// Vectors for already tokenized inputs, in one forward pass.

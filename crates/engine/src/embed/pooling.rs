@@ -7,30 +7,7 @@ use std::path::Path;
 use ferrite_core::{Error, Result};
 use serde_json::Value;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pooling {
-    /// The first token's state (`[CLS]`).
-    Cls,
-    /// The mean over every token of the input, special tokens included.
-    Mean,
-    /// The last token's state.
-    LastToken,
-    /// The element-wise maximum over the tokens.
-    Max,
-}
-
-impl std::str::FromStr for Pooling {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "cls" => Ok(Pooling::Cls),
-            "mean" => Ok(Pooling::Mean),
-            "last" | "lasttoken" | "last_token" => Ok(Pooling::LastToken),
-            "max" => Ok(Pooling::Max),
-            _ => Err(format!("unknown pooling {s:?} (cls, mean, last or max)")),
-        }
-    }
-}
+pub use ferrite_models::encoder::Pooling;
 
 /// A checkpoint's pooling settings, or the defaults (mean, not normalized, the
 /// model's own length limit) where it has none.
@@ -107,31 +84,6 @@ fn pooling_mode(p: &Value) -> std::result::Result<Pooling, String> {
         [] => Err("no pooling mode is set".into()),
         _ => Err("several pooling modes at once (concatenated) are not supported".into()),
     }
-}
-
-/// One vector per sequence from the token states `hidden` [tokens, dim].
-pub fn pool(hidden: &[f32], dim: usize, seqs: &[std::ops::Range<usize>], pooling: Pooling) -> Vec<Vec<f32>> {
-    let row = |t: usize| &hidden[t * dim..(t + 1) * dim];
-    seqs.iter()
-        .map(|s| match pooling {
-            Pooling::Cls => row(s.start).to_vec(),
-            Pooling::LastToken => row(s.end - 1).to_vec(),
-            Pooling::Mean => {
-                let mut acc = vec![0f64; dim];
-                for t in s.clone() {
-                    acc.iter_mut().zip(row(t)).for_each(|(a, &x)| *a += x as f64);
-                }
-                acc.iter().map(|a| (a / s.len() as f64) as f32).collect()
-            }
-            Pooling::Max => {
-                let mut acc = vec![f32::NEG_INFINITY; dim];
-                for t in s.clone() {
-                    acc.iter_mut().zip(row(t)).for_each(|(a, &x)| *a = a.max(x));
-                }
-                acc
-            }
-        })
-        .collect()
 }
 
 /// Scales `v` to unit length (a zero vector stays zero).

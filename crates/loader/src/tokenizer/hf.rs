@@ -159,7 +159,7 @@ impl HfTokenizer {
     }
 
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
-        let enc = self.tok.encode(text, add_special).map_err(|e| Error::Tokenizer(format!("encode: {e}")))?;
+        let enc = self.tok.encode_fast(text, add_special).map_err(|e| Error::Tokenizer(format!("encode: {e}")))?;
         let mut ids = enc.get_ids().to_vec();
         if add_special {
             if let Some(bos) = self.bos.filter(|_| self.add_bos) {

@@ -6,7 +6,7 @@
 //!              x = LN(x + act(x·Wi + bi)·Wo2 + bo2)
 //! Weight names mirror the checkpoint (`encoder.layer.N.attention.self.query`).
 
-use super::{EncodeBatch, EncoderArch, EncoderConfig, EncoderModel, Weights};
+use super::{pooling, EncodeBatch, EncoderArch, EncoderConfig, EncoderModel, Pooling, Weights};
 use crate::checkpoint::HfCheckpoint;
 use crate::hf::HfConfig;
 use ferrite_backend::{Activation, AttnParams, Backend};
@@ -137,6 +137,16 @@ impl<B: Backend> EncoderModel for Bert<B> {
     }
 
     fn forward(&self, batch: &EncodeBatch) -> Result<Vec<f32>> {
+        self.backend.to_host(&self.hidden(batch)?)
+    }
+
+    fn forward_pooled(&self, batch: &EncodeBatch, pooling: Pooling) -> Result<Vec<f32>> {
+        pooling::pool(&self.backend, &self.hidden(batch)?, batch, pooling)
+    }
+}
+
+impl<B: Backend> Bert<B> {
+    fn hidden(&self, batch: &EncodeBatch) -> Result<B::Tensor> {
         batch.check(&self.cfg)?;
         let be = &self.backend;
         let mut x = be.embedding(&self.word, &batch.tokens)?;
@@ -146,6 +156,6 @@ impl<B: Backend> EncoderModel for Bert<B> {
         for l in &self.layers {
             x = self.layer(x, l, batch)?;
         }
-        be.to_host(&x)
+        Ok(x)
     }
 }

@@ -5,6 +5,9 @@
 
 pub mod bert;
 pub mod modernbert;
+mod pooling;
+
+pub use pooling::Pooling;
 
 use std::ops::Range;
 
@@ -82,6 +85,9 @@ pub trait EncoderModel: Send + Sync {
     fn backend_name(&self) -> String;
     /// Last hidden states [tokens, hidden], row-major, in batch order.
     fn forward(&self, batch: &EncodeBatch) -> Result<Vec<f32>>;
+    /// One pooled vector per sequence [seqs, hidden], row-major, in batch
+    /// order (pooled where the model runs: only the vectors are copied back).
+    fn forward_pooled(&self, batch: &EncodeBatch, pooling: Pooling) -> Result<Vec<f32>>;
 }
 
 /// The HF `model_type`s with an encoder implementation.

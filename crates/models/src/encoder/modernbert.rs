@@ -9,7 +9,7 @@
 //! Weight names mirror the checkpoint (`layers.N.attn.Wqkv`), under an optional
 //! `model.` prefix (masked-LM checkpoints).
 
-use super::{EncodeBatch, EncoderArch, EncoderConfig, EncoderModel, Weights};
+use super::{pooling, EncodeBatch, EncoderArch, EncoderConfig, EncoderModel, Pooling, Weights};
 use crate::checkpoint::HfCheckpoint;
 use crate::config::{inv_freq, LayerKind, RopeScaling};
 use crate::hf::HfConfig;
@@ -210,12 +210,22 @@ impl<B: Backend> EncoderModel for ModernBert<B> {
     }
 
     fn forward(&self, batch: &EncodeBatch) -> Result<Vec<f32>> {
+        self.backend.to_host(&self.hidden(batch)?)
+    }
+
+    fn forward_pooled(&self, batch: &EncodeBatch, pooling: Pooling) -> Result<Vec<f32>> {
+        pooling::pool(&self.backend, &self.hidden(batch)?, batch, pooling)
+    }
+}
+
+impl<B: Backend> ModernBert<B> {
+    fn hidden(&self, batch: &EncodeBatch) -> Result<B::Tensor> {
         batch.check(&self.cfg)?;
         let positions = batch.positions();
         let mut x = self.norm(&self.backend.embedding(&self.tok, &batch.tokens)?, &self.embed_norm)?;
         for l in &self.layers {
             x = self.layer(x, l, batch, &positions)?;
         }
-        self.backend.to_host(&self.norm(&x, &self.final_norm)?)
+        self.norm(&x, &self.final_norm)
     }
 }

@@ -104,6 +104,22 @@ extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* o
     for (u32 i = threadIdx.x; i < cols; i += blockDim.x) dst[i] = src[i];
 }
 
+// One row per segment [lo, hi) of x's rows (segs holds lo, hi pairs): their
+// mean (mode 0, summed in double like the CPU) or element-wise maximum (1).
+extern "C" __global__ void reduce_segments(const float* x, const u32* segs, float* out, u32 cols, int mode) {
+    const u32 lo = segs[2 * blockIdx.x], hi = segs[2 * blockIdx.x + 1];
+    for (u32 c = threadIdx.x; c < cols; c += blockDim.x) {
+        double sum = 0.0;
+        float top = -INFINITY;
+        for (u32 r = lo; r < hi; ++r) {
+            const float v = x[(u64)r * cols + c];
+            sum += v;
+            top = fmaxf(top, v);
+        }
+        out[(u64)blockIdx.x * cols + c] = mode == 0 ? (float)(sum / (double)(hi - lo)) : top;
+    }
+}
+
 // Embedding rows of a table stored as f32 (dtype 0), f16 (1) or bf16 (2).
 extern "C" __global__ void embedding(const void* table, const u32* ids, float* out, u32 cols, int dtype) {
     const u64 base = (u64)ids[blockIdx.x] * cols;
