@@ -436,6 +436,7 @@ impl<B: Backend> Harness<'_, B> {
             (64, 4, 2, Some(16), &[0..150, 150..200][..]),
             (96, 2, 1, Some(70), &mixed[..]),
             (30, 2, 1, None, &mixed[..]),
+            (12, 3, 1, Some(3), &mixed[..]),
         ] {
             let n = seqs.last().map_or(0, |s| s.end);
             let p = AttnParams { n_heads: heads, n_kv_heads: kv_heads, head_dim: hd, scale: 0.17, window, softcap: None };

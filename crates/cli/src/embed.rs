@@ -110,43 +110,46 @@ fn tokenize_ahead(e: &Embedder, texts: &[String], batch: usize, truncate: bool, 
     let _ = tx.send(Tokenized::Done(Ok(())));
 }
 
-/// Formatted output bytes held at most while later inputs are still being
-/// tokenized; beyond it, forward passes wait for the last input's verdict.
-const HOLD_BYTES: usize = 256 << 20;
+/// Vector values held at most (about 10 bytes each as text) while later
+/// inputs are still being tokenized; beyond it, forward passes wait for the
+/// last input's verdict.
+const HOLD_VALUES: usize = 32 << 20;
 
-/// Standard output that holds its lines until every input has tokenized: a
-/// bad input anywhere fails the run before any output.
-struct Output<W: Write> {
-    out: W,
-    held: Vec<String>,
-    held_bytes: usize,
-    open: bool,
+/// What the writing thread receives, in order.
+enum ToWriter {
+    Vectors(Vec<Vec<f32>>),
+    /// Every input tokenized: what was held, and all later lines, go out.
+    Open,
 }
 
-impl<W: Write> Output<W> {
-    fn push(&mut self, lines: Vec<String>) -> Result<()> {
-        if !self.open {
-            self.held_bytes += lines.iter().map(|l| l.len()).sum::<usize>();
-            self.held.extend(lines);
-            return Ok(());
+/// Formats (on all cores) and writes the vectors it is sent, holding the
+/// lines until `Open`: a bad input anywhere fails the run before any output.
+/// Writing on its own thread keeps the forward passes (and the GPU) going
+/// while standard output drains.
+fn write_lines(rx: mpsc::Receiver<ToWriter>) -> Result<()> {
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let (mut held, mut open, mut index) = (Vec::new(), false, 0);
+    let mut write = |lines: &[String]| -> Result<()> {
+        lines.iter().try_for_each(|l| out.write_all(l.as_bytes())).map_err(|e| Error::io("standard output", e))
+    };
+    for msg in rx {
+        match msg {
+            ToWriter::Vectors(v) => {
+                let lines = format_lines(&v, index);
+                index += v.len();
+                if open {
+                    write(&lines)?;
+                } else {
+                    held.extend(lines);
+                }
+            }
+            ToWriter::Open => {
+                open = true;
+                write(&std::mem::take(&mut held))?;
+            }
         }
-        for line in &lines {
-            self.out.write_all(line.as_bytes()).map_err(|err| Error::io("standard output", err))?;
-        }
-        Ok(())
     }
-
-    /// Every input tokenized: writes what was held, and all later lines at once.
-    fn open(&mut self) -> Result<()> {
-        self.open = true;
-        let held = std::mem::take(&mut self.held);
-        self.held_bytes = 0;
-        self.push(held)
-    }
-
-    fn full(&self) -> bool {
-        !self.open && self.held_bytes > HOLD_BYTES
-    }
+    out.flush().map_err(|e| Error::io("standard output", e))
 }
 
 /// Wall time of each phase, for FERRITE_PROFILE.
@@ -176,66 +179,26 @@ pub fn main(a: EmbedArgs) -> Result<()> {
     bar.set_style(
         ProgressStyle::with_template("embedding [{bar:30}] {pos}/{len} ({per_sec})").unwrap().progress_chars("=> "),
     );
-    let mut out = Output { out: BufWriter::new(std::io::stdout().lock()), held: Vec::new(), held_bytes: 0, open: false };
-    let (tx, rx) = mpsc::channel();
     let run = Instant::now();
-    let mut embedded = 0;
-    // Tokenizing runs ahead of the forward passes; batch i's lines are
-    // formatted on other threads while batch i + 1 is embedded (on a GPU the
-    // device would otherwise wait for the host).
+    // Three threads in a pipeline: tokenizing runs ahead of the forward
+    // passes (here), and formatting and writing run behind them.
     std::thread::scope(|scope| -> Result<()> {
         let (e, texts) = (&e, &texts);
-        scope.spawn(move || tokenize_ahead(e, texts, a.batch_size, a.truncate, tx));
-        let mut backlog: VecDeque<Vec<Vec<u32>>> = VecDeque::new();
-        let mut pending: Option<std::thread::ScopedJoinHandle<'_, Vec<String>>> = None;
-        loop {
-            let ids = match backlog.pop_front() {
-                Some(ids) => ids,
-                None => match rx.recv() {
-                    Ok(Tokenized::Batch(ids)) => ids,
-                    Ok(Tokenized::Done(verdict)) => {
-                        verdict?;
-                        out.open()?;
-                        continue;
-                    }
-                    Err(_) => break,
-                },
-            };
-            if out.full() {
-                // Too much held: take every remaining batch and the verdict first.
-                backlog.push_back(ids);
-                for msg in rx.iter() {
-                    match msg {
-                        Tokenized::Batch(ids) => backlog.push_back(ids),
-                        Tokenized::Done(verdict) => {
-                            verdict?;
-                            out.open()?;
-                        }
-                    }
-                }
-                continue;
-            }
-            let t = Instant::now();
-            let vectors = e.embed_tokens(&ids, a.normalize)?;
-            phases.forward_ms += ms(t);
-            let first = embedded;
-            embedded += vectors.len();
-            let next = scope.spawn(move || format_lines(&vectors, first));
-            if let Some(done) = pending.replace(next) {
-                out.push(done.join().expect("formatting never panics"))?;
-            }
-            bar.inc(ids.len() as u64);
-        }
-        if let Some(done) = pending {
-            out.push(done.join().expect("formatting never panics"))?;
+        let (tok_tx, tok_rx) = mpsc::channel();
+        scope.spawn(move || tokenize_ahead(e, texts, a.batch_size, a.truncate, tok_tx));
+        let (out_tx, out_rx) = mpsc::channel();
+        let writer = scope.spawn(move || write_lines(out_rx));
+        let embedded = embed_batches(e, &a, &tok_rx, &out_tx, &bar, &mut phases);
+        drop(out_tx);
+        let written = writer.join().expect("the writer never panics");
+        // A failed write (closed pipe) explains a failed send: report it first.
+        written?;
+        if embedded? != texts.len() {
+            return Err(Error::InvalidInput("tokenizing stopped before every input was done".into()));
         }
         Ok(())
     })?;
-    if !out.open || embedded != texts.len() {
-        return Err(Error::InvalidInput("tokenizing stopped before every input was done".into()));
-    }
     bar.finish_and_clear();
-    out.out.flush().map_err(|err| Error::io("standard output", err))?;
     phases.total_ms = ms(run);
     if ferrite_core::env::profiling() {
         eprintln!(
@@ -250,6 +213,59 @@ pub fn main(a: EmbedArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The forward passes: tokenized batches in, vectors out to the writer,
+/// which is told to open once every input has tokenized. Returns how many
+/// inputs were embedded.
+fn embed_batches(
+    e: &Embedder,
+    a: &EmbedArgs,
+    tokenized: &mpsc::Receiver<Tokenized>,
+    out: &mpsc::Sender<ToWriter>,
+    bar: &ProgressBar,
+    phases: &mut Phases,
+) -> Result<usize> {
+    let closed = || Error::io("standard output", std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+    let mut backlog: VecDeque<Vec<Vec<u32>>> = VecDeque::new();
+    let (mut embedded, mut open) = (0, false);
+    let verdict = |v: Result<()>, open: &mut bool| -> Result<()> {
+        v?;
+        *open = true;
+        out.send(ToWriter::Open).map_err(|_| closed())
+    };
+    loop {
+        let ids = match backlog.pop_front() {
+            Some(ids) => ids,
+            None => match tokenized.recv() {
+                Ok(Tokenized::Batch(ids)) => ids,
+                Ok(Tokenized::Done(v)) => {
+                    verdict(v, &mut open)?;
+                    continue;
+                }
+                // No verdict means the tokenizing thread died.
+                Err(_) if open => return Ok(embedded),
+                Err(_) => return Err(Error::InvalidInput("tokenizing stopped before every input was done".into())),
+            },
+        };
+        if !open && embedded * e.dim() > HOLD_VALUES {
+            // Too much held: take every remaining batch and the verdict first.
+            backlog.push_back(ids);
+            for msg in tokenized.iter() {
+                match msg {
+                    Tokenized::Batch(ids) => backlog.push_back(ids),
+                    Tokenized::Done(v) => verdict(v, &mut open)?,
+                }
+            }
+            continue;
+        }
+        let t = Instant::now();
+        let vectors = e.embed_tokens(&ids, a.normalize)?;
+        phases.forward_ms += ms(t);
+        embedded += vectors.len();
+        out.send(ToWriter::Vectors(vectors)).map_err(|_| closed())?;
+        bar.inc(ids.len() as u64);
+    }
 }
 
 fn ms(since: Instant) -> f64 {

@@ -28,7 +28,7 @@ use crate::{
 };
 use device::{device_err, elementwise, per_row, Device};
 use graph::{Field, Graphs, Words, MAX_GRAPH_ROWS};
-use kv::{AttnLaunch, KvRef, MetaCache, Source};
+use kv::{MetaCache, Source};
 
 /// Activations: a row-major f32 matrix in device memory.
 pub struct CudaTensor {
@@ -140,7 +140,7 @@ impl CudaBackend {
     }
 
     /// Encoder attention in tiles of up to 64 query rows of one sequence
-    /// (kernels/encoder.cu); head sizes that are multiples of 4, up to 256.
+    /// (kernels/encoder.cu), for head sizes up to 256.
     fn encoder_tiles(
         &self,
         q: &CudaTensor,
@@ -165,8 +165,13 @@ impl CudaBackend {
         }
         let n_tiles = (tiles.len() / 4) as u32;
         let tiles = self.upload_u32(tiles)?;
-        let g = p.head_dim.div_ceil(32).next_power_of_two();
-        let name = format!("encoder_attention_g{g}");
+        // Values per thread (d) and threads per query row (g): 16 for small
+        // heads (fewer registers, more threads in flight), else 32.
+        let wide = std::env::var_os("FERRITE_ENCODER_WIDE").is_some();
+        let d = if p.head_dim <= 32 && !wide { 16 } else { 32 };
+        let g = p.head_dim.div_ceil(d).next_power_of_two();
+        let units = if p.head_dim.is_multiple_of(4) { "" } else { "_s" };
+        let name = format!("encoder_attention_d{d}_g{g}{units}");
         let cfg = LaunchConfig {
             grid_dim: (n_tiles, p.n_heads as u32, 1),
             block_dim: ((ROWS * g) as u32, 1, 1),
@@ -485,31 +490,19 @@ impl Backend for CudaBackend {
         p: &AttnParams,
     ) -> Result<CudaTensor> {
         let _span = profile::span(&self.dev.stream, "encoder_attention");
-        kv::check_shapes(q, p, k.cols)?;
+        if q.cols != p.n_heads * p.head_dim
+            || p.n_kv_heads == 0
+            || k.cols != p.n_kv_heads * p.head_dim
+            || !p.n_heads.is_multiple_of(p.n_kv_heads)
+            || p.head_dim > 256
+        {
+            return Err(Error::Shape("encoder attention: q, k or v shapes do not match (head size at most 256)".into()));
+        }
         same_shape(k, v, "encoder_attention")?;
         if k.rows != q.rows {
             return Err(Error::Shape("encoder_attention: q and k rows differ".into()));
         }
-        if p.head_dim.is_multiple_of(4) && p.head_dim <= 256 && p.n_kv_heads > 0 {
-            return self.encoder_tiles(q, k, v, seqs, p);
-        }
-        // Other head sizes: the decode row kernel, each row seeing its band.
-        let mut meta = vec![0u32; 3 * q.rows];
-        for s in seqs {
-            if s.end > q.rows || s.start > s.end {
-                return Err(Error::Shape(format!("sequence {s:?} outside {} rows", q.rows)));
-            }
-            for i in s.clone() {
-                let (lo, hi) = match p.window {
-                    Some(w) => (i.saturating_sub(w).max(s.start), (i + w + 1).min(s.end)),
-                    None => (s.start, s.end),
-                };
-                meta[3 * i..3 * i + 3].copy_from_slice(&[lo as u32, hi as u32, 0]);
-            }
-        }
-        let spans = (0..q.rows).map(|r| (r, 1)).collect();
-        let a = AttnLaunch { q, k: KvRef::F32(&k.buf), v: KvRef::F32(&v.buf), meta, spans, bs: 0, window: None };
-        kv::launch_attention(&self.dev, &self.meta, a, p)
+        self.encoder_tiles(q, k, v, seqs, p)
     }
 
     fn reduce_segments(&self, x: &CudaTensor, segs: &[std::ops::Range<usize>], how: Reduce) -> Result<CudaTensor> {

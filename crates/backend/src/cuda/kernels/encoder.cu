@@ -5,39 +5,53 @@
 //
 // A block takes one tile (up to ENC_ROWS query rows of one sequence) of one
 // head. Keys and values stream through shared memory KC at a time. G threads
-// share a query row, each holding up to 8 float4s of its q and output:
-// thread p owns float4s p, p + G, p + 2G, ... so the G threads of a row read
-// neighbouring banks, and rows read the same addresses (broadcast).
-// Scores of a chunk are taken first, then one rescale per chunk.
+// share a query row, each holding D of its q and output values in units of
+// W floats (float4s where hd % 4 == 0, else single floats): thread p owns
+// units p, p + G, p + 2G, ... so the G threads of a row read neighbouring
+// banks, and rows read the same addresses (broadcast). Scores of a chunk are
+// taken first, then one rescale per chunk. Needs hd <= D * G; a smaller D
+// (fewer registers, more threads) where the head is small.
 // tiles: (first row, rows, sequence start, sequence end) per tile.
-// Needs hd % 4 == 0 and hd <= 32 * G.
 
 #define ENC_ROWS 64
 
-template <int G, int KC>
+// W consecutive floats from p[at] into r (at a multiple of W).
+template <int W>
+__device__ __forceinline__ void load_unit(const float* p, u64 at, float* r) {
+    if (W == 4) {
+        const float4 x = *(const float4*)(p + at);
+        r[0] = x.x, r[1] = x.y, r[2] = x.z, r[3] = x.w;
+    } else {
+        r[0] = p[at];
+    }
+}
+
+template <int D, int G, int KC, int W>
 __device__ __forceinline__ void encoder_tile(const float* q, const float* k, const float* v, float* out,
                                              const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 hd, u32 window,
                                              float scale) {
-    __shared__ float4 ks[KC * 8 * G];
-    __shared__ float4 vs[KC * 8 * G];
+    constexpr int NU = D / W;  // units per thread
+    __shared__ __align__(16) float ks[KC * D * G];
+    __shared__ __align__(16) float vs[KC * D * G];
     const u32* tile = tiles + 4 * blockIdx.x;
     const u32 r0 = tile[0], nr = tile[1], s0 = tile[2], s1 = tile[3];
     const u32 head = blockIdx.y, kvh = head / (n_heads / n_kv_heads);
-    const u32 h4 = hd / 4, qd = n_heads * hd, kvd = n_kv_heads * hd;
+    const u32 units = hd / W, qd = n_heads * hd, kvd = n_kv_heads * hd;
     const u32 part = threadIdx.x % G, row = r0 + threadIdx.x / G;
     const bool active = threadIdx.x / G < nr;
-    float4 qv[8], acc[8];
+    float qv[D], acc[D];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const u32 c = part + G * i;
-        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (active && c < h4) {
-            x = ((const float4*)(q + (u64)row * qd + head * hd))[c];
-            x.x *= scale, x.y *= scale, x.z *= scale, x.w *= scale;
+    for (int i = 0; i < NU; ++i) {
+        const u32 u = part + G * i;
+        if (active && u < units) {
+            load_unit<W>(q, (u64)row * qd + head * hd + u * W, qv + i * W);
+        } else {
+#pragma unroll
+            for (int e = 0; e < W; ++e) qv[i * W + e] = 0.f;
         }
-        qv[i] = x;
-        acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
     }
+#pragma unroll
+    for (int d = 0; d < D; ++d) qv[d] *= scale, acc[d] = 0.f;
     // The keys any row of the tile sees.
     u32 lo = s0, hi = s1;
     if (window) {
@@ -48,11 +62,11 @@ __device__ __forceinline__ void encoder_tile(const float* q, const float* k, con
     for (u32 c0 = lo; c0 < hi; c0 += KC) {
         const u32 nk = min((u32)KC, hi - c0);
         __syncthreads();
-        for (u32 i = threadIdx.x; i < nk * h4; i += blockDim.x) {
-            const u32 j = i / h4, c = i % h4;
-            const u64 at = (u64)(c0 + j) * kvd + kvh * hd;
-            ks[j * h4 + c] = ((const float4*)(k + at))[c];
-            vs[j * h4 + c] = ((const float4*)(v + at))[c];
+        for (u32 i = threadIdx.x; i < nk * units; i += blockDim.x) {
+            const u32 j = i / units, u = i % units;
+            const u64 at = (u64)(c0 + j) * kvd + kvh * hd + u * W;
+            load_unit<W>(k, at, ks + j * hd + u * W);
+            load_unit<W>(v, at, vs + j * hd + u * W);
         }
         __syncthreads();
         float s[KC];
@@ -62,11 +76,13 @@ __device__ __forceinline__ void encoder_tile(const float* q, const float* k, con
             float dot = 0.f;
             if (j < nk) {
 #pragma unroll
-                for (int i = 0; i < 8; ++i) {
-                    const u32 c = part + G * i;
-                    if (c < h4) {
-                        const float4 kk = ks[j * h4 + c];
-                        dot += qv[i].x * kk.x + qv[i].y * kk.y + qv[i].z * kk.z + qv[i].w * kk.w;
+                for (int i = 0; i < NU; ++i) {
+                    const u32 u = part + G * i;
+                    if (u < units) {
+                        float kk[W];
+                        load_unit<W>(ks, j * hd + u * W, kk);
+#pragma unroll
+                        for (int e = 0; e < W; ++e) dot += qv[i * W + e] * kk[e];
                     }
                 }
             }
@@ -82,40 +98,55 @@ __device__ __forceinline__ void encoder_tile(const float* q, const float* k, con
         const float next = fmaxf(m, top), corr = expf(m - next);
         l *= corr;
 #pragma unroll
-        for (int i = 0; i < 8; ++i) acc[i].x *= corr, acc[i].y *= corr, acc[i].z *= corr, acc[i].w *= corr;
+        for (int d = 0; d < D; ++d) acc[d] *= corr;
 #pragma unroll
         for (int j = 0; j < KC; ++j) {
             if (s[j] == -INFINITY) continue;
             const float p = expf(s[j] - next);
             l += p;
 #pragma unroll
-            for (int i = 0; i < 8; ++i) {
-                const u32 c = part + G * i;
-                if (c < h4) {
-                    const float4 vv = vs[j * h4 + c];
-                    acc[i].x += p * vv.x, acc[i].y += p * vv.y, acc[i].z += p * vv.z, acc[i].w += p * vv.w;
+            for (int i = 0; i < NU; ++i) {
+                const u32 u = part + G * i;
+                if (u < units) {
+                    float vv[W];
+                    load_unit<W>(vs, j * hd + u * W, vv);
+#pragma unroll
+                    for (int e = 0; e < W; ++e) acc[i * W + e] += p * vv[e];
                 }
             }
         }
         m = next;
     }
     if (!active) return;
-    float4* o = (float4*)(out + (u64)row * qd + head * hd);
     const float inv = 1.f / l;
+    float* o = out + (u64)row * qd + head * hd;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        const u32 c = part + G * i;
-        if (c < h4) o[c] = make_float4(acc[i].x * inv, acc[i].y * inv, acc[i].z * inv, acc[i].w * inv);
+    for (int i = 0; i < NU; ++i) {
+        const u32 u = part + G * i;
+        if (u >= units) continue;
+        if (W == 4) {
+            *(float4*)(o + u * W) =
+                make_float4(acc[i * W] * inv, acc[i * W + 1] * inv, acc[i * W + 2] * inv, acc[i * W + 3] * inv);
+        } else {
+            o[u] = acc[i] * inv;
+        }
     }
 }
 
-#define ENCODER_KERNEL(G, KC)                                                                                    \
+// encoder_attention_d{D}_g{G} (float4 units) and ..._s (single floats).
+#define ENCODER_KERNEL(D, G, W, SUFFIX)                                                                          \
     extern "C" __global__ void __launch_bounds__(ENC_ROWS * G)                                                  \
-        encoder_attention_g##G(const float* q, const float* k, const float* v, float* out, const u32* tiles,     \
-                               u32 n_heads, u32 n_kv_heads, u32 hd, u32 window, float scale) {                  \
-        encoder_tile<G, KC>(q, k, v, out, tiles, n_heads, n_kv_heads, hd, window, scale);                       \
+        encoder_attention_d##D##_g##G##SUFFIX(const float* q, const float* k, const float* v, float* out,       \
+                                              const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 hd, u32 window, \
+                                              float scale) {                                                    \
+        encoder_tile<D, G, 16, W>(q, k, v, out, tiles, n_heads, n_kv_heads, hd, window, scale);                 \
     }
-ENCODER_KERNEL(1, 16)
-ENCODER_KERNEL(2, 16)
-ENCODER_KERNEL(4, 16)
-ENCODER_KERNEL(8, 16)
+#define ENCODER_KERNELS(D, G)        \
+    ENCODER_KERNEL(D, G, 4, )        \
+    ENCODER_KERNEL(D, G, 1, _s)
+ENCODER_KERNELS(16, 1)
+ENCODER_KERNELS(32, 1)
+ENCODER_KERNELS(16, 2)
+ENCODER_KERNELS(32, 2)
+ENCODER_KERNELS(32, 4)
+ENCODER_KERNELS(32, 8)
