@@ -5,8 +5,9 @@ and 256, on the corpus of scripts/bench_embed_vs_onnx.py (mixed lengths).
 
 ferrite is timed as a whole subprocess (tokenization on all cores, model load
 included), and also minus its start-up cost (a one-sentence run, after one
-run that compiles and caches the kernels);
-sentence-transformers as model.encode() on the loaded model after a warm-up.
+run that compiles and caches the kernels), each the median of --runs runs;
+sentence-transformers as model.encode() on the loaded model after a warm-up
+(median of --runs runs).
 Also prints the lowest cosine between the two engines' vectors.
 
     python3 scripts/bench_embed_gpu.py --model DIR [--ferrite BIN] [--n 8192]
@@ -15,6 +16,7 @@ Needs torch and sentence-transformers (present on the GPU machine)."""
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -42,6 +44,7 @@ def main():
     ap.add_argument("--ferrite", default="target/release/ferrite")
     ap.add_argument("--n", type=int, default=8192)
     ap.add_argument("--precision", default="bf16")
+    ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--profile", action="store_true", help="also print ferrite's phases and GPU time per op")
     a = ap.parse_args()
     import torch
@@ -61,14 +64,21 @@ def main():
     # The first start compiles and caches the GPU kernels: not counted.
     run_ferrite(a.ferrite, a.model, one, 32, a.precision)
     for batch in (32, 256):
-        start, _ = run_ferrite(a.ferrite, a.model, one, batch, a.precision)
-        full, ours = run_ferrite(a.ferrite, a.model, corpus, batch, a.precision)
+        starts, fulls = [], []
+        for _ in range(a.runs):
+            starts.append(run_ferrite(a.ferrite, a.model, one, batch, a.precision)[0])
+            took, ours = run_ferrite(a.ferrite, a.model, corpus, batch, a.precision)
+            fulls.append(took)
+        start, full = statistics.median(starts), statistics.median(fulls)
         assert len(ours) == a.n, len(ours)
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        ref = st.encode(sentences, batch_size=batch, convert_to_tensor=True)
-        torch.cuda.synchronize()
-        st_rate = a.n / (time.perf_counter() - t)
+        rates = []
+        for _ in range(a.runs):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            ref = st.encode(sentences, batch_size=batch, convert_to_tensor=True)
+            torch.cuda.synchronize()
+            rates.append(a.n / (time.perf_counter() - t))
+        st_rate = statistics.median(rates)
         ours_t = torch.tensor(ours[:256], device="cuda")
         cos = torch.nn.functional.cosine_similarity(ours_t, ref[:256].float(), dim=1).min().item()
         f_rate = a.n / max(full - start, 1e-9)

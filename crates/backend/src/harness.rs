@@ -181,6 +181,24 @@ impl<B: Backend> Harness<'_, B> {
                 self.record(format!("matmul_many {dt} n={n} weight {i}"), g, &want, tol)?;
             }
         }
+        // With a bias (in the GEMM's epilogue on GPUs), decode and prefill sizes.
+        for (n, dt) in [(3, DType::BF16), (40, DType::BF16), (33, DType::F16), (17, DType::F32), (9, DType::Q4K)] {
+            let (m, k) = (97, 256);
+            let w = raw("w", dt, m, k, self.rng.weight(dt, m, k));
+            let reference = if dt.is_quantized() { dequantized(&w)? } else { w.clone() };
+            let (x, bias) = (self.rng.vec(n * k, 1.0), self.rng.vec(m, 1.0));
+            let (xb, xc) = self.up(&x, n, k)?;
+            let (bb, bc) = self.up(&bias, 1, m)?;
+            let got = self.b.linear(&xb, &self.b.weight(w)?, Some(&bb))?;
+            let want = self.cpu.linear(&xc, &self.cpu.weight(reference)?, Some(&bc))?;
+            let tol = match dt {
+                DType::F32 => dense_f32_tol,
+                DType::BF16 => TOL_BF16,
+                DType::F16 => TOL_F16,
+                _ => TOL_Q8,
+            };
+            self.record(format!("linear {dt} with bias [{n}x{k}]·[{m}x{k}]ᵀ"), &got, &want, tol)?;
+        }
         Ok(())
     }
 
@@ -479,7 +497,8 @@ mod tests {
         let checks = check_backend(&CpuBackend::F32, TOL_F32, &mut |_| {}).unwrap();
         assert!(checks.len() > 40, "{} checks", checks.len());
         for c in &checks {
-            let quantized = QUANT_TYPES.iter().any(|t| c.op.starts_with("matmul") && c.op.contains(&format!(" {t} ")));
+            let matmul = c.op.starts_with("matmul") || c.op.starts_with("linear");
+            let quantized = QUANT_TYPES.iter().any(|t| matmul && c.op.contains(&format!(" {t} ")));
             let limit = if quantized { 0.05 } else { 0.0 };
             assert!(c.rel_err <= limit, "{}: {}", c.op, c.rel_err);
         }

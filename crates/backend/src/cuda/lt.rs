@@ -19,7 +19,8 @@ use cudarc::cublaslt::{result as lt, sys as lsys};
 const MAX_PLANS: usize = 512;
 
 /// C (m x n, leading dimension ldc) = A^T · B with A k x m and B k x n,
-/// column-major, f32 accumulation: the element types and sizes of one GEMM.
+/// column-major, f32 accumulation: the element types and sizes of one GEMM;
+/// `bias`: plus an f32 vector of m values on every column (the epilogue).
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub struct Shape {
     pub m: usize,
@@ -29,6 +30,7 @@ pub struct Shape {
     pub a: cudaDataType,
     pub b: cudaDataType,
     pub c: cudaDataType,
+    pub bias: bool,
 }
 
 struct Plan {
@@ -101,6 +103,18 @@ impl Lt {
                 4,
             )?;
         }
+        if s.bias {
+            let epilogue = lsys::cublasLtEpilogue_t::CUBLASLT_EPILOGUE_BIAS;
+            // SAFETY: the descriptor is live; the attribute is the enum (32 bits).
+            unsafe {
+                lt::set_matmul_desc_attribute(
+                    desc,
+                    lsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_EPILOGUE,
+                    &epilogue as *const _ as *const c_void,
+                    std::mem::size_of_val(&epilogue),
+                )?;
+            }
+        }
         let mut plan = Plan { desc, layouts: [std::ptr::null_mut(); 3], algo: unsafe { std::mem::zeroed() } };
         plan.layouts[0] = layout(s.a, s.k, s.m, s.k)?;
         plan.layouts[1] = layout(s.b, s.k, s.n, s.k)?;
@@ -152,7 +166,8 @@ impl Lt {
         Ok(found.algo)
     }
 
-    /// Runs the GEMM on `stream`.
+    /// Runs the GEMM on `stream`; `bias` (an f32 vector of m values) when the
+    /// shape has one.
     ///
     /// SAFETY: the pointers must be live device buffers of the shape's sizes
     /// and types, and `stream` the stream that orders them.
@@ -162,6 +177,7 @@ impl Lt {
         a: u64,
         b: u64,
         c: u64,
+        bias: u64,
         stream: lsys::cudaStream_t,
     ) -> Result<(), CublasError> {
         let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
@@ -173,6 +189,15 @@ impl Lt {
             plans.insert(*s, plan);
         }
         let p = &plans[s];
+        if s.bias {
+            // The plan is shared: its bias pointer is set for each call, under the lock.
+            lt::set_matmul_desc_attribute(
+                p.desc,
+                lsys::cublasLtMatmulDescAttributes_t::CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                &bias as *const u64 as *const c_void,
+                8,
+            )?;
+        }
         let (alpha, beta) = (1f32, 0f32);
         let [la, lb, lc] = p.layouts;
         lt::matmul(

@@ -319,6 +319,21 @@ impl Backend for CudaBackend {
         weight::matmul_many(&self.dev, x, ws)
     }
 
+    fn linear(&self, x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaTensor>) -> Result<CudaTensor> {
+        let Some(b) = bias else { return self.matmul(x, w) };
+        if b.rows * b.cols != w.rows {
+            return Err(Error::Shape(format!("linear {}: {} bias values for {} outputs", w.name, b.rows * b.cols, w.rows)));
+        }
+        let (mut y, added) = {
+            let _span = profile::span(&self.dev.stream, "matmul (+ bias)");
+            weight::matmul_bias(&self.dev, x, w, b)?
+        };
+        if !added {
+            self.add_row(&mut y, b)?;
+        }
+        Ok(y)
+    }
+
     fn add_row(&self, x: &mut CudaTensor, v: &CudaTensor) -> Result<()> {
         let _span = profile::span(&self.dev.stream, "add_row");
         if v.rows * v.cols != x.cols {

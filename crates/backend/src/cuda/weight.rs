@@ -149,8 +149,7 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<V
     let mut rest = ws;
     while let Some(first) = rest.first() {
         let st = first.storage;
-        let gemv_ok = n >= 1 && k.is_multiple_of(8) && st != Storage::F32;
-        if gemv_ok && (n <= 8 || dev.deterministic) {
+        if uses_gemv(dev, n, k, st) {
             let run = rest.iter().take(3).take_while(|w| w.storage == st).count();
             out.extend(gemv(dev, x, &rest[..run], &mut x8)?);
             rest = &rest[run..];
@@ -168,7 +167,9 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<V
             let xp = half_x.as_ref().filter(|_| st != Storage::F32).map(|h| &h.1);
             match st {
                 Storage::Quant(q) => gemm_quant(dev, x, xp.expect("f16 input"), w, q, &mut y)?,
-                _ => gemm(dev, x, xp, w, &mut y)?,
+                _ => {
+                    gemm(dev, x, xp, w, &mut y, None)?;
+                }
             }
         }
         out.push(CudaTensor { buf: y, rows: n, cols: w.rows });
@@ -193,13 +194,15 @@ fn to_half(dev: &Device, x: &CudaTensor, st: Storage) -> Result<CudaSlice<u16>> 
 
 /// y = x · w^T on tensor cores, with x in f32 (`half_x` None, f32 weights) or in the
 /// weight's 16-bit type.
+/// y = x · w^T (plus `bias` [m] where cuBLASLt adds it: the result says).
 fn gemm(
     dev: &Device,
     x: &CudaTensor,
     half_x: Option<&CudaSlice<u16>>,
     w: &CudaWeight,
     y: &mut CudaSlice<f32>,
-) -> Result<()> {
+    bias: Option<&CudaTensor>,
+) -> Result<bool> {
     let (n, k, m) = (x.rows, x.cols, w.rows);
     let s = &dev.stream;
     let (wp, _g1) = w.data.device_ptr(s);
@@ -208,11 +211,32 @@ fn gemm(
         None => x.buf.device_ptr(s),
     };
     let (yp, _g3) = y.device_ptr_mut(s);
+    let bias = bias.map(|b| b.buf.device_ptr(s));
     let t = w.storage.cuda_type();
     // Column-major view: y^T [m, n] = w [k, m]^T · x^T [k, n].
-    let g = Gemm { m, n, k, ldc: m, a: (wp, t), b: (xp, t), c: (yp, cudaDataType::CUDA_R_32F) };
+    let c = (yp, cudaDataType::CUDA_R_32F);
+    let g = Gemm { m, n, k, ldc: m, a: (wp, t), b: (xp, t), c, bias: bias.as_ref().map(|b| b.0) };
     // SAFETY: pointers are live device buffers of the sizes given.
     unsafe { g.run(dev) }.map_err(|e| device_err(&format!("GEMM {}", w.name), e))
+}
+
+/// x · w^T plus `bias` [1, m] on every row, the bias added by the GEMM where
+/// cuBLASLt can (dense weights, batches too big for the GEMV). Whether it was.
+pub fn matmul_bias(dev: &Device, x: &CudaTensor, w: &CudaWeight, bias: &CudaTensor) -> Result<(CudaTensor, bool)> {
+    let (n, k, st) = (x.rows, x.cols, w.storage);
+    if matches!(st, Storage::Quant(_)) || uses_gemv(dev, n, k, st) || n * k == 0 || w.cols != k {
+        return Ok((matmul(dev, x, w)?, false));
+    }
+    let mut y = alloc_out(dev, n, w.rows)?;
+    let half = (st != Storage::F32).then(|| to_half(dev, x, st.half())).transpose()?;
+    let added = gemm(dev, x, half.as_ref(), w, &mut y, Some(bias))?;
+    Ok((CudaTensor { buf: y, rows: n, cols: w.rows }, added))
+}
+
+/// Whether a batch of `n` rows goes to the GEMV kernels (decode batches, and
+/// every batch in the batch-invariant mode) rather than a GEMM.
+fn uses_gemv(dev: &Device, n: usize, k: usize, st: Storage) -> bool {
+    n >= 1 && k.is_multiple_of(8) && st != Storage::F32 && (n <= 8 || dev.deterministic)
 }
 
 /// Elements of f16 scratch a quantized weight is dequantized into per GEMM.
@@ -255,7 +279,7 @@ fn gemm_quant(
         let (yp, _g3) = y.device_ptr_mut(s);
         let h = cudaDataType::CUDA_R_16F;
         let c = (yp + (r0 * 4) as u64, cudaDataType::CUDA_R_32F);
-        let g = Gemm { m: rows, n, k, ldc: m, a: (tp, h), b: (xp, h), c };
+        let g = Gemm { m: rows, n, k, ldc: m, a: (tp, h), b: (xp, h), c, bias: None };
         // SAFETY: the tile, the input and y's columns r0..r0+rows are live.
         unsafe { g.run(dev) }.map_err(|e| device_err(&format!("GEMM {}", w.name), e))?;
     }
@@ -273,13 +297,16 @@ pub(super) struct Gemm {
     pub a: (u64, cudaDataType),
     pub b: (u64, cudaDataType),
     pub c: (u64, cudaDataType),
+    /// An f32 vector of m values to add to every column, where cuBLASLt can.
+    pub bias: Option<u64>,
 }
 
 impl Gemm {
     /// cuBLASLt where it has an algorithm for the shape, else cublasGemmEx.
+    /// Whether the bias was added (not by the fallback: the caller's job).
     ///
-    /// SAFETY: the three pointers must be live buffers of those sizes and types.
-    pub unsafe fn run(&self, dev: &Device) -> std::result::Result<(), String> {
+    /// SAFETY: the pointers must be live buffers of those sizes and types.
+    pub unsafe fn run(&self, dev: &Device) -> std::result::Result<bool, String> {
         if let Some(lt) = &dev.lt {
             let shape = super::lt::Shape {
                 m: self.m,
@@ -289,11 +316,12 @@ impl Gemm {
                 a: self.a.1,
                 b: self.b.1,
                 c: self.c.1,
+                bias: self.bias.is_some(),
             };
             let stream = dev.stream.cu_stream() as cudarc::cublaslt::sys::cudaStream_t;
-            match lt.gemm(&shape, self.a.0, self.b.0, self.c.0, stream) {
+            match lt.gemm(&shape, self.a.0, self.b.0, self.c.0, self.bias.unwrap_or(0), stream) {
                 Err(e) if e.0 == cudarc::cublaslt::sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED => {}
-                done => return done.map_err(|e| format!("cuBLASLt: {e:?}")),
+                done => return done.map(|_| self.bias.is_some()).map_err(|e| format!("cuBLASLt: {e:?}")),
             }
         }
         let (alpha, beta) = (1f32, 0f32);
@@ -318,6 +346,7 @@ impl Gemm {
             cublasComputeType_t::CUBLAS_COMPUTE_32F,
             cublasGemmAlgo_t::CUBLAS_GEMM_DEFAULT,
         )
+        .map(|_| false)
         .map_err(|e| format!("cuBLAS: {e:?}"))
     }
 }
