@@ -6,7 +6,8 @@
 use crate::cpu::CpuBackend;
 use crate::sampling;
 use crate::{
-    Activation, AttnBatch, AttnParams, Backend, KvDtype, KvSpec, LogitEdit, RawWeight, Reduce, Rope, RowSampling, SeqSlice,
+    Activation, AttnBatch, AttnParams, Backend, KvDtype, KvSpec, LogitEdit, RawWeight, Reduce, Rope, RowSampling,
+    SeqSlice,
 };
 use ferrite_core::{DType, HostBytes, Result};
 
@@ -180,6 +181,17 @@ impl<B: Backend> Harness<'_, B> {
                 };
                 self.record(format!("matmul_many {dt} n={n} weight {i}"), g, &want, tol)?;
             }
+        }
+        // One weight, row counts in one power-of-two range (GPUs reuse the
+        // GEMM algorithm chosen for the first).
+        let (m, k) = (97, 256);
+        let w = raw("w", DType::BF16, m, k, self.rng.weight(DType::BF16, m, k));
+        let (wb, wc) = (self.b.weight(w.clone())?, self.cpu.weight(w)?);
+        for n in [40, 35, 64, 33, 47] {
+            let x = self.rng.vec(n * k, 1.0);
+            let (xb, xc) = self.up(&x, n, k)?;
+            let (got, want) = (self.b.matmul(&xb, &wb)?, self.cpu.matmul(&xc, &wc)?);
+            self.record(format!("matmul bf16 [{n}x{k}]·[{m}x{k}]ᵀ, one weight"), &got, &want, TOL_BF16)?;
         }
         // With a bias (in the GEMM's epilogue on GPUs), decode and prefill sizes.
         for (n, dt) in [(3, DType::BF16), (40, DType::BF16), (33, DType::F16), (17, DType::F32), (9, DType::Q4K)] {
@@ -457,7 +469,8 @@ impl<B: Backend> Harness<'_, B> {
             (12, 3, 1, Some(3), &mixed[..]),
         ] {
             let n = seqs.last().map_or(0, |s| s.end);
-            let p = AttnParams { n_heads: heads, n_kv_heads: kv_heads, head_dim: hd, scale: 0.17, window, softcap: None };
+            let p =
+                AttnParams { n_heads: heads, n_kv_heads: kv_heads, head_dim: hd, scale: 0.17, window, softcap: None };
             let kvd = kv_heads * hd;
             let (k, v, q) = (self.rng.vec(n * kvd, 1.0), self.rng.vec(n * kvd, 1.0), self.rng.vec(n * heads * hd, 2.0));
             let (kb, kc) = self.up(&k, n, kvd)?;
@@ -465,7 +478,8 @@ impl<B: Backend> Harness<'_, B> {
             let (qb, qc) = self.up(&q, n, heads * hd)?;
             let got = self.b.encoder_attention(&qb, &kb, &vb, seqs, &p)?;
             let want = self.cpu.encoder_attention(&qc, &kc, &vc, seqs, &p)?;
-            let name = format!("encoder attention hd={hd} {heads}/{kv_heads} window={window:?}, {} sequences", seqs.len());
+            let name =
+                format!("encoder attention hd={hd} {heads}/{kv_heads} window={window:?}, {} sequences", seqs.len());
             self.record(name, &got, &want, TOL_F32)?;
         }
         Ok(())

@@ -348,12 +348,7 @@ pub trait Backend: Send + Sync {
 
     /// One row per segment of `x`'s rows (sentence pooling): their mean or
     /// element-wise maximum. Segments are non-empty and inside `x`.
-    fn reduce_segments(
-        &self,
-        x: &Self::Tensor,
-        segs: &[std::ops::Range<usize>],
-        how: Reduce,
-    ) -> Result<Self::Tensor>;
+    fn reduce_segments(&self, x: &Self::Tensor, segs: &[std::ops::Range<usize>], how: Reduce) -> Result<Self::Tensor>;
 
     fn kv_pool(&self, spec: KvSpec) -> Result<Self::KvPool>;
     /// Stores k and v [n, kv_dim] of layer `layer` at `batch.slots`.

@@ -35,9 +35,11 @@ pub struct EmbedArgs {
     /// Pooling: cls, mean, last or max (default: the model's setting, else mean).
     #[arg(long)]
     pub pooling: Option<Pooling>,
-    /// Matmul arithmetic: f32, or bf16 products (twice as fast where the CPU
-    /// has AVX-512 BF16; cosine ~0.99997 to f32 on all-MiniLM-L6-v2).
-    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    /// Matmul arithmetic (embedding models): auto (bf16 where the hardware
+    /// multiplies bf16 natively: NVIDIA GPUs, CPUs with AVX-512 BF16; else
+    /// f32), f32 (exact), or bf16. bf16 is about twice as fast on such CPUs,
+    /// cosine ~0.99998 to f32 on all-MiniLM-L6-v2.
+    #[arg(long, value_enum, default_value_t = Precision::Auto)]
     pub precision: Precision,
     /// Worker threads (default: one per physical core).
     #[arg(long)]

@@ -60,8 +60,11 @@ pub struct ServeArgs {
     /// waiting requests are batched up to it (a longer input runs alone).
     #[arg(long, default_value_t = 16384)]
     pub max_embed_tokens: usize,
-    /// Embedding model: matmul arithmetic, f32 or bf16 products (see `ferrite embed --help`).
-    #[arg(long, value_enum, default_value_t = Precision::F32)]
+    /// Matmul arithmetic (embedding models): auto (bf16 where the hardware
+    /// multiplies bf16 natively: NVIDIA GPUs, CPUs with AVX-512 BF16; else
+    /// f32), f32 (exact), or bf16. bf16 is about twice as fast on such CPUs,
+    /// cosine ~0.99998 to f32 on all-MiniLM-L6-v2.
+    #[arg(long, value_enum, default_value_t = Precision::Auto)]
     pub precision: Precision,
 }
 

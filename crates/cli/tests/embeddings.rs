@@ -178,6 +178,7 @@ fn fails_with(args: &[&str], needles: &[&str]) {
 #[test]
 fn embed_command_prints_json_lines_in_order() {
     let dir = fixture("embed/modernbert-tiny-a");
+    let dir = dir.to_str().unwrap();
     let refs = read_json("embed/modernbert.json");
     // One input per line: inputs holding a line break cannot go in the file.
     let items: Vec<&Value> = items(&refs["checkpoints"]["modernbert-tiny-a"])
@@ -189,7 +190,7 @@ fn embed_command_prints_json_lines_in_order() {
     std::fs::write(&file, lines.join("\n") + "\n").unwrap();
     let first = items[0]["text"].as_str().unwrap();
     let (ok, out, err) =
-        ferrite(&["embed", dir.to_str().unwrap(), first, "--file", file.to_str().unwrap(), "--batch-size", "3"]);
+        ferrite(&["embed", dir, first, "--file", file.to_str().unwrap(), "--batch-size", "3", "--precision", "f32"]);
     assert!(ok, "{err}");
     let rows: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(rows.len(), items.len());
@@ -198,7 +199,7 @@ fn embed_command_prints_json_lines_in_order() {
         assert!(max_abs(&floats(&row["embedding"]), &floats(&item["pooled"])) < 1e-4, "line {i}");
     }
     // --normalize gives unit vectors.
-    let (ok, out, _) = ferrite(&["embed", dir.to_str().unwrap(), first, "--normalize"]);
+    let (ok, out, _) = ferrite(&["embed", dir, first, "--normalize"]);
     assert!(ok);
     let v: Value = serde_json::from_str(out.trim()).unwrap();
     let n: f64 = floats(&v["embedding"]).iter().map(|&x| x as f64 * x as f64).sum();

@@ -72,7 +72,7 @@ fn tiny_modernbert_vectors_batching_concurrency_and_errors() {
     let fx = read_json("embed/modernbert.json");
     let items = fx["checkpoints"]["modernbert-tiny-a"]["items"].as_array().unwrap().clone();
     let dir = fixture("embed/modernbert-tiny-a");
-    let s = Server::start(dir.to_str().unwrap(), KEY, &["--max-embed-tokens", "256"]);
+    let s = Server::start(dir.to_str().unwrap(), KEY, &["--max-embed-tokens", "256", "--precision", "f32"]);
     let b = s.base.as_str();
     let model = "modernbert-tiny-a";
 

@@ -19,8 +19,8 @@ pub use matmul::dot_f32;
 
 use crate::quant::dequantize_row;
 use crate::{check_segments, Activation, AttnBatch, AttnParams, Backend, KvDtype, KvSpec, RawWeight, Reduce, Rope};
-use rayon::prelude::*;
 use ferrite_core::{DType, Error, HostBytes, Result};
+use rayon::prelude::*;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CpuBackend {

@@ -90,8 +90,6 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
         &[
             "encoder_attention_d16_g1",
             "encoder_attention_d16_g1_s",
-            "encoder_attention_d32_g1",
-            "encoder_attention_d32_g1_s",
             "encoder_attention_d16_g2",
             "encoder_attention_d16_g2_s",
             "encoder_attention_d32_g2",
@@ -100,6 +98,9 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "encoder_attention_d32_g4_s",
             "encoder_attention_d32_g8",
             "encoder_attention_d32_g8_s",
+            "encoder_attention_hd32",
+            "encoder_attention_hd64",
+            "encoder_attention_hd128",
         ],
     ),
     ("gemv", &[]),

@@ -24,7 +24,8 @@ use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchConfig, PushKernelArg};
 use ferrite_core::{Error, Result};
 
 use crate::{
-    check_segments, Activation, AttnBatch, AttnParams, Backend, DecodeStep, KvSpec, RawWeight, Reduce, Rope, RowSampling,
+    check_segments, Activation, AttnBatch, AttnParams, Backend, DecodeStep, KvSpec, RawWeight, Reduce, Rope,
+    RowSampling,
 };
 use device::{device_err, elementwise, per_row, Device};
 use graph::{Field, Graphs, Words, MAX_GRAPH_ROWS};
@@ -165,13 +166,18 @@ impl CudaBackend {
         }
         let n_tiles = (tiles.len() / 4) as u32;
         let tiles = self.upload_u32(tiles)?;
-        // Values per thread (d) and threads per query row (g): 16 for small
-        // heads (fewer registers, more threads in flight), else 32.
-        let wide = std::env::var_os("FERRITE_ENCODER_WIDE").is_some();
-        let d = if p.head_dim <= 32 && !wide { 16 } else { 32 };
-        let g = p.head_dim.div_ceil(d).next_power_of_two();
-        let units = if p.head_dim.is_multiple_of(4) { "" } else { "_s" };
-        let name = format!("encoder_attention_d{d}_g{g}{units}");
+        // Head sizes compiled in, else values per thread (d) and threads per
+        // query row (g): 16 values for small heads, else 32.
+        let hd = p.head_dim;
+        let (name, g) = match hd {
+            32 | 64 | 128 => (format!("encoder_attention_hd{hd}"), hd / 32),
+            _ => {
+                let d = if hd <= 32 { 16 } else { 32 };
+                let g = hd.div_ceil(d).next_power_of_two();
+                let units = if hd.is_multiple_of(4) { "" } else { "_s" };
+                (format!("encoder_attention_d{d}_g{g}{units}"), g)
+            }
+        };
         let cfg = LaunchConfig {
             grid_dim: (n_tiles, p.n_heads as u32, 1),
             block_dim: ((ROWS * g) as u32, 1, 1),
@@ -322,7 +328,12 @@ impl Backend for CudaBackend {
     fn linear(&self, x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaTensor>) -> Result<CudaTensor> {
         let Some(b) = bias else { return self.matmul(x, w) };
         if b.rows * b.cols != w.rows {
-            return Err(Error::Shape(format!("linear {}: {} bias values for {} outputs", w.name, b.rows * b.cols, w.rows)));
+            return Err(Error::Shape(format!(
+                "linear {}: {} bias values for {} outputs",
+                w.name,
+                b.rows * b.cols,
+                w.rows
+            )));
         }
         let (mut y, added) = {
             let _span = profile::span(&self.dev.stream, "matmul (+ bias)");
@@ -511,7 +522,9 @@ impl Backend for CudaBackend {
             || !p.n_heads.is_multiple_of(p.n_kv_heads)
             || p.head_dim > 256
         {
-            return Err(Error::Shape("encoder attention: q, k or v shapes do not match (head size at most 256)".into()));
+            return Err(Error::Shape(
+                "encoder attention: q, k or v shapes do not match (head size at most 256)".into(),
+            ));
         }
         same_shape(k, v, "encoder_attention")?;
         if k.rows != q.rows {

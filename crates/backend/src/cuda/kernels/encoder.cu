@@ -9,8 +9,10 @@
 // W floats (float4s where hd % 4 == 0, else single floats): thread p owns
 // units p, p + G, p + 2G, ... so the G threads of a row read neighbouring
 // banks, and rows read the same addresses (broadcast). Scores of a chunk are
-// taken first, then one rescale per chunk. Needs hd <= D * G; a smaller D
-// (fewer registers, more threads) where the head is small.
+// taken first (in log2 units: exp2 is one instruction), then one rescale
+// per chunk. Needs hd <= D * G. HD, when not 0, is hd at compile time, which
+// folds away every bound check and address computation per key: the common
+// head sizes get such instances, with one query row per 32 values of the head.
 // tiles: (first row, rows, sequence start, sequence end) per tile.
 
 #define ENC_ROWS 64
@@ -26,10 +28,11 @@ __device__ __forceinline__ void load_unit(const float* p, u64 at, float* r) {
     }
 }
 
-template <int D, int G, int KC, int W>
+template <int HD, int D, int G, int KC, int W>
 __device__ __forceinline__ void encoder_tile(const float* q, const float* k, const float* v, float* out,
-                                             const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 hd, u32 window,
-                                             float scale) {
+                                             const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 hd_arg,
+                                             u32 window, float scale) {
+    const u32 hd = HD ? HD : hd_arg;
     constexpr int NU = D / W;  // units per thread
     __shared__ __align__(16) float ks[KC * D * G];
     __shared__ __align__(16) float vs[KC * D * G];
@@ -51,7 +54,7 @@ __device__ __forceinline__ void encoder_tile(const float* q, const float* k, con
         }
     }
 #pragma unroll
-    for (int d = 0; d < D; ++d) qv[d] *= scale, acc[d] = 0.f;
+    for (int d = 0; d < D; ++d) qv[d] *= scale * 1.4426950408889634f, acc[d] = 0.f;  // log2(e)
     // The keys any row of the tile sees.
     u32 lo = s0, hi = s1;
     if (window) {
@@ -62,11 +65,17 @@ __device__ __forceinline__ void encoder_tile(const float* q, const float* k, con
     for (u32 c0 = lo; c0 < hi; c0 += KC) {
         const u32 nk = min((u32)KC, hi - c0);
         __syncthreads();
-        for (u32 i = threadIdx.x; i < nk * units; i += blockDim.x) {
+        for (u32 i = threadIdx.x; i < KC * units; i += blockDim.x) {
             const u32 j = i / units, u = i % units;
-            const u64 at = (u64)(c0 + j) * kvd + kvh * hd + u * W;
-            load_unit<W>(k, at, ks + j * hd + u * W);
-            load_unit<W>(v, at, vs + j * hd + u * W);
+            if (j < nk) {
+                const u64 at = (u64)(c0 + j) * kvd + kvh * hd + u * W;
+                load_unit<W>(k, at, ks + j * hd + u * W);
+                load_unit<W>(v, at, vs + j * hd + u * W);
+            } else {
+                // Zeros past the last key: its weight is 0, and 0 * 0 stays 0.
+#pragma unroll
+                for (int e = 0; e < W; ++e) ks[j * hd + u * W + e] = vs[j * hd + u * W + e] = 0.f;
+            }
         }
         __syncthreads();
         float s[KC];
@@ -74,16 +83,14 @@ __device__ __forceinline__ void encoder_tile(const float* q, const float* k, con
 #pragma unroll
         for (int j = 0; j < KC; ++j) {
             float dot = 0.f;
-            if (j < nk) {
 #pragma unroll
-                for (int i = 0; i < NU; ++i) {
-                    const u32 u = part + G * i;
-                    if (u < units) {
-                        float kk[W];
-                        load_unit<W>(ks, j * hd + u * W, kk);
+            for (int i = 0; i < NU; ++i) {
+                const u32 u = part + G * i;
+                if (u < units) {
+                    float kk[W];
+                    load_unit<W>(ks, j * hd + u * W, kk);
 #pragma unroll
-                        for (int e = 0; e < W; ++e) dot += qv[i * W + e] * kk[e];
-                    }
+                    for (int e = 0; e < W; ++e) dot += qv[i * W + e] * kk[e];
                 }
             }
             // Every lane takes part: the G lanes of a row are neighbours.
@@ -95,14 +102,13 @@ __device__ __forceinline__ void encoder_tile(const float* q, const float* k, con
             top = fmaxf(top, s[j]);
         }
         if (top == -INFINITY) continue;
-        const float next = fmaxf(m, top), corr = expf(m - next);
+        const float next = fmaxf(m, top), corr = exp2f(m - next);
         l *= corr;
 #pragma unroll
         for (int d = 0; d < D; ++d) acc[d] *= corr;
 #pragma unroll
         for (int j = 0; j < KC; ++j) {
-            if (s[j] == -INFINITY) continue;
-            const float p = expf(s[j] - next);
+            const float p = exp2f(s[j] - next);  // 0 for keys not seen
             l += p;
 #pragma unroll
             for (int i = 0; i < NU; ++i) {
@@ -133,20 +139,22 @@ __device__ __forceinline__ void encoder_tile(const float* q, const float* k, con
     }
 }
 
-// encoder_attention_d{D}_g{G} (float4 units) and ..._s (single floats).
-#define ENCODER_KERNEL(D, G, W, SUFFIX)                                                                          \
+// encoder_attention_d{D}_g{G} (float4 units) and ..._s (single floats) for
+// any head size up to D * G; encoder_attention_hd{HD} for that size only.
+#define ENCODER_KERNEL(NAME, HD, D, G, W)                                                                        \
     extern "C" __global__ void __launch_bounds__(ENC_ROWS * G)                                                  \
-        encoder_attention_d##D##_g##G##SUFFIX(const float* q, const float* k, const float* v, float* out,       \
-                                              const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 hd, u32 window, \
-                                              float scale) {                                                    \
-        encoder_tile<D, G, 16, W>(q, k, v, out, tiles, n_heads, n_kv_heads, hd, window, scale);                 \
+        NAME(const float* q, const float* k, const float* v, float* out, const u32* tiles, u32 n_heads,          \
+             u32 n_kv_heads, u32 hd, u32 window, float scale) {                                                 \
+        encoder_tile<HD, D, G, 16, W>(q, k, v, out, tiles, n_heads, n_kv_heads, hd, window, scale);             \
     }
-#define ENCODER_KERNELS(D, G)        \
-    ENCODER_KERNEL(D, G, 4, )        \
-    ENCODER_KERNEL(D, G, 1, _s)
+#define ENCODER_KERNELS(D, G)                                        \
+    ENCODER_KERNEL(encoder_attention_d##D##_g##G, 0, D, G, 4)        \
+    ENCODER_KERNEL(encoder_attention_d##D##_g##G##_s, 0, D, G, 1)
 ENCODER_KERNELS(16, 1)
-ENCODER_KERNELS(32, 1)
 ENCODER_KERNELS(16, 2)
 ENCODER_KERNELS(32, 2)
 ENCODER_KERNELS(32, 4)
 ENCODER_KERNELS(32, 8)
+ENCODER_KERNEL(encoder_attention_hd32, 32, 32, 1, 4)
+ENCODER_KERNEL(encoder_attention_hd64, 64, 32, 2, 4)
+ENCODER_KERNEL(encoder_attention_hd128, 128, 32, 4, 4)
