@@ -9,7 +9,8 @@
 #      `serve` with 64 concurrent greedy requests against one at a time;
 #   3. the benchmarks with random bf16 (and Q4_K_M) weights of Llama-3.1-8B's
 #      shape. FERRITE_PROFILE=1 adds GPU time per op to each benchmark.
-#   4. sentence embeddings (all-minilm-l6-v2) against sentence-transformers.
+#   4. sentence embeddings: the tiny encoder checkpoints against transformers'
+#      vectors, and all-minilm-l6-v2 against sentence-transformers (speed too).
 # Usage: scripts/gpu-check.sh [ops|models|bench|embed|all]   (default: all)
 # FERRITE_BIN: the binary (default target/release/ferrite);
 # MODELS: where smollm2.gguf, gemma3-270m.gguf and the all-minilm-l6-v2
@@ -73,6 +74,8 @@ if [[ $what == bench || $what == all ]]; then
 fi
 
 if [[ $what == embed || $what == all ]]; then
+    # The tiny BERT and ModernBERT checkpoints against transformers' vectors.
+    python3 scripts/embed_fixture_check.py --ferrite "$BIN" --device cuda
     if [[ -d $MODELS/all-minilm-l6-v2 ]] && python3 -c "import sentence_transformers" 2>/dev/null; then
         profile=()
         [[ ${FERRITE_PROFILE:-0} != 0 ]] && profile=(--profile)
