@@ -183,18 +183,25 @@ impl<B: Backend> Harness<'_, B> {
             }
         }
         // One weight, row counts in one power-of-two range (GPUs reuse the
-        // GEMM algorithm chosen for the first).
+        // GEMM algorithm chosen for the first), some above 64.
         let (m, k) = (97, 256);
         let w = raw("w", DType::BF16, m, k, self.rng.weight(DType::BF16, m, k));
         let (wb, wc) = (self.b.weight(w.clone())?, self.cpu.weight(w)?);
-        for n in [40, 35, 64, 33, 47] {
+        for n in [40, 35, 64, 33, 47, 100, 1000, 999] {
             let x = self.rng.vec(n * k, 1.0);
             let (xb, xc) = self.up(&x, n, k)?;
             let (got, want) = (self.b.matmul(&xb, &wb)?, self.cpu.matmul(&xc, &wc)?);
             self.record(format!("matmul bf16 [{n}x{k}]·[{m}x{k}]ᵀ, one weight"), &got, &want, TOL_BF16)?;
         }
         // With a bias (in the GEMM's epilogue on GPUs), decode and prefill sizes.
-        for (n, dt) in [(3, DType::BF16), (40, DType::BF16), (33, DType::F16), (17, DType::F32), (9, DType::Q4K)] {
+        for (n, dt) in [
+            (3, DType::BF16),
+            (40, DType::BF16),
+            (150, DType::BF16),
+            (33, DType::F16),
+            (17, DType::F32),
+            (9, DType::Q4K),
+        ] {
             let (m, k) = (97, 256);
             let w = raw("w", dt, m, k, self.rng.weight(dt, m, k));
             let reference = if dt.is_quantized() { dequantized(&w)? } else { w.clone() };

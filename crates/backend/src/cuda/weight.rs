@@ -180,6 +180,7 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<V
 
 /// The input rounded to a 16-bit weight type.
 fn to_half(dev: &Device, x: &CudaTensor, st: Storage) -> Result<CudaSlice<u16>> {
+    let _span = super::profile::span(&dev.stream, "  input to 16 bits");
     let len = x.rows * x.cols;
     // SAFETY: fully written by the conversion kernel.
     let mut h = unsafe { dev.stream.alloc::<u16>(len.max(1)) }.map_err(|e| device_err("alloc", e))?;
@@ -193,8 +194,7 @@ fn to_half(dev: &Device, x: &CudaTensor, st: Storage) -> Result<CudaSlice<u16>> 
 }
 
 /// y = x · w^T on tensor cores, with x in f32 (`half_x` None, f32 weights) or in the
-/// weight's 16-bit type.
-/// y = x · w^T (plus `bias` [m] where cuBLASLt adds it: the result says).
+/// weight's 16-bit type, plus `bias` [m] where cuBLASLt adds it (the result says).
 fn gemm(
     dev: &Device,
     x: &CudaTensor,
@@ -205,6 +205,7 @@ fn gemm(
 ) -> Result<bool> {
     let (n, k, m) = (x.rows, x.cols, w.rows);
     let s = &dev.stream;
+    let _span = super::profile::span(s, "  gemm");
     let (wp, _g1) = w.data.device_ptr(s);
     let (xp, _g2) = match half_x {
         Some(h) => h.device_ptr(s),
