@@ -140,55 +140,6 @@ impl CudaBackend {
         CudaTensor { buf, rows, cols }
     }
 
-    /// Encoder attention in tiles of up to 64 query rows of one sequence
-    /// (kernels/encoder.cu), for head sizes up to 256.
-    fn encoder_tiles(
-        &self,
-        q: &CudaTensor,
-        k: &CudaTensor,
-        v: &CudaTensor,
-        seqs: &[std::ops::Range<usize>],
-        p: &AttnParams,
-    ) -> Result<CudaTensor> {
-        const ROWS: usize = 64;
-        let mut tiles = Vec::new();
-        for s in seqs {
-            if s.end > q.rows || s.start >= s.end {
-                return Err(Error::Shape(format!("sequence {s:?} outside {} rows", q.rows)));
-            }
-            for r0 in s.clone().step_by(ROWS) {
-                tiles.extend([r0, ROWS.min(s.end - r0), s.start, s.end].map(|x| x as u32));
-            }
-        }
-        let mut out = self.alloc(q.rows * q.cols)?;
-        if tiles.is_empty() {
-            return Ok(self.tensor(out, q.rows, q.cols));
-        }
-        let n_tiles = (tiles.len() / 4) as u32;
-        let tiles = self.upload_u32(tiles)?;
-        // Head sizes compiled in, else values per thread (d) and threads per
-        // query row (g): 16 values for small heads, else 32.
-        let hd = p.head_dim;
-        let (name, g) = match hd {
-            32 | 64 | 128 => (format!("encoder_attention_hd{hd}"), hd / 32),
-            _ => {
-                let d = if hd <= 32 { 16 } else { 32 };
-                let g = hd.div_ceil(d).next_power_of_two();
-                let units = if hd.is_multiple_of(4) { "" } else { "_s" };
-                (format!("encoder_attention_d{d}_g{g}{units}"), g)
-            }
-        };
-        let cfg = LaunchConfig {
-            grid_dim: (n_tiles, p.n_heads as u32, 1),
-            block_dim: ((ROWS * g) as u32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let (nh, nkv, hd) = (p.n_heads as u32, p.n_kv_heads as u32, p.head_dim as u32);
-        let window = p.window.unwrap_or(0) as u32;
-        launch!(self, &name, cfg, &q.buf, &k.buf, &v.buf, &mut out, tiles.as_ref(), &nh, &nkv, &hd, &window, &p.scale)?;
-        Ok(self.tensor(out, q.rows, q.cols))
-    }
-
     fn upload_u32(&self, v: Vec<u32>) -> Result<Arc<CudaSlice<u32>>> {
         self.meta.get(&self.dev, v)
     }
@@ -530,7 +481,44 @@ impl Backend for CudaBackend {
         if k.rows != q.rows {
             return Err(Error::Shape("encoder_attention: q and k rows differ".into()));
         }
-        self.encoder_tiles(q, k, v, seqs, p)
+        // Tiles of up to 64 query rows of one sequence (kernels/encoder.cu).
+        const ROWS: usize = 64;
+        let mut tiles = Vec::new();
+        for s in seqs {
+            if s.end > q.rows || s.start >= s.end {
+                return Err(Error::Shape(format!("sequence {s:?} outside {} rows", q.rows)));
+            }
+            for r0 in s.clone().step_by(ROWS) {
+                tiles.extend([r0, ROWS.min(s.end - r0), s.start, s.end].map(|x| x as u32));
+            }
+        }
+        let mut out = self.alloc(q.rows * q.cols)?;
+        if tiles.is_empty() {
+            return Ok(self.tensor(out, q.rows, q.cols));
+        }
+        let n_tiles = (tiles.len() / 4) as u32;
+        let tiles = self.upload_u32(tiles)?;
+        // Head sizes compiled in, else values per thread (d) and threads per
+        // query row (g): 16 values for small heads, else 32.
+        let hd = p.head_dim;
+        let (name, g) = match hd {
+            32 | 64 | 128 => (format!("encoder_attention_hd{hd}"), hd / 32),
+            _ => {
+                let d = if hd <= 32 { 16 } else { 32 };
+                let g = hd.div_ceil(d).next_power_of_two();
+                let units = if hd.is_multiple_of(4) { "" } else { "_s" };
+                (format!("encoder_attention_d{d}_g{g}{units}"), g)
+            }
+        };
+        let cfg = LaunchConfig {
+            grid_dim: (n_tiles, p.n_heads as u32, 1),
+            block_dim: ((ROWS * g) as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (nh, nkv, hd) = (p.n_heads as u32, p.n_kv_heads as u32, p.head_dim as u32);
+        let window = p.window.unwrap_or(0) as u32;
+        launch!(self, &name, cfg, &q.buf, &k.buf, &v.buf, &mut out, tiles.as_ref(), &nh, &nkv, &hd, &window, &p.scale)?;
+        Ok(self.tensor(out, q.rows, q.cols))
     }
 
     fn reduce_segments(&self, x: &CudaTensor, segs: &[std::ops::Range<usize>], how: Reduce) -> Result<CudaTensor> {
