@@ -228,6 +228,39 @@ fn embed_command_rejects_bad_input_clearly() {
     fails_with(&["run", d, "--prompt", "hi"], &["embedding model", "ferrite embed"]);
 }
 
+/// Many inputs (more than one tokenizing group of 1,024): every line comes
+/// out once, in order, equal to embedding that input alone; and a bad input
+/// at the very end, found after many batches were embedded, fails the run
+/// with nothing printed.
+#[test]
+fn embed_command_pipelines_many_inputs_and_holds_output_until_all_tokenize() {
+    let dir = fixture("embed/bert-tiny-cls");
+    let d = dir.to_str().unwrap();
+    let texts: Vec<String> = (0..1100).map(|i| format!("sentence number {i} about {}", i % 7)).collect();
+    let file = std::env::temp_dir().join(format!("ferrite-embed-many-{}.txt", std::process::id()));
+    std::fs::write(&file, texts.join("\n") + "\n").unwrap();
+    let f = file.to_str().unwrap();
+    let (ok, out, err) = ferrite(&["embed", d, "--file", f, "--batch-size", "16", "--precision", "f32"]);
+    assert!(ok, "{err}");
+    let rows: Vec<Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(rows.len(), texts.len());
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row["index"].as_u64(), Some(i as u64));
+    }
+    for i in [0, 517, 1099] {
+        let (ok, one, _) = ferrite(&["embed", d, &texts[i], "--precision", "f32"]);
+        assert!(ok);
+        let alone: Value = serde_json::from_str(one.trim()).unwrap();
+        let diff = max_abs(&floats(&rows[i]["embedding"]), &floats(&alone["embedding"]));
+        assert!(diff < 1e-5, "input {i}: batched differs from alone by {diff}");
+    }
+    let mut bad = texts.clone();
+    bad.push("word ".repeat(600));
+    std::fs::write(&file, bad.join("\n") + "\n").unwrap();
+    fails_with(&["embed", d, "--file", f, "--batch-size", "16"], &["input 1100", "--truncate"]);
+    std::fs::remove_file(&file).unwrap();
+}
+
 // ---------------------------------------------------------------------------
 // The serving engine (what /v1/embeddings runs on)
 
