@@ -96,6 +96,17 @@ pub fn rel_err(got: &[f32], want: &[f32]) -> f32 {
     diff / scale
 }
 
+/// The limit for a matmul with weights of `dt` (quantized: against the
+/// dequantized weights; f32: whatever the backend multiplies f32 in).
+fn matmul_tol(dt: DType, dense_f32_tol: f32) -> f32 {
+    match dt {
+        DType::F32 => dense_f32_tol,
+        DType::BF16 => TOL_BF16,
+        DType::F16 => TOL_F16,
+        _ => TOL_Q8,
+    }
+}
+
 fn raw(name: &str, dtype: DType, rows: usize, cols: usize, bytes: Vec<u8>) -> RawWeight {
     RawWeight { name: name.into(), dtype, rows, cols, bytes: HostBytes::from_vec(bytes) }
 }
@@ -149,12 +160,7 @@ impl<B: Backend> Harness<'_, B> {
                 let (xb, xc) = self.up(&x, n, k)?;
                 let got = self.b.matmul(&xb, &self.b.weight(w)?)?;
                 let want = self.cpu.matmul(&xc, &self.cpu.weight(reference)?)?;
-                let tol = match dt {
-                    DType::F32 => dense_f32_tol,
-                    DType::BF16 => TOL_BF16,
-                    DType::F16 => TOL_F16,
-                    _ => TOL_Q8,
-                };
+                let tol = matmul_tol(dt, dense_f32_tol);
                 self.record(format!("matmul {dt} [{n}x{k}]·[{m}x{k}]ᵀ"), &got, &want, tol)?;
             }
         }
@@ -174,11 +180,7 @@ impl<B: Backend> Harness<'_, B> {
                 let dt = w.dtype;
                 let reference = if dt.is_quantized() { dequantized(w)? } else { w.clone() };
                 let want = self.cpu.matmul(&xc, &self.cpu.weight(reference)?)?;
-                let tol = match dt {
-                    DType::BF16 => TOL_BF16,
-                    DType::F16 => TOL_F16,
-                    _ => TOL_Q8,
-                };
+                let tol = matmul_tol(dt, dense_f32_tol);
                 self.record(format!("matmul_many {dt} n={n} weight {i}"), g, &want, tol)?;
             }
         }
@@ -210,12 +212,7 @@ impl<B: Backend> Harness<'_, B> {
             let (bb, bc) = self.up(&bias, 1, m)?;
             let got = self.b.linear(&xb, &self.b.weight(w)?, Some(&bb))?;
             let want = self.cpu.linear(&xc, &self.cpu.weight(reference)?, Some(&bc))?;
-            let tol = match dt {
-                DType::F32 => dense_f32_tol,
-                DType::BF16 => TOL_BF16,
-                DType::F16 => TOL_F16,
-                _ => TOL_Q8,
-            };
+            let tol = matmul_tol(dt, dense_f32_tol);
             self.record(format!("linear {dt} with bias [{n}x{k}]·[{m}x{k}]ᵀ"), &got, &want, tol)?;
         }
         Ok(())
