@@ -124,34 +124,47 @@ enum ToWriter {
     Open,
 }
 
+/// How writing ended.
+#[derive(PartialEq)]
+enum Written {
+    All,
+    /// The reader closed standard output (`| head`): nothing more is wanted.
+    Closed,
+}
+
 /// Formats (on all cores) and writes the vectors it is sent, holding the
 /// lines until `Open`: a bad input anywhere fails the run before any output.
 /// Writing on its own thread keeps the forward passes (and the GPU) going
 /// while standard output drains.
-fn write_lines(rx: mpsc::Receiver<ToWriter>) -> Result<()> {
+fn write_lines(rx: mpsc::Receiver<ToWriter>) -> Result<Written> {
     let mut out = BufWriter::new(std::io::stdout().lock());
     let (mut held, mut open, mut index) = (Vec::new(), false, 0);
-    let mut write = |lines: &[String]| -> Result<()> {
-        lines.iter().try_for_each(|l| out.write_all(l.as_bytes())).map_err(|e| Error::io("standard output", e))
-    };
-    for msg in rx {
-        match msg {
-            ToWriter::Vectors(v) => {
-                let lines = format_lines(&v, index);
-                index += v.len();
-                if open {
-                    write(&lines)?;
-                } else {
-                    held.extend(lines);
+    let write = |out: &mut BufWriter<_>, lines: &[String]| lines.iter().try_for_each(|l| out.write_all(l.as_bytes()));
+    let result = || -> std::io::Result<()> {
+        for msg in rx {
+            match msg {
+                ToWriter::Vectors(v) => {
+                    let lines = format_lines(&v, index);
+                    index += v.len();
+                    if open {
+                        write(&mut out, &lines)?;
+                    } else {
+                        held.extend(lines);
+                    }
+                }
+                ToWriter::Open => {
+                    open = true;
+                    write(&mut out, &std::mem::take(&mut held))?;
                 }
             }
-            ToWriter::Open => {
-                open = true;
-                write(&std::mem::take(&mut held))?;
-            }
         }
+        out.flush()
+    };
+    match result() {
+        Ok(()) => Ok(Written::All),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(Written::Closed),
+        Err(e) => Err(Error::io("standard output", e)),
     }
-    out.flush().map_err(|e| Error::io("standard output", e))
 }
 
 /// Wall time of each phase, for FERRITE_PROFILE.
@@ -192,9 +205,11 @@ pub fn main(a: EmbedArgs) -> Result<()> {
         let writer = scope.spawn(move || write_lines(out_rx));
         let embedded = embed_batches(e, &a, &tok_rx, &out_tx, &bar, &mut phases);
         drop(out_tx);
-        let written = writer.join().expect("the writer never panics");
-        // A failed write (closed pipe) explains a failed send: report it first.
-        written?;
+        // A failed write explains a failed send: it comes first. A reader that
+        // closed the pipe ends the run quietly.
+        if writer.join().expect("the writer never panics")? == Written::Closed {
+            return Ok(());
+        }
         if embedded? != texts.len() {
             return Err(Error::InvalidInput("tokenizing stopped before every input was done".into()));
         }

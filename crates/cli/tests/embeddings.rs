@@ -258,6 +258,20 @@ fn embed_command_pipelines_many_inputs_and_holds_output_until_all_tokenize() {
     bad.push("word ".repeat(600));
     std::fs::write(&file, bad.join("\n") + "\n").unwrap();
     fails_with(&["embed", d, "--file", f, "--batch-size", "16"], &["input 1100", "--truncate"]);
+    // A reader that stops early (`| head -1`) ends the run quietly.
+    std::fs::write(&file, texts.join("\n") + "\n").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrite"))
+        .args(["embed", d, "--file", f, "--batch-size", "16"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut first).unwrap();
+    assert!(first.starts_with("{\"index\":0,"), "{first}");
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success() && !err.contains("error"), "{err}");
     std::fs::remove_file(&file).unwrap();
 }
 
