@@ -211,7 +211,7 @@ pub fn main(a: EmbedArgs) -> Result<()> {
             return Ok(());
         }
         if embedded? != texts.len() {
-            return Err(Error::InvalidInput("tokenizing stopped before every input was done".into()));
+            return Err(stopped());
         }
         Ok(())
     })?;
@@ -262,7 +262,7 @@ fn embed_batches(
                 }
                 // No verdict means the tokenizing thread died.
                 Err(_) if open => return Ok(embedded),
-                Err(_) => return Err(Error::InvalidInput("tokenizing stopped before every input was done".into())),
+                Err(_) => return Err(stopped()),
             },
         };
         if !open && embedded * e.dim() > HOLD_VALUES {
@@ -274,6 +274,9 @@ fn embed_batches(
                     Tokenized::Done(v) => verdict(v, &mut open)?,
                 }
             }
+            if !open {
+                return Err(stopped());
+            }
             continue;
         }
         let t = Instant::now();
@@ -283,6 +286,11 @@ fn embed_batches(
         out.send(ToWriter::Vectors(vectors)).map_err(|_| closed())?;
         bar.inc(ids.len() as u64);
     }
+}
+
+/// The tokenizing thread ended without its verdict on every input.
+fn stopped() -> Error {
+    Error::InvalidInput("tokenizing stopped before every input was done".into())
 }
 
 fn ms(since: Instant) -> f64 {
