@@ -203,7 +203,7 @@ pub fn main(a: EmbedArgs) -> Result<()> {
         scope.spawn(move || tokenize_ahead(e, texts, a.batch_size, a.truncate, tok_tx));
         let (out_tx, out_rx) = mpsc::channel();
         let writer = scope.spawn(move || write_lines(out_rx));
-        let embedded = embed_batches(e, &a, &tok_rx, &out_tx, &bar, &mut phases);
+        let embedded = embed_batches(e, a.normalize, HOLD_VALUES, &tok_rx, &out_tx, &bar, &mut phases);
         drop(out_tx);
         // A failed write explains a failed send: it comes first. A reader that
         // closed the pipe ends the run quietly.
@@ -233,11 +233,12 @@ pub fn main(a: EmbedArgs) -> Result<()> {
 }
 
 /// The forward passes: tokenized batches in, vectors out to the writer,
-/// which is told to open once every input has tokenized. Returns how many
-/// inputs were embedded.
+/// which is told to open once every input has tokenized; at most `hold`
+/// values are embedded before that. Returns how many inputs were embedded.
 fn embed_batches(
     e: &Embedder,
-    a: &EmbedArgs,
+    normalize: bool,
+    hold: usize,
     tokenized: &mpsc::Receiver<Tokenized>,
     out: &mpsc::Sender<ToWriter>,
     bar: &ProgressBar,
@@ -265,7 +266,7 @@ fn embed_batches(
                 Err(_) => return Err(stopped()),
             },
         };
-        if !open && embedded * e.dim() > HOLD_VALUES {
+        if !open && embedded * e.dim() > hold {
             // Too much held: take every remaining batch and the verdict first.
             backlog.push_back(ids);
             for msg in tokenized.iter() {
@@ -280,7 +281,7 @@ fn embed_batches(
             continue;
         }
         let t = Instant::now();
-        let vectors = e.embed_tokens(&ids, a.normalize)?;
+        let vectors = e.embed_tokens(&ids, normalize)?;
         phases.forward_ms += ms(t);
         embedded += vectors.len();
         out.send(ToWriter::Vectors(vectors)).map_err(|_| closed())?;
@@ -295,4 +296,65 @@ fn stopped() -> Error {
 
 fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny() -> Embedder {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/embed/bert-tiny-cls");
+        load_embedder(dir, None, Precision::F32, &crate::device::DeviceArgs::cpu()).unwrap()
+    }
+
+    /// Runs `embed_batches` over `msgs` (then the channel closes) with a
+    /// hold of `hold` values; returns its result and what the writer got.
+    fn run(e: &Embedder, hold: usize, msgs: Vec<Tokenized>) -> (Result<usize>, Vec<&'static str>) {
+        let (tok_tx, tok_rx) = mpsc::channel();
+        msgs.into_iter().for_each(|m| tok_tx.send(m).unwrap());
+        drop(tok_tx);
+        let (out_tx, out_rx) = mpsc::channel();
+        let r = embed_batches(e, false, hold, &tok_rx, &out_tx, &ProgressBar::hidden(), &mut Phases::default());
+        drop(out_tx);
+        let got = out_rx
+            .iter()
+            .map(|m| match m {
+                ToWriter::Vectors(_) => "vectors",
+                ToWriter::Open => "open",
+            })
+            .collect();
+        (r, got)
+    }
+
+    fn batch() -> Tokenized {
+        Tokenized::Batch(vec![vec![1, 200, 2], vec![1, 201, 202, 2]])
+    }
+
+    #[test]
+    fn batches_run_ahead_of_the_verdict_until_the_hold_is_full() {
+        let e = tiny();
+        // Room for everything: all batches run, then the writer opens.
+        let (r, got) = run(&e, usize::MAX, vec![batch(), batch(), Tokenized::Done(Ok(()))]);
+        assert_eq!(r.unwrap(), 4);
+        assert_eq!(got, ["vectors", "vectors", "open"]);
+        // No room: after the first batch the verdict comes first.
+        let (r, got) = run(&e, 0, vec![batch(), batch(), batch(), Tokenized::Done(Ok(()))]);
+        assert_eq!(r.unwrap(), 6);
+        assert_eq!(got, ["vectors", "open", "vectors", "vectors"]);
+    }
+
+    #[test]
+    fn a_bad_input_or_a_missing_verdict_is_an_error_and_never_opens_the_output() {
+        let e = tiny();
+        for hold in [0, usize::MAX] {
+            let bad = Tokenized::Done(Err(Error::InvalidInput("input 5: empty text".into())));
+            let (r, got) = run(&e, hold, vec![batch(), batch(), bad]);
+            assert!(r.unwrap_err().to_string().contains("input 5"));
+            assert!(!got.contains(&"open"), "{got:?}");
+            // The tokenizing thread gone without a verdict: an error, not a hang.
+            let (r, got) = run(&e, hold, vec![batch(), batch()]);
+            assert!(r.unwrap_err().to_string().contains("tokenizing stopped"));
+            assert!(!got.contains(&"open"), "{got:?}");
+        }
+    }
 }
