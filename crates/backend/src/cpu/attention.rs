@@ -280,39 +280,61 @@ unsafe fn tile_avx2<E: Elem, const R: usize>(
         }
     }
     let kp = c.k.as_ptr();
-    for t0 in (vlo..vhi).step_by(8) {
+    // The eight keys from t0 (one cache block: bs % 8 == 0), transposed.
+    let keys = |t0: usize| {
         let block = *seq.block_table.get_unchecked(t0 / bs) as usize;
-        let base = kp.add((block * kvd + kv_head * hd) * bs + t0 % bs);
-        let mut acc = [_mm256_setzero_ps(); R];
+        kp.add((block * kvd + kv_head * hd) * bs + t0 % bs)
+    };
+    // Sixteen keys at a time where there are: each broadcast q value feeds
+    // two vectors of keys. Every score still sums its dimensions in order.
+    let mut t0 = vlo;
+    while t0 < vhi {
+        let w = if t0 + 16 <= vhi { 2 } else { 1 };
+        let base = [keys(t0), if w == 2 { keys(t0 + 8) } else { keys(t0) }];
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
         for (d, qd) in qs[..hd].iter().enumerate() {
-            let kv = E::load8(base.add(d * bs));
+            let kv = [E::load8(base[0].add(d * bs)), E::load8(base[1].add(d * bs))];
             for r in 0..R {
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(qd[r]), kv, acc[r]);
+                let q = _mm256_set1_ps(qd[r]);
+                acc[r][0] = _mm256_fmadd_ps(q, kv[0], acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(q, kv[1], acc[r][1]);
             }
         }
         for r in 0..R {
-            _mm256_storeu_ps(scores.as_mut_ptr().add(r * len + t0 - vlo), acc[r]);
+            for h in 0..w {
+                _mm256_storeu_ps(scores.as_mut_ptr().add(r * len + t0 + 8 * h - vlo), acc[r][h]);
+            }
         }
+        t0 += 8 * w;
     }
     let mut inv = [0f32; R];
     for r in 0..R {
         inv[r] = softmax(&mut scores[r * len..(r + 1) * len], vlo, &tile[r], p.softcap);
     }
     let vp = c.v.as_ptr();
-    for d0 in (0..hd).step_by(8) {
-        let mut acc = [_mm256_setzero_ps(); R];
+    // Sixteen dimensions at a time where there are: each broadcast weight
+    // feeds two vectors of values. Every output still sums its keys in order.
+    let mut d0 = 0;
+    while d0 < hd {
+        let w = if d0 + 16 <= hd { 2 } else { 1 };
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
         for t in ulo..uhi {
             let slot = *seq.block_table.get_unchecked(t / bs) as usize * bs + t % bs;
-            let vv = E::load8(vp.add(slot * kvd + kv_head * hd + d0));
+            let at = vp.add(slot * kvd + kv_head * hd + d0);
+            let vv = [E::load8(at), E::load8(at.add(8 * (w - 1)))];
             for r in 0..R {
-                let w = _mm256_set1_ps(*scores.get_unchecked(r * len + t - vlo));
-                acc[r] = _mm256_fmadd_ps(w, vv, acc[r]);
+                let s = _mm256_set1_ps(*scores.get_unchecked(r * len + t - vlo));
+                acc[r][0] = _mm256_fmadd_ps(s, vv[0], acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(s, vv[1], acc[r][1]);
             }
         }
         for (r, t) in tile.iter().enumerate() {
-            let dst = o.get().add(t.row * qd + t.head * hd + d0);
-            _mm256_storeu_ps(dst, _mm256_mul_ps(acc[r], _mm256_set1_ps(inv[r])));
+            for h in 0..w {
+                let dst = o.get().add(t.row * qd + t.head * hd + d0 + 8 * h);
+                _mm256_storeu_ps(dst, _mm256_mul_ps(acc[r][h], _mm256_set1_ps(inv[r])));
+            }
         }
+        d0 += 8 * w;
     }
 }
 
