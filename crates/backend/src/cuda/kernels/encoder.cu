@@ -12,7 +12,7 @@
 // taken first (in log2 units: exp2 is one instruction), then one rescale
 // per chunk. Needs hd <= D * G. HD, when not 0, is hd at compile time, which
 // folds away every bound check and address computation per key: the common
-// head sizes get such instances, with one query row per 32 values of the head.
+// head sizes get such instances, with one thread per 32 values of the head.
 // tiles: (first row, rows, sequence start, sequence end) per tile.
 
 #define ENC_ROWS 64
