@@ -80,7 +80,6 @@ pub enum Activation {
     Gelu,
 }
 
-/// Rotary embedding of one attention layer.
 /// How `reduce_segments` folds a segment's rows into one row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reduce {
@@ -97,6 +96,39 @@ pub(crate) fn check_segments(segs: &[std::ops::Range<usize>], rows: usize) -> Re
     }
 }
 
+/// Inputs of `encoder_attention` (element counts of q, k and v for `n` rows):
+/// whole heads of at most 256 values, query heads a multiple of the KV heads,
+/// and sequences that are non-empty and cover the rows exactly once.
+pub(crate) fn check_encoder_attention(
+    p: &AttnParams,
+    n: usize,
+    (q_len, k_len, v_len): (usize, usize, usize),
+    seqs: &[std::ops::Range<usize>],
+) -> Result<()> {
+    let kvd = p.n_kv_heads * p.head_dim;
+    if q_len != n * p.n_heads * p.head_dim
+        || k_len != n * kvd
+        || v_len != k_len
+        || p.n_kv_heads == 0
+        || !p.n_heads.is_multiple_of(p.n_kv_heads)
+        || p.head_dim > 256
+    {
+        return Err(Error::Shape("encoder attention: q, k or v shapes do not match (head size at most 256)".into()));
+    }
+    let mut covered = vec![false; n];
+    for s in seqs {
+        if s.end > n || s.is_empty() || covered[s.clone()].iter().any(|&c| c) {
+            return Err(Error::Shape(format!("encoder attention: sequence rows {s:?} of {n}")));
+        }
+        covered[s.clone()].iter_mut().for_each(|c| *c = true);
+    }
+    if covered.iter().any(|&c| !c) {
+        return Err(Error::Shape("encoder attention: rows without a sequence".into()));
+    }
+    Ok(())
+}
+
+/// Rotary embedding of one attention layer.
 #[derive(Clone, Debug)]
 pub struct Rope {
     pub head_dim: usize,

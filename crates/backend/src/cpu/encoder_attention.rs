@@ -8,7 +8,7 @@ use super::math::exp;
 #[cfg(target_arch = "x86_64")]
 use super::simd::has_avx2;
 use crate::AttnParams;
-use ferrite_core::{Error, Result};
+use ferrite_core::Result;
 use std::ops::Range;
 
 /// Query rows per task: long sequences split so the threads stay balanced.
@@ -39,31 +39,14 @@ pub fn encoder_attention(
     seqs: &[Range<usize>],
     p: &AttnParams,
 ) -> Result<Vec<f32>> {
-    let (hd, kvd) = (p.head_dim, p.n_kv_heads * p.head_dim);
-    if q.len() != n * p.n_heads * hd
-        || k.len() != n * kvd
-        || v.len() != k.len()
-        || p.n_kv_heads == 0
-        || !p.n_heads.is_multiple_of(p.n_kv_heads)
-        || hd > 256
-    {
-        return Err(Error::Shape("encoder attention: q, k or v shapes do not match (head size at most 256)".into()));
-    }
-    let mut covered = vec![false; n];
+    crate::check_encoder_attention(p, n, (q.len(), k.len(), v.len()), seqs)?;
     let mut units = Vec::new();
     for s in seqs {
-        if s.end > n || s.is_empty() || covered[s.clone()].iter().any(|&c| c) {
-            return Err(Error::Shape(format!("encoder attention: sequence rows {s:?} of {n}")));
-        }
-        covered[s.clone()].iter_mut().for_each(|c| *c = true);
         for head in 0..p.n_heads {
             for start in s.clone().step_by(QUERY_BLOCK) {
                 units.push(Unit { seq: s.clone(), head, queries: start..(start + QUERY_BLOCK).min(s.end) });
             }
         }
-    }
-    if covered.iter().any(|&c| !c) {
-        return Err(Error::Shape("encoder attention: rows without a sequence".into()));
     }
     let inputs = Inputs { q, k, v, p };
     let mut out = vec![0f32; q.len()];

@@ -29,11 +29,9 @@ use ferrite_core::DType;
 use std::arch::x86_64::*;
 use std::ops::Range;
 
-/// Whether the fused kernels can run here (AVX2, FMA and F16C), checked once.
+/// Whether the fused kernels can run here (AVX2, FMA and F16C).
 pub fn available() -> bool {
-    use std::sync::OnceLock;
-    static OK: OnceLock<bool> = OnceLock::new();
-    *OK.get_or_init(|| super::simd::has_avx2() && is_x86_feature_detected!("f16c"))
+    super::simd::has_avx2() && super::simd::has_f16c()
 }
 
 /// Whether `dtype` has a fused kernel.

@@ -24,8 +24,8 @@ use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchConfig, PushKernelArg};
 use ferrite_core::{Error, Result};
 
 use crate::{
-    check_segments, Activation, AttnBatch, AttnParams, Backend, DecodeStep, KvSpec, RawWeight, Reduce, Rope,
-    RowSampling,
+    check_encoder_attention, check_segments, Activation, AttnBatch, AttnParams, Backend, DecodeStep, KvSpec, RawWeight,
+    Reduce, Rope, RowSampling,
 };
 use device::{device_err, elementwise, per_row, Device};
 use graph::{Field, Graphs, Words, MAX_GRAPH_ROWS};
@@ -467,27 +467,12 @@ impl Backend for CudaBackend {
         p: &AttnParams,
     ) -> Result<CudaTensor> {
         let _span = profile::span(&self.dev.stream, "encoder_attention");
-        if q.cols != p.n_heads * p.head_dim
-            || p.n_kv_heads == 0
-            || k.cols != p.n_kv_heads * p.head_dim
-            || !p.n_heads.is_multiple_of(p.n_kv_heads)
-            || p.head_dim > 256
-        {
-            return Err(Error::Shape(
-                "encoder attention: q, k or v shapes do not match (head size at most 256)".into(),
-            ));
-        }
-        same_shape(k, v, "encoder_attention")?;
-        if k.rows != q.rows {
-            return Err(Error::Shape("encoder_attention: q and k rows differ".into()));
-        }
+        let len = |t: &CudaTensor| t.rows * t.cols;
+        check_encoder_attention(p, q.rows, (len(q), len(k), len(v)), seqs)?;
         // Tiles of up to 64 query rows of one sequence (kernels/encoder.cu).
         const ROWS: usize = 64;
         let mut tiles = Vec::new();
         for s in seqs {
-            if s.end > q.rows || s.start >= s.end {
-                return Err(Error::Shape(format!("sequence {s:?} outside {} rows", q.rows)));
-            }
             for r0 in s.clone().step_by(ROWS) {
                 tiles.extend([r0, ROWS.min(s.end - r0), s.start, s.end].map(|x| x as u32));
             }
