@@ -197,6 +197,19 @@ pub struct DecodeStep<'a> {
     pub attn: &'a AttnBatch,
 }
 
+/// An encoder pass's inputs as its ops see them: flat token ids, each
+/// token's position in its sequence, and the sequences back to back (any
+/// padding rows last, as sequences of their own). The first `pooled`
+/// sequences are the inputs the pass returns vectors for; `key` tells apart
+/// passes whose ops differ beyond these shapes (the pooling).
+pub struct EncodeStep<'a> {
+    pub tokens: &'a [u32],
+    pub positions: &'a [u32],
+    pub seqs: &'a [std::ops::Range<usize>],
+    pub pooled: usize,
+    pub key: u32,
+}
+
 /// Per-layer attention shape.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnParams {
@@ -348,6 +361,24 @@ pub trait Backend: Send + Sync {
     fn decode_step(
         &self,
         step: &DecodeStep,
+        forward: &mut dyn FnMut() -> Result<Self::Tensor>,
+    ) -> Result<Self::Tensor> {
+        let _ = step;
+        forward()
+    }
+
+    /// The rows an encoder batch of `n` tokens is padded to: more than `n`
+    /// where a backend replays passes of a few sizes (CUDA graphs).
+    fn encoder_rows(&self, n: usize) -> usize {
+        n
+    }
+
+    /// Runs `forward`, an encoder's pass over `step`, returning its output.
+    /// A backend may capture the pass once per shape and replay it with new
+    /// inputs (CUDA graphs); the default runs it.
+    fn encode_step(
+        &self,
+        step: &EncodeStep,
         forward: &mut dyn FnMut() -> Result<Self::Tensor>,
     ) -> Result<Self::Tensor> {
         let _ = step;

@@ -40,8 +40,9 @@ pub struct DeviceArgs {
     /// what else is batched with it (slower prefill; GPU only).
     #[arg(long)]
     pub deterministic: bool,
-    /// Never capture decode steps as CUDA graphs: every step launches its
-    /// kernels one by one (slower; for debugging and comparison).
+    /// Never capture decode steps or encoder passes as CUDA graphs: every
+    /// step launches its kernels one by one (slower; for debugging and
+    /// comparison).
     #[arg(long)]
     pub enforce_eager: bool,
 }

@@ -217,7 +217,7 @@ pub fn main(a: EmbedArgs) -> Result<()> {
     })?;
     bar.finish_and_clear();
     phases.total_ms = ms(run);
-    if ferrite_core::env::profiling() {
+    if ferrite_core::env::profiling_phases() {
         eprintln!(
             "embed: {} inputs; start and load {:.1} ms, then {:.1} ms to embed and write all (forward passes {:.1} ms of it)",
             texts.len(),

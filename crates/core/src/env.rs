@@ -16,7 +16,14 @@ pub fn path(key: &str) -> Option<PathBuf> {
     var(key).map(PathBuf::from)
 }
 
-/// `FERRITE_PROFILE` set (and not "0"): backends time every op.
+/// `FERRITE_PROFILE` set (and not "0" or "phases"): backends time every op
+/// (which runs CUDA passes eagerly, without graphs).
 pub fn profiling() -> bool {
+    var("FERRITE_PROFILE").is_some_and(|v| v != "0" && v != "phases")
+}
+
+/// `FERRITE_PROFILE` set (and not "0"): commands print where their time went
+/// (`phases`: only that, ops untimed).
+pub fn profiling_phases() -> bool {
     var("FERRITE_PROFILE").is_some_and(|v| v != "0")
 }

@@ -150,7 +150,7 @@ impl HfCheckpoint {
         Ok(Some(RawWeight { name: hf.to_string(), dtype: t.dtype, rows, cols, bytes }))
     }
 
-    fn open(dir: &Path) -> Result<HfCheckpoint> {
+    pub(crate) fn open(dir: &Path) -> Result<HfCheckpoint> {
         let cfg_path = dir.join("config.json");
         let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
         let config: serde_json::Value =

@@ -1,4 +1,4 @@
-//! CUDA graphs for decode steps.
+//! CUDA graphs for decode steps and encoder passes.
 //!
 //! A decode step (one new token per sequence, every row's logits wanted)
 //! launches the same kernels with the same shapes at a given batch size; only
@@ -11,6 +11,9 @@
 //! (cuBLASLt plans, uploads of constants). The second is captured. A size
 //! whose capture fails runs eagerly from then on; a step whose input is bad
 //! fails as it would eagerly, and the size is captured at a later step.
+//!
+//! Encoder passes go the same way per shape (padded rows, pooled sequences,
+//! pooling), their inputs laid out by `encode_graph`.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -20,9 +23,10 @@ use cudarc::driver::{sys, CudaGraph, CudaSlice, CudaView, DevicePtr};
 use ferrite_core::{Error, Result};
 
 use super::device::{device_err, Device};
+use super::encode_graph::{self, EncodeInputs};
 use super::kv::paged_meta;
 use super::CudaTensor;
-use crate::DecodeStep;
+use crate::{DecodeStep, EncodeStep};
 
 /// Batches of more rows than this always run eagerly.
 pub const MAX_GRAPH_ROWS: usize = 256;
@@ -50,6 +54,10 @@ impl Words {
     }
     pub fn len(&self) -> usize {
         self.range.len()
+    }
+    /// Where these words are in their buffer.
+    pub fn range(&self) -> Range<usize> {
+        self.range.clone()
     }
     pub fn view(&self) -> CudaView<'_, u32> {
         self.buf.slice(self.range.clone())
@@ -106,22 +114,55 @@ fn pack(step: &DecodeStep) -> Vec<u32> {
 }
 
 /// What the ops of a captured step checked against, for replays to check too.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Default)]
 pub struct Limits {
     pub vocab: usize,
     pub kv_blocks: usize,
     pub block_size: usize,
+    /// Words of the inputs that index a table, and its rows (encoder passes:
+    /// token ids and positions).
+    pub bounds: Vec<(Range<usize>, usize)>,
 }
 
 /// A captured graph. CUDA graphs must not be used by two threads at once:
-/// every use is under `Graphs::sizes`' lock.
+/// every use is under the lock of the map that holds it.
 struct Graph(CudaGraph);
 // SAFETY: see above; the handles themselves may move between threads.
 unsafe impl Send for Graph {}
 
+/// What a graph reads: a decode step's inputs or an encoder pass's.
+#[derive(Clone)]
+pub enum Inputs {
+    Decode(StepInputs),
+    Encode(EncodeInputs),
+}
+
+impl Inputs {
+    fn buf(&self) -> &Arc<CudaSlice<u32>> {
+        match self {
+            Inputs::Decode(s) => &s.buf,
+            Inputs::Encode(e) => &e.buf,
+        }
+    }
+}
+
+/// The rows an encoder batch of `n` tokens is padded to, so that batches of
+/// similar sizes share a graph: a multiple of an eighth of the power of two
+/// at or below `n` (at least 64 rows), at most 1/8 padding.
+pub fn encoder_rows(n: usize) -> usize {
+    if n == 0 {
+        return 0;
+    }
+    let step = ((1usize << n.ilog2()) / 8).max(64);
+    n.next_multiple_of(step)
+}
+
+/// Encoder graphs kept at most (each holds its activations' memory).
+const MAX_ENCODER_GRAPHS: usize = 16;
+
 struct Captured {
     graph: Graph,
-    inputs: StepInputs,
+    inputs: Inputs,
     /// The logits: a graph allocation, freed after each replay.
     out: (sys::CUdeviceptr, usize, usize),
     limits: Limits,
@@ -139,13 +180,36 @@ enum Size {
 #[derive(Default)]
 pub struct Graphs {
     sizes: Mutex<HashMap<usize, Size>>,
+    /// Encoder passes by (padded rows, pooled sequences, key).
+    encoders: Mutex<HashMap<(usize, usize, u32), Size>>,
     /// Set while a step is captured: the ops read their inputs from here.
-    capturing: Mutex<Option<(StepInputs, Limits)>>,
+    capturing: Mutex<Option<(Inputs, Limits)>>,
 }
 
 impl Graphs {
-    pub fn capturing(&self) -> Option<StepInputs> {
+    fn inputs(&self) -> Option<Inputs> {
         self.capturing.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|c| c.0.clone())
+    }
+
+    /// The decode step being captured.
+    pub fn capturing(&self) -> Option<StepInputs> {
+        match self.inputs()? {
+            Inputs::Decode(s) => Some(s),
+            Inputs::Encode(_) => None,
+        }
+    }
+
+    /// The encoder pass being captured.
+    pub fn encoding(&self) -> Option<EncodeInputs> {
+        match self.inputs()? {
+            Inputs::Encode(e) => Some(e),
+            Inputs::Decode(_) => None,
+        }
+    }
+
+    /// Whether anything is being captured (nothing may be uploaded).
+    pub fn is_capturing(&self) -> bool {
+        self.inputs().is_some()
     }
 
     /// Ops of a captured step note what they checked against.
@@ -155,9 +219,76 @@ impl Graphs {
         }
     }
 
-    /// Forgets every graph (their KV pool is gone).
+    /// Forgets every decode graph (their KV pool is gone).
     pub fn clear(&self) {
         self.sizes.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// Runs `forward`, an encoder pass over `step`: replayed, captured, or
+    /// eager, as decode steps are.
+    pub fn run_encode(
+        &self,
+        dev: &Device,
+        step: &EncodeStep,
+        forward: &mut dyn FnMut() -> Result<CudaTensor>,
+    ) -> Result<CudaTensor> {
+        if !encode_graph::fits(step) {
+            return forward();
+        }
+        let key = (step.tokens.len(), step.pooled, step.key);
+        let fields = encode_graph::fields(step);
+        let words = encode_graph::pack(&fields);
+        let mut shapes = self.encoders.lock().unwrap_or_else(|p| p.into_inner());
+        match shapes.get(&key) {
+            None => {
+                if shapes.len() >= MAX_ENCODER_GRAPHS {
+                    shapes.clear();
+                }
+                shapes.insert(key, Size::Warm);
+                drop(shapes);
+                return forward();
+            }
+            Some(Size::Eager) => {
+                drop(shapes);
+                return forward();
+            }
+            Some(Size::Ready(c)) => {
+                for (range, rows) in &c.limits.bounds {
+                    if let Some(id) = words[range.clone()].iter().find(|&&id| id as usize >= *rows) {
+                        return Err(Error::InvalidInput(format!(
+                            "token id {id} is outside the vocabulary ({rows} tokens)"
+                        )));
+                    }
+                }
+                write_words(dev, c.inputs.buf(), &words)?;
+                c.graph.0.launch().map_err(|e| device_err("replaying an encoder pass", e))?;
+                return take_output(dev, c.out);
+            }
+            Some(Size::Warm) => {}
+        }
+        shapes.remove(&key);
+        drop(shapes);
+        let buf = Arc::new(dev.stream.alloc_zeros::<u32>(words.len()).map_err(|e| device_err("encoder inputs", e))?);
+        write_words(dev, &buf, &words)?;
+        let inputs = Inputs::Encode(EncodeInputs::new(buf, fields));
+        let captured = self.capture(dev, inputs, forward);
+        let mut shapes = self.encoders.lock().unwrap_or_else(|p| p.into_inner());
+        match captured {
+            Ok((c, out)) => {
+                shapes.insert(key, Size::Ready(Box::new(c)));
+                Ok(out)
+            }
+            Err(e @ (Error::InvalidInput(_) | Error::Shape(_))) => {
+                shapes.insert(key, Size::Warm);
+                Err(e)
+            }
+            Err(e) => {
+                shapes.insert(key, Size::Eager);
+                drop(shapes);
+                eprintln!("note: encoder passes of {} rows run without a CUDA graph ({e})", step.tokens.len());
+                forward()
+            }
+        }
     }
 
     /// Runs `forward`, a decode step with inputs `step`: replayed, captured,
@@ -181,9 +312,9 @@ impl Graphs {
                 drop(sizes);
                 return forward();
             }
-            Some(Size::Ready(c)) if c.inputs.buf.len() >= words.len() => {
+            Some(Size::Ready(c)) if c.inputs.buf().len() >= words.len() => {
                 check(step, &c.limits)?;
-                write_words(dev, &c.inputs.buf, &words)?;
+                write_words(dev, c.inputs.buf(), &words)?;
                 c.graph.0.launch().map_err(|e| device_err("replaying a decode step", e))?;
                 return take_output(dev, c.out);
             }
@@ -195,7 +326,7 @@ impl Graphs {
         let cap = words.len() + (words.len() - 7 * n).max(64);
         let buf = Arc::new(dev.stream.alloc_zeros::<u32>(cap).map_err(|e| device_err("step inputs", e))?);
         write_words(dev, &buf, &words)?;
-        let inputs = StepInputs { buf, n };
+        let inputs = Inputs::Decode(StepInputs { buf, n });
         match self.capture(dev, inputs, forward) {
             Ok((captured, logits)) => {
                 self.sizes.lock().unwrap_or_else(|p| p.into_inner()).insert(n, Size::Ready(Box::new(captured)));
@@ -218,7 +349,7 @@ impl Graphs {
     fn capture(
         &self,
         dev: &Device,
-        inputs: StepInputs,
+        inputs: Inputs,
         forward: &mut dyn FnMut() -> Result<CudaTensor>,
     ) -> Result<(Captured, CudaTensor)> {
         *self.capturing.lock().unwrap_or_else(|p| p.into_inner()) = Some((inputs.clone(), Limits::default()));
@@ -230,9 +361,9 @@ impl Graphs {
         let ended = dev.stream.end_capture(sys::CUgraphInstantiate_flags(0));
         let logits = result?;
         let graph = ended
-            .map_err(|e| device_err("instantiating a decode graph", e))?
+            .map_err(|e| device_err("instantiating a graph", e))?
             .ok_or_else(|| Error::Device("graph capture recorded nothing".into()))?;
-        graph.launch().map_err(|e| device_err("launching a decode graph", e))?;
+        graph.launch().map_err(|e| device_err("launching a graph", e))?;
         let (ptr, _) = logits.buf.device_ptr(&dev.stream);
         let out = (ptr, logits.rows, logits.cols);
         // The captured tensor is the graph's allocation: hand back a copy, as replays do.
@@ -281,6 +412,20 @@ fn copy_tensor(dev: &Device, t: &CudaTensor) -> Result<CudaTensor> {
 mod tests {
     use super::*;
     use crate::{AttnBatch, SeqSlice};
+
+    #[test]
+    fn encoder_rows_pad_at_most_an_eighth() {
+        assert_eq!(encoder_rows(0), 0);
+        assert_eq!(encoder_rows(1), 64);
+        assert_eq!(encoder_rows(64), 64);
+        assert_eq!(encoder_rows(65), 128);
+        assert_eq!(encoder_rows(1300), 1408);
+        assert_eq!(encoder_rows(10_000), 10_240);
+        for n in 1..5000 {
+            let r = encoder_rows(n);
+            assert!(r >= n && (r - n) * 8 <= n.max(512), "{n} -> {r}");
+        }
+    }
 
     #[test]
     fn step_inputs_are_packed_where_the_fields_say() {

@@ -6,6 +6,7 @@
 mod ceilings;
 mod compile;
 mod device;
+mod encode_graph;
 mod graph;
 mod kv;
 mod lt;
@@ -24,8 +25,8 @@ use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchConfig, PushKernelArg};
 use ferrite_core::{Error, Result};
 
 use crate::{
-    check_encoder_attention, check_segments, Activation, AttnBatch, AttnParams, Backend, DecodeStep, KvSpec, RawWeight,
-    Reduce, Rope, RowSampling,
+    check_encoder_attention, check_segments, Activation, AttnBatch, AttnParams, Backend, DecodeStep, EncodeStep,
+    KvSpec, RawWeight, Reduce, Rope, RowSampling,
 };
 use device::{device_err, elementwise, per_row, Device};
 use graph::{Field, Graphs, Words, MAX_GRAPH_ROWS};
@@ -152,12 +153,24 @@ impl CudaBackend {
     }
 
     /// A step input: from the captured step's inputs while a decode step is
-    /// captured, else uploaded.
+    /// captured, else as `words`.
     fn step_words(&self, field: Field, host: impl FnOnce() -> Vec<u32>) -> Result<Words> {
         match self.graphs.capturing() {
             Some(step) => Ok(step.words(field)),
-            None => self.upload_u32(host()).map(Words::all),
+            None => self.words(host()),
         }
+    }
+
+    /// An array an op reads: uploaded, or while an encoder pass is captured,
+    /// the field of its inputs holding these words.
+    fn words(&self, host: Vec<u32>) -> Result<Words> {
+        if let Some(e) = self.graphs.encoding() {
+            return e.find(&host);
+        }
+        if self.graphs.is_capturing() {
+            return Err(Error::Device("an upload inside a captured decode step".into()));
+        }
+        self.upload_u32(host).map(Words::all)
     }
 
     /// RoPE on `x`, and on `k` too if given (one launch; block row y of the
@@ -183,7 +196,7 @@ impl CudaBackend {
         let pos = self.step_words(Field::Positions, || positions.to_vec())?;
         let pos = pos.view();
         let freq = rope.inv_freq.iter().map(|f| f.to_bits()).collect();
-        let freq = self.meta.constant(&self.dev, freq, self.graphs.capturing().is_some())?;
+        let freq = self.meta.constant(&self.dev, freq, self.graphs.is_capturing())?;
         let s = &self.dev.stream;
         let (p0, _g0) = x.buf.device_ptr_mut(s);
         let mut _g1 = None;
@@ -253,6 +266,7 @@ impl Backend for CudaBackend {
         self.graphs.note(|l| l.vocab = table.rows);
         if !ids.is_empty() {
             let ids = self.step_words(Field::Ids, || ids.to_vec())?;
+            self.graphs.note(|l| l.bounds.push((ids.range(), table.rows)));
             let ids = ids.view();
             let (cols, code) = (d as u32, table.storage.code());
             if let Storage::Quant(q) = table.storage {
@@ -413,12 +427,10 @@ impl Backend for CudaBackend {
         }
         let mut out = self.alloc(rows.len() * x.cols)?;
         if !rows.is_empty() {
-            if self.graphs.capturing().is_some() {
-                return Err(Error::Device("gathering rows inside a captured decode step".into()));
-            }
-            let idx = self.upload_u32(rows.iter().map(|&r| r as u32).collect())?;
+            let idx = self.words(rows.iter().map(|&r| r as u32).collect())?;
+            let idx = idx.view();
             let cols = x.cols as u32;
-            launch!(self, "gather_rows", per_row(rows.len(), x.cols), &x.buf, idx.as_ref(), &mut out, &cols)?;
+            launch!(self, "gather_rows", per_row(rows.len(), x.cols), &x.buf, &idx, &mut out, &cols)?;
         }
         Ok(self.tensor(out, rows.len(), x.cols))
     }
@@ -429,6 +441,22 @@ impl Backend for CudaBackend {
             return forward();
         }
         self.graphs.run(&self.dev, step, forward)
+    }
+
+    fn encoder_rows(&self, n: usize) -> usize {
+        if self.use_graphs {
+            graph::encoder_rows(n)
+        } else {
+            n
+        }
+    }
+
+    fn encode_step(&self, step: &EncodeStep, forward: &mut dyn FnMut() -> Result<CudaTensor>) -> Result<CudaTensor> {
+        let _span = profile::pass_span(&self.dev.stream, "encoder pass");
+        if !self.use_graphs || step.tokens.is_empty() {
+            return forward();
+        }
+        self.graphs.run_encode(&self.dev, step, forward)
     }
 
     fn samples_on_device(&self) -> bool {
@@ -469,20 +497,15 @@ impl Backend for CudaBackend {
         let _span = profile::span(&self.dev.stream, "encoder_attention");
         let len = |t: &CudaTensor| t.rows * t.cols;
         check_encoder_attention(p, q.rows, (len(q), len(k), len(v)), seqs)?;
-        // Tiles of up to 64 query rows of one sequence (kernels/encoder.cu).
-        const ROWS: usize = 64;
-        let mut tiles = Vec::new();
-        for s in seqs {
-            for r0 in s.clone().step_by(ROWS) {
-                tiles.extend([r0, ROWS.min(s.end - r0), s.start, s.end].map(|x| x as u32));
-            }
-        }
+        let tiles = encode_graph::attention_tiles(seqs);
         let mut out = self.alloc(q.rows * q.cols)?;
         if tiles.is_empty() {
             return Ok(self.tensor(out, q.rows, q.cols));
         }
+        // In a captured pass, the field of tiles is longer (empty tiles).
+        let tiles = self.words(tiles)?;
         let n_tiles = (tiles.len() / 4) as u32;
-        let tiles = self.upload_u32(tiles)?;
+        let tiles = tiles.view();
         // Head sizes compiled in, else values per thread (d) and threads per
         // query row (g): 16 values for small heads, else 32.
         let hd = p.head_dim;
@@ -497,12 +520,12 @@ impl Backend for CudaBackend {
         };
         let cfg = LaunchConfig {
             grid_dim: (n_tiles, p.n_heads as u32, 1),
-            block_dim: ((ROWS * g) as u32, 1, 1),
+            block_dim: ((encode_graph::TILE_ROWS * g) as u32, 1, 1),
             shared_mem_bytes: 0,
         };
         let (nh, nkv, hd) = (p.n_heads as u32, p.n_kv_heads as u32, p.head_dim as u32);
         let window = p.window.unwrap_or(0) as u32;
-        launch!(self, &name, cfg, &q.buf, &k.buf, &v.buf, &mut out, tiles.as_ref(), &nh, &nkv, &hd, &window, &p.scale)?;
+        launch!(self, &name, cfg, &q.buf, &k.buf, &v.buf, &mut out, &tiles, &nh, &nkv, &hd, &window, &p.scale)?;
         Ok(self.tensor(out, q.rows, q.cols))
     }
 
@@ -511,10 +534,11 @@ impl Backend for CudaBackend {
         check_segments(segs, x.rows)?;
         let mut out = self.alloc(segs.len() * x.cols)?;
         if !segs.is_empty() {
-            let bounds = self.upload_u32(segs.iter().flat_map(|s| [s.start as u32, s.end as u32]).collect())?;
+            let bounds = self.words(segs.iter().flat_map(|s| [s.start as u32, s.end as u32]).collect())?;
+            let bounds = bounds.view();
             let (cols, mode) = (x.cols as u32, (how == Reduce::Max) as i32);
             let cfg = per_row(segs.len(), x.cols);
-            launch!(self, "reduce_segments", cfg, &x.buf, bounds.as_ref(), &mut out, &cols, &mode)?;
+            launch!(self, "reduce_segments", cfg, &x.buf, &bounds, &mut out, &cols, &mode)?;
         }
         Ok(self.tensor(out, segs.len(), x.cols))
     }

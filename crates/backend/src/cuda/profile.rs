@@ -21,6 +21,21 @@ pub fn enabled() -> bool {
     *ON.get_or_init(ferrite_core::env::profiling)
 }
 
+/// Whether only whole passes are timed (`FERRITE_PROFILE=phases`).
+fn passes_only() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| ferrite_core::env::profiling_phases() && !enabled())
+}
+
+/// A span around a whole pass (an encoder batch), timed when only passes are
+/// (with every op timed, it would count their time twice).
+pub fn pass_span(stream: &Arc<CudaStream>, name: &'static str) -> Option<Span> {
+    if !passes_only() {
+        return None;
+    }
+    Some(Span { name, start: Some(recorded(stream)?), stream: stream.clone(), host: std::time::Instant::now() })
+}
+
 /// Times everything queued on `stream` between now and its drop.
 pub struct Span {
     name: &'static str,
@@ -105,7 +120,7 @@ impl Profile {
 
 /// Collects the spans recorded so far (waiting for them to finish).
 pub fn take() -> Option<Profile> {
-    if !enabled() {
+    if !enabled() && !passes_only() {
         return None;
     }
     let events = std::mem::take(&mut *EVENTS.get_or_init(Mutex::default).lock().unwrap_or_else(|e| e.into_inner()));

@@ -6,7 +6,7 @@
 //!              x = LN(x + act(x·Wi + bi)·Wo2 + bo2)
 //! Weight names mirror the checkpoint (`encoder.layer.N.attention.self.query`).
 
-use super::{pooling, EncodeBatch, EncoderArch, EncoderConfig, EncoderModel, Pooling, Weights};
+use super::{EncodeBatch, EncoderArch, EncoderConfig, EncoderModel, Pooling, Weights};
 use crate::checkpoint::HfCheckpoint;
 use crate::hf::HfConfig;
 use ferrite_backend::{Activation, AttnParams, Backend};
@@ -141,7 +141,7 @@ impl<B: Backend> EncoderModel for Bert<B> {
     }
 
     fn forward_pooled(&self, batch: &EncodeBatch, pooling: Pooling) -> Result<Vec<f32>> {
-        pooling::pool(&self.backend, &self.hidden(batch)?, batch, pooling)
+        super::forward_pooled(&self.backend, &self.cfg, batch, pooling, &|b| self.hidden(b))
     }
 }
 
@@ -157,5 +157,19 @@ impl<B: Backend> Bert<B> {
             x = self.layer(x, l, batch)?;
         }
         Ok(x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::HfCheckpoint;
+    use ferrite_backend::cpu::CpuBackend;
+
+    #[test]
+    fn padding_rows_change_no_vector() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/embed/bert-tiny-cls");
+        let m = Bert::load(CpuBackend::F32, &HfCheckpoint::open(&dir).unwrap()).unwrap();
+        super::super::check_padding_changes_nothing(&m.backend, &m.cfg, &|b| m.hidden(b));
     }
 }

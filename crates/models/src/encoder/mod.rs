@@ -12,7 +12,7 @@ pub use pooling::Pooling;
 use std::ops::Range;
 
 use crate::checkpoint::{Checkpoint, HfCheckpoint};
-use ferrite_backend::{Backend, RawWeight};
+use ferrite_backend::{Backend, EncodeStep, RawWeight};
 use ferrite_core::{Error, Result};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,6 +58,27 @@ impl EncodeBatch {
     /// Each token's position within its sequence.
     pub fn positions(&self) -> Vec<u32> {
         self.seqs.iter().flat_map(|s| 0..s.len() as u32).collect()
+    }
+
+    /// This batch with `rows - tokens` padding rows after its tokens (id 0),
+    /// as sequences of their own of at most `PAD_SEQ` rows (and at most
+    /// `max_positions`), so that attention over them costs little.
+    fn padded(&self, rows: usize, max_positions: usize) -> EncodeBatch {
+        const PAD_SEQ: usize = 64;
+        let mut b = self.clone();
+        let chunk = PAD_SEQ.min(max_positions).max(1);
+        while b.tokens.len() < rows {
+            let start = b.tokens.len();
+            let end = rows.min(start + chunk);
+            b.tokens.resize(end, 0);
+            b.seqs.push(start..end);
+        }
+        b
+    }
+
+    #[cfg(test)]
+    fn lens(&self) -> Vec<usize> {
+        self.seqs.iter().map(|s| s.len()).collect()
     }
 
     fn check(&self, cfg: &EncoderConfig) -> Result<()> {
@@ -128,6 +149,67 @@ where
     }
 }
 
+/// The pooled pass both encoders share: checks `batch`, pads it to the rows
+/// the backend asks for, and runs `hidden` then the pooling through the
+/// backend's `encode_step` (replayed as a CUDA graph there).
+fn forward_pooled<B: Backend>(
+    be: &B,
+    cfg: &EncoderConfig,
+    batch: &EncodeBatch,
+    pooling: Pooling,
+    hidden: &dyn Fn(&EncodeBatch) -> Result<B::Tensor>,
+) -> Result<Vec<f32>> {
+    let rows = be.encoder_rows(batch.tokens.len());
+    forward_padded(be, cfg, batch, pooling, hidden, rows)
+}
+
+/// `forward_pooled` padded to `rows`; the padding rows are never pooled.
+fn forward_padded<B: Backend>(
+    be: &B,
+    cfg: &EncoderConfig,
+    batch: &EncodeBatch,
+    pooling: Pooling,
+    hidden: &dyn Fn(&EncodeBatch) -> Result<B::Tensor>,
+    rows: usize,
+) -> Result<Vec<f32>> {
+    batch.check(cfg)?;
+    let padded = batch.padded(rows, cfg.max_positions);
+    let positions = padded.positions();
+    let step = EncodeStep {
+        tokens: &padded.tokens,
+        positions: &positions,
+        seqs: &padded.seqs,
+        pooled: batch.seqs.len(),
+        key: pooling as u32,
+    };
+    let pooled = be.encode_step(&step, &mut || pooling::pool(be, &hidden(&padded)?, &batch.seqs, pooling))?;
+    be.to_host(&pooled)
+}
+
+/// Tests of both encoders: padding rows change no vector, in any pooling.
+#[cfg(test)]
+fn check_padding_changes_nothing<B: Backend>(
+    be: &B,
+    cfg: &EncoderConfig,
+    hidden: &dyn Fn(&EncodeBatch) -> Result<B::Tensor>,
+) {
+    let inputs: Vec<Vec<u32>> = [5usize, 1, 40, 17]
+        .iter()
+        .enumerate()
+        .map(|(i, &len)| (0..len).map(|j| ((i * 31 + j * 7) % cfg.vocab_size) as u32).collect())
+        .collect();
+    let batch = EncodeBatch::new(&inputs);
+    let n = batch.tokens.len();
+    for pooling in [Pooling::Cls, Pooling::Mean, Pooling::LastToken, Pooling::Max] {
+        let plain = forward_padded(be, cfg, &batch, pooling, hidden, n).unwrap();
+        for rows in [n + 1, n + 63, n + 200] {
+            let padded = forward_padded(be, cfg, &batch, pooling, hidden, rows).unwrap();
+            let worst = plain.iter().zip(&padded).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+            assert!(plain.len() == padded.len() && worst < 1e-5, "{pooling:?}, {rows} rows: {worst}");
+        }
+    }
+}
+
 /// Weights of an HF encoder under one name prefix (`bert.`, `model.` or none,
 /// whichever the checkpoint uses), uploaded to the backend.
 struct Weights<'a, B: Backend> {
@@ -169,5 +251,22 @@ impl<'a, B: Backend> Weights<'a, B> {
         let mut v = vec![0f32; len];
         ferrite_backend::quant::dequantize_row(w.dtype, w.bytes.as_slice(), &mut v)?;
         self.backend.upload(v, 1, len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn padding_comes_as_short_sequences_after_the_tokens() {
+        let b = EncodeBatch::new(&[vec![7, 8, 9], vec![5]]);
+        let p = b.padded(4 + 150, 512);
+        assert_eq!(p.lens(), [3, 1, 64, 64, 22]);
+        assert_eq!(&p.tokens[..4], &[7, 8, 9, 5]);
+        assert!(p.tokens[4..].iter().all(|&t| t == 0) && p.tokens.len() == 154);
+        // Never longer than the model accepts; no padding asked, none added.
+        assert_eq!(b.padded(4 + 5, 2).lens(), [3, 1, 2, 2, 1]);
+        assert_eq!(b.padded(4, 512).lens(), [3, 1]);
     }
 }

@@ -9,7 +9,7 @@
 //! Weight names mirror the checkpoint (`layers.N.attn.Wqkv`), under an optional
 //! `model.` prefix (masked-LM checkpoints).
 
-use super::{pooling, EncodeBatch, EncoderArch, EncoderConfig, EncoderModel, Pooling, Weights};
+use super::{EncodeBatch, EncoderArch, EncoderConfig, EncoderModel, Pooling, Weights};
 use crate::checkpoint::HfCheckpoint;
 use crate::config::{inv_freq, LayerKind, RopeScaling};
 use crate::hf::HfConfig;
@@ -214,7 +214,7 @@ impl<B: Backend> EncoderModel for ModernBert<B> {
     }
 
     fn forward_pooled(&self, batch: &EncodeBatch, pooling: Pooling) -> Result<Vec<f32>> {
-        pooling::pool(&self.backend, &self.hidden(batch)?, batch, pooling)
+        super::forward_pooled(&self.backend, &self.cfg, batch, pooling, &|b| self.hidden(b))
     }
 }
 
@@ -227,5 +227,19 @@ impl<B: Backend> ModernBert<B> {
             x = self.layer(x, l, batch, &positions)?;
         }
         self.norm(&x, &self.final_norm)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::HfCheckpoint;
+    use ferrite_backend::cpu::CpuBackend;
+
+    #[test]
+    fn padding_rows_change_no_vector() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/embed/modernbert-tiny-a");
+        let m = ModernBert::load(CpuBackend::F32, &HfCheckpoint::open(&dir).unwrap()).unwrap();
+        super::super::check_padding_changes_nothing(&m.backend, &m.cfg, &|b| m.hidden(b));
     }
 }

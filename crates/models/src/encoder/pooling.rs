@@ -1,10 +1,10 @@
 //! Pooling: how an encoder's token states become one vector per input, done
 //! on the backend so only the vectors leave it.
 
+use std::ops::Range;
+
 use ferrite_backend::{Backend, Reduce};
 use ferrite_core::Result;
-
-use super::EncodeBatch;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Pooling {
@@ -31,15 +31,13 @@ impl std::str::FromStr for Pooling {
     }
 }
 
-/// One pooled row per sequence of `batch` from the token states `x`
-/// [tokens, hidden], brought to the host [seqs, hidden].
-pub(crate) fn pool<B: Backend>(be: &B, x: &B::Tensor, batch: &EncodeBatch, pooling: Pooling) -> Result<Vec<f32>> {
-    let seqs = &batch.seqs;
-    let pooled = match pooling {
-        Pooling::Cls => be.rows(x, &seqs.iter().map(|s| s.start).collect::<Vec<_>>())?,
-        Pooling::LastToken => be.rows(x, &seqs.iter().map(|s| s.end - 1).collect::<Vec<_>>())?,
-        Pooling::Mean => be.reduce_segments(x, seqs, Reduce::Mean)?,
-        Pooling::Max => be.reduce_segments(x, seqs, Reduce::Max)?,
-    };
-    be.to_host(&pooled)
+/// One pooled row per sequence of `seqs` from the token states `x`
+/// [tokens, hidden]: [seqs, hidden], where `x` is.
+pub(crate) fn pool<B: Backend>(be: &B, x: &B::Tensor, seqs: &[Range<usize>], pooling: Pooling) -> Result<B::Tensor> {
+    match pooling {
+        Pooling::Cls => be.rows(x, &seqs.iter().map(|s| s.start).collect::<Vec<_>>()),
+        Pooling::LastToken => be.rows(x, &seqs.iter().map(|s| s.end - 1).collect::<Vec<_>>()),
+        Pooling::Mean => be.reduce_segments(x, seqs, Reduce::Mean),
+        Pooling::Max => be.reduce_segments(x, seqs, Reduce::Max),
+    }
 }
