@@ -249,6 +249,22 @@ impl<B: Backend> Harness<'_, B> {
             let want = self.cpu.layer_norm(&xc, &wc, bias.then_some(&wc), 1e-12)?;
             self.record(format!("layer_norm bias={bias}"), &got, &want, TOL_F32)?;
         }
+        // Rows a warp holds (GPUs; 2, 4 or 8 float4s a lane) and not.
+        for (c, bias) in [(48, true), (384, true), (1024, false), (1030, true), (4096, true)] {
+            let (x, y, w) = (self.rng.vec(n * c, 3.0), self.rng.vec(n * c, 1.0), self.rng.vec(c, 1.0));
+            let (yb, yc) = self.up(&y, n, c)?;
+            let (wb, wc) = self.up(&w, 1, c)?;
+            let b = self.rng.vec(c, 1.0);
+            let (bb, bc) = self.up(&b, 1, c)?;
+            let (mut g, mut wc2) = self.up(&x, n, c)?;
+            let got = self.b.layer_norm(&g, &wb, bias.then_some(&bb), 1e-12)?;
+            let want = self.cpu.layer_norm(&wc2, &wc, bias.then_some(&bc), 1e-12)?;
+            self.record(format!("layer_norm [{n}x{c}] bias={bias}"), &got, &want, TOL_F32)?;
+            let got = self.b.add_layer_norm(&mut g, &yb, &wb, bias.then_some(&bb), 1e-12)?;
+            let want = self.cpu.add_layer_norm(&mut wc2, &yc, &wc, bias.then_some(&bc), 1e-12)?;
+            self.record(format!("add_layer_norm [{n}x{c}] (normed)"), &got, &want, TOL_F32)?;
+            self.record(format!("add_layer_norm [{n}x{c}] (sum)"), &g, &wc2, TOL_F32)?;
+        }
         for act in [Activation::Silu, Activation::GeluTanh, Activation::Gelu] {
             let got = self.b.glu(&xb, &yb, act)?;
             let want = self.cpu.glu(&xc, &yc, act)?;
@@ -490,6 +506,50 @@ impl<B: Backend> Harness<'_, B> {
     }
 }
 
+impl<B: Backend> Harness<'_, B> {
+    /// Ops whose output a GEMM with 16-bit weights reads next (a GPU may
+    /// hand it a 16-bit copy the op wrote), and an op in place between
+    /// (which must drop such a copy).
+    fn gemm_after_ops(&mut self) -> Result<()> {
+        let (n, c, m) = (70, 384, 97);
+        let w = raw("w", DType::BF16, m, c, self.rng.weight(DType::BF16, m, c));
+        let (wb, wc) = (self.b.weight(w.clone())?, self.cpu.weight(w)?);
+        let (x, y, g) = (self.rng.vec(n * c, 3.0), self.rng.vec(n * c, 1.0), self.rng.vec(c, 1.0));
+        let (xb, xc) = self.up(&x, n, c)?;
+        let (yb, yc) = self.up(&y, n, c)?;
+        let (gb, gc) = self.up(&g, 1, c)?;
+        let nb = self.b.layer_norm(&xb, &gb, Some(&gb), 1e-12)?;
+        let nc = self.cpu.layer_norm(&xc, &gc, Some(&gc), 1e-12)?;
+        let (got, want) = (self.b.matmul(&nb, &wb)?, self.cpu.matmul(&nc, &wc)?);
+        self.record("layer_norm, then a bf16 GEMM".into(), &got, &want, TOL_BF16)?;
+        let (mut ab, mut ac) = (nb, nc);
+        self.b.add(&mut ab, &yb)?;
+        self.cpu.add(&mut ac, &yc)?;
+        let (got, want) = (self.b.matmul(&ab, &wb)?, self.cpu.matmul(&ac, &wc)?);
+        self.record("layer_norm, add, then a bf16 GEMM".into(), &got, &want, TOL_BF16)?;
+        let (mut sb, mut sc) = self.up(&x, n, c)?;
+        let nb = self.b.add_layer_norm(&mut sb, &yb, &gb, None, 1e-12)?;
+        let nc = self.cpu.add_layer_norm(&mut sc, &yc, &gc, None, 1e-12)?;
+        let bias = self.rng.vec(m, 1.0);
+        let (bb, bc) = self.up(&bias, 1, m)?;
+        let (got, want) = (self.b.linear(&nb, &wb, Some(&bb))?, self.cpu.linear(&nc, &wc, Some(&bc))?);
+        self.record("add_layer_norm, then a bf16 GEMM with bias".into(), &got, &want, TOL_BF16)?;
+        let (got, want) = (self.b.matmul(&sb, &wb)?, self.cpu.matmul(&sc, &wc)?);
+        self.record("add_layer_norm's sum, then a bf16 GEMM".into(), &got, &want, TOL_BF16)?;
+        self.b.activate(&mut sb, Activation::Gelu)?;
+        self.cpu.activate(&mut sc, Activation::Gelu)?;
+        let (got, want) = (self.b.matmul(&sb, &wb)?, self.cpu.matmul(&sc, &wc)?);
+        self.record("activate, then a bf16 GEMM".into(), &got, &want, TOL_BF16)?;
+        let seqs = [0..30, 30..n];
+        let p = AttnParams { n_heads: 12, n_kv_heads: 12, head_dim: 32, scale: 0.17, window: None, softcap: None };
+        let ab = self.b.encoder_attention(&xb, &yb, &xb, &seqs, &p)?;
+        let ac = self.cpu.encoder_attention(&xc, &yc, &xc, &seqs, &p)?;
+        let (got, want) = (self.b.matmul(&ab, &wb)?, self.cpu.matmul(&ac, &wc)?);
+        self.record("encoder attention, then a bf16 GEMM".into(), &got, &want, TOL_BF16)?;
+        Ok(())
+    }
+}
+
 /// Runs every op of `b` against the CPU. `dense_f32_tol`: the limit for f32
 /// weights, which a backend may multiply in f32 (TOL_F32) or bf16 (TOL_BF16).
 pub fn check_backend<B: Backend>(b: &B, dense_f32_tol: f32, report: &mut dyn FnMut(&Check)) -> Result<Vec<Check>> {
@@ -498,6 +558,7 @@ pub fn check_backend<B: Backend>(b: &B, dense_f32_tol: f32, report: &mut dyn FnM
     h.rowwise()?;
     h.embeddings(dense_f32_tol)?;
     h.attention()?;
+    h.gemm_after_ops()?;
     if b.samples_on_device() {
         h.sampling()?;
     }

@@ -348,6 +348,19 @@ pub trait Backend: Send + Sync {
         b: Option<&Self::Tensor>,
         eps: f32,
     ) -> Result<Self::Tensor>;
+    /// x += y, then the LayerNorm of every row of x (the residual add fused
+    /// with the norm after it).
+    fn add_layer_norm(
+        &self,
+        x: &mut Self::Tensor,
+        y: &Self::Tensor,
+        w: &Self::Tensor,
+        b: Option<&Self::Tensor>,
+        eps: f32,
+    ) -> Result<Self::Tensor> {
+        self.add(x, y)?;
+        self.layer_norm(x, w, b, eps)
+    }
     /// act(x) elementwise, in place.
     fn activate(&self, x: &mut Self::Tensor, act: Activation) -> Result<()>;
     /// `cap * tanh(x / cap)`.

@@ -173,6 +173,16 @@ struct Phases {
     load_ms: f64,
     forward_ms: f64,
     total_ms: f64,
+    /// Since the run began: the first batch tokenized, the last pass done.
+    first_batch_ms: f64,
+    last_pass_ms: f64,
+    run: Option<Instant>,
+}
+
+impl Phases {
+    fn since_run(&self, t: Instant) -> f64 {
+        self.run.map_or(0.0, |r| t.duration_since(r).as_secs_f64() * 1e3)
+    }
 }
 
 pub fn main(a: EmbedArgs) -> Result<()> {
@@ -195,6 +205,7 @@ pub fn main(a: EmbedArgs) -> Result<()> {
         ProgressStyle::with_template("embedding [{bar:30}] {pos}/{len} ({per_sec})").unwrap().progress_chars("=> "),
     );
     let run = Instant::now();
+    phases.run = Some(run);
     // Three threads in a pipeline: tokenizing runs ahead of the forward
     // passes (here), and formatting and writing run behind them.
     std::thread::scope(|scope| -> Result<()> {
@@ -219,11 +230,13 @@ pub fn main(a: EmbedArgs) -> Result<()> {
     phases.total_ms = ms(run);
     if ferrite_core::env::profiling_phases() {
         eprintln!(
-            "embed: {} inputs; start and load {:.1} ms, then {:.1} ms to embed and write all (forward passes {:.1} ms of it)",
+            "embed: {} inputs; start and load {:.1} ms, then {:.1} ms to embed and write all (forward passes {:.1} ms of it; the first began at {:.1} ms, the last ended at {:.1} ms)",
             texts.len(),
             phases.load_ms,
             phases.total_ms,
-            phases.forward_ms
+            phases.forward_ms,
+            phases.first_batch_ms,
+            phases.last_pass_ms
         );
         if let Some(p) = ferrite_backend::cuda::profile::take().filter(|p| !p.ops.is_empty()) {
             eprintln!("{}", p.table());
@@ -281,8 +294,12 @@ fn embed_batches(
             continue;
         }
         let t = Instant::now();
+        if embedded == 0 {
+            phases.first_batch_ms = phases.since_run(t);
+        }
         let vectors = e.embed_tokens(&ids, normalize)?;
         phases.forward_ms += ms(t);
+        phases.last_pass_ms = phases.since_run(Instant::now());
         embedded += vectors.len();
         out.send(ToWriter::Vectors(vectors)).map_err(|_| closed())?;
         bar.inc(ids.len() as u64);

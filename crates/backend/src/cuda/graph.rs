@@ -13,7 +13,9 @@
 //! fails as it would eagerly, and the size is captured at a later step.
 //!
 //! Encoder passes go the same way per shape (padded rows, pooled sequences,
-//! pooling), their inputs laid out by `encode_graph`.
+//! pooling), their inputs laid out by `encode_graph`, except that only the
+//! very first pass runs eagerly: a new shape is captured when first seen
+//! (encoders see many shapes, and a capture costs about an eager pass).
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -182,6 +184,8 @@ pub struct Graphs {
     sizes: Mutex<HashMap<usize, Size>>,
     /// Encoder passes by (padded rows, pooled sequences, key).
     encoders: Mutex<HashMap<(usize, usize, u32), Size>>,
+    /// Whether an encoder pass ran (the first runs eagerly).
+    encoded: std::sync::atomic::AtomicBool,
     /// Set while a step is captured: the ops read their inputs from here.
     capturing: Mutex<Option<(Inputs, Limits)>>,
 }
@@ -232,27 +236,37 @@ impl Graphs {
         step: &EncodeStep,
         forward: &mut dyn FnMut() -> Result<CudaTensor>,
     ) -> Result<CudaTensor> {
+        let span = |name| super::profile::pass_span(&dev.stream, name);
         if !encode_graph::fits(step) {
+            let _span = span("encoder pass (eager)");
             return forward();
         }
         let key = (step.tokens.len(), step.pooled, step.key);
         let fields = encode_graph::fields(step);
         let words = encode_graph::pack(&fields);
         let mut shapes = self.encoders.lock().unwrap_or_else(|p| p.into_inner());
+        // The first pass runs eagerly (it warms the cuBLASLt handle and
+        // uploads constants); later shapes are captured when first seen.
+        let first = !self.encoded.swap(true, std::sync::atomic::Ordering::Relaxed);
         match shapes.get(&key) {
+            None if first => {
+                shapes.insert(key, Size::Warm);
+                drop(shapes);
+                let _span = span("encoder pass (eager)");
+                return forward();
+            }
             None => {
                 if shapes.len() >= MAX_ENCODER_GRAPHS {
                     shapes.clear();
                 }
-                shapes.insert(key, Size::Warm);
-                drop(shapes);
-                return forward();
             }
             Some(Size::Eager) => {
                 drop(shapes);
+                let _span = span("encoder pass (eager)");
                 return forward();
             }
             Some(Size::Ready(c)) => {
+                let _span = span("encoder pass (replayed)");
                 for (range, rows) in &c.limits.bounds {
                     if let Some(id) = words[range.clone()].iter().find(|&&id| id as usize >= *rows) {
                         return Err(Error::InvalidInput(format!(
@@ -268,6 +282,7 @@ impl Graphs {
         }
         shapes.remove(&key);
         drop(shapes);
+        let _span = span("encoder pass (captured)");
         let buf = Arc::new(dev.stream.alloc_zeros::<u32>(words.len()).map_err(|e| device_err("encoder inputs", e))?);
         write_words(dev, &buf, &words)?;
         let inputs = Inputs::Encode(EncodeInputs::new(buf, fields));
@@ -399,13 +414,13 @@ fn take_output(dev: &Device, (ptr, rows, cols): (sys::CUdeviceptr, usize, usize)
     // SAFETY: the graph allocated `rows * cols` f32 at `ptr` in this launch;
     // dropping the slice frees it, as a graph allocation must be before relaunch.
     let graph_out = unsafe { dev.stream.upgrade_device_ptr::<f32>(ptr, (rows * cols).max(1)) };
-    let t = CudaTensor { buf: graph_out, rows, cols };
+    let t = CudaTensor::new(graph_out, rows, cols);
     copy_tensor(dev, &t)
 }
 
 fn copy_tensor(dev: &Device, t: &CudaTensor) -> Result<CudaTensor> {
     let buf = dev.stream.clone_dtod(&t.buf).map_err(|e| device_err("copying logits", e))?;
-    Ok(CudaTensor { buf, rows: t.rows, cols: t.cols })
+    Ok(CudaTensor::new(buf, t.rows, t.cols))
 }
 
 #[cfg(test)]

@@ -307,7 +307,7 @@ pub fn launch_attention(dev: &Device, cache: &MetaCache, mut a: AttnLaunch, p: &
     if a.q.rows == 0 {
         // SAFETY: nothing is read from an empty tensor.
         let out = unsafe { dev.stream.alloc::<f32>(1) }.map_err(|e| device_err("alloc", e))?;
-        return Ok(CudaTensor { buf: out, rows: 0, cols: a.q.cols });
+        return Ok(CudaTensor::new(out, 0, a.q.cols));
     }
     let w = upload_words(dev, cache, &mut a, p)?;
     run_kernels(dev, &a, &w, p)
@@ -384,7 +384,7 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams) -> R
             unsafe { b.launch(cfg) }.map_err(|e| device_err("attention_combine", e))?;
         }
     }
-    Ok(CudaTensor { buf: out, rows: n, cols: a.q.cols })
+    Ok(CudaTensor::new(out, n, a.q.cols))
 }
 
 /// Paged attention of `q` over layer `layer` of the pool. While a decode step

@@ -21,7 +21,7 @@ pub use weight::{CudaWeight, Storage};
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
 use ferrite_core::{Error, Result};
 
 use crate::{
@@ -32,11 +32,27 @@ use device::{device_err, elementwise, per_row, Device};
 use graph::{Field, Graphs, Words, MAX_GRAPH_ROWS};
 use kv::{MetaCache, Source};
 
-/// Activations: a row-major f32 matrix in device memory.
+/// Activations: a row-major f32 matrix in device memory, and where the op
+/// that made it wrote them in 16 bits too, that copy (the input of the GEMM
+/// that reads it next, which then converts nothing). Ops that change the
+/// values drop the copy.
 pub struct CudaTensor {
     buf: CudaSlice<f32>,
     rows: usize,
     cols: usize,
+    half: Option<(Storage, CudaSlice<u16>)>,
+}
+
+impl CudaTensor {
+    fn new(buf: CudaSlice<f32>, rows: usize, cols: usize) -> CudaTensor {
+        CudaTensor { buf, rows, cols, half: None }
+    }
+
+    /// The values, to be changed in place: the 16-bit copy is dropped.
+    fn buf_mut(&mut self) -> &mut CudaSlice<f32> {
+        self.half = None;
+        &mut self.buf
+    }
 }
 
 /// Launches kernel `$name` with the given arguments, in the kernel's order.
@@ -138,7 +154,78 @@ impl CudaBackend {
     }
 
     fn tensor(&self, buf: CudaSlice<f32>, rows: usize, cols: usize) -> CudaTensor {
-        CudaTensor { buf, rows, cols }
+        CudaTensor::new(buf, rows, cols)
+    }
+
+    /// The 16-bit type ops write their outputs in too, for the GEMMs that read
+    /// them: bf16 where f32 weights are kept in bf16 (not `--precision f32`).
+    fn half_acts(&self) -> Option<Storage> {
+        (!self.exact_f32).then_some(Storage::Bf16)
+    }
+
+    /// Float4s per lane of the warp-per-row LayerNorm kernel for rows of
+    /// `cols` (None: the block-per-row kernel).
+    fn layer_norm_vec(cols: usize) -> Option<usize> {
+        let n4 = cols / 4;
+        (cols.is_multiple_of(4) && cols > 0).then_some(())?;
+        [2, 4, 8].into_iter().find(|v| n4 <= 32 * v)
+    }
+
+    /// LayerNorm of x (+ y, written back to x, when given) over each row,
+    /// with its 16-bit copy where ops write one.
+    fn layer_norm_rows(
+        &self,
+        x: &CudaTensor,
+        y: Option<&CudaTensor>,
+        w: &CudaTensor,
+        b: Option<&CudaTensor>,
+        eps: f32,
+    ) -> Result<CudaTensor> {
+        let len = |t: &CudaTensor| t.rows * t.cols;
+        if len(w) != x.cols || b.is_some_and(|b| len(b) != x.cols) {
+            return Err(Error::Shape(format!("layer_norm: weights do not match {} columns", x.cols)));
+        }
+        let mut out = self.alloc(x.rows * x.cols)?;
+        if x.rows == 0 {
+            return Ok(self.tensor(out, x.rows, x.cols));
+        }
+        let (cols, null) = (x.cols as u32, 0u64);
+        let Some(vec) = Self::layer_norm_vec(x.cols) else {
+            // A residual only comes with rows the warp kernel takes.
+            let cfg = per_row(x.rows, x.cols);
+            match b {
+                Some(b) => launch!(self, "layer_norm", cfg, &x.buf, &w.buf, &b.buf, &mut out, &cols, &eps),
+                None => launch!(self, "layer_norm", cfg, &x.buf, &w.buf, &null, &mut out, &cols, &eps),
+            }?;
+            return Ok(self.tensor(out, x.rows, x.cols));
+        };
+        const ROWS_PER_BLOCK: usize = 8;
+        let cfg = LaunchConfig {
+            grid_dim: (x.rows.div_ceil(ROWS_PER_BLOCK) as u32, 1, 1),
+            block_dim: (32 * ROWS_PER_BLOCK as u32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut half = self.alloc_half(x.rows * x.cols)?;
+        let bf16 = half.as_ref().is_some_and(|h| h.0 == Storage::Bf16) as i32;
+        let rows = x.rows as u32;
+        let ptr = |t: Option<&CudaTensor>| t.map_or(0, |t| t.buf.device_ptr(&self.dev.stream).0);
+        let (yp, bp) = (ptr(y), ptr(b));
+        let hp = half.as_mut().map_or(0, |h| h.1.device_ptr_mut(&self.dev.stream).0);
+        // The residual's sum is written back into x's buffer (the caller's &mut).
+        let xp = x.buf.device_ptr(&self.dev.stream).0;
+        let name = format!("layer_norm_w{vec}");
+        launch!(self, &name, cfg, &xp, &yp, &w.buf, &bp, &mut out, &hp, &bf16, &rows, &cols, &eps)?;
+        let mut t = self.tensor(out, x.rows, x.cols);
+        t.half = half;
+        Ok(t)
+    }
+
+    /// A buffer for the 16-bit copy of `n` values, when ops write one.
+    fn alloc_half(&self, n: usize) -> Result<Option<(Storage, CudaSlice<u16>)>> {
+        let Some(st) = self.half_acts() else { return Ok(None) };
+        // SAFETY: the op that asked writes every element.
+        let buf = unsafe { self.dev.stream.alloc::<u16>(n.max(1)) }.map_err(|e| device_err("alloc", e))?;
+        Ok(Some((st, buf)))
     }
 
     fn upload_u32(&self, v: Vec<u32>) -> Result<Arc<CudaSlice<u32>>> {
@@ -198,10 +285,12 @@ impl CudaBackend {
         let freq = rope.inv_freq.iter().map(|f| f.to_bits()).collect();
         let freq = self.meta.constant(&self.dev, freq, self.graphs.is_capturing())?;
         let s = &self.dev.stream;
+        x.half = None;
         let (p0, _g0) = x.buf.device_ptr_mut(s);
         let mut _g1 = None;
         let (tensors, c1, p1) = match k {
             Some(k) => {
+                k.half = None;
                 let (p, g) = k.buf.device_ptr_mut(s);
                 _g1 = Some(g);
                 (2, k.cols, p)
@@ -316,20 +405,20 @@ impl Backend for CudaBackend {
             return Err(Error::Shape(format!("add_row: {} values for {} columns", v.rows * v.cols, x.cols)));
         }
         let (n, cols) = ((x.rows * x.cols) as u64, x.cols as u32);
-        launch!(self, "add_row", elementwise(n as usize), &mut x.buf, &v.buf, &n, &cols)
+        launch!(self, "add_row", elementwise(n as usize), x.buf_mut(), &v.buf, &n, &cols)
     }
 
     fn add(&self, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
         let _span = profile::span(&self.dev.stream, "add");
         same_shape(x, y, "add")?;
         let n = (x.rows * x.cols) as u64;
-        launch!(self, "add", elementwise(n as usize), &mut x.buf, &y.buf, &n)
+        launch!(self, "add", elementwise(n as usize), x.buf_mut(), &y.buf, &n)
     }
 
     fn scale(&self, x: &mut CudaTensor, s: f32) -> Result<()> {
         let _span = profile::span(&self.dev.stream, "scale");
         let n = (x.rows * x.cols) as u64;
-        launch!(self, "scale", elementwise(n as usize), &mut x.buf, &s, &n)
+        launch!(self, "scale", elementwise(n as usize), x.buf_mut(), &s, &n)
     }
 
     fn rms_norm(&self, x: &CudaTensor, w: &CudaTensor, eps: f32) -> Result<CudaTensor> {
@@ -361,10 +450,10 @@ impl Backend for CudaBackend {
                 let threads = n4.min(1024).div_ceil(32) as u32 * 32;
                 let cfg =
                     LaunchConfig { grid_dim: (x.rows as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
-                launch!(self, "add_rms_norm4", cfg, &mut x.buf, &y.buf, &w.buf, &mut out, &cols, &eps)?;
+                launch!(self, "add_rms_norm4", cfg, x.buf_mut(), &y.buf, &w.buf, &mut out, &cols, &eps)?;
             } else {
                 let cfg = per_row(x.rows, x.cols);
-                launch!(self, "add_rms_norm", cfg, &mut x.buf, &y.buf, &w.buf, &mut out, &cols, &eps)?;
+                launch!(self, "add_rms_norm", cfg, x.buf_mut(), &y.buf, &w.buf, &mut out, &cols, &eps)?;
             }
         }
         Ok(self.tensor(out, x.rows, x.cols))
@@ -392,32 +481,43 @@ impl Backend for CudaBackend {
 
     fn layer_norm(&self, x: &CudaTensor, w: &CudaTensor, b: Option<&CudaTensor>, eps: f32) -> Result<CudaTensor> {
         let _span = profile::span(&self.dev.stream, "layer_norm");
-        let len = |t: &CudaTensor| t.rows * t.cols;
-        if len(w) != x.cols || b.is_some_and(|b| len(b) != x.cols) {
-            return Err(Error::Shape(format!("layer_norm: weights do not match {} columns", x.cols)));
+        self.layer_norm_rows(x, None, w, b, eps)
+    }
+
+    fn add_layer_norm(
+        &self,
+        x: &mut CudaTensor,
+        y: &CudaTensor,
+        w: &CudaTensor,
+        b: Option<&CudaTensor>,
+        eps: f32,
+    ) -> Result<CudaTensor> {
+        let _span = profile::span(&self.dev.stream, "add_layer_norm");
+        same_shape(x, y, "add_layer_norm")?;
+        if Self::layer_norm_vec(x.cols).is_none() {
+            self.add(x, y)?;
+            return self.layer_norm_rows(x, None, w, b, eps);
         }
-        let mut out = self.alloc(x.rows * x.cols)?;
-        if x.rows > 0 {
-            let cols = x.cols as u32;
-            let (null, cfg) = (0u64, per_row(x.rows, x.cols));
-            match b {
-                Some(b) => launch!(self, "layer_norm", cfg, &x.buf, &w.buf, &b.buf, &mut out, &cols, &eps),
-                None => launch!(self, "layer_norm", cfg, &x.buf, &w.buf, &null, &mut out, &cols, &eps),
-            }?;
-        }
-        Ok(self.tensor(out, x.rows, x.cols))
+        x.half = None;
+        self.layer_norm_rows(x, Some(y), w, b, eps)
     }
 
     fn activate(&self, x: &mut CudaTensor, act: Activation) -> Result<()> {
         let _span = profile::span(&self.dev.stream, "activate");
         let (n, code) = ((x.rows * x.cols) as u64, act_code(act));
-        launch!(self, "activate", elementwise(n as usize), &mut x.buf, &n, &code)
+        let Some((st, mut half)) = self.alloc_half(n as usize)? else {
+            return launch!(self, "activate", elementwise(n as usize), x.buf_mut(), &n, &code);
+        };
+        let bf16 = (st == Storage::Bf16) as i32;
+        launch!(self, "activate_half", elementwise(n as usize), x.buf_mut(), &mut half, &n, &code, &bf16)?;
+        x.half = Some((st, half));
+        Ok(())
     }
 
     fn softcap(&self, x: &mut CudaTensor, cap: f32) -> Result<()> {
         let _span = profile::span(&self.dev.stream, "softcap");
         let n = (x.rows * x.cols) as u64;
-        launch!(self, "softcap", elementwise(n as usize), &mut x.buf, &cap, &n)
+        launch!(self, "softcap", elementwise(n as usize), x.buf_mut(), &cap, &n)
     }
 
     fn rows(&self, x: &CudaTensor, rows: &[usize]) -> Result<CudaTensor> {
@@ -452,8 +552,8 @@ impl Backend for CudaBackend {
     }
 
     fn encode_step(&self, step: &EncodeStep, forward: &mut dyn FnMut() -> Result<CudaTensor>) -> Result<CudaTensor> {
-        let _span = profile::pass_span(&self.dev.stream, "encoder pass");
         if !self.use_graphs || step.tokens.is_empty() {
+            let _span = profile::pass_span(&self.dev.stream, "encoder pass (eager)");
             return forward();
         }
         self.graphs.run_encode(&self.dev, step, forward)
@@ -481,7 +581,7 @@ impl Backend for CudaBackend {
         let mut out = unsafe { self.dev.stream.alloc::<u32>(2 * rows.len()) }.map_err(|e| device_err("alloc", e))?;
         let vocab = logits.cols as u32;
         let cfg = LaunchConfig { grid_dim: (rows.len() as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
-        launch!(self, "sample_rows", cfg, &mut logits.buf, &vocab, &params, &edits, &mut out)?;
+        launch!(self, "sample_rows", cfg, logits.buf_mut(), &vocab, &params, &edits, &mut out)?;
         let words = self.dev.stream.clone_dtoh(&out).map_err(|e| device_err("download", e))?;
         Ok(Some(words.chunks_exact(2).map(|w| (w[0], f32::from_bits(w[1]))).collect()))
     }
@@ -525,8 +625,15 @@ impl Backend for CudaBackend {
         };
         let (nh, nkv, hd) = (p.n_heads as u32, p.n_kv_heads as u32, p.head_dim as u32);
         let window = p.window.unwrap_or(0) as u32;
-        launch!(self, &name, cfg, &q.buf, &k.buf, &v.buf, &mut out, &tiles, &nh, &nkv, &hd, &window, &p.scale)?;
-        Ok(self.tensor(out, q.rows, q.cols))
+        let mut half = self.alloc_half(q.rows * q.cols)?;
+        let bf16 = half.as_ref().is_some_and(|h| h.0 == Storage::Bf16) as i32;
+        let hp = half.as_mut().map_or(0, |h| h.1.device_ptr_mut(&self.dev.stream).0);
+        launch!(
+            self, &name, cfg, &q.buf, &k.buf, &v.buf, &mut out, &hp, &bf16, &tiles, &nh, &nkv, &hd, &window, &p.scale
+        )?;
+        let mut t = self.tensor(out, q.rows, q.cols);
+        t.half = half;
+        Ok(t)
     }
 
     fn reduce_segments(&self, x: &CudaTensor, segs: &[std::ops::Range<usize>], how: Reduce) -> Result<CudaTensor> {

@@ -143,7 +143,7 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<V
         return Err(Error::Shape(format!("matmul {}: input has {k} columns, weight expects {}", w.name, w.cols)));
     }
     let mut out = Vec::with_capacity(ws.len());
-    let mut half_x: Option<(Storage, CudaSlice<u16>)> = None;
+    let mut half_x: Option<(Storage, HalfInput)> = None;
     // The input quantized for block GEMVs, once for all of them.
     let mut x8: Option<X8> = None;
     let mut rest = ws;
@@ -162,9 +162,9 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<V
         } else if n * w.rows > 0 {
             let half = st.half();
             if st != Storage::F32 && half_x.as_ref().is_none_or(|h| h.0 != half) {
-                half_x = Some((half, to_half(dev, x, half)?));
+                half_x = Some((half, half_input(dev, x, half)?));
             }
-            let xp = half_x.as_ref().filter(|_| st != Storage::F32).map(|h| &h.1);
+            let xp = half_x.as_ref().filter(|_| st != Storage::F32).map(|h| h.1.get());
             match st {
                 Storage::Quant(q) => gemm_quant(dev, x, xp.expect("f16 input"), w, q, &mut y)?,
                 _ => {
@@ -172,10 +172,33 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<V
                 }
             }
         }
-        out.push(CudaTensor { buf: y, rows: n, cols: w.rows });
+        out.push(CudaTensor::new(y, n, w.rows));
         rest = &rest[1..];
     }
     Ok(out)
+}
+
+/// A GEMM's input in a 16-bit type: the copy the op that made it wrote, or
+/// converted now.
+enum HalfInput<'a> {
+    Kept(&'a CudaSlice<u16>),
+    Made(CudaSlice<u16>),
+}
+
+impl HalfInput<'_> {
+    fn get(&self) -> &CudaSlice<u16> {
+        match self {
+            HalfInput::Kept(b) => b,
+            HalfInput::Made(b) => b,
+        }
+    }
+}
+
+fn half_input<'a>(dev: &Device, x: &'a CudaTensor, half: Storage) -> Result<HalfInput<'a>> {
+    match &x.half {
+        Some((st, buf)) if *st == half => Ok(HalfInput::Kept(buf)),
+        _ => to_half(dev, x, half).map(HalfInput::Made),
+    }
 }
 
 /// The input rounded to a 16-bit weight type.
@@ -229,9 +252,9 @@ pub fn matmul_bias(dev: &Device, x: &CudaTensor, w: &CudaWeight, bias: &CudaTens
         return Ok((matmul(dev, x, w)?, false));
     }
     let mut y = alloc_out(dev, n, w.rows)?;
-    let half = (st != Storage::F32).then(|| to_half(dev, x, st.half())).transpose()?;
-    let added = gemm(dev, x, half.as_ref(), w, &mut y, Some(bias))?;
-    Ok((CudaTensor { buf: y, rows: n, cols: w.rows }, added))
+    let half = (st != Storage::F32).then(|| half_input(dev, x, st.half())).transpose()?;
+    let added = gemm(dev, x, half.as_ref().map(|h| h.get()), w, &mut y, Some(bias))?;
+    Ok((CudaTensor::new(y, n, w.rows), added))
 }
 
 /// Whether a batch of `n` rows goes to the GEMV kernels (decode batches, and
@@ -455,5 +478,5 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x8: &mut Option<X8>) -
         unsafe { b.launch(cfg) }.map_err(|e| device_err(&name, e))?;
     }
     drop(guards);
-    Ok(ys.into_iter().zip(ws).map(|(buf, w)| CudaTensor { buf, rows: n, cols: w.rows }).collect())
+    Ok(ys.into_iter().zip(ws).map(|(buf, w)| CudaTensor::new(buf, n, w.rows)).collect())
 }

@@ -117,13 +117,11 @@ impl<B: Backend> Bert<B> {
         let v = be.linear(&x, &l.v.0, Some(&l.v.1))?;
         let a = be.encoder_attention(&q, &k, &v, &batch.seqs, &self.attn)?;
         let mut o = be.linear(&a, &l.out.0, Some(&l.out.1))?;
-        be.add(&mut o, &x)?;
-        let x = be.layer_norm(&o, &l.attn_norm.w, Some(&l.attn_norm.b), self.eps)?;
+        let x = be.add_layer_norm(&mut o, &x, &l.attn_norm.w, Some(&l.attn_norm.b), self.eps)?;
         let mut m = be.linear(&x, &l.up.0, Some(&l.up.1))?;
         be.activate(&mut m, self.act)?;
         let mut d = be.linear(&m, &l.down.0, Some(&l.down.1))?;
-        be.add(&mut d, &x)?;
-        be.layer_norm(&d, &l.ffn_norm.w, Some(&l.ffn_norm.b), self.eps)
+        be.add_layer_norm(&mut d, &x, &l.ffn_norm.w, Some(&l.ffn_norm.b), self.eps)
     }
 }
 

@@ -192,8 +192,8 @@ impl<B: Backend> ModernBert<B> {
         be.rope(&mut q, &l.rope, positions)?;
         be.rope(&mut k, &l.rope, positions)?;
         let att = be.encoder_attention(&q, &k, &v, &batch.seqs, &l.attn)?;
-        be.add(&mut x, &self.linear(&att, &l.wo)?)?;
-        let m = self.norm(&x, &l.mlp_norm)?;
+        let m =
+            be.add_layer_norm(&mut x, &self.linear(&att, &l.wo)?, &l.mlp_norm.w, l.mlp_norm.b.as_ref(), self.eps)?;
         let g = be.glu(&self.linear(&m, &l.input)?, &self.linear(&m, &l.gate)?, self.act)?;
         be.add(&mut x, &self.linear(&g, &l.down)?)?;
         Ok(x)

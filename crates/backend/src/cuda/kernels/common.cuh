@@ -23,6 +23,9 @@ __device__ __forceinline__ u16 f32_to_f16(float f) {
     return r;
 }
 
+// v in 16 bits: bf16 when `bf16`, else f16 (activations copied for a GEMM).
+__device__ __forceinline__ u16 f32_to_half(float v, int bf16) { return bf16 ? f32_to_bf16(v) : f32_to_f16(v); }
+
 // Loads of cached keys and values, f32 or f16 (stored as raw bits).
 __device__ __forceinline__ float load_kv(const float* p, u64 i) { return p[i]; }
 __device__ __forceinline__ float load_kv(const u16* p, u64 i) { return f16_to_f32(p[i]); }

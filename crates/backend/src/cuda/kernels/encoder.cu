@@ -13,7 +13,8 @@
 // per chunk. Needs hd <= D * G. HD, when not 0, is hd at compile time, which
 // folds away every bound check and address computation per key: the common
 // head sizes get such instances, with one thread per 32 values of the head.
-// tiles: (first row, rows, sequence start, sequence end) per tile.
+// tiles: (first row, rows, sequence start, sequence end) per tile. `half`,
+// when given, gets the output in 16 bits too (bf16 when `bf16`, else f16).
 
 #define ENC_ROWS 64
 
@@ -30,7 +31,7 @@ __device__ __forceinline__ void load_unit(const float* p, u64 at, float* r) {
 
 template <int HD, int D, int G, int KC, int W>
 __device__ __forceinline__ void encoder_tile(const float* q, const float* k, const float* v, float* out,
-                                             const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 hd_arg,
+                                             u16* half, int bf16, const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 hd_arg,
                                              u32 window, float scale) {
     const u32 hd = HD ? HD : hd_arg;
     constexpr int NU = D / W;  // units per thread
@@ -136,6 +137,16 @@ __device__ __forceinline__ void encoder_tile(const float* q, const float* k, con
         } else {
             o[u] = acc[i] * inv;
         }
+        if (!half) continue;
+        u16* h = half + (u64)row * qd + head * hd + u * W;
+        if (W == 4) {  // one 8-byte store
+            const float* a = acc + i * W;
+            const u32 lo = f32_to_half(a[0] * inv, bf16) | ((u32)f32_to_half(a[1] * inv, bf16) << 16);
+            const u32 hi = f32_to_half(a[2] * inv, bf16) | ((u32)f32_to_half(a[3] * inv, bf16) << 16);
+            *(uint2*)h = make_uint2(lo, hi);
+        } else {
+            h[0] = f32_to_half(acc[i] * inv, bf16);
+        }
     }
 }
 
@@ -143,9 +154,9 @@ __device__ __forceinline__ void encoder_tile(const float* q, const float* k, con
 // any head size up to D * G; encoder_attention_hd{HD} for that size only.
 #define ENCODER_KERNEL(NAME, HD, D, G, W)                                                                        \
     extern "C" __global__ void __launch_bounds__(ENC_ROWS * G)                                                  \
-        NAME(const float* q, const float* k, const float* v, float* out, const u32* tiles, u32 n_heads,          \
-             u32 n_kv_heads, u32 hd, u32 window, float scale) {                                                 \
-        encoder_tile<HD, D, G, 16, W>(q, k, v, out, tiles, n_heads, n_kv_heads, hd, window, scale);             \
+        NAME(const float* q, const float* k, const float* v, float* out, u16* half, int bf16, const u32* tiles,  \
+             u32 n_heads, u32 n_kv_heads, u32 hd, u32 window, float scale) {                                    \
+        encoder_tile<HD, D, G, 16, W>(q, k, v, out, half, bf16, tiles, n_heads, n_kv_heads, hd, window, scale); \
     }
 #define ENCODER_KERNELS(D, G)                                        \
     ENCODER_KERNEL(encoder_attention_d##D##_g##G, 0, D, G, 4)        \

@@ -36,6 +36,15 @@ extern "C" __global__ void activate(float* x, u64 n, int act) {
         x[i] = act_fn(x[i], act);
 }
 
+// activate, writing the result in 16 bits too (bf16 when `bf16`, else f16).
+extern "C" __global__ void activate_half(float* x, u16* half, u64 n, int act, int bf16) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        const float y = act_fn(x[i], act);
+        x[i] = y;
+        half[i] = f32_to_half(y, bf16);
+    }
+}
+
 // out = act(gate) * up
 extern "C" __global__ void glu(const float* gate, const float* up, float* out, u64 n, int act) {
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
@@ -68,6 +77,72 @@ extern "C" __global__ void layer_norm(const float* x, const float* w, const floa
         oi[i] = b ? y + b[i] : y;
     }
 }
+
+// LayerNorm with one warp per row, the row in registers (VEC float4 per
+// lane: cols a multiple of 4, at most 128 * VEC): x += y first when y is
+// given (the residual add fused in), b may be null, and `half`, when given,
+// gets the output in 16 bits too (bf16 when `bf16`, else f16) for the GEMM
+// that reads it. Two passes over the registers: mean, then centred variance.
+template <int VEC>
+__device__ __forceinline__ void layer_norm_warp(float* x, const float* y, const float* w, const float* b, float* out,
+                                                u16* half, int bf16, u32 rows, u32 cols, float eps) {
+    const u32 row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (row >= rows) return;
+    const u32 n4 = cols / 4;
+    float4* xi = (float4*)(x + (u64)row * cols);
+    float4 v[VEC];
+    float s = 0.f;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        const u32 i = lane + 32 * j;
+        v[j] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (i < n4) {
+            v[j] = xi[i];
+            if (y) {
+                const float4 t = ((const float4*)(y + (u64)row * cols))[i];
+                v[j] = make_float4(v[j].x + t.x, v[j].y + t.y, v[j].z + t.z, v[j].w + t.w);
+                xi[i] = v[j];
+            }
+            s += v[j].x + v[j].y + v[j].z + v[j].w;
+        }
+    }
+    const float mean = warp_sum(s) / cols;
+    float q = 0.f;
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        if (lane + 32 * j < n4) {
+            const float a = v[j].x - mean, c = v[j].y - mean, d = v[j].z - mean, e = v[j].w - mean;
+            q += a * a + c * c + d * d + e * e;
+        }
+    }
+    const float r = rsqrtf(warp_sum(q) / cols + eps);
+    float4* oi = (float4*)(out + (u64)row * cols);
+#pragma unroll
+    for (int j = 0; j < VEC; j++) {
+        const u32 i = lane + 32 * j;
+        if (i >= n4) continue;
+        const float4 g = ((const float4*)w)[i];
+        const float4 o = b ? ((const float4*)b)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        const float4 t = make_float4((v[j].x - mean) * r * g.x + o.x, (v[j].y - mean) * r * g.y + o.y,
+                                     (v[j].z - mean) * r * g.z + o.z, (v[j].w - mean) * r * g.w + o.w);
+        oi[i] = t;
+        if (half) {
+            const u32 lo = f32_to_half(t.x, bf16) | ((u32)f32_to_half(t.y, bf16) << 16);
+            const u32 hi = f32_to_half(t.z, bf16) | ((u32)f32_to_half(t.w, bf16) << 16);
+            ((uint2*)(half + (u64)row * cols))[i] = make_uint2(lo, hi);
+        }
+    }
+}
+
+#define LAYER_NORM_WARP(VEC)                                                                                   \
+    extern "C" __global__ void layer_norm_w##VEC(float* x, const float* y, const float* w, const float* b,    \
+                                                 float* out, u16* half, int bf16, u32 rows, u32 cols,         \
+                                                 float eps) {                                                 \
+        layer_norm_warp<VEC>(x, y, w, b, out, half, bf16, rows, cols, eps);                                   \
+    }
+LAYER_NORM_WARP(2)
+LAYER_NORM_WARP(4)
+LAYER_NORM_WARP(8)
 
 #define MAX_HALF 256  // rotated pairs per head (head_dim <= 512)
 
