@@ -13,9 +13,9 @@
 //! fails as it would eagerly, and the size is captured at a later step.
 //!
 //! Encoder passes go the same way per shape (padded rows, pooled sequences,
-//! pooling), their inputs laid out by `encode_graph`, except that only the
-//! very first pass runs eagerly: a new shape is captured when first seen
-//! (encoders see many shapes, and a capture costs about an eager pass).
+//! pooling), their inputs laid out by `encode_graph`. (Capturing a shape at
+//! first sight instead was measured: no faster on the benchmark corpus, and
+//! a server seeing many shapes once would pay a capture for each.)
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -184,8 +184,6 @@ pub struct Graphs {
     sizes: Mutex<HashMap<usize, Size>>,
     /// Encoder passes by (padded rows, pooled sequences, key).
     encoders: Mutex<HashMap<(usize, usize, u32), Size>>,
-    /// Whether an encoder pass ran (the first runs eagerly).
-    encoded: std::sync::atomic::AtomicBool,
     /// Set while a step is captured: the ops read their inputs from here.
     capturing: Mutex<Option<(Inputs, Limits)>>,
 }
@@ -245,20 +243,16 @@ impl Graphs {
         let fields = encode_graph::fields(step);
         let words = encode_graph::pack(&fields);
         let mut shapes = self.encoders.lock().unwrap_or_else(|p| p.into_inner());
-        // The first pass runs eagerly (it warms the cuBLASLt handle and
-        // uploads constants); later shapes are captured when first seen.
-        let first = !self.encoded.swap(true, std::sync::atomic::Ordering::Relaxed);
         match shapes.get(&key) {
-            None if first => {
-                shapes.insert(key, Size::Warm);
-                drop(shapes);
-                let _span = span("encoder pass (eager)");
-                return forward();
-            }
+            // A shape seen once never pays for a capture (serving sees many).
             None => {
                 if shapes.len() >= MAX_ENCODER_GRAPHS {
                     shapes.clear();
                 }
+                shapes.insert(key, Size::Warm);
+                drop(shapes);
+                let _span = span("encoder pass (eager)");
+                return forward();
             }
             Some(Size::Eager) => {
                 drop(shapes);
