@@ -62,6 +62,19 @@ pub fn fits(step: &EncodeStep) -> bool {
     attention_tiles(step.seqs).len() <= 4 * tile_capacity(step.tokens.len(), step.pooled)
 }
 
+/// Whether `host` could be field `f`'s words: equal, then zeros (the padded
+/// tiles).
+fn matches(f: &[u32], host: &[u32]) -> bool {
+    f.len() >= host.len() && f[..host.len()] == *host && f[host.len()..].iter().all(|&w| w == 0)
+}
+
+/// Whether every field tells itself apart from the others, so that an op's
+/// array finds one field only (all sequences of one token make the first and
+/// last rows equal, for one): a batch where not is not captured.
+pub fn distinct(fields: &[Vec<u32>]) -> bool {
+    fields.iter().enumerate().all(|(i, a)| fields.iter().enumerate().all(|(j, b)| i == j || !matches(b, a)))
+}
+
 /// A captured pass's inputs: one device buffer and, while capturing, each
 /// field's range and words (to find the field an op reads).
 #[derive(Clone)]
@@ -89,9 +102,7 @@ impl EncodeInputs {
     /// words are `host` (then zeros, for the padded tiles). None or several
     /// is an error, which makes the capture fail and the shape run eagerly.
     pub fn find(&self, host: &[u32]) -> Result<Words> {
-        let matches =
-            |f: &[u32]| f.len() >= host.len() && f[..host.len()] == *host && f[host.len()..].iter().all(|&w| w == 0);
-        let mut found = self.fields.iter().filter(|(_, f)| matches(f));
+        let mut found = self.fields.iter().filter(|(_, f)| matches(f, host));
         match (found.next(), found.next()) {
             (Some((r, _)), None) => Ok(Words::part(self.buf.clone(), r.clone())),
             (None, _) => Err(Error::Device("an encoder op read an array that is not among the pass's inputs".into())),
@@ -126,5 +137,10 @@ mod tests {
         assert_eq!(f[4], [0, 3]);
         assert_eq!(f[5], [2, 69]);
         assert!(fits(&step));
+        assert!(distinct(&f));
+        // Sequences of one token each: first rows equal last rows.
+        let seqs = [0..1, 1..2];
+        let step = EncodeStep { tokens: &[5, 6], positions: &[0, 0], seqs: &seqs, pooled: 2, key: 0 };
+        assert!(!distinct(&fields(&step)));
     }
 }
