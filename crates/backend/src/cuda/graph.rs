@@ -159,7 +159,8 @@ pub fn encoder_rows(n: usize) -> usize {
     n.next_multiple_of(step)
 }
 
-/// Encoder graphs kept at most (each holds its activations' memory).
+/// Encoder shapes kept at most, graphs and shapes seen once (each graph holds
+/// its activations' memory).
 const MAX_ENCODER_GRAPHS: usize = 16;
 
 struct Captured {
@@ -246,6 +247,10 @@ impl Graphs {
         match shapes.get(&key) {
             // A shape seen once never pays for a capture (serving sees many).
             None => {
+                // Full: forget the shapes seen once first, graphs only if need be.
+                if shapes.len() >= MAX_ENCODER_GRAPHS {
+                    shapes.retain(|_, s| !matches!(s, Size::Warm));
+                }
                 if shapes.len() >= MAX_ENCODER_GRAPHS {
                     shapes.clear();
                 }
