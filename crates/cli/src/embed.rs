@@ -137,7 +137,8 @@ enum Written {
 /// Writing on its own thread keeps the forward passes (and the GPU) going
 /// while standard output drains.
 fn write_lines(rx: mpsc::Receiver<ToWriter>) -> Result<Written> {
-    let mut out = BufWriter::new(std::io::stdout().lock());
+    // Large writes: the vectors of a big file are tens of megabytes of text.
+    let mut out = BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
     let (mut held, mut open, mut index) = (Vec::new(), false, 0);
     let write = |out: &mut BufWriter<_>, lines: &[String]| lines.iter().try_for_each(|l| out.write_all(l.as_bytes()));
     let result = || -> std::io::Result<()> {
