@@ -169,7 +169,6 @@ fn write_lines(rx: mpsc::Receiver<ToWriter>) -> Result<Written> {
 }
 
 /// Wall time of each phase, for FERRITE_PROFILE.
-#[derive(Default)]
 struct Phases {
     load_ms: f64,
     forward_ms: f64,
@@ -177,12 +176,18 @@ struct Phases {
     /// Since the run began: the first batch tokenized, the last pass done.
     first_batch_ms: f64,
     last_pass_ms: f64,
-    run: Option<Instant>,
+    /// When the run (after loading) began.
+    run: Instant,
 }
 
 impl Phases {
+    /// Phases of a run that begins now, after `load_ms` of loading.
+    fn new(load_ms: f64) -> Phases {
+        Phases { load_ms, forward_ms: 0.0, total_ms: 0.0, first_batch_ms: 0.0, last_pass_ms: 0.0, run: Instant::now() }
+    }
+
     fn since_run(&self, t: Instant) -> f64 {
-        self.run.map_or(0.0, |r| t.duration_since(r).as_secs_f64() * 1e3)
+        t.duration_since(self.run).as_secs_f64() * 1e3
     }
 }
 
@@ -200,13 +205,12 @@ pub fn main(a: EmbedArgs) -> Result<()> {
     }
     init_threads(a.threads)?;
     let e = load_embedder(&a.model, a.pooling, a.precision, &a.device)?;
-    let mut phases = Phases { load_ms: ms(started), ..Phases::default() };
+    let load_ms = ms(started);
     let bar = if a.file.is_some() { ProgressBar::new(texts.len() as u64) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("embedding [{bar:30}] {pos}/{len} ({per_sec})").unwrap().progress_chars("=> "),
     );
-    let run = Instant::now();
-    phases.run = Some(run);
+    let mut phases = Phases::new(load_ms);
     // Three threads in a pipeline: tokenizing runs ahead of the forward
     // passes (here), and formatting and writing run behind them.
     std::thread::scope(|scope| -> Result<()> {
@@ -228,7 +232,7 @@ pub fn main(a: EmbedArgs) -> Result<()> {
         Ok(())
     })?;
     bar.finish_and_clear();
-    phases.total_ms = ms(run);
+    phases.total_ms = ms(phases.run);
     if ferrite_core::env::profiling_phases() {
         eprintln!(
             "embed: {} inputs; start and load {:.1} ms, then {:.1} ms to embed and write all (forward passes {:.1} ms of it; the first began at {:.1} ms, the last ended at {:.1} ms)",
@@ -332,7 +336,7 @@ mod tests {
         msgs.into_iter().for_each(|m| tok_tx.send(m).unwrap());
         drop(tok_tx);
         let (out_tx, out_rx) = mpsc::channel();
-        let r = embed_batches(e, false, hold, &tok_rx, &out_tx, &ProgressBar::hidden(), &mut Phases::default());
+        let r = embed_batches(e, false, hold, &tok_rx, &out_tx, &ProgressBar::hidden(), &mut Phases::new(0.0));
         drop(out_tx);
         let got = out_rx
             .iter()

@@ -34,32 +34,28 @@ pub fn attention_tiles(seqs: &[Range<usize>]) -> Vec<u32> {
 
 /// The fields of a step, each the array an op reads: token ids, positions,
 /// attention tiles (then empty tiles up to a count fixed by the shape),
-/// the pooled sequences' bounds, first rows and last rows.
-pub fn fields(step: &EncodeStep) -> Vec<Vec<u32>> {
+/// the pooled sequences' bounds, first rows and last rows. None when the
+/// tiles outnumber that count (padding of very short sequences).
+pub fn fields(step: &EncodeStep) -> Option<Vec<Vec<u32>>> {
     let n = step.tokens.len();
     let pooled = &step.seqs[..step.pooled.min(step.seqs.len())];
     let mut tiles = attention_tiles(step.seqs);
     // Each sequence has at most one tile more than its rows / TILE_ROWS, and
     // padding adds at most n / TILE_ROWS + 1 sequences (of TILE_ROWS rows
     // or fewer, see `EncodeBatch::padded`).
-    tiles.resize(4 * tile_capacity(n, step.pooled), 0);
-    vec![
+    let capacity = 4 * (2 * n.div_ceil(TILE_ROWS) + step.pooled + 1);
+    if tiles.len() > capacity {
+        return None;
+    }
+    tiles.resize(capacity, 0);
+    Some(vec![
         step.tokens.to_vec(),
         step.positions.to_vec(),
         tiles,
         pooled.iter().flat_map(|s| [s.start as u32, s.end as u32]).collect(),
         pooled.iter().map(|s| s.start as u32).collect(),
         pooled.iter().map(|s| s.end as u32 - 1).collect(),
-    ]
-}
-
-fn tile_capacity(rows: usize, pooled: usize) -> usize {
-    2 * rows.div_ceil(TILE_ROWS) + pooled + 1
-}
-
-/// Whether `step`'s arrays fit the fixed lengths of its shape's fields.
-pub fn fits(step: &EncodeStep) -> bool {
-    attention_tiles(step.seqs).len() <= 4 * tile_capacity(step.tokens.len(), step.pooled)
+    ])
 }
 
 /// Whether `host` could be field `f`'s words: equal, then zeros (the padded
@@ -126,7 +122,7 @@ mod tests {
         let tokens: Vec<u32> = (100..172).collect();
         let positions: Vec<u32> = seqs.iter().flat_map(|s| 0..s.len() as u32).collect();
         let step = EncodeStep { tokens: &tokens, positions: &positions, seqs: &seqs, pooled: 2, key: 0 };
-        let f = fields(&step);
+        let f = fields(&step).unwrap();
         assert_eq!(f[0], tokens);
         assert_eq!(f[1], positions);
         // Sequence 3..70 spans two tiles; the rest are empty tiles.
@@ -136,11 +132,15 @@ mod tests {
         assert_eq!(f[3], [0, 3, 3, 70]);
         assert_eq!(f[4], [0, 3]);
         assert_eq!(f[5], [2, 69]);
-        assert!(fits(&step));
         assert!(distinct(&f));
         // Sequences of one token each: first rows equal last rows.
         let seqs = [0..1, 1..2];
         let step = EncodeStep { tokens: &[5, 6], positions: &[0, 0], seqs: &seqs, pooled: 2, key: 0 };
-        assert!(!distinct(&fields(&step)));
+        assert!(!distinct(&fields(&step).unwrap()));
+        // Too many tiles for the shape (a model accepting one-row sequences).
+        let seqs: Vec<_> = (0..64).map(|i| i..i + 1).collect();
+        let positions = [0; 64];
+        let step = EncodeStep { tokens: &[7; 64], positions: &positions, seqs: &seqs, pooled: 1, key: 0 };
+        assert!(fields(&step).is_none());
     }
 }

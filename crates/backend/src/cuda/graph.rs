@@ -236,12 +236,11 @@ impl Graphs {
         forward: &mut dyn FnMut() -> Result<CudaTensor>,
     ) -> Result<CudaTensor> {
         let span = |name| super::profile::pass_span(&dev.stream, name);
-        if !encode_graph::fits(step) {
+        let Some(fields) = encode_graph::fields(step) else {
             let _span = span("encoder pass (eager)");
             return forward();
-        }
+        };
         let key = (step.tokens.len(), step.pooled, step.key);
-        let fields = encode_graph::fields(step);
         let words = encode_graph::pack(&fields);
         let mut shapes = self.encoders.lock().unwrap_or_else(|p| p.into_inner());
         match shapes.get(&key) {
@@ -292,23 +291,8 @@ impl Graphs {
         write_words(dev, &buf, &words)?;
         let inputs = Inputs::Encode(EncodeInputs::new(buf, fields));
         let captured = self.capture(dev, inputs, forward);
-        let mut shapes = self.encoders.lock().unwrap_or_else(|p| p.into_inner());
-        match captured {
-            Ok((c, out)) => {
-                shapes.insert(key, Size::Ready(Box::new(c)));
-                Ok(out)
-            }
-            Err(e @ (Error::InvalidInput(_) | Error::Shape(_))) => {
-                shapes.insert(key, Size::Warm);
-                Err(e)
-            }
-            Err(e) => {
-                shapes.insert(key, Size::Eager);
-                drop(shapes);
-                eprintln!("note: encoder passes of {} rows run without a CUDA graph ({e})", step.tokens.len());
-                forward()
-            }
-        }
+        let what = format!("encoder passes of {} rows", step.tokens.len());
+        settle(&self.encoders, key, captured, &what, forward)
     }
 
     /// Runs `forward`, a decode step with inputs `step`: replayed, captured,
@@ -347,23 +331,8 @@ impl Graphs {
         let buf = Arc::new(dev.stream.alloc_zeros::<u32>(cap).map_err(|e| device_err("step inputs", e))?);
         write_words(dev, &buf, &words)?;
         let inputs = Inputs::Decode(StepInputs { buf, n });
-        match self.capture(dev, inputs, forward) {
-            Ok((captured, logits)) => {
-                self.sizes.lock().unwrap_or_else(|p| p.into_inner()).insert(n, Size::Ready(Box::new(captured)));
-                Ok(logits)
-            }
-            // Bad input (a token outside the vocabulary, a block table outside
-            // the pool) fails eagerly too: report it, try capturing next time.
-            Err(e @ (Error::InvalidInput(_) | Error::Shape(_))) => {
-                self.sizes.lock().unwrap_or_else(|p| p.into_inner()).insert(n, Size::Warm);
-                Err(e)
-            }
-            Err(e) => {
-                self.sizes.lock().unwrap_or_else(|p| p.into_inner()).insert(n, Size::Eager);
-                eprintln!("note: decode steps of {n} rows run without a CUDA graph ({e})");
-                forward()
-            }
-        }
+        let captured = self.capture(dev, inputs, forward);
+        settle(&self.sizes, n, captured, &format!("decode steps of {n} rows"), forward)
     }
 
     fn capture(
@@ -390,6 +359,36 @@ impl Graphs {
         let copy = copy_tensor(dev, &logits)?;
         drop(logits);
         Ok((Captured { graph: Graph(graph), inputs, out, limits }, copy))
+    }
+}
+
+/// Files a capture's outcome under `key`: the graph; or, for bad input (a
+/// token outside the vocabulary, a block table outside the pool), which
+/// fails eagerly too, the error, capturing again next time; or, for anything
+/// else, eager passes from now on, starting with this one.
+fn settle<K: std::hash::Hash + Eq>(
+    map: &Mutex<HashMap<K, Size>>,
+    key: K,
+    captured: Result<(Captured, CudaTensor)>,
+    what: &str,
+    forward: &mut dyn FnMut() -> Result<CudaTensor>,
+) -> Result<CudaTensor> {
+    let mut map = map.lock().unwrap_or_else(|p| p.into_inner());
+    match captured {
+        Ok((c, out)) => {
+            map.insert(key, Size::Ready(Box::new(c)));
+            Ok(out)
+        }
+        Err(e @ (Error::InvalidInput(_) | Error::Shape(_))) => {
+            map.insert(key, Size::Warm);
+            Err(e)
+        }
+        Err(e) => {
+            map.insert(key, Size::Eager);
+            drop(map);
+            eprintln!("note: {what} run without a CUDA graph ({e})");
+            forward()
+        }
     }
 }
 

@@ -166,9 +166,10 @@ impl CudaBackend {
     /// Float4s per lane of the warp-per-row LayerNorm kernel for rows of
     /// `cols` (None: the block-per-row kernel).
     fn layer_norm_vec(cols: usize) -> Option<usize> {
-        let n4 = cols / 4;
-        (cols.is_multiple_of(4) && cols > 0).then_some(())?;
-        [2, 4, 8].into_iter().find(|v| n4 <= 32 * v)
+        if cols == 0 || !cols.is_multiple_of(4) {
+            return None;
+        }
+        [2, 4, 8].into_iter().find(|v| cols / 4 <= 32 * v)
     }
 
     /// LayerNorm of x (+ y, written back to x, when given) over each row,

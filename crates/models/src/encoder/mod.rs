@@ -9,6 +9,7 @@ mod pooling;
 
 pub use pooling::Pooling;
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use crate::checkpoint::{Checkpoint, HfCheckpoint};
@@ -63,8 +64,11 @@ impl EncodeBatch {
     /// This batch with `rows - tokens` padding rows after its tokens (id 0),
     /// as sequences of their own of at most `PAD_SEQ` rows (and at most
     /// `max_positions`), so that attention over them costs little.
-    fn padded(&self, rows: usize, max_positions: usize) -> EncodeBatch {
+    fn padded(&self, rows: usize, max_positions: usize) -> Cow<'_, EncodeBatch> {
         const PAD_SEQ: usize = 64;
+        if rows <= self.tokens.len() {
+            return Cow::Borrowed(self);
+        }
         let mut b = self.clone();
         let chunk = PAD_SEQ.min(max_positions).max(1);
         while b.tokens.len() < rows {
@@ -73,7 +77,7 @@ impl EncodeBatch {
             b.tokens.resize(end, 0);
             b.seqs.push(start..end);
         }
-        b
+        Cow::Owned(b)
     }
 
     #[cfg(test)]
