@@ -406,7 +406,9 @@ impl<B: Backend> Harness<'_, B> {
             // (tokens already cached, new tokens, block table)
             // Long prompts take the tensor-core path on GPUs, short ones the row kernel.
             let seqs: Vec<(usize, usize, Vec<u32>)> = if long {
-                vec![(900, 1, (0..57).rev().collect()), (600, 2, (57..95).collect())]
+                // Over 8 rows: a GPU's split merge writes a 16-bit copy for a GEMM.
+                let short = (0..7).map(|i| (40, 1, (95 + 3 * i..98 + 3 * i).collect()));
+                [(900, 1, (0..57).rev().collect()), (600, 2, (57..95).collect())].into_iter().chain(short).collect()
             } else {
                 vec![
                     (0, 100, vec![5, 9, 1, 12, 13, 14, 15]),
@@ -465,7 +467,13 @@ impl<B: Backend> Harness<'_, B> {
             // With an f16 cache a backend may also round q and the softmax
             // weights to f16 (tensor cores): the f16 limit applies.
             let tol = if dtype == KvDtype::F16 { TOL_F16 } else { TOL_F32 };
-            self.record(name, &got, &want, tol)?;
+            self.record(name.clone(), &got, &want, tol)?;
+            // The o projection reads the output next (a GPU may hand it attention's 16-bit copy).
+            let cols = heads * hd;
+            let w = raw("w", DType::BF16, 40, cols, self.rng.weight(DType::BF16, 40, cols));
+            let (wb, wc) = (self.b.weight(w.clone())?, self.cpu.weight(w)?);
+            let (got, want) = (self.b.matmul(&got, &wb)?, self.cpu.matmul(&want, &wc)?);
+            self.record(format!("{name}, then a bf16 GEMM"), &got, &want, TOL_BF16)?;
             // Encoders: bidirectional over two sequences, banded or not.
             let seqs = if long { [0..1, 1..n] } else { [0..20, 20..n] };
             let enc_window = window.map(|w| w.min(8));
@@ -546,6 +554,22 @@ impl<B: Backend> Harness<'_, B> {
         let ac = self.cpu.encoder_attention(&xc, &yc, &xc, &seqs, &p)?;
         let (got, want) = (self.b.matmul(&ab, &wb)?, self.cpu.matmul(&ac, &wc)?);
         self.record("encoder attention, then a bf16 GEMM".into(), &got, &want, TOL_BF16)?;
+        // The decoders' ops: RMSNorm (with the residual add), the gated activation.
+        let nb = self.b.rms_norm(&xb, &gb, 1e-6)?;
+        let nc = self.cpu.rms_norm(&xc, &gc, 1e-6)?;
+        let (got, want) = (self.b.matmul(&nb, &wb)?, self.cpu.matmul(&nc, &wc)?);
+        self.record("rms_norm, then a bf16 GEMM".into(), &got, &want, TOL_BF16)?;
+        let (mut sb, mut sc) = self.up(&x, n, c)?;
+        let nb = self.b.add_rms_norm(&mut sb, &yb, &gb, 1e-6)?;
+        let nc = self.cpu.add_rms_norm(&mut sc, &yc, &gc, 1e-6)?;
+        let (got, want) = (self.b.matmul(&nb, &wb)?, self.cpu.matmul(&nc, &wc)?);
+        self.record("add_rms_norm, then a bf16 GEMM".into(), &got, &want, TOL_BF16)?;
+        let (got, want) = (self.b.matmul(&sb, &wb)?, self.cpu.matmul(&sc, &wc)?);
+        self.record("add_rms_norm's sum, then a bf16 GEMM".into(), &got, &want, TOL_BF16)?;
+        let gb = self.b.glu(&nb, &yb, Activation::Silu)?;
+        let gc = self.cpu.glu(&nc, &yc, Activation::Silu)?;
+        let (got, want) = (self.b.matmul(&gb, &wb)?, self.cpu.matmul(&gc, &wc)?);
+        self.record("glu, then a bf16 GEMM".into(), &got, &want, TOL_BF16)?;
         Ok(())
     }
 }

@@ -7,12 +7,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchConfig, PushKernelArg};
 use ferrite_core::{Error, Result};
 
 use super::device::{device_err, per_row, Device};
 use super::graph::{Field, StepInputs, Words};
-use super::CudaTensor;
+use super::{CudaTensor, HalfCopy};
 use crate::{AttnBatch, AttnParams, KvDtype, KvSpec};
 
 pub enum KvBuf {
@@ -303,18 +303,25 @@ fn upload_words(dev: &Device, cache: &MetaCache, a: &mut AttnLaunch, p: &AttnPar
     })
 }
 
-pub fn launch_attention(dev: &Device, cache: &MetaCache, mut a: AttnLaunch, p: &AttnParams) -> Result<CudaTensor> {
+pub fn launch_attention(
+    dev: &Device,
+    cache: &MetaCache,
+    mut a: AttnLaunch,
+    p: &AttnParams,
+    half: HalfCopy,
+) -> Result<CudaTensor> {
     if a.q.rows == 0 {
         // SAFETY: nothing is read from an empty tensor.
         let out = unsafe { dev.stream.alloc::<f32>(1) }.map_err(|e| device_err("alloc", e))?;
         return Ok(CudaTensor::new(out, 0, a.q.cols));
     }
     let w = upload_words(dev, cache, &mut a, p)?;
-    run_kernels(dev, &a, &w, p)
+    run_kernels(dev, &a, &w, p, half)
 }
 
-/// The flash kernel over the tiles and the row kernel (split or not) over the rows.
-fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams) -> Result<CudaTensor> {
+/// The flash kernel over the tiles and the row kernel (split or not) over the
+/// rows; both write `half`, the output's 16-bit copy, where given.
+fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, mut half: HalfCopy) -> Result<CudaTensor> {
     let n = a.q.rows;
     let hd = p.head_dim;
     let s = &dev.stream;
@@ -325,6 +332,8 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams) -> R
     let (nh, nkv, hd32, bs) = (p.n_heads as u32, p.n_kv_heads as u32, hd as u32, a.bs as u32);
     let window = a.window.unwrap_or(0) as u32;
     let softcap = p.softcap.unwrap_or(0.0);
+    let bf16 = half.as_ref().is_some_and(|h| h.0 == super::Storage::Bf16) as i32;
+    let hp = half.as_mut().map_or(0, |h| h.1.device_ptr_mut(s).0);
     macro_rules! go {
         ($f:expr, $cfg:expr, $k:expr, $v:expr, $list:expr, $with_hd:expr $(, $extra:expr)*) => {{
             let mut b = s.launch_builder(dev.func($f));
@@ -343,7 +352,7 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams) -> R
         let cfg = LaunchConfig { grid_dim: (n_tiles as u32, nh, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
         let f = w.flash.expect("tiles only with a flash kernel");
         match (a.k, a.v) {
-            (KvRef::F16(k), KvRef::F16(v)) => go!(f, cfg, k, v, &tiles_v, false)?,
+            (KvRef::F16(k), KvRef::F16(v)) => go!(f, cfg, k, v, &tiles_v, false, &hp, &bf16)?,
             _ => unreachable!("flash kernels read f16 caches"),
         }
     }
@@ -359,16 +368,16 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams) -> R
         let small = hd <= 128 && p.n_heads / p.n_kv_heads <= 4;
         match (a.k, a.v, small) {
             (KvRef::F16(k), KvRef::F16(v), false) => {
-                go!("attention_rows_f16", cfg, k, v, &rows_v, true, &split, &mut part)?
+                go!("attention_rows_f16", cfg, k, v, &rows_v, true, &split, &mut part, &hp, &bf16)?
             }
             (KvRef::F16(k), KvRef::F16(v), true) => {
-                go!("attention_rows_f16_small", cfg, k, v, &rows_v, true, &split, &mut part)?
+                go!("attention_rows_f16_small", cfg, k, v, &rows_v, true, &split, &mut part, &hp, &bf16)?
             }
             (KvRef::F32(k), KvRef::F32(v), false) => {
-                go!("attention_rows_f32", cfg, k, v, &rows_v, true, &split, &mut part)?
+                go!("attention_rows_f32", cfg, k, v, &rows_v, true, &split, &mut part, &hp, &bf16)?
             }
             (KvRef::F32(k), KvRef::F32(v), true) => {
-                go!("attention_rows_f32_small", cfg, k, v, &rows_v, true, &split, &mut part)?
+                go!("attention_rows_f32_small", cfg, k, v, &rows_v, true, &split, &mut part, &hp, &bf16)?
             }
             _ => unreachable!("K and V share a dtype"),
         }
@@ -379,25 +388,29 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams) -> R
                 shared_mem_bytes: 0,
             };
             let mut b = s.launch_builder(dev.func("attention_combine"));
-            b.arg(&part).arg(&mut out).arg(&rows_v).arg(&nh).arg(&hd32).arg(&nsplit);
+            b.arg(&part).arg(&mut out).arg(&rows_v).arg(&nh).arg(&hd32).arg(&nsplit).arg(&hp).arg(&bf16);
             // SAFETY: `part` holds n_rows x heads x nsplit partials of hd + 2.
             unsafe { b.launch(cfg) }.map_err(|e| device_err("attention_combine", e))?;
         }
     }
-    Ok(CudaTensor::new(out, n, a.q.cols))
+    let mut t = CudaTensor::new(out, n, a.q.cols);
+    t.half = half;
+    Ok(t)
 }
 
-/// Paged attention of `q` over layer `layer` of the pool. While a decode step
-/// is captured (`Source::Step`), the metadata is the step's inputs and the row
-/// kernel's splits depend on the shapes only, so that replays may change them.
+/// Paged attention of `q` over one layer of the pool (`kv`: the pool and
+/// the layer), writing the output's 16-bit copy into `half` where given.
+/// While a decode step is captured (`Source::Step`), the metadata is the
+/// step's inputs and the row kernel's splits depend on the shapes only, so
+/// that replays may change them.
 pub fn attention(
     dev: &Device,
     src: &Source,
     q: &CudaTensor,
-    pool: &CudaKvPool,
-    layer: usize,
+    (pool, layer): (&CudaKvPool, usize),
     batch: &AttnBatch,
     p: &AttnParams,
+    half: HalfCopy,
 ) -> Result<CudaTensor> {
     check_shapes(q, p, pool.kv_dim)?;
     if layer >= pool.k.len() {
@@ -424,11 +437,11 @@ pub fn attention(
                 nsplit: if dev.deterministic { 1 } else { busy_splits(n, p.n_kv_heads) },
                 flash: None,
             };
-            run_kernels(dev, &a, &w, p)
+            run_kernels(dev, &a, &w, p, half)
         }
         Source::Upload(meta) => {
             (a.meta, a.spans) = paged_meta(batch, q.rows);
-            launch_attention(dev, meta, a, p)
+            launch_attention(dev, meta, a, p, half)
         }
     }
 }

@@ -34,13 +34,14 @@ use kv::{MetaCache, Source};
 
 /// Activations: a row-major f32 matrix in device memory, and where the op
 /// that made it wrote them in 16 bits too, that copy (the input of the GEMM
-/// that reads it next, which then converts nothing). Ops that change the
-/// values drop the copy.
+/// that reads it next, which then converts nothing). The norms, the
+/// activations and attention write one when a GEMM may read them (more rows
+/// than the GEMV kernel takes). Ops that change the values drop the copy.
 pub struct CudaTensor {
     buf: CudaSlice<f32>,
     rows: usize,
     cols: usize,
-    half: Option<(Storage, CudaSlice<u16>)>,
+    half: HalfCopy,
 }
 
 impl CudaTensor {
@@ -54,6 +55,9 @@ impl CudaTensor {
         &mut self.buf
     }
 }
+
+/// A tensor's 16-bit copy, with its type (see `CudaTensor::half`).
+type HalfCopy = Option<(Storage, CudaSlice<u16>)>;
 
 /// Launches kernel `$name` with the given arguments, in the kernel's order.
 macro_rules! launch {
@@ -206,12 +210,11 @@ impl CudaBackend {
             block_dim: (32 * ROWS_PER_BLOCK as u32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut half = self.alloc_half(x.rows * x.cols)?;
-        let bf16 = half.as_ref().is_some_and(|h| h.0 == Storage::Bf16) as i32;
+        let mut half = self.alloc_half(x.rows, x.cols)?;
+        let (hp, bf16) = self.half_args(&mut half);
         let rows = x.rows as u32;
         let ptr = |t: Option<&CudaTensor>| t.map_or(0, |t| t.buf.device_ptr(&self.dev.stream).0);
         let (yp, bp) = (ptr(y), ptr(b));
-        let hp = half.as_mut().map_or(0, |h| h.1.device_ptr_mut(&self.dev.stream).0);
         // The residual's sum is written back into x's buffer (the caller's &mut).
         let xp = x.buf.device_ptr(&self.dev.stream).0;
         let name = format!("layer_norm_w{vec}");
@@ -221,12 +224,19 @@ impl CudaBackend {
         Ok(t)
     }
 
-    /// A buffer for the 16-bit copy of `n` values, when ops write one.
-    fn alloc_half(&self, n: usize) -> Result<Option<(Storage, CudaSlice<u16>)>> {
-        let Some(st) = self.half_acts() else { return Ok(None) };
+    /// A buffer for the 16-bit copy of a [rows, cols] output, when ops write
+    /// one and a GEMM may read it.
+    fn alloc_half(&self, rows: usize, cols: usize) -> Result<HalfCopy> {
+        let Some(st) = self.half_acts().filter(|_| weight::gemm_rows(&self.dev, rows)) else { return Ok(None) };
         // SAFETY: the op that asked writes every element.
-        let buf = unsafe { self.dev.stream.alloc::<u16>(n.max(1)) }.map_err(|e| device_err("alloc", e))?;
+        let buf = unsafe { self.dev.stream.alloc::<u16>((rows * cols).max(1)) }.map_err(|e| device_err("alloc", e))?;
         Ok(Some((st, buf)))
+    }
+
+    /// The 16-bit copy's kernel arguments: pointer (0: none) and whether bf16.
+    fn half_args(&self, half: &mut HalfCopy) -> (u64, i32) {
+        let bf16 = half.as_ref().is_some_and(|h| h.0 == Storage::Bf16) as i32;
+        (half.as_mut().map_or(0, |h| h.1.device_ptr_mut(&self.dev.stream).0), bf16)
     }
 
     fn upload_u32(&self, v: Vec<u32>) -> Result<Arc<CudaSlice<u32>>> {
@@ -430,11 +440,16 @@ impl Backend for CudaBackend {
         }
         let groups = x.rows * x.cols / g;
         let mut out = self.alloc(x.rows * x.cols)?;
+        // Per head (QK-norm), the output goes to RoPE, not a GEMM.
+        let mut half = if g == x.cols { self.alloc_half(x.rows, x.cols)? } else { None };
         if groups > 0 {
             let g32 = g as u32;
-            launch!(self, "rms_norm", per_row(groups, g), &x.buf, &w.buf, &mut out, &g32, &eps)?;
+            let (hp, bf16) = self.half_args(&mut half);
+            launch!(self, "rms_norm", per_row(groups, g), &x.buf, &w.buf, &mut out, &g32, &eps, &hp, &bf16)?;
         }
-        Ok(self.tensor(out, x.rows, x.cols))
+        let mut t = self.tensor(out, x.rows, x.cols);
+        t.half = half;
+        Ok(t)
     }
 
     fn add_rms_norm(&self, x: &mut CudaTensor, y: &CudaTensor, w: &CudaTensor, eps: f32) -> Result<CudaTensor> {
@@ -444,20 +459,24 @@ impl Backend for CudaBackend {
             return Err(Error::Shape(format!("add_rms_norm: {} weights for {} columns", w.rows * w.cols, x.cols)));
         }
         let mut out = self.alloc(x.rows * x.cols)?;
+        let mut half = self.alloc_half(x.rows, x.cols)?;
         if x.rows > 0 {
             let cols = x.cols as u32;
             let n4 = x.cols / 4;
+            let (hp, bf16) = self.half_args(&mut half);
             if x.cols.is_multiple_of(4) && n4 <= 1024 * 8 {
                 let threads = n4.min(1024).div_ceil(32) as u32 * 32;
                 let cfg =
                     LaunchConfig { grid_dim: (x.rows as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
-                launch!(self, "add_rms_norm4", cfg, x.buf_mut(), &y.buf, &w.buf, &mut out, &cols, &eps)?;
+                launch!(self, "add_rms_norm4", cfg, x.buf_mut(), &y.buf, &w.buf, &mut out, &cols, &eps, &hp, &bf16)?;
             } else {
                 let cfg = per_row(x.rows, x.cols);
-                launch!(self, "add_rms_norm", cfg, x.buf_mut(), &y.buf, &w.buf, &mut out, &cols, &eps)?;
+                launch!(self, "add_rms_norm", cfg, x.buf_mut(), &y.buf, &w.buf, &mut out, &cols, &eps, &hp, &bf16)?;
             }
         }
-        Ok(self.tensor(out, x.rows, x.cols))
+        let mut t = self.tensor(out, x.rows, x.cols);
+        t.half = half;
+        Ok(t)
     }
 
     fn glu(&self, gate: &CudaTensor, up: &CudaTensor, act: Activation) -> Result<CudaTensor> {
@@ -465,9 +484,13 @@ impl Backend for CudaBackend {
         same_shape(gate, up, "glu")?;
         let n = gate.rows * gate.cols;
         let mut out = self.alloc(n)?;
+        let mut half = self.alloc_half(gate.rows, gate.cols)?;
         let (n64, code) = (n as u64, act_code(act));
-        launch!(self, "glu", elementwise(n), &gate.buf, &up.buf, &mut out, &n64, &code)?;
-        Ok(self.tensor(out, gate.rows, gate.cols))
+        let (hp, bf16) = self.half_args(&mut half);
+        launch!(self, "glu", elementwise(n), &gate.buf, &up.buf, &mut out, &n64, &code, &hp, &bf16)?;
+        let mut t = self.tensor(out, gate.rows, gate.cols);
+        t.half = half;
+        Ok(t)
     }
 
     fn rope(&self, x: &mut CudaTensor, rope: &Rope, positions: &[u32]) -> Result<()> {
@@ -506,7 +529,7 @@ impl Backend for CudaBackend {
     fn activate(&self, x: &mut CudaTensor, act: Activation) -> Result<()> {
         let _span = profile::span(&self.dev.stream, "activate");
         let (n, code) = ((x.rows * x.cols) as u64, act_code(act));
-        let Some((st, mut half)) = self.alloc_half(n as usize)? else {
+        let Some((st, mut half)) = self.alloc_half(x.rows, x.cols)? else {
             return launch!(self, "activate", elementwise(n as usize), x.buf_mut(), &n, &code);
         };
         let bf16 = (st == Storage::Bf16) as i32;
@@ -626,9 +649,8 @@ impl Backend for CudaBackend {
         };
         let (nh, nkv, hd) = (p.n_heads as u32, p.n_kv_heads as u32, p.head_dim as u32);
         let window = p.window.unwrap_or(0) as u32;
-        let mut half = self.alloc_half(q.rows * q.cols)?;
-        let bf16 = half.as_ref().is_some_and(|h| h.0 == Storage::Bf16) as i32;
-        let hp = half.as_mut().map_or(0, |h| h.1.device_ptr_mut(&self.dev.stream).0);
+        let mut half = self.alloc_half(q.rows, q.cols)?;
+        let (hp, bf16) = self.half_args(&mut half);
         launch!(
             self, &name, cfg, &q.buf, &k.buf, &v.buf, &mut out, &hp, &bf16, &tiles, &nh, &nkv, &hd, &window, &p.scale
         )?;
@@ -680,6 +702,7 @@ impl Backend for CudaBackend {
         let _span = profile::span(&self.dev.stream, "attention");
         let (kv_blocks, block_size) = (pool.slots / pool.block_size, pool.block_size);
         self.graphs.note(|l| (l.kv_blocks, l.block_size) = (kv_blocks, block_size));
-        kv::attention(&self.dev, &self.source(), q, pool, layer, batch, p)
+        let half = self.alloc_half(q.rows, q.cols)?;
+        kv::attention(&self.dev, &self.source(), q, (pool, layer), batch, p, half)
     }
 }

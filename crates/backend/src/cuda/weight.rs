@@ -260,7 +260,13 @@ pub fn matmul_bias(dev: &Device, x: &CudaTensor, w: &CudaWeight, bias: &CudaTens
 /// Whether a batch of `n` rows goes to the GEMV kernels (decode batches, and
 /// every batch in the batch-invariant mode) rather than a GEMM.
 fn uses_gemv(dev: &Device, n: usize, k: usize, st: Storage) -> bool {
-    n >= 1 && k.is_multiple_of(8) && st != Storage::F32 && (n <= 8 || dev.deterministic)
+    n >= 1 && k.is_multiple_of(8) && st != Storage::F32 && !gemm_rows(dev, n)
+}
+
+/// Whether a 16-bit matmul of `n` input rows may go to a GEMM (else the GEMV
+/// kernel, which reads f32 inputs): where ops write 16-bit copies.
+pub fn gemm_rows(dev: &Device, n: usize) -> bool {
+    n > 8 && !dev.deterministic
 }
 
 /// Elements of f16 scratch a quantized weight is dequantized into per GEMM.

@@ -45,20 +45,30 @@ extern "C" __global__ void activate_half(float* x, u16* half, u64 n, int act, in
     }
 }
 
-// out = act(gate) * up
-extern "C" __global__ void glu(const float* gate, const float* up, float* out, u64 n, int act) {
-    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
-        out[i] = act_fn(gate[i], act) * up[i];
+// out = act(gate) * up; `half`, when given, gets it in 16 bits too (bf16
+// when `bf16`, else f16) for the GEMM that reads it next.
+extern "C" __global__ void glu(const float* gate, const float* up, float* out, u64 n, int act, u16* half, int bf16) {
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        const float y = act_fn(gate[i], act) * up[i];
+        out[i] = y;
+        if (half) half[i] = f32_to_half(y, bf16);
+    }
 }
 
-// One block per group of `g` values (a row, or one head of a row).
-extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, u32 g, float eps) {
+// One block per group of `g` values (a row, or one head of a row); `half`
+// as in glu.
+extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, u32 g, float eps, u16* half,
+                                    int bf16) {
     const float* xi = x + (u64)blockIdx.x * g;
     float* oi = out + (u64)blockIdx.x * g;
     float ss = 0.f;
     for (u32 i = threadIdx.x; i < g; i += blockDim.x) ss += xi[i] * xi[i];
     const float r = rsqrtf(block_sum(ss) / g + eps);
-    for (u32 i = threadIdx.x; i < g; i += blockDim.x) oi[i] = xi[i] * r * w[i];
+    for (u32 i = threadIdx.x; i < g; i += blockDim.x) {
+        const float y = xi[i] * r * w[i];
+        oi[i] = y;
+        if (half) half[(u64)blockIdx.x * g + i] = f32_to_half(y, bf16);
+    }
 }
 
 // One block per row; two passes (mean, then centred variance). `b` may be null.
@@ -232,7 +242,7 @@ extern "C" __global__ void write_kv_f16(const float* k, const float* v, const u3
 // registers (a single decode row is latency-bound otherwise).
 #define NORM_VEC 8
 extern "C" __global__ void __launch_bounds__(1024)
-    add_rms_norm4(float* x, const float* y, const float* w, float* out, u32 cols, float eps) {
+    add_rms_norm4(float* x, const float* y, const float* w, float* out, u32 cols, float eps, u16* half, int bf16) {
     float4* xi = (float4*)(x + (u64)blockIdx.x * cols);
     const float4* yi = (const float4*)(y + (u64)blockIdx.x * cols);
     const float4* wi = (const float4*)w;
@@ -256,14 +266,21 @@ extern "C" __global__ void __launch_bounds__(1024)
         const u32 i = threadIdx.x + j * blockDim.x;
         if (i < n4) {
             const float4 g = wi[i];
-            oi[i] = make_float4(v[j].x * r * g.x, v[j].y * r * g.y, v[j].z * r * g.z, v[j].w * r * g.w);
+            const float4 t = make_float4(v[j].x * r * g.x, v[j].y * r * g.y, v[j].z * r * g.z, v[j].w * r * g.w);
+            oi[i] = t;
+            if (half) {
+                const u32 lo = f32_to_half(t.x, bf16) | ((u32)f32_to_half(t.y, bf16) << 16);
+                const u32 hi = f32_to_half(t.z, bf16) | ((u32)f32_to_half(t.w, bf16) << 16);
+                ((uint2*)(half + (u64)blockIdx.x * cols))[i] = make_uint2(lo, hi);
+            }
         }
     }
 }
 
 // x += y, then out = rms_norm(x) * w over each row (the residual add fused
-// with the next layer's norm). One block per row.
-extern "C" __global__ void add_rms_norm(float* x, const float* y, const float* w, float* out, u32 cols, float eps) {
+// with the next layer's norm). One block per row; `half` as in glu.
+extern "C" __global__ void add_rms_norm(float* x, const float* y, const float* w, float* out, u32 cols, float eps,
+                                        u16* half, int bf16) {
     float* xi = x + (u64)blockIdx.x * cols;
     const float* yi = y + (u64)blockIdx.x * cols;
     float* oi = out + (u64)blockIdx.x * cols;
@@ -274,5 +291,9 @@ extern "C" __global__ void add_rms_norm(float* x, const float* y, const float* w
         ss += v * v;
     }
     const float r = rsqrtf(block_sum(ss) / cols + eps);
-    for (u32 i = threadIdx.x; i < cols; i += blockDim.x) oi[i] = xi[i] * r * w[i];
+    for (u32 i = threadIdx.x; i < cols; i += blockDim.x) {
+        const float v = xi[i] * r * w[i];
+        oi[i] = v;
+        if (half) half[(u64)blockIdx.x * cols + i] = f32_to_half(v, bf16);
+    }
 }
