@@ -8,6 +8,7 @@ mod math;
 mod matmul;
 mod ops;
 mod qdot;
+mod qdot8;
 mod sgemm;
 mod sgemm_bf16;
 pub mod simd;

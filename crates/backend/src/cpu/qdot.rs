@@ -142,17 +142,17 @@ unsafe fn quant_rows<const V: bool>(mm: &QuantMatmul, rows: Range<usize>, out: *
 }
 
 // Format ids for the const-generic kernels.
-const Q4_0: u8 = 0;
-const Q4_1: u8 = 1;
-const Q5_0: u8 = 2;
-const Q5_1: u8 = 3;
-const Q8_0: u8 = 4;
-const Q4K: u8 = 5;
-const Q5K: u8 = 6;
-const Q6K: u8 = 7;
+pub(super) const Q4_0: u8 = 0;
+pub(super) const Q4_1: u8 = 1;
+pub(super) const Q5_0: u8 = 2;
+pub(super) const Q5_1: u8 = 3;
+pub(super) const Q8_0: u8 = 4;
+pub(super) const Q4K: u8 = 5;
+pub(super) const Q5K: u8 = 6;
+pub(super) const Q6K: u8 = 7;
 
 /// Bytes per stored block.
-const fn block_bytes(f: u8) -> usize {
+pub(super) const fn block_bytes(f: u8) -> usize {
     match f {
         Q4_0 => 18,
         Q4_1 => 20,
@@ -165,7 +165,7 @@ const fn block_bytes(f: u8) -> usize {
     }
 }
 
-const fn is_k(f: u8) -> bool {
+pub(super) const fn is_k(f: u8) -> bool {
     f >= Q4K
 }
 
@@ -269,21 +269,21 @@ impl Rows<'_> {
 }
 
 /// How far ahead weights are fetched, in bytes (whole rows, at least this).
-const PREFETCH_BYTES: usize = 6144;
+pub(super) const PREFETCH_BYTES: usize = 6144;
 
 /// A byte range to fetch into L1 while a row tile is computed. Prefetches never
 /// fault, so the range may run past the weights (its address is only computed
 /// with wrapping arithmetic, never dereferenced).
 #[derive(Clone, Copy)]
-struct Prefetch {
-    at: *const u8,
-    len: usize,
+pub(super) struct Prefetch {
+    pub(super) at: *const u8,
+    pub(super) len: usize,
 }
 
 impl Prefetch {
     /// Prefetch `bytes` from `at` (not past `end`); returns where to go on.
     #[inline(always)]
-    unsafe fn step(&self, at: *const u8, bytes: usize, end: *const u8) -> *const u8 {
+    pub(super) unsafe fn step(&self, at: *const u8, bytes: usize, end: *const u8) -> *const u8 {
         let mut p = at;
         let stop = at.wrapping_add(bytes);
         while p < stop && p < end {
@@ -343,7 +343,7 @@ unsafe fn row_dot<const F: u8, const T: usize, const R: usize, const V: bool>(
 }
 
 #[inline(always)]
-unsafe fn hsum(v: __m256) -> f32 {
+pub(super) unsafe fn hsum(v: __m256) -> f32 {
     let h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let h = _mm_add_ps(h, _mm_movehl_ps(h, h));
     let h = _mm_add_ss(h, _mm_movehdup_ps(h));
@@ -443,25 +443,7 @@ unsafe fn group32<const F: u8, const T: usize, const R: usize, const V: bool>(
 ) {
     let bb = block_bytes(F);
     for r in 0..R {
-        // The first four bytes of each block: d (f16), and m (f16) for Q4_1/Q5_1.
-        let h = if g == 8 {
-            heads8(b[r], bb)
-        } else {
-            let head = |i: usize| if i < g { (b[r].add(i * bb) as *const i32).read_unaligned() } else { 0 };
-            _mm256_setr_epi32(head(0), head(1), head(2), head(3), head(4), head(5), head(6), head(7))
-        };
-        // [d0..d3 m0..m3 | d4..d7 m4..m7] as u16, then [d0..d7 | m0..m7].
-        let split = _mm256_setr_epi8(
-            0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
-        );
-        let packed = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(h, split), 0b11_01_10_00);
-        let ws = _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
-        let wm = match F {
-            Q4_1 | Q5_1 => _mm256_cvtph_ps(_mm256_extracti128_si256(packed, 1)),
-            Q4_0 => _mm256_mul_ps(ws, _mm256_set1_ps(-8.0)),
-            Q5_0 => _mm256_mul_ps(ws, _mm256_set1_ps(-16.0)),
-            _ => _mm256_setzero_ps(),
-        };
+        let (ws, wm) = scales32::<F>(b[r], g);
         if F == Q8_0 {
             prologue::<T, R, false, V>(r, ws, wm, j0, a, c);
         } else {
@@ -501,10 +483,38 @@ unsafe fn group32<const F: u8, const T: usize, const R: usize, const V: bool>(
     }
 }
 
+/// The scales and offsets of `g` (up to 8) consecutive 32-element blocks at
+/// `b`, one per f32 lane (zero past `g`): d, and the offset per unit of the
+/// activations' sum (m for Q4_1/Q5_1, the -8/-16 centre of Q4_0/Q5_0).
+#[inline(always)]
+pub(super) unsafe fn scales32<const F: u8>(b: *const u8, g: usize) -> (__m256, __m256) {
+    let bb = block_bytes(F);
+    // The first four bytes of each block: d (f16), and m (f16) for Q4_1/Q5_1.
+    let h = if g == 8 {
+        heads8(b, bb)
+    } else {
+        let head = |i: usize| if i < g { (b.add(i * bb) as *const i32).read_unaligned() } else { 0 };
+        _mm256_setr_epi32(head(0), head(1), head(2), head(3), head(4), head(5), head(6), head(7))
+    };
+    // [d0..d3 m0..m3 | d4..d7 m4..m7] as u16, then [d0..d7 | m0..m7].
+    let split = _mm256_setr_epi8(
+        0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15, 0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,
+    );
+    let packed = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(h, split), 0b11_01_10_00);
+    let ws = _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
+    let wm = match F {
+        Q4_1 | Q5_1 => _mm256_cvtph_ps(_mm256_extracti128_si256(packed, 1)),
+        Q4_0 => _mm256_mul_ps(ws, _mm256_set1_ps(-8.0)),
+        Q5_0 => _mm256_mul_ps(ws, _mm256_set1_ps(-16.0)),
+        _ => _mm256_setzero_ps(),
+    };
+    (ws, wm)
+}
+
 /// The first four bytes of eight blocks `bb` bytes apart, one per i32 lane
 /// (broadcast loads and blends: no general-purpose to vector moves).
 #[inline(always)]
-unsafe fn heads8(b: *const u8, bb: usize) -> __m256i {
+pub(super) unsafe fn heads8(b: *const u8, bb: usize) -> __m256i {
     let ld = |i: usize| (b.add(i * bb) as *const i32).read_unaligned();
     let v = _mm256_set1_epi32(ld(0));
     let v = _mm256_blend_epi32::<0b0000_0010>(v, _mm256_set1_epi32(ld(1)));
@@ -533,7 +543,7 @@ unsafe fn widen(p: *const u8) -> __m256i {
 
 /// The 32 bits at `p` to 32 bytes: byte i is 16 when bit i is set, else 0.
 #[inline(always)]
-unsafe fn bits32(p: *const u8) -> __m256i {
+pub(super) unsafe fn bits32(p: *const u8) -> __m256i {
     let v = _mm256_set1_epi32((p as *const i32).read_unaligned());
     let spread = _mm256_setr_epi8(
         0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3,
@@ -541,6 +551,29 @@ unsafe fn bits32(p: *const u8) -> __m256i {
     let sel = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
     let v = _mm256_and_si256(_mm256_shuffle_epi8(v, spread), sel);
     _mm256_and_si256(_mm256_cmpeq_epi8(v, sel), _mm256_set1_epi8(16))
+}
+
+/// A Q4_K/Q5_K block's eight sub-block scales (d * sc) and offsets (-dmin * m).
+#[inline(always)]
+pub(super) unsafe fn scales_k4(b: *const u8) -> (__m256, __m256) {
+    let dm = _mm_cvtph_ps(_mm_cvtsi32_si128((b as *const i32).read_unaligned()));
+    let d = _mm256_broadcastss_ps(dm);
+    let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
+    // Unpack the 12 scale bytes into 8 scales then 8 mins (llama.cpp's masks).
+    let s = b.add(4) as *const u32;
+    let (u0, u1, u2) = (s.read_unaligned(), s.add(1).read_unaligned(), s.add(2).read_unaligned());
+    const KM1: u32 = 0x3f3f_3f3f;
+    const KM2: u32 = 0x0f0f_0f0f;
+    const KM3: u32 = 0x0303_0303;
+    let sc_lo = u0 & KM1;
+    let sc_hi = (u2 & KM2) | (((u0 >> 6) & KM3) << 4);
+    let mn_lo = u1 & KM1;
+    let mn_hi = ((u2 >> 4) & KM2) | (((u1 >> 6) & KM3) << 4);
+    let sc = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, sc_hi as i32, sc_lo as i32));
+    let mn = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, mn_hi as i32, mn_lo as i32));
+    let ws = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
+    let wm = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(mn)), _mm256_set1_ps(-0.0));
+    (ws, wm)
 }
 
 /// One Q4_K (or Q5_K) block of each of the R weight rows: 8 sub-blocks of 32
@@ -553,23 +586,7 @@ unsafe fn group_q4k<const T: usize, const R: usize, const FIVE: bool, const V: b
     c: &mut Acc<'_, T, R, V>,
 ) {
     for r in 0..R {
-        let dm = _mm_cvtph_ps(_mm_cvtsi32_si128((b[r] as *const i32).read_unaligned()));
-        let d = _mm256_broadcastss_ps(dm);
-        let dmin = _mm256_broadcastss_ps(_mm_movehdup_ps(dm));
-        // Unpack the 12 scale bytes into 8 scales then 8 mins (llama.cpp's masks).
-        let s = b[r].add(4) as *const u32;
-        let (u0, u1, u2) = (s.read_unaligned(), s.add(1).read_unaligned(), s.add(2).read_unaligned());
-        const KM1: u32 = 0x3f3f_3f3f;
-        const KM2: u32 = 0x0f0f_0f0f;
-        const KM3: u32 = 0x0303_0303;
-        let sc_lo = u0 & KM1;
-        let sc_hi = (u2 & KM2) | (((u0 >> 6) & KM3) << 4);
-        let mn_lo = u1 & KM1;
-        let mn_hi = ((u2 >> 4) & KM2) | (((u1 >> 6) & KM3) << 4);
-        let sc = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, sc_hi as i32, sc_lo as i32));
-        let mn = _mm256_cvtepu8_epi32(_mm_set_epi32(0, 0, mn_hi as i32, mn_lo as i32));
-        let ws = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sc));
-        let wm = _mm256_xor_ps(_mm256_mul_ps(dmin, _mm256_cvtepi32_ps(mn)), _mm256_set1_ps(-0.0));
+        let (ws, wm) = scales_k4(b[r]);
         prologue::<T, R, true, V>(r, ws, wm, j0, a, c);
     }
     let (lo4, four) = nibble_ops();

@@ -9,7 +9,7 @@ pub mod repack;
 mod unpack;
 
 pub use dequant::dequantize_row;
-pub use q8::{quantize_row_q8, Q8Block};
+pub use q8::{quantize_row_q8, quantize_row_q8_bits8, Q8Block};
 pub use unpack::{unpack_row, UnpackedRow};
 
 #[inline(always)]
