@@ -37,7 +37,8 @@ pub struct DeviceArgs {
     #[arg(long, default_value_t = 0.9)]
     pub gpu_memory_utilization: f64,
     /// Batch-invariant GPU arithmetic: a request's results never depend on
-    /// what else is batched with it (slower prefill; GPU only).
+    /// what else is batched with it (about 3x slower prefill and batch-1
+    /// decode; GPU only).
     #[arg(long)]
     pub deterministic: bool,
     /// Never capture decode steps or encoder passes as CUDA graphs: every

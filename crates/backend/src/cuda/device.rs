@@ -166,7 +166,10 @@ impl Device {
             // SAFETY: only probes for the shared library.
             if unsafe { cudarc::cublaslt::sys::is_culib_present() } {
                 // The workspace is shared: cuBLAS and cuBLASLt calls are ordered on one stream.
-                Some(super::lt::Lt::new((ptr, 32 << 20)).map_err(|e| device_err("starting cuBLASLt", e))?)
+                Some(
+                    super::lt::Lt::new((ptr, 32 << 20), opts.deterministic)
+                        .map_err(|e| device_err("starting cuBLASLt", e))?,
+                )
             } else {
                 None
             }

@@ -4,7 +4,10 @@
 //! cublasGemmEx (the caller's job). The heuristic costs about a millisecond
 //! of host time, and encoders and prefills see a new token count (n) nearly
 //! every batch: its choice is kept per power-of-two range of n and reused,
-//! after cuBLASLt confirms it supports the exact shape.
+//! after cuBLASLt confirms it supports the exact shape. In the batch-invariant
+//! mode one algorithm serves every n of a weight shape (chosen for PINNED_N
+//! tokens, without split-K): a token's output is then summed in the same
+//! order whatever else is in the batch.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -13,6 +16,10 @@ use std::sync::Mutex;
 use cudarc::cublas::sys::cudaDataType;
 use cudarc::cublaslt::result::CublasError;
 use cudarc::cublaslt::{result as lt, sys as lsys};
+
+/// The token count whose algorithm every GEMM of a shape uses in the
+/// batch-invariant mode.
+const PINNED_N: usize = 4096;
 
 /// Plans kept at most; serving sees many batch sizes, so the cache is reset
 /// when full rather than grown without bound.
@@ -58,6 +65,9 @@ pub struct Lt {
     /// The heuristic's algorithm per shape with n rounded up to a power of two.
     algos: Mutex<HashMap<Shape, lsys::cublasLtMatmulAlgo_t>>,
     workspace: (u64, usize),
+    /// Batch-invariant mode: one algorithm per (m, k, types) whatever n,
+    /// without split-K, so that a token's output never depends on the others.
+    pinned: bool,
 }
 
 // SAFETY: the handle and descriptors are used under the plans' mutex or
@@ -83,11 +93,13 @@ fn lt_type(t: cudaDataType) -> lsys::cudaDataType {
 
 impl Lt {
     /// `workspace`: a device buffer (pointer, bytes) that outlives this.
-    pub fn new(workspace: (u64, usize)) -> Result<Lt, CublasError> {
-        Ok(Lt { handle: lt::create_handle()?, plans: Mutex::default(), algos: Mutex::default(), workspace })
+    /// `pinned`: the batch-invariant mode (see `Lt::pinned`).
+    pub fn new(workspace: (u64, usize), pinned: bool) -> Result<Lt, CublasError> {
+        Ok(Lt { handle: lt::create_handle()?, plans: Mutex::default(), algos: Mutex::default(), workspace, pinned })
     }
 
-    fn plan(&self, s: &Shape) -> Result<Plan, CublasError> {
+    /// The operation and layout descriptors of shape `s` (no algorithm yet).
+    fn plan_layouts(&self, s: &Shape) -> Result<Plan, CublasError> {
         let desc =
             lt::create_matmul_desc(lsys::cublasComputeType_t::CUBLAS_COMPUTE_32F, lsys::cudaDataType::CUDA_R_32F)?;
         let transpose: i32 = 1; // CUBLAS_OP_T
@@ -119,19 +131,76 @@ impl Lt {
         plan.layouts[0] = layout(s.a, s.k, s.m, s.k)?;
         plan.layouts[1] = layout(s.b, s.k, s.n, s.k)?;
         plan.layouts[2] = layout(s.c, s.m, s.n, s.ldc)?;
-        let range = Shape { n: s.n.next_power_of_two(), ..*s };
+        Ok(plan)
+    }
+
+    fn plan(&self, s: &Shape) -> Result<Plan, CublasError> {
+        let mut plan = self.plan_layouts(s)?;
+        let range = Shape { n: if self.pinned { PINNED_N } else { s.n.next_power_of_two() }, ..*s };
         let known = self.algos.lock().unwrap_or_else(|e| e.into_inner()).get(&range).copied();
-        if let Some(algo) = known.filter(|a| self.supports(&plan, a)) {
-            plan.algo = algo;
-            return Ok(plan);
+        if let Some(algo) = known {
+            if self.supports(&plan, &algo) {
+                plan.algo = algo;
+                return Ok(plan);
+            }
+            if self.pinned {
+                return Err(CublasError(lsys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED));
+            }
         }
-        plan.algo = self.heuristic(&plan)?;
+        plan.algo = if self.pinned { self.pinned_algo(&range)? } else { self.heuristic(&plan)? };
+        if self.pinned && !self.supports(&plan, &plan.algo) {
+            return Err(CublasError(lsys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED));
+        }
         let mut algos = self.algos.lock().unwrap_or_else(|e| e.into_inner());
         if algos.len() >= MAX_PLANS {
             algos.clear();
         }
         algos.insert(range, plan.algo);
         Ok(plan)
+    }
+
+    /// The batch-invariant mode's algorithm for `range` (n = PINNED_N): the
+    /// heuristic's choice among those that reduce in place (no split-K), with
+    /// the split count set to one.
+    fn pinned_algo(&self, range: &Shape) -> Result<lsys::cublasLtMatmulAlgo_t, CublasError> {
+        let probe = self.plan_layouts(range)?;
+        let pref = lt::create_matmul_pref()?;
+        let max_ws = self.workspace.1 as u64;
+        let none = lsys::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_NONE as u32;
+        // SAFETY: live descriptors; the preference is destroyed below.
+        let found = unsafe {
+            let set = lt::set_matmul_pref_attribute(
+                pref,
+                lsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                &max_ws as *const u64 as *const c_void,
+                8,
+            )
+            .and_then(|_| {
+                lt::set_matmul_pref_attribute(
+                    pref,
+                    lsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                    &none as *const u32 as *const c_void,
+                    4,
+                )
+            });
+            let [a, b, c] = probe.layouts;
+            let found = set.and_then(|_| lt::get_matmul_algo_heuristic(self.handle, probe.desc, a, b, c, c, pref));
+            let _ = lt::destroy_matmul_pref(pref);
+            found
+        }?;
+        let mut algo = found.algo;
+        let one: i32 = 1;
+        // SAFETY: `algo` is a live value; the attribute is an i32.
+        unsafe {
+            lsys::cublasLtMatmulAlgoConfigSetAttribute(
+                &mut algo,
+                lsys::cublasLtMatmulAlgoConfigAttributes_t::CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                &one as *const i32 as *const c_void,
+                4,
+            )
+            .result()?;
+        }
+        Ok(algo)
     }
 
     /// Whether `algo` runs `plan`'s exact shape within the workspace.

@@ -257,16 +257,19 @@ pub fn matmul_bias(dev: &Device, x: &CudaTensor, w: &CudaWeight, bias: &CudaTens
     Ok((CudaTensor::new(y, n, w.rows), added))
 }
 
-/// Whether a batch of `n` rows goes to the GEMV kernels (decode batches, and
-/// every batch in the batch-invariant mode) rather than a GEMM.
+/// Whether a batch of `n` rows goes to the GEMV kernels (decode batches;
+/// in the batch-invariant mode every batch of block types) rather than a
+/// GEMM (in that mode, every batch of dense weights: cuBLASLt with one
+/// algorithm per weight shape, see `lt::Lt`).
 fn uses_gemv(dev: &Device, n: usize, k: usize, st: Storage) -> bool {
-    n >= 1 && k.is_multiple_of(8) && st != Storage::F32 && !gemm_rows(dev, n)
+    let gemv = if dev.deterministic { matches!(st, Storage::Quant(_)) } else { n <= 8 };
+    n >= 1 && k.is_multiple_of(8) && st != Storage::F32 && gemv
 }
 
 /// Whether a 16-bit matmul of `n` input rows may go to a GEMM (else the GEMV
 /// kernel, which reads f32 inputs): where ops write 16-bit copies.
 pub fn gemm_rows(dev: &Device, n: usize) -> bool {
-    n > 8 && !dev.deterministic
+    n > 8 || dev.deterministic
 }
 
 /// Elements of f16 scratch a quantized weight is dequantized into per GEMM.
@@ -350,6 +353,16 @@ impl Gemm {
             };
             let stream = dev.stream.cu_stream() as cudarc::cublaslt::sys::cudaStream_t;
             match lt.gemm(&shape, self.a.0, self.b.0, self.c.0, self.bias.unwrap_or(0), stream) {
+                // cublasGemmEx picks its kernel per shape: not batch-invariant.
+                Err(e)
+                    if e.0 == cudarc::cublaslt::sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED
+                        && dev.deterministic =>
+                {
+                    return Err(format!(
+                        "no batch-invariant cuBLASLt algorithm for {} x {} x {}",
+                        self.m, self.n, self.k
+                    ))
+                }
                 Err(e) if e.0 == cudarc::cublaslt::sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED => {}
                 done => return done.map(|_| self.bias.is_some()).map_err(|e| format!("cuBLASLt: {e:?}")),
             }
