@@ -147,7 +147,7 @@ impl Lt {
                 return Err(CublasError(lsys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED));
             }
         }
-        plan.algo = if self.pinned { self.pinned_algo(&range)? } else { self.heuristic(&plan)? };
+        plan.algo = if self.pinned { self.pinned_algo(&range)? } else { self.heuristic(&plan, false)? };
         if self.pinned && !self.supports(&plan, &plan.algo) {
             return Err(CublasError(lsys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED));
         }
@@ -163,32 +163,7 @@ impl Lt {
     /// heuristic's choice among those that reduce in place (no split-K), with
     /// the split count set to one.
     fn pinned_algo(&self, range: &Shape) -> Result<lsys::cublasLtMatmulAlgo_t, CublasError> {
-        let probe = self.plan_layouts(range)?;
-        let pref = lt::create_matmul_pref()?;
-        let max_ws = self.workspace.1 as u64;
-        let none = lsys::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_NONE as u32;
-        // SAFETY: live descriptors; the preference is destroyed below.
-        let found = unsafe {
-            let set = lt::set_matmul_pref_attribute(
-                pref,
-                lsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                &max_ws as *const u64 as *const c_void,
-                8,
-            )
-            .and_then(|_| {
-                lt::set_matmul_pref_attribute(
-                    pref,
-                    lsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
-                    &none as *const u32 as *const c_void,
-                    4,
-                )
-            });
-            let [a, b, c] = probe.layouts;
-            let found = set.and_then(|_| lt::get_matmul_algo_heuristic(self.handle, probe.desc, a, b, c, c, pref));
-            let _ = lt::destroy_matmul_pref(pref);
-            found
-        }?;
-        let mut algo = found.algo;
+        let mut algo = self.heuristic(&self.plan_layouts(range)?, true)?;
         let one: i32 = 1;
         // SAFETY: `algo` is a live value; the attribute is an i32.
         unsafe {
@@ -215,18 +190,30 @@ impl Lt {
             && unsafe { result.assume_init() }.workspaceSize <= self.workspace.1
     }
 
-    /// The heuristic's fastest algorithm for `plan`.
-    fn heuristic(&self, plan: &Plan) -> Result<lsys::cublasLtMatmulAlgo_t, CublasError> {
+    /// The heuristic's fastest algorithm for `plan`; `in_place`: only among
+    /// those that reduce in place (no split-K).
+    fn heuristic(&self, plan: &Plan, in_place: bool) -> Result<lsys::cublasLtMatmulAlgo_t, CublasError> {
         let pref = lt::create_matmul_pref()?;
         let max_ws = self.workspace.1 as u64;
+        let none = lsys::cublasLtReductionScheme_t::CUBLASLT_REDUCTION_SCHEME_NONE as u32;
         // SAFETY: live descriptors; the preference is destroyed below.
         let found = unsafe {
-            let set = lt::set_matmul_pref_attribute(
+            let mut set = lt::set_matmul_pref_attribute(
                 pref,
                 lsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                 &max_ws as *const u64 as *const c_void,
                 8,
             );
+            if in_place {
+                set = set.and_then(|_| {
+                    lt::set_matmul_pref_attribute(
+                        pref,
+                        lsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                        &none as *const u32 as *const c_void,
+                        4,
+                    )
+                });
+            }
             let [a, b, c] = plan.layouts;
             let found = set.and_then(|_| lt::get_matmul_algo_heuristic(self.handle, plan.desc, a, b, c, c, pref));
             let _ = lt::destroy_matmul_pref(pref);
