@@ -83,7 +83,7 @@ fn quant_matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32], eight: bool
 
 /// Whether `dtype`'s matmuls run on 8-bit activations here (`qdot8`): only
 /// when asked for (`FERRITE_CPU_ACTIVATIONS=8`). 8-bit activations are
-/// llama.cpp's rounding and prefill runs about a quarter faster, but logits
+/// llama.cpp's rounding and prefill runs about a fifth faster, but logits
 /// move by up to ~0.5 from exact arithmetic, and at one of the 320 Gemma
 /// golden positions (a four-way near-tie) the top token then beats
 /// llama.cpp's by 0.62, past the 0.5 the goldens allow; 16-bit activations

@@ -42,6 +42,11 @@ fn signed_weights(dtype: DType) -> bool {
     matches!(dtype, DType::Q8_0 | DType::Q6K)
 }
 
+/// `signed_weights` for a format id.
+const fn signed_format(f: u8) -> bool {
+    matches!(f, Q8_0 | Q6K)
+}
+
 /// Activation blocks quantized with |q| <= 127 as the kernels read them for
 /// weights of `dtype`: one byte per value, plus 128 for signed weights.
 pub fn pack(blocks: &[Q8Block], dtype: DType, out: &mut [u8]) {
@@ -218,7 +223,7 @@ unsafe fn row_dot<const F: u8, const T: usize, const R: usize>(
             };
             for t in 0..T {
                 _mm256_storeu_ps(c.s[r][t].as_mut_ptr(), _mm256_mul_ps(ws, _mm256_loadu_ps(a.d[t].add(j0))));
-                if !matches!(F, Q8_0 | Q6K) {
+                if !signed_format(F) {
                     c.macc[r][t] = _mm256_fmadd_ps(wm, _mm256_loadu_ps(a.dsum[t].add(j0)), c.macc[r][t]);
                 }
             }
@@ -231,9 +236,10 @@ unsafe fn row_dot<const F: u8, const T: usize, const R: usize>(
             for t in 0..T {
                 let x = _mm256_loadu_si256(a.q[t].add((j0 + j) * 32) as *const __m256i);
                 for r in 0..R {
-                    let p = match F {
-                        Q8_0 | Q6K => _mm256_dpbusd_epi32(blk[r].start, x, blk[r].w),
-                        _ => _mm256_dpbusd_epi32(blk[r].start, blk[r].w, x),
+                    let p = if signed_format(F) {
+                        _mm256_dpbusd_epi32(blk[r].start, x, blk[r].w)
+                    } else {
+                        _mm256_dpbusd_epi32(blk[r].start, blk[r].w, x)
                     };
                     let p = if F == Q6K { _mm256_mullo_epi32(p, blk[r].lane_scale) } else { p };
                     let s = _mm256_broadcast_ss(&c.s[r][t][j]);
