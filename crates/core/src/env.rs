@@ -1,7 +1,9 @@
-//! The one place ferrite reads environment variables. They only locate files
+//! The one place ferrite reads environment variables. They locate files
 //! (HOME, FERRITE_HOME, the Hugging Face cache variables), point a test at
-//! other fixtures, or switch on debugging output (`FERRITE_PROFILE`); models
-//! and kernels never read the environment.
+//! other fixtures or make it strict (`FERRITE_REQUIRE_NVRTC`), switch on
+//! debugging output (`FERRITE_PROFILE`), or opt into llama.cpp's 8-bit CPU
+//! activations (`FERRITE_CPU_ACTIVATIONS`); models and kernels never read
+//! the environment themselves.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -26,4 +28,18 @@ pub fn profiling() -> bool {
 /// (`phases`: only that, ops untimed).
 pub fn profiling_phases() -> bool {
     var("FERRITE_PROFILE").is_some_and(|v| v != "0")
+}
+
+/// `FERRITE_CPU_ACTIVATIONS=8`: quantized CPU matmuls on 8-bit activations
+/// (read once per process).
+pub fn cpu_activations_8() -> bool {
+    use std::sync::OnceLock;
+    static ASKED: OnceLock<bool> = OnceLock::new();
+    *ASKED.get_or_init(|| var("FERRITE_CPU_ACTIVATIONS").is_some_and(|v| v == "8"))
+}
+
+/// `FERRITE_REQUIRE_NVRTC` set: a test that compiles kernels fails, rather
+/// than skips, where NVRTC cannot be loaded.
+pub fn require_nvrtc() -> bool {
+    var("FERRITE_REQUIRE_NVRTC").is_some()
 }

@@ -89,9 +89,7 @@ fn quant_matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32], eight: bool
 /// llama.cpp's by 0.62, past the 0.5 the goldens allow; 16-bit activations
 /// (the default) stay within ~1e-2 of exact.
 fn bits8(dtype: ferrite_core::DType) -> bool {
-    use std::sync::OnceLock;
-    static ASKED: OnceLock<bool> = OnceLock::new();
-    let asked = *ASKED.get_or_init(|| std::env::var("FERRITE_CPU_ACTIVATIONS").is_ok_and(|v| v == "8"));
+    let asked = ferrite_core::env::cpu_activations_8();
     #[cfg(target_arch = "x86_64")]
     return asked && super::qdot8::available() && super::qdot::supports(dtype);
     #[cfg(not(target_arch = "x86_64"))]

@@ -180,11 +180,27 @@ struct Rows<'a> {
     out: *mut f32,
 }
 
-/// The activation rows of one tile.
-struct Tile<const T: usize> {
-    q: [*const Q8Block; T],
-    d: [*const f32; T],
-    dsum: [*const f32; T],
+/// The activation rows of one tile: their values (16-bit blocks here,
+/// bytes in `qdot8`), scales and scaled sums.
+pub(super) struct Tile<const T: usize, Q = Q8Block> {
+    pub(super) q: [*const Q; T],
+    pub(super) d: [*const f32; T],
+    pub(super) dsum: [*const f32; T],
+}
+
+impl<const T: usize, Q> Tile<T, Q> {
+    /// Rows t0.. of `acts`, whose values for row t start at `q(t0 + t)`.
+    ///
+    /// # Safety
+    /// `acts` holds rows t0..t0 + T.
+    #[inline(always)]
+    pub(super) unsafe fn new(acts: &ActScales, t0: usize, q: impl Fn(usize) -> *const Q) -> Self {
+        Tile {
+            q: std::array::from_fn(|t| q(t0 + t)),
+            d: std::array::from_fn(|t| acts.d.as_ptr().add((t0 + t) * acts.stride)),
+            dsum: std::array::from_fn(|t| acts.dsum.as_ptr().add((t0 + t) * acts.stride)),
+        }
+    }
 }
 
 /// Accumulators of R weight rows times T activation rows (kept in registers),
@@ -230,12 +246,7 @@ impl Rows<'_> {
         t0: usize,
         rows: Range<usize>,
     ) -> usize {
-        let stride = self.acts.stride;
-        let tile = Tile::<T> {
-            q: std::array::from_fn(|t| self.xq.add((t0 + t) * self.nb)),
-            d: std::array::from_fn(|t| self.acts.d.as_ptr().add((t0 + t) * stride)),
-            dsum: std::array::from_fn(|t| self.acts.dsum.as_ptr().add((t0 + t) * stride)),
-        };
+        let tile = Tile::<T>::new(self.acts, t0, |t| self.xq.wrapping_add(t * self.nb));
         let ahead = PREFETCH_BYTES.div_ceil(self.row_bytes.max(1)).max(R);
         let mut r = rows.start;
         while r + R <= rows.end {

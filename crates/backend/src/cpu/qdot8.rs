@@ -23,8 +23,8 @@
 #![allow(clippy::needless_range_loop)]
 
 use super::qdot::{
-    bits32, block_bytes, hsum, is_k, scales32, scales_k4, ActScales, Prefetch, PREFETCH_BYTES, Q4K, Q4_0, Q4_1, Q5K,
-    Q5_0, Q5_1, Q6K, Q8_0,
+    bits32, block_bytes, hsum, is_k, scales32, scales_k4, ActScales, Prefetch, Tile, PREFETCH_BYTES, Q4K, Q4_0, Q4_1,
+    Q5K, Q5_0, Q5_1, Q6K, Q8_0,
 };
 use crate::quant::Q8Block;
 use ferrite_core::DType;
@@ -125,13 +125,6 @@ struct Rows<'a> {
     out: *mut f32,
 }
 
-/// The activation rows of one tile: bytes, scales and scaled sums.
-struct Tile<const T: usize> {
-    q: [*const u8; T],
-    d: [*const f32; T],
-    dsum: [*const f32; T],
-}
-
 /// A group's state beside the accumulators: its scales (read with a variable
 /// index, so in memory; a separate variable keeps the accumulators in
 /// registers, as in `qdot`) and the offset accumulators.
@@ -159,12 +152,7 @@ impl Rows<'_> {
 
     #[inline(always)]
     unsafe fn tile<const F: u8, const T: usize, const R: usize>(&self, t0: usize, rows: Range<usize>) -> usize {
-        let sc = &self.acts.scales;
-        let tile = Tile::<T> {
-            q: std::array::from_fn(|t| self.acts.q.as_ptr().add((t0 + t) * self.k)),
-            d: std::array::from_fn(|t| sc.d.as_ptr().add((t0 + t) * sc.stride)),
-            dsum: std::array::from_fn(|t| sc.dsum.as_ptr().add((t0 + t) * sc.stride)),
-        };
+        let tile = Tile::<T, u8>::new(&self.acts.scales, t0, |t| self.acts.q.as_ptr().wrapping_add(t * self.k));
         let nb = self.k / 32;
         let ahead = PREFETCH_BYTES.div_ceil(self.row_bytes.max(1)).max(R);
         let mut r = rows.start;
@@ -195,7 +183,7 @@ impl Rows<'_> {
 unsafe fn row_dot<const F: u8, const T: usize, const R: usize>(
     w: [*const u8; R],
     nb: usize,
-    a: &Tile<T>,
+    a: &Tile<T, u8>,
     pf: Prefetch,
 ) -> [[f32; T]; R] {
     let zero = _mm256_setzero_ps();

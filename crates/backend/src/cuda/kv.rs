@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
 use ferrite_core::{Error, Result};
 
 use super::device::{device_err, per_row, Device};
@@ -332,8 +332,7 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, mut 
     let (nh, nkv, hd32, bs) = (p.n_heads as u32, p.n_kv_heads as u32, hd as u32, a.bs as u32);
     let window = a.window.unwrap_or(0) as u32;
     let softcap = p.softcap.unwrap_or(0.0);
-    let bf16 = half.as_ref().is_some_and(|h| h.0 == super::Storage::Bf16) as i32;
-    let hp = half.as_mut().map_or(0, |h| h.1.device_ptr_mut(s).0);
+    let (hp, bf16) = super::half_args(s, &mut half);
     macro_rules! go {
         ($f:expr, $cfg:expr, $k:expr, $v:expr, $list:expr, $with_hd:expr $(, $extra:expr)*) => {{
             let mut b = s.launch_builder(dev.func($f));

@@ -59,6 +59,12 @@ impl CudaTensor {
 /// A tensor's 16-bit copy, with its type (see `CudaTensor::half`).
 type HalfCopy = Option<(Storage, CudaSlice<u16>)>;
 
+/// A 16-bit copy's kernel arguments: pointer (0: none) and whether bf16.
+fn half_args(stream: &Arc<cudarc::driver::CudaStream>, half: &mut HalfCopy) -> (u64, i32) {
+    let bf16 = half.as_ref().is_some_and(|h| h.0 == Storage::Bf16) as i32;
+    (half.as_mut().map_or(0, |h| h.1.device_ptr_mut(stream).0), bf16)
+}
+
 /// Launches kernel `$name` with the given arguments, in the kernel's order.
 macro_rules! launch {
     ($self:expr, $name:expr, $cfg:expr, $($arg:expr),* $(,)?) => {{
@@ -211,7 +217,7 @@ impl CudaBackend {
             shared_mem_bytes: 0,
         };
         let mut half = self.alloc_half(x.rows, x.cols)?;
-        let (hp, bf16) = self.half_args(&mut half);
+        let (hp, bf16) = half_args(&self.dev.stream, &mut half);
         let rows = x.rows as u32;
         let ptr = |t: Option<&CudaTensor>| t.map_or(0, |t| t.buf.device_ptr(&self.dev.stream).0);
         let (yp, bp) = (ptr(y), ptr(b));
@@ -231,12 +237,6 @@ impl CudaBackend {
         // SAFETY: the op that asked writes every element.
         let buf = unsafe { self.dev.stream.alloc::<u16>((rows * cols).max(1)) }.map_err(|e| device_err("alloc", e))?;
         Ok(Some((st, buf)))
-    }
-
-    /// The 16-bit copy's kernel arguments: pointer (0: none) and whether bf16.
-    fn half_args(&self, half: &mut HalfCopy) -> (u64, i32) {
-        let bf16 = half.as_ref().is_some_and(|h| h.0 == Storage::Bf16) as i32;
-        (half.as_mut().map_or(0, |h| h.1.device_ptr_mut(&self.dev.stream).0), bf16)
     }
 
     fn upload_u32(&self, v: Vec<u32>) -> Result<Arc<CudaSlice<u32>>> {
@@ -444,7 +444,7 @@ impl Backend for CudaBackend {
         let mut half = if g == x.cols { self.alloc_half(x.rows, x.cols)? } else { None };
         if groups > 0 {
             let g32 = g as u32;
-            let (hp, bf16) = self.half_args(&mut half);
+            let (hp, bf16) = half_args(&self.dev.stream, &mut half);
             launch!(self, "rms_norm", per_row(groups, g), &x.buf, &w.buf, &mut out, &g32, &eps, &hp, &bf16)?;
         }
         let mut t = self.tensor(out, x.rows, x.cols);
@@ -463,7 +463,7 @@ impl Backend for CudaBackend {
         if x.rows > 0 {
             let cols = x.cols as u32;
             let n4 = x.cols / 4;
-            let (hp, bf16) = self.half_args(&mut half);
+            let (hp, bf16) = half_args(&self.dev.stream, &mut half);
             if x.cols.is_multiple_of(4) && n4 <= 1024 * 8 {
                 let threads = n4.min(1024).div_ceil(32) as u32 * 32;
                 let cfg =
@@ -486,7 +486,7 @@ impl Backend for CudaBackend {
         let mut out = self.alloc(n)?;
         let mut half = self.alloc_half(gate.rows, gate.cols)?;
         let (n64, code) = (n as u64, act_code(act));
-        let (hp, bf16) = self.half_args(&mut half);
+        let (hp, bf16) = half_args(&self.dev.stream, &mut half);
         launch!(self, "glu", elementwise(n), &gate.buf, &up.buf, &mut out, &n64, &code, &hp, &bf16)?;
         let mut t = self.tensor(out, gate.rows, gate.cols);
         t.half = half;
@@ -650,7 +650,7 @@ impl Backend for CudaBackend {
         let (nh, nkv, hd) = (p.n_heads as u32, p.n_kv_heads as u32, p.head_dim as u32);
         let window = p.window.unwrap_or(0) as u32;
         let mut half = self.alloc_half(q.rows, q.cols)?;
-        let (hp, bf16) = self.half_args(&mut half);
+        let (hp, bf16) = half_args(&self.dev.stream, &mut half);
         launch!(
             self, &name, cfg, &q.buf, &k.buf, &v.buf, &mut out, &hp, &bf16, &tiles, &nh, &nkv, &hd, &window, &p.scale
         )?;
