@@ -39,7 +39,7 @@ pub fn matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32]) {
         return;
     }
     if w.dtype.is_quantized() {
-        quant_matmul(x, n, w, out, bits8(w.dtype));
+        quant_matmul(x, n, w, out, !w.interleaved && bits8(w.dtype));
     } else if let Some(p) = &w.packed {
         super::sgemm::gemm(x, n, p, None, out);
     } else if let Some(p) = &w.packed_bf16 {
@@ -123,6 +123,19 @@ fn dispatch_quant(xq: &[Q8Block], n: usize, w: &CpuWeight, out: &mut [f32]) {
     let m = w.rows;
     let ptr = SendPtr(out.as_mut_ptr());
     let chunk = rows_per_chunk(n, w.cols / 32, w.rows);
+    #[cfg(target_arch = "x86_64")]
+    if w.interleaved {
+        let acts = super::qdot::ActScales::new(xq, n, w.cols / 32);
+        let mm = super::q8x8::Q8x8Matmul { data: w.bytes.as_slice(), nb: w.cols / 32, m, xq, acts: &acts, n };
+        let groups = (chunk / super::q8x8::GROUP_ROWS).max(1);
+        for_each_chunk(m / super::q8x8::GROUP_ROWS, groups, &|g| {
+            // SAFETY: the weight was interleaved (so the kernel's features are
+            // present and m is whole groups); `xq` and `acts` hold n rows of
+            // cols / 32 blocks; each chunk writes only its own columns.
+            unsafe { mm.groups(g, ptr.get()) };
+        });
+        return;
+    }
     #[cfg(target_arch = "x86_64")]
     if super::qdot::available() && super::qdot::supports(w.dtype) {
         let acts = super::qdot::ActScales::new(xq, n, w.cols / 32);

@@ -7,6 +7,7 @@ mod fork;
 mod math;
 mod matmul;
 mod ops;
+mod q8x8;
 mod qdot;
 mod qdot8;
 mod sgemm;
@@ -60,12 +61,20 @@ pub struct CpuWeight {
     packed: Option<sgemm::PackedF32>,
     /// Or, with `CpuBackend::bf16_dense`, as bf16 panels (see `sgemm_bf16`).
     packed_bf16: Option<sgemm_bf16::PackedBf16>,
+    /// Q8_0 rows stored interleaved by eight (see `q8x8`).
+    interleaved: bool,
 }
 
 impl CpuWeight {
-    /// A weight in its stored format; f32 weights are also packed for the GEMM.
+    /// A weight in its stored format; f32 weights are also packed for the GEMM,
+    /// and Q8_0 rows interleaved by eight where that kernel runs.
     pub fn new(name: String, dtype: DType, rows: usize, cols: usize, bytes: HostBytes) -> CpuWeight {
-        let mut w = CpuWeight { name, dtype, rows, cols, bytes, packed: None, packed_bf16: None };
+        #[cfg(target_arch = "x86_64")]
+        if dtype == DType::Q8_0 && q8x8::eligible(rows) {
+            let bytes = HostBytes::from_vec(q8x8::interleave(bytes.as_slice(), rows, cols));
+            return CpuWeight { name, dtype, rows, cols, bytes, packed: None, packed_bf16: None, interleaved: true };
+        }
+        let mut w = CpuWeight { name, dtype, rows, cols, bytes, packed: None, packed_bf16: None, interleaved: false };
         if dtype == DType::F32 {
             let packed = sgemm::PackedF32::pack(rows, cols, |r, buf| {
                 w.dequantize_row(r, buf).expect("weight row sizes are validated before packing")
@@ -79,6 +88,14 @@ impl CpuWeight {
         self.cols / self.dtype.block_size() * self.dtype.block_bytes()
     }
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) -> Result<()> {
+        #[cfg(target_arch = "x86_64")]
+        if self.interleaved {
+            if r >= self.rows || out.len() != self.cols {
+                return Err(Error::Shape(format!("row {r} of [{}, {}] into {}", self.rows, self.cols, out.len())));
+            }
+            q8x8::dequantize_row(self.bytes.as_slice(), r, self.cols, out);
+            return Ok(());
+        }
         let rb = self.row_bytes();
         dequantize_row(self.dtype, &self.bytes.as_slice()[r * rb..(r + 1) * rb], out)
     }
@@ -111,6 +128,7 @@ impl Backend for CpuBackend {
                 bytes: raw.bytes,
                 packed: None,
                 packed_bf16: None,
+                interleaved: false,
             };
             let packed = sgemm_bf16::PackedBf16::pack(w.rows, w.cols, |r, buf| {
                 w.dequantize_row(r, buf).expect("weight row sizes are validated before packing")
