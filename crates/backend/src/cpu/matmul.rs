@@ -126,9 +126,10 @@ fn dispatch_quant(xq: &[Q8Block], n: usize, w: &CpuWeight, out: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     if w.interleaved {
         let acts = super::qdot::ActScales::new(xq, n, w.cols / 32);
-        let mm = super::q8x8::Q8x8Matmul { data: w.bytes.as_slice(), nb: w.cols / 32, m, xq, acts: &acts, n };
-        let groups = (chunk / super::q8x8::GROUP_ROWS).max(1);
-        for_each_chunk(m / super::q8x8::GROUP_ROWS, groups, &|g| {
+        let mm =
+            super::rows8::Rows8Matmul { dtype: w.dtype, data: w.bytes.as_slice(), k: w.cols, m, xq, acts: &acts, n };
+        let groups = (chunk / super::rows8::GROUP_ROWS).max(1);
+        for_each_chunk(m / super::rows8::GROUP_ROWS, groups, &|g| {
             // SAFETY: the weight was interleaved (so the kernel's features are
             // present and m is whole groups); `xq` and `acts` hold n rows of
             // cols / 32 blocks; each chunk writes only its own columns.

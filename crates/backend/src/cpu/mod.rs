@@ -7,9 +7,9 @@ mod fork;
 mod math;
 mod matmul;
 mod ops;
-mod q8x8;
 mod qdot;
 mod qdot8;
+mod rows8;
 mod sgemm;
 mod sgemm_bf16;
 pub mod simd;
@@ -61,17 +61,17 @@ pub struct CpuWeight {
     packed: Option<sgemm::PackedF32>,
     /// Or, with `CpuBackend::bf16_dense`, as bf16 panels (see `sgemm_bf16`).
     packed_bf16: Option<sgemm_bf16::PackedBf16>,
-    /// Q8_0 rows stored interleaved by eight (see `q8x8`).
+    /// Rows stored interleaved by eight (see `rows8`).
     interleaved: bool,
 }
 
 impl CpuWeight {
     /// A weight in its stored format; f32 weights are also packed for the GEMM,
-    /// and Q8_0 rows interleaved by eight where that kernel runs.
+    /// and Q8_0 and Q4_K rows interleaved by eight where that kernel runs.
     pub fn new(name: String, dtype: DType, rows: usize, cols: usize, bytes: HostBytes) -> CpuWeight {
         #[cfg(target_arch = "x86_64")]
-        if dtype == DType::Q8_0 && q8x8::eligible(rows) {
-            let bytes = HostBytes::from_vec(q8x8::interleave(bytes.as_slice(), rows, cols));
+        if rows8::eligible(dtype, rows) {
+            let bytes = HostBytes::from_vec(rows8::interleave(dtype, bytes.as_slice(), rows, cols));
             return CpuWeight { name, dtype, rows, cols, bytes, packed: None, packed_bf16: None, interleaved: true };
         }
         let mut w = CpuWeight { name, dtype, rows, cols, bytes, packed: None, packed_bf16: None, interleaved: false };
@@ -93,7 +93,7 @@ impl CpuWeight {
             if r >= self.rows || out.len() != self.cols {
                 return Err(Error::Shape(format!("row {r} of [{}, {}] into {}", self.rows, self.cols, out.len())));
             }
-            q8x8::dequantize_row(self.bytes.as_slice(), r, self.cols, out);
+            rows8::dequantize_row(self.dtype, self.bytes.as_slice(), r, self.cols, out);
             return Ok(());
         }
         let rb = self.row_bytes();
