@@ -67,7 +67,7 @@ pub struct CpuWeight {
 
 impl CpuWeight {
     /// A weight in its stored format; f32 weights are also packed for the GEMM,
-    /// and Q8_0 and Q4_K rows interleaved by eight where that kernel runs.
+    /// and Q8_0, Q5_0 and Q4_K rows interleaved by eight where that kernel runs.
     pub fn new(name: String, dtype: DType, rows: usize, cols: usize, bytes: HostBytes) -> CpuWeight {
         #[cfg(target_arch = "x86_64")]
         if rows8::eligible(dtype, rows) {
@@ -136,7 +136,11 @@ impl Backend for CpuBackend {
             w.packed_bf16 = Some(packed);
             return Ok(w);
         }
-        if raw.dtype == DType::Q5_0 {
+        #[cfg(target_arch = "x86_64")]
+        let interleaved = rows8::eligible(raw.dtype, raw.rows);
+        #[cfg(not(target_arch = "x86_64"))]
+        let interleaved = false;
+        if raw.dtype == DType::Q5_0 && !interleaved {
             // Exactly representable in Q8_0, whose kernels are cheaper (see `repack`).
             let bytes = HostBytes::from_vec(crate::quant::repack::q5_0_to_q8_0(raw.bytes.as_slice()));
             return Ok(CpuWeight::new(raw.name, DType::Q8_0, raw.rows, raw.cols, bytes));

@@ -1,4 +1,4 @@
-//! Quantized weights interleaved by eight rows (Q8_0 and Q4_K), and their
+//! Quantized weights interleaved by eight rows (Q8_0, Q5_0 and Q4_K), and their
 //! kernel (x86-64, AVX2 with FMA and F16C; VNNI fuses the multiply-add).
 //!
 //! `qdot` spends one f32 conversion and one FMA per 32-element block per
@@ -17,7 +17,10 @@
 //! An output element's arithmetic is that sequence over its row's blocks,
 //! whatever the tile (the block dot is an exact integer), so results are
 //! batch- and thread-invariant. The bytes per weight are the format's (Q4_K's
-//! plus 3%): the layout serves decode as well as prefill.
+//! plus 3%): the layout serves decode as well as prefill. Q5_0, whose fifth
+//! bits cost more to unpack than the multiply, is expanded to the Q8_0 layout
+//! a chunk at a time where eight or more activation rows reuse it (the same
+//! values, so the same bits as its own kernel).
 
 #![cfg(target_arch = "x86_64")]
 // Row groups, tile rows and their accumulators are parallel const-size arrays.
@@ -41,7 +44,7 @@ const MAX_ROWS: usize = 65536;
 /// Whether a weight of `dtype` with `rows` rows is stored interleaved here:
 /// the formats below, whole groups only, and only where the kernel runs.
 pub fn eligible(dtype: DType, rows: usize) -> bool {
-    matches!(dtype, DType::Q8_0 | DType::Q4K)
+    matches!(dtype, DType::Q8_0 | DType::Q5_0 | DType::Q4K)
         && rows > 0
         && rows <= MAX_ROWS
         && rows.is_multiple_of(R)
@@ -51,6 +54,15 @@ pub fn eligible(dtype: DType, rows: usize) -> bool {
 // Q8_0 group block (32 columns of 8 rows): 8 f16 scales, then 16 pairs x 8
 // rows x 2 i8.
 const Q8_0_GROUP: usize = 2 * R + 32 * R;
+
+// Q5_0 group block (32 columns of 8 rows): 8 f16 scales; 8 x 16 bytes whose
+// byte 2 * row + e of the p-th holds the low four bits of element 2p + e in
+// its low nibble and of element 2(p + 8) + e in its high nibble; then 16 u16,
+// one per (row, e): bit p the fifth bit of element 2p + e, bit 8 + p that of
+// element 2(p + 8) + e.
+const Q5_0_QS: usize = 2 * R;
+const Q5_0_HB: usize = Q5_0_QS + 16 * R;
+const Q5_0_GROUP: usize = Q5_0_HB + 4 * R;
 
 // Q4_K group block (256 columns of 8 rows): 8 f16 d, 8 f16 dmin, the 6-bit
 // scales and mins as bytes ([sub-block][row] each), then per 32-column
@@ -63,10 +75,10 @@ const Q4K_GROUP: usize = Q4K_QS + 128 * R;
 
 /// Bytes of one group's stored block (`block_size` columns of eight rows).
 fn group_block_bytes(dtype: DType) -> usize {
-    if dtype == DType::Q8_0 {
-        Q8_0_GROUP
-    } else {
-        Q4K_GROUP
+    match dtype {
+        DType::Q8_0 => Q8_0_GROUP,
+        DType::Q5_0 => Q5_0_GROUP,
+        _ => Q4K_GROUP,
     }
 }
 
@@ -85,10 +97,10 @@ pub fn interleave(dtype: DType, src: &[u8], rows: usize, cols: usize) -> Vec<u8>
     for (g, dst) in out.chunks_exact_mut(nb * gb).enumerate() {
         for (j, blk) in dst.chunks_exact_mut(gb).enumerate() {
             let rows: [&[u8]; R] = std::array::from_fn(|i| &src[(g * R + i) * row_bytes + j * bb..][..bb]);
-            if dtype == DType::Q8_0 {
-                interleave_q8_0(rows, blk)
-            } else {
-                interleave_q4k(rows, blk)
+            match dtype {
+                DType::Q8_0 => interleave_q8_0(rows, blk),
+                DType::Q5_0 => interleave_q5_0(rows, blk),
+                _ => interleave_q4k(rows, blk),
             }
         }
     }
@@ -101,6 +113,23 @@ fn interleave_q8_0(rows: [&[u8]; R], blk: &mut [u8]) {
         for p in 0..16 {
             let at = 2 * R + p * 2 * R + 2 * i;
             blk[at..at + 2].copy_from_slice(&s[2 + 2 * p..4 + 2 * p]);
+        }
+    }
+}
+
+fn interleave_q5_0(rows: [&[u8]; R], blk: &mut [u8]) {
+    for (i, s) in rows.iter().enumerate() {
+        blk[2 * i..2 * i + 2].copy_from_slice(&s[..2]);
+        // The 5-bit values, via Q8_0's exact repacking (value - 16 as i8).
+        let v: Vec<u8> = crate::quant::repack::q5_0_to_q8_0(s)[2..].iter().map(|&q| (q as i8 + 16) as u8).collect();
+        for e in 0..2 {
+            let mut hb = 0u16;
+            for p in 0..8 {
+                let (lo, hi) = (v[2 * p + e], v[2 * (p + 8) + e]);
+                blk[Q5_0_QS + p * 16 + 2 * i + e] = (lo & 0xF) | (hi & 0xF) << 4;
+                hb |= ((lo >> 4) as u16) << p | ((hi >> 4) as u16) << (8 + p);
+            }
+            blk[Q5_0_HB + 2 * (2 * i + e)..][..2].copy_from_slice(&hb.to_le_bytes());
         }
     }
 }
@@ -155,6 +184,18 @@ pub fn dequantize_row(dtype: DType, data: &[u8], r: usize, cols: usize, out: &mu
             }
             continue;
         }
+        if dtype == DType::Q5_0 {
+            let d = f16_at(blk, 2 * i);
+            for (e, o) in o.iter_mut().enumerate() {
+                let (p, half, lane) = ((e / 2) % 8, e / 16, 2 * i + e % 2);
+                let v = blk[Q5_0_QS + p * 16 + lane];
+                let low = if half == 0 { v & 0xF } else { v >> 4 };
+                let hb = u16::from_le_bytes([blk[Q5_0_HB + 2 * lane], blk[Q5_0_HB + 2 * lane + 1]]);
+                let q = low as i32 | (((hb >> (8 * half + p)) & 1) as i32) << 4;
+                *o = d * (q - 16) as f32;
+            }
+            continue;
+        }
         let (d, dmin) = (f16_at(blk, 2 * i), f16_at(blk, 2 * R + 2 * i));
         for (sub, o) in o.chunks_exact_mut(32).enumerate() {
             let (sc, m) = (blk[Q4K_SC + sub * R + i], blk[Q4K_MIN + sub * R + i]);
@@ -191,11 +232,49 @@ impl Rows8Matmul<'_> {
     pub unsafe fn groups(&self, groups: Range<usize>, out: *mut f32) {
         assert!(groups.end * R <= self.m && self.data.len() >= interleaved_bytes(self.dtype, self.m, self.k));
         assert!(self.xq.len() >= self.n * (self.k / 32) && self.acts.d.len() >= self.n * self.acts.stride);
+        if self.dtype == DType::Q5_0 && self.n >= EXPAND_ROWS {
+            return self.expanded(groups, out);
+        }
         match (self.dtype, super::qdot::vnni()) {
             (DType::Q8_0, false) => run_avx2::<Q8_0Rows>(self, groups, out),
             (DType::Q8_0, true) => run_vnni::<Q8_0Rows>(self, groups, out),
+            (DType::Q5_0, false) => run_avx2::<Q5_0Rows>(self, groups, out),
+            (DType::Q5_0, true) => run_vnni::<Q5_0Rows>(self, groups, out),
             (_, false) => run_avx2::<Q4KRows>(self, groups, out),
             (_, true) => run_vnni::<Q4KRows>(self, groups, out),
+        }
+    }
+
+    /// Q5_0 groups expanded to the Q8_0 layout, then that kernel.
+    unsafe fn expanded(&self, groups: Range<usize>, out: *mut f32) {
+        let nb = self.k / 32;
+        let src = &self.data[groups.start * nb * Q5_0_GROUP..groups.end * nb * Q5_0_GROUP];
+        let mut buf = vec![0u8; groups.len() * nb * Q8_0_GROUP];
+        expand_q5_0(src, &mut buf);
+        let mm = Rows8Matmul { dtype: DType::Q8_0, data: &buf, ..*self };
+        // The expanded groups start at 0; their output columns at groups.start.
+        let (local, out) = (0..groups.len(), out.add(groups.start * R));
+        if super::qdot::vnni() {
+            run_vnni::<Q8_0Rows>(&mm, local, out)
+        } else {
+            run_avx2::<Q8_0Rows>(&mm, local, out)
+        }
+    }
+}
+
+/// Activation rows from which Q5_0 is expanded rather than unpacked per use.
+const EXPAND_ROWS: usize = 8;
+
+/// Q5_0 group blocks as Q8_0 group blocks (the same scales and values).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn expand_q5_0(src: &[u8], dst: &mut [u8]) {
+    for (s, d) in src.chunks_exact(Q5_0_GROUP).zip(dst.chunks_exact_mut(Q8_0_GROUP)) {
+        d[..2 * R].copy_from_slice(&s[..2 * R]);
+        let out = d.as_mut_ptr().add(2 * R) as *mut __m128i;
+        for p in 0..8 {
+            let (lo, hi) = Q5_0Rows::pairs(s.as_ptr(), 0, p);
+            _mm_storeu_si128(out.add(p), to_i8(lo));
+            _mm_storeu_si128(out.add(p + 8), to_i8(hi));
         }
     }
 }
@@ -220,13 +299,59 @@ impl Layout for Q8_0Rows {
     const MIN: bool = false;
     #[inline(always)]
     unsafe fn pairs(blk: *const u8, _: usize, p: usize) -> (__m256i, __m256i) {
-        let at = |p: usize| _mm_loadu_si128(blk.add(2 * R + 2 * R * p) as *const __m128i);
-        (_mm256_cvtepi8_epi16(at(p)), _mm256_cvtepi8_epi16(at(p + 8)))
+        let at = blk.add(2 * R) as *const __m128i;
+        (_mm256_cvtepi8_epi16(_mm_loadu_si128(at.add(p))), _mm256_cvtepi8_epi16(_mm_loadu_si128(at.add(p + 8))))
     }
     #[inline(always)]
     unsafe fn scales(blk: *const u8, _: usize) -> (__m256, __m256) {
         (_mm256_cvtph_ps(_mm_loadu_si128(blk as *const __m128i)), _mm256_setzero_ps())
     }
+}
+
+struct Q5_0Rows;
+impl Layout for Q5_0Rows {
+    const COLS: usize = 32;
+    const BYTES: usize = Q5_0_GROUP;
+    const MIN: bool = false;
+    #[inline(always)]
+    unsafe fn pairs(blk: *const u8, _: usize, p: usize) -> (__m256i, __m256i) {
+        let v = _mm256_cvtepu8_epi16(_mm_loadu_si128(blk.add(Q5_0_QS + p * 16) as *const __m128i));
+        // Fifth bits at bit p (low pairs) and 8 + p (high pairs), moved to bit 4.
+        let h = _mm256_loadu_si256(blk.add(Q5_0_HB) as *const __m256i);
+        let (nib, c16) = (_mm256_set1_epi16(0x0F), _mm256_set1_epi16(16));
+        let lo = _mm256_or_si256(_mm256_and_si256(v, nib), bit_to_4(h, p));
+        let hi = _mm256_or_si256(_mm256_srli_epi16(v, 4), bit_to_4(h, 8 + p));
+        (_mm256_sub_epi16(lo, c16), _mm256_sub_epi16(hi, c16))
+    }
+    #[inline(always)]
+    unsafe fn scales(blk: *const u8, _: usize) -> (__m256, __m256) {
+        (_mm256_cvtph_ps(_mm_loadu_si128(blk as *const __m128i)), _mm256_setzero_ps())
+    }
+}
+
+/// Bit `bit` of each i16 lane of `h`, moved to bit 4 (others cleared). (Plain
+/// functions, not closures, here: a closure does not inherit the caller's
+/// target features and would not be inlined.)
+#[inline(always)]
+unsafe fn bit_to_4(h: __m256i, bit: usize) -> __m256i {
+    let at4 = if bit <= 4 {
+        _mm256_sll_epi16(h, _mm_cvtsi32_si128((4 - bit) as i32))
+    } else {
+        _mm256_srl_epi16(h, _mm_cvtsi32_si128((bit - 4) as i32))
+    };
+    _mm256_and_si256(at4, _mm256_set1_epi16(0x10))
+}
+
+/// Eight bytes at `p`, widened to f32.
+#[inline(always)]
+unsafe fn bytes_f32(p: *const u8) -> __m256 {
+    _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i)))
+}
+
+/// Sixteen i16 lanes narrowed to i8 (saturating; the values fit).
+#[inline(always)]
+unsafe fn to_i8(x: __m256i) -> __m128i {
+    _mm_packs_epi16(_mm256_castsi256_si128(x), _mm256_extracti128_si256(x, 1))
 }
 
 struct Q4KRows;
@@ -243,10 +368,9 @@ impl Layout for Q4KRows {
     unsafe fn scales(blk: *const u8, sub: usize) -> (__m256, __m256) {
         let d = _mm256_cvtph_ps(_mm_loadu_si128(blk as *const __m128i));
         let dmin = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(2 * R) as *const __m128i));
-        let bytes =
-            |at: usize| _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(blk.add(at) as *const __m128i)));
         // d * sc and dmin * m are exact in f32 (11-bit by 6-bit products).
-        (_mm256_mul_ps(d, bytes(Q4K_SC + sub * R)), _mm256_mul_ps(dmin, bytes(Q4K_MIN + sub * R)))
+        let (sc, m) = (bytes_f32(blk.add(Q4K_SC + sub * R)), bytes_f32(blk.add(Q4K_MIN + sub * R)));
+        (_mm256_mul_ps(d, sc), _mm256_mul_ps(dmin, m))
     }
 }
 
@@ -339,7 +463,12 @@ unsafe fn tile<L: Layout, const T: usize, const G: usize, const C: usize, const 
         for p0 in (0..8).step_by(C) {
             for c in 0..C {
                 let p = p0 + c;
-                let w: [(__m256i, __m256i); G] = std::array::from_fn(|g| L::pairs(blk[g], sub, p));
+                // (A loop, not `from_fn`: its closure would not inherit the
+                // target features, and the intrinsics would become calls.)
+                let mut w = [(_mm256_setzero_si256(), _mm256_setzero_si256()); G];
+                for g in 0..G {
+                    w[g] = L::pairs(blk[g], sub, p);
+                }
                 for half in 0..2 {
                     for t in 0..T {
                         let a = _mm256_set1_epi32(qs[t].add(p + 8 * half).read_unaligned());
@@ -383,7 +512,7 @@ mod tests {
     use super::*;
     use crate::quant::dequantize_row as dequantize_plain;
 
-    const FORMATS: [DType; 2] = [DType::Q8_0, DType::Q4K];
+    const FORMATS: [DType; 3] = [DType::Q8_0, DType::Q5_0, DType::Q4K];
 
     #[test]
     fn interleaved_rows_dequantize_as_stored() {
@@ -446,6 +575,10 @@ mod tests {
                                 run_avx2::<Q8_0Rows>(&mm, 0..m / R, plain.as_mut_ptr());
                                 run_vnni::<Q8_0Rows>(&mm, 0..m / R, fused.as_mut_ptr());
                             }
+                            DType::Q5_0 => {
+                                run_avx2::<Q5_0Rows>(&mm, 0..m / R, plain.as_mut_ptr());
+                                run_vnni::<Q5_0Rows>(&mm, 0..m / R, fused.as_mut_ptr());
+                            }
                             _ => {
                                 run_avx2::<Q4KRows>(&mm, 0..m / R, plain.as_mut_ptr());
                                 run_vnni::<Q4KRows>(&mm, 0..m / R, fused.as_mut_ptr());
@@ -453,6 +586,8 @@ mod tests {
                         }
                     }
                     assert_eq!(plain, fused, "{dtype} n {n}");
+                    // The dispatch (Q5_0 expanded from 8 rows on) gives the same bits.
+                    assert_eq!(out, fused, "{dtype} n {n}: dispatch");
                 }
             }
         }
