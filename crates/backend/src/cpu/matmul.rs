@@ -10,6 +10,7 @@
 use super::fork::{for_each_chunk, SendPtr};
 use super::CpuWeight;
 use crate::quant::{dequantize_row, quantize_row_q8, quantize_row_q8_bits8, unpack_row, Q8Block, UnpackedRow};
+use std::cell::RefCell;
 use std::ops::Range;
 
 /// Block dots (32 weights times 32 activations) per parallel chunk: long
@@ -49,36 +50,61 @@ pub fn matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32]) {
     }
 }
 
+thread_local! {
+    /// The activation side of a quantized matmul (blocks, and the 8-bit
+    /// kernels' bytes), reused by the next one on this thread: no allocation
+    /// per decode step.
+    static ACT_BLOCKS: RefCell<(Vec<Q8Block>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    /// The fused kernels' activation scales, likewise.
+    #[cfg(target_arch = "x86_64")]
+    static ACT_SCALES: RefCell<super::qdot::ActScales> = RefCell::default();
+}
+
+/// `v[..len]`, growing `v` (never shrinking it) as needed.
+fn at_least<T: Clone + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
+    if v.len() < len {
+        v.resize(len, T::default());
+    }
+    &mut v[..len]
+}
+
 /// A quantized weight's matmul, on 8-bit activations when `eight` (the
 /// `qdot8` kernels must be available then), else 16-bit ones.
 fn quant_matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32], eight: bool) {
-    let (nb, k) = (w.cols / 32, w.cols);
-    const GROUP: usize = 32;
-    let mut xq = vec![Q8Block::default(); n * nb];
-    // The 8-bit kernels' bytes, packed in the same pass.
-    let mut x8 = vec![0u8; if eight { n * k } else { 0 }];
-    let (xp, x8p) = (SendPtr(xq.as_mut_ptr()), SendPtr(x8.as_mut_ptr()));
-    // Rows of about 32K activations per chunk: decode quantizes here.
-    for_each_chunk(n, (1 << 15) / k.max(1) + 1, &|rows| {
-        for t in rows {
-            // SAFETY: each chunk writes its own activation rows of `xq` and `x8`.
-            let q = unsafe { std::slice::from_raw_parts_mut(xp.get().add(t * nb), nb) };
-            let xr = &x[t * k..(t + 1) * k];
-            if !eight {
-                quantize_row_q8(xr, q, GROUP);
-                continue;
+    ACT_BLOCKS.with_borrow_mut(|(xq, x8_buf)| {
+        let (nb, k) = (w.cols / 32, w.cols);
+        const GROUP: usize = 32;
+        let xq = at_least(xq, n * nb);
+        // The 8-bit kernels' bytes, packed in the same pass.
+        let x8 = at_least(x8_buf, if eight { n * k } else { 0 });
+        let (xp, x8p) = (SendPtr(xq.as_mut_ptr()), SendPtr(x8.as_mut_ptr()));
+        // Rows of about 32K activations per chunk: decode quantizes here.
+        for_each_chunk(n, (1 << 15) / k.max(1) + 1, &|rows| {
+            for t in rows {
+                // SAFETY: each chunk writes its own activation rows of `xq` and `x8`.
+                let q = unsafe { std::slice::from_raw_parts_mut(xp.get().add(t * nb), nb) };
+                let xr = &x[t * k..(t + 1) * k];
+                if !eight {
+                    quantize_row_q8(xr, q, GROUP);
+                    continue;
+                }
+                quantize_row_q8_bits8(xr, q);
+                #[cfg(target_arch = "x86_64")]
+                super::qdot8::pack(q, w.dtype, unsafe { std::slice::from_raw_parts_mut(x8p.get().add(t * k), k) });
             }
-            quantize_row_q8_bits8(xr, q);
-            #[cfg(target_arch = "x86_64")]
-            super::qdot8::pack(q, w.dtype, unsafe { std::slice::from_raw_parts_mut(x8p.get().add(t * k), k) });
+        });
+        #[cfg(target_arch = "x86_64")]
+        if eight {
+            return ACT_SCALES.with_borrow_mut(|scales| {
+                scales.fill(xq, n, nb);
+                // Lent to the kernels' owner type, then given back.
+                let acts = super::qdot8::Acts8 { q: std::mem::take(x8_buf), scales: std::mem::take(scales) };
+                dispatch_quant8(&acts, n, w, out);
+                (*x8_buf, *scales) = (acts.q, acts.scales);
+            });
         }
-    });
-    #[cfg(target_arch = "x86_64")]
-    if eight {
-        let acts = super::qdot8::Acts8 { q: x8, scales: super::qdot::ActScales::new(&xq, n, nb) };
-        return dispatch_quant8(&acts, n, w, out);
-    }
-    dispatch_quant(&xq, n, w, out);
+        dispatch_quant(xq, n, w, out);
+    })
 }
 
 /// Whether `dtype`'s matmuls run on 8-bit activations here (`qdot8`): only
@@ -125,38 +151,39 @@ fn dispatch_quant(xq: &[Q8Block], n: usize, w: &CpuWeight, out: &mut [f32]) {
     let chunk = rows_per_chunk(n, w.cols / 32, w.rows);
     #[cfg(target_arch = "x86_64")]
     if w.interleaved {
-        let acts = super::qdot::ActScales::new(xq, n, w.cols / 32);
-        let mm =
-            super::rows8::Rows8Matmul { dtype: w.dtype, data: w.bytes.as_slice(), k: w.cols, m, xq, acts: &acts, n };
-        let groups = (chunk / super::rows8::GROUP_ROWS).max(1);
-        for_each_chunk(m / super::rows8::GROUP_ROWS, groups, &|g| {
-            // SAFETY: the weight was interleaved (so the kernel's features are
-            // present and m is whole groups); `xq` and `acts` hold n rows of
-            // cols / 32 blocks; each chunk writes only its own columns.
-            unsafe { mm.groups(g, ptr.get()) };
+        return ACT_SCALES.with_borrow_mut(|acts| {
+            acts.fill(xq, n, w.cols / 32);
+            let mm = super::rows8::Rows8Matmul { dtype: w.dtype, data: w.bytes.as_slice(), k: w.cols, m, xq, acts, n };
+            let groups = (chunk / super::rows8::GROUP_ROWS).max(1);
+            for_each_chunk(m / super::rows8::GROUP_ROWS, groups, &|g| {
+                // SAFETY: the weight was interleaved (so the kernel's features are
+                // present and m is whole groups); `xq` and `acts` hold n rows of
+                // cols / 32 blocks; each chunk writes only its own columns.
+                unsafe { mm.groups(g, ptr.get()) };
+            });
         });
-        return;
     }
     #[cfg(target_arch = "x86_64")]
     if super::qdot::available() && super::qdot::supports(w.dtype) {
-        let acts = super::qdot::ActScales::new(xq, n, w.cols / 32);
-        let mm = super::qdot::QuantMatmul {
-            dtype: w.dtype,
-            data: w.bytes.as_slice(),
-            row_bytes: w.row_bytes(),
-            k: w.cols,
-            m,
-            xq,
-            acts: &acts,
-            n,
-        };
-        for_each_chunk(m, chunk, &|rows| {
-            // SAFETY: AVX2/FMA/F16C present (checked above); the weight's byte
-            // count was validated at load, `xq` and `acts` hold n rows of
-            // cols / 32 blocks, and each chunk writes only its own columns.
-            unsafe { mm.rows(rows, ptr.get()) };
+        return ACT_SCALES.with_borrow_mut(|acts| {
+            acts.fill(xq, n, w.cols / 32);
+            let mm = super::qdot::QuantMatmul {
+                dtype: w.dtype,
+                data: w.bytes.as_slice(),
+                row_bytes: w.row_bytes(),
+                k: w.cols,
+                m,
+                xq,
+                acts,
+                n,
+            };
+            for_each_chunk(m, chunk, &|rows| {
+                // SAFETY: AVX2/FMA/F16C present (checked above); the weight's byte
+                // count was validated at load, `xq` and `acts` hold n rows of
+                // cols / 32 blocks, and each chunk writes only its own columns.
+                unsafe { mm.rows(rows, ptr.get()) };
+            });
         });
-        return;
     }
     for_each_chunk(m, chunk, &|rows| {
         let mut u = UnpackedRow::default();

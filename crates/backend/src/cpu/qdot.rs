@@ -45,6 +45,7 @@ pub fn supports(dtype: DType) -> bool {
 /// Activation scales laid out contiguously (the fused kernels load eight at a
 /// time): row t's block j is at `t * stride + j`; `stride` is the block count
 /// rounded up to 8, the padding is zero.
+#[derive(Default)]
 pub struct ActScales {
     pub d: Vec<f32>,
     pub dsum: Vec<f32>,
@@ -52,17 +53,26 @@ pub struct ActScales {
 }
 
 impl ActScales {
+    #[cfg(test)]
     pub fn new(xq: &[Q8Block], n: usize, nb: usize) -> Self {
-        let stride = nb.next_multiple_of(8);
-        let mut d = vec![0f32; n * stride];
-        let mut dsum = vec![0f32; n * stride];
+        let mut a = ActScales::default();
+        a.fill(xq, n, nb);
+        a
+    }
+
+    /// The scales of `n` rows of `nb` blocks, reusing this one's buffers.
+    pub fn fill(&mut self, xq: &[Q8Block], n: usize, nb: usize) {
+        self.stride = nb.next_multiple_of(8);
+        for v in [&mut self.d, &mut self.dsum] {
+            v.clear();
+            v.resize(n * self.stride, 0.0);
+        }
         for t in 0..n {
             for j in 0..nb {
-                d[t * stride + j] = xq[t * nb + j].d;
-                dsum[t * stride + j] = xq[t * nb + j].dsum;
+                self.d[t * self.stride + j] = xq[t * nb + j].d;
+                self.dsum[t * self.stride + j] = xq[t * nb + j].dsum;
             }
         }
-        ActScales { d, dsum, stride }
     }
 }
 
