@@ -1,8 +1,9 @@
 //! CPU matmul for every weight format. Quantized weights: activations are
 //! quantized once per row to blocks of 32 (`Q8Block`): 8-bit values for the
 //! fused kernels of `qdot8` on x86-64 with AVX-512 VNNI, 16-bit values for
-//! `qdot`'s (AVX2) and elsewhere. The fused kernels read each weight block
-//! straight from storage; elsewhere each weight row is unpacked once and dotted
+//! `qdot`'s (AVX2) and elsewhere, and for `rows8`'s (Q8_0, Q5_0 and Q4_K
+//! weights interleaved by eight rows at load). The fused kernels read each
+//! weight block straight from storage; elsewhere each weight row is unpacked once and dotted
 //! with every activation row in integer arithmetic. Dense weights: f32 dots.
 //! Every output element is computed the same way whatever the batch size, so
 //! results are batch-invariant.

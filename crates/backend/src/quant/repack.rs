@@ -3,7 +3,8 @@
 //! minus 16 as an i8). Its kernels then skip the fifth-bit reassembly, the
 //! most expensive unpack of all formats; the weights grow from 22 to 34 bytes
 //! per 32 values, which pays where matmuls are compute-bound (prefill, and
-//! decode on machines with bandwidth to spare).
+//! decode on machines with bandwidth to spare). Where the CPU's interleaved
+//! layout applies (`cpu::rows8`), Q5_0 keeps its own bytes instead.
 
 /// Q5_0 blocks (22 bytes: d, qh, qs) as Q8_0 blocks (34 bytes: d, 32 x i8).
 pub fn q5_0_to_q8_0(src: &[u8]) -> Vec<u8> {
