@@ -1,4 +1,4 @@
-//! Quantized weights interleaved by eight rows (Q8_0, Q5_0 and Q4_K), and their
+//! Quantized weights interleaved by eight rows (Q8_0, Q5_0, Q4_K and Q6_K), and their
 //! kernel (x86-64, AVX2 with FMA and F16C; VNNI fuses the multiply-add).
 //!
 //! `qdot` spends one f32 conversion and one FMA per 32-element block per
@@ -12,7 +12,9 @@
 //!   with the widened weight pairs (`vpdpwssd`, or `vpmaddwd` plus add), so
 //!   after 16 pairs lane i holds row i's exact block dot;
 //! - per block: `acc = fma(f32(dot), weight scale * activation scale, acc)`,
-//!   then for Q4_K `acc = acc - weight min * activation block sum`.
+//!   then for Q4_K `acc = acc - weight min * activation block sum`; Q6_K,
+//!   with a scale per 16 values, keeps the two halves' dots apart and adds
+//!   each with its own scale.
 //!
 //! An output element's arithmetic is that sequence over its row's blocks,
 //! whatever the tile (the block dot is an exact integer), so results are
@@ -44,7 +46,7 @@ const MAX_ROWS: usize = 65536;
 /// Whether a weight of `dtype` with `rows` rows is stored interleaved here:
 /// the formats below, whole groups only, and only where the kernel runs.
 pub fn eligible(dtype: DType, rows: usize) -> bool {
-    matches!(dtype, DType::Q8_0 | DType::Q5_0 | DType::Q4K)
+    matches!(dtype, DType::Q8_0 | DType::Q5_0 | DType::Q4K | DType::Q6K)
         && rows > 0
         && rows <= MAX_ROWS
         && rows.is_multiple_of(R)
@@ -73,12 +75,23 @@ const Q4K_MIN: usize = Q4K_SC + 8 * R;
 const Q4K_QS: usize = Q4K_MIN + 8 * R;
 const Q4K_GROUP: usize = Q4K_QS + 128 * R;
 
+// Q6_K group block (256 columns of 8 rows): 8 f16 d, the i8 scales
+// ([16-column sub-block][row]), then per 32-column sub-block the low four
+// bits as Q4_K's nibbles (128 bytes) and the top two bits as 16 u16 per half
+// (one per (row, e): bits 2p, 2p + 1 those of element 2p + e, or of
+// 2(p + 8) + e in the second half; 64 bytes).
+const Q6K_SC: usize = 2 * R;
+const Q6K_QS: usize = Q6K_SC + 16 * R;
+const Q6K_SUB: usize = 128 + 64;
+const Q6K_GROUP: usize = Q6K_QS + 8 * Q6K_SUB;
+
 /// Bytes of one group's stored block (`block_size` columns of eight rows).
 fn group_block_bytes(dtype: DType) -> usize {
     match dtype {
         DType::Q8_0 => Q8_0_GROUP,
         DType::Q5_0 => Q5_0_GROUP,
-        _ => Q4K_GROUP,
+        DType::Q4K => Q4K_GROUP,
+        _ => Q6K_GROUP,
     }
 }
 
@@ -100,7 +113,8 @@ pub fn interleave(dtype: DType, src: &[u8], rows: usize, cols: usize) -> Vec<u8>
             match dtype {
                 DType::Q8_0 => interleave_q8_0(rows, blk),
                 DType::Q5_0 => interleave_q5_0(rows, blk),
-                _ => interleave_q4k(rows, blk),
+                DType::Q4K => interleave_q4k(rows, blk),
+                _ => interleave_q6k(rows, blk),
             }
         }
     }
@@ -169,6 +183,48 @@ fn interleave_q4k(rows: [&[u8]; R], blk: &mut [u8]) {
     }
 }
 
+/// A Q6_K block's 256 6-bit values (unsigned, 32 above the weight) in
+/// element order.
+fn q6k_values(b: &[u8]) -> [u8; 256] {
+    let mut q = [0u8; 256];
+    for n in 0..2 {
+        let (ql, qh) = (&b[64 * n..], &b[128 + 32 * n..]);
+        for l in 0..32 {
+            let e = 128 * n + l;
+            q[e] = (ql[l] & 0xF) | (qh[l] & 3) << 4;
+            q[e + 32] = (ql[l + 32] & 0xF) | ((qh[l] >> 2) & 3) << 4;
+            q[e + 64] = (ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4;
+            q[e + 96] = (ql[l + 32] >> 4) | ((qh[l] >> 6) & 3) << 4;
+        }
+    }
+    q
+}
+
+fn interleave_q6k(rows: [&[u8]; R], blk: &mut [u8]) {
+    for (i, s) in rows.iter().enumerate() {
+        blk[2 * i..2 * i + 2].copy_from_slice(&s[208..210]);
+        for u in 0..16 {
+            blk[Q6K_SC + u * R + i] = s[192 + u];
+        }
+        let q = q6k_values(s);
+        for sub in 0..8 {
+            let at = Q6K_QS + sub * Q6K_SUB;
+            for e in 0..2 {
+                let (mut top_lo, mut top_hi) = (0u16, 0u16);
+                for p in 0..8 {
+                    let (lo, hi) = (q[32 * sub + 2 * p + e], q[32 * sub + 2 * (p + 8) + e]);
+                    blk[at + p * 16 + 2 * i + e] = (lo & 0xF) | (hi & 0xF) << 4;
+                    top_lo |= ((lo >> 4) as u16) << (2 * p);
+                    top_hi |= ((hi >> 4) as u16) << (2 * p);
+                }
+                let lane = 2 * (2 * i + e);
+                blk[at + 128 + lane..][..2].copy_from_slice(&top_lo.to_le_bytes());
+                blk[at + 160 + lane..][..2].copy_from_slice(&top_hi.to_le_bytes());
+            }
+        }
+    }
+}
+
 /// Row `r` of interleaved weights (`cols` values) as f32, with the format's
 /// own dequantization arithmetic.
 pub fn dequantize_row(dtype: DType, data: &[u8], r: usize, cols: usize, out: &mut [f32]) {
@@ -193,6 +249,21 @@ pub fn dequantize_row(dtype: DType, data: &[u8], r: usize, cols: usize, out: &mu
                 let hb = u16::from_le_bytes([blk[Q5_0_HB + 2 * lane], blk[Q5_0_HB + 2 * lane + 1]]);
                 let q = low as i32 | (((hb >> (8 * half + p)) & 1) as i32) << 4;
                 *o = d * (q - 16) as f32;
+            }
+            continue;
+        }
+        if dtype == DType::Q6K {
+            let d = f16_at(blk, 2 * i);
+            for (e, o) in o.iter_mut().enumerate() {
+                let (sub, p, half, lane) = (e / 32, (e / 2) % 8, (e / 16) % 2, 2 * i + e % 2);
+                let at = Q6K_QS + sub * Q6K_SUB;
+                let v = blk[at + p * 16 + lane];
+                let low = if half == 0 { v & 0xF } else { v >> 4 };
+                let top = &blk[at + 128 + 32 * half + 2 * lane..];
+                let top = u16::from_le_bytes([top[0], top[1]]);
+                let q = (low as u16 | ((top >> (2 * p)) & 3) << 4) as i32 - 32;
+                let sc = blk[Q6K_SC + (e / 16) * R + i] as i8;
+                *o = d * sc as f32 * q as f32;
             }
             continue;
         }
@@ -240,8 +311,10 @@ impl Rows8Matmul<'_> {
             (DType::Q8_0, true) => run_vnni::<Q8_0Rows>(self, groups, out),
             (DType::Q5_0, false) => run_avx2::<Q5_0Rows>(self, groups, out),
             (DType::Q5_0, true) => run_vnni::<Q5_0Rows>(self, groups, out),
-            (_, false) => run_avx2::<Q4KRows>(self, groups, out),
-            (_, true) => run_vnni::<Q4KRows>(self, groups, out),
+            (DType::Q4K, false) => run_avx2::<Q4KRows>(self, groups, out),
+            (DType::Q4K, true) => run_vnni::<Q4KRows>(self, groups, out),
+            (_, false) => run_avx2::<Q6KRows>(self, groups, out),
+            (_, true) => run_vnni::<Q6KRows>(self, groups, out),
         }
     }
 
@@ -286,6 +359,9 @@ trait Layout {
     const BYTES: usize;
     /// Whether blocks carry a min (times the activation block sum).
     const MIN: bool;
+    /// Whether each 16-column half of a block has its own scale (`scales`
+    /// then gives the halves' scales).
+    const SPLIT: bool = false;
     /// The eight rows' pairs p and p + 8 (p < 8) of 32-column block `sub`, as i16.
     unsafe fn pairs(blk: *const u8, sub: usize, p: usize) -> (__m256i, __m256i);
     /// The eight rows' scales of block `sub`, and their mins (or zero).
@@ -329,6 +405,45 @@ impl Layout for Q5_0Rows {
     }
 }
 
+struct Q6KRows;
+impl Layout for Q6KRows {
+    const COLS: usize = 256;
+    const BYTES: usize = Q6K_GROUP;
+    const MIN: bool = false;
+    const SPLIT: bool = true;
+    #[inline(always)]
+    unsafe fn pairs(blk: *const u8, sub: usize, p: usize) -> (__m256i, __m256i) {
+        let at = blk.add(Q6K_QS + sub * Q6K_SUB);
+        let v = _mm256_cvtepu8_epi16(_mm_loadu_si128(at.add(p * 16) as *const __m128i));
+        let top_lo = _mm256_loadu_si256(at.add(128) as *const __m256i);
+        let top_hi = _mm256_loadu_si256(at.add(160) as *const __m256i);
+        let (nib, c32) = (_mm256_set1_epi16(0x0F), _mm256_set1_epi16(32));
+        let lo = _mm256_or_si256(_mm256_and_si256(v, nib), bits_to_45(top_lo, 2 * p));
+        let hi = _mm256_or_si256(_mm256_srli_epi16(v, 4), bits_to_45(top_hi, 2 * p));
+        (_mm256_sub_epi16(lo, c32), _mm256_sub_epi16(hi, c32))
+    }
+    #[inline(always)]
+    unsafe fn scales(blk: *const u8, sub: usize) -> (__m256, __m256) {
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(blk as *const __m128i));
+        let (lo, hi) =
+            (signed_bytes_f32(blk.add(Q6K_SC + 2 * sub * R)), signed_bytes_f32(blk.add(Q6K_SC + (2 * sub + 1) * R)));
+        // d * sc is exact in f32 (an 11-bit by 8-bit product).
+        (_mm256_mul_ps(d, lo), _mm256_mul_ps(d, hi))
+    }
+}
+
+/// Bits `bit` and `bit + 1` of each i16 lane of `h`, moved to bits 4 and 5
+/// (others cleared).
+#[inline(always)]
+unsafe fn bits_to_45(h: __m256i, bit: usize) -> __m256i {
+    let at4 = if bit <= 4 {
+        _mm256_sll_epi16(h, _mm_cvtsi32_si128((4 - bit) as i32))
+    } else {
+        _mm256_srl_epi16(h, _mm_cvtsi32_si128((bit - 4) as i32))
+    };
+    _mm256_and_si256(at4, _mm256_set1_epi16(0x30))
+}
+
 /// Bit `bit` of each i16 lane of `h`, moved to bit 4 (others cleared). (Plain
 /// functions, not closures, here: a closure does not inherit the caller's
 /// target features and would not be inlined.)
@@ -346,6 +461,12 @@ unsafe fn bit_to_4(h: __m256i, bit: usize) -> __m256i {
 #[inline(always)]
 unsafe fn bytes_f32(p: *const u8) -> __m256 {
     _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(p as *const __m128i)))
+}
+
+/// Eight signed bytes at `p`, widened to f32.
+#[inline(always)]
+unsafe fn signed_bytes_f32(p: *const u8) -> __m256 {
+    _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i)))
 }
 
 /// Sixteen i16 lanes narrowed to i8 (saturating; the values fit).
@@ -398,7 +519,8 @@ unsafe fn run<L: Layout, const V: bool>(mm: &Rows8Matmul, groups: Range<usize>, 
             1 => tiles::<L, 1, 1, 4, V>(mm, t0, groups.clone(), out),
             2 => tiles::<L, 2, 1, 2, V>(mm, t0, groups.clone(), out),
             3 => tiles::<L, 3, 1, 2, V>(mm, t0, groups.clone(), out),
-            _ if mm.n < 8 => tiles::<L, 4, 1, 1, V>(mm, t0, groups.clone(), out),
+            // Split formats hold twice the integer accumulators.
+            _ if mm.n < 8 || L::SPLIT => tiles::<L, 4, 1, 1, V>(mm, t0, groups.clone(), out),
             _ => tiles::<L, 4, 2, 1, V>(mm, t0, groups.clone(), out),
         };
     }
@@ -423,6 +545,16 @@ unsafe fn tiles<L: Layout, const T: usize, const G: usize, const C: usize, const
         g += 1;
     }
     T
+}
+
+/// `acc` plus the pairwise products of `w` and `a` (i16 pairs into i32 lanes).
+#[inline(always)]
+unsafe fn multiply_add<const V: bool>(acc: __m256i, w: __m256i, a: __m256i) -> __m256i {
+    if V {
+        _mm256_dpwssd_epi32(acc, w, a)
+    } else {
+        _mm256_add_epi32(acc, _mm256_madd_epi16(w, a))
+    }
 }
 
 /// How far ahead of a group's current block its bytes are fetched when few
@@ -456,7 +588,9 @@ unsafe fn tile<L: Layout, const T: usize, const G: usize, const C: usize, const 
                 }
             }
         }
+        // The second half's dots, for split formats.
         let mut dot = [[[_mm256_setzero_si256(); T]; G]; C];
+        let mut dot2 = [[[_mm256_setzero_si256(); T]; G]; C];
         let qs: [*const i32; T] = xq.map(|x| (*x.add(j)).qs.as_ptr() as *const i32);
         // Pairs p0 + c (and 8 on) go to chain c: constant indices once `c`'s
         // loop is unrolled, so the chains stay in registers.
@@ -474,11 +608,11 @@ unsafe fn tile<L: Layout, const T: usize, const G: usize, const C: usize, const 
                         let a = _mm256_set1_epi32(qs[t].add(p + 8 * half).read_unaligned());
                         for g in 0..G {
                             let w = if half == 0 { w[g].0 } else { w[g].1 };
-                            dot[c][g][t] = if V {
-                                _mm256_dpwssd_epi32(dot[c][g][t], w, a)
+                            if L::SPLIT && half == 1 {
+                                dot2[c][g][t] = multiply_add::<V>(dot2[c][g][t], w, a);
                             } else {
-                                _mm256_add_epi32(dot[c][g][t], _mm256_madd_epi16(w, a))
-                            };
+                                dot[c][g][t] = multiply_add::<V>(dot[c][g][t], w, a);
+                            }
                         }
                     }
                 }
@@ -491,9 +625,15 @@ unsafe fn tile<L: Layout, const T: usize, const G: usize, const C: usize, const 
                 for c in 1..C {
                     sum = _mm256_add_epi32(sum, dot[c][g][t]);
                 }
-                let s = _mm256_mul_ps(ws, _mm256_set1_ps(*d[t].add(j)));
-                acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), s, acc[g][t]);
-                if L::MIN {
+                let da = _mm256_set1_ps(*d[t].add(j));
+                acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(ws, da), acc[g][t]);
+                if L::SPLIT {
+                    let mut sum = dot2[0][g][t];
+                    for c in 1..C {
+                        sum = _mm256_add_epi32(sum, dot2[c][g][t]);
+                    }
+                    acc[g][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_mul_ps(wm, da), acc[g][t]);
+                } else if L::MIN {
                     acc[g][t] = _mm256_fnmadd_ps(wm, _mm256_set1_ps(*dsum[t].add(j)), acc[g][t]);
                 }
             }
@@ -512,7 +652,7 @@ mod tests {
     use super::*;
     use crate::quant::dequantize_row as dequantize_plain;
 
-    const FORMATS: [DType; 3] = [DType::Q8_0, DType::Q5_0, DType::Q4K];
+    const FORMATS: [DType; 4] = [DType::Q8_0, DType::Q5_0, DType::Q4K, DType::Q6K];
 
     #[test]
     fn interleaved_rows_dequantize_as_stored() {
@@ -579,9 +719,13 @@ mod tests {
                                 run_avx2::<Q5_0Rows>(&mm, 0..m / R, plain.as_mut_ptr());
                                 run_vnni::<Q5_0Rows>(&mm, 0..m / R, fused.as_mut_ptr());
                             }
-                            _ => {
+                            DType::Q4K => {
                                 run_avx2::<Q4KRows>(&mm, 0..m / R, plain.as_mut_ptr());
                                 run_vnni::<Q4KRows>(&mm, 0..m / R, fused.as_mut_ptr());
+                            }
+                            _ => {
+                                run_avx2::<Q6KRows>(&mm, 0..m / R, plain.as_mut_ptr());
+                                run_vnni::<Q6KRows>(&mm, 0..m / R, fused.as_mut_ptr());
                             }
                         }
                     }
