@@ -33,6 +33,9 @@ fn rows_per_chunk(n: usize, nb: usize, m: usize) -> usize {
 
 type OutPtr = SendPtr<f32>;
 
+/// Weights one `matmul_many` pass takes at most (q, k and v; gate and up).
+const MAX_MANY: usize = 4;
+
 /// out[n, m] = x[n, k] * w[m, k]^T.
 pub fn matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32]) {
     debug_assert_eq!(x.len(), n * w.cols);
@@ -41,13 +44,46 @@ pub fn matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32]) {
         return;
     }
     if w.dtype.is_quantized() {
-        quant_matmul(x, n, w, out, !w.interleaved && bits8(w.dtype));
+        quant_matmul(x, n, &mut [(w, out)], !w.interleaved && bits8(w.dtype));
     } else if let Some(p) = &w.packed {
         super::sgemm::gemm(x, n, p, None, out);
     } else if let Some(p) = &w.packed_bf16 {
         super::sgemm_bf16::gemm(x, n, p, None, out);
     } else {
         dispatch_dense(x, n, w, out);
+    }
+}
+
+/// `outs[i]` = x * ws[i]^T for weights sharing their input: where the fused
+/// 16-bit kernels take them all, the activations are quantized once and every
+/// weight's chunks go to the threads in one parallel loop (one hand-off
+/// instead of one per weight: decode runs ~200 small matmuls per token);
+/// otherwise one `matmul` each. The results are `matmul`'s, bit for bit.
+pub fn matmul_many(x: &[f32], n: usize, ws: &[&CpuWeight], outs: &mut [&mut [f32]]) {
+    let shared = ws.len() <= MAX_MANY
+        && n > 0
+        && ws.iter().all(|w| w.cols == ws[0].cols && w.rows > 0 && fused(w) && (w.interleaved || !bits8(w.dtype)));
+    if !shared {
+        for (w, out) in ws.iter().zip(outs.iter_mut()) {
+            matmul(x, n, w, out);
+        }
+        return;
+    }
+    let mut targets: [(&CpuWeight, &mut [f32]); MAX_MANY] = std::array::from_fn(|_| (ws[0], &mut [][..]));
+    for (t, (w, out)) in targets.iter_mut().zip(ws.iter().zip(outs.iter_mut())) {
+        *t = (*w, &mut **out);
+    }
+    quant_matmul(x, n, &mut targets[..ws.len()], false);
+}
+
+/// Whether `w` has a fused 16-bit kernel here (interleaved rows, or `qdot`'s).
+fn fused(w: &CpuWeight) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    return w.dtype.is_quantized() && (w.interleaved || (super::qdot::available() && super::qdot::supports(w.dtype)));
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = w;
+        false
     }
 }
 
@@ -69,16 +105,18 @@ fn at_least<T: Clone + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
     &mut v[..len]
 }
 
-/// A quantized weight's matmul, on 8-bit activations when `eight` (the
-/// `qdot8` kernels must be available then), else 16-bit ones.
-fn quant_matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32], eight: bool) {
+/// Quantized weights' matmuls on one input (`targets`: weights of equal
+/// columns and their outputs), on 8-bit activations when `eight` (one target
+/// then, and the `qdot8` kernels must be available), else 16-bit ones.
+fn quant_matmul(x: &[f32], n: usize, targets: &mut [(&CpuWeight, &mut [f32])], eight: bool) {
     ACT_BLOCKS.with_borrow_mut(|(xq, x8_buf)| {
-        let (nb, k) = (w.cols / 32, w.cols);
+        let (nb, k) = (targets[0].0.cols / 32, targets[0].0.cols);
         const GROUP: usize = 32;
         let xq = at_least(xq, n * nb);
         // The 8-bit kernels' bytes, packed in the same pass.
         let x8 = at_least(x8_buf, if eight { n * k } else { 0 });
         let (xp, x8p) = (SendPtr(xq.as_mut_ptr()), SendPtr(x8.as_mut_ptr()));
+        let dtype = targets[0].0.dtype;
         // Rows of about 32K activations per chunk: decode quantizes here.
         for_each_chunk(n, (1 << 15) / k.max(1) + 1, &|rows| {
             for t in rows {
@@ -91,11 +129,12 @@ fn quant_matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32], eight: bool
                 }
                 quantize_row_q8_bits8(xr, q);
                 #[cfg(target_arch = "x86_64")]
-                super::qdot8::pack(q, w.dtype, unsafe { std::slice::from_raw_parts_mut(x8p.get().add(t * k), k) });
+                super::qdot8::pack(q, dtype, unsafe { std::slice::from_raw_parts_mut(x8p.get().add(t * k), k) });
             }
         });
         #[cfg(target_arch = "x86_64")]
         if eight {
+            let (w, out) = &mut targets[0];
             return ACT_SCALES.with_borrow_mut(|scales| {
                 scales.fill(xq, n, nb);
                 // Lent to the kernels' owner type, then given back.
@@ -104,7 +143,16 @@ fn quant_matmul(x: &[f32], n: usize, w: &CpuWeight, out: &mut [f32], eight: bool
                 (*x8_buf, *scales) = (acts.q, acts.scales);
             });
         }
-        dispatch_quant(xq, n, w, out);
+        #[cfg(target_arch = "x86_64")]
+        if targets.iter().all(|(w, _)| fused(w)) {
+            return ACT_SCALES.with_borrow_mut(|acts| {
+                acts.fill(xq, n, nb);
+                dispatch_fused(xq, acts, n, targets)
+            });
+        }
+        for (w, out) in targets.iter_mut() {
+            dispatch_unpacked(xq, n, w, out);
+        }
     })
 }
 
@@ -146,47 +194,76 @@ fn dispatch_quant8(acts: &super::qdot8::Acts8, n: usize, w: &CpuWeight, out: &mu
     });
 }
 
-fn dispatch_quant(xq: &[Q8Block], n: usize, w: &CpuWeight, out: &mut [f32]) {
-    let m = w.rows;
+/// One weight's part of a fused parallel loop: its kernel, its units (row
+/// groups when interleaved, else rows) and how many make a chunk.
+#[cfg(target_arch = "x86_64")]
+struct Job<'a> {
+    kernel: Kernel<'a>,
+    units: usize,
+    chunk: usize,
+    out: OutPtr,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<'a> Job<'a> {
+    fn new(w: &'a CpuWeight, out: &mut [f32], xq: &'a [Q8Block], acts: &'a super::qdot::ActScales, n: usize) -> Self {
+        let (k, m, rows) = (w.cols, w.rows, rows_per_chunk(n, w.cols / 32, w.rows));
+        let out = SendPtr(out.as_mut_ptr());
+        if w.interleaved {
+            let mm = super::rows8::Rows8Matmul { dtype: w.dtype, data: w.bytes.as_slice(), k, m, xq, acts, n };
+            let g = super::rows8::GROUP_ROWS;
+            Job { kernel: Kernel::Rows8(mm), units: m / g, chunk: (rows / g).max(1), out }
+        } else {
+            let (data, row_bytes) = (w.bytes.as_slice(), w.row_bytes());
+            let mm = super::qdot::QuantMatmul { dtype: w.dtype, data, row_bytes, k, m, xq, acts, n };
+            Job { kernel: Kernel::Plain(mm), units: m, chunk: rows, out }
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+enum Kernel<'a> {
+    Rows8(super::rows8::Rows8Matmul<'a>),
+    Plain(super::qdot::QuantMatmul<'a>),
+}
+
+/// The fused kernels of every target in one parallel loop: chunk c of the
+/// loop is the weights' chunks in order.
+#[cfg(target_arch = "x86_64")]
+fn dispatch_fused(xq: &[Q8Block], acts: &super::qdot::ActScales, n: usize, targets: &mut [(&CpuWeight, &mut [f32])]) {
+    let mut jobs: [Option<Job>; MAX_MANY] = Default::default();
+    let mut starts = [0usize; MAX_MANY + 1];
+    for (i, t) in targets.iter_mut().enumerate() {
+        let j = Job::new(t.0, t.1, xq, acts, n);
+        starts[i + 1] = starts[i] + j.units.div_ceil(j.chunk);
+        jobs[i] = Some(j);
+    }
+    let count = targets.len();
+    for_each_chunk(starts[count], 1, &|cs| {
+        for c in cs {
+            let i = (0..count).rfind(|&i| starts[i] <= c).unwrap_or(0);
+            let j = jobs[i].as_ref().expect("a job per target");
+            let first = (c - starts[i]) * j.chunk;
+            let units = first..(first + j.chunk).min(j.units);
+            // SAFETY: the kernels' features are present (`fused`); the
+            // weights' bytes were validated at load (and interleaved whole
+            // groups); `xq` and `acts` hold n rows of cols / 32 blocks; each
+            // chunk writes only its own columns of its own output.
+            unsafe {
+                match &j.kernel {
+                    Kernel::Rows8(mm) => mm.groups(units, j.out.get()),
+                    Kernel::Plain(mm) => mm.rows(units, j.out.get()),
+                }
+            }
+        }
+    });
+}
+
+/// Weights without a fused kernel: each row unpacked once, then dotted with
+/// every activation row.
+fn dispatch_unpacked(xq: &[Q8Block], n: usize, w: &CpuWeight, out: &mut [f32]) {
     let ptr = SendPtr(out.as_mut_ptr());
-    let chunk = rows_per_chunk(n, w.cols / 32, w.rows);
-    #[cfg(target_arch = "x86_64")]
-    if w.interleaved {
-        return ACT_SCALES.with_borrow_mut(|acts| {
-            acts.fill(xq, n, w.cols / 32);
-            let mm = super::rows8::Rows8Matmul { dtype: w.dtype, data: w.bytes.as_slice(), k: w.cols, m, xq, acts, n };
-            let groups = (chunk / super::rows8::GROUP_ROWS).max(1);
-            for_each_chunk(m / super::rows8::GROUP_ROWS, groups, &|g| {
-                // SAFETY: the weight was interleaved (so the kernel's features are
-                // present and m is whole groups); `xq` and `acts` hold n rows of
-                // cols / 32 blocks; each chunk writes only its own columns.
-                unsafe { mm.groups(g, ptr.get()) };
-            });
-        });
-    }
-    #[cfg(target_arch = "x86_64")]
-    if super::qdot::available() && super::qdot::supports(w.dtype) {
-        return ACT_SCALES.with_borrow_mut(|acts| {
-            acts.fill(xq, n, w.cols / 32);
-            let mm = super::qdot::QuantMatmul {
-                dtype: w.dtype,
-                data: w.bytes.as_slice(),
-                row_bytes: w.row_bytes(),
-                k: w.cols,
-                m,
-                xq,
-                acts,
-                n,
-            };
-            for_each_chunk(m, chunk, &|rows| {
-                // SAFETY: AVX2/FMA/F16C present (checked above); the weight's byte
-                // count was validated at load, `xq` and `acts` hold n rows of
-                // cols / 32 blocks, and each chunk writes only its own columns.
-                unsafe { mm.rows(rows, ptr.get()) };
-            });
-        });
-    }
-    for_each_chunk(m, chunk, &|rows| {
+    for_each_chunk(w.rows, rows_per_chunk(n, w.cols / 32, w.rows), &|rows| {
         let mut u = UnpackedRow::default();
         #[cfg(target_arch = "x86_64")]
         if super::simd::has_avx2() {
@@ -368,7 +445,7 @@ mod tests {
                 let w = CpuWeight::new("w".into(), dtype, m, k, HostBytes::from_vec(bytes.clone()));
                 let (x, _) = rng.acts(n, k);
                 let mut got = vec![0f32; n * m];
-                quant_matmul(&x, n, &w, &mut got, true);
+                quant_matmul(&x, n, &mut [(&w, &mut got[..])], true);
                 let mut wrow = vec![0f32; k];
                 let rb = w.row_bytes();
                 for r in 0..m {
@@ -417,6 +494,32 @@ mod tests {
                 let tol = 2e-5 * scale;
                 assert!((fused[i] - unpacked[i]).abs() < tol, "{dtype} {i}: {} vs {}", fused[i], unpacked[i]);
                 assert!((fused[i] - scalar[i]).abs() < tol, "{dtype} {i}: {} vs {}", fused[i], scalar[i]);
+            }
+        }
+    }
+
+    /// One pass over several weights gives each weight's own matmul, bit for
+    /// bit: interleaved and plain layouts mixed, decode and prefill sizes.
+    #[test]
+    fn matmul_many_equals_separate_matmuls() {
+        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let k = 512;
+        use ferrite_core::DType;
+        let shapes = [(DType::Q8_0, 16), (DType::Q6K, 13), (DType::Q4K, 24), (DType::Q5_0, 40)];
+        let ws: Vec<CpuWeight> = shapes
+            .iter()
+            .map(|&(dtype, m)| CpuWeight::new("w".into(), dtype, m, k, HostBytes::from_vec(rng.weight(dtype, m, k))))
+            .collect();
+        let refs: Vec<&CpuWeight> = ws.iter().collect();
+        for n in [1, 3, 9] {
+            let (x, _) = rng.acts(n, k);
+            let mut many: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; n * w.rows]).collect();
+            let mut views: Vec<&mut [f32]> = many.iter_mut().map(|o| o.as_mut_slice()).collect();
+            matmul_many(&x, n, &refs, &mut views);
+            for (w, got) in ws.iter().zip(&many) {
+                let mut want = vec![0f32; n * w.rows];
+                matmul(&x, n, w, &mut want);
+                assert_eq!(got, &want, "{} n {n}", w.dtype);
             }
         }
     }
