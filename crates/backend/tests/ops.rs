@@ -37,7 +37,7 @@ fn matmul_matches_dequantized_reference_for_every_format() {
     let mut rng = Rng(0x1234_5678);
     for dtype in ALL {
         // Odd row counts, one row, and a batch larger than one task's rows.
-        for &(n, m, k) in &[(1usize, 1usize, 256usize), (3, 17, 512), (7, 33, 768)] {
+        for &(n, m, k) in &[(1usize, 1usize, 256usize), (3, 17, 512), (7, 33, 768), (9, 40, 512)] {
             let bytes = rng.weight(dtype, m, k);
             let wf = dequant_all(dtype, &bytes, m, k);
             let w = be
@@ -312,9 +312,9 @@ fn quantized_matmul_matches_reference_at_odd_sizes() {
 fn quantized_matmul_handles_extreme_quants() {
     let be = CpuBackend::F32;
     let mut rng = Rng(5);
-    for dtype in QUANTIZED {
+    // 8 rows: the interleaved layout where the CPU has it.
+    for (dtype, m) in QUANTIZED.iter().flat_map(|&d| [(d, 3), (d, 8)]) {
         let k = if dtype.block_size() == 256 { 512 } else { 96 };
-        let m = 3;
         for fill in [0x00u8, 0xFF, 0x80, 0x7F] {
             let mut bytes = rng.weight(dtype, m, k);
             let bb = dtype.block_bytes();
@@ -350,16 +350,17 @@ fn quantized_matmul_handles_extreme_quants() {
 }
 
 /// Every format, several batch sizes and thread counts: a row's result does not
-/// depend on the batch it is in or on how the work is split.
+/// depend on the batch it is in or on how the work is split. 304 rows take
+/// the interleaved layout where the CPU has it (whole groups of eight), 301
+/// the plain one.
 #[test]
 fn matmul_is_batch_and_thread_invariant_for_every_format() {
     let be = CpuBackend::F32;
     let mut rng = Rng(0xabc);
     let pools: Vec<rayon::ThreadPool> =
         [1, 2, 3].iter().map(|&t| rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap()).collect();
-    for dtype in ALL {
+    for (dtype, m) in ALL.iter().flat_map(|&d| [(d, 301), (d, 304)]) {
         let k = if dtype.block_size() == 256 { 512 } else { 288 };
-        let m = 301;
         let bytes = rng.weight(dtype, m, k);
         let w = cpu_weight(&be, dtype, m, k, bytes);
         let x = rng.vec(17 * k, 1.0);

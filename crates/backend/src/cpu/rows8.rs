@@ -131,11 +131,21 @@ fn interleave_q8_0(rows: [&[u8]; R], blk: &mut [u8]) {
     }
 }
 
+/// A Q5_0 block's 32 5-bit values (unsigned, 16 above the weight).
+fn q5_0_values(b: &[u8]) -> [u8; 32] {
+    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+    let mut q = [0u8; 32];
+    for j in 0..16 {
+        q[j] = (b[6 + j] & 0xF) | (((qh >> j) & 1) << 4) as u8;
+        q[j + 16] = (b[6 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4) as u8;
+    }
+    q
+}
+
 fn interleave_q5_0(rows: [&[u8]; R], blk: &mut [u8]) {
     for (i, s) in rows.iter().enumerate() {
         blk[2 * i..2 * i + 2].copy_from_slice(&s[..2]);
-        // The 5-bit values, via Q8_0's exact repacking (value - 16 as i8).
-        let v: Vec<u8> = crate::quant::repack::q5_0_to_q8_0(s)[2..].iter().map(|&q| (q as i8 + 16) as u8).collect();
+        let v = q5_0_values(s);
         for e in 0..2 {
             let mut hb = 0u16;
             for p in 0..8 {
