@@ -31,6 +31,10 @@ pub(super) const Q4_1_GROUP: usize = 4 * R + NIBBLES;
 pub(super) const Q5_0_QS: usize = 2 * R;
 pub(super) const Q5_0_HB: usize = Q5_0_QS + 16 * R;
 pub(super) const Q5_0_GROUP: usize = Q5_0_HB + 4 * R;
+// Q5_1: 8 f16 scales, 8 f16 mins, then as Q5_0.
+pub(super) const Q5_1_QS: usize = 4 * R;
+pub(super) const Q5_1_HB: usize = Q5_1_QS + 16 * R;
+pub(super) const Q5_1_GROUP: usize = Q5_1_HB + 4 * R;
 
 // Q4_K group block (256 columns of 8 rows): 8 f16 d, 8 f16 dmin, the 6-bit
 // scales and mins as bytes ([sub-block][row] each), then per 32-column
@@ -40,6 +44,10 @@ pub(super) const Q4K_SC: usize = 4 * R;
 pub(super) const Q4K_MIN: usize = Q4K_SC + 8 * R;
 pub(super) const Q4K_QS: usize = Q4K_MIN + 8 * R;
 pub(super) const Q4K_GROUP: usize = Q4K_QS + 128 * R;
+// Q5_K: Q4_K's head, then per 32-column sub-block the nibble pairs and the
+// fifth-bit words as in Q5_0.
+pub(super) const Q5K_SUB: usize = NIBBLES + 4 * R;
+pub(super) const Q5K_GROUP: usize = Q4K_QS + 8 * Q5K_SUB;
 
 // Q6_K group block (256 columns of 8 rows): 8 f16 d, the i8 scales
 // ([16-column sub-block][row]), then per 32-column sub-block the low four
@@ -58,7 +66,9 @@ pub(super) fn group_block_bytes(dtype: DType) -> usize {
         DType::Q4_1 => Q4_1_GROUP,
         DType::Q8_0 => Q8_0_GROUP,
         DType::Q5_0 => Q5_0_GROUP,
+        DType::Q5_1 => Q5_1_GROUP,
         DType::Q4K => Q4K_GROUP,
+        DType::Q5K => Q5K_GROUP,
         _ => Q6K_GROUP,
     }
 }
@@ -83,7 +93,9 @@ pub fn interleave(dtype: DType, src: &[u8], rows: usize, cols: usize) -> Vec<u8>
                 DType::Q4_1 => interleave_q4(rows, blk, 4),
                 DType::Q8_0 => interleave_q8_0(rows, blk),
                 DType::Q5_0 => interleave_q5_0(rows, blk),
-                DType::Q4K => interleave_q4k(rows, blk),
+                DType::Q5_1 => interleave_q5_1(rows, blk),
+                DType::Q4K => interleave_q4k(rows, blk, false),
+                DType::Q5K => interleave_q4k(rows, blk, true),
                 _ => interleave_q6k(rows, blk),
             }
         }
@@ -153,15 +165,40 @@ pub(super) fn interleave_q5_0(rows: [&[u8]; R], blk: &mut [u8]) {
         blk[2 * i..2 * i + 2].copy_from_slice(&s[..2]);
         let v = q5_0_values(s);
         put_nibbles(blk, Q5_0_QS, i, &v);
-        for e in 0..2 {
-            let mut hb = 0u16;
-            for p in 0..8 {
-                let (lo, hi) = (v[2 * p + e], v[2 * (p + 8) + e]);
-                hb |= ((lo >> 4) as u16) << p | ((hi >> 4) as u16) << (8 + p);
-            }
-            blk[Q5_0_HB + 2 * (2 * i + e)..][..2].copy_from_slice(&hb.to_le_bytes());
-        }
+        put_fifth_bits(blk, Q5_0_HB, i, &v);
     }
+}
+
+fn interleave_q5_1(rows: [&[u8]; R], blk: &mut [u8]) {
+    for (i, s) in rows.iter().enumerate() {
+        blk[2 * i..2 * i + 2].copy_from_slice(&s[..2]);
+        blk[2 * R + 2 * i..2 * R + 2 * i + 2].copy_from_slice(&s[2..4]);
+        // Q5_1's values sit where Q5_0's would, two bytes on (after the min).
+        let v = q5_0_values(&s[2..]);
+        put_nibbles(blk, Q5_1_QS, i, &v);
+        put_fifth_bits(blk, Q5_1_HB, i, &v);
+    }
+}
+
+/// Row `i`'s fifth bits (bit 4 of each of 32 values) as the two 16-bit words
+/// at `at`: word (row, e) has bit p from element 2p + e, bit 8 + p from
+/// element 2(p + 8) + e.
+fn put_fifth_bits(blk: &mut [u8], at: usize, i: usize, q: &[u8]) {
+    for e in 0..2 {
+        let mut hb = 0u16;
+        for p in 0..8 {
+            let (lo, hi) = (q[2 * p + e], q[2 * (p + 8) + e]);
+            hb |= (((lo >> 4) & 1) as u16) << p | (((hi >> 4) & 1) as u16) << (8 + p);
+        }
+        blk[at + 2 * (2 * i + e)..][..2].copy_from_slice(&hb.to_le_bytes());
+    }
+}
+
+/// The fifth bit (as 16 or 0) of row `i`'s element `e` (0..32) in the words at `at`.
+fn fifth_bit(blk: &[u8], at: usize, i: usize, e: usize) -> u8 {
+    let lane = 2 * i + e % 2;
+    let hb = u16::from_le_bytes([blk[at + 2 * lane], blk[at + 2 * lane + 1]]);
+    (((hb >> (8 * (e / 16) + (e / 2) % 8)) & 1) << 4) as u8
 }
 
 /// A Q4_K block's 256 4-bit values in element order.
@@ -177,7 +214,8 @@ pub(super) fn q4k_values(b: &[u8]) -> [u8; 256] {
     q
 }
 
-pub(super) fn interleave_q4k(rows: [&[u8]; R], blk: &mut [u8]) {
+/// Q4_K rows, or Q5_K (`five`) with their fifth bits.
+pub(super) fn interleave_q4k(rows: [&[u8]; R], blk: &mut [u8], five: bool) {
     for (i, s) in rows.iter().enumerate() {
         blk[2 * i..2 * i + 2].copy_from_slice(&s[0..2]);
         blk[2 * R + 2 * i..2 * R + 2 * i + 2].copy_from_slice(&s[2..4]);
@@ -186,11 +224,30 @@ pub(super) fn interleave_q4k(rows: [&[u8]; R], blk: &mut [u8]) {
             blk[Q4K_SC + sub * R + i] = sc;
             blk[Q4K_MIN + sub * R + i] = m;
         }
-        let q = q4k_values(s);
+        let q = if five { q5k_values(s) } else { q4k_values(s) };
+        let sub_bytes = if five { Q5K_SUB } else { NIBBLES };
         for sub in 0..8 {
-            put_nibbles(blk, Q4K_QS + sub * NIBBLES, i, &q[32 * sub..32 * sub + 32]);
+            let (at, v) = (Q4K_QS + sub * sub_bytes, &q[32 * sub..32 * sub + 32]);
+            put_nibbles(blk, at, i, v);
+            if five {
+                put_fifth_bits(blk, at + NIBBLES, i, v);
+            }
         }
     }
+}
+
+/// A Q5_K block's 256 5-bit values in element order.
+fn q5k_values(b: &[u8]) -> [u8; 256] {
+    let mut q = [0u8; 256];
+    let (qh, qs) = (&b[16..48], &b[48..176]);
+    for j in 0..4 {
+        for l in 0..32 {
+            let (v, h) = (qs[32 * j + l], qh[l] >> (2 * j));
+            q[64 * j + l] = (v & 0xF) | (h & 1) << 4;
+            q[64 * j + 32 + l] = (v >> 4) | ((h >> 1) & 1) << 4;
+        }
+    }
+    q
 }
 
 /// A Q6_K block's 256 6-bit values (unsigned, 32 above the weight) in
@@ -267,11 +324,16 @@ pub fn dequantize_row(dtype: DType, data: &[u8], r: usize, cols: usize, out: &mu
         if dtype == DType::Q5_0 {
             let d = f16_at(blk, 2 * i);
             for (e, o) in o.iter_mut().enumerate() {
-                let (p, half, lane) = ((e / 2) % 8, e / 16, 2 * i + e % 2);
-                let low = nibble(blk, Q5_0_QS, i, e);
-                let hb = u16::from_le_bytes([blk[Q5_0_HB + 2 * lane], blk[Q5_0_HB + 2 * lane + 1]]);
-                let q = low as i32 | (((hb >> (8 * half + p)) & 1) as i32) << 4;
+                let q = (nibble(blk, Q5_0_QS, i, e) | fifth_bit(blk, Q5_0_HB, i, e)) as i32;
                 *o = d * (q - 16) as f32;
+            }
+            continue;
+        }
+        if dtype == DType::Q5_1 {
+            let (d, m) = (f16_at(blk, 2 * i), f16_at(blk, 2 * R + 2 * i));
+            for (e, o) in o.iter_mut().enumerate() {
+                let q = nibble(blk, Q5_1_QS, i, e) | fifth_bit(blk, Q5_1_HB, i, e);
+                *o = q as f32 * d + m;
             }
             continue;
         }
@@ -292,8 +354,11 @@ pub fn dequantize_row(dtype: DType, data: &[u8], r: usize, cols: usize, out: &mu
         let (d, dmin) = (f16_at(blk, 2 * i), f16_at(blk, 2 * R + 2 * i));
         for (sub, o) in o.chunks_exact_mut(32).enumerate() {
             let (sc, m) = (blk[Q4K_SC + sub * R + i], blk[Q4K_MIN + sub * R + i]);
+            let five = dtype == DType::Q5K;
+            let at = Q4K_QS + sub * if five { Q5K_SUB } else { NIBBLES };
             for (e, o) in o.iter_mut().enumerate() {
-                let q = nibble(blk, Q4K_QS + sub * NIBBLES, i, e);
+                let high = if five { fifth_bit(blk, at + NIBBLES, i, e) } else { 0 };
+                let q = nibble(blk, at, i, e) | high;
                 *o = d * sc as f32 * q as f32 - dmin * m as f32;
             }
         }
@@ -332,25 +397,44 @@ impl Layout for Q8_0Rows {
     }
 }
 
-pub(super) struct Q5_0Rows;
-impl Layout for Q5_0Rows {
+/// Q5_0 (`MIN_AT` 0: the values minus 16, as the Q8_0 layout it expands to
+/// holds them) or Q5_1 (`MIN_AT` the mins' offset: value = d q + m) rows.
+pub(super) struct Q5Rows<const MIN_AT: usize>;
+impl<const MIN_AT: usize> Layout for Q5Rows<MIN_AT> {
     const COLS: usize = 32;
-    const BYTES: usize = Q5_0_GROUP;
-    const MIN: bool = false;
+    const BYTES: usize = if MIN_AT == 0 { Q5_0_GROUP } else { Q5_1_GROUP };
+    const MIN: bool = MIN_AT != 0;
     #[inline(always)]
     unsafe fn pairs(blk: *const u8, _: usize, p: usize) -> (__m256i, __m256i) {
-        let v = _mm256_cvtepu8_epi16(_mm_loadu_si128(blk.add(Q5_0_QS + p * 16) as *const __m128i));
-        // Fifth bits at bit p (low pairs) and 8 + p (high pairs), moved to bit 4.
-        let h = _mm256_loadu_si256(blk.add(Q5_0_HB) as *const __m256i);
-        let (nib, c16) = (_mm256_set1_epi16(0x0F), _mm256_set1_epi16(16));
-        let lo = _mm256_or_si256(_mm256_and_si256(v, nib), bit_to_4(h, p));
-        let hi = _mm256_or_si256(_mm256_srli_epi16(v, 4), bit_to_4(h, 8 + p));
+        let (lo, hi) = if MIN_AT == 0 {
+            fifth_bit_pairs(blk.add(Q5_0_QS), blk.add(Q5_0_HB), p)
+        } else {
+            fifth_bit_pairs(blk.add(Q5_1_QS), blk.add(Q5_1_HB), p)
+        };
+        if MIN_AT != 0 {
+            return (lo, hi);
+        }
+        let c16 = _mm256_set1_epi16(16);
         (_mm256_sub_epi16(lo, c16), _mm256_sub_epi16(hi, c16))
     }
     #[inline(always)]
     unsafe fn scales(blk: *const u8, _: usize) -> (__m256, __m256) {
-        (_mm256_cvtph_ps(_mm_loadu_si128(blk as *const __m128i)), _mm256_setzero_ps())
+        let d = _mm256_cvtph_ps(_mm_loadu_si128(blk as *const __m128i));
+        if MIN_AT == 0 {
+            return (d, _mm256_setzero_ps());
+        }
+        let m = _mm256_cvtph_ps(_mm_loadu_si128(blk.add(MIN_AT) as *const __m128i));
+        (d, _mm256_xor_ps(m, _mm256_set1_ps(-0.0)))
     }
+}
+
+/// Nibble pairs p (at `qs`) with their fifth bits (the words at `hb`) on top.
+#[inline(always)]
+unsafe fn fifth_bit_pairs(qs: *const u8, hb: *const u8, p: usize) -> (__m256i, __m256i) {
+    let (lo, hi) = nibble_pairs(qs.add(p * 16));
+    // Fifth bits at bit p (low pairs) and 8 + p (high pairs), moved to bit 4.
+    let h = _mm256_loadu_si256(hb as *const __m256i);
+    (_mm256_or_si256(lo, bit_to_4(h, p)), _mm256_or_si256(hi, bit_to_4(h, 8 + p)))
 }
 
 pub(super) struct Q6KRows;
@@ -455,14 +539,20 @@ unsafe fn nibble_pairs(p: *const u8) -> (__m256i, __m256i) {
     (_mm256_and_si256(v, _mm256_set1_epi16(0x0F)), _mm256_srli_epi16(v, 4))
 }
 
-pub(super) struct Q4KRows;
-impl Layout for Q4KRows {
+/// Q4_K rows, or Q5_K (`FIVE`) with their fifth bits.
+pub(super) struct KRows<const FIVE: bool>;
+impl<const FIVE: bool> Layout for KRows<FIVE> {
     const COLS: usize = 256;
-    const BYTES: usize = Q4K_GROUP;
+    const BYTES: usize = if FIVE { Q5K_GROUP } else { Q4K_GROUP };
     const MIN: bool = true;
     #[inline(always)]
     unsafe fn pairs(blk: *const u8, sub: usize, p: usize) -> (__m256i, __m256i) {
-        nibble_pairs(blk.add(Q4K_QS + sub * NIBBLES + p * 16))
+        if FIVE {
+            let at = blk.add(Q4K_QS + sub * Q5K_SUB);
+            fifth_bit_pairs(at, at.add(NIBBLES), p)
+        } else {
+            nibble_pairs(blk.add(Q4K_QS + sub * NIBBLES + p * 16))
+        }
     }
     #[inline(always)]
     unsafe fn scales(blk: *const u8, sub: usize) -> (__m256, __m256) {

@@ -1,5 +1,5 @@
-//! Quantized weights interleaved by eight rows (Q4_0, Q4_1, Q5_0, Q8_0, Q4_K
-//! and Q6_K), and their
+//! Quantized weights interleaved by eight rows (every GGUF block format here:
+//! Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K), and their
 //! kernel (x86-64, AVX2 with FMA and F16C; VNNI fuses the multiply-add).
 //!
 //! `qdot` spends one f32 conversion and one FMA per 32-element block per
@@ -51,11 +51,7 @@ const MAX_ROWS: usize = 65536;
 /// Whether a weight of `dtype` with `rows` rows is stored interleaved here:
 /// the formats below, whole groups only, and only where the kernel runs.
 pub fn eligible(dtype: DType, rows: usize) -> bool {
-    matches!(dtype, DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q8_0 | DType::Q4K | DType::Q6K)
-        && rows > 0
-        && rows <= MAX_ROWS
-        && rows.is_multiple_of(R)
-        && super::qdot::available()
+    super::qdot::supports(dtype) && rows > 0 && rows <= MAX_ROWS && rows.is_multiple_of(R) && super::qdot::available()
 }
 
 /// One matmul: `m` interleaved weight rows of `k` columns against `n`
@@ -84,20 +80,7 @@ impl Rows8Matmul<'_> {
         if self.dtype == DType::Q5_0 && self.n >= EXPAND_ROWS {
             return self.expanded(groups, out);
         }
-        match (self.dtype, super::qdot::vnni()) {
-            (DType::Q4_0, false) => run_avx2::<Q4Rows<0>>(self, groups, out),
-            (DType::Q4_0, true) => run_vnni::<Q4Rows<0>>(self, groups, out),
-            (DType::Q4_1, false) => run_avx2::<Q4Rows<{ 2 * R }>>(self, groups, out),
-            (DType::Q4_1, true) => run_vnni::<Q4Rows<{ 2 * R }>>(self, groups, out),
-            (DType::Q8_0, false) => run_avx2::<Q8_0Rows>(self, groups, out),
-            (DType::Q8_0, true) => run_vnni::<Q8_0Rows>(self, groups, out),
-            (DType::Q5_0, false) => run_avx2::<Q5_0Rows>(self, groups, out),
-            (DType::Q5_0, true) => run_vnni::<Q5_0Rows>(self, groups, out),
-            (DType::Q4K, false) => run_avx2::<Q4KRows>(self, groups, out),
-            (DType::Q4K, true) => run_vnni::<Q4KRows>(self, groups, out),
-            (_, false) => run_avx2::<Q6KRows>(self, groups, out),
-            (_, true) => run_vnni::<Q6KRows>(self, groups, out),
-        }
+        run_dtype(self, groups, out, super::qdot::vnni())
     }
 
     /// Q5_0 groups expanded to the Q8_0 layout, then that kernel.
@@ -117,6 +100,29 @@ impl Rows8Matmul<'_> {
     }
 }
 
+/// The kernel for `mm.dtype`, its VNNI or its AVX2 variant.
+unsafe fn run_dtype(mm: &Rows8Matmul, groups: Range<usize>, out: *mut f32, vnni: bool) {
+    macro_rules! go {
+        ($layout:ty) => {
+            if vnni {
+                run_vnni::<$layout>(mm, groups, out)
+            } else {
+                run_avx2::<$layout>(mm, groups, out)
+            }
+        };
+    }
+    match mm.dtype {
+        DType::Q4_0 => go!(Q4Rows<0>),
+        DType::Q4_1 => go!(Q4Rows<{ 2 * R }>),
+        DType::Q5_0 => go!(Q5Rows<0>),
+        DType::Q5_1 => go!(Q5Rows<{ 2 * R }>),
+        DType::Q8_0 => go!(Q8_0Rows),
+        DType::Q4K => go!(KRows<false>),
+        DType::Q5K => go!(KRows<true>),
+        _ => go!(Q6KRows),
+    }
+}
+
 /// Activation rows from which Q5_0 is expanded rather than unpacked per use.
 const EXPAND_ROWS: usize = 8;
 
@@ -127,7 +133,7 @@ unsafe fn expand_q5_0(src: &[u8], dst: &mut [u8]) {
         d[..2 * R].copy_from_slice(&s[..2 * R]);
         let out = d.as_mut_ptr().add(2 * R) as *mut __m128i;
         for p in 0..8 {
-            let (lo, hi) = Q5_0Rows::pairs(s.as_ptr(), 0, p);
+            let (lo, hi) = <Q5Rows<0>>::pairs(s.as_ptr(), 0, p);
             _mm_storeu_si128(out.add(p), to_i8(lo));
             _mm_storeu_si128(out.add(p + 8), to_i8(hi));
         }
@@ -291,7 +297,8 @@ mod tests {
     use super::*;
     use crate::quant::dequantize_row as dequantize_plain;
 
-    const FORMATS: [DType; 6] = [DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q5_0, DType::Q4K, DType::Q6K];
+    const FORMATS: [DType; 8] =
+        [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4K, DType::Q5K, DType::Q6K];
 
     #[test]
     fn interleaved_rows_dequantize_as_stored() {
@@ -349,32 +356,8 @@ mod tests {
                     let (mut plain, mut fused) = (vec![0f32; n * m], vec![0f32; n * m]);
                     // SAFETY: as above, VNNI checked.
                     unsafe {
-                        match dtype {
-                            DType::Q4_0 => {
-                                run_avx2::<Q4Rows<0>>(&mm, 0..m / R, plain.as_mut_ptr());
-                                run_vnni::<Q4Rows<0>>(&mm, 0..m / R, fused.as_mut_ptr());
-                            }
-                            DType::Q4_1 => {
-                                run_avx2::<Q4Rows<{ 2 * R }>>(&mm, 0..m / R, plain.as_mut_ptr());
-                                run_vnni::<Q4Rows<{ 2 * R }>>(&mm, 0..m / R, fused.as_mut_ptr());
-                            }
-                            DType::Q8_0 => {
-                                run_avx2::<Q8_0Rows>(&mm, 0..m / R, plain.as_mut_ptr());
-                                run_vnni::<Q8_0Rows>(&mm, 0..m / R, fused.as_mut_ptr());
-                            }
-                            DType::Q5_0 => {
-                                run_avx2::<Q5_0Rows>(&mm, 0..m / R, plain.as_mut_ptr());
-                                run_vnni::<Q5_0Rows>(&mm, 0..m / R, fused.as_mut_ptr());
-                            }
-                            DType::Q4K => {
-                                run_avx2::<Q4KRows>(&mm, 0..m / R, plain.as_mut_ptr());
-                                run_vnni::<Q4KRows>(&mm, 0..m / R, fused.as_mut_ptr());
-                            }
-                            _ => {
-                                run_avx2::<Q6KRows>(&mm, 0..m / R, plain.as_mut_ptr());
-                                run_vnni::<Q6KRows>(&mm, 0..m / R, fused.as_mut_ptr());
-                            }
-                        }
+                        run_dtype(&mm, 0..m / R, plain.as_mut_ptr(), false);
+                        run_dtype(&mm, 0..m / R, fused.as_mut_ptr(), true);
                     }
                     assert_eq!(plain, fused, "{dtype} n {n}");
                     // The dispatch (Q5_0 expanded from 8 rows on) gives the same bits.
