@@ -157,7 +157,8 @@ fn quant_matmul(x: &[f32], n: usize, targets: &mut [(&CpuWeight, &mut [f32])], e
 }
 
 /// Whether `dtype`'s matmuls run on 8-bit activations here (`qdot8`): only
-/// when asked for (`FERRITE_CPU_ACTIVATIONS=8`). 8-bit activations are
+/// when asked for (`FERRITE_CPU_ACTIVATIONS=8`), and only for weights in the
+/// plain layout (the caller checks that). 8-bit activations are
 /// llama.cpp's rounding and prefill runs about a fifth faster, but logits
 /// move by up to ~0.5 from exact arithmetic, and at one of the 320 Gemma
 /// golden positions (a four-way near-tie) the top token then beats
