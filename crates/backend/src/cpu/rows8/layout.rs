@@ -434,7 +434,7 @@ unsafe fn fifth_bit_pairs(qs: *const u8, hb: *const u8, p: usize) -> (__m256i, _
     let (lo, hi) = nibble_pairs(qs.add(p * 16));
     // Fifth bits at bit p (low pairs) and 8 + p (high pairs), moved to bit 4.
     let h = _mm256_loadu_si256(hb as *const __m256i);
-    (_mm256_or_si256(lo, bit_to_4(h, p)), _mm256_or_si256(hi, bit_to_4(h, 8 + p)))
+    (_mm256_or_si256(lo, bits_at_4(h, p, 0x10)), _mm256_or_si256(hi, bits_at_4(h, 8 + p, 0x10)))
 }
 
 pub(super) struct Q6KRows;
@@ -450,8 +450,8 @@ impl Layout for Q6KRows {
         let top_lo = _mm256_loadu_si256(at.add(128) as *const __m256i);
         let top_hi = _mm256_loadu_si256(at.add(160) as *const __m256i);
         let (nib, c32) = (_mm256_set1_epi16(0x0F), _mm256_set1_epi16(32));
-        let lo = _mm256_or_si256(_mm256_and_si256(v, nib), bits_to_45(top_lo, 2 * p));
-        let hi = _mm256_or_si256(_mm256_srli_epi16(v, 4), bits_to_45(top_hi, 2 * p));
+        let lo = _mm256_or_si256(_mm256_and_si256(v, nib), bits_at_4(top_lo, 2 * p, 0x30));
+        let hi = _mm256_or_si256(_mm256_srli_epi16(v, 4), bits_at_4(top_hi, 2 * p, 0x30));
         (_mm256_sub_epi16(lo, c32), _mm256_sub_epi16(hi, c32))
     }
     #[inline(always)]
@@ -464,29 +464,18 @@ impl Layout for Q6KRows {
     }
 }
 
-/// Bits `bit` and `bit + 1` of each i16 lane of `h`, moved to bits 4 and 5
-/// (others cleared).
+/// Bits `bit` and up of each i16 lane of `h` moved to bit 4 and up, then
+/// masked with `keep` (0x10: one bit, 0x30: two). (Plain functions, not
+/// closures, here: a closure does not inherit the caller's target features
+/// and would not be inlined.)
 #[inline(always)]
-pub(super) unsafe fn bits_to_45(h: __m256i, bit: usize) -> __m256i {
+pub(super) unsafe fn bits_at_4(h: __m256i, bit: usize, keep: i16) -> __m256i {
     let at4 = if bit <= 4 {
         _mm256_sll_epi16(h, _mm_cvtsi32_si128((4 - bit) as i32))
     } else {
         _mm256_srl_epi16(h, _mm_cvtsi32_si128((bit - 4) as i32))
     };
-    _mm256_and_si256(at4, _mm256_set1_epi16(0x30))
-}
-
-/// Bit `bit` of each i16 lane of `h`, moved to bit 4 (others cleared). (Plain
-/// functions, not closures, here: a closure does not inherit the caller's
-/// target features and would not be inlined.)
-#[inline(always)]
-pub(super) unsafe fn bit_to_4(h: __m256i, bit: usize) -> __m256i {
-    let at4 = if bit <= 4 {
-        _mm256_sll_epi16(h, _mm_cvtsi32_si128((4 - bit) as i32))
-    } else {
-        _mm256_srl_epi16(h, _mm_cvtsi32_si128((bit - 4) as i32))
-    };
-    _mm256_and_si256(at4, _mm256_set1_epi16(0x10))
+    _mm256_and_si256(at4, _mm256_set1_epi16(keep))
 }
 
 /// Eight bytes at `p`, widened to f32.
