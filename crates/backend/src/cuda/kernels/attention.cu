@@ -162,6 +162,10 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
     __shared__ float qs[GM][HDM];
     __shared__ float wm[ROW_WARPS][GM], wl[ROW_WARPS][GM];
     __shared__ float wacc[ROW_WARPS][GM][HDM];
+    // f16 heads of 128 in the small instance: each warp's key tile (one
+    // 16-byte pad a row keeps the lanes' row reads off each other's banks).
+    constexpr bool STAGE = sizeof(KT) == 2 && PER == 4;
+    __shared__ uint4 ks[STAGE ? ROW_WARPS : 1][STAGE ? 32 : 1][17];
     for (u32 i = threadIdx.x; i < G * hd; i += blockDim.x) {
         const u32 g = i / hd, d = i % hd;
         qs[g][d] = q[(u64)row * n_heads * hd + (u64)(kvh * G + g) * hd + d] * scale;
@@ -178,21 +182,29 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
     for (u32 t0 = lo + 32 * warp; t0 < hi; t0 += 32 * ROW_WARPS) {
         const u32 t = t0 + lane;
         const bool valid = t < hi;
+        const u32 nk = min(32u, hi - t0);
         float s[GM];
 #pragma unroll
         for (int g = 0; g < GM; g++) s[g] = 0.f;
         u64 base = 0;
-        if (valid) {
-            base = key_slot2(tables, toff, bs, shift, t) * kv_dim + (u64)kvh * hd;
-            if (sizeof(KT) == 2 && PER == 4 && hd == 128) {
-                // The whole f16 key in one go: sixteen loads in flight.
-                uint4 raw[16];
+        if (valid) base = key_slot2(tables, toff, bs, shift, t) * kv_dim + (u64)kvh * hd;
+        if (STAGE && hd == 128) {
+            // The warp's 32 f16 keys staged through shared memory: each load
+            // takes two whole keys (coalesced), where a lane loading its own
+            // key touched 32 lines per load. Then lane = key as before.
+            __syncwarp();
 #pragma unroll
-                for (int c = 0; c < 16; c++) raw[c] = raw8((const u16*)kc + base + 8 * c);
+            for (int c = 0; c < 16; c++) {
+                const u32 kk = 2 * c + (lane >> 4);
+                const u64 kb = __shfl_sync(0xffffffffu, base, kk);
+                ks[warp][kk][lane & 15] = kk < nk ? raw8((const u16*)kc + kb + 8 * (lane & 15)) : make_uint4(0u, 0u, 0u, 0u);
+            }
+            __syncwarp();
+            if (valid) {
 #pragma unroll
                 for (int c = 0; c < 16; c++) {
                     float k8[8];
-                    unpack8(raw[c], k8);
+                    unpack8(ks[warp][lane][c], k8);
 #pragma unroll
                     for (int g = 0; g < GM; g++) {
                         if (g < G) {
@@ -201,18 +213,18 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
                         }
                     }
                 }
-            } else {
-                // Unrolled: the key's loads go out together, not one latency each.
+            }
+        } else if (valid) {
+            // Unrolled: the key's loads go out together, not one latency each.
 #pragma unroll 4
-                for (u32 d = 0; d < hd; d += 8) {
-                    float k8[8];
-                    load8(kc + base + d, k8);
+            for (u32 d = 0; d < hd; d += 8) {
+                float k8[8];
+                load8(kc + base + d, k8);
 #pragma unroll
-                    for (int g = 0; g < GM; g++) {
-                        if (g < G) {
+                for (int g = 0; g < GM; g++) {
+                    if (g < G) {
 #pragma unroll
-                            for (int e = 0; e < 8; e++) s[g] += qs[g][d + e] * k8[e];
-                        }
+                        for (int e = 0; e < 8; e++) s[g] += qs[g][d + e] * k8[e];
                     }
                 }
             }
@@ -233,7 +245,6 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
 #pragma unroll
             for (int i = 0; i < PER; i++) acc[g][i] *= corr;
         }
-        const u32 nk = min(32u, hi - t0);
         // Key kk's row start comes from the lane that scored it (no second
         // table lookup).
         const int n_in = min((int)per, (int)hd - (int)(lane * per));
