@@ -11,3 +11,5 @@ cargo test --release --workspace
 nvrtc_lib=$(scripts/nvrtc.sh)
 LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FERRITE_REQUIRE_NVRTC=1 \
     cargo test --release -p ferrite-backend cuda::compile
+# The aarch64 (NEON) kernels under qemu, where the Rust target is installed.
+scripts/test-aarch64.sh

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The CPU backend's aarch64 paths (NEON), cross-built and run under qemu: the
+# backend's unit and op tests for aarch64-unknown-linux-gnu. Needs the Rust
+# target's standard library (rustup's aarch64-unknown-linux-gnu), and Debian's
+# aarch64 linker and qemu-user, installed here with apt-get when missing (as
+# the chat-page test's Chromium is). Skips, saying so, where the Rust target
+# is not installed: rustup cannot fetch it without its download server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
+    echo "aarch64 tests skipped: the Rust target aarch64-unknown-linux-gnu is not installed" >&2
+    exit 0
+fi
+if ! command -v qemu-aarch64 >/dev/null || ! command -v aarch64-linux-gnu-gcc >/dev/null; then
+    apt-get install -y -q qemu-user gcc-aarch64-linux-gnu libc6-dev-arm64-cross >/dev/null
+fi
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
+cargo test --release --target aarch64-unknown-linux-gnu -p ferrite-backend --lib --test ops
