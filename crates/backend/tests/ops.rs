@@ -365,7 +365,7 @@ fn matmul_is_batch_and_thread_invariant_for_every_format() {
         let w = cpu_weight(&be, dtype, m, k, bytes);
         let x = rng.vec(17 * k, 1.0);
         let alone: Vec<Vec<f32>> = (0..17)
-            .map(|t| be.matmul(&be.upload(x[t * k..(t + 1) * k].to_vec(), 1, k).unwrap(), &w).unwrap().data)
+            .map(|t| be.matmul(&be.upload(x[t * k..(t + 1) * k].to_vec(), 1, k).unwrap(), &w).unwrap().into_data())
             .collect();
         for n in [1usize, 2, 3, 8, 17] {
             let batch = be.matmul(&be.upload(x[..n * k].to_vec(), n, k).unwrap(), &w).unwrap();

@@ -172,7 +172,7 @@ pub fn attention(
             }
         }
     }
-    let mut out = vec![0f32; q.len()];
+    let mut out = super::pool::zeroed(q.len());
     let o = SendPtr(out.as_mut_ptr());
     let (kv_dim, bs) = (pool.kv_dim, pool.block_size);
     match (&pool.k[layer], &pool.v[layer]) {

@@ -49,7 +49,7 @@ pub fn encoder_attention(
         }
     }
     let inputs = Inputs { q, k, v, p };
-    let mut out = vec![0f32; q.len()];
+    let mut out = super::pool::zeroed(q.len());
     let o = SendPtr(out.as_mut_ptr());
     for_each_chunk(units.len(), 1, &|range| {
         let mut scratch = Scratch::default();

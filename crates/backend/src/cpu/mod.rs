@@ -7,6 +7,7 @@ mod fork;
 mod math;
 mod matmul;
 mod ops;
+mod pool;
 mod qdot;
 mod qdot8;
 mod rows8;
@@ -49,6 +50,19 @@ pub struct CpuTensor {
     pub data: Vec<f32>,
     pub rows: usize,
     pub cols: usize,
+}
+
+impl CpuTensor {
+    /// The values, leaving the tensor empty.
+    pub fn into_data(mut self) -> Vec<f32> {
+        std::mem::take(&mut self.data)
+    }
+}
+
+impl Drop for CpuTensor {
+    fn drop(&mut self) {
+        pool::give_back(std::mem::take(&mut self.data));
+    }
 }
 
 pub struct CpuWeight {
@@ -165,7 +179,7 @@ impl Backend for CpuBackend {
 
     fn embedding(&self, table: &CpuWeight, ids: &[u32]) -> Result<CpuTensor> {
         let d = table.cols;
-        let mut data = vec![0f32; ids.len() * d];
+        let mut data = pool::zeroed(ids.len() * d);
         for (i, &id) in ids.iter().enumerate() {
             if id as usize >= table.rows {
                 return Err(Error::InvalidInput(format!(
@@ -185,7 +199,7 @@ impl Backend for CpuBackend {
                 w.name, x.cols, w.cols
             )));
         }
-        let mut out = vec![0f32; x.rows * w.rows];
+        let mut out = pool::zeroed(x.rows * w.rows);
         matmul::matmul(&x.data, x.rows, w, &mut out);
         Ok(CpuTensor { data: out, rows: x.rows, cols: w.rows })
     }
@@ -197,7 +211,7 @@ impl Backend for CpuBackend {
                 w.name, x.cols, w.cols
             )));
         }
-        let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| vec![0f32; x.rows * w.rows]).collect();
+        let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| pool::zeroed(x.rows * w.rows)).collect();
         let mut views: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
         matmul::matmul_many(&x.data, x.rows, ws, &mut views);
         Ok(outs.into_iter().zip(ws).map(|(data, w)| CpuTensor { data, rows: x.rows, cols: w.rows }).collect())
@@ -217,7 +231,7 @@ impl Backend for CpuBackend {
                 w.name, x.cols, w.rows, w.cols
             )));
         }
-        let mut out = vec![0f32; x.rows * w.rows];
+        let mut out = pool::zeroed(x.rows * w.rows);
         let b = bias.map(|b| b.data.as_slice());
         if x.rows > 0 && w.rows > 0 {
             match (&w.packed, &w.packed_bf16) {
@@ -316,7 +330,7 @@ impl Backend for CpuBackend {
     fn reduce_segments(&self, x: &CpuTensor, segs: &[std::ops::Range<usize>], how: Reduce) -> Result<CpuTensor> {
         check_segments(segs, x.rows)?;
         let cols = x.cols;
-        let mut data = vec![0f32; segs.len() * cols];
+        let mut data = pool::zeroed(segs.len() * cols);
         data.par_chunks_mut(cols.max(1)).zip(segs).for_each(|(out, s)| {
             let rows = x.data[s.start * cols..s.end * cols].chunks(cols);
             match how {

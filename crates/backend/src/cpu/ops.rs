@@ -9,7 +9,7 @@ const ROWS_PER_CHUNK: usize = 8;
 
 pub fn rms_norm(x: &[f32], w: &[f32], eps: f32) -> Vec<f32> {
     let g = w.len();
-    let mut out = vec![0f32; x.len()];
+    let mut out = super::pool::zeroed(x.len());
     for_each_chunk_mut(&mut out, g, ROWS_PER_CHUNK, &|first, o| {
         for (i, o) in o.chunks_mut(g).enumerate() {
             let xi = &x[(first + i) * g..(first + i + 1) * g];
@@ -76,7 +76,7 @@ fn act_dispatch(out: &mut [f32], a: &[f32], b: Option<&[f32]>, act: Activation) 
 }
 
 pub fn glu(gate: &[f32], up: &[f32], act: Activation) -> Vec<f32> {
-    let mut out = vec![0f32; gate.len()];
+    let mut out = super::pool::zeroed(gate.len());
     for_each_chunk_mut(&mut out, 1, 4096, &|first, o| {
         let n = o.len();
         act_dispatch(o, &gate[first..first + n], Some(&up[first..first + n]), act);
@@ -108,7 +108,7 @@ pub fn rope(x: &mut [f32], cols: usize, rope: &Rope, positions: &[u32]) {
 
 pub fn layer_norm(x: &[f32], w: &[f32], b: Option<&[f32]>, eps: f32) -> Vec<f32> {
     let g = w.len();
-    let mut out = vec![0f32; x.len()];
+    let mut out = super::pool::zeroed(x.len());
     for_each_chunk_mut(&mut out, g, ROWS_PER_CHUNK, &|first, o| {
         for (i, o) in o.chunks_mut(g).enumerate() {
             let xi = &x[(first + i) * g..(first + i + 1) * g];
