@@ -170,12 +170,15 @@ impl<B: Backend> Harness<'_, B> {
         let (b16, f16, q4, q6) = (DType::BF16, DType::F16, DType::Q4K, DType::Q6K);
         for (n, dts) in [(2, [b16; 3]), (20, [f16; 3]), (5, [q4; 3]), (3, [q4, q4, q6]), (12, [q4, q6, q6])] {
             let k = 512;
-            let raws: Vec<RawWeight> =
-                [97, 41, 40].iter().zip(dts).map(|(&m, dt)| raw("w", dt, m, k, self.rng.weight(dt, m, k))).collect();
+            let mut shapes = [97, 41, 40].into_iter().zip(dts);
+            let raws: [RawWeight; 3] = std::array::from_fn(|_| {
+                let (m, dt) = shapes.next().expect("three shapes");
+                raw("w", dt, m, k, self.rng.weight(dt, m, k))
+            });
             let x = self.rng.vec(n * k, 1.0);
             let (xb, xc) = self.up(&x, n, k)?;
-            let wb = raws.iter().map(|w| self.b.weight(w.clone())).collect::<Result<Vec<_>>>()?;
-            let got = self.b.matmul_many(&xb, &wb.iter().collect::<Vec<_>>())?;
+            let [w0, w1, w2] = raws.clone().map(|w| self.b.weight(w));
+            let got = self.b.matmul_many(&xb, [&w0?, &w1?, &w2?])?;
             for (i, (g, w)) in got.iter().zip(&raws).enumerate() {
                 let dt = w.dtype;
                 let reference = if dt.is_quantized() { dequantized(w)? } else { w.clone() };

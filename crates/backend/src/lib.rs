@@ -151,7 +151,7 @@ pub struct SeqSlice {
 }
 
 /// Per-batch attention metadata, the same for every layer.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct AttnBatch {
     pub seqs: Vec<SeqSlice>,
     pub block_size: usize,
@@ -160,8 +160,9 @@ pub struct AttnBatch {
 }
 
 impl AttnBatch {
-    /// Checks that the batch covers rows 0..n exactly once and that every
-    /// sequence's block table fits a pool of `n_blocks` blocks of `block_size`.
+    /// Checks that the sequences' rows lie back to back, in order, covering
+    /// rows 0..n (as the engine lays them out), and that every sequence's
+    /// block table fits a pool of `n_blocks` blocks of `block_size`.
     pub fn validate(&self, n: usize, n_blocks: usize, block_size: usize) -> Result<()> {
         if self.block_size != block_size {
             return Err(ferrite_core::Error::Shape(format!(
@@ -169,20 +170,20 @@ impl AttnBatch {
                 self.block_size
             )));
         }
-        let mut covered = vec![false; n];
+        let mut next_row = 0;
         for (si, s) in self.seqs.iter().enumerate() {
             let used = s.ctx_len.div_ceil(block_size);
-            if s.q_start + s.q_len > n
+            if s.q_start != next_row
+                || s.q_start + s.q_len > n
                 || s.q_len > s.ctx_len
                 || used > s.block_table.len()
                 || s.block_table[..used].iter().any(|&b| b as usize >= n_blocks)
-                || covered[s.q_start..s.q_start + s.q_len].iter().any(|&c| c)
             {
                 return Err(ferrite_core::Error::Shape(format!("attention batch entry {si} is inconsistent")));
             }
-            covered[s.q_start..s.q_start + s.q_len].iter_mut().for_each(|c| *c = true);
+            next_row += s.q_len;
         }
-        if covered.iter().any(|&c| !c) {
+        if next_row != n {
             return Err(ferrite_core::Error::Shape("attention batch leaves rows without a sequence".into()));
         }
         Ok(())
@@ -306,9 +307,14 @@ pub trait Backend: Send + Sync {
     /// x [n, k] times w [m, k] transposed: [n, m].
     fn matmul(&self, x: &Self::Tensor, w: &Self::Weight) -> Result<Self::Tensor>;
     /// x times each of `ws` (projections sharing their input, as q, k and v):
-    /// one pass where a backend can.
-    fn matmul_many(&self, x: &Self::Tensor, ws: &[&Self::Weight]) -> Result<Vec<Self::Tensor>> {
-        ws.iter().map(|w| self.matmul(x, w)).collect()
+    /// one pass where a backend can. A fixed count, so that the results need
+    /// no list (the CPU decode loop allocates nothing).
+    fn matmul_many<const N: usize>(&self, x: &Self::Tensor, ws: [&Self::Weight; N]) -> Result<[Self::Tensor; N]> {
+        let mut out = Vec::with_capacity(N);
+        for w in ws {
+            out.push(self.matmul(x, w)?);
+        }
+        Ok(out.try_into().unwrap_or_else(|_| unreachable!("one output per weight")))
     }
     /// x · w^T plus `bias` [1, m] on every row.
     fn linear(&self, x: &Self::Tensor, w: &Self::Weight, bias: Option<&Self::Tensor>) -> Result<Self::Tensor> {

@@ -3,7 +3,7 @@
 
 use crate::blocks::BlockManager;
 use crate::scheduler::ScheduledSeq;
-use ferrite_backend::{AttnBatch, RowSampling, SeqSlice};
+use ferrite_backend::{RowSampling, SeqSlice};
 use ferrite_core::{Error, Result};
 use ferrite_models::{CausalLm, ForwardBatch, KvDtype, LmConfig};
 
@@ -29,6 +29,9 @@ pub struct Runner {
     blocks: BlockManager,
     /// Most tokens a sequence may hold: the KV cache size.
     max_context: usize,
+    /// The last step's batch, whose lists the next step refills (a warm
+    /// decode step allocates nothing for them).
+    batch: ForwardBatch,
 }
 
 /// Which logits a step returns.
@@ -60,7 +63,8 @@ impl Runner {
         }
         model.alloc_kv(n_blocks, block_size, kv)?;
         let max_context = context.min(n_blocks * block_size);
-        Ok(Runner { model, blocks: BlockManager::new(n_blocks, block_size), max_context })
+        let blocks = BlockManager::new(n_blocks, block_size);
+        Ok(Runner { model, blocks, max_context, batch: ForwardBatch::default() })
     }
 
     pub fn config(&self) -> &LmConfig {
@@ -92,24 +96,35 @@ impl Runner {
     /// the logits of the last row of each sequence marked `sample`, in order.
     pub fn execute(&mut self, plan: &[ScheduledSeq]) -> Result<Vec<f32>> {
         let batch = self.plan_batch(plan)?;
-        self.model.forward(&batch)
+        let logits = self.model.forward(&batch);
+        self.batch = batch;
+        logits
     }
 
     /// `execute`, drawing the token of each sequence marked `sample` on the
     /// device by its entry of `rows`: (token, logprob) in order.
     pub fn execute_sampled(&mut self, plan: &[ScheduledSeq], rows: &[RowSampling]) -> Result<Vec<(u32, f32)>> {
         let batch = self.plan_batch(plan)?;
-        self.model.forward_sample(&batch, rows)
+        let picked = self.model.forward_sample(&batch, rows);
+        self.batch = batch;
+        picked
     }
 
-    fn plan_batch(&self, plan: &[ScheduledSeq]) -> Result<ForwardBatch> {
+    /// The kept batch, emptied, for `bs`-token blocks.
+    fn take_batch(&mut self) -> ForwardBatch {
+        let mut batch = std::mem::take(&mut self.batch);
+        batch.tokens.clear();
+        batch.positions.clear();
+        batch.logit_rows.clear();
+        batch.attn.slots.clear();
+        batch.attn.block_size = self.blocks.block_size();
+        batch
+    }
+
+    fn plan_batch(&mut self, plan: &[ScheduledSeq]) -> Result<ForwardBatch> {
         let bs = self.blocks.block_size();
-        let mut batch = ForwardBatch {
-            tokens: Vec::new(),
-            positions: Vec::new(),
-            attn: AttnBatch { seqs: Vec::new(), block_size: bs, slots: Vec::new() },
-            logit_rows: Vec::new(),
-        };
+        let mut batch = self.take_batch();
+        let mut n_seqs = 0;
         for seq in plan {
             let end = seq.start + seq.tokens.len();
             if seq.tokens.is_empty() || end > self.max_context || seq.block_table.len() * bs < end {
@@ -122,16 +137,12 @@ impl Runner {
                 batch.positions.push(pos as u32);
                 batch.attn.slots.push(seq.block_table[pos / bs] as usize * bs + pos % bs);
             }
-            batch.attn.seqs.push(SeqSlice {
-                q_start,
-                q_len: seq.tokens.len(),
-                ctx_len: end,
-                block_table: seq.block_table.clone(),
-            });
+            set_seq(&mut batch.attn.seqs, &mut n_seqs, q_start, seq.tokens.len(), end, &seq.block_table);
             if seq.sample {
                 batch.logit_rows.push(batch.tokens.len() - 1);
             }
         }
+        batch.attn.seqs.truncate(n_seqs);
         Ok(batch)
     }
 
@@ -139,9 +150,10 @@ impl Runner {
     /// pass; returns the requested logits, `vocab` floats per row.
     pub fn step(&mut self, seqs: &mut [&mut Sequence], chunk: usize, which: Logits) -> Result<Vec<f32>> {
         let batch = self.step_batch(seqs, chunk, which)?;
-        let logits = self.model.forward(&batch)?;
+        let logits = self.model.forward(&batch);
+        self.batch = batch;
         Self::advance(seqs, chunk);
-        Ok(logits)
+        logits
     }
 
     /// `step` with each sequence's last row's token drawn on the device by its
@@ -153,9 +165,10 @@ impl Runner {
         rows: &[RowSampling],
     ) -> Result<Vec<(u32, f32)>> {
         let batch = self.step_batch(seqs, chunk, Logits::Last)?;
-        let picked = self.model.forward_sample(&batch, rows)?;
+        let picked = self.model.forward_sample(&batch, rows);
+        self.batch = batch;
         Self::advance(seqs, chunk);
-        Ok(picked)
+        picked
     }
 
     fn advance(seqs: &mut [&mut Sequence], chunk: usize) {
@@ -166,12 +179,8 @@ impl Runner {
 
     fn step_batch(&mut self, seqs: &mut [&mut Sequence], chunk: usize, which: Logits) -> Result<ForwardBatch> {
         let bs = self.blocks.block_size();
-        let mut batch = ForwardBatch {
-            tokens: Vec::new(),
-            positions: Vec::new(),
-            attn: AttnBatch { seqs: Vec::new(), block_size: bs, slots: Vec::new() },
-            logit_rows: Vec::new(),
-        };
+        let mut batch = self.take_batch();
+        let mut n_seqs = 0;
         for seq in seqs.iter_mut() {
             let start = seq.n_cached;
             let end = seq.tokens.len().min(start.saturating_add(chunk));
@@ -191,17 +200,13 @@ impl Runner {
                 batch.positions.push(pos as u32);
                 batch.attn.slots.push(seq.block_table[pos / bs] as usize * bs + pos % bs);
             }
-            batch.attn.seqs.push(SeqSlice {
-                q_start,
-                q_len: end - start,
-                ctx_len: end,
-                block_table: seq.block_table.clone(),
-            });
+            set_seq(&mut batch.attn.seqs, &mut n_seqs, q_start, end - start, end, &seq.block_table);
             match which {
                 Logits::Last => batch.logit_rows.push(batch.tokens.len() - 1),
                 Logits::All => batch.logit_rows.extend(q_start..batch.tokens.len()),
             }
         }
+        batch.attn.seqs.truncate(n_seqs);
         Ok(batch)
     }
 
@@ -210,4 +215,16 @@ impl Runner {
         self.blocks.release(&mut seq.block_table);
         seq.n_cached = 0;
     }
+}
+
+/// Sets entry `*n` of `seqs` (reusing its block table's buffer), then counts it.
+fn set_seq(seqs: &mut Vec<SeqSlice>, n: &mut usize, q_start: usize, q_len: usize, ctx_len: usize, table: &[u32]) {
+    if *n == seqs.len() {
+        seqs.push(SeqSlice { q_start, q_len, ctx_len, block_table: Vec::new() });
+    }
+    let s = &mut seqs[*n];
+    (s.q_start, s.q_len, s.ctx_len) = (q_start, q_len, ctx_len);
+    s.block_table.clear();
+    s.block_table.extend_from_slice(table);
+    *n += 1;
 }

@@ -140,10 +140,7 @@ impl<B: Backend> Decoder<B> {
         kv: &mut B::KvPool,
     ) -> Result<B::Tensor> {
         let (b, c, layer) = (&self.backend, &self.cfg, &self.layers[l]);
-        let [mut q, mut k, mut v]: [B::Tensor; 3] = b
-            .matmul_many(h, &[&layer.wq, &layer.wk, &layer.wv])?
-            .try_into()
-            .map_err(|_| Error::Shape("matmul_many: expected three outputs".into()))?;
+        let [mut q, mut k, mut v] = b.matmul_many(h, [&layer.wq, &layer.wk, &layer.wv])?;
         if let Some([bq, bk, bv]) = &layer.bias {
             b.add_row(&mut q, bq)?;
             b.add_row(&mut k, bk)?;
@@ -161,10 +158,7 @@ impl<B: Backend> Decoder<B> {
             o = b.rms_norm(&o, n, c.norm_eps)?;
         }
         let h = b.add_rms_norm(x, &o, &layer.ffn_norm, c.norm_eps)?;
-        let [g, u]: [B::Tensor; 2] = b
-            .matmul_many(&h, &[&layer.gate, &layer.up])?
-            .try_into()
-            .map_err(|_| Error::Shape("matmul_many: expected two outputs".into()))?;
+        let [g, u] = b.matmul_many(&h, [&layer.gate, &layer.up])?;
         let m = b.glu(&g, &u, c.activation)?;
         let mut d = b.matmul(&m, &layer.down)?;
         if let Some(n) = &layer.post_ffw_norm {

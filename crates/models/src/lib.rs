@@ -22,7 +22,7 @@ pub use ferrite_backend::{LogitEdit, RowSampling};
 use ferrite_core::Result;
 
 /// One step's flat batch: the new tokens of every sequence, back to back.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ForwardBatch {
     pub tokens: Vec<u32>,
     pub positions: Vec<u32>,

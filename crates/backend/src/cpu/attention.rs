@@ -23,7 +23,16 @@ use super::math::exp;
 use super::simd::{has_avx2, has_f16c};
 use crate::{AttnBatch, AttnParams, SeqSlice};
 use ferrite_core::{Error, Result};
+use std::cell::{Cell, RefCell};
 use std::ops::Range;
+
+thread_local! {
+    /// The units of the running call, kept for the next one (the decode loop
+    /// allocates nothing).
+    static UNITS: Cell<Vec<Unit>> = const { Cell::new(Vec::new()) };
+    /// A unit's scores, per thread, likewise.
+    static SCORES: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
 
 /// K and V of every layer, stored in f32 or in f16 (as llama.cpp's default
 /// cache: half the bytes to read per decoded token, widened exactly on load).
@@ -164,7 +173,8 @@ pub fn attention(
         return Err(Error::Shape("attention: q or KV shapes do not match the layer".into()));
     }
     batch.validate(n, pool.slots / pool.block_size, pool.block_size)?;
-    let mut units = Vec::new();
+    let mut units = UNITS.take();
+    units.clear();
     for (si, s) in batch.seqs.iter().enumerate() {
         for kv_head in 0..p.n_kv_heads {
             for start in (s.q_start..s.q_start + s.q_len).step_by(QUERY_BLOCK) {
@@ -180,15 +190,17 @@ pub fn attention(
         (KvStore::F16(k), KvStore::F16(v)) => run_units(&Call { q, k, v, kv_dim, bs, batch, p }, &units, o),
         _ => unreachable!("K and V share a precision"),
     }
+    UNITS.set(units);
     Ok(out)
 }
 
 fn run_units<E: Elem>(call: &Call<E>, units: &[Unit], o: Out) {
     for_each_chunk(units.len(), 1, &|range| {
-        let mut scores = Vec::new();
-        for u in &units[range] {
-            run_unit(call, u, o, &mut scores);
-        }
+        SCORES.with_borrow_mut(|scores| {
+            for u in &units[range] {
+                run_unit(call, u, o, scores);
+            }
+        })
     });
 }
 
@@ -206,17 +218,18 @@ fn run_unit<E: Elem>(c: &Call<E>, u: &Unit, o: Out, scores: &mut Vec<f32>) {
     let seq = &c.batch.seqs[u.seq];
     let group = c.p.n_heads / c.p.n_kv_heads;
     let heads = u.kv_head * group..(u.kv_head + 1) * group;
-    let pairs: Vec<Pair> = u
-        .rows
-        .clone()
-        .flat_map(|row| heads.clone().map(move |head| (row, head)))
-        .map(|(row, head)| {
-            let pos = seq.ctx_len - seq.q_len + (row - seq.q_start);
-            let lo = c.p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
-            Pair { row, head, lo, hi: pos + 1 }
-        })
-        .collect();
-    for tile in pairs.chunks(4) {
+    let mut pairs = u.rows.clone().flat_map(|row| heads.clone().map(move |head| (row, head))).map(|(row, head)| {
+        let pos = seq.ctx_len - seq.q_len + (row - seq.q_start);
+        let lo = c.p.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        Pair { row, head, lo, hi: pos + 1 }
+    });
+    loop {
+        let mut buf = [Pair::default(); 4];
+        let len = buf.iter_mut().zip(pairs.by_ref()).map(|(b, p)| *b = p).count();
+        if len == 0 {
+            return;
+        }
+        let tile = &buf[..len];
         #[cfg(target_arch = "x86_64")]
         if has_avx2() && has_f16c() && c.bs.is_multiple_of(8) && c.p.head_dim.is_multiple_of(8) {
             // SAFETY: AVX2, FMA and F16C are present (checked at run time);
@@ -355,7 +368,9 @@ fn pair_generic<E: Elem>(c: &Call<E>, seq: &SeqSlice, kv_head: usize, t: &Pair, 
         scores.push(acc);
     }
     let inv = softmax(scores, t.lo, t, p.softcap);
-    let mut acc = vec![0f32; hd];
+    // Heads are at most 512 wide (checked by `attention`).
+    let mut acc = [0f32; 512];
+    let acc = &mut acc[..hd];
     for (pos, &w) in (t.lo..t.hi).zip(scores.iter()) {
         let s = slot(pos);
         for (a, &x) in acc.iter_mut().zip(&c.v[s * kvd + kv_head * hd..][..hd]) {
@@ -364,5 +379,5 @@ fn pair_generic<E: Elem>(c: &Call<E>, seq: &SeqSlice, kv_head: usize, t: &Pair, 
     }
     // SAFETY: this (row, head) slice belongs to this unit alone.
     let dst = unsafe { std::slice::from_raw_parts_mut(o.get().add(t.row * qd + t.head * hd), hd) };
-    dst.iter_mut().zip(&acc).for_each(|(d, a)| *d = a * inv);
+    dst.iter_mut().zip(acc.iter()).for_each(|(d, a)| *d = a * inv);
 }

@@ -1,17 +1,24 @@
-//! A parallel loop in which the calling thread takes part.
+//! A parallel loop in which the calling thread takes part, on a persistent
+//! pool of helper threads.
 //!
 //! A rayon parallel iterator started from a thread outside the pool (the engine's
 //! thread) hands the whole job over and puts the caller to sleep until it is done:
 //! two thread wake-ups per call, tens of microseconds on a busy or virtualized
 //! machine, against a decode matmul that itself takes tens of microseconds. Here
-//! the caller works through chunks itself while up to `threads - 1` pool workers
-//! join in (one `rayon::spawn` each, no waiting on their start), and it spins
-//! only for chunks still running on a worker when it runs out of chunks.
+//! the caller publishes the loop (on its own stack: nothing is allocated) and
+//! works through chunks itself while up to `threads - 1` helpers join in. The
+//! helpers spin for a while after each loop, so the next one, microseconds later
+//! in a decode step, starts without a wake-up, then sleep on a condition
+//! variable. One caller uses the helpers at a time; a loop started while they
+//! are taken (another thread's, or one nested in a chunk) hands its extra
+//! chunks to rayon workers instead.
 
 use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 /// The shared state of one loop. `f` borrows the caller's stack: it is only
 /// called after a chunk was claimed, and the caller does not return before every
@@ -20,6 +27,9 @@ struct Shared {
     next: AtomicUsize,
     done: AtomicUsize,
     panicked: AtomicBool,
+    /// Helpers that joined (at most `helpers` work).
+    joined: AtomicUsize,
+    helpers: usize,
     chunks: usize,
     chunk: usize,
     total: usize,
@@ -32,9 +42,25 @@ unsafe impl Send for Shared {}
 unsafe impl Sync for Shared {}
 
 impl Shared {
+    fn new(total: usize, chunk: usize, helpers: usize, f: &(dyn Fn(Range<usize>) + Sync)) -> Shared {
+        Shared {
+            next: AtomicUsize::new(0),
+            done: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            joined: AtomicUsize::new(0),
+            helpers,
+            chunks: total.div_ceil(chunk),
+            chunk,
+            total,
+            // SAFETY: only the lifetime is erased; see `Shared` for why uses
+            // stay within it.
+            f: unsafe { std::mem::transmute::<&(dyn Fn(Range<usize>) + Sync), _>(f) },
+        }
+    }
+
     fn work(&self) {
         loop {
-            let c = self.next.fetch_add(1, Ordering::Relaxed);
+            let c = self.next.fetch_add(1, Relaxed);
             if c >= self.chunks {
                 return;
             }
@@ -43,15 +69,148 @@ impl Shared {
             // the closure is alive (see `Shared`).
             let f = unsafe { &*self.f };
             if catch_unwind(AssertUnwindSafe(|| f(range))).is_err() {
-                self.panicked.store(true, Ordering::Relaxed);
+                self.panicked.store(true, Relaxed);
             }
-            self.done.fetch_add(1, Ordering::Release);
+            self.done.fetch_add(1, Release);
+        }
+    }
+
+    /// Waits (spinning, then yielding) until every chunk has finished.
+    fn wait_done(&self) {
+        let mut spins = 0u32;
+        while self.done.load(Acquire) < self.chunks {
+            if spins < 2000 {
+                std::hint::spin_loop();
+                spins += 1;
+            } else {
+                // A helper was descheduled mid-chunk: let it run.
+                std::thread::yield_now();
+            }
+        }
+        if self.panicked.load(Relaxed) {
+            panic!("a parallel loop's chunk panicked");
+        }
+    }
+}
+
+/// How long helpers spin for the next loop before they sleep: longer than
+/// the gaps between the loops of a decode step and between steps.
+const SPIN: Duration = Duration::from_millis(2);
+
+/// The helpers' shared state (one per process).
+struct Helpers {
+    /// Set while a caller uses the helpers.
+    taken: AtomicBool,
+    /// The running loop, or null.
+    job: AtomicPtr<Shared>,
+    /// Counts published loops; helpers wait for it to move.
+    epoch: AtomicUsize,
+    /// Helpers between reading `job` and leaving it: the caller waits for
+    /// none before its `Shared` goes out of scope.
+    inside: AtomicUsize,
+    /// Helper threads started (grows to the most a loop asked for).
+    started: AtomicUsize,
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    wake: Condvar,
+}
+
+static HELPERS: Helpers = Helpers {
+    taken: AtomicBool::new(false),
+    job: AtomicPtr::new(ptr::null_mut()),
+    epoch: AtomicUsize::new(0),
+    inside: AtomicUsize::new(0),
+    started: AtomicUsize::new(0),
+    sleepers: AtomicUsize::new(0),
+    lock: Mutex::new(()),
+    wake: Condvar::new(),
+};
+
+impl Helpers {
+    /// A helper thread's life: wait for a loop, join it, repeat.
+    fn serve(&self) {
+        let mut seen = self.epoch.load(SeqCst);
+        loop {
+            seen = self.next_epoch(seen);
+            self.inside.fetch_add(1, SeqCst);
+            let job = self.job.load(SeqCst);
+            if !job.is_null() {
+                // SAFETY: `job` was read while this helper is counted in
+                // `inside`, which its caller waits to fall to zero after
+                // clearing `job` and before the `Shared` goes away.
+                let s = unsafe { &*job };
+                if s.joined.fetch_add(1, Relaxed) < s.helpers {
+                    s.work();
+                }
+            }
+            self.inside.fetch_sub(1, SeqCst);
+        }
+    }
+
+    /// Spins, then sleeps, until `epoch` differs from `seen`; returns it.
+    fn next_epoch(&self, seen: usize) -> usize {
+        let start = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            let e = self.epoch.load(SeqCst);
+            if e != seen {
+                return e;
+            }
+            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(256) && start.elapsed() > SPIN {
+                break;
+            }
+        }
+        let mut guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        self.sleepers.fetch_add(1, SeqCst);
+        let mut e = self.epoch.load(SeqCst);
+        while e == seen {
+            guard = self.wake.wait(guard).unwrap_or_else(|e| e.into_inner());
+            e = self.epoch.load(SeqCst);
+        }
+        self.sleepers.fetch_sub(1, SeqCst);
+        e
+    }
+
+    /// Starts helper threads up to `n`; false if the system refused one.
+    fn ensure(&'static self, n: usize) -> bool {
+        while self.started.load(Relaxed) < n {
+            let i = self.started.load(Relaxed);
+            let spawned = std::thread::Builder::new().name(format!("ferrite-cpu-{i}")).spawn(move || self.serve());
+            if spawned.is_err() {
+                return false;
+            }
+            self.started.fetch_add(1, Relaxed);
+        }
+        true
+    }
+
+    /// Runs `s` on the caller and the helpers (the caller holds `taken`).
+    fn run(&self, s: &Shared) {
+        self.job.store(s as *const Shared as *mut Shared, SeqCst);
+        self.epoch.fetch_add(1, SeqCst);
+        if self.sleepers.load(SeqCst) > 0 {
+            let _guard = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.wake.notify_all();
+        }
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            s.work();
+            s.wait_done();
+        }));
+        self.job.store(ptr::null_mut(), SeqCst);
+        while self.inside.load(SeqCst) > 0 {
+            std::hint::spin_loop();
+        }
+        self.taken.store(false, Release);
+        if let Err(e) = result {
+            std::panic::resume_unwind(e);
         }
     }
 }
 
 /// Calls `f` on consecutive ranges of at most `chunk` items covering `0..total`,
-/// on this thread and on up to `rayon::current_num_threads() - 1` pool workers.
+/// on this thread and on up to `rayon::current_num_threads() - 1` helpers.
 /// Which thread runs a range varies from call to call, so `f`'s results must not
 /// depend on it.
 pub fn for_each_chunk(total: usize, chunk: usize, f: &(dyn Fn(Range<usize>) + Sync)) {
@@ -64,36 +223,22 @@ pub fn for_each_chunk(total: usize, chunk: usize, f: &(dyn Fn(Range<usize>) + Sy
         }
         return;
     }
-    // SAFETY: only the lifetime is erased; see `Shared` for why uses stay
-    // within it.
-    let f: *const (dyn Fn(Range<usize>) + Sync + 'static) = unsafe { std::mem::transmute(f) };
-    let shared = Arc::new(Shared {
-        next: AtomicUsize::new(0),
-        done: AtomicUsize::new(0),
-        panicked: AtomicBool::new(false),
-        chunks,
-        chunk,
-        total,
-        f,
-    });
+    let h = &HELPERS;
+    if h.taken.compare_exchange(false, true, Acquire, Relaxed).is_ok() {
+        if h.ensure(helpers) {
+            h.run(&Shared::new(total, chunk, helpers, f));
+            return;
+        }
+        h.taken.store(false, Release);
+    }
+    // The helpers are taken: rayon workers join instead (one job each).
+    let shared = Arc::new(Shared::new(total, chunk, helpers, f));
     for _ in 0..helpers {
         let s = Arc::clone(&shared);
         rayon::spawn(move || s.work());
     }
     shared.work();
-    let mut spins = 0u32;
-    while shared.done.load(Ordering::Acquire) < chunks {
-        if spins < 2000 {
-            std::hint::spin_loop();
-            spins += 1;
-        } else {
-            // A worker was descheduled mid-chunk: let it run.
-            std::thread::yield_now();
-        }
-    }
-    if shared.panicked.load(Ordering::Relaxed) {
-        panic!("a parallel matmul chunk panicked");
-    }
+    shared.wait_done();
 }
 
 /// A raw pointer to a buffer that the chunks of one parallel loop write, each

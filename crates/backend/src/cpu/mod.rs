@@ -204,17 +204,17 @@ impl Backend for CpuBackend {
         Ok(CpuTensor { data: out, rows: x.rows, cols: w.rows })
     }
 
-    fn matmul_many(&self, x: &CpuTensor, ws: &[&CpuWeight]) -> Result<Vec<CpuTensor>> {
+    fn matmul_many<const N: usize>(&self, x: &CpuTensor, ws: [&CpuWeight; N]) -> Result<[CpuTensor; N]> {
         if let Some(w) = ws.iter().find(|w| w.cols != x.cols) {
             return Err(Error::Shape(format!(
                 "matmul {}: input has {} columns, weight expects {}",
                 w.name, x.cols, w.cols
             )));
         }
-        let mut outs: Vec<Vec<f32>> = ws.iter().map(|w| pool::zeroed(x.rows * w.rows)).collect();
-        let mut views: Vec<&mut [f32]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
-        matmul::matmul_many(&x.data, x.rows, ws, &mut views);
-        Ok(outs.into_iter().zip(ws).map(|(data, w)| CpuTensor { data, rows: x.rows, cols: w.rows }).collect())
+        let mut outs = ws.map(|w| CpuTensor { data: pool::zeroed(x.rows * w.rows), rows: x.rows, cols: w.rows });
+        let mut views = outs.each_mut().map(|o| o.data.as_mut_slice());
+        matmul::matmul_many(&x.data, x.rows, &ws, &mut views);
+        Ok(outs)
     }
 
     fn linear(&self, x: &CpuTensor, w: &CpuWeight, bias: Option<&CpuTensor>) -> Result<CpuTensor> {

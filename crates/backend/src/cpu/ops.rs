@@ -87,9 +87,23 @@ pub fn glu(gate: &[f32], up: &[f32], act: Activation) -> Vec<f32> {
 pub fn rope(x: &mut [f32], cols: usize, rope: &Rope, positions: &[u32]) {
     let hd = rope.head_dim;
     let half = hd / 2;
+    // The row's angles on the stack (no allocation per row); heads wider
+    // than any model's get heap buffers.
+    const STACK: usize = 512;
     let f = |row: &mut [f32], pos: u32| {
         let p = pos as f32;
-        let (sin, cos): (Vec<f32>, Vec<f32>) = rope.inv_freq.iter().map(|f| (p * f).sin_cos()).unzip();
+        let (mut sin_s, mut cos_s) = ([0f32; STACK], [0f32; STACK]);
+        let (mut sin_h, mut cos_h) = (Vec::new(), Vec::new());
+        let (sin, cos) = if half > STACK {
+            sin_h.resize(half, 0.0);
+            cos_h.resize(half, 0.0);
+            (&mut sin_h[..], &mut cos_h[..])
+        } else {
+            (&mut sin_s[..half], &mut cos_s[..half])
+        };
+        for ((s, c), f) in sin.iter_mut().zip(cos.iter_mut()).zip(&rope.inv_freq) {
+            (*s, *c) = (p * f).sin_cos();
+        }
         for head in row.chunks_mut(hd) {
             for i in 0..half {
                 let (a, b) = if rope.interleaved { (2 * i, 2 * i + 1) } else { (i, i + half) };

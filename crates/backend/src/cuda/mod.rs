@@ -385,9 +385,10 @@ impl Backend for CudaBackend {
         weight::matmul(&self.dev, x, w)
     }
 
-    fn matmul_many(&self, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {
+    fn matmul_many<const N: usize>(&self, x: &CudaTensor, ws: [&CudaWeight; N]) -> Result<[CudaTensor; N]> {
         let _span = profile::span(&self.dev.stream, "matmul_many");
-        weight::matmul_many(&self.dev, x, ws)
+        let out = weight::matmul_many(&self.dev, x, &ws)?;
+        Ok(out.try_into().unwrap_or_else(|_| unreachable!("one output per weight")))
     }
 
     fn linear(&self, x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaTensor>) -> Result<CudaTensor> {
