@@ -3,12 +3,17 @@
 # backend's unit and op tests for aarch64-unknown-linux-gnu. Needs the Rust
 # target's standard library (rustup's aarch64-unknown-linux-gnu), and Debian's
 # aarch64 linker and qemu-user, installed here with apt-get when missing (as
-# the chat-page test's Chromium is). Skips, saying so, where the Rust target
-# is not installed: rustup cannot fetch it without its download server.
+# the chat-page test's Chromium is). Adds the Rust target with rustup when
+# missing; skips, saying so, where rustup cannot fetch it (no route to its
+# download server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
-    echo "aarch64 tests skipped: the Rust target aarch64-unknown-linux-gnu is not installed" >&2
+installed() { rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; }
+if ! installed; then
+    timeout 300 rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1 || true
+fi
+if ! installed; then
+    echo "aarch64 tests skipped: the Rust target aarch64-unknown-linux-gnu is not installed and rustup could not add it" >&2
     exit 0
 fi
 if ! command -v qemu-aarch64 >/dev/null || ! command -v aarch64-linux-gnu-gcc >/dev/null; then
