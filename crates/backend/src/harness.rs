@@ -456,11 +456,23 @@ impl<B: Backend> Harness<'_, B> {
             let batch = AttnBatch { seqs: batch_seqs, block_size: bs, slots };
             let n = start;
             let (k, v, q) = (self.rng.vec(n * kvd, 1.0), self.rng.vec(n * kvd, 1.0), self.rng.vec(n * heads * hd, 2.0));
-            let (kb, kc) = self.up(&k, n, kvd)?;
+            let (mut kb, mut kc) = self.up(&k, n, kvd)?;
             let (vb, vc) = self.up(&v, n, kvd)?;
-            let (qb, qc) = self.up(&q, n, heads * hd)?;
-            self.b.write_kv(&mut pb, 1, &kb, &vb, &batch)?;
-            self.cpu.write_kv(&mut pc, 1, &kc, &vc, &batch)?;
+            let (mut qb, mut qc) = self.up(&q, n, heads * hd)?;
+            // The new rows turned and stored in one op (a decoder layer's),
+            // interleaved pairs in every other case.
+            let rope = Rope {
+                head_dim: hd,
+                inv_freq: (0..hd / 2).map(|i| 10000f32.powf(-((2 * i) as f32) / hd as f32)).collect(),
+                interleaved: softcap.is_some(),
+            };
+            let positions: Vec<u32> =
+                batch.seqs.iter().flat_map(|s| (s.ctx_len - s.q_len..s.ctx_len).map(|t| t as u32)).collect();
+            self.b.rope_write_kv(&mut qb, &mut kb, &vb, &rope, &positions, (&mut pb, 1), &batch)?;
+            self.cpu.rope_write_kv(&mut qc, &mut kc, &vc, &rope, &positions, (&mut pc, 1), &batch)?;
+            let tag = format!("rope_write_kv {dtype:?} hd={hd} interleaved={}", rope.interleaved);
+            self.record(format!("{tag}: q"), &qb, &qc, TOL_F32)?;
+            self.record(format!("{tag}: k"), &kb, &kc, TOL_F32)?;
             let got = self.b.attention(&qb, &pb, 1, &batch, &p)?;
             let want = self.cpu.attention(&qc, &pc, 1, &batch, &p)?;
             let ctx = if long { ", 900-token context" } else { "" };

@@ -442,6 +442,23 @@ pub trait Backend: Send + Sync {
         v: &Self::Tensor,
         batch: &AttnBatch,
     ) -> Result<()>;
+    /// `rope_qk`, then k and v stored as by `write_kv`: one kernel where a
+    /// backend can (a decoder layer's steps between its q/k/v projections and
+    /// attention).
+    #[allow(clippy::too_many_arguments)] // the two ops' arguments, unchanged
+    fn rope_write_kv(
+        &self,
+        q: &mut Self::Tensor,
+        k: &mut Self::Tensor,
+        v: &Self::Tensor,
+        rope: &Rope,
+        positions: &[u32],
+        (pool, layer): (&mut Self::KvPool, usize),
+        batch: &AttnBatch,
+    ) -> Result<()> {
+        self.rope_qk(q, k, rope, positions)?;
+        self.write_kv(pool, layer, k, v, batch)
+    }
     /// Causal attention of q [n, n_heads * head_dim] over each sequence's cached keys.
     fn attention(
         &self,

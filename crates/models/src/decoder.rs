@@ -150,8 +150,7 @@ impl<B: Backend> Decoder<B> {
             q = b.rms_norm(&q, qn, c.norm_eps)?;
             k = b.rms_norm(&k, kn, c.norm_eps)?;
         }
-        b.rope_qk(&mut q, &mut k, &layer.rope, &batch.positions)?;
-        b.write_kv(kv, l, &k, &v, &batch.attn)?;
+        b.rope_write_kv(&mut q, &mut k, &v, &layer.rope, &batch.positions, (kv, l), &batch.attn)?;
         let a = b.attention(&q, kv, l, &batch.attn, &layer.attn)?;
         let mut o = b.matmul(&a, &layer.wo)?;
         if let Some(n) = &layer.post_attn_norm {

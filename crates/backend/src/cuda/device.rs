@@ -73,6 +73,8 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "embedding",
             "write_kv_f32",
             "write_kv_f16",
+            "rope_kv_f32",
+            "rope_kv_f16",
             "add_rms_norm",
             "add_rms_norm4",
         ],

@@ -140,14 +140,8 @@ pub fn write_kv(
     v: &CudaTensor,
     batch: &AttnBatch,
 ) -> Result<()> {
-    let d = pool.kv_dim;
-    let n = batch.slots.len();
-    if k.cols != d || v.cols != d || k.rows != n || v.rows != n || layer >= pool.k.len() {
-        return Err(Error::Shape(format!("write_kv: {n} slots for [{}, {}] values", k.rows, k.cols)));
-    }
-    if let Some(s) = batch.slots.iter().find(|&&s| s >= pool.slots) {
-        return Err(Error::Shape(format!("KV slot {s} outside the pool ({} slots)", pool.slots)));
-    }
+    check_write(pool, layer, k, v, batch)?;
+    let (d, n) = (pool.kv_dim, batch.slots.len());
     if n == 0 {
         return Ok(());
     }
@@ -173,6 +167,20 @@ pub fn write_kv(
         _ => unreachable!("K and V share a dtype"),
     };
     r.map(drop).map_err(|e| device_err("write_kv", e))
+}
+
+/// Checks that k and v [n, kv_dim] fit layer `layer` of the pool and that
+/// every slot lies in it.
+pub fn check_write(pool: &CudaKvPool, layer: usize, k: &CudaTensor, v: &CudaTensor, batch: &AttnBatch) -> Result<()> {
+    let d = pool.kv_dim;
+    let n = batch.slots.len();
+    if k.cols != d || v.cols != d || k.rows != n || v.rows != n || layer >= pool.k.len() {
+        return Err(Error::Shape(format!("write_kv: {n} slots for [{}, {}] values", k.rows, k.cols)));
+    }
+    if let Some(s) = batch.slots.iter().find(|&&s| s >= pool.slots) {
+        return Err(Error::Shape(format!("KV slot {s} outside the pool ({} slots)", pool.slots)));
+    }
+    Ok(())
 }
 
 /// Per row (lo, hi, table offset), then every sequence's block table: one

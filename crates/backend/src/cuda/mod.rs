@@ -30,7 +30,7 @@ use crate::{
 };
 use device::{device_err, elementwise, per_row, Device};
 use graph::{Field, Graphs, Words, MAX_GRAPH_ROWS};
-use kv::{MetaCache, Source};
+use kv::{KvBuf, MetaCache, Source};
 
 /// Activations: a row-major f32 matrix in device memory, and where the op
 /// that made it wrote them in 16 bits too, that copy (the input of the GEMM
@@ -316,6 +316,15 @@ impl CudaBackend {
             shared_mem_bytes: 0,
         };
         launch!(self, "rope", cfg, &p0, &p1, &pos, freq.as_ref(), &c0, &c1, &hd, &inter)
+    }
+
+    /// Checks `rope`'s shapes for q and k rows at `positions`.
+    fn check_rope(q: &CudaTensor, k: &CudaTensor, rope: &Rope, positions: &[u32]) -> Result<()> {
+        let fits = |t: &CudaTensor| positions.len() == t.rows && t.cols.is_multiple_of(rope.head_dim);
+        if !fits(q) || !fits(k) || rope.inv_freq.len() * 2 != rope.head_dim || rope.head_dim > 512 {
+            return Err(Error::Shape("rope: positions or head size do not match".into()));
+        }
+        Ok(())
     }
 }
 
@@ -690,6 +699,80 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         let _span = profile::span(&self.dev.stream, "write_kv");
         kv::write_kv(&self.dev, &self.source(), pool, layer, k, v, batch)
+    }
+
+    fn rope_write_kv(
+        &self,
+        q: &mut CudaTensor,
+        k: &mut CudaTensor,
+        v: &CudaTensor,
+        rope: &Rope,
+        positions: &[u32],
+        (pool, layer): (&mut CudaKvPool, usize),
+        batch: &AttnBatch,
+    ) -> Result<()> {
+        let _span = profile::span(&self.dev.stream, "rope_write_kv");
+        Self::check_rope(q, k, rope, positions)?;
+        kv::check_write(pool, layer, k, v, batch)?;
+        if q.rows == 0 {
+            return Ok(());
+        }
+        let pos = self.step_words(Field::Positions, || positions.to_vec())?;
+        let slots = self.step_words(Field::Slots, || batch.slots.iter().map(|&s| s as u32).collect())?;
+        let (pos, slots) = (pos.view(), slots.view());
+        let freq = rope.inv_freq.iter().map(|f| f.to_bits()).collect();
+        let freq = self.meta.constant(&self.dev, freq, self.graphs.is_capturing())?;
+        (q.half, k.half) = (None, None);
+        let (qc, kvd) = (q.cols as u32, pool.kv_dim as u32);
+        let (hd, inter) = (rope.head_dim as u32, rope.interleaved as i32);
+        let widest = (q.cols / 2).max(pool.kv_dim);
+        let cfg = LaunchConfig {
+            grid_dim: (q.rows as u32, 3, 1),
+            block_dim: (widest.clamp(32, 1024).div_ceil(32) as u32 * 32, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let (qb, kb) = (q.buf_mut(), k.buf_mut());
+        match (&mut pool.k[layer], &mut pool.v[layer]) {
+            (KvBuf::F16(kc), KvBuf::F16(vc)) => {
+                launch!(
+                    self,
+                    "rope_kv_f16",
+                    cfg,
+                    qb,
+                    kb,
+                    &v.buf,
+                    &pos,
+                    freq.as_ref(),
+                    &slots,
+                    kc,
+                    vc,
+                    &qc,
+                    &kvd,
+                    &hd,
+                    &inter
+                )
+            }
+            (KvBuf::F32(kc), KvBuf::F32(vc)) => {
+                launch!(
+                    self,
+                    "rope_kv_f32",
+                    cfg,
+                    qb,
+                    kb,
+                    &v.buf,
+                    &pos,
+                    freq.as_ref(),
+                    &slots,
+                    kc,
+                    vc,
+                    &qc,
+                    &kvd,
+                    &hd,
+                    &inter
+                )
+            }
+            _ => unreachable!("K and V share a dtype"),
+        }
     }
 
     fn attention(

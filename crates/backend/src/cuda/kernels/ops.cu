@@ -182,6 +182,54 @@ extern "C" __global__ void rope(float* x0, float* x1, const u32* pos, const floa
     }
 }
 
+__device__ __forceinline__ void store_kv(float* c, u64 i, float v) { c[i] = v; }
+__device__ __forceinline__ void store_kv(u16* c, u64 i, float v) { c[i] = f32_to_f16(v); }
+
+// `rope` on q and k, then K and V stored at their cache slots, in one launch
+// (every layer of every step runs it). Block (row, part): part 0 turns q's
+// row; part 1 turns k's row and stores it, part 2 stores v's row.
+template <typename KT>
+__device__ void rope_kv_body(float* q, float* k, const float* v, const u32* pos, const float* inv_freq,
+                             const u32* slots, KT* kc, KT* vc, u32 q_cols, u32 kv_dim, u32 head_dim,
+                             int interleaved) {
+    __shared__ float cs[MAX_HALF], sn[MAX_HALF];
+    const u32 row = blockIdx.x, part = blockIdx.y;
+    const u64 dst = (u64)slots[row] * kv_dim;
+    if (part == 2) {
+        const float* vi = v + (u64)row * kv_dim;
+        for (u32 i = threadIdx.x; i < kv_dim; i += blockDim.x) store_kv(vc, dst + i, vi[i]);
+        return;
+    }
+    const u32 cols = part ? kv_dim : q_cols;
+    float* xi = (part ? k : q) + (u64)row * cols;
+    const float p = (float)pos[row];
+    const u32 half = head_dim / 2;
+    for (u32 i = threadIdx.x; i < half; i += blockDim.x) sincosf(p * inv_freq[i], &sn[i], &cs[i]);
+    __syncthreads();
+    for (u32 j = threadIdx.x; j < cols / 2; j += blockDim.x) {
+        const u32 h = j / half, i = j % half;
+        const u32 a = h * head_dim + (interleaved ? 2 * i : i);
+        const u32 b = h * head_dim + (interleaved ? 2 * i + 1 : i + half);
+        const float u = xi[a], w = xi[b];
+        const float ra = u * cs[i] - w * sn[i], rb = u * sn[i] + w * cs[i];
+        xi[a] = ra;
+        xi[b] = rb;
+        if (part == 1) {
+            store_kv(kc, dst + a, ra);
+            store_kv(kc, dst + b, rb);
+        }
+    }
+}
+
+#define ROPE_KV(NAME, KT)                                                                                     \
+    extern "C" __global__ void NAME(float* q, float* k, const float* v, const u32* pos, const float* inv_freq, \
+                                    const u32* slots, KT* kc, KT* vc, u32 q_cols, u32 kv_dim, u32 head_dim,    \
+                                    int interleaved) {                                                        \
+        rope_kv_body<KT>(q, k, v, pos, inv_freq, slots, kc, vc, q_cols, kv_dim, head_dim, interleaved);       \
+    }
+ROPE_KV(rope_kv_f32, float)
+ROPE_KV(rope_kv_f16, u16)
+
 // out[i] = x[rows[i]]; one block per output row.
 extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* out, u32 cols) {
     const float* src = x + (u64)rows[blockIdx.x] * cols;
