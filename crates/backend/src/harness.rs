@@ -187,6 +187,26 @@ impl<B: Backend> Harness<'_, B> {
                 self.record(format!("matmul_many {dt} n={n} weight {i}"), g, &want, tol)?;
             }
         }
+        // Gate and up with the gated activation in one call: decode sizes (a
+        // GPU's fused GEMV), a prefill size, and a quantized pair.
+        for (n, dt, act) in [
+            (1, DType::BF16, Activation::Silu),
+            (5, DType::F16, Activation::GeluTanh),
+            (8, DType::BF16, Activation::Gelu),
+            (12, DType::BF16, Activation::Silu),
+            (2, DType::Q4K, Activation::Silu),
+        ] {
+            let (m, k) = (75, 256);
+            let g = raw("gate", dt, m, k, self.rng.weight(dt, m, k));
+            let u = raw("up", dt, m, k, self.rng.weight(dt, m, k));
+            let x = self.rng.vec(n * k, 1.0);
+            let (xb, xc) = self.up(&x, n, k)?;
+            let got = self.b.matmul_glu(&xb, &self.b.weight(g.clone())?, &self.b.weight(u.clone())?, act)?;
+            let deq = |w: RawWeight| if dt.is_quantized() { dequantized(&w) } else { Ok(w) };
+            let (gc, uc) = (self.cpu.weight(deq(g)?)?, self.cpu.weight(deq(u)?)?);
+            let want = self.cpu.glu(&self.cpu.matmul(&xc, &gc)?, &self.cpu.matmul(&xc, &uc)?, act)?;
+            self.record(format!("matmul_glu {dt} n={n} {act:?}"), &got, &want, matmul_tol(dt, dense_f32_tol))?;
+        }
         // One weight, row counts in one power-of-two range (GPUs reuse the
         // GEMM algorithm chosen for the first), some above 64.
         let (m, k) = (97, 256);

@@ -316,6 +316,18 @@ pub trait Backend: Send + Sync {
         }
         Ok(out.try_into().unwrap_or_else(|_| unreachable!("one output per weight")))
     }
+    /// act(x · gate^T) * (x · up^T): a gated MLP's input to its down
+    /// projection, in one pass where a backend can.
+    fn matmul_glu(
+        &self,
+        x: &Self::Tensor,
+        gate: &Self::Weight,
+        up: &Self::Weight,
+        act: Activation,
+    ) -> Result<Self::Tensor> {
+        let [g, u] = self.matmul_many(x, [gate, up])?;
+        self.glu(&g, &u, act)
+    }
     /// x · w^T plus `bias` [1, m] on every row.
     fn linear(&self, x: &Self::Tensor, w: &Self::Weight, bias: Option<&Self::Tensor>) -> Result<Self::Tensor> {
         let mut y = self.matmul(x, w)?;

@@ -157,8 +157,7 @@ impl<B: Backend> Decoder<B> {
             o = b.rms_norm(&o, n, c.norm_eps)?;
         }
         let h = b.add_rms_norm(x, &o, &layer.ffn_norm, c.norm_eps)?;
-        let [g, u] = b.matmul_many(&h, [&layer.gate, &layer.up])?;
-        let m = b.glu(&g, &u, c.activation)?;
+        let m = b.matmul_glu(&h, &layer.gate, &layer.up, c.activation)?;
         let mut d = b.matmul(&m, &layer.down)?;
         if let Some(n) = &layer.post_ffw_norm {
             d = b.rms_norm(&d, n, c.norm_eps)?;

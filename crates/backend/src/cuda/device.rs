@@ -114,8 +114,8 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
     ("sample", &["sample_rows"]),
 ];
 
-/// A module's entry points: the fixed ones, plus one GEMV per storage and
-/// input-row count (1..=8).
+/// A module's entry points: the fixed ones, plus one GEMV (and for 16-bit
+/// weights one gate/up GEMV) per storage and input-row count (1..=8).
 pub(super) fn functions(module: &str) -> Vec<String> {
     let mut names: Vec<String> =
         FUNCTIONS.iter().find(|(n, _)| *n == module).map_or(&[][..], |f| f.1).iter().map(|s| s.to_string()).collect();
@@ -126,6 +126,9 @@ pub(super) fn functions(module: &str) -> Vec<String> {
     };
     for st in stores {
         names.extend((1..=8).map(|n| gemv_name(st, n)));
+    }
+    if module == "gemv" {
+        names.extend((1..=8).flat_map(|n| [format!("gemv_glu_bf16_{n}"), format!("gemv_glu_f16_{n}")]));
     }
     names
 }

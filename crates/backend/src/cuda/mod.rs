@@ -400,6 +400,26 @@ impl Backend for CudaBackend {
         Ok(out.try_into().unwrap_or_else(|_| unreachable!("one output per weight")))
     }
 
+    fn matmul_glu(&self, x: &CudaTensor, gate: &CudaWeight, up: &CudaWeight, act: Activation) -> Result<CudaTensor> {
+        if gate.cols != x.cols {
+            return Err(Error::Shape(format!(
+                "matmul {}: input has {} columns, weight expects {}",
+                gate.name, x.cols, gate.cols
+            )));
+        }
+        let fused = {
+            let _span = profile::span(&self.dev.stream, "matmul_glu");
+            weight::gemv_glu(&self.dev, x, gate, up, act_code(act))?
+        };
+        match fused {
+            Some(y) => Ok(y),
+            None => {
+                let [g, u] = self.matmul_many(x, [gate, up])?;
+                self.glu(&g, &u, act)
+            }
+        }
+    }
+
     fn linear(&self, x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaTensor>) -> Result<CudaTensor> {
         let Some(b) = bias else { return self.matmul(x, w) };
         if b.rows * b.cols != w.rows {

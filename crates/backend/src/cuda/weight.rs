@@ -266,6 +266,48 @@ fn uses_gemv(dev: &Device, n: usize, k: usize, st: Storage) -> bool {
     n >= 1 && k.is_multiple_of(8) && st != Storage::F32 && gemv
 }
 
+/// act(x · gate^T) * (x · up^T) in one GEMV launch per 8 input rows, where
+/// both weights are bf16 or both f16 of one shape and `n` takes the GEMV;
+/// `None` otherwise (the caller runs the matmuls and `glu`).
+pub fn gemv_glu(
+    dev: &Device,
+    x: &CudaTensor,
+    gate: &CudaWeight,
+    up: &CudaWeight,
+    act: i32,
+) -> Result<Option<CudaTensor>> {
+    let (n, k, m) = (x.rows, x.cols, gate.rows);
+    let st = gate.storage;
+    if !matches!(st, Storage::Bf16 | Storage::F16)
+        || up.storage != st
+        || (up.rows, up.cols) != (m, k)
+        || gate.cols != k
+        || !uses_gemv(dev, n, k, st)
+    {
+        return Ok(None);
+    }
+    let s = &dev.stream;
+    let mut y = alloc_out(dev, n, m)?;
+    let (m32, k32) = (m as u32, k as u32);
+    let cfg =
+        LaunchConfig { grid_dim: (m.div_ceil(8).max(1) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let stem = if st == Storage::Bf16 { "bf16" } else { "f16" };
+    let (yp, _gy) = y.device_ptr_mut(s);
+    let (xp, _gx) = x.buf.device_ptr(s);
+    for r0 in (0..n).step_by(8) {
+        let name = format!("gemv_glu_{stem}_{}", (n - r0).min(8));
+        let (yr, xr) = (yp + (r0 * m * 4) as u64, xp + (r0 * k * 4) as u64);
+        let mut b = s.launch_builder(dev.func(&name));
+        b.arg(&gate.data).arg(&up.data).arg(&yr).arg(&m32).arg(&xr).arg(&k32).arg(&act);
+        let _span = super::profile::span(s, gemv_span(st));
+        // SAFETY: both weights are [m, k] 16-bit, x is [n, k] f32 and y [n, m]
+        // (offsets stay inside them); k % 8 == 0 keeps the 16-byte loads aligned.
+        unsafe { b.launch(cfg) }.map_err(|e| device_err(&name, e))?;
+    }
+    drop((_gy, _gx));
+    Ok(Some(CudaTensor::new(y, n, m)))
+}
+
 /// Whether a 16-bit matmul of `n` input rows may go to a GEMM (else the GEMV
 /// kernel, which reads f32 inputs): where ops write 16-bit copies.
 pub fn gemm_rows(dev: &Device, n: usize) -> bool {

@@ -85,3 +85,69 @@ GEMV(5)
 GEMV(6)
 GEMV(7)
 GEMV(8)
+
+// Gate and up projections sharing the input, with the gated activation:
+// y[n, m] = act(x · Wg^T) * (x · Wu^T), for decode's MLP (one launch and no
+// gate and up outputs instead of two GEMV outputs and `glu`). One warp per
+// row pair: each input load serves both rows, and each row's sum is formed
+// as in `gemv_body`.
+template <int N, bool BF16>
+__device__ void gemv_glu_body(const u16* wg, const u16* wu, float* y, u32 m, const float* x, u32 k, int act) {
+    const u32 row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const u32 lane = threadIdx.x & 31;
+    if (row >= m) return;
+    const uint4* gr = (const uint4*)(wg + (u64)row * k);
+    const uint4* ur = (const uint4*)(wu + (u64)row * k);
+    float ag[N], au[N];
+#pragma unroll
+    for (int n = 0; n < N; n++) ag[n] = au[n] = 0.f;
+    const u32 chunks = k / 8;
+#pragma unroll 2
+    for (u32 i = lane; i < chunks; i += 32) {
+        const uint4 vg = load_stream(gr + i), vu = load_stream(ur + i);
+        float g[8], u[8];
+        if (BF16) {
+            unpack_bf16(vg.x, g[0], g[1]), unpack_bf16(vg.y, g[2], g[3]);
+            unpack_bf16(vg.z, g[4], g[5]), unpack_bf16(vg.w, g[6], g[7]);
+            unpack_bf16(vu.x, u[0], u[1]), unpack_bf16(vu.y, u[2], u[3]);
+            unpack_bf16(vu.z, u[4], u[5]), unpack_bf16(vu.w, u[6], u[7]);
+        } else {
+            unpack_f16(vg.x, g[0], g[1]), unpack_f16(vg.y, g[2], g[3]);
+            unpack_f16(vg.z, g[4], g[5]), unpack_f16(vg.w, g[6], g[7]);
+            unpack_f16(vu.x, u[0], u[1]), unpack_f16(vu.y, u[2], u[3]);
+            unpack_f16(vu.z, u[4], u[5]), unpack_f16(vu.w, u[6], u[7]);
+        }
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            const float4* xr = (const float4*)(x + (u64)n * k) + 2 * i;
+            const float4 a = xr[0], b = xr[1];
+            ag[n] += g[0] * a.x + g[1] * a.y + g[2] * a.z + g[3] * a.w + g[4] * b.x + g[5] * b.y + g[6] * b.z +
+                     g[7] * b.w;
+            au[n] += u[0] * a.x + u[1] * a.y + u[2] * a.z + u[3] * a.w + u[4] * b.x + u[5] * b.y + u[6] * b.z +
+                     u[7] * b.w;
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const float gs = warp_sum(ag[n]), us = warp_sum(au[n]);
+        if (lane == 0) y[(u64)n * m + row] = act_fn(gs, act) * us;
+    }
+}
+
+#define GEMV_GLU(N)                                                                                            \
+    extern "C" __global__ void gemv_glu_bf16_##N(const u16* wg, const u16* wu, float* y, u32 m, const float* x, \
+                                                 u32 k, int act) {                                             \
+        gemv_glu_body<N, true>(wg, wu, y, m, x, k, act);                                                       \
+    }                                                                                                          \
+    extern "C" __global__ void gemv_glu_f16_##N(const u16* wg, const u16* wu, float* y, u32 m, const float* x,  \
+                                                u32 k, int act) {                                              \
+        gemv_glu_body<N, false>(wg, wu, y, m, x, k, act);                                                      \
+    }
+GEMV_GLU(1)
+GEMV_GLU(2)
+GEMV_GLU(3)
+GEMV_GLU(4)
+GEMV_GLU(5)
+GEMV_GLU(6)
+GEMV_GLU(7)
+GEMV_GLU(8)
