@@ -415,6 +415,24 @@ fn dot_unpacked_fast(u: &UnpackedRow, xq: &[Q8Block]) -> f32 {
     dot_unpacked(u, xq)
 }
 
+/// `dot_unpacked`'s f32 arithmetic over the blocks, with `dot16` summing a
+/// half block's 16 products exactly (a macro, so the integer dot inlines
+/// into the caller's target features).
+#[cfg(target_arch = "aarch64")]
+macro_rules! blocks_dot {
+    ($u:expr, $xq:expr, $dot16:expr) => {{
+        let (u, mut acc) = ($u, 0f32);
+        for (b, a) in $xq.iter().enumerate() {
+            let qp = u.q.as_ptr().add(32 * b);
+            let s0 = $dot16(qp, a.qs.as_ptr());
+            let s1 = $dot16(qp.add(16), a.qs.as_ptr().add(16));
+            acc += a.d * (*u.scale.get_unchecked(2 * b) * s0 as f32 + *u.scale.get_unchecked(2 * b + 1) * s1 as f32)
+                - *u.min.get_unchecked(b) * a.dsum;
+        }
+        acc
+    }};
+}
+
 /// `dot_unpacked` with NEON: each half block's 16 products (i8 weights
 /// widened to i16, times the i16 activations) accumulate exactly in i32 lanes
 /// (`smull`/`smlal`), then the same f32 arithmetic as the scalar version, so
@@ -435,15 +453,7 @@ unsafe fn dot_unpacked_neon(u: &UnpackedRow, xq: &[Q8Block]) -> f32 {
         let s = vmlal_s16(s, vget_low_s16(wh), vget_low_s16(a1));
         vaddvq_s32(vmlal_high_s16(s, wh, a1))
     }
-    let mut acc = 0f32;
-    for (b, a) in xq.iter().enumerate() {
-        let qp = u.q.as_ptr().add(32 * b);
-        let s0 = dot16(qp, a.qs.as_ptr());
-        let s1 = dot16(qp.add(16), a.qs.as_ptr().add(16));
-        acc += a.d * (*u.scale.get_unchecked(2 * b) * s0 as f32 + *u.scale.get_unchecked(2 * b + 1) * s1 as f32)
-            - *u.min.get_unchecked(b) * a.dsum;
-    }
-    acc
+    blocks_dot!(u, xq, dot16)
 }
 
 /// `dot_unpacked` for activations of at most 127 in magnitude (8-bit
@@ -469,15 +479,7 @@ unsafe fn dot_unpacked_sdot(u: &UnpackedRow, xq: &[Q8Block]) -> f32 {
         );
         vaddvq_s32(acc)
     }
-    let mut acc = 0f32;
-    for (b, a) in xq.iter().enumerate() {
-        let qp = u.q.as_ptr().add(32 * b);
-        let s0 = dot16(qp, a.qs.as_ptr());
-        let s1 = dot16(qp.add(16), a.qs.as_ptr().add(16));
-        acc += a.d * (*u.scale.get_unchecked(2 * b) * s0 as f32 + *u.scale.get_unchecked(2 * b + 1) * s1 as f32)
-            - *u.min.get_unchecked(b) * a.dsum;
-    }
-    acc
+    blocks_dot!(u, xq, dot16)
 }
 
 /// Per 32-element block: widen weights to i16, multiply pairwise with the i16

@@ -752,45 +752,14 @@ impl Backend for CudaBackend {
             shared_mem_bytes: 0,
         };
         let (qb, kb) = (q.buf_mut(), k.buf_mut());
+        macro_rules! go {
+            ($name:literal, $kc:expr, $vc:expr) => {
+                launch!(self, $name, cfg, qb, kb, &v.buf, &pos, freq.as_ref(), &slots, $kc, $vc, &qc, &kvd, &hd, &inter)
+            };
+        }
         match (&mut pool.k[layer], &mut pool.v[layer]) {
-            (KvBuf::F16(kc), KvBuf::F16(vc)) => {
-                launch!(
-                    self,
-                    "rope_kv_f16",
-                    cfg,
-                    qb,
-                    kb,
-                    &v.buf,
-                    &pos,
-                    freq.as_ref(),
-                    &slots,
-                    kc,
-                    vc,
-                    &qc,
-                    &kvd,
-                    &hd,
-                    &inter
-                )
-            }
-            (KvBuf::F32(kc), KvBuf::F32(vc)) => {
-                launch!(
-                    self,
-                    "rope_kv_f32",
-                    cfg,
-                    qb,
-                    kb,
-                    &v.buf,
-                    &pos,
-                    freq.as_ref(),
-                    &slots,
-                    kc,
-                    vc,
-                    &qc,
-                    &kvd,
-                    &hd,
-                    &inter
-                )
-            }
+            (KvBuf::F16(kc), KvBuf::F16(vc)) => go!("rope_kv_f16", kc, vc),
+            (KvBuf::F32(kc), KvBuf::F32(vc)) => go!("rope_kv_f32", kc, vc),
             _ => unreachable!("K and V share a dtype"),
         }
     }

@@ -21,6 +21,17 @@ __device__ __forceinline__ void unpack_f16(u32 v, float& a, float& b) {
     b = f16_to_f32((u16)(v >> 16));
 }
 
+// Eight 16-bit weights (bf16 when BF16, else f16) as floats.
+template <bool BF16>
+__device__ __forceinline__ void unpack8w(uint4 v, float* f) {
+    const u32 w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if (BF16) unpack_bf16(w[i], f[2 * i], f[2 * i + 1]);
+        else unpack_f16(w[i], f[2 * i], f[2 * i + 1]);
+    }
+}
+
 // Up to three weights sharing the input (q, k, v): rows 0..m0 of the grid
 // belong to w0, the next m1 to w1, the next m2 to w2.
 template <int N, bool BF16>
@@ -41,17 +52,7 @@ __device__ void gemv_body(const u16* w0, const u16* w1, const u16* w2, float* y0
     for (u32 i = lane; i < chunks; i += 32) {
         const uint4 v = load_stream(wr + i);
         float f[8];
-        if (BF16) {
-            unpack_bf16(v.x, f[0], f[1]);
-            unpack_bf16(v.y, f[2], f[3]);
-            unpack_bf16(v.z, f[4], f[5]);
-            unpack_bf16(v.w, f[6], f[7]);
-        } else {
-            unpack_f16(v.x, f[0], f[1]);
-            unpack_f16(v.y, f[2], f[3]);
-            unpack_f16(v.z, f[4], f[5]);
-            unpack_f16(v.w, f[6], f[7]);
-        }
+        unpack8w<BF16>(v, f);
 #pragma unroll
         for (int n = 0; n < N; n++) {
             const float4* xr = (const float4*)(x + (u64)n * k) + 2 * i;
@@ -106,17 +107,8 @@ __device__ void gemv_glu_body(const u16* wg, const u16* wu, float* y, u32 m, con
     for (u32 i = lane; i < chunks; i += 32) {
         const uint4 vg = load_stream(gr + i), vu = load_stream(ur + i);
         float g[8], u[8];
-        if (BF16) {
-            unpack_bf16(vg.x, g[0], g[1]), unpack_bf16(vg.y, g[2], g[3]);
-            unpack_bf16(vg.z, g[4], g[5]), unpack_bf16(vg.w, g[6], g[7]);
-            unpack_bf16(vu.x, u[0], u[1]), unpack_bf16(vu.y, u[2], u[3]);
-            unpack_bf16(vu.z, u[4], u[5]), unpack_bf16(vu.w, u[6], u[7]);
-        } else {
-            unpack_f16(vg.x, g[0], g[1]), unpack_f16(vg.y, g[2], g[3]);
-            unpack_f16(vg.z, g[4], g[5]), unpack_f16(vg.w, g[6], g[7]);
-            unpack_f16(vu.x, u[0], u[1]), unpack_f16(vu.y, u[2], u[3]);
-            unpack_f16(vu.z, u[4], u[5]), unpack_f16(vu.w, u[6], u[7]);
-        }
+        unpack8w<BF16>(vg, g);
+        unpack8w<BF16>(vu, u);
 #pragma unroll
         for (int n = 0; n < N; n++) {
             const float4* xr = (const float4*)(x + (u64)n * k) + 2 * i;

@@ -156,53 +156,18 @@ LAYER_NORM_WARP(8)
 
 #define MAX_HALF 256  // rotated pairs per head (head_dim <= 512)
 
-// Rotary embedding in place of one or two tensors with the same positions;
-// one block per row and tensor. Pairs (2i, 2i+1) when `interleaved`, else
-// (i, i + head_dim/2).
-extern "C" __global__ void rope(float* x0, float* x1, const u32* pos, const float* inv_freq, u32 cols0, u32 cols1,
-                                u32 head_dim, int interleaved) {
-    // Block row y turns tensor y (q and k in one launch; y is only 0 for one
-    // tensor). Angles once per row in shared memory, then every pair of every
-    // head at once: a loop over heads per thread would wait on each load in turn.
-    __shared__ float cs[MAX_HALF], sn[MAX_HALF];
-    float* x = blockIdx.y ? x1 : x0;
-    const u32 cols = blockIdx.y ? cols1 : cols0;
-    float* xi = x + (u64)blockIdx.x * cols;
-    const float p = (float)pos[blockIdx.x];
-    const u32 half = head_dim / 2;
-    for (u32 i = threadIdx.x; i < half; i += blockDim.x) sincosf(p * inv_freq[i], &sn[i], &cs[i]);
-    __syncthreads();
-    for (u32 q = threadIdx.x; q < cols / 2; q += blockDim.x) {
-        const u32 h = q / half, i = q % half;
-        const u32 a = h * head_dim + (interleaved ? 2 * i : i);
-        const u32 b = h * head_dim + (interleaved ? 2 * i + 1 : i + half);
-        const float u = xi[a], v = xi[b];
-        xi[a] = u * cs[i] - v * sn[i];
-        xi[b] = u * sn[i] + v * cs[i];
-    }
-}
-
 __device__ __forceinline__ void store_kv(float* c, u64 i, float v) { c[i] = v; }
 __device__ __forceinline__ void store_kv(u16* c, u64 i, float v) { c[i] = f32_to_f16(v); }
 
-// `rope` on q and k, then K and V stored at their cache slots, in one launch
-// (every layer of every step runs it). Block (row, part): part 0 turns q's
-// row; part 1 turns k's row and stores it, part 2 stores v's row.
+// One row's rotary embedding, in place; each turned pair also stored at
+// `cache + dst` when `cache` is given. Angles once per row in shared memory,
+// then every pair of every head at once: a loop over heads per thread would
+// wait on each load in turn. Pairs (2i, 2i+1) when `interleaved`, else
+// (i, i + head_dim/2).
 template <typename KT>
-__device__ void rope_kv_body(float* q, float* k, const float* v, const u32* pos, const float* inv_freq,
-                             const u32* slots, KT* kc, KT* vc, u32 q_cols, u32 kv_dim, u32 head_dim,
-                             int interleaved) {
+__device__ void rope_row(float* xi, u32 cols, float p, const float* inv_freq, u32 head_dim, int interleaved,
+                         KT* cache, u64 dst) {
     __shared__ float cs[MAX_HALF], sn[MAX_HALF];
-    const u32 row = blockIdx.x, part = blockIdx.y;
-    const u64 dst = (u64)slots[row] * kv_dim;
-    if (part == 2) {
-        const float* vi = v + (u64)row * kv_dim;
-        for (u32 i = threadIdx.x; i < kv_dim; i += blockDim.x) store_kv(vc, dst + i, vi[i]);
-        return;
-    }
-    const u32 cols = part ? kv_dim : q_cols;
-    float* xi = (part ? k : q) + (u64)row * cols;
-    const float p = (float)pos[row];
     const u32 half = head_dim / 2;
     for (u32 i = threadIdx.x; i < half; i += blockDim.x) sincosf(p * inv_freq[i], &sn[i], &cs[i]);
     __syncthreads();
@@ -214,11 +179,40 @@ __device__ void rope_kv_body(float* q, float* k, const float* v, const u32* pos,
         const float ra = u * cs[i] - w * sn[i], rb = u * sn[i] + w * cs[i];
         xi[a] = ra;
         xi[b] = rb;
-        if (part == 1) {
-            store_kv(kc, dst + a, ra);
-            store_kv(kc, dst + b, rb);
+        if (cache) {
+            store_kv(cache, dst + a, ra);
+            store_kv(cache, dst + b, rb);
         }
     }
+}
+
+// Rotary embedding in place of one or two tensors with the same positions;
+// one block per row and tensor (block row y turns tensor y: q and k in one
+// launch; y is only 0 for one tensor).
+extern "C" __global__ void rope(float* x0, float* x1, const u32* pos, const float* inv_freq, u32 cols0, u32 cols1,
+                                u32 head_dim, int interleaved) {
+    const u32 cols = blockIdx.y ? cols1 : cols0;
+    float* xi = (blockIdx.y ? x1 : x0) + (u64)blockIdx.x * cols;
+    rope_row<float>(xi, cols, (float)pos[blockIdx.x], inv_freq, head_dim, interleaved, nullptr, 0);
+}
+
+// `rope` on q and k, then K and V stored at their cache slots, in one launch
+// (every layer of every step runs it). Block (row, part): part 0 turns q's
+// row; part 1 turns k's row and stores it, part 2 stores v's row.
+template <typename KT>
+__device__ void rope_kv_body(float* q, float* k, const float* v, const u32* pos, const float* inv_freq,
+                             const u32* slots, KT* kc, KT* vc, u32 q_cols, u32 kv_dim, u32 head_dim,
+                             int interleaved) {
+    const u32 row = blockIdx.x, part = blockIdx.y;
+    const u64 dst = (u64)slots[row] * kv_dim;
+    if (part == 2) {
+        const float* vi = v + (u64)row * kv_dim;
+        for (u32 i = threadIdx.x; i < kv_dim; i += blockDim.x) store_kv(vc, dst + i, vi[i]);
+        return;
+    }
+    const u32 cols = part ? kv_dim : q_cols;
+    float* xi = (part ? k : q) + (u64)row * cols;
+    rope_row<KT>(xi, cols, (float)pos[row], inv_freq, head_dim, interleaved, part ? kc : nullptr, dst);
 }
 
 #define ROPE_KV(NAME, KT)                                                                                     \
