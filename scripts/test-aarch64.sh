@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 installed() { rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; }
 if ! installed; then
-    timeout 300 rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1 || true
+    timeout 120 rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1 || true
 fi
 if ! installed; then
     echo "aarch64 tests skipped: the Rust target aarch64-unknown-linux-gnu is not installed and rustup could not add it" >&2
