@@ -110,7 +110,7 @@ impl Runner {
         picked
     }
 
-    /// The kept batch, emptied, for `bs`-token blocks.
+    /// The kept batch, emptied (its lists keep their capacity).
     fn take_batch(&mut self) -> ForwardBatch {
         let mut batch = std::mem::take(&mut self.batch);
         batch.tokens.clear();
@@ -152,8 +152,9 @@ impl Runner {
         let batch = self.step_batch(seqs, chunk, which)?;
         let logits = self.model.forward(&batch);
         self.batch = batch;
+        let logits = logits?;
         Self::advance(seqs, chunk);
-        logits
+        Ok(logits)
     }
 
     /// `step` with each sequence's last row's token drawn on the device by its
@@ -167,8 +168,9 @@ impl Runner {
         let batch = self.step_batch(seqs, chunk, Logits::Last)?;
         let picked = self.model.forward_sample(&batch, rows);
         self.batch = batch;
+        let picked = picked?;
         Self::advance(seqs, chunk);
-        picked
+        Ok(picked)
     }
 
     fn advance(seqs: &mut [&mut Sequence], chunk: usize) {

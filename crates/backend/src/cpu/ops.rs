@@ -87,9 +87,9 @@ pub fn glu(gate: &[f32], up: &[f32], act: Activation) -> Vec<f32> {
 pub fn rope(x: &mut [f32], cols: usize, rope: &Rope, positions: &[u32]) {
     let hd = rope.head_dim;
     let half = hd / 2;
-    // The row's angles on the stack (no allocation per row); heads wider
-    // than any model's get heap buffers.
-    const STACK: usize = 512;
+    // The row's angles on the stack (no allocation per row): heads of up to
+    // 512, as everywhere else; wider ones get heap buffers.
+    const STACK: usize = 256;
     let f = |row: &mut [f32], pos: u32| {
         let p = pos as f32;
         let (mut sin_s, mut cos_s) = ([0f32; STACK], [0f32; STACK]);

@@ -280,21 +280,12 @@ impl CudaBackend {
         rope: &Rope,
         positions: &[u32],
     ) -> Result<()> {
-        let fits = |t: &CudaTensor| positions.len() == t.rows && t.cols.is_multiple_of(rope.head_dim);
-        if !fits(x)
-            || k.as_deref().is_some_and(|k| !fits(k))
-            || rope.inv_freq.len() * 2 != rope.head_dim
-            || rope.head_dim > 512
-        {
-            return Err(Error::Shape("rope: positions or head size do not match".into()));
-        }
+        Self::check_rope(x, k.as_deref(), rope, positions)?;
         if x.rows == 0 {
             return Ok(());
         }
-        let pos = self.step_words(Field::Positions, || positions.to_vec())?;
+        let (pos, freq) = self.rope_inputs(rope, positions)?;
         let pos = pos.view();
-        let freq = rope.inv_freq.iter().map(|f| f.to_bits()).collect();
-        let freq = self.meta.constant(&self.dev, freq, self.graphs.is_capturing())?;
         let s = &self.dev.stream;
         x.half = None;
         let (p0, _g0) = x.buf.device_ptr_mut(s);
@@ -318,13 +309,21 @@ impl CudaBackend {
         launch!(self, "rope", cfg, &p0, &p1, &pos, freq.as_ref(), &c0, &c1, &hd, &inter)
     }
 
-    /// Checks `rope`'s shapes for q and k rows at `positions`.
-    fn check_rope(q: &CudaTensor, k: &CudaTensor, rope: &Rope, positions: &[u32]) -> Result<()> {
+    /// Checks `rope`'s shapes for q (and k) rows at `positions`.
+    fn check_rope(q: &CudaTensor, k: Option<&CudaTensor>, rope: &Rope, positions: &[u32]) -> Result<()> {
         let fits = |t: &CudaTensor| positions.len() == t.rows && t.cols.is_multiple_of(rope.head_dim);
-        if !fits(q) || !fits(k) || rope.inv_freq.len() * 2 != rope.head_dim || rope.head_dim > 512 {
+        if !fits(q) || k.is_some_and(|k| !fits(k)) || rope.inv_freq.len() * 2 != rope.head_dim || rope.head_dim > 512 {
             return Err(Error::Shape("rope: positions or head size do not match".into()));
         }
         Ok(())
+    }
+
+    /// The rotary kernels' device inputs: positions (the step's, while a
+    /// decode step is captured) and the inverse frequencies.
+    fn rope_inputs(&self, rope: &Rope, positions: &[u32]) -> Result<(Words, Arc<CudaSlice<u32>>)> {
+        let pos = self.step_words(Field::Positions, || positions.to_vec())?;
+        let freq = rope.inv_freq.iter().map(|f| f.to_bits()).collect();
+        Ok((pos, self.meta.constant(&self.dev, freq, self.graphs.is_capturing())?))
     }
 }
 
@@ -401,12 +400,8 @@ impl Backend for CudaBackend {
     }
 
     fn matmul_glu(&self, x: &CudaTensor, gate: &CudaWeight, up: &CudaWeight, act: Activation) -> Result<CudaTensor> {
-        if gate.cols != x.cols {
-            return Err(Error::Shape(format!(
-                "matmul {}: input has {} columns, weight expects {}",
-                gate.name, x.cols, gate.cols
-            )));
-        }
+        // Shapes the fused kernel does not take (mismatches included) go to
+        // the matmuls, which check them.
         let fused = {
             let _span = profile::span(&self.dev.stream, "matmul_glu");
             weight::gemv_glu(&self.dev, x, gate, up, act_code(act))?
@@ -732,16 +727,14 @@ impl Backend for CudaBackend {
         batch: &AttnBatch,
     ) -> Result<()> {
         let _span = profile::span(&self.dev.stream, "rope_write_kv");
-        Self::check_rope(q, k, rope, positions)?;
+        Self::check_rope(q, Some(k), rope, positions)?;
         kv::check_write(pool, layer, k, v, batch)?;
         if q.rows == 0 {
             return Ok(());
         }
-        let pos = self.step_words(Field::Positions, || positions.to_vec())?;
+        let (pos, freq) = self.rope_inputs(rope, positions)?;
         let slots = self.step_words(Field::Slots, || batch.slots.iter().map(|&s| s as u32).collect())?;
         let (pos, slots) = (pos.view(), slots.view());
-        let freq = rope.inv_freq.iter().map(|f| f.to_bits()).collect();
-        let freq = self.meta.constant(&self.dev, freq, self.graphs.is_capturing())?;
         (q.half, k.half) = (None, None);
         let (qc, kvd) = (q.cols as u32, pool.kv_dim as u32);
         let (hd, inter) = (rope.head_dim as u32, rope.interleaved as i32);
