@@ -2,8 +2,9 @@
 //! (HOME, FERRITE_HOME, the Hugging Face cache variables), point a test at
 //! other fixtures or make it strict (`FERRITE_REQUIRE_NVRTC`), switch on
 //! debugging output (`FERRITE_PROFILE`), or opt into llama.cpp's 8-bit CPU
-//! activations (`FERRITE_CPU_ACTIVATIONS`); models and kernels never read
-//! the environment themselves.
+//! activations (`FERRITE_CPU_ACTIVATIONS`), or tune the CUDA decode kernels
+//! (`FERRITE_CUDA_PDL`, `FERRITE_CUDA_PREFETCH`); models and kernels never
+//! read the environment themselves.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -42,4 +43,16 @@ pub fn cpu_activations_8() -> bool {
 /// than skips, where NVRTC cannot be loaded.
 pub fn require_nvrtc() -> bool {
     var("FERRITE_REQUIRE_NVRTC").is_some()
+}
+
+/// `FERRITE_CUDA_PDL=0`: CUDA kernels wait for the kernel before them to
+/// finish before they start (no programmatic dependent launch).
+pub fn cuda_pdl() -> bool {
+    var("FERRITE_CUDA_PDL").is_none_or(|v| v != "0")
+}
+
+/// `FERRITE_CUDA_PREFETCH=<bytes>`: how much of its weight row each CUDA GEMV
+/// warp on quantized blocks prefetches into L2 before its input is ready.
+pub fn cuda_prefetch() -> Option<u32> {
+    var("FERRITE_CUDA_PREFETCH").and_then(|v| v.to_str()?.parse().ok())
 }

@@ -128,6 +128,53 @@ mod tests {
         }
     }
 
+    /// The body of the function whose definition starts at `at`: from its
+    /// first brace to the matching one.
+    fn body(src: &str, at: usize) -> &str {
+        let open = at + src[at..].find('{').expect("a body");
+        let mut depth = 0;
+        for (i, c) in src[open..].char_indices() {
+            depth += match c {
+                '{' => 1,
+                '}' => -1,
+                _ => 0,
+            };
+            if depth == 0 {
+                return &src[open..open + i];
+            }
+        }
+        panic!("unbalanced braces")
+    }
+
+    /// Every kernel is launched with programmatic dependent launch
+    /// (`Device::launch_pdl`), so each must wait for the kernel before it
+    /// before it touches data (only weight loads may come first); a GEMV
+    /// wrapper delegates to a body that does.
+    #[test]
+    fn every_kernel_waits_for_its_input() {
+        for (name, src) in MODULES {
+            let src = src.replace("\\\n", "\n");
+            // pdl_wait() is called, and the only loops before it issue weight
+            // loads (a GEMV's preload).
+            let waits_early = |b: &str| {
+                b.split_once("pdl_wait()").is_some_and(|(head, _)| {
+                    head.split("for (").skip(1).all(|l| l.split(';').nth(2).is_some_and(|s| s.contains("load_stream(")))
+                })
+            };
+            let mut kernels = 0;
+            for (at, _) in src.match_indices("__global__") {
+                let b = body(&src, at);
+                let called = b[1..].split('(').next().unwrap_or("").trim().split('<').next().unwrap_or("").to_string();
+                let ok = waits_early(b)
+                    || (called.ends_with("_body")
+                        && src.match_indices(&format!("void {called}(")).any(|(d, _)| waits_early(body(&src, d))));
+                assert!(ok, "{name}.cu: a kernel does not call pdl_wait() first:\n{}", &b[..b.len().min(300)]);
+                kernels += 1;
+            }
+            assert!(kernels > 0, "{name}.cu has no kernels");
+        }
+    }
+
     #[test]
     fn cache_key_depends_on_every_part() {
         let base = cache_key(&["a", "b"]);

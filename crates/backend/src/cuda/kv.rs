@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaSlice, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, LaunchConfig};
 use ferrite_core::{Error, Result};
 
 use super::device::{device_err, per_row, Device};
@@ -151,14 +151,11 @@ pub fn write_kv(
     };
     let slots = slots.view();
     let kv_dim = d as u32;
-    let s = &dev.stream;
     let cfg = per_row(n, d);
     macro_rules! go {
         ($f:literal, $kc:expr, $vc:expr) => {{
-            let mut b = s.launch_builder(dev.func($f));
-            b.arg(&k.buf).arg(&v.buf).arg(&slots).arg($kc).arg($vc).arg(&kv_dim);
-            // SAFETY: argument types match the kernel; slots were checked.
-            unsafe { b.launch(cfg) }
+            // Slots were checked.
+            dev.launch($f).arg(&k.buf).arg(&v.buf).arg(&slots).arg($kc).arg($vc).arg(&kv_dim).run(cfg)
         }};
     }
     let r = match (&mut pool.k[layer], &mut pool.v[layer]) {
@@ -166,7 +163,7 @@ pub fn write_kv(
         (KvBuf::F32(kc), KvBuf::F32(vc)) => go!("write_kv_f32", kc, vc),
         _ => unreachable!("K and V share a dtype"),
     };
-    r.map(drop).map_err(|e| device_err("write_kv", e))
+    r
 }
 
 /// Checks that k and v [n, kv_dim] fit layer `layer` of the pool and that
@@ -343,15 +340,15 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, mut 
     let (hp, bf16) = super::half_args(s, &mut half);
     macro_rules! go {
         ($f:expr, $cfg:expr, $k:expr, $v:expr, $list:expr, $with_hd:expr $(, $extra:expr)*) => {{
-            let mut b = s.launch_builder(dev.func($f));
+            let mut b = dev.launch($f);
             b.arg(&a.q.buf).arg($k).arg($v).arg(&mut out).arg(&meta).arg(&tables).arg($list).arg(&nh).arg(&nkv);
             if $with_hd {
                 b.arg(&hd32);
             }
             b.arg(&bs).arg(&window).arg(&p.scale).arg(&softcap);
             $( b.arg($extra); )*
-            // SAFETY: argument types match the kernel; metadata was validated.
-            unsafe { b.launch($cfg) }.map(drop).map_err(|e| device_err($f, e))
+            // Metadata was validated.
+            b.run($cfg)
         }};
     }
     let (n_tiles, n_rows) = (w.tiles.len() / 2, w.rows.len());
@@ -394,10 +391,10 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, mut 
                 block_dim: (hd32.min(1024), 1, 1),
                 shared_mem_bytes: 0,
             };
-            let mut b = s.launch_builder(dev.func("attention_combine"));
+            let mut b = dev.launch("attention_combine");
             b.arg(&part).arg(&mut out).arg(&rows_v).arg(&nh).arg(&hd32).arg(&nsplit).arg(&hp).arg(&bf16);
-            // SAFETY: `part` holds n_rows x heads x nsplit partials of hd + 2.
-            unsafe { b.launch(cfg) }.map_err(|e| device_err("attention_combine", e))?;
+            // `part` holds n_rows x heads x nsplit partials of hd + 2.
+            b.run(cfg)?;
         }
     }
     let mut t = CudaTensor::new(out, n, a.q.cols);

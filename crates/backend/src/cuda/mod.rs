@@ -9,6 +9,7 @@ mod device;
 mod encode_graph;
 mod graph;
 mod kv;
+mod launch;
 mod lt;
 pub mod profile;
 mod weight;
@@ -21,7 +22,7 @@ pub use weight::{CudaWeight, Storage};
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use ferrite_core::{Error, Result};
 
 use crate::{
@@ -68,10 +69,9 @@ fn half_args(stream: &Arc<cudarc::driver::CudaStream>, half: &mut HalfCopy) -> (
 /// Launches kernel `$name` with the given arguments, in the kernel's order.
 macro_rules! launch {
     ($self:expr, $name:expr, $cfg:expr, $($arg:expr),* $(,)?) => {{
-        let mut b = $self.dev.stream.launch_builder($self.dev.func($name));
+        let mut b = $self.dev.launch($name);
         $( b.arg($arg); )*
-        // SAFETY: the arguments match the kernel's parameters, in order.
-        unsafe { b.launch($cfg) }.map(drop).map_err(|e| device_err($name, e))
+        b.run($cfg)
     }};
 }
 

@@ -12,11 +12,12 @@ use std::borrow::Cow;
 use std::ffi::c_void;
 
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use ferrite_core::{DType, Error, Result};
 use rayon::prelude::*;
 
 use super::device::{device_err, elementwise, Device};
+use super::launch::KernelArgs;
 use super::CudaTensor;
 use crate::RawWeight;
 
@@ -207,12 +208,9 @@ fn to_half(dev: &Device, x: &CudaTensor, st: Storage) -> Result<CudaSlice<u16>> 
     let len = x.rows * x.cols;
     // SAFETY: fully written by the conversion kernel.
     let mut h = unsafe { dev.stream.alloc::<u16>(len.max(1)) }.map_err(|e| device_err("alloc", e))?;
-    let f = dev.func(if st == Storage::Bf16 { "to_bf16" } else { "to_f16" });
+    let f = if st == Storage::Bf16 { "to_bf16" } else { "to_f16" };
     let len64 = len as u64;
-    let mut b = dev.stream.launch_builder(f);
-    b.arg(&x.buf).arg(&mut h).arg(&len64);
-    // SAFETY: argument types match the kernel's signature.
-    unsafe { b.launch(elementwise(len)) }.map_err(|e| device_err("to_bf16", e))?;
+    dev.launch(f).arg(&x.buf).arg(&mut h).arg(&len64).run(elementwise(len))?;
     Ok(h)
 }
 
@@ -294,17 +292,19 @@ pub fn gemv_glu(
     let stem = if st == Storage::Bf16 { "bf16" } else { "f16" };
     let (yp, _gy) = y.device_ptr_mut(s);
     let (xp, _gx) = x.buf.device_ptr(s);
+    let (gp, _gg) = gate.data.device_ptr(s);
+    let (up_p, _gu) = up.data.device_ptr(s);
     for r0 in (0..n).step_by(8) {
         let name = format!("gemv_glu_{stem}_{}", (n - r0).min(8));
         let (yr, xr) = (yp + (r0 * m * 4) as u64, xp + (r0 * k * 4) as u64);
-        let mut b = s.launch_builder(dev.func(&name));
-        b.arg(&gate.data).arg(&up.data).arg(&yr).arg(&m32).arg(&xr).arg(&k32).arg(&act);
+        let mut a = KernelArgs::default();
+        a.u64(gp).u64(up_p).u64(yr).u32(m32).u64(xr).u32(k32).i32(act);
         let _span = super::profile::span(s, gemv_span(st));
-        // SAFETY: both weights are [m, k] 16-bit, x is [n, k] f32 and y [n, m]
-        // (offsets stay inside them); k % 8 == 0 keeps the 16-byte loads aligned.
-        unsafe { b.launch(cfg) }.map_err(|e| device_err(&name, e))?;
+        // Both weights are [m, k] 16-bit, x is [n, k] f32 and y [n, m] (offsets
+        // stay inside them); k % 8 == 0 keeps the 16-byte loads aligned.
+        dev.launch_pdl(&name, cfg, &a)?;
     }
-    drop((_gy, _gx));
+    drop((_gy, _gx, _gg, _gu));
     Ok(Some(CudaTensor::new(y, n, m)))
 }
 
@@ -340,13 +340,13 @@ fn gemm_quant(
         let rows = (m - r0).min(tile_rows);
         let r0_32 = r0 as u32;
         let span = super::profile::span(s, "  dequant_f16");
-        let mut b = s.launch_builder(dev.func("dequant_f16"));
+        let mut b = dev.launch("dequant_f16");
         b.arg(&w.data).arg(&mut tile).arg(&code).arg(&row_bytes).arg(&k32).arg(&r0_32);
         // A block row per weight row, a thread per 32 values.
         let grid = ((k / 32).div_ceil(128) as u32, rows as u32, 1);
         let cfg = LaunchConfig { grid_dim: grid, block_dim: (128, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: rows r0..r0+rows exist; the tile holds rows x k values.
-        unsafe { b.launch(cfg) }.map_err(|e| device_err("dequant_f16", e))?;
+        // Rows r0..r0+rows exist; the tile holds rows x k values.
+        b.run(cfg)?;
         drop(span);
         let _span = super::profile::span(s, "  gemm (dequantized)");
         let (tp, _g1) = tile.device_ptr(s);
@@ -458,10 +458,11 @@ fn quantize_x8(dev: &Device, x: &CudaTensor) -> Result<X8> {
     let mut xq = unsafe { dev.stream.alloc::<u8>(len.max(1)) }.map_err(|e| device_err("alloc", e))?;
     let mut meta = unsafe { dev.stream.alloc::<u32>(4 * (len / 32).max(1)) }.map_err(|e| device_err("alloc", e))?;
     let _span = super::profile::span(&dev.stream, "  quantize_x8");
-    let mut b = dev.stream.launch_builder(dev.func("quantize_x8"));
-    b.arg(&x.buf).arg(&mut xq).arg(&mut meta).arg(&blocks);
-    // SAFETY: argument types match the kernel's signature; one lane per value.
-    unsafe { b.launch(elementwise(len)) }.map_err(|e| device_err("quantize_x8", e))?;
+    let s = &dev.stream;
+    let mut a = KernelArgs::default();
+    a.u64(x.buf.device_ptr(s).0).u64(xq.device_ptr_mut(s).0).u64(meta.device_ptr_mut(s).0).u64(blocks);
+    // One lane per value.
+    dev.launch_pdl("quantize_x8", elementwise(len), &a)?;
     Ok((xq, meta))
 }
 
@@ -512,31 +513,29 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x8: &mut Option<X8>) -
         let nc = (n - r0).min(8);
         let name = gemv_name(ws[0].storage, nc);
         let y: [u64; 3] = std::array::from_fn(|i| yp[i] + (r0 * m[i] as usize * 4) as u64);
-        let mut b = s.launch_builder(dev.func(&name));
-        b.arg(&wp[0]).arg(&wp[1]).arg(&wp[2]).arg(&y[0]).arg(&y[1]).arg(&y[2]);
-        b.arg(&m[0]).arg(&m[1]).arg(&m[2]);
-        let (xr, meta_r, row_bytes, _g);
+        let mut a = KernelArgs::default();
+        a.u64(wp[0]).u64(wp[1]).u64(wp[2]).u64(y[0]).u64(y[1]).u64(y[2]);
+        a.u32(m[0]).u32(m[1]).u32(m[2]);
+        let _g;
         match &quant {
             Some((q, (xq, meta))) => {
                 let (xp, g1) = xq.device_ptr(s);
                 let (mp, g2) = meta.device_ptr(s);
                 _g = (g1, Some(g2));
-                xr = xp + (r0 * k) as u64;
-                meta_r = mp + (r0 * (k / 32) * 16) as u64;
-                row_bytes = (k / q.block_size() * q.block_bytes()) as u64;
-                b.arg(&xr).arg(&meta_r).arg(&k32).arg(&row_bytes);
+                let row_bytes = (k / q.block_size() * q.block_bytes()) as u64;
+                a.u64(xp + (r0 * k) as u64).u64(mp + (r0 * (k / 32) * 16) as u64).u32(k32).u64(row_bytes);
+                a.u32(dev.prefetch);
             }
             None => {
                 let (xp, g1) = x.buf.device_ptr(s);
                 _g = (g1, None);
-                xr = xp + (r0 * k * 4) as u64;
-                b.arg(&xr).arg(&k32);
+                a.u64(xp + (r0 * k * 4) as u64).u32(k32);
             }
         }
         let _span = super::profile::span(s, gemv_span(ws[0].storage));
-        // SAFETY: pointers are live buffers of the sizes given (offsets stay
-        // inside them); k % 8 == 0 keeps the 16-byte loads aligned.
-        unsafe { b.launch(cfg) }.map_err(|e| device_err(&name, e))?;
+        // Pointers are live buffers of the sizes given (offsets stay inside
+        // them); k % 8 == 0 keeps the 16-byte loads aligned.
+        dev.launch_pdl(&name, cfg, &a)?;
     }
     drop(guards);
     Ok(ys.into_iter().zip(ws).map(|(buf, w)| CudaTensor::new(buf, n, w.rows)).collect())

@@ -292,7 +292,8 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
 #define MAX_SPLITS 64
 extern "C" __global__ void attention_combine(const float* part, float* out, const u32* rows, u32 n_heads, u32 hd,
                                              u32 nsplit, u16* half, int bf16) {
-   
+    pdl_trigger();
+    pdl_wait();
     const u32 row = rows[blockIdx.x], h = blockIdx.y;
     const float* p = part + ((u64)blockIdx.x * n_heads + h) * nsplit * (hd + 2);
     __shared__ float ms[MAX_SPLITS], wt[MAX_SPLITS];
@@ -318,6 +319,8 @@ extern "C" __global__ void attention_combine(const float* part, float* out, cons
         NAME(const float* q, const KT* kc, const KT* vc, float* out, const u32* meta, const u32* tables,          \
              const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs, u32 window, float scale, float softcap,    \
              u32 split, float* part, u16* half, int bf16) {                                                       \
+        pdl_trigger();                                                                                            \
+        pdl_wait();                                                                                               \
         attend_rows<GM, PER, KT>(q, kc, vc, out, meta, tables, rows, n_heads, n_kv_heads, hd, bs, window, scale,  \
                                  softcap, split, part, half, bf16);                                               \
     }
@@ -562,6 +565,8 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
         flash_f16_##HD(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta,               \
                        const u32* tables, const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 bs, u32 window,    \
                        float scale, float softcap, u16* half, int bf16) {                                       \
+        pdl_trigger();                                                                                          \
+        pdl_wait();                                                                                             \
         flash_body<HD>(q, kc, vc, out, meta, tables, tiles, n_heads, n_kv_heads, bs, window, scale, softcap, half, \
                        bf16);                                                                                   \
     }

@@ -72,3 +72,30 @@ __device__ __forceinline__ bool pick_weight(u32& row, const W*& w, float*& y, u3
     }
     return row < m;
 }
+
+// Programmatic dependent launch (Hopper and later). A kernel launched with
+// it (`Device::launch_pdl`) may start while the kernel before it still runs:
+// it must call `pdl_wait()` before it reads anything that kernel wrote or
+// writes anything that kernel reads (only immutable weights may be touched
+// first). `pdl_trigger()` lets the next such kernel start; a kernel that never
+// calls it triggers when it exits. Both are no-ops without the launch
+// attribute and before sm_90.
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Starts fetching bytes [p, p + bytes) into L2 (the copy engine's bulk
+// prefetch: one instruction, no registers), trimmed to whole 16-byte units.
+__device__ __forceinline__ void prefetch_l2(const void* p, u32 bytes) {
+#if __CUDA_ARCH__ >= 900
+    const u64 a = (u64)p, s = (a + 15) & ~15ull, e = (a + bytes) & ~15ull;
+    if (e > s) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(s), "r"((u32)(e - s)) : "memory");
+#endif
+}

@@ -156,6 +156,8 @@ __device__ __forceinline__ void encoder_tile(const float* q, const float* k, con
     extern "C" __global__ void __launch_bounds__(ENC_ROWS * G)                                                  \
         NAME(const float* q, const float* k, const float* v, float* out, u16* half, int bf16, const u32* tiles,  \
              u32 n_heads, u32 n_kv_heads, u32 hd, u32 window, float scale) {                                    \
+        pdl_trigger();                                                                                          \
+        pdl_wait();                                                                                             \
         encoder_tile<HD, D, G, 16, W>(q, k, v, out, half, bf16, tiles, n_heads, n_kv_heads, hd, window, scale); \
     }
 #define ENCODER_KERNELS(D, G)                                        \

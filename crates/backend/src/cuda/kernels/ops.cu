@@ -1,43 +1,59 @@
 // Elementwise and row-wise ops on f32 activations [rows, cols], row-major.
 
 extern "C" __global__ void to_bf16(const float* x, u16* y, u64 n) {
+    pdl_trigger();
+    pdl_wait();
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         y[i] = f32_to_bf16(x[i]);
 }
 
 extern "C" __global__ void to_f16(const float* x, u16* y, u64 n) {
+    pdl_trigger();
+    pdl_wait();
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         y[i] = f32_to_f16(x[i]);
 }
 
 extern "C" __global__ void add(float* x, const float* y, u64 n) {
+    pdl_trigger();
+    pdl_wait();
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         x[i] += y[i];
 }
 
 // x[r, c] += v[c]
 extern "C" __global__ void add_row(float* x, const float* v, u64 n, u32 cols) {
+    pdl_trigger();
+    pdl_wait();
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         x[i] += v[i % cols];
 }
 
 extern "C" __global__ void scale(float* x, float s, u64 n) {
+    pdl_trigger();
+    pdl_wait();
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         x[i] *= s;
 }
 
 extern "C" __global__ void softcap(float* x, float cap, u64 n) {
+    pdl_trigger();
+    pdl_wait();
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         x[i] = cap * tanhf(x[i] / cap);
 }
 
 extern "C" __global__ void activate(float* x, u64 n, int act) {
+    pdl_trigger();
+    pdl_wait();
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
         x[i] = act_fn(x[i], act);
 }
 
 // activate, writing the result in 16 bits too (bf16 when `bf16`, else f16).
 extern "C" __global__ void activate_half(float* x, u16* half, u64 n, int act, int bf16) {
+    pdl_trigger();
+    pdl_wait();
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
         const float y = act_fn(x[i], act);
         x[i] = y;
@@ -48,6 +64,8 @@ extern "C" __global__ void activate_half(float* x, u16* half, u64 n, int act, in
 // out = act(gate) * up; `half`, when given, gets it in 16 bits too (bf16
 // when `bf16`, else f16) for the GEMM that reads it next.
 extern "C" __global__ void glu(const float* gate, const float* up, float* out, u64 n, int act, u16* half, int bf16) {
+    pdl_trigger();
+    pdl_wait();
     for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
         const float y = act_fn(gate[i], act) * up[i];
         out[i] = y;
@@ -59,6 +77,8 @@ extern "C" __global__ void glu(const float* gate, const float* up, float* out, u
 // as in glu.
 extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, u32 g, float eps, u16* half,
                                     int bf16) {
+    pdl_trigger();
+    pdl_wait();
     const float* xi = x + (u64)blockIdx.x * g;
     float* oi = out + (u64)blockIdx.x * g;
     float ss = 0.f;
@@ -74,6 +94,8 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, 
 // One block per row; two passes (mean, then centred variance). `b` may be null.
 extern "C" __global__ void layer_norm(const float* x, const float* w, const float* b, float* out, u32 cols,
                                       float eps) {
+    pdl_trigger();
+    pdl_wait();
     const float* xi = x + (u64)blockIdx.x * cols;
     float* oi = out + (u64)blockIdx.x * cols;
     float s = 0.f;
@@ -148,6 +170,8 @@ __device__ __forceinline__ void layer_norm_warp(float* x, const float* y, const 
     extern "C" __global__ void layer_norm_w##VEC(float* x, const float* y, const float* w, const float* b,    \
                                                  float* out, u16* half, int bf16, u32 rows, u32 cols,         \
                                                  float eps) {                                                 \
+        pdl_trigger();                                                                                        \
+        pdl_wait();                                                                                           \
         layer_norm_warp<VEC>(x, y, w, b, out, half, bf16, rows, cols, eps);                                   \
     }
 LAYER_NORM_WARP(2)
@@ -191,6 +215,8 @@ __device__ void rope_row(float* xi, u32 cols, float p, const float* inv_freq, u3
 // launch; y is only 0 for one tensor).
 extern "C" __global__ void rope(float* x0, float* x1, const u32* pos, const float* inv_freq, u32 cols0, u32 cols1,
                                 u32 head_dim, int interleaved) {
+    pdl_trigger();
+    pdl_wait();
     const u32 cols = blockIdx.y ? cols1 : cols0;
     float* xi = (blockIdx.y ? x1 : x0) + (u64)blockIdx.x * cols;
     rope_row<float>(xi, cols, (float)pos[blockIdx.x], inv_freq, head_dim, interleaved, nullptr, 0);
@@ -219,6 +245,8 @@ __device__ void rope_kv_body(float* q, float* k, const float* v, const u32* pos,
     extern "C" __global__ void NAME(float* q, float* k, const float* v, const u32* pos, const float* inv_freq, \
                                     const u32* slots, KT* kc, KT* vc, u32 q_cols, u32 kv_dim, u32 head_dim,    \
                                     int interleaved) {                                                        \
+        pdl_trigger();                                                                                        \
+        pdl_wait();                                                                                           \
         rope_kv_body<KT>(q, k, v, pos, inv_freq, slots, kc, vc, q_cols, kv_dim, head_dim, interleaved);       \
     }
 ROPE_KV(rope_kv_f32, float)
@@ -226,6 +254,8 @@ ROPE_KV(rope_kv_f16, u16)
 
 // out[i] = x[rows[i]]; one block per output row.
 extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* out, u32 cols) {
+    pdl_trigger();
+    pdl_wait();
     const float* src = x + (u64)rows[blockIdx.x] * cols;
     float* dst = out + (u64)blockIdx.x * cols;
     for (u32 i = threadIdx.x; i < cols; i += blockDim.x) dst[i] = src[i];
@@ -234,6 +264,8 @@ extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* o
 // One row per segment [lo, hi) of x's rows (segs holds lo, hi pairs): their
 // mean (mode 0, summed in double like the CPU) or element-wise maximum (1).
 extern "C" __global__ void reduce_segments(const float* x, const u32* segs, float* out, u32 cols, int mode) {
+    pdl_trigger();
+    pdl_wait();
     const u32 lo = segs[2 * blockIdx.x], hi = segs[2 * blockIdx.x + 1];
     for (u32 c = threadIdx.x; c < cols; c += blockDim.x) {
         double sum = 0.0;
@@ -249,6 +281,8 @@ extern "C" __global__ void reduce_segments(const float* x, const u32* segs, floa
 
 // Embedding rows of a table stored as f32 (dtype 0), f16 (1) or bf16 (2).
 extern "C" __global__ void embedding(const void* table, const u32* ids, float* out, u32 cols, int dtype) {
+    pdl_trigger();
+    pdl_wait();
     const u64 base = (u64)ids[blockIdx.x] * cols;
     float* dst = out + (u64)blockIdx.x * cols;
     for (u32 i = threadIdx.x; i < cols; i += blockDim.x) {
@@ -263,6 +297,8 @@ extern "C" __global__ void embedding(const void* table, const u32* ids, float* o
 // Stores K and V rows [n, kv_dim] at their cache slots; one block per row.
 extern "C" __global__ void write_kv_f32(const float* k, const float* v, const u32* slots, float* kc, float* vc,
                                         u32 kv_dim) {
+    pdl_trigger();
+    pdl_wait();
     const u64 src = (u64)blockIdx.x * kv_dim, dst = (u64)slots[blockIdx.x] * kv_dim;
     for (u32 i = threadIdx.x; i < kv_dim; i += blockDim.x) {
         kc[dst + i] = k[src + i];
@@ -272,6 +308,8 @@ extern "C" __global__ void write_kv_f32(const float* k, const float* v, const u3
 
 extern "C" __global__ void write_kv_f16(const float* k, const float* v, const u32* slots, u16* kc, u16* vc,
                                         u32 kv_dim) {
+    pdl_trigger();
+    pdl_wait();
     const u64 src = (u64)blockIdx.x * kv_dim, dst = (u64)slots[blockIdx.x] * kv_dim;
     for (u32 i = threadIdx.x; i < kv_dim; i += blockDim.x) {
         kc[dst + i] = f32_to_f16(k[src + i]);
@@ -285,6 +323,8 @@ extern "C" __global__ void write_kv_f16(const float* k, const float* v, const u3
 #define NORM_VEC 8
 extern "C" __global__ void __launch_bounds__(1024)
     add_rms_norm4(float* x, const float* y, const float* w, float* out, u32 cols, float eps, u16* half, int bf16) {
+    pdl_trigger();
+    pdl_wait();
     float4* xi = (float4*)(x + (u64)blockIdx.x * cols);
     const float4* yi = (const float4*)(y + (u64)blockIdx.x * cols);
     const float4* wi = (const float4*)w;
@@ -323,6 +363,8 @@ extern "C" __global__ void __launch_bounds__(1024)
 // with the next layer's norm). One block per row; `half` as in glu.
 extern "C" __global__ void add_rms_norm(float* x, const float* y, const float* w, float* out, u32 cols, float eps,
                                         u16* half, int bf16) {
+    pdl_trigger();
+    pdl_wait();
     float* xi = x + (u64)blockIdx.x * cols;
     const float* yi = y + (u64)blockIdx.x * cols;
     float* oi = out + (u64)blockIdx.x * cols;

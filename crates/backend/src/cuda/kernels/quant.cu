@@ -175,6 +175,8 @@ __device__ void dequant_tile(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r0
 }
 
 extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_bytes, u32 k, u32 r0) {
+    pdl_trigger();
+    pdl_wait();
     switch (t) {
         case T_Q4_0: dequant_tile<T_Q4_0>(w, out, row_bytes, k, r0); break;
         case T_Q4_1: dequant_tile<T_Q4_1>(w, out, row_bytes, k, r0); break;
@@ -189,6 +191,8 @@ extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_byt
 
 // Embedding rows of a quantized table: block per id, thread per chunk.
 extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, int t, u64 row_bytes, u32 k) {
+    pdl_trigger();
+    pdl_wait();
     const u8* row = w + (u64)ids[blockIdx.x] * row_bytes;
     float* dst = out + (u64)blockIdx.x * k;
     for (u32 c = threadIdx.x; c < k / 32; c += blockDim.x) {
@@ -212,7 +216,11 @@ extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, 
 
 // Input row metadata per 32-block: scale (f32 bits), sum of the first 16 and
 // of the last 16 quantized values.
+// Launched with programmatic dependent launch: it lets the GEMV after it in
+// (to prefetch its weights) before waiting for the kernel that made x.
 extern "C" __global__ void quantize_x8(const float* x, signed char* xq, uint4* meta, u64 blocks) {
+    pdl_trigger();
+    pdl_wait();
     const u32 lane = threadIdx.x & 31;
     for (u64 b = (blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5; b < blocks;
          b += ((u64)gridDim.x * blockDim.x) >> 5) {
@@ -347,7 +355,8 @@ __device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, u
 // latency.)
 template <int T, int N>
 __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
-                            u32 m1, u32 m2, const signed char* xq, const uint4* meta, u32 k, u64 row_bytes) {
+                            u32 m1, u32 m2, const signed char* xq, const uint4* meta, u32 k, u64 row_bytes,
+                            u32 pf) {
     u32 row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31;
     const u8* w = w0;
@@ -355,6 +364,9 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
     u32 m = m0;
     if (!pick_weight(row, w, y, m, w1, w2, y1, y2, m1, m2)) return;
     const u8* wr = w + (u64)row * row_bytes;
+    // As in gemv.cu: the row into L2 before waiting for the input.
+    if (lane == 0) prefetch_l2(wr, (u32)min(row_bytes, (u64)pf));
+    pdl_wait();
     const u32 chunks = k / 32;
     float acc[N];
 #pragma unroll
@@ -369,6 +381,7 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
             acc[n] += chunk_dot<T>(ch, xr[0], xr[1], meta[(u64)n * chunks + c]);
         }
     }
+    pdl_trigger();
 #pragma unroll
     for (int n = 0; n < N; n++) {
         const float s = warp_sum(acc[n]);
@@ -378,10 +391,10 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
 
 #define GEMVQ_ARGS                                                                                          \
     const u8 *w0, const u8 *w1, const u8 *w2, float *y0, float *y1, float *y2, u32 m0, u32 m1, u32 m2, \
-        const signed char *xq, const uint4 *meta, u32 k, u64 row_bytes
-#define GEMVQ(NAME, T, N)                                                              \
-    extern "C" __global__ void gemv_##NAME##_##N(GEMVQ_ARGS) {                         \
-        gemv_q_body<T, N>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes);    \
+        const signed char *xq, const uint4 *meta, u32 k, u64 row_bytes, u32 pf
+#define GEMVQ(NAME, T, N)                                                                  \
+    extern "C" __global__ void gemv_##NAME##_##N(GEMVQ_ARGS) {                             \
+        gemv_q_body<T, N>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes, pf); \
     }
 #define GEMVQ_ALL(NAME, T) \
     GEMVQ(NAME, T, 1)      \

@@ -86,6 +86,8 @@ __device__ float mass_at_least(const float* x, u32 vocab, float v, float mx) {
 
 extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     sample_rows(float* logits, u32 vocab, const u32* params, const u32* edits, u32* out) {
+    pdl_trigger();
+    pdl_wait();
     float* x = logits + (u64)blockIdx.x * vocab;
     const u32* p = params + 8 * blockIdx.x;
     const float temp = __uint_as_float(p[0]), top_p = __uint_as_float(p[2]), min_p = __uint_as_float(p[3]);

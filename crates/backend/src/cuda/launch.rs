@@ -1,0 +1,166 @@
+//! Launching our kernels: every one with programmatic dependent launch
+//! (Hopper and later), so that it may start while the kernel before it
+//! still runs. Each kernel calls `pdl_wait()` (kernels/common.cuh) before it
+//! touches anything but weights, which `compile`'s tests check in the source.
+
+use cudarc::driver::{sys, CudaSlice, CudaStream, CudaView, DevicePtr, DevicePtrMut, LaunchConfig};
+use ferrite_core::Result;
+
+use super::device::{device_err, Device};
+
+/// Kernel arguments for `Device::launch_pdl`, each in an 8-byte slot: the
+/// driver reads a parameter's size from the start of its slot, so a 4-byte
+/// value in the low half is passed as itself (little-endian hosts).
+#[derive(Default)]
+pub struct KernelArgs {
+    /// Room for the longest parameter list (the attention row kernel's 18).
+    slots: [u64; MAX_ARGS],
+    n: usize,
+}
+
+const MAX_ARGS: usize = 24;
+
+#[cfg(target_endian = "big")]
+compile_error!("KernelArgs passes 4-byte arguments in the low half of 8-byte slots");
+
+/// A value `Launch::arg` takes: a device buffer (its address) or a scalar.
+pub trait KernelArg {
+    fn slot(self, stream: &CudaStream) -> u64;
+}
+
+impl<T> KernelArg for &CudaSlice<T> {
+    fn slot(self, stream: &CudaStream) -> u64 {
+        self.device_ptr(stream).0
+    }
+}
+
+impl<T> KernelArg for &mut CudaSlice<T> {
+    fn slot(self, stream: &CudaStream) -> u64 {
+        self.device_ptr_mut(stream).0
+    }
+}
+
+impl<T> KernelArg for &CudaView<'_, T> {
+    fn slot(self, stream: &CudaStream) -> u64 {
+        self.device_ptr(stream).0
+    }
+}
+
+impl KernelArg for &u64 {
+    fn slot(self, _: &CudaStream) -> u64 {
+        *self
+    }
+}
+
+impl KernelArg for &u32 {
+    fn slot(self, _: &CudaStream) -> u64 {
+        *self as u64
+    }
+}
+
+impl KernelArg for &i32 {
+    fn slot(self, _: &CudaStream) -> u64 {
+        *self as u32 as u64
+    }
+}
+
+impl KernelArg for &f32 {
+    fn slot(self, _: &CudaStream) -> u64 {
+        self.to_bits() as u64
+    }
+}
+
+/// One launch of one of our kernels, built argument by argument (in the
+/// kernel's order) and run with `Device::launch_pdl`.
+pub struct Launch<'a> {
+    dev: &'a Device,
+    name: &'a str,
+    args: KernelArgs,
+}
+
+impl Launch<'_> {
+    pub fn arg(&mut self, a: impl KernelArg) -> &mut Self {
+        let v = a.slot(&self.dev.stream);
+        self.args.u64(v);
+        self
+    }
+
+    pub fn run(&self, cfg: LaunchConfig) -> Result<()> {
+        self.dev.launch_pdl(self.name, cfg, &self.args)
+    }
+}
+
+impl KernelArgs {
+    /// A pointer or 8-byte integer.
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        assert!(self.n < MAX_ARGS, "a kernel with more than {MAX_ARGS} parameters");
+        self.slots[self.n] = v;
+        self.n += 1;
+        self
+    }
+
+    pub fn u32(&mut self, v: u32) -> &mut Self {
+        self.u64(v as u64)
+    }
+
+    pub fn i32(&mut self, v: i32) -> &mut Self {
+        self.u64(v as u32 as u64)
+    }
+}
+
+impl Device {
+    /// A launch of kernel `name`, arguments to follow.
+    pub fn launch<'a>(&'a self, name: &'a str) -> Launch<'a> {
+        Launch { dev: self, name, args: KernelArgs::default() }
+    }
+
+    /// Launches `name`, a kernel that calls `pdl_wait()` (kernels/common.cuh)
+    /// before it touches anything but weights, so that it may start while the
+    /// kernel before it still runs.
+    pub fn launch_pdl(&self, name: &str, cfg: LaunchConfig, args: &KernelArgs) -> Result<()> {
+        let mut slots = args.slots;
+        let mut params: [*mut std::ffi::c_void; MAX_ARGS] =
+            std::array::from_fn(|i| (&mut slots[i]) as *mut u64 as *mut _);
+        // SAFETY: an all-zero attribute is valid; then its id and value are set.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: cfg.grid_dim.0,
+            gridDimY: cfg.grid_dim.1,
+            gridDimZ: cfg.grid_dim.2,
+            blockDimX: cfg.block_dim.0,
+            blockDimY: cfg.block_dim.1,
+            blockDimZ: cfg.block_dim.2,
+            sharedMemBytes: cfg.shared_mem_bytes,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: self.pdl as u32,
+        };
+        self.ctx.bind_to_thread().map_err(|e| device_err(name, e))?;
+        // SAFETY: the caller passes the kernel's parameters in order, and
+        // every slot outlives the call.
+        unsafe {
+            sys::cuLaunchKernelEx(&config, self.func(name).cu_function(), params.as_mut_ptr(), std::ptr::null_mut())
+        }
+        .result()
+        .map_err(|e| device_err(name, e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The driver reads a 4-byte parameter from the start of its slot.
+    #[test]
+    fn four_byte_arguments_sit_at_the_start_of_their_slots() {
+        let mut a = KernelArgs::default();
+        a.u32(7).i32(-3).u64(u64::MAX - 1);
+        let read4 = |i: usize| {
+            // SAFETY: reads the first 4 of the slot's 8 bytes, as the driver does.
+            unsafe { *(&a.slots[i] as *const u64 as *const i32) }
+        };
+        assert_eq!((read4(0), read4(1), a.slots[2], a.n), (7, -3, u64::MAX - 1, 3));
+    }
+}
