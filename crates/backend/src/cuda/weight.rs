@@ -437,6 +437,17 @@ impl Gemm {
 }
 
 /// Profile name of a GEMV launch (nested in its matmul's).
+/// Weight rows each warp of a GEMV takes for `n` input rows (RowsPerWarp in
+/// kernels/gemv.cu): two for 16-bit weights at n > 1, so that each input
+/// load serves two rows; else one.
+fn gemv_rows_per_warp(st: Storage, n: usize) -> u32 {
+    if n > 1 && matches!(st, Storage::Bf16 | Storage::F16) {
+        2
+    } else {
+        1
+    }
+}
+
 fn gemv_span(st: Storage) -> &'static str {
     match st {
         Storage::Bf16 => "  gemv bf16",
@@ -507,11 +518,13 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x8: &mut Option<X8>) -
         }
         _ => None,
     };
-    // One warp per weight row, eight per block.
-    let cfg = LaunchConfig { grid_dim: (rows.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     for r0 in (0..n).step_by(8) {
         let nc = (n - r0).min(8);
         let name = gemv_name(ws[0].storage, nc);
+        // Eight warps per block, each on `gemv_rows_per_warp` weight rows.
+        let warps = rows.div_ceil(gemv_rows_per_warp(ws[0].storage, nc));
+        let cfg =
+            LaunchConfig { grid_dim: (warps.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let y: [u64; 3] = std::array::from_fn(|i| yp[i] + (r0 * m[i] as usize * 4) as u64);
         let mut a = KernelArgs::default();
         a.u64(wp[0]).u64(wp[1]).u64(wp[2]).u64(y[0]).u64(y[1]).u64(y[2]);
