@@ -280,6 +280,7 @@ pub fn gemv_glu(
         || up.storage != st
         || (up.rows, up.cols) != (m, k)
         || gate.cols != k
+        || m == 0
         || !uses_gemv(dev, n, k, st)
     {
         return Ok(None);
@@ -436,9 +437,8 @@ impl Gemm {
     }
 }
 
-/// Profile name of a GEMV launch (nested in its matmul's).
-/// Weight rows each warp of a GEMV takes for `n` input rows (RowsPerWarp in
-/// kernels/gemv.cu): two for 16-bit weights at n > 1, so that each input
+/// Weight rows each warp of a GEMV takes for `n` input rows: two for 16-bit
+/// weights at n > 1 (`gemv_pair_body` in kernels/gemv.cu), so that each input
 /// load serves two rows; else one.
 fn gemv_rows_per_warp(st: Storage, n: usize) -> u32 {
     if n > 1 && matches!(st, Storage::Bf16 | Storage::F16) {
@@ -448,6 +448,7 @@ fn gemv_rows_per_warp(st: Storage, n: usize) -> u32 {
     }
 }
 
+/// Profile name of a GEMV launch (nested in its matmul's).
 fn gemv_span(st: Storage) -> &'static str {
     match st {
         Storage::Bf16 => "  gemv bf16",
@@ -518,7 +519,10 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x8: &mut Option<X8>) -
         }
         _ => None,
     };
-    for r0 in (0..n).step_by(8) {
+    // No launch without rows: a grid in which no thread waits for the kernel
+    // before it (pdl_wait) would break the order the kernels after it rely on.
+    let n_launched = if rows == 0 { 0 } else { n };
+    for r0 in (0..n_launched).step_by(8) {
         let nc = (n - r0).min(8);
         let name = gemv_name(ws[0].storage, nc);
         // Eight warps per block, each on `gemv_rows_per_warp` weight rows.

@@ -95,7 +95,9 @@ __device__ __forceinline__ void pdl_trigger() {
 // prefetch: one instruction, no registers), trimmed to whole 16-byte units.
 __device__ __forceinline__ void prefetch_l2(const void* p, u32 bytes) {
 #if __CUDA_ARCH__ >= 900
-    const u64 a = (u64)p, s = (a + 15) & ~15ull, e = (a + bytes) & ~15ull;
+    u64 a;
+    asm("cvta.to.global.u64 %0, %1;" : "=l"(a) : "l"(p));
+    const u64 s = (a + 15) & ~15ull, e = (a + bytes) & ~15ull;
     if (e > s) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(s), "r"((u32)(e - s)) : "memory");
 #endif
 }

@@ -3,8 +3,8 @@
 // 16-byte loads (kept out of L1, so the small x stays there) and applies it
 // to all n input rows. Requires k % 8 == 0 (checked on the host).
 //
-// Launched with programmatic dependent launch: the next kernel is let in
-// once the row is read. Measured on the H200 at batch 1, starting the
+// Launched with programmatic dependent launch: the next kernel may start
+// (and wait for this one) once a warp of every block has read its row. Measured on the H200 at batch 1, starting the
 // weight loads before waiting for x gained nothing: issuing the first four
 // loads per lane early was 1% slower, and prefetching rows into L2 (as the
 // quantized GEMVs do) was slower at every size, by 10% for whole rows.
