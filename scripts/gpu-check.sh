@@ -57,6 +57,10 @@ fi
 if [[ $what == bench || $what == all ]]; then
     m=random:llama-3.1-8b
     "$BIN" bench $m --device cuda --prompt-tokens 0 --gen-tokens 128 --repetitions 2
+    # A few streams: the GEMV kernel with 2-8 input rows.
+    for b in 2 4 8; do
+        "$BIN" bench $m --device cuda --batch $b --prompt-tokens 0 --gen-tokens 64 --repetitions 1
+    done
     # Batch-1 decode over a long context (split-K attention).
     "$BIN" bench $m --device cuda --decode-context 16384 --prompt-tokens 0 --gen-tokens 64 --repetitions 1
     "$BIN" bench $m --device cuda --batch 64 --decode-context 1024 --prompt-tokens 0 --gen-tokens 128 --repetitions 1
