@@ -218,7 +218,8 @@ impl Device {
             _workspace: workspace,
             deterministic: opts.deterministic,
             name,
-            pdl: major >= 9 && ferrite_core::env::cuda_pdl(),
+            // Profiling times ops one by one: overlapping them would blur it.
+            pdl: major >= 9 && ferrite_core::env::cuda_pdl() && !ferrite_core::env::profiling(),
             prefetch: ferrite_core::env::cuda_prefetch().unwrap_or(DEFAULT_PREFETCH),
             arch,
             funcs,
