@@ -392,7 +392,7 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, mut 
                 shared_mem_bytes: 0,
             };
             let mut b = dev.launch("attention_combine");
-            b.arg(&part).arg(&mut out).arg(&rows_v).arg(&nh).arg(&hd32).arg(&nsplit).arg(&hp).arg(&bf16);
+            b.arg(&part).arg(&mut out).arg(&rows_v).arg(nh).arg(hd32).arg(nsplit).arg(hp).arg(bf16);
             // `part` holds n_rows x heads x nsplit partials of hd + 2.
             b.run(cfg)?;
         }

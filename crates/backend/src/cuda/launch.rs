@@ -8,11 +8,11 @@ use ferrite_core::Result;
 
 use super::device::{device_err, Device};
 
-/// Kernel arguments for `Device::launch_pdl`, each in an 8-byte slot: the
-/// driver reads a parameter's size from the start of its slot, so a 4-byte
-/// value in the low half is passed as itself (little-endian hosts).
+/// A launch's kernel arguments, each in an 8-byte slot: the driver reads a
+/// parameter's size from the start of its slot, so a 4-byte value in the low
+/// half is passed as itself (little-endian hosts).
 #[derive(Default)]
-pub struct KernelArgs {
+struct KernelArgs {
     /// Room for the longest parameter list (the attention row kernel's 18).
     slots: [u64; MAX_ARGS],
     n: usize,
@@ -46,29 +46,35 @@ impl<T> KernelArg for &CudaView<'_, T> {
     }
 }
 
-impl KernelArg for &u64 {
-    fn slot(self, _: &CudaStream) -> u64 {
-        *self
-    }
+/// A scalar argument's slot value: a 4-byte one in the low half.
+trait ScalarSlot {
+    fn slot_value(self) -> u64;
 }
 
-impl KernelArg for &u32 {
-    fn slot(self, _: &CudaStream) -> u64 {
-        *self as u64
-    }
+/// Scalars are kernel arguments by value and by reference.
+macro_rules! scalar_arg {
+    ($t:ty, $slot:expr) => {
+        impl ScalarSlot for $t {
+            fn slot_value(self) -> u64 {
+                $slot(self)
+            }
+        }
+        impl KernelArg for $t {
+            fn slot(self, _: &CudaStream) -> u64 {
+                self.slot_value()
+            }
+        }
+        impl KernelArg for &$t {
+            fn slot(self, _: &CudaStream) -> u64 {
+                (*self).slot_value()
+            }
+        }
+    };
 }
-
-impl KernelArg for &i32 {
-    fn slot(self, _: &CudaStream) -> u64 {
-        *self as u32 as u64
-    }
-}
-
-impl KernelArg for &f32 {
-    fn slot(self, _: &CudaStream) -> u64 {
-        self.to_bits() as u64
-    }
-}
+scalar_arg!(u64, |v: u64| v);
+scalar_arg!(u32, |v: u32| v as u64);
+scalar_arg!(i32, |v: i32| v as u32 as u64);
+scalar_arg!(f32, |v: f32| v.to_bits() as u64);
 
 /// One launch of one of our kernels, built argument by argument (in the
 /// kernel's order) and run with `Device::launch_pdl`.
@@ -81,7 +87,7 @@ pub struct Launch<'a> {
 impl Launch<'_> {
     pub fn arg(&mut self, a: impl KernelArg) -> &mut Self {
         let v = a.slot(&self.dev.stream);
-        self.args.u64(v);
+        self.args.push(v);
         self
     }
 
@@ -91,20 +97,10 @@ impl Launch<'_> {
 }
 
 impl KernelArgs {
-    /// A pointer or 8-byte integer.
-    pub fn u64(&mut self, v: u64) -> &mut Self {
+    fn push(&mut self, v: u64) {
         assert!(self.n < MAX_ARGS, "a kernel with more than {MAX_ARGS} parameters");
         self.slots[self.n] = v;
         self.n += 1;
-        self
-    }
-
-    pub fn u32(&mut self, v: u32) -> &mut Self {
-        self.u64(v as u64)
-    }
-
-    pub fn i32(&mut self, v: i32) -> &mut Self {
-        self.u64(v as u32 as u64)
     }
 }
 
@@ -117,7 +113,7 @@ impl Device {
     /// Launches `name`, a kernel that calls `pdl_wait()` (kernels/common.cuh)
     /// before it touches anything but weights, so that it may start while the
     /// kernel before it still runs.
-    pub fn launch_pdl(&self, name: &str, cfg: LaunchConfig, args: &KernelArgs) -> Result<()> {
+    fn launch_pdl(&self, name: &str, cfg: LaunchConfig, args: &KernelArgs) -> Result<()> {
         let mut slots = args.slots;
         let mut params: [*mut std::ffi::c_void; MAX_ARGS] =
             std::array::from_fn(|i| (&mut slots[i]) as *mut u64 as *mut _);
@@ -156,7 +152,9 @@ mod tests {
     #[test]
     fn four_byte_arguments_sit_at_the_start_of_their_slots() {
         let mut a = KernelArgs::default();
-        a.u32(7).i32(-3).u64(u64::MAX - 1);
+        for v in [7u32.slot_value(), (-3i32).slot_value(), (u64::MAX - 1).slot_value()] {
+            a.push(v);
+        }
         let read4 = |i: usize| {
             // SAFETY: reads the first 4 of the slot's 8 bytes, as the driver does.
             unsafe { *(&a.slots[i] as *const u64 as *const i32) }

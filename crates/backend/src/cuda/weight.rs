@@ -17,7 +17,6 @@ use ferrite_core::{DType, Error, Result};
 use rayon::prelude::*;
 
 use super::device::{device_err, elementwise, Device};
-use super::launch::KernelArgs;
 use super::CudaTensor;
 use crate::RawWeight;
 
@@ -210,7 +209,7 @@ fn to_half(dev: &Device, x: &CudaTensor, st: Storage) -> Result<CudaSlice<u16>> 
     let mut h = unsafe { dev.stream.alloc::<u16>(len.max(1)) }.map_err(|e| device_err("alloc", e))?;
     let f = if st == Storage::Bf16 { "to_bf16" } else { "to_f16" };
     let len64 = len as u64;
-    dev.launch(f).arg(&x.buf).arg(&mut h).arg(&len64).run(elementwise(len))?;
+    dev.launch(f).arg(&x.buf).arg(&mut h).arg(len64).run(elementwise(len))?;
     Ok(h)
 }
 
@@ -298,12 +297,12 @@ pub fn gemv_glu(
     for r0 in (0..n).step_by(8) {
         let name = format!("gemv_glu_{stem}_{}", (n - r0).min(8));
         let (yr, xr) = (yp + (r0 * m * 4) as u64, xp + (r0 * k * 4) as u64);
-        let mut a = KernelArgs::default();
-        a.u64(gp).u64(up_p).u64(yr).u32(m32).u64(xr).u32(k32).i32(act);
+        let mut a = dev.launch(&name);
+        a.arg(gp).arg(up_p).arg(yr).arg(m32).arg(xr).arg(k32).arg(act);
         let _span = super::profile::span(s, gemv_span(st));
         // Both weights are [m, k] 16-bit, x is [n, k] f32 and y [n, m] (offsets
         // stay inside them); k % 8 == 0 keeps the 16-byte loads aligned.
-        dev.launch_pdl(&name, cfg, &a)?;
+        a.run(cfg)?;
     }
     drop((_gy, _gx, _gg, _gu));
     Ok(Some(CudaTensor::new(y, n, m)))
@@ -342,7 +341,7 @@ fn gemm_quant(
         let r0_32 = r0 as u32;
         let span = super::profile::span(s, "  dequant_f16");
         let mut b = dev.launch("dequant_f16");
-        b.arg(&w.data).arg(&mut tile).arg(&code).arg(&row_bytes).arg(&k32).arg(&r0_32);
+        b.arg(&w.data).arg(&mut tile).arg(code).arg(row_bytes).arg(k32).arg(r0_32);
         // A block row per weight row, a thread per 32 values.
         let grid = ((k / 32).div_ceil(128) as u32, rows as u32, 1);
         let cfg = LaunchConfig { grid_dim: grid, block_dim: (128, 1, 1), shared_mem_bytes: 0 };
@@ -470,11 +469,8 @@ fn quantize_x8(dev: &Device, x: &CudaTensor) -> Result<X8> {
     let mut xq = unsafe { dev.stream.alloc::<u8>(len.max(1)) }.map_err(|e| device_err("alloc", e))?;
     let mut meta = unsafe { dev.stream.alloc::<u32>(4 * (len / 32).max(1)) }.map_err(|e| device_err("alloc", e))?;
     let _span = super::profile::span(&dev.stream, "  quantize_x8");
-    let s = &dev.stream;
-    let mut a = KernelArgs::default();
-    a.u64(x.buf.device_ptr(s).0).u64(xq.device_ptr_mut(s).0).u64(meta.device_ptr_mut(s).0).u64(blocks);
     // One lane per value.
-    dev.launch_pdl("quantize_x8", elementwise(len), &a)?;
+    dev.launch("quantize_x8").arg(&x.buf).arg(&mut xq).arg(&mut meta).arg(blocks).run(elementwise(len))?;
     Ok((xq, meta))
 }
 
@@ -530,9 +526,9 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x8: &mut Option<X8>) -
         let cfg =
             LaunchConfig { grid_dim: (warps.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let y: [u64; 3] = std::array::from_fn(|i| yp[i] + (r0 * m[i] as usize * 4) as u64);
-        let mut a = KernelArgs::default();
-        a.u64(wp[0]).u64(wp[1]).u64(wp[2]).u64(y[0]).u64(y[1]).u64(y[2]);
-        a.u32(m[0]).u32(m[1]).u32(m[2]);
+        let mut a = dev.launch(&name);
+        a.arg(wp[0]).arg(wp[1]).arg(wp[2]).arg(y[0]).arg(y[1]).arg(y[2]);
+        a.arg(m[0]).arg(m[1]).arg(m[2]);
         let _g;
         match &quant {
             Some((q, (xq, meta))) => {
@@ -540,19 +536,19 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x8: &mut Option<X8>) -
                 let (mp, g2) = meta.device_ptr(s);
                 _g = (g1, Some(g2));
                 let row_bytes = (k / q.block_size() * q.block_bytes()) as u64;
-                a.u64(xp + (r0 * k) as u64).u64(mp + (r0 * (k / 32) * 16) as u64).u32(k32).u64(row_bytes);
-                a.u32(dev.prefetch);
+                a.arg(xp + (r0 * k) as u64).arg(mp + (r0 * (k / 32) * 16) as u64).arg(k32).arg(row_bytes);
+                a.arg(dev.prefetch);
             }
             None => {
                 let (xp, g1) = x.buf.device_ptr(s);
                 _g = (g1, None);
-                a.u64(xp + (r0 * k * 4) as u64).u32(k32);
+                a.arg(xp + (r0 * k * 4) as u64).arg(k32);
             }
         }
         let _span = super::profile::span(s, gemv_span(ws[0].storage));
         // Pointers are live buffers of the sizes given (offsets stay inside
         // them); k % 8 == 0 keeps the 16-byte loads aligned.
-        dev.launch_pdl(&name, cfg, &a)?;
+        a.run(cfg)?;
     }
     drop(guards);
     Ok(ys.into_iter().zip(ws).map(|(buf, w)| CudaTensor::new(buf, n, w.rows)).collect())
