@@ -189,10 +189,11 @@ mod tests {
                 let b = body(&src, at);
                 let called = b[1..].trim_start().split(['(', '<']).next().unwrap_or("").trim();
                 let is_call = !called.is_empty() && called.chars().all(|c| c.is_alphanumeric() || c == '_');
-                let delegated = is_call
-                    && (called.ends_with("_body") || called.chars().all(|c| c.is_ascii_uppercase()))
-                    && !bodies(called).is_empty()
-                    && bodies(called).iter().all(|d| waits_early(d));
+                let delegated =
+                    is_call && (called.ends_with("_body") || called.chars().all(|c| c.is_ascii_uppercase())) && {
+                        let bs = bodies(called);
+                        !bs.is_empty() && bs.iter().all(|d| waits_early(d))
+                    };
                 assert!(
                     waits_early(b) || delegated,
                     "{name}.cu: a kernel does not call pdl_wait() first:\n{}",
