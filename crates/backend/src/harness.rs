@@ -151,8 +151,11 @@ impl<B: Backend> Harness<'_, B> {
 
     fn matmuls(&mut self, dense_f32_tol: f32) -> Result<()> {
         // The last shape has rows enough for GPU kernels that take several
-        // weight rows per warp (and a partial group at the end).
-        for &(n, m, k) in &[(1, 96, 256), (3, 40, 512), (7, 130, 512), (8, 64, 1024), (33, 64, 768), (3, 12801, 256)] {
+        // weight rows per warp (and a partial group at the end); k = 2048 is
+        // the first whose Q6_K rows need no padding on the GPU.
+        for &(n, m, k) in
+            &[(1, 96, 256), (3, 40, 512), (7, 130, 512), (8, 64, 1024), (2, 24, 2048), (33, 64, 768), (3, 12801, 256)]
+        {
             for dt in [DType::F32, DType::F16, DType::BF16].into_iter().chain(QUANT_TYPES) {
                 let w = raw("w", dt, m, k, self.rng.weight(dt, m, k));
                 let reference = if dt.is_quantized() { dequantized(&w)? } else { w.clone() };
@@ -165,10 +168,13 @@ impl<B: Backend> Harness<'_, B> {
             }
         }
         // Projections sharing an input, in one call (decode and prefill sizes).
-        // Mixed types as in Q4_K_M files (v in Q6_K): runs of one type per launch;
-        // odd row counts, so that no weight ends on a warp or block boundary.
+        // Mixed types as in Q4_K_M files (v in Q6_K): runs of one type per launch,
+        // block and k-quant types each with their own input order; odd row counts, so that no weight ends on a warp or block boundary.
         let (b16, f16, q4, q6) = (DType::BF16, DType::F16, DType::Q4K, DType::Q6K);
-        for (n, dts) in [(2, [b16; 3]), (20, [f16; 3]), (5, [q4; 3]), (3, [q4, q4, q6]), (12, [q4, q6, q6])] {
+        let q8 = DType::Q8_0;
+        for (n, dts) in
+            [(2, [b16; 3]), (20, [f16; 3]), (5, [q4; 3]), (3, [q4, q4, q6]), (12, [q4, q6, q6]), (4, [q4, q8, q6])]
+        {
             let k = 512;
             let mut shapes = [97, 41, 40].into_iter().zip(dts);
             let raws: [RawWeight; 3] = std::array::from_fn(|_| {

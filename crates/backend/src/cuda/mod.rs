@@ -377,8 +377,8 @@ impl Backend for CudaBackend {
             self.graphs.note(|l| l.bounds.push((ids.range(), table.rows)));
             let ids = ids.view();
             let (cols, code) = (d as u32, table.storage.code());
-            if let Storage::Quant(q) = table.storage {
-                let row_bytes = (d / q.block_size() * q.block_bytes()) as u64;
+            if let Storage::Quant(_) = table.storage {
+                let row_bytes = table.row_bytes as u64;
                 let cfg = per_row(ids.len(), d / 32);
                 launch!(self, "embedding_q", cfg, &table.data, &ids, &mut out, &code, &row_bytes, &cols)?;
             } else {

@@ -21,6 +21,19 @@ pub fn enabled() -> bool {
     *ON.get_or_init(ferrite_core::env::profiling)
 }
 
+/// A span name made at run time (an op and its shape), kept for the run:
+/// each distinct name is allocated once.
+pub fn intern(name: String) -> &'static str {
+    static NAMES: Mutex<BTreeMap<String, &'static str>> = Mutex::new(BTreeMap::new());
+    let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(n) = names.get(&name) {
+        return n;
+    }
+    let n: &'static str = Box::leak(name.clone().into_boxed_str());
+    names.insert(name, n);
+    n
+}
+
 /// Whether only whole passes are timed (`FERRITE_PROFILE=phases`).
 fn passes_only() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();

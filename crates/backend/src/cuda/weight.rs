@@ -90,11 +90,24 @@ pub struct CudaWeight {
     pub rows: usize,
     pub cols: usize,
     pub storage: Storage,
+    /// Bytes from one row to the next in `data` (block types).
+    pub row_bytes: usize,
     pub data: CudaSlice<u8>,
 }
 
+/// Bytes per row of `k` values of blocks as stored on the GPU: the file's,
+/// but Q6_K's, which `device_bytes` repacks.
+fn device_row_bytes(q: DType, k: usize) -> usize {
+    if q == DType::Q6K {
+        crate::quant::repack::q6_k_planar_row_bytes(k)
+    } else {
+        k / q.block_size() * q.block_bytes()
+    }
+}
+
 /// The bytes to upload for a checkpoint weight, and how they are stored:
-/// stored types as they are (borrowed), others converted.
+/// stored types as they are (borrowed; Q6_K repacked for the decode
+/// kernels), others converted.
 fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Storage)> {
     let src = raw.bytes.as_slice();
     Ok(match raw.dtype {
@@ -111,6 +124,7 @@ fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Stor
             });
             (Cow::Owned(out), Storage::Bf16)
         }
+        DType::Q6K => (Cow::Owned(crate::quant::repack::q6_k_planar(src, raw.cols)), Storage::Quant(DType::Q6K)),
         q if quant_code(q).is_some() => (Cow::Borrowed(src), Storage::Quant(q)),
         q => return Err(Error::Unsupported(format!("{}: {q} weights on the GPU", raw.name))),
     })
@@ -120,7 +134,11 @@ pub fn upload(dev: &Device, raw: RawWeight, exact_f32: bool) -> Result<CudaWeigh
     raw.check_size()?;
     let (bytes, storage) = device_bytes(&raw, exact_f32)?;
     let data = dev.stream.clone_htod(bytes.as_ref()).map_err(|e| device_err("uploading a weight", e))?;
-    Ok(CudaWeight { name: raw.name, rows: raw.rows, cols: raw.cols, storage, data })
+    let row_bytes = match storage {
+        Storage::Quant(q) => device_row_bytes(q, raw.cols),
+        _ => 0,
+    };
+    Ok(CudaWeight { name: raw.name, rows: raw.rows, cols: raw.cols, storage, row_bytes, data })
 }
 
 /// y [n, m] = x [n, k] · w [m, k]^T, f32 out.
@@ -144,8 +162,8 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<V
     }
     let mut out = Vec::with_capacity(ws.len());
     let mut half_x: Option<(Storage, HalfInput)> = None;
-    // The input quantized for block GEMVs, once for all of them.
-    let mut x8: Option<X8> = None;
+    // The input quantized for block GEMVs, once per order (`X8Order`).
+    let mut x8: [Option<X8>; 2] = [None, None];
     let mut rest = ws;
     while let Some(first) = rest.first() {
         let st = first.storage;
@@ -166,7 +184,7 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<V
             }
             let xp = half_x.as_ref().filter(|_| st != Storage::F32).map(|h| h.1.get());
             match st {
-                Storage::Quant(q) => gemm_quant(dev, x, xp.expect("f16 input"), w, q, &mut y)?,
+                Storage::Quant(_) => gemm_quant(dev, x, xp.expect("f16 input"), w, &mut y)?,
                 _ => {
                     gemm(dev, x, xp, w, &mut y, None)?;
                 }
@@ -326,7 +344,6 @@ fn gemm_quant(
     x: &CudaTensor,
     half_x: &CudaSlice<u16>,
     w: &CudaWeight,
-    q: DType,
     y: &mut CudaSlice<f32>,
 ) -> Result<()> {
     let (n, k, m) = (x.rows, x.cols, w.rows);
@@ -334,7 +351,7 @@ fn gemm_quant(
     let tile_rows = (DEQUANT_TILE / k).clamp(1, m.min(DEQUANT_ROWS));
     // SAFETY: each tile is fully written by `dequant_f16` before the GEMM reads it.
     let mut tile = unsafe { s.alloc::<u16>(tile_rows * k) }.map_err(|e| device_err("alloc", e))?;
-    let row_bytes = (k / q.block_size() * q.block_bytes()) as u64;
+    let row_bytes = w.row_bytes as u64;
     let (code, k32) = (w.storage.code(), k as u32);
     for r0 in (0..m).step_by(tile_rows) {
         let rows = (m - r0).min(tile_rows);
@@ -458,19 +475,28 @@ fn gemv_span(st: Storage) -> &'static str {
     }
 }
 
-/// The input of a quantized GEMV: 8-bit values per 32-block and each
-/// block's (scale, sum of its first 16, sum of its last 16).
+/// The input of a quantized GEMV: 8-bit values per group of 32 and each
+/// group's scale and the sums of its two halves (two u32 per group).
 type X8 = (CudaSlice<u8>, CudaSlice<u32>);
 
-fn quantize_x8(dev: &Device, x: &CudaTensor) -> Result<X8> {
+/// Whether a block type's GEMV reads its input in k-quant piece order
+/// (kernels/quant.cu), the index of its `X8` among a matmul group's.
+fn piece_order(q: DType) -> usize {
+    matches!(q, DType::Q4K | DType::Q5K | DType::Q6K) as usize
+}
+
+fn quantize_x8(dev: &Device, x: &CudaTensor, kperm: usize) -> Result<X8> {
     let len = x.rows * x.cols;
-    let blocks = (len / 32) as u64;
-    // SAFETY: both are fully written by the kernel (k % 32 == 0 for blocks).
+    let groups = (len / 32) as u64;
+    // SAFETY: both are fully written by the kernel (k % 32 == 0 for blocks,
+    // k % 256 == 0 for k-quants).
     let mut xq = unsafe { dev.stream.alloc::<u8>(len.max(1)) }.map_err(|e| device_err("alloc", e))?;
-    let mut meta = unsafe { dev.stream.alloc::<u32>(4 * (len / 32).max(1)) }.map_err(|e| device_err("alloc", e))?;
+    let mut meta = unsafe { dev.stream.alloc::<u32>(2 * (len / 32).max(1)) }.map_err(|e| device_err("alloc", e))?;
     let _span = super::profile::span(&dev.stream, "  quantize_x8");
+    let kperm = kperm as i32;
     // One lane per value.
-    dev.launch("quantize_x8").arg(&x.buf).arg(&mut xq).arg(&mut meta).arg(blocks).run(elementwise(len))?;
+    let mut a = dev.launch("quantize_x8");
+    a.arg(&x.buf).arg(&mut xq).arg(&mut meta).arg(groups).arg(kperm).run(elementwise(len))?;
     Ok((xq, meta))
 }
 
@@ -479,7 +505,7 @@ fn quantize_x8(dev: &Device, x: &CudaTensor) -> Result<X8> {
 /// f32 input as is, blocks take it quantized once per matmul group (`x8`).
 /// Each output row's sums run the same way whatever the batch (the
 /// batch-invariant mode uses this for every batch size).
-fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x8: &mut Option<X8>) -> Result<Vec<CudaTensor>> {
+fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x8: &mut [Option<X8>; 2]) -> Result<Vec<CudaTensor>> {
     let (n, k) = (x.rows, x.cols);
     let s = &dev.stream;
     let mut ys = ws.iter().map(|w| alloc_out(dev, n, w.rows)).collect::<Result<Vec<_>>>()?;
@@ -508,10 +534,11 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x8: &mut Option<X8>) -
     // scale and sums (kernels/quant.cu).
     let quant = match ws[0].storage {
         Storage::Quant(q) => {
-            if x8.is_none() {
-                *x8 = Some(quantize_x8(dev, x)?);
+            let order = piece_order(q);
+            if x8[order].is_none() {
+                x8[order] = Some(quantize_x8(dev, x, order)?);
             }
-            Some((q, x8.as_ref().expect("just set")))
+            x8[order].as_ref()
         }
         _ => None,
     };
@@ -521,8 +548,9 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x8: &mut Option<X8>) -
     for r0 in (0..n_launched).step_by(8) {
         let nc = (n - r0).min(8);
         let name = gemv_name(ws[0].storage, nc);
+        let per_warp = gemv_rows_per_warp(ws[0].storage, nc);
         // Eight warps per block, each on `gemv_rows_per_warp` weight rows.
-        let warps = rows.div_ceil(gemv_rows_per_warp(ws[0].storage, nc));
+        let warps = rows.div_ceil(per_warp);
         let cfg =
             LaunchConfig { grid_dim: (warps.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
         let y: [u64; 3] = std::array::from_fn(|i| yp[i] + (r0 * m[i] as usize * 4) as u64);
@@ -531,12 +559,12 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x8: &mut Option<X8>) -
         a.arg(m[0]).arg(m[1]).arg(m[2]);
         let _g;
         match &quant {
-            Some((q, (xq, meta))) => {
+            Some((xq, meta)) => {
                 let (xp, g1) = xq.device_ptr(s);
                 let (mp, g2) = meta.device_ptr(s);
                 _g = (g1, Some(g2));
-                let row_bytes = (k / q.block_size() * q.block_bytes()) as u64;
-                a.arg(xp + (r0 * k) as u64).arg(mp + (r0 * (k / 32) * 16) as u64).arg(k32).arg(row_bytes);
+                let row_bytes = ws[0].row_bytes as u64;
+                a.arg(xp + (r0 * k) as u64).arg(mp + (r0 * (k / 32) * 8) as u64).arg(k32).arg(row_bytes);
                 a.arg(dev.prefetch);
             }
             None => {
@@ -545,7 +573,13 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x8: &mut Option<X8>) -
                 a.arg(xp + (r0 * k * 4) as u64).arg(k32);
             }
         }
-        let _span = super::profile::span(s, gemv_span(ws[0].storage));
+        // Profiles time each GEMV shape apart: small ones pay more for the launch.
+        let label = if super::profile::enabled() {
+            super::profile::intern(format!("{} {rows}x{k} n{nc}", gemv_span(ws[0].storage)))
+        } else {
+            ""
+        };
+        let _span = super::profile::span(s, label);
         // Pointers are live buffers of the sizes given (offsets stay inside
         // them); k % 8 == 0 keeps the 16-byte loads aligned.
         a.run(cfg)?;

@@ -4,8 +4,11 @@
 // with its own scale, so a warp's lanes take adjacent chunks and together
 // read whole contiguous blocks.
 //
-// Type codes match `quant_code` on the host. Blocks of 18, 22, 34 and 210
-// bytes are only 2-byte aligned, so multi-byte fields are read as halves.
+// Type codes match `quant_code` on the host. Blocks of 18, 22 and 34 bytes
+// are only 2-byte aligned, so multi-byte fields are read as halves. Q6_K is
+// repacked at upload (quant/repack.rs, `q6_k_planar`): each row is planes of
+// 4-bit values, 2-bit values, scales and d, 16-byte aligned, in the order the
+// decode GEMV reads them (see "pieces" below).
 
 typedef unsigned char u8;
 
@@ -65,9 +68,24 @@ __device__ __forceinline__ const u8* k4_sub(const u8* row, u32 c, float& d, floa
     return b;
 }
 
-// Values c*32 .. c*32+31 of a row.
+// Q6_K's planes in a repacked row of `nsb` super-blocks: per super-block,
+// 128 bytes of 4-bit values, 64 of 2-bit values, 16 scales and d.
+struct Q6Planes {
+    const u8 *ql, *qh;
+    const signed char* sc;
+    const u8* d;
+};
+__device__ __forceinline__ Q6Planes q6_planes(const u8* row, u32 nsb) {
+    return {row, row + 128 * nsb, (const signed char*)(row + 192 * nsb), row + 208 * nsb};
+}
+__device__ __forceinline__ void ld16_16(const u8* p, u32* q) {
+    const uint4 a = __ldg((const uint4*)p);
+    q[0] = a.x, q[1] = a.y, q[2] = a.z, q[3] = a.w;
+}
+
+// Values c*32 .. c*32+31 of a row of `nsb` super-blocks (k-quants).
 template <int T>
-__device__ __forceinline__ void dq32(const u8* row, u32 c, float* w) {
+__device__ __forceinline__ void dq32(const u8* row, u32 nsb, u32 c, float* w) {
     if (T == T_Q4_0 || T == T_Q4_1) {
         const u8* b = row + (u64)c * (T == T_Q4_0 ? 18 : 20);
         const float d = ld_f16(b);
@@ -121,36 +139,39 @@ __device__ __forceinline__ void dq32(const u8* row, u32 c, float* w) {
                 w[l] = d * (float)v - m;
             }
         }
-    } else {  // Q6_K: chunk (n, r) of y[128 n + 32 r + l]
-        const int j = c & 7, n = j >> 2, r = j & 3;
-        const u8* b = row + (u64)(c >> 3) * 210;
-        const float d = ld_f16(b + 208);
-        const u32 sc = __ldg((const u16*)(b + 192 + 8 * n + 2 * r));
-        const float s0 = d * (float)(signed char)(sc & 0xff);
-        const float s1 = d * (float)(signed char)(sc >> 8);
-        u32 ql[8], qh[8];
-        ld32_2(b + 64 * n + 32 * (r & 1), ql);
-        ld32_2(b + 128 + 32 * n, qh);
-        const int sl = (r >> 1) * 4, sh = 2 * r;
+    } else {  // Q6_K, repacked: values 32 j + 16 h + e are piece 2 (j / 2) + h's half j & 1
+        const int j = c & 7, s = j & 1;
+        const u32 sb = c >> 3;
+        const Q6Planes pl = q6_planes(row, nsb);
+        const float d = ld_f16(pl.d + 2 * sb);
 #pragma unroll
-        for (int l = 0; l < 32; l++) {
-            const int v = (int)(((byte_at(ql, l) >> sl) & 0xf) | (((byte_at(qh, l) >> sh) & 3) << 4)) - 32;
-            w[l] = (l < 16 ? s0 : s1) * (float)v;
+        for (int h = 0; h < 2; h++) {
+            const u32 pc = 8 * sb + 2 * (j >> 1) + h;
+            u32 ql[4];
+            ld16_16(pl.ql + 16 * pc, ql);
+            const u32 hb = __ldg((const u32*)(pl.qh + 8 * pc) + s);
+            const float ds = d * (float)(signed char)pl.sc[2 * pc + s];
+#pragma unroll
+            for (int e = 0; e < 16; e++) {
+                const u32 lo4 = (byte_at(ql, e) >> (4 * s)) & 0xf;
+                const u32 hi2 = (hb >> (8 * (e & 3) + 2 * (e >> 2))) & 3;
+                w[16 * h + e] = ds * (float)((int)(lo4 | (hi2 << 4)) - 32);
+            }
         }
     }
 }
 
 // Runtime type dispatch, for the kernels that are not on the hot path.
-__device__ __forceinline__ void dq32_any(int t, const u8* row, u32 c, float* w) {
+__device__ __forceinline__ void dq32_any(int t, const u8* row, u32 nsb, u32 c, float* w) {
     switch (t) {
-        case T_Q4_0: dq32<T_Q4_0>(row, c, w); break;
-        case T_Q4_1: dq32<T_Q4_1>(row, c, w); break;
-        case T_Q5_0: dq32<T_Q5_0>(row, c, w); break;
-        case T_Q5_1: dq32<T_Q5_1>(row, c, w); break;
-        case T_Q8_0: dq32<T_Q8_0>(row, c, w); break;
-        case T_Q4_K: dq32<T_Q4_K>(row, c, w); break;
-        case T_Q5_K: dq32<T_Q5_K>(row, c, w); break;
-        default: dq32<T_Q6_K>(row, c, w); break;
+        case T_Q4_0: dq32<T_Q4_0>(row, nsb, c, w); break;
+        case T_Q4_1: dq32<T_Q4_1>(row, nsb, c, w); break;
+        case T_Q5_0: dq32<T_Q5_0>(row, nsb, c, w); break;
+        case T_Q5_1: dq32<T_Q5_1>(row, nsb, c, w); break;
+        case T_Q8_0: dq32<T_Q8_0>(row, nsb, c, w); break;
+        case T_Q4_K: dq32<T_Q4_K>(row, nsb, c, w); break;
+        case T_Q5_K: dq32<T_Q5_K>(row, nsb, c, w); break;
+        default: dq32<T_Q6_K>(row, nsb, c, w); break;
     }
 }
 
@@ -162,7 +183,7 @@ __device__ void dequant_tile(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r0
     const u32 c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
     if (c >= k / 32) return;
     float v[32];
-    dq32<T>(w + (u64)(r0 + r) * row_bytes, c, v);
+    dq32<T>(w + (u64)(r0 + r) * row_bytes, k / 256, c, v);
     uint4* o = (uint4*)(out + (u64)r * k + 32 * c);
 #pragma unroll
     for (int q = 0; q < 4; q++) {
@@ -197,7 +218,7 @@ extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, 
     float* dst = out + (u64)blockIdx.x * k;
     for (u32 c = threadIdx.x; c < k / 32; c += blockDim.x) {
         float v[32];
-        dq32_any(t, row, c, v);
+        dq32_any(t, row, k / 256, c, v);
 #pragma unroll
         for (int j = 0; j < 32; j++) dst[32 * c + j] = v[j];
     }
@@ -207,35 +228,46 @@ extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, 
 // Decode matmul y[n, m] = x[n, k] · W[m, k]^T for n <= 8 straight from the
 // blocks. Converting every weight to float would make the kernel bound by
 // conversions, not memory; instead the input is quantized once per call to
-// 8 bits per 32-block (`quantize_x8`, as llama.cpp's GPU kernels do; the
-// CPU keeps 16) and each chunk's dot product runs on integers with dp4a (four 8-bit
-// products per instruction), scaled once per chunk. (16-bit inputs, four
-// times the weights' bytes, kept L1 saturated on the H200.)
+// 8 bits per group of 32 (`quantize_x8`, as llama.cpp's GPU kernels do; the
+// CPU keeps 16) and each group's dot product runs on integers with dp4a (four
+// 8-bit products per instruction), scaled once per half group.
 //   sum_i x_i (d_w q_i - m_w) = d_x (d_w sum_i xq_i q_i - m_w sum_i xq_i)
 // (q_i offset by 8/16/32 for the symmetric types folds into the same sums).
+//
+// A lane's unit of work is 32 weight values with their 32 inputs. For the
+// 32-value block types it is a block. For the k-quants it is a "piece": 16
+// bytes of a super-block's 4-bit values, whose low and high nibbles are 16
+// values each of two sub-blocks (values 64p + 16h + e and 64p + 32 + 16h + e
+// of piece 2p + h, e < 16). One 16-byte load per lane then brings a warp 512
+// contiguous weight bytes, each read once (a sub-block per lane read every
+// byte twice and kept L1 busy). The input is quantized in piece order for
+// them (`kperm`), so a lane's 32 inputs are contiguous as well.
 
-// Input row metadata per 32-block: scale (f32 bits), sum of the first 16 and
-// of the last 16 quantized values.
+// Input groups of 32 (in piece order with `kperm`, which needs k % 256 ==
+// 0): the 8-bit values, and per group its scale (f32 bits) and the sums of
+// its first and last 16 values (two i16).
 // Launched with programmatic dependent launch: it lets the GEMV after it in
 // (to prefetch its weights) before waiting for the kernel that made x.
-extern "C" __global__ void quantize_x8(const float* x, signed char* xq, uint4* meta, u64 blocks) {
+extern "C" __global__ void quantize_x8(const float* x, signed char* xq, uint2* meta, u64 groups, int kperm) {
     pdl_trigger();
     pdl_wait();
     const u32 lane = threadIdx.x & 31;
-    for (u64 b = (blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5; b < blocks;
-         b += ((u64)gridDim.x * blockDim.x) >> 5) {
-        const float v = x[32 * b + lane];
+    for (u64 g = (blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5; g < groups;
+         g += ((u64)gridDim.x * blockDim.x) >> 5) {
+        const u64 src = kperm ? (g >> 3) * 256 + 64 * ((g & 7) >> 1) + 32 * (lane >> 4) + 16 * (g & 1) + (lane & 15)
+                              : 32 * g + lane;
+        const float v = x[src];
         float amax = fabsf(v);
         for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         const float d = amax / 127.f;
         const int q = amax > 0.f ? __float2int_rn(v / d) : 0;
-        xq[32 * b + lane] = (signed char)q;
+        xq[32 * g + lane] = (signed char)q;
         int lo = lane < 16 ? q : 0, hi = lane < 16 ? 0 : q;
         for (int o = 16; o > 0; o >>= 1) {
             lo += __shfl_xor_sync(0xffffffffu, lo, o);
             hi += __shfl_xor_sync(0xffffffffu, hi, o);
         }
-        if (lane == 0) meta[b] = make_uint4(__float_as_uint(d), (u32)lo, (u32)hi, 0u);
+        if (lane == 0) meta[g] = make_uint2(__float_as_uint(d), ((u32)lo & 0xffffu) | ((u32)hi << 16));
     }
 }
 
@@ -255,24 +287,43 @@ __device__ __forceinline__ u32 spread4(u32 b) {
     return ((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25);
 }
 
-// One chunk of a weight row as integers: byte e of word t is value 4t + e
-// (signed for Q8_0, else unsigned), with
-//   value_i = da * (q_i - off) for i < 16, db * (q_i - off) for i >= 16, plus mw.
+// An integer of magnitude below 2^22 as a float, with two full-rate
+// instructions instead of a conversion (a quarter of the rate or less).
+__device__ __forceinline__ float i2f(int v) { return __int_as_float(0x4B400000 + v) - 12582912.f; }
+__device__ __forceinline__ float i2f(u32 v) { return i2f((int)v); }
+
+// The 6-bit scales and mins of k-quant sub-blocks 2p and 2p + 1 (packed in
+// the 12 bytes after d and dmin, as `scale_min_k4` reads them), a byte each,
+// without branches: sub-blocks 0..3 keep them in the low six bits of bytes
+// j and j + 4; 4..7 in the nibbles of byte j + 4 and the top two bits of
+// bytes j - 4 and j.
+__device__ __forceinline__ void scale_min_pair(u32 p, uint4 head, u32& sc, u32& mn) {
+    const u32 sh = (p & 1) * 16;
+    const u32 a = (head.y >> sh) & 0xffff, b = (head.z >> sh) & 0xffff, c = (head.w >> sh) & 0xffff;
+    const bool low = p < 2;
+    sc = low ? a & 0x3f3f : (c & 0x0f0f) | ((a >> 2) & 0x3030);
+    mn = low ? b & 0x3f3f : ((c >> 4) & 0x0f0f) | ((b >> 2) & 0x3030);
+}
+
+// 32 weight values as integers: byte e of word t is value 4t + e (signed for
+// Q8_0, else unsigned), with
+//   value_i = da * (q_i - off) + ma for i < 16, db * (q_i - off) + mb for i >= 16.
 struct Chunk {
     u32 w[8];
-    float da, db, mw;
+    float da, db, ma, mb;
     int off;
 };
 
+// Unit of work c of a row of `nsb` super-blocks: a block, or a k-quant piece.
 template <int T>
-__device__ __forceinline__ void load_chunk(const u8* row, u32 c, Chunk& k) {
-    k.mw = 0.f;
+__device__ __forceinline__ void load_chunk(const u8* row, u32 nsb, u32 c, Chunk& k) {
+    k.ma = k.mb = 0.f;
     k.off = 0;
     if (T == T_Q4_0 || T == T_Q4_1) {
         const u8* b = row + (u64)c * (T == T_Q4_0 ? 18 : 20);
         k.da = k.db = ld_f16(b);
         if (T == T_Q4_0) k.off = 8;
-        else k.mw = ld_f16(b + 2);
+        else k.ma = k.mb = ld_f16(b + 2);
 #pragma unroll
         for (int t = 0; t < 4; t++) {
             const u32 q = ld_u32_2(b + (T == T_Q4_0 ? 2 : 4) + 4 * t);
@@ -283,7 +334,7 @@ __device__ __forceinline__ void load_chunk(const u8* row, u32 c, Chunk& k) {
         const u8* b = row + (u64)c * (T == T_Q5_0 ? 22 : 24);
         k.da = k.db = ld_f16(b);
         if (T == T_Q5_0) k.off = 16;
-        else k.mw = ld_f16(b + 2);
+        else k.ma = k.mb = ld_f16(b + 2);
         const int o = T == T_Q5_0 ? 2 : 4;
         const u32 qh = ld_u32_2(b + o);
 #pragma unroll
@@ -296,42 +347,54 @@ __device__ __forceinline__ void load_chunk(const u8* row, u32 c, Chunk& k) {
         const u8* b = row + (u64)c * 34;
         k.da = k.db = ld_f16(b);
         ld32_2(b + 2, k.w);
-    } else if (T == T_Q4_K || T == T_Q5_K) {
-        const int j = c & 7;
-        float d, m;
-        const u8* b = k4_sub<T>(row, c, d, m, k.w);
-        k.da = k.db = d;
-        k.mw = -m;
-        const int shift = (j & 1) * 4;
+    } else if (T == T_Q4_K || T == T_Q5_K) {  // piece c: sub-blocks 2p (low nibbles), 2p + 1
+        const u32 pc = c & 7, p = pc >> 1;
+        const u8* b = row + (c >> 3) * (T == T_Q4_K ? 144u : 176u);
+        // Blocks of 144 and 176 bytes keep 16-byte alignment.
+        const uint4 head = __ldg((const uint4*)b);
+        const uint4 qs = __ldg((const uint4*)(b + (T == T_Q4_K ? 16 : 48) + 16 * pc));
+        u32 sc, mn;
+        scale_min_pair(p, head, sc, mn);
+        const float d = f16_to_f32((u16)(head.x & 0xffff)), dmin = f16_to_f32((u16)(head.x >> 16));
+        k.da = d * i2f(sc & 0xff), k.db = d * i2f(sc >> 8);
+        k.ma = -dmin * i2f(mn & 0xff), k.mb = -dmin * i2f(mn >> 8);
+        const u32 q[4] = {qs.x, qs.y, qs.z, qs.w};
 #pragma unroll
-        for (int t = 0; t < 8; t++) k.w[t] = (k.w[t] >> shift) & 0x0f0f0f0fu;
-        if (T == T_Q5_K) {
-            u32 h[8];
-            ld32_16(b + 16, h);
-#pragma unroll
-            for (int t = 0; t < 8; t++) k.w[t] |= ((h[t] >> j) & 0x01010101u) << 4;
+        for (int t = 0; t < 4; t++) {
+            k.w[t] = q[t] & 0x0f0f0f0fu;
+            k.w[4 + t] = (q[t] >> 4) & 0x0f0f0f0fu;
         }
-    } else {  // Q6_K
-        const int j = c & 7, n = j >> 2, r = j & 3;
-        const u8* b = row + (u64)(c >> 3) * 210;
-        const float d = ld_f16(b + 208);
-        const u32 sc = __ldg((const u16*)(b + 192 + 8 * n + 2 * r));
-        k.da = d * (float)(signed char)(sc & 0xff);
-        k.db = d * (float)(signed char)(sc >> 8);
-        k.off = 32;
-        u32 qh[8];
-        ld32_2(b + 64 * n + 32 * (r & 1), k.w);
-        ld32_2(b + 128 + 32 * n, qh);
-        const int sl = (r >> 1) * 4, sh = 2 * r;
+        if (T == T_Q5_K) {  // bit j of byte l: the fifth bit of sub-block j's value l
+            const uint4 qh = __ldg((const uint4*)(b + 16 + 16 * (pc & 1)));
+            const u32 h[4] = {qh.x, qh.y, qh.z, qh.w};
 #pragma unroll
-        for (int t = 0; t < 8; t++) k.w[t] = ((k.w[t] >> sl) & 0x0f0f0f0fu) | (((qh[t] >> sh) & 0x03030303u) << 4);
+            for (int t = 0; t < 4; t++) {
+                k.w[t] |= ((h[t] >> (2 * p)) & 0x01010101u) << 4;
+                k.w[4 + t] |= ((h[t] >> (2 * p + 1)) & 0x01010101u) << 4;
+            }
+        }
+    } else {  // Q6_K, repacked: piece c's low bits, its two words of high bits (value e's at 8 (e & 3) + 2 (e / 4))
+        const Q6Planes pl = q6_planes(row, nsb);
+        const uint4 ql = __ldg((const uint4*)(pl.ql + 16 * (u64)c));
+        const uint2 qh = __ldg((const uint2*)(pl.qh + 8 * (u64)c));
+        const u32 sc = __ldg((const u16*)(pl.sc + 2 * (u64)c));
+        const float d = ld_f16(pl.d + 2 * (u64)(c >> 3));
+        k.da = d * i2f((int)(signed char)(sc & 0xff));
+        k.db = d * i2f((int)(signed char)(sc >> 8));
+        k.off = 32;
+        const u32 q[4] = {ql.x, ql.y, ql.z, ql.w};
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            k.w[t] = (q[t] & 0x0f0f0f0fu) | (((qh.x >> (2 * t)) & 0x03030303u) << 4);
+            k.w[4 + t] = ((q[t] >> 4) & 0x0f0f0f0fu) | (((qh.y >> (2 * t)) & 0x03030303u) << 4);
+        }
     }
 }
 
-// The chunk times 32 quantized inputs (8 words of four values, in two
-// uint4) and their block metadata.
+// The chunk times its 32 quantized inputs (8 words of four values, in two
+// uint4) and their group's metadata.
 template <int T>
-__device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, uint4 meta) {
+__device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, uint2 meta) {
     const u32 xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
     int lo = 0, hi = 0;
 #pragma unroll
@@ -344,57 +407,81 @@ __device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, u
             hi = dp4a_u(xw[4 + t], k.w[4 + t], hi);
         }
     }
-    const int slo = (int)meta.y, shi = (int)meta.z;
-    const float s = k.da * (float)(lo - k.off * slo) + k.db * (float)(hi - k.off * shi) + k.mw * (float)(slo + shi);
+    const int slo = (int)(meta.y << 16) >> 16, shi = (int)meta.y >> 16;
+    // |values| < 2^22: 16 products of at most 127 * 127, offsets of 32 * 16 * 127.
+    const float s = k.da * i2f(lo - k.off * slo) + k.db * i2f(hi - k.off * shi) + k.ma * i2f(slo) + k.mb * i2f(shi);
     return __uint_as_float(meta.x) * s;
 }
 
-// One warp per weight row, up to three weights of one type sharing the input
-// (see pick_weight). (Four rows per warp, which reads the input a quarter as
-// often, measured slower on the H200: a quarter of the warps hide less
-// latency.)
-template <int T, int N>
+// Each warp takes R weight rows (up to three weights of one type sharing the
+// input, see pick_weight), each input load serving all R; U units of work
+// per lane in flight.
+template <int T, int N, int R, int U>
 __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
-                            u32 m1, u32 m2, const signed char* xq, const uint4* meta, u32 k, u64 row_bytes,
+                            u32 m1, u32 m2, const signed char* xq, const uint2* meta, u32 k, u64 row_bytes,
                             u32 pf) {
-    u32 row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const u32 warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31;
-    const u8* w = w0;
-    float* y = y0;
-    u32 m = m0;
-    if (!pick_weight(row, w, y, m, w1, w2, y1, y2, m1, m2)) return;
-    const u8* wr = w + (u64)row * row_bytes;
-    // As in gemv.cu: the row into L2 before waiting for the input.
-    if (lane == 0) prefetch_l2(wr, (u32)min(row_bytes, (u64)pf));
-    pdl_wait();
-    const u32 chunks = k / 32;
-    float acc[N];
+    const u8* wr[R];
+    float* yr[R];
+    u32 mr[R], rows[R];
+    bool ok[R];
 #pragma unroll
-    for (int n = 0; n < N; n++) acc[n] = 0.f;
-#pragma unroll 2
+    for (int r = 0; r < R; r++) {
+        rows[r] = warp * R + r;
+        const u8* w = w0;
+        yr[r] = y0, mr[r] = m0;
+        ok[r] = pick_weight(rows[r], w, yr[r], mr[r], w1, w2, y1, y2, m1, m2);
+        // Rows past the last (only ever after a valid one) re-read the first.
+        wr[r] = ok[r] ? w + (u64)rows[r] * row_bytes : wr[0];
+    }
+    if (!ok[0]) return;
+    // As in gemv.cu: the rows into L2 before waiting for the input.
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        if (lane == r && ok[r]) prefetch_l2(wr[r], (u32)min(row_bytes, (u64)pf));
+    pdl_wait();
+    const u32 chunks = k / 32, nsb = k / 256;
+    float acc[R][N];
+#pragma unroll
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int n = 0; n < N; n++) acc[r][n] = 0.f;
+#pragma unroll(U)
     for (u32 c = lane; c < chunks; c += 32) {
-        Chunk ch;
-        load_chunk<T>(wr, c, ch);
+        Chunk ch[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) load_chunk<T>(wr[r], nsb, c, ch[r]);
 #pragma unroll
         for (int n = 0; n < N; n++) {
             const uint4* xr = (const uint4*)(xq + (u64)n * k + 32 * c);
-            acc[n] += chunk_dot<T>(ch, xr[0], xr[1], meta[(u64)n * chunks + c]);
+            const uint4 x0 = xr[0], x1 = xr[1];
+            const uint2 mt = meta[(u64)n * chunks + c];
+#pragma unroll
+            for (int r = 0; r < R; r++) acc[r][n] += chunk_dot<T>(ch[r], x0, x1, mt);
         }
     }
     pdl_trigger();
 #pragma unroll
-    for (int n = 0; n < N; n++) {
-        const float s = warp_sum(acc[n]);
-        if (lane == 0) y[(u64)n * m + row] = s;
-    }
+    for (int r = 0; r < R; r++)
+#pragma unroll
+        for (int n = 0; n < N; n++) {
+            const float s = warp_sum(acc[r][n]);
+            if (lane == 0 && ok[r]) yr[r][(u64)n * mr[r] + rows[r]] = s;
+        }
 }
 
 #define GEMVQ_ARGS                                                                                          \
     const u8 *w0, const u8 *w1, const u8 *w2, float *y0, float *y1, float *y2, u32 m0, u32 m1, u32 m2, \
-        const signed char *xq, const uint4 *meta, u32 k, u64 row_bytes, u32 pf
-#define GEMVQ(NAME, T, N)                                                                  \
-    extern "C" __global__ void gemv_##NAME##_##N(GEMVQ_ARGS) {                             \
-        gemv_q_body<T, N>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes, pf); \
+        const signed char *xq, const uint2 *meta, u32 k, u64 row_bytes, u32 pf
+// At most 64 registers, four blocks per SM: for N > 1, 15% faster at N = 4
+// and 5% at N = 8 than the compiler's choice (up to 90), despite small
+// spills at N = 8; 1% at N = 1. (At N = 1, fewer registers, two weight rows
+// per warp, or four units of work in flight per lane instead of two were
+// all slower.)
+#define GEMVQ(NAME, T, N)                                                                        \
+    extern "C" __global__ void __launch_bounds__(256, 4) gemv_##NAME##_##N(GEMVQ_ARGS) {         \
+        gemv_q_body<T, N, 1, 2>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes, pf); \
     }
 #define GEMVQ_ALL(NAME, T) \
     GEMVQ(NAME, T, 1)      \
