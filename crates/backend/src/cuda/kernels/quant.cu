@@ -425,65 +425,47 @@ __device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, u
     return __uint_as_float(meta.x) * s;
 }
 
-// Each warp takes R weight rows (up to three weights of one type sharing the
-// input, see pick_weight), each input load serving all R; U units of work
-// per lane in flight.
-template <int T, int N, int R, int U>
+// One warp per weight row, up to three weights of one type sharing the input
+// (see pick_weight); U units of work per lane in flight. (Two or four rows
+// per warp, each input load serving all, measured slower on the H200, as
+// did U = 4: fewer warps, or more registers, hide less latency.)
+template <int T, int N, int U>
 __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
                             u32 m1, u32 m2, const signed char* xq, const uint2* meta, u32 k, u64 row_bytes,
                             u32 pf) {
-    const u32 warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    u32 row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31;
-    const u8* wr[R];
-    float* yr[R];
-    u32 mr[R], rows[R];
-    bool ok[R];
-#pragma unroll
-    for (int r = 0; r < R; r++) {
-        rows[r] = warp * R + r;
-        const u8* w = w0;
-        yr[r] = y0, mr[r] = m0;
-        ok[r] = pick_weight(rows[r], w, yr[r], mr[r], w1, w2, y1, y2, m1, m2);
-        // Rows past the last (only ever after a valid one) re-read the first.
-        wr[r] = ok[r] ? w + (u64)rows[r] * row_bytes : wr[0];
-    }
-    if (!ok[0]) return;
-    // As in gemv.cu: the rows into L2 before waiting for the input.
-#pragma unroll
-    for (int r = 0; r < R; r++)
-        if (lane == r && ok[r]) prefetch_l2(wr[r], (u32)min(row_bytes, (u64)pf));
+    const u8* w = w0;
+    float* y = y0;
+    u32 m = m0;
+    if (!pick_weight(row, w, y, m, w1, w2, y1, y2, m1, m2)) return;
+    const u8* wr = w + (u64)row * row_bytes;
+    // As in gemv.cu: the row into L2 before waiting for the input.
+    if (lane == 0) prefetch_l2(wr, (u32)min(row_bytes, (u64)pf));
     pdl_wait();
     const u32 chunks = k / 32, nsb = k / 256;
-    float acc[R][N];
+    float acc[N];
 #pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int n = 0; n < N; n++) acc[r][n] = 0.f;
+    for (int n = 0; n < N; n++) acc[n] = 0.f;
     // (A pair of pieces per lane, sharing their head and scales, ran 7% slower
     // at N = 1 and 30% at N = 4 despite a third fewer instructions: each
     // warp-wide load then spans twice the cache lines.)
 #pragma unroll(U)
     for (u32 c = lane; c < chunks; c += 32) {
-        Chunk ch[R];
-#pragma unroll
-        for (int r = 0; r < R; r++) load_chunk<T>(wr[r], nsb, c, ch[r]);
+        Chunk ch;
+        load_chunk<T>(wr, nsb, c, ch);
 #pragma unroll
         for (int n = 0; n < N; n++) {
             const uint4* xr = (const uint4*)(xq + (u64)n * k + 32 * c);
-            const uint4 x0 = xr[0], x1 = xr[1];
-            const uint2 mt = meta[(u64)n * chunks + c];
-#pragma unroll
-            for (int r = 0; r < R; r++) acc[r][n] += chunk_dot<T>(ch[r], x0, x1, mt);
+            acc[n] += chunk_dot<T>(ch, xr[0], xr[1], meta[(u64)n * chunks + c]);
         }
     }
     pdl_trigger();
 #pragma unroll
-    for (int r = 0; r < R; r++)
-#pragma unroll
-        for (int n = 0; n < N; n++) {
-            const float s = warp_sum(acc[r][n]);
-            if (lane == 0 && ok[r]) yr[r][(u64)n * mr[r] + rows[r]] = s;
-        }
+    for (int n = 0; n < N; n++) {
+        const float s = warp_sum(acc[n]);
+        if (lane == 0) y[(u64)n * m + row] = s;
+    }
 }
 
 #define GEMVQ_ARGS                                                                                          \
@@ -491,12 +473,10 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
         const signed char *xq, const uint2 *meta, u32 k, u64 row_bytes, u32 pf
 // At most 64 registers, four blocks per SM: for N > 1, 15% faster at N = 4
 // and 5% at N = 8 than the compiler's choice (up to 90), despite small
-// spills at N = 8; 1% at N = 1. (At N = 1, fewer registers, two weight rows
-// per warp, or four units of work in flight per lane instead of two were
-// all slower.)
+// spills at N = 8; 1% at N = 1. (At N = 1, fewer registers were slower.)
 #define GEMVQ(NAME, T, N)                                                                        \
     extern "C" __global__ void __launch_bounds__(256, 4) gemv_##NAME##_##N(GEMVQ_ARGS) {         \
-        gemv_q_body<T, N, 1, 2>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes, pf); \
+        gemv_q_body<T, N, 2>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes, pf);    \
     }
 #define GEMVQ_ALL(NAME, T) \
     GEMVQ(NAME, T, 1)      \
