@@ -2,7 +2,8 @@
 // its stored blocks. The unit of work is a chunk of 32 consecutive values of
 // a row (one Q4_0..Q8_0 block, or one eighth of a k-quant super-block), each
 // with its own scale, so a warp's lanes take adjacent chunks and together
-// read whole contiguous blocks.
+// read whole contiguous blocks (the decode GEMV's k-quant unit is a "piece"
+// instead, see below).
 //
 // Type codes match `quant_code` on the host. Blocks of 18, 22 and 34 bytes
 // are only 2-byte aligned, so multi-byte fields are read as halves. Q6_K is
