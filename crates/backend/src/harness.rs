@@ -168,8 +168,9 @@ impl<B: Backend> Harness<'_, B> {
             }
         }
         // Projections sharing an input, in one call (decode and prefill sizes).
-        // Mixed types as in Q4_K_M files (v in Q6_K): runs of one type per launch,
-        // block and k-quant types each with their own input order; odd row counts, so that no weight ends on a warp or block boundary.
+        // Mixed types as in Q4_K_M files (v in Q6_K): runs of one type per
+        // launch, block and k-quant types each with their own input order;
+        // row counts off warp and block boundaries.
         let (b16, f16, q4, q6) = (DType::BF16, DType::F16, DType::Q4K, DType::Q6K);
         let q8 = DType::Q8_0;
         for (n, dts) in

@@ -162,7 +162,7 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<V
     }
     let mut out = Vec::with_capacity(ws.len());
     let mut half_x: Option<(Storage, HalfInput)> = None;
-    // The input quantized for block GEMVs, once per order (`X8Order`).
+    // The input quantized for block GEMVs, once per order (`piece_order`).
     let mut x8: [Option<X8>; 2] = [None, None];
     let mut rest = ws;
     while let Some(first) = rest.first() {
@@ -530,8 +530,8 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x8: &mut [Option<X8>; 
     }
     let rows: u32 = m.iter().sum();
     let k32 = k as u32;
-    // Blocks: the input quantized to 8 bits per 32-block, with each block's
-    // scale and sums (kernels/quant.cu).
+    // Blocks: the input quantized to 8 bits per group of 32 (in piece order
+    // for k-quants), with each group's scale and half sums (kernels/quant.cu).
     let quant = match ws[0].storage {
         Storage::Quant(q) => {
             let order = piece_order(q);

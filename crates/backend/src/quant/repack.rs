@@ -7,7 +7,8 @@
 //! layout applies (`cpu::rows8`), Q5_0 keeps its own bytes instead.
 //!
 //! For the GPU, Q6_K rows become planes its vector loads can read
-//! ([`q6_k_planar`]); the bytes stay the same but for alignment padding.
+//! ([`q6_k_planar`]): the same bits regrouped, the same size but for
+//! alignment padding.
 
 use rayon::prelude::*;
 

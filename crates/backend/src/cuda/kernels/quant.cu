@@ -231,7 +231,8 @@ extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, 
 // conversions, not memory; instead the input is quantized once per call to
 // 8 bits per group of 32 (`quantize_x8`, as llama.cpp's GPU kernels do; the
 // CPU keeps 16) and each group's dot product runs on integers with dp4a (four
-// 8-bit products per instruction), scaled once per half group.
+// 8-bit products per instruction), scaled once per half group (k-quants:
+// once per group).
 //   sum_i x_i (d_w q_i - m_w) = d_x (d_w sum_i xq_i q_i - m_w sum_i xq_i)
 // (q_i offset by 8/16/32 for the symmetric types folds into the same sums).
 //
@@ -240,8 +241,8 @@ extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, 
 // bytes of a super-block's 4-bit values, whose low and high nibbles are 16
 // values each of two sub-blocks (values 64p + 16h + e and 64p + 32 + 16h + e
 // of piece 2p + h, e < 16). One 16-byte load per lane then brings a warp 512
-// contiguous weight bytes, each read once (a sub-block per lane read every
-// byte twice and kept L1 busy). The input is quantized in piece order for
+// weight bytes, contiguous per super-block, each read once (a sub-block per
+// lane read every byte twice and kept L1 busy). The input is quantized in piece order for
 // them (`kperm`), so a lane's 32 inputs are contiguous as well.
 
 // Input groups of 32 (in piece order with `kperm`, which needs k % 256 ==
@@ -261,7 +262,8 @@ extern "C" __global__ void quantize_x8(const float* x, signed char* xq, uint2* m
         float amax = fabsf(v);
         for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         const float d = amax / 127.f;
-        const int q = amax > 0.f ? __float2int_rn(v / d) : 0;
+        // (Clamped: a subnormal amax makes d zero.)
+        const int q = amax > 0.f ? max(-127, min(127, __float2int_rn(v / d))) : 0;
         xq[32 * g + lane] = (signed char)q;
         int lo = lane < 16 ? q : 0, hi = lane < 16 ? 0 : q;
         for (int o = 16; o > 0; o >>= 1) {
@@ -291,7 +293,6 @@ __device__ __forceinline__ u32 spread4(u32 b) {
 // An integer of magnitude below 2^22 as a float, with two full-rate
 // instructions instead of a conversion (a quarter of the rate or less).
 __device__ __forceinline__ float i2f(int v) { return __int_as_float(0x4B400000 + v) - 12582912.f; }
-__device__ __forceinline__ float i2f(u32 v) { return i2f((int)v); }
 
 // The 6-bit scales and mins of k-quant sub-blocks 2p and 2p + 1 (packed in
 // the 12 bytes after d and dmin, as `scale_min_k4` reads them), a byte each,
@@ -421,7 +422,7 @@ __device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, u
         const float fd = T == T_Q4_K ? i2f(dot) : __int2float_rn(dot);
         return __uint_as_float(meta.x) * (k.da * fd + k.ma * i2f(mins));
     }
-    // |values| < 2^22: 16 products of at most 127 * 127, offsets of 32 * 16 * 127.
+    // |values| < 2^22: 16 products of at most 127 * 128, offsets of at most 16 * 16 * 127.
     const float s = k.da * i2f(lo - k.off * slo) + k.db * i2f(hi - k.off * shi) + k.ma * i2f(slo) + k.mb * i2f(shi);
     return __uint_as_float(meta.x) * s;
 }
