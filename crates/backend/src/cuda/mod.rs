@@ -378,7 +378,7 @@ impl Backend for CudaBackend {
             let ids = ids.view();
             let (cols, code) = (d as u32, table.storage.code());
             if let Storage::Quant(_) = table.storage {
-                let row_bytes = table.row_bytes as u64;
+                let row_bytes = table.row_bytes();
                 let cfg = per_row(ids.len(), d / 32);
                 launch!(self, "embedding_q", cfg, &table.data, &ids, &mut out, &code, &row_bytes, &cols)?;
             } else {

@@ -90,18 +90,20 @@ pub struct CudaWeight {
     pub rows: usize,
     pub cols: usize,
     pub storage: Storage,
-    /// Bytes from one row to the next in `data` (block types).
-    pub row_bytes: usize,
     pub data: CudaSlice<u8>,
 }
 
-/// Bytes per row of `k` values of blocks as stored on the GPU: the file's,
-/// but Q6_K's, which `device_bytes` repacks.
-fn device_row_bytes(q: DType, k: usize) -> usize {
-    if q == DType::Q6K {
-        crate::quant::repack::q6_k_planar_row_bytes(k)
-    } else {
-        k / q.block_size() * q.block_bytes()
+impl CudaWeight {
+    /// Bytes from one row to the next in `data`: for blocks the file's, but
+    /// Q6_K's, which `device_bytes` repacks into padded rows.
+    pub fn row_bytes(&self) -> u64 {
+        let k = self.cols;
+        (match self.storage {
+            Storage::Quant(DType::Q6K) => crate::quant::repack::q6_k_planar_row_bytes(k),
+            Storage::Quant(q) => k / q.block_size() * q.block_bytes(),
+            Storage::F32 => 4 * k,
+            Storage::F16 | Storage::Bf16 => 2 * k,
+        }) as u64
     }
 }
 
@@ -134,11 +136,7 @@ pub fn upload(dev: &Device, raw: RawWeight, exact_f32: bool) -> Result<CudaWeigh
     raw.check_size()?;
     let (bytes, storage) = device_bytes(&raw, exact_f32)?;
     let data = dev.stream.clone_htod(bytes.as_ref()).map_err(|e| device_err("uploading a weight", e))?;
-    let row_bytes = match storage {
-        Storage::Quant(q) => device_row_bytes(q, raw.cols),
-        _ => 0,
-    };
-    Ok(CudaWeight { name: raw.name, rows: raw.rows, cols: raw.cols, storage, row_bytes, data })
+    Ok(CudaWeight { name: raw.name, rows: raw.rows, cols: raw.cols, storage, data })
 }
 
 /// y [n, m] = x [n, k] · w [m, k]^T, f32 out.
@@ -351,7 +349,7 @@ fn gemm_quant(
     let tile_rows = (DEQUANT_TILE / k).clamp(1, m.min(DEQUANT_ROWS));
     // SAFETY: each tile is fully written by `dequant_f16` before the GEMM reads it.
     let mut tile = unsafe { s.alloc::<u16>(tile_rows * k) }.map_err(|e| device_err("alloc", e))?;
-    let row_bytes = w.row_bytes as u64;
+    let row_bytes = w.row_bytes();
     let (code, k32) = (w.storage.code(), k as u32);
     for r0 in (0..m).step_by(tile_rows) {
         let rows = (m - r0).min(tile_rows);
@@ -563,7 +561,7 @@ fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x8: &mut [Option<X8>; 
                 let (xp, g1) = xq.device_ptr(s);
                 let (mp, g2) = meta.device_ptr(s);
                 _g = (g1, Some(g2));
-                let row_bytes = ws[0].row_bytes as u64;
+                let row_bytes = ws[0].row_bytes();
                 a.arg(xp + (r0 * k) as u64).arg(mp + (r0 * (k / 32) * 8) as u64).arg(k32).arg(row_bytes);
                 a.arg(dev.prefetch);
             }
