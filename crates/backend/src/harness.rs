@@ -19,6 +19,10 @@ pub const TOL_BF16: f32 = 1e-2;
 /// rounded per 32-block on the way in: to 16 bits on the CPU, to 8 in the
 /// CUDA decode kernels (as llama.cpp's GPU kernels).
 pub const TOL_Q8: f32 = 1e-2;
+/// The same after ops whose heavy-tailed outputs (a gated activation's) a
+/// GPU decode kernel rounds to 8 bits: a value's error is up to its block's
+/// largest over 254, and the block largest is many times the typical value.
+pub const TOL_X8_TAILED: f32 = 2e-2;
 
 pub const QUANT_TYPES: [DType; 8] =
     [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4K, DType::Q5K, DType::Q6K];
@@ -427,6 +431,11 @@ impl<B: Backend> Harness<'_, B> {
             // Few decode rows over long contexts: split-K on GPUs.
             (KvDtype::F16, None, None, 128, 8, 2, true),
             (KvDtype::F32, Some(700), None, 64, 4, 1, true),
+            // Query heads per KV head: 8, 7 and 1 (every column of the GPU's
+            // tensor-core row kernel, a ragged one, and plain multi-head).
+            (KvDtype::F16, None, None, 128, 8, 1, true),
+            (KvDtype::F16, Some(9), None, 64, 7, 1, false),
+            (KvDtype::F16, None, Some(50.0), 64, 3, 3, false),
         ] {
             let bs = 16;
             let spec = KvSpec { n_layers: 2, n_blocks: 120, block_size: bs, kv_dim: kv_heads * hd, dtype };
@@ -638,11 +647,11 @@ impl<B: Backend> Harness<'_, B> {
         self.record("add_rms_norm, then a Q6_K GEMV".into(), &got[2], &want6, tol)?;
         let (mut ab, mut ac) = (self.b.glu(&nb, &yb, Activation::Silu)?, self.cpu.glu(&nc, &yc, Activation::Silu)?);
         let (got, want) = (self.b.matmul(&ab, &q6b)?, self.cpu.matmul(&ac, &q6c)?);
-        self.record("glu, then a Q6_K GEMV".into(), &got, &want, tol)?;
+        self.record("glu, then a Q6_K GEMV".into(), &got, &want, TOL_X8_TAILED)?;
         self.b.add(&mut ab, &yb)?;
         self.cpu.add(&mut ac, &yc)?;
         let (got, want) = (self.b.matmul(&ab, &q4b)?, self.cpu.matmul(&ac, &q4c)?);
-        self.record("glu, add, then a Q4_K GEMV".into(), &got, &want, tol)?;
+        self.record("glu, add, then a Q4_K GEMV".into(), &got, &want, TOL_X8_TAILED)?;
         Ok(())
     }
 }

@@ -51,6 +51,13 @@ pub fn cuda_pdl() -> bool {
     var("FERRITE_CUDA_PDL").is_none_or(|v| v != "0")
 }
 
+/// `FERRITE_CUDA_ROWS_MMA=0`: attention rows (decode) on CUDA cores even
+/// where the tensor-core row kernel serves (f16 caches, heads of 64 or 128,
+/// up to 8 query heads per KV head); for comparison.
+pub fn cuda_rows_mma() -> bool {
+    var("FERRITE_CUDA_ROWS_MMA").is_none_or(|v| v != "0")
+}
+
 /// `FERRITE_CUDA_PREFETCH=<bytes>`: how much of its weight row each CUDA GEMV
 /// warp on quantized blocks prefetches into L2 before its input is ready.
 pub fn cuda_prefetch() -> Option<u32> {

@@ -52,6 +52,10 @@ pub struct Device {
     /// Bytes of its weight row each quantized GEMV warp prefetches into L2
     /// before it waits for its input.
     pub prefetch: u32,
+    /// Finished splits per (row, KV head) block of a split-K attention
+    /// launch, which its last split resets to zero (kernels/attention.cu,
+    /// `merge_if_last`); `kv::SPLIT_BLOCKS` of them.
+    pub split_done: cudarc::driver::CudaSlice<u32>,
 }
 
 /// Kernel entry points of each module (`extern "C"` names in kernels/*.cu).
@@ -92,7 +96,8 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "attention_rows_f16",
             "attention_rows_f32_small",
             "attention_rows_f16_small",
-            "attention_combine",
+            "attention_rows_mma_64",
+            "attention_rows_mma_128",
             "flash_f16_64",
             "flash_f16_128",
         ],
@@ -210,7 +215,16 @@ impl Device {
                 funcs.insert(f, func);
             }
         }
+        // Kernels with more than the default 48 KiB of dynamic shared memory.
+        for hd in super::kv::ROWS_MMA_HEADS {
+            let f = &funcs[&format!("attention_rows_mma_{hd}")];
+            let bytes = super::kv::rows_mma_smem(hd) as i32;
+            f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
+                .map_err(|e| device_err("kernel shared memory", e))?;
+        }
+        let split_done = stream.alloc_zeros::<u32>(super::kv::SPLIT_BLOCKS).map_err(|e| device_err("alloc", e))?;
         Ok(Device {
+            split_done,
             ctx,
             stream,
             blas,

@@ -226,6 +226,9 @@ fn partition(spans: &[(usize, usize)], flash: bool) -> (Vec<u32>, Vec<u32>) {
 const SPLIT_KEYS: u32 = 128;
 /// Row-kernel blocks that fill the GPU about twice over.
 const BUSY_BLOCKS: usize = 264;
+/// (row, KV head) blocks of a split launch at most: fewer than half the
+/// busy blocks (`busy_splits`); the size of `Device::split_done`.
+pub const SPLIT_BLOCKS: usize = BUSY_BLOCKS / 2;
 
 /// Splits of the row kernel that keep the GPU busy with `rows` rows of
 /// `n_kv_heads` heads (1: no split), whatever their lengths.
@@ -283,6 +286,33 @@ fn flash_kernel(dev: &Device, k: KvRef, hd: usize) -> Option<&'static str> {
         (KvRef::F16(_), 128) => Some("flash_f16_128"),
         _ => None,
     }
+}
+
+/// Head sizes of the tensor-core row kernel (kernels/attention.cu
+/// `attention_rows_mma_*`).
+pub const ROWS_MMA_HEADS: [usize; 2] = [64, 128];
+
+/// The tensor-core row kernel for f16 caches of these heads, if one serves
+/// (kernels/attention.cu RM_HEADS: up to 8 query heads per KV head).
+fn rows_mma_kernel(p: &AttnParams) -> Option<&'static str> {
+    if p.n_heads / p.n_kv_heads > 8 || !ferrite_core::env::cuda_rows_mma() {
+        return None;
+    }
+    match p.head_dim {
+        64 => Some("attention_rows_mma_64"),
+        128 => Some("attention_rows_mma_128"),
+        _ => None,
+    }
+}
+
+/// Dynamic shared memory of the tensor-core row kernel for heads of `hd`:
+/// each of its 4 warps has a ring of three K or V tiles of 16 keys (rows
+/// padded by 8 values), later reused for the warps' outputs (8 heads, f32).
+/// At hd 128, four blocks fit an SM (Llama 3 8B at 64 streams: 512 blocks,
+/// one wave; two buffers of K and V, three blocks an SM, took 1.3 waves).
+pub fn rows_mma_smem(hd: usize) -> u32 {
+    let tiles = 4 * 3 * 16 * (hd + 8) * 2;
+    tiles.max(4 * 8 * hd * 4) as u32
 }
 
 /// Uploads the metadata of `a` (one array: meta | tables | tiles | rows).
@@ -364,37 +394,33 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, mut 
         let nsplit = w.nsplit;
         let split = if nsplit > 1 { SPLIT_KEYS } else { 0 };
         let cfg = LaunchConfig { grid_dim: (n_rows as u32, nkv, nsplit), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
-        // SAFETY: with splits, every partial is written before the combine reads it.
+        // SAFETY: with splits, every partial is written before the last split reads it.
         let mut part =
             unsafe { s.alloc::<f32>(if nsplit > 1 { n_rows * p.n_heads * nsplit as usize * (hd + 2) } else { 1 }) }
                 .map_err(|e| device_err("alloc", e))?;
+        // With splits, the last of each (row, KV head)'s blocks merges them,
+        // counting in the device's `split_done` (zero between launches).
+        if nsplit > 1 && n_rows * p.n_kv_heads > SPLIT_BLOCKS {
+            return Err(Error::Shape(format!("{n_rows} rows of {} KV heads in {nsplit} splits", p.n_kv_heads)));
+        }
+        // (Written by the kernel's atomics; one stream orders every use.)
+        let done = &dev.split_done;
         // The small instance: heads of up to 128, up to 4 query heads per KV head.
         let small = hd <= 128 && p.n_heads / p.n_kv_heads <= 4;
-        match (a.k, a.v, small) {
-            (KvRef::F16(k), KvRef::F16(v), false) => {
-                go!("attention_rows_f16", cfg, k, v, &rows_v, true, &split, &mut part, &hp, &bf16)?
+        match (a.k, a.v, rows_mma_kernel(p)) {
+            (KvRef::F16(k), KvRef::F16(v), Some(f)) => {
+                let cfg = LaunchConfig { shared_mem_bytes: rows_mma_smem(hd), ..cfg };
+                go!(f, cfg, k, v, &rows_v, true, &split, &mut part, done, &hp, &bf16)?
             }
-            (KvRef::F16(k), KvRef::F16(v), true) => {
-                go!("attention_rows_f16_small", cfg, k, v, &rows_v, true, &split, &mut part, &hp, &bf16)?
+            (KvRef::F16(k), KvRef::F16(v), None) => {
+                let f = if small { "attention_rows_f16_small" } else { "attention_rows_f16" };
+                go!(f, cfg, k, v, &rows_v, true, &split, &mut part, done, &hp, &bf16)?
             }
-            (KvRef::F32(k), KvRef::F32(v), false) => {
-                go!("attention_rows_f32", cfg, k, v, &rows_v, true, &split, &mut part, &hp, &bf16)?
-            }
-            (KvRef::F32(k), KvRef::F32(v), true) => {
-                go!("attention_rows_f32_small", cfg, k, v, &rows_v, true, &split, &mut part, &hp, &bf16)?
+            (KvRef::F32(k), KvRef::F32(v), _) => {
+                let f = if small { "attention_rows_f32_small" } else { "attention_rows_f32" };
+                go!(f, cfg, k, v, &rows_v, true, &split, &mut part, done, &hp, &bf16)?
             }
             _ => unreachable!("K and V share a dtype"),
-        }
-        if nsplit > 1 {
-            let cfg = LaunchConfig {
-                grid_dim: (n_rows as u32, nh, 1),
-                block_dim: (hd32.min(1024), 1, 1),
-                shared_mem_bytes: 0,
-            };
-            let mut b = dev.launch("attention_combine");
-            b.arg(&part).arg(&mut out).arg(&rows_v).arg(nh).arg(hd32).arg(nsplit).arg(hp).arg(bf16);
-            // `part` holds n_rows x heads x nsplit partials of hd + 2.
-            b.run(cfg)?;
         }
     }
     let mut t = CudaTensor::new(out, n, a.q.cols);
@@ -501,6 +527,14 @@ mod tests {
         assert_eq!(split_count(&meta(100_000), &[0], None, 8), 33);
         // A sliding window bounds the keys a row sees.
         assert_eq!(split_count(&meta(100_000), &[0], Some(512), 8), 2);
+        // Every split launch fits the device's split counters.
+        for rows in 1..300 {
+            for kv_heads in 1..=64 {
+                if busy_splits(rows, kv_heads) > 1 {
+                    assert!(rows * kv_heads <= SPLIT_BLOCKS, "{rows} rows x {kv_heads} KV heads");
+                }
+            }
+        }
     }
 
     #[test]

@@ -71,12 +71,108 @@ __device__ __forceinline__ void load_values(const KT* vc, u64 at, int n, float* 
     for (int i = 0; i < PER; i++) v[i] = i < n ? load_kv(vc, at + i) : 0.f;
 }
 
+// Split-K: the last of a (row, KV head)'s splits to finish merges the
+// partials of its G heads (a kernel of its own cost a launch per layer and
+// step). `done` counts finished splits per (row, KV head) block and is left
+// at zero for the next launch (CUDA graph replays included). Each split's
+// weight exp(max - overall max) * sum is computed once, in parallel, into
+// shared memory. At most MAX_SPLITS splits (host).
+#define MAX_SPLITS 64
+__device__ void merge_if_last(const float* part, float* out, u32* done, u32 row, u32 kvh, u32 G, u32 n_heads,
+                              u32 hd, u16* half, int bf16) {
+    __shared__ bool last;
+    __shared__ float ms[MAX_SPLITS], wt[MAX_SPLITS];
+    // This block's partials, visible to the block that merges them.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u32* c = done + blockIdx.x * gridDim.y + blockIdx.y;
+        last = atomicAdd(c, 1u) == gridDim.z - 1;
+        if (last) *c = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const u32 nsplit = gridDim.z;
+    for (u32 g = 0; g < G; g++) {
+        const u32 h = kvh * G + g;
+        // Other blocks' writes: read through L2 (__ldcg), never a stale L1 line.
+        const float* p = part + ((u64)blockIdx.x * n_heads + h) * nsplit * (hd + 2);
+        for (u32 z = threadIdx.x; z < nsplit; z += blockDim.x) ms[z] = __ldcg(p + z * (hd + 2) + hd);
+        __syncthreads();
+        float mx = -INFINITY;
+        for (u32 z = 0; z < nsplit; z++) mx = fmaxf(mx, ms[z]);
+        for (u32 z = threadIdx.x; z < nsplit; z += blockDim.x)
+            wt[z] = ms[z] == -INFINITY ? 0.f : expf(ms[z] - mx) * __ldcg(p + z * (hd + 2) + hd + 1);
+        __syncthreads();
+        float den = 0.f;
+        for (u32 z = 0; z < nsplit; z++) den += wt[z];
+        for (u32 d = threadIdx.x; d < hd; d += blockDim.x) {
+            float num = 0.f;
+#pragma unroll 8
+            for (u32 z = 0; z < nsplit; z++) num += wt[z] * __ldcg(p + z * (hd + 2) + d);
+            store_out(out, half, bf16, (u64)row * n_heads * hd + (u64)h * hd + d, num / den);
+        }
+        __syncthreads();  // ms and wt are reused for the next head
+    }
+}
+
+// With `split` > 0, narrows [lo, hi) to this block's share of its row's
+// keys (gridDim.z shares, each a multiple of `split` keys). False when the
+// share is empty: the block has written an empty partial and merged.
+__device__ bool split_share(u32& lo, u32& hi, u32 split, u32 row, u32 kvh, u32 G, u32 n_heads, u32 hd, float* part,
+                            u32* done, float* out, u16* half, int bf16) {
+    if (!split) return true;
+    const u32 per = ((hi - lo + gridDim.z - 1) / gridDim.z + split - 1) / split * split;
+    lo += blockIdx.z * per;
+    hi = min(hi, lo + per);
+    if (lo < hi) return true;
+    for (u32 i = threadIdx.x; i < G * (hd + 2); i += blockDim.x) {
+        const u32 g = i / (hd + 2), d = i % (hd + 2);
+        const u64 at = (((u64)blockIdx.x * n_heads + kvh * G + g) * gridDim.z + blockIdx.z) * (hd + 2);
+        part[at + d] = d == hd ? -INFINITY : 0.f;
+    }
+    merge_if_last(part, out, done, row, kvh, G, n_heads, hd, half, bf16);
+    return false;
+}
+
+// Merges the block's ROW_WARPS online softmaxes (per warp and head: max in
+// natural-log units, sum, unnormalized output) into the row's output, or
+// into this split's partial (then the last split merges).
+template <int GM, int HDM>
+__device__ void combine_warps(const float (*wm)[GM], const float (*wl)[GM], const float (*wacc)[GM][HDM], u32 G,
+                              u32 hd, u32 row, u32 kvh, u32 n_heads, u32 split, float* part, u32* done, float* out,
+                              u16* half, int bf16) {
+    for (u32 i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        const u32 g = i / hd, d = i % hd;
+        float mx = -INFINITY;
+        for (int w = 0; w < ROW_WARPS; w++) mx = fmaxf(mx, wm[w][g]);
+        float num = 0.f, den = 0.f;
+        for (int w = 0; w < ROW_WARPS; w++) {
+            const float wt = wm[w][g] == -INFINITY ? 0.f : expf(wm[w][g] - mx);
+            num += wt * wacc[w][g][d];
+            den += wt * wl[w][g];
+        }
+        if (split) {
+            const u64 at = (((u64)blockIdx.x * n_heads + kvh * G + g) * gridDim.z + blockIdx.z) * (hd + 2);
+            part[at + d] = den > 0.f ? num / den : 0.f;
+            if (d == 0) {
+                part[at + hd] = mx;
+                part[at + hd + 1] = den;
+            }
+        } else {
+            store_out(out, half, bf16, (u64)row * n_heads * hd + (u64)(kvh * G + g) * hd + d, num / den);
+        }
+    }
+    if (split) merge_if_last(part, out, done, row, kvh, G, n_heads, hd, half, bf16);
+}
+
 // Split-K (flash decoding): with `split` > 0, block z of gridDim.z takes the
 // z-th share of its row's keys (shares a multiple of `split` keys, so that the
 // split depends on the row alone) and writes its normalized partial
 // output with its running max and sum (hd + 2 floats per row, head and
-// split) to `part`; `attention_combine` merges them. Long contexts with few
-// rows then use the whole GPU instead of a few blocks.
+// split) to `part`; the last split to finish merges them (`merge_if_last`).
+// Long contexts with few rows then use the whole GPU instead of a few blocks.
 //
 // acc[g] += p_kk[g] * V[kk] over the tile's nk keys (key kk's row at lane
 // kk's `base`). f16 heads of 4 values a lane (hd 128): VALUE_BATCH keys'
@@ -135,26 +231,14 @@ __device__ __forceinline__ void weigh_values(const KT* vc, u64 base, const float
 template <int GM, int PER, typename KT>
 __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* out, const u32* meta,
                             const u32* tables, const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs,
-                            u32 window, float scale, float softcap, u32 split, float* part, u16* half, int bf16) {
+                            u32 window, float scale, float softcap, u32 split, float* part, u32* done, u16* half,
+                            int bf16) {
     constexpr int HDM = 32 * PER;
     const u32 row = rows[blockIdx.x], kvh = blockIdx.y;
     const u32 G = n_heads / n_kv_heads;
     const u32 toff = meta[3 * row + 2];
     u32 hi = meta[3 * row + 1], lo = row_lo(meta, row, window);
-    if (split) {
-        // This row's keys shared out over gridDim.z splits, in multiples of `split`.
-        const u32 per = ((hi - lo + gridDim.z - 1) / gridDim.z + split - 1) / split * split;
-        lo += blockIdx.z * per;
-        hi = min(hi, lo + per);
-        if (lo >= hi) {  // nothing left for this split: an empty partial
-            for (u32 i = threadIdx.x; i < G * (hd + 2); i += blockDim.x) {
-                const u32 g = i / (hd + 2), d = i % (hd + 2);
-                const u64 at = (((u64)blockIdx.x * n_heads + kvh * G + g) * gridDim.z + blockIdx.z) * (hd + 2);
-                part[at + d] = d == hd ? -INFINITY : 0.f;
-            }
-            return;
-        }
-    }
+    if (!split_share(lo, hi, split, row, kvh, G, n_heads, hd, part, done, out, half, bf16)) return;
     const u64 kv_dim = (u64)n_kv_heads * hd;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const u32 per = (hd + 31) / 32;  // value dimensions per lane
@@ -263,66 +347,18 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
             if (i < per && lane * per + i < hd) wacc[warp][g][lane * per + i] = acc[g][i];
     }
     __syncthreads();
-    for (u32 i = threadIdx.x; i < G * hd; i += blockDim.x) {
-        const u32 g = i / hd, d = i % hd;
-        float mx = -INFINITY;
-        for (int w = 0; w < ROW_WARPS; w++) mx = fmaxf(mx, wm[w][g]);
-        float num = 0.f, den = 0.f;
-        for (int w = 0; w < ROW_WARPS; w++) {
-            const float wt = wm[w][g] == -INFINITY ? 0.f : expf(wm[w][g] - mx);
-            num += wt * wacc[w][g][d];
-            den += wt * wl[w][g];
-        }
-        if (split) {
-            const u64 at = (((u64)blockIdx.x * n_heads + kvh * G + g) * gridDim.z + blockIdx.z) * (hd + 2);
-            part[at + d] = den > 0.f ? num / den : 0.f;
-            if (d == 0) {
-                part[at + hd] = mx;
-                part[at + hd + 1] = den;
-            }
-        } else {
-            store_out(out, half, bf16, (u64)row * n_heads * hd + (u64)(kvh * G + g) * hd + d, num / den);
-        }
-    }
-}
-
-// Merges the splits of each (listed row, head): block per pair, thread per
-// dimension. Each split's weight exp(max - overall max) * sum is computed
-// once, in parallel, into shared memory. At most MAX_SPLITS splits (host).
-#define MAX_SPLITS 64
-extern "C" __global__ void attention_combine(const float* part, float* out, const u32* rows, u32 n_heads, u32 hd,
-                                             u32 nsplit, u16* half, int bf16) {
-    pdl_trigger();
-    pdl_wait();
-    const u32 row = rows[blockIdx.x], h = blockIdx.y;
-    const float* p = part + ((u64)blockIdx.x * n_heads + h) * nsplit * (hd + 2);
-    __shared__ float ms[MAX_SPLITS], wt[MAX_SPLITS];
-    for (u32 z = threadIdx.x; z < nsplit; z += blockDim.x) ms[z] = p[z * (hd + 2) + hd];
-    __syncthreads();
-    float mx = -INFINITY;
-    for (u32 z = 0; z < nsplit; z++) mx = fmaxf(mx, ms[z]);
-    for (u32 z = threadIdx.x; z < nsplit; z += blockDim.x)
-        wt[z] = ms[z] == -INFINITY ? 0.f : expf(ms[z] - mx) * p[z * (hd + 2) + hd + 1];
-    __syncthreads();
-    float den = 0.f;
-    for (u32 z = 0; z < nsplit; z++) den += wt[z];
-    for (u32 d = threadIdx.x; d < hd; d += blockDim.x) {
-        float num = 0.f;
-#pragma unroll 8
-        for (u32 z = 0; z < nsplit; z++) num += wt[z] * p[z * (hd + 2) + d];
-        store_out(out, half, bf16, (u64)row * n_heads * hd + (u64)h * hd + d, num / den);
-    }
+    combine_warps<GM, HDM>(wm, wl, wacc, G, hd, row, kvh, n_heads, split, part, done, out, half, bf16);
 }
 
 #define ROWS_KERNEL(NAME, GM, PER, KT)                                                                           \
     extern "C" __global__ void __launch_bounds__(32 * ROW_WARPS, 4)                                               \
         NAME(const float* q, const KT* kc, const KT* vc, float* out, const u32* meta, const u32* tables,          \
              const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs, u32 window, float scale, float softcap,    \
-             u32 split, float* part, u16* half, int bf16) {                                                       \
+             u32 split, float* part, u32* done, u16* half, int bf16) {                                            \
         pdl_trigger();                                                                                            \
         pdl_wait();                                                                                               \
         attend_rows<GM, PER, KT>(q, kc, vc, out, meta, tables, rows, n_heads, n_kv_heads, hd, bs, window, scale,  \
-                                 softcap, split, part, half, bf16);                                               \
+                                 softcap, split, part, done, half, bf16);                                         \
     }
 ROWS_KERNEL(attention_rows_f32, MAX_GROUP, MAX_HD / 32, float)
 ROWS_KERNEL(attention_rows_f16, MAX_GROUP, MAX_HD / 32, u16)
@@ -347,6 +383,7 @@ __device__ __forceinline__ u32 pack_f16(float a, float b) {
 }
 
 #define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
 
 // Two adjacent outputs (an even index): one 8-byte store, and one 4-byte
 // store of their 16-bit copy.
@@ -575,3 +612,207 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
 // ms with two blocks, 68 ms with four, prefill 8 x 2,048 of Llama 3 8B).
 FLASH_KERNEL(64, 1)
 FLASH_KERNEL(128, 3)
+
+// ---------------------------------------------------------------- rows on tensor cores (decode)
+//
+// attention_rows_mma_*: the row kernel's work (a block per listed row, KV
+// head and split; the same metadata, splits and merge) on tensor cores, for
+// f16 caches, heads of 64 or 128 and up to 8 query heads per KV head. It
+// computes transposed, so that the query heads are the MMA's n = 8 side and
+// no accumulator is wasted on padding rows: S^T = K Q^T (keys x heads), then
+// O^T = V^T P^T (dims x heads), with movmatrix turning the scores'
+// accumulator into P^T's operand in registers. Each warp streams its own
+// tiles of 16 keys (every ROW_WARPS-th) through shared memory with cp.async.
+#define RM_KEYS 16
+#define RM_HEADS 8
+
+__device__ __forceinline__ u32 movmatrix_trans(u32 x) {
+    u32 y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+    return y;
+}
+
+__device__ __forceinline__ void ldmatrix_x4(u32* a, const u16* p) {
+    const u32 addr = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(u32* a, const u16* p) {
+    const u32 addr = (u32)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                 : "r"(addr));
+}
+
+// Fragment layouts (m16n8k16; g = lane / 4, t = lane % 4): the scores'
+// accumulator holds keys g and g + 8 of heads 2t and 2t + 1, the output's
+// dims g and g + 8 (of each 16) of the same two heads, so a lane's running
+// max and sum are those two heads'.
+template <int HD>
+__device__ void rows_mma_body(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta,
+                              const u32* tables, const u32* rows, u32 n_heads, u32 n_kv_heads, u32 bs, u32 window,
+                              float scale, float softcap, u32 split, float* part, u32* done, u16* half, int bf16) {
+    constexpr int PAD = HD + 8;           // a 16-byte pad a row: ldmatrix's 8 rows on distinct banks
+    constexpr int TILE = RM_KEYS * PAD;   // u16 of one K (or V) tile
+    // Dynamic (host: kv::rows_mma_smem): per warp a ring of three tiles (K
+    // or V), then (after the loop) the warps' outputs for the merge.
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ float wm[ROW_WARPS][RM_HEADS], wl[ROW_WARPS][RM_HEADS];
+    const u32 row = rows[blockIdx.x], kvh = blockIdx.y;
+    const u32 G = n_heads / n_kv_heads;
+    const u32 toff = meta[3 * row + 2];
+    u32 hi = meta[3 * row + 1], lo = row_lo(meta, row, window);
+    if (!split_share(lo, hi, split, row, kvh, G, n_heads, HD, part, done, out, half, bf16)) return;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const u64 kv_dim = (u64)n_kv_heads * HD;
+    const int shift = bs && !(bs & (bs - 1)) ? __ffs(bs) - 1 : -1;
+    u16* tiles = (u16*)smem + warp * 3 * TILE;
+    // Q^T as the B operand: head g, dims 2t.. and 2t + 8.. of each k-step;
+    // scores in base 2 (log2 e in q's scale, or after the soft cap).
+    const float qs = softcap > 0.f ? scale : scale * LOG2E;
+    const bool qv = g < (int)G;
+    const float* qg = q + (u64)row * n_heads * HD + (u64)(kvh * G + (qv ? g : 0)) * HD;
+    u32 qf[HD / 16][2];
+#pragma unroll
+    for (int ks = 0; ks < HD / 16; ks++) {
+        const int d = ks * 16 + 2 * t;
+        qf[ks][0] = qv ? pack_f16(qg[d] * qs, qg[d + 1] * qs) : 0u;
+        qf[ks][1] = qv ? pack_f16(qg[d + 8] * qs, qg[d + 9] * qs) : 0u;
+    }
+    // The warp's tiles of 16 keys start at j0 + STRIDE * i. Their halves
+    // (K of tile i is half 2i, V half 2i + 1) stream through a ring of three
+    // slots, half h into slot h % 3: while one half is used, the next two
+    // are in flight. Lane l < 16 looks up the tile's key l; each 16-byte
+    // chunk's lane takes it by shuffle. Keys past hi read as zeros (no
+    // load), halves past the last tile included, so that `wait_group 2`
+    // always means "half h has landed".
+    constexpr u32 STRIDE = RM_KEYS * ROW_WARPS;
+    const u32 j0 = lo + RM_KEYS * warp;
+    auto stage = [&](u32 h) {
+        const u32 first = j0 + STRIDE * (h / 2);
+        const u32 mine_j = first + (lane & 15);
+        const u64 mine = mine_j < hi ? key_slot2(tables, toff, bs, shift, mine_j) * kv_dim + (u64)kvh * HD : 0;
+        const u16* src = h & 1 ? vc : kc;
+        u16* dst = tiles + (h % 3) * TILE;
+#pragma unroll
+        for (int i = 0; i < RM_KEYS * HD / 8 / 32; i++) {
+            const int c = lane + 32 * i, kk = c / (HD / 8), ch = c % (HD / 8);
+            const u64 base = __shfl_sync(0xffffffffu, mine, kk) + ch * 8;
+            cp_async16(dst + kk * PAD + ch * 8, src + base, first + kk < hi);
+        }
+        asm volatile("cp.async.commit_group;");
+    };
+    float o[HD / 16][4];
+#pragma unroll
+    for (int mt = 0; mt < HD / 16; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.f, l1 = 0.f;  // heads 2t and 2t + 1
+    stage(0);
+    stage(1);
+    stage(2);
+    u32 h = 0;  // the K half of this iteration's tile
+    for (u32 jt = j0; jt < hi; jt += STRIDE, h += 2) {
+        asm volatile("cp.async.wait_group 2;");
+        __syncwarp();
+        const u16* kt = tiles + (h % 3) * TILE;
+        // S^T: K rows as the A operand (ldmatrix: lanes 0-15 keys 0-15 at
+        // dims +0, lanes 16-31 the same keys at dims +8); two chains of k-steps.
+        float s2[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+        for (int ks = 0; ks < HD / 16; ks++) {
+            u32 a[4];
+            ldmatrix_x4(a, kt + (lane & 15) * PAD + ks * 16 + (lane >> 4) * 8);
+            mma_f16(s2[ks & 1], a, qf[ks][0], qf[ks][1]);
+        }
+        // Every lane is done with K: its slot takes half h + 3; then V.
+        __syncwarp();
+        stage(h + 3);
+        asm volatile("cp.async.wait_group 2;");
+        __syncwarp();
+        const u16* vt = tiles + ((h + 1) % 3) * TILE;
+        float s[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            s[i] = s2[0][i] + s2[1][i];
+            if (softcap > 0.f) s[i] = softcap * tanhf(s[i] / softcap) * LOG2E;
+        }
+        if (jt + RM_KEYS > hi) {
+            if (jt + g >= hi) s[0] = s[1] = -INFINITY;
+            if (jt + g + 8 >= hi) s[2] = s[3] = -INFINITY;
+        }
+        // Key jt is always in range, so each head's new max is finite.
+        float mx0 = fmaxf(s[0], s[2]), mx1 = fmaxf(s[1], s[3]);
+#pragma unroll
+        for (int x = 4; x < 32; x <<= 1) {
+            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, x));
+            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
+        }
+        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        const float c0 = exp2f(m0 - n0), c1 = exp2f(m1 - n1);
+        const float p0 = exp2f(s[0] - n0), p1 = exp2f(s[1] - n1), p2 = exp2f(s[2] - n0), p3 = exp2f(s[3] - n1);
+        // Each lane sums its own keys; the lanes of a head add up at the end.
+        l0 = l0 * c0 + p0 + p2;
+        l1 = l1 * c1 + p1 + p3;
+        m0 = n0;
+        m1 = n1;
+#pragma unroll
+        for (int mt = 0; mt < HD / 16; mt++) {
+            o[mt][0] *= c0;
+            o[mt][1] *= c1;
+            o[mt][2] *= c0;
+            o[mt][3] *= c1;
+        }
+        // P^T's B fragments (keys 2t.. and 2t + 8.. of head g).
+        const u32 b0 = movmatrix_trans(pack_f16(p0, p1)), b1 = movmatrix_trans(pack_f16(p2, p3));
+        // V^T as the A operand (ldmatrix.trans: lanes 8i..8i+7 address keys
+        // (i / 2) * 8.. at dims (i % 2) * 8 of the m-tile).
+#pragma unroll
+        for (int mt = 0; mt < HD / 16; mt++) {
+            u32 a[4];
+            ldmatrix_x4_trans(a, vt + ((lane & 7) + (lane >> 4) * 8) * PAD + mt * 16 + ((lane >> 3) & 1) * 8);
+            mma_f16(o[mt], a, b0, b1);
+        }
+        // Every lane is done with V: its slot takes half h + 4.
+        __syncwarp();
+        stage(h + 4);
+    }
+    asm volatile("cp.async.wait_group 0;");
+#pragma unroll
+    for (int x = 4; x < 32; x <<= 1) {
+        l0 += __shfl_xor_sync(0xffffffffu, l0, x);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, x);
+    }
+    __syncthreads();  // the tiles become the warps' outputs
+    float(*wacc)[RM_HEADS][HD] = reinterpret_cast<float(*)[RM_HEADS][HD]>(smem);
+    if (g == 0) {
+        // Natural-log units, as the merges expect.
+        wm[warp][2 * t] = m0 * LN2;
+        wm[warp][2 * t + 1] = m1 * LN2;
+        wl[warp][2 * t] = l0;
+        wl[warp][2 * t + 1] = l1;
+    }
+#pragma unroll
+    for (int mt = 0; mt < HD / 16; mt++) {
+        wacc[warp][2 * t][mt * 16 + g] = o[mt][0];
+        wacc[warp][2 * t + 1][mt * 16 + g] = o[mt][1];
+        wacc[warp][2 * t][mt * 16 + g + 8] = o[mt][2];
+        wacc[warp][2 * t + 1][mt * 16 + g + 8] = o[mt][3];
+    }
+    __syncthreads();
+    combine_warps<RM_HEADS, HD>(wm, wl, wacc, G, HD, row, kvh, n_heads, split, part, done, out, half, bf16);
+}
+
+#define ROWS_MMA_KERNEL(HD)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(32 * ROW_WARPS, 4)                                               \
+        attention_rows_mma_##HD(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta,        \
+                                const u32* tables, const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs,  \
+                                u32 window, float scale, float softcap, u32 split, float* part, u32* done,        \
+                                u16* half, int bf16) {                                                            \
+        pdl_trigger();                                                                                            \
+        pdl_wait();                                                                                               \
+        rows_mma_body<HD>(q, kc, vc, out, meta, tables, rows, n_heads, n_kv_heads, bs, window, scale, softcap,    \
+                          split, part, done, half, bf16);                                                         \
+    }
+ROWS_MMA_KERNEL(64)
+ROWS_MMA_KERNEL(128)
