@@ -205,6 +205,7 @@ impl<B: Backend> Harness<'_, B> {
             (5, DType::F16, Activation::GeluTanh),
             (8, DType::BF16, Activation::Gelu),
             (12, DType::BF16, Activation::Silu),
+            (13, DType::BF16, Activation::GeluTanh),
             (2, DType::Q4K, Activation::Silu),
         ] {
             let (m, k) = (75, 256);

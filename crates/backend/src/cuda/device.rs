@@ -72,6 +72,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "activate",
             "activate_half",
             "glu",
+            "glu_bf16in",
             "rms_norm",
             "layer_norm",
             "layer_norm_w2",

@@ -406,13 +406,27 @@ impl Backend for CudaBackend {
             let _span = profile::span(&self.dev.stream, "matmul_glu");
             weight::gemv_glu(&self.dev, x, gate, up, act_code(act))?
         };
-        match fused {
-            Some(y) => Ok(y),
-            None => {
-                let [g, u] = self.matmul_many(x, [gate, up])?;
-                self.glu(&g, &u, act)
-            }
+        if let Some(y) = fused {
+            return Ok(y);
         }
+        let gate_up = {
+            let _span = profile::span(&self.dev.stream, "matmul_many");
+            weight::gemm_gate_up(&self.dev, x, gate, up)?
+        };
+        let Some([g, u]) = gate_up else {
+            let [g, u] = self.matmul_many(x, [gate, up])?;
+            return self.glu(&g, &u, act);
+        };
+        let _span = profile::span(&self.dev.stream, "glu");
+        let n = x.rows * gate.rows;
+        let mut out = self.alloc(n)?;
+        let mut half = self.alloc_half(x.rows, gate.rows)?;
+        let (n64, code) = (n as u64, act_code(act));
+        let (hp, bf16) = half_args(&self.dev.stream, &mut half);
+        launch!(self, "glu_bf16in", elementwise(n.div_ceil(4)), &g, &u, &mut out, &n64, &code, &hp, &bf16)?;
+        let mut t = self.tensor(out, x.rows, gate.rows);
+        t.half = half;
+        Ok(t)
     }
 
     fn linear(&self, x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaTensor>) -> Result<CudaTensor> {

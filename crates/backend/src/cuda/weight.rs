@@ -257,6 +257,41 @@ fn gemm(
     unsafe { g.run(dev) }.map_err(|e| device_err(&format!("GEMM {}", w.name), e))
 }
 
+/// Gate and up of a gated MLP on tensor cores with bf16 outputs, for
+/// `glu_bf16in`: f32 outputs doubled the bytes the GEMMs write and the
+/// activation reads, in prefill the largest tensors of a layer. `None` where
+/// it does not apply (GEMV sizes, weights not both bf16, mismatched shapes).
+pub fn gemm_gate_up(
+    dev: &Device,
+    x: &CudaTensor,
+    gate: &CudaWeight,
+    up: &CudaWeight,
+) -> Result<Option<[CudaSlice<u16>; 2]>> {
+    let (n, k, m) = (x.rows, x.cols, gate.rows);
+    let bf16 = |w: &CudaWeight| w.storage == Storage::Bf16 && w.cols == k && w.rows == m;
+    if !gemm_rows(dev, n) || !bf16(gate) || !bf16(up) || n * m * k == 0 {
+        return Ok(None);
+    }
+    let s = &dev.stream;
+    let half_x = half_input(dev, x, Storage::Bf16)?;
+    let (xp, _gx) = half_x.get().device_ptr(s);
+    let t = cudaDataType::CUDA_R_16BF;
+    let mut out = Vec::with_capacity(2);
+    for w in [gate, up] {
+        let _span = super::profile::span(s, "  gemm (bf16 out)");
+        // SAFETY: fully written by the GEMM.
+        let mut y = unsafe { s.alloc::<u16>(n * m) }.map_err(|e| device_err("alloc", e))?;
+        let (wp, _gw) = w.data.device_ptr(s);
+        let (yp, _gy) = y.device_ptr_mut(s);
+        let g = Gemm { m, n, k, ldc: m, a: (wp, t), b: (xp, t), c: (yp, t), bias: None };
+        // SAFETY: pointers are live device buffers of the sizes given.
+        unsafe { g.run(dev) }.map_err(|e| device_err(&format!("GEMM {}", w.name), e))?;
+        drop(_gy);
+        out.push(y);
+    }
+    Ok(out.try_into().ok())
+}
+
 /// x · w^T plus `bias` [1, m] on every row, the bias added by the GEMM where
 /// cuBLASLt can (dense weights, batches too big for the GEMV). Whether it was.
 pub fn matmul_bias(dev: &Device, x: &CudaTensor, w: &CudaWeight, bias: &CudaTensor) -> Result<(CudaTensor, bool)> {

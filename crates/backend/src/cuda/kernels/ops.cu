@@ -73,6 +73,36 @@ extern "C" __global__ void glu(const float* gate, const float* up, float* out, u
     }
 }
 
+// glu from bf16 gate and up, as a GEMM wrote them (half the bytes of f32);
+// four values a thread, the last n % 4 one each.
+extern "C" __global__ void glu_bf16in(const u16* gate, const u16* up, float* out, u64 n, int act, u16* half,
+                                      int bf16) {
+    pdl_trigger();
+    pdl_wait();
+    const u64 stride = (u64)gridDim.x * blockDim.x, t = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+    for (u64 i = t; i < n / 4; i += stride) {
+        const uint2 g = ((const uint2*)gate)[i], u = ((const uint2*)up)[i];
+        const u32 gw[2] = {g.x, g.y}, uw[2] = {u.x, u.y};
+        float y[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const u32 sh = 16 * (j & 1);
+            y[j] = act_fn(bf16_to_f32((u16)(gw[j / 2] >> sh)), act) * bf16_to_f32((u16)(uw[j / 2] >> sh));
+        }
+        ((float4*)out)[i] = make_float4(y[0], y[1], y[2], y[3]);
+        if (half) {
+            const u32 lo = (u32)f32_to_half(y[0], bf16) | ((u32)f32_to_half(y[1], bf16) << 16);
+            const u32 hi = (u32)f32_to_half(y[2], bf16) | ((u32)f32_to_half(y[3], bf16) << 16);
+            ((uint2*)half)[i] = make_uint2(lo, hi);
+        }
+    }
+    for (u64 i = n / 4 * 4 + t; i < n; i += stride) {
+        const float y = act_fn(bf16_to_f32(gate[i]), act) * bf16_to_f32(up[i]);
+        out[i] = y;
+        if (half) half[i] = f32_to_half(y, bf16);
+    }
+}
+
 // One block per group of `g` values (a row, or one head of a row); `half`
 // as in glu.
 extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, u32 g, float eps, u16* half,
