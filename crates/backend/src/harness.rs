@@ -435,6 +435,7 @@ impl<B: Backend> Harness<'_, B> {
             // Query heads per KV head: 8, 7 and 1 (every column of the GPU's
             // tensor-core row kernel, a ragged one, and plain multi-head).
             (KvDtype::F16, None, None, 128, 8, 1, true),
+            (KvDtype::F16, None, None, 64, 4, 2, true),
             (KvDtype::F16, Some(9), None, 64, 7, 1, false),
             (KvDtype::F16, None, Some(50.0), 64, 3, 3, false),
         ] {
