@@ -217,10 +217,10 @@ impl Device {
             }
         }
         // Kernels with more than the default 48 KiB of dynamic shared memory.
-        for hd in super::kv::ROWS_MMA_HEADS {
-            let f = &funcs[&format!("attention_rows_mma_{hd}")];
+        for (hd, f) in super::kv::ROWS_MMA {
             let bytes = super::kv::rows_mma_smem(hd) as i32;
-            f.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
+            funcs[f]
+                .set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
                 .map_err(|e| device_err("kernel shared memory", e))?;
         }
         let split_done = stream.alloc_zeros::<u32>(super::kv::SPLIT_BLOCKS).map_err(|e| device_err("alloc", e))?;

@@ -288,9 +288,9 @@ fn flash_kernel(dev: &Device, k: KvRef, hd: usize) -> Option<&'static str> {
     }
 }
 
-/// Head sizes of the tensor-core row kernel (kernels/attention.cu
-/// `attention_rows_mma_*`).
-pub const ROWS_MMA_HEADS: [usize; 2] = [64, 128];
+/// The tensor-core row kernels (kernels/attention.cu
+/// `attention_rows_mma_*`) by head size.
+pub const ROWS_MMA: [(usize, &str); 2] = [(64, "attention_rows_mma_64"), (128, "attention_rows_mma_128")];
 
 /// The tensor-core row kernel for f16 caches of these heads, if one serves
 /// (kernels/attention.cu RM_HEADS: up to 8 query heads per KV head).
@@ -298,11 +298,7 @@ fn rows_mma_kernel(p: &AttnParams) -> Option<&'static str> {
     if p.n_heads / p.n_kv_heads > 8 || !ferrite_core::env::cuda_rows_mma() {
         return None;
     }
-    match p.head_dim {
-        64 => Some("attention_rows_mma_64"),
-        128 => Some("attention_rows_mma_128"),
-        _ => None,
-    }
+    ROWS_MMA.iter().find(|(hd, _)| *hd == p.head_dim).map(|(_, f)| *f)
 }
 
 /// Dynamic shared memory of the tensor-core row kernel for heads of `hd`:

@@ -239,6 +239,28 @@ impl CudaBackend {
         Ok(Some((st, buf)))
     }
 
+    /// The gated activation of gate and up ([rows, cols]) by `kernel`, which
+    /// takes (gate, up, out, n, act, half, bf16) and one thread per `per`
+    /// values; `G` is the element type gate and up come in.
+    fn glu_launch<G: cudarc::driver::DeviceRepr>(
+        &self,
+        kernel: &str,
+        per: usize,
+        (gate, up): (&CudaSlice<G>, &CudaSlice<G>),
+        (rows, cols): (usize, usize),
+        act: Activation,
+    ) -> Result<CudaTensor> {
+        let n = rows * cols;
+        let mut out = self.alloc(n)?;
+        let mut half = self.alloc_half(rows, cols)?;
+        let (n64, code) = (n as u64, act_code(act));
+        let (hp, bf16) = half_args(&self.dev.stream, &mut half);
+        launch!(self, kernel, elementwise(n.div_ceil(per)), gate, up, &mut out, &n64, &code, &hp, &bf16)?;
+        let mut t = self.tensor(out, rows, cols);
+        t.half = half;
+        Ok(t)
+    }
+
     fn upload_u32(&self, v: Vec<u32>) -> Result<Arc<CudaSlice<u32>>> {
         self.meta.get(&self.dev, v)
     }
@@ -418,15 +440,8 @@ impl Backend for CudaBackend {
             return self.glu(&g, &u, act);
         };
         let _span = profile::span(&self.dev.stream, "glu");
-        let n = x.rows * gate.rows;
-        let mut out = self.alloc(n)?;
-        let mut half = self.alloc_half(x.rows, gate.rows)?;
-        let (n64, code) = (n as u64, act_code(act));
-        let (hp, bf16) = half_args(&self.dev.stream, &mut half);
-        launch!(self, "glu_bf16in", elementwise(n.div_ceil(4)), &g, &u, &mut out, &n64, &code, &hp, &bf16)?;
-        let mut t = self.tensor(out, x.rows, gate.rows);
-        t.half = half;
-        Ok(t)
+        // Four values a thread.
+        self.glu_launch("glu_bf16in", 4, (&g, &u), (x.rows, gate.rows), act)
     }
 
     fn linear(&self, x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaTensor>) -> Result<CudaTensor> {
@@ -521,15 +536,7 @@ impl Backend for CudaBackend {
     fn glu(&self, gate: &CudaTensor, up: &CudaTensor, act: Activation) -> Result<CudaTensor> {
         let _span = profile::span(&self.dev.stream, "glu");
         same_shape(gate, up, "glu")?;
-        let n = gate.rows * gate.cols;
-        let mut out = self.alloc(n)?;
-        let mut half = self.alloc_half(gate.rows, gate.cols)?;
-        let (n64, code) = (n as u64, act_code(act));
-        let (hp, bf16) = half_args(&self.dev.stream, &mut half);
-        launch!(self, "glu", elementwise(n), &gate.buf, &up.buf, &mut out, &n64, &code, &hp, &bf16)?;
-        let mut t = self.tensor(out, gate.rows, gate.cols);
-        t.half = half;
-        Ok(t)
+        self.glu_launch("glu", 1, (&gate.buf, &up.buf), (gate.rows, gate.cols), act)
     }
 
     fn rope(&self, x: &mut CudaTensor, rope: &Rope, positions: &[u32]) -> Result<()> {

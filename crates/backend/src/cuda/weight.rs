@@ -184,7 +184,7 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<V
             match st {
                 Storage::Quant(_) => gemm_quant(dev, x, xp.expect("f16 input"), w, &mut y)?,
                 _ => {
-                    gemm(dev, x, xp, w, &mut y, None)?;
+                    gemm(dev, x, xp, w, GemmOut::F32(&mut y), None)?;
                 }
             }
         }
@@ -229,6 +229,12 @@ fn to_half(dev: &Device, x: &CudaTensor, st: Storage) -> Result<CudaSlice<u16>> 
     Ok(h)
 }
 
+/// Where `gemm` writes: f32, or bf16 for an op that reads 16 bits.
+enum GemmOut<'a> {
+    F32(&'a mut CudaSlice<f32>),
+    Bf16(&'a mut CudaSlice<u16>),
+}
+
 /// y = x · w^T on tensor cores, with x in f32 (`half_x` None, f32 weights) or in the
 /// weight's 16-bit type, plus `bias` [m] where cuBLASLt adds it (the result says).
 fn gemm(
@@ -236,23 +242,25 @@ fn gemm(
     x: &CudaTensor,
     half_x: Option<&CudaSlice<u16>>,
     w: &CudaWeight,
-    y: &mut CudaSlice<f32>,
+    y: GemmOut,
     bias: Option<&CudaTensor>,
 ) -> Result<bool> {
     let (n, k, m) = (x.rows, x.cols, w.rows);
     let s = &dev.stream;
-    let _span = super::profile::span(s, "  gemm");
+    let (label, ((yp, _g3), yt)) = match y {
+        GemmOut::F32(y) => ("  gemm", (y.device_ptr_mut(s), cudaDataType::CUDA_R_32F)),
+        GemmOut::Bf16(y) => ("  gemm (bf16 out)", (y.device_ptr_mut(s), cudaDataType::CUDA_R_16BF)),
+    };
+    let _span = super::profile::span(s, label);
     let (wp, _g1) = w.data.device_ptr(s);
     let (xp, _g2) = match half_x {
         Some(h) => h.device_ptr(s),
         None => x.buf.device_ptr(s),
     };
-    let (yp, _g3) = y.device_ptr_mut(s);
     let bias = bias.map(|b| b.buf.device_ptr(s));
     let t = w.storage.cuda_type();
     // Column-major view: y^T [m, n] = w [k, m]^T · x^T [k, n].
-    let c = (yp, cudaDataType::CUDA_R_32F);
-    let g = Gemm { m, n, k, ldc: m, a: (wp, t), b: (xp, t), c, bias: bias.as_ref().map(|b| b.0) };
+    let g = Gemm { m, n, k, ldc: m, a: (wp, t), b: (xp, t), c: (yp, yt), bias: bias.as_ref().map(|b| b.0) };
     // SAFETY: pointers are live device buffers of the sizes given.
     unsafe { g.run(dev) }.map_err(|e| device_err(&format!("GEMM {}", w.name), e))
 }
@@ -272,25 +280,16 @@ pub fn gemm_gate_up(
     if !gemm_rows(dev, n) || !bf16(gate) || !bf16(up) || n * m * k == 0 {
         return Ok(None);
     }
-    let s = &dev.stream;
     let half_x = half_input(dev, x, Storage::Bf16)?;
-    let (xp, _gx) = half_x.get().device_ptr(s);
-    let t = cudaDataType::CUDA_R_16BF;
     let mut out = Vec::with_capacity(2);
     for w in [gate, up] {
-        let _span = super::profile::span(s, "  gemm (bf16 out)");
         // SAFETY: fully written by the GEMM.
-        let mut y = unsafe { s.alloc::<u16>(n * m) }.map_err(|e| device_err("alloc", e))?;
-        let (wp, _gw) = w.data.device_ptr(s);
-        let (yp, _gy) = y.device_ptr_mut(s);
-        let g = Gemm { m, n, k, ldc: m, a: (wp, t), b: (xp, t), c: (yp, t), bias: None };
-        // SAFETY: pointers are live device buffers of the sizes given.
+        let mut y = unsafe { dev.stream.alloc::<u16>(n * m) }.map_err(|e| device_err("alloc", e))?;
         // No algorithm for bf16 outputs (the batch-invariant mode pins one per
         // shape): the f32 path instead, which reports a real failure again.
-        if unsafe { g.run(dev) }.is_err() {
+        if gemm(dev, x, Some(half_x.get()), w, GemmOut::Bf16(&mut y), None).is_err() {
             return Ok(None);
         }
-        drop(_gy);
         out.push(y);
     }
     Ok(out.try_into().ok())
@@ -305,7 +304,7 @@ pub fn matmul_bias(dev: &Device, x: &CudaTensor, w: &CudaWeight, bias: &CudaTens
     }
     let mut y = alloc_out(dev, n, w.rows)?;
     let half = (st != Storage::F32).then(|| half_input(dev, x, st.half())).transpose()?;
-    let added = gemm(dev, x, half.as_ref().map(|h| h.get()), w, &mut y, Some(bias))?;
+    let added = gemm(dev, x, half.as_ref().map(|h| h.get()), w, GemmOut::F32(&mut y), Some(bias))?;
     Ok((CudaTensor::new(y, n, w.rows), added))
 }
 

@@ -803,6 +803,7 @@ __device__ void rows_mma_body(const float* q, const u16* kc, const u16* vc, floa
     combine_warps<RM_HEADS, HD>(wm, wl, wacc, G, HD, row, kvh, n_heads, split, part, done, out, half, bf16);
 }
 
+// The row kernels' arguments (the host launches both alike); `hd` is HD.
 #define ROWS_MMA_KERNEL(HD)                                                                                      \
     extern "C" __global__ void __launch_bounds__(32 * ROW_WARPS, 4)                                               \
         attention_rows_mma_##HD(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta,        \
