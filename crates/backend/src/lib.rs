@@ -328,6 +328,39 @@ pub trait Backend: Send + Sync {
         let [g, u] = self.matmul_many(x, [gate, up])?;
         self.glu(&g, &u, act)
     }
+    /// x += a · w^T: a projection added to the residual stream `x`, in one
+    /// pass where a backend can (the add in the matmul's epilogue).
+    fn matmul_add(&self, x: &mut Self::Tensor, a: &Self::Tensor, w: &Self::Weight) -> Result<()> {
+        let y = self.matmul(a, w)?;
+        self.add(x, &y)
+    }
+    /// `matmul_many` of the RMS norm of x's rows (weights `norm`): a layer's
+    /// projections of its normed residual stream, the norm fused into the
+    /// matmuls where a backend can (decode: the norm's scale factors out of
+    /// each row's dot product).
+    fn norm_matmul_many<const N: usize>(
+        &self,
+        x: &Self::Tensor,
+        norm: &Self::Tensor,
+        eps: f32,
+        ws: [&Self::Weight; N],
+    ) -> Result<[Self::Tensor; N]> {
+        let h = self.rms_norm(x, norm, eps)?;
+        self.matmul_many(&h, ws)
+    }
+    /// `matmul_glu` of the RMS norm of x's rows, fused as `norm_matmul_many`.
+    fn norm_matmul_glu(
+        &self,
+        x: &Self::Tensor,
+        norm: &Self::Tensor,
+        eps: f32,
+        gate: &Self::Weight,
+        up: &Self::Weight,
+        act: Activation,
+    ) -> Result<Self::Tensor> {
+        let h = self.rms_norm(x, norm, eps)?;
+        self.matmul_glu(&h, gate, up, act)
+    }
     /// x · w^T plus `bias` [1, m] on every row.
     fn linear(&self, x: &Self::Tensor, w: &Self::Weight, bias: Option<&Self::Tensor>) -> Result<Self::Tensor> {
         let mut y = self.matmul(x, w)?;
@@ -342,12 +375,6 @@ pub trait Backend: Send + Sync {
     fn scale(&self, x: &mut Self::Tensor, s: f32) -> Result<()>;
     /// RMS norm over each group of `w.cols` elements (a whole row, or one head).
     fn rms_norm(&self, x: &Self::Tensor, w: &Self::Tensor, eps: f32) -> Result<Self::Tensor>;
-    /// x += y, then the RMS norm of every row of x (the residual add fused with
-    /// the next norm; `w.cols` must be the row length).
-    fn add_rms_norm(&self, x: &mut Self::Tensor, y: &Self::Tensor, w: &Self::Tensor, eps: f32) -> Result<Self::Tensor> {
-        self.add(x, y)?;
-        self.rms_norm(x, w, eps)
-    }
     /// act(gate) * up.
     fn glu(&self, gate: &Self::Tensor, up: &Self::Tensor, act: Activation) -> Result<Self::Tensor>;
     /// Rotates every head of every row by its token's position.

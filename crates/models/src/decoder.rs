@@ -126,21 +126,14 @@ impl<B: Backend> Decoder<B> {
         Ok(Decoder { backend, cfg, embed, layers, out_norm, output, kv: None })
     }
 
-    /// One layer on `h`, the normed input; adds attention and MLP outputs to
-    /// the residual stream `x` and returns x normed by `next_norm` (the next
-    /// layer's input norm, or the output norm after the last layer), so each
-    /// residual add is fused with the norm that follows it.
-    fn layer_forward(
-        &self,
-        l: usize,
-        x: &mut B::Tensor,
-        h: &B::Tensor,
-        next_norm: &B::Tensor,
-        batch: &ForwardBatch,
-        kv: &mut B::KvPool,
-    ) -> Result<B::Tensor> {
+    /// One layer on the residual stream `x`: adds its attention and MLP
+    /// outputs to it. Each norm of x goes into the matmuls that read it
+    /// (`norm_matmul_*`) and each projection back into x (`matmul_add`), so a
+    /// backend can fuse both with its matmuls.
+    fn layer_forward(&self, l: usize, x: &mut B::Tensor, batch: &ForwardBatch, kv: &mut B::KvPool) -> Result<()> {
         let (b, c, layer) = (&self.backend, &self.cfg, &self.layers[l]);
-        let [mut q, mut k, mut v] = b.matmul_many(h, [&layer.wq, &layer.wk, &layer.wv])?;
+        let [mut q, mut k, mut v] =
+            b.norm_matmul_many(x, &layer.attn_norm, c.norm_eps, [&layer.wq, &layer.wk, &layer.wv])?;
         if let Some([bq, bk, bv]) = &layer.bias {
             b.add_row(&mut q, bq)?;
             b.add_row(&mut k, bk)?;
@@ -152,17 +145,27 @@ impl<B: Backend> Decoder<B> {
         }
         b.rope_write_kv(&mut q, &mut k, &v, &layer.rope, &batch.positions, (kv, l), &batch.attn)?;
         let a = b.attention(&q, kv, l, &batch.attn, &layer.attn)?;
-        let mut o = b.matmul(&a, &layer.wo)?;
-        if let Some(n) = &layer.post_attn_norm {
-            o = b.rms_norm(&o, n, c.norm_eps)?;
+        self.project_add(x, &a, &layer.wo, layer.post_attn_norm.as_ref())?;
+        let m = b.norm_matmul_glu(x, &layer.ffn_norm, c.norm_eps, &layer.gate, &layer.up, c.activation)?;
+        self.project_add(x, &m, &layer.down, layer.post_ffw_norm.as_ref())
+    }
+
+    /// x += a · w^T, normed by `post_norm` first where the model has one.
+    fn project_add(
+        &self,
+        x: &mut B::Tensor,
+        a: &B::Tensor,
+        w: &B::Weight,
+        post_norm: Option<&B::Tensor>,
+    ) -> Result<()> {
+        let b = &self.backend;
+        match post_norm {
+            Some(n) => {
+                let y = b.rms_norm(&b.matmul(a, w)?, n, self.cfg.norm_eps)?;
+                b.add(x, &y)
+            }
+            None => b.matmul_add(x, a, w),
         }
-        let h = b.add_rms_norm(x, &o, &layer.ffn_norm, c.norm_eps)?;
-        let m = b.matmul_glu(&h, &layer.gate, &layer.up, c.activation)?;
-        let mut d = b.matmul(&m, &layer.down)?;
-        if let Some(n) = &layer.post_ffw_norm {
-            d = b.rms_norm(&d, n, c.norm_eps)?;
-        }
-        b.add_rms_norm(x, &d, next_norm, c.norm_eps)
     }
 }
 
@@ -235,27 +238,26 @@ impl<B: Backend> Decoder<B> {
         self.head(h, batch).map(Some)
     }
 
-    /// Every row through every layer, normed by the output norm.
+    /// Every row through every layer: the residual stream after the last.
     fn hidden(&self, batch: &ForwardBatch, kv: &mut B::KvPool) -> Result<B::Tensor> {
         let b = &self.backend;
         let mut x = b.embedding(&self.embed, &batch.tokens)?;
         if let Some(s) = self.cfg.embed_scale {
             b.scale(&mut x, s)?;
         }
-        let n = self.layers.len();
-        let mut h = b.rms_norm(&x, &self.layers[0].attn_norm, self.cfg.norm_eps)?;
-        for l in 0..n {
-            let next_norm = if l + 1 < n { &self.layers[l + 1].attn_norm } else { &self.out_norm };
-            h = self.layer_forward(l, &mut x, &h, next_norm, batch, kv)?;
+        for l in 0..self.layers.len() {
+            self.layer_forward(l, &mut x, batch, kv)?;
         }
-        Ok(h)
+        Ok(x)
     }
 
-    /// The logits of `batch.logit_rows` of `h`.
-    fn head(&self, h: B::Tensor, batch: &ForwardBatch) -> Result<B::Tensor> {
+    /// The logits of `batch.logit_rows` of the residual stream `x`, through
+    /// the output norm.
+    fn head(&self, x: B::Tensor, batch: &ForwardBatch) -> Result<B::Tensor> {
         let b = &self.backend;
-        let x = if batch.wants_every_row() { h } else { b.rows(&h, &batch.logit_rows)? };
-        let mut logits = b.matmul(&x, self.output.as_ref().unwrap_or(&self.embed))?;
+        let x = if batch.wants_every_row() { x } else { b.rows(&x, &batch.logit_rows)? };
+        let head = self.output.as_ref().unwrap_or(&self.embed);
+        let [mut logits] = b.norm_matmul_many(&x, &self.out_norm, self.cfg.norm_eps, [head])?;
         if let Some(cap) = self.cfg.final_softcap {
             b.softcap(&mut logits, cap)?;
         }

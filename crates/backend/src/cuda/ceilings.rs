@@ -59,7 +59,17 @@ impl CudaBackend {
                 let (cp, _gc) = if f32_out { c32.device_ptr_mut(s) } else { c.device_ptr_mut(s) };
                 let ct = if f32_out { cudaDataType::CUDA_R_32F } else { cudaDataType::CUDA_R_16BF };
                 let bf = cudaDataType::CUDA_R_16BF;
-                let g = Gemm { m: d, n: d, k: d, ldc: d, a: (ap, bf), b: (bp, bf), c: (cp, ct), bias: None };
+                let g = Gemm {
+                    m: d,
+                    n: d,
+                    k: d,
+                    ldc: d,
+                    a: (ap, bf),
+                    b: (bp, bf),
+                    c: (cp, ct),
+                    bias: None,
+                    accumulate: false,
+                };
                 // SAFETY: live d x d buffers of the types given.
                 unsafe { g.run(dev) }.map(drop).map_err(|e| device_err("GEMM", e))
             })?;

@@ -174,7 +174,7 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join("\n");
             let bodies = |called: &str| -> Vec<&str> {
-                let macro_param = called.chars().all(|c| c.is_ascii_uppercase());
+                let macro_param = called.chars().all(|c| c.is_ascii_uppercase() || c == '_');
                 src.match_indices("_body(")
                     .map(|(d, _)| (d, &src[..d + 5]))
                     .filter(|(_, def)| {
@@ -189,8 +189,9 @@ mod tests {
                 let b = body(&src, at);
                 let called = b[1..].trim_start().split(['(', '<']).next().unwrap_or("").trim();
                 let is_call = !called.is_empty() && called.chars().all(|c| c.is_alphanumeric() || c == '_');
-                let delegated =
-                    is_call && (called.ends_with("_body") || called.chars().all(|c| c.is_ascii_uppercase())) && {
+                let delegated = is_call
+                    && (called.ends_with("_body") || called.chars().all(|c| c.is_ascii_uppercase() || c == '_'))
+                    && {
                         let bs = bodies(called);
                         !bs.is_empty() && bs.iter().all(|d| waits_early(d))
                     };

@@ -10,7 +10,8 @@ use cudarc::nvrtc::Ptx;
 use ferrite_core::{Error, Result};
 
 use super::compile;
-use super::weight::{gemv_name, Storage, QUANT_KERNELS};
+use super::gemv::gemv_name;
+use super::weight::{Storage, QUANT_KERNELS};
 
 /// How a CUDA backend is opened.
 #[derive(Clone, Debug, Default)]
@@ -86,8 +87,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "write_kv_f16",
             "rope_kv_f32",
             "rope_kv_f16",
-            "add_rms_norm",
-            "add_rms_norm4",
+            "rms_norm4",
         ],
     ),
     (

@@ -222,18 +222,17 @@ impl Lt {
         Ok(found.algo)
     }
 
-    /// Runs the GEMM on `stream`; `bias` (an f32 vector of m values) when the
-    /// shape has one.
+    /// Runs the GEMM on `stream` with operands A, B and C; `bias` (an f32 vector of m values) when the
+    /// shape has one; `beta` 1 adds the product to C (in place), 0 replaces it.
     ///
     /// SAFETY: the pointers must be live device buffers of the shape's sizes
     /// and types, and `stream` the stream that orders them.
     pub unsafe fn gemm(
         &self,
         s: &Shape,
-        a: u64,
-        b: u64,
-        c: u64,
+        [a, b, c]: [u64; 3],
         bias: u64,
+        beta: f32,
         stream: lsys::cudaStream_t,
     ) -> Result<(), CublasError> {
         let mut plans = self.plans.lock().unwrap_or_else(|e| e.into_inner());
@@ -254,7 +253,7 @@ impl Lt {
                 8,
             )?;
         }
-        let (alpha, beta) = (1f32, 0f32);
+        let alpha = 1f32;
         let [la, lb, lc] = p.layouts;
         lt::matmul(
             self.handle,

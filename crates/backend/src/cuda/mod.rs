@@ -7,6 +7,7 @@ mod ceilings;
 mod compile;
 mod device;
 mod encode_graph;
+mod gemv;
 mod graph;
 mod kv;
 mod launch;
@@ -30,6 +31,7 @@ use crate::{
     KvSpec, RawWeight, Reduce, Rope, RowSampling,
 };
 use device::{device_err, elementwise, per_row, Device};
+use gemv::Norm;
 use graph::{Field, Graphs, Words, MAX_GRAPH_ROWS};
 use kv::{KvBuf, MetaCache, Source};
 
@@ -417,8 +419,48 @@ impl Backend for CudaBackend {
 
     fn matmul_many<const N: usize>(&self, x: &CudaTensor, ws: [&CudaWeight; N]) -> Result<[CudaTensor; N]> {
         let _span = profile::span(&self.dev.stream, "matmul_many");
-        let out = weight::matmul_many(&self.dev, x, &ws)?;
+        let out = weight::matmul_many(&self.dev, x, &ws, None)?;
         Ok(out.try_into().unwrap_or_else(|_| unreachable!("one output per weight")))
+    }
+
+    fn matmul_add(&self, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeight) -> Result<()> {
+        let _span = profile::span(&self.dev.stream, "matmul_add");
+        weight::matmul_add(&self.dev, x, a, w)
+    }
+
+    fn norm_matmul_many<const N: usize>(
+        &self,
+        x: &CudaTensor,
+        norm: &CudaTensor,
+        eps: f32,
+        ws: [&CudaWeight; N],
+    ) -> Result<[CudaTensor; N]> {
+        let fused = Norm { w: norm, eps };
+        if !gemv::fuses_norm(&self.dev, x, &ws) || fused.check(x.cols).is_err() {
+            let h = self.rms_norm(x, norm, eps)?;
+            return self.matmul_many(&h, ws);
+        }
+        let _span = profile::span(&self.dev.stream, "norm_matmul_many");
+        let out = weight::matmul_many(&self.dev, x, &ws, Some(fused))?;
+        Ok(out.try_into().unwrap_or_else(|_| unreachable!("one output per weight")))
+    }
+
+    fn norm_matmul_glu(
+        &self,
+        x: &CudaTensor,
+        norm: &CudaTensor,
+        eps: f32,
+        gate: &CudaWeight,
+        up: &CudaWeight,
+        act: Activation,
+    ) -> Result<CudaTensor> {
+        // Blocks: gate and up GEMVs with the norm fused, then `glu`.
+        if gemv::fuses_norm(&self.dev, x, &[gate, up]) {
+            let [g, u] = self.norm_matmul_many(x, norm, eps, [gate, up])?;
+            return self.glu(&g, &u, act);
+        }
+        let h = self.rms_norm(x, norm, eps)?;
+        self.matmul_glu(&h, gate, up, act)
     }
 
     fn matmul_glu(&self, x: &CudaTensor, gate: &CudaWeight, up: &CudaWeight, act: Activation) -> Result<CudaTensor> {
@@ -426,7 +468,7 @@ impl Backend for CudaBackend {
         // the matmuls, which check them.
         let fused = {
             let _span = profile::span(&self.dev.stream, "matmul_glu");
-            weight::gemv_glu(&self.dev, x, gate, up, act_code(act))?
+            gemv::gemv_glu(&self.dev, x, gate, up, act_code(act))?
         };
         if let Some(y) = fused {
             return Ok(y);
@@ -499,33 +541,15 @@ impl Backend for CudaBackend {
         if groups > 0 {
             let g32 = g as u32;
             let (hp, bf16) = half_args(&self.dev.stream, &mut half);
-            launch!(self, "rms_norm", per_row(groups, g), &x.buf, &w.buf, &mut out, &g32, &eps, &hp, &bf16)?;
-        }
-        let mut t = self.tensor(out, x.rows, x.cols);
-        t.half = half;
-        Ok(t)
-    }
-
-    fn add_rms_norm(&self, x: &mut CudaTensor, y: &CudaTensor, w: &CudaTensor, eps: f32) -> Result<CudaTensor> {
-        let _span = profile::span(&self.dev.stream, "add_rms_norm");
-        same_shape(x, y, "add_rms_norm")?;
-        if w.rows * w.cols != x.cols {
-            return Err(Error::Shape(format!("add_rms_norm: {} weights for {} columns", w.rows * w.cols, x.cols)));
-        }
-        let mut out = self.alloc(x.rows * x.cols)?;
-        let mut half = self.alloc_half(x.rows, x.cols)?;
-        if x.rows > 0 {
-            let cols = x.cols as u32;
-            let n4 = x.cols / 4;
-            let (hp, bf16) = half_args(&self.dev.stream, &mut half);
-            if x.cols.is_multiple_of(4) && n4 <= 1024 * 8 {
+            let n4 = g / 4;
+            if g == x.cols && g.is_multiple_of(4) && n4 <= 1024 * 8 {
+                // Whole rows of float4s: kernels/ops.cu `rms_norm4`.
                 let threads = n4.min(1024).div_ceil(32) as u32 * 32;
                 let cfg =
-                    LaunchConfig { grid_dim: (x.rows as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
-                launch!(self, "add_rms_norm4", cfg, x.buf_mut(), &y.buf, &w.buf, &mut out, &cols, &eps, &hp, &bf16)?;
+                    LaunchConfig { grid_dim: (groups as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+                launch!(self, "rms_norm4", cfg, &x.buf, &w.buf, &mut out, &g32, &eps, &hp, &bf16)?;
             } else {
-                let cfg = per_row(x.rows, x.cols);
-                launch!(self, "add_rms_norm", cfg, x.buf_mut(), &y.buf, &w.buf, &mut out, &cols, &eps, &hp, &bf16)?;
+                launch!(self, "rms_norm", per_row(groups, g), &x.buf, &w.buf, &mut out, &g32, &eps, &hp, &bf16)?;
             }
         }
         let mut t = self.tensor(out, x.rows, x.cols);

@@ -17,6 +17,7 @@ use ferrite_core::{DType, Error, Result};
 use rayon::prelude::*;
 
 use super::device::{device_err, elementwise, Device};
+use super::gemv::{self, GemvOut, Norm, X8Cache};
 use super::CudaTensor;
 use crate::RawWeight;
 
@@ -75,16 +76,6 @@ pub const QUANT_KERNELS: [(DType, &str); 8] = [
     (DType::Q6K, "q6_k"),
 ];
 
-/// The GEMV kernel for `n` (1..=8) input rows of weights stored as `st`.
-pub fn gemv_name(st: Storage, n: usize) -> String {
-    let stem = match st {
-        Storage::Bf16 => "bf16",
-        Storage::Quant(q) => QUANT_KERNELS.iter().find(|(t, _)| *t == q).map_or("f16", |k| k.1),
-        _ => "f16",
-    };
-    format!("gemv_{stem}_{n}")
-}
-
 pub struct CudaWeight {
     pub name: String,
     pub rows: usize,
@@ -141,57 +132,106 @@ pub fn upload(dev: &Device, raw: RawWeight, exact_f32: bool) -> Result<CudaWeigh
 
 /// y [n, m] = x [n, k] · w [m, k]^T, f32 out.
 pub fn matmul(dev: &Device, x: &CudaTensor, w: &CudaWeight) -> Result<CudaTensor> {
-    matmul_many(dev, x, &[w]).map(|mut v| v.remove(0))
+    matmul_many(dev, x, &[w], None).map(|mut v| v.remove(0))
 }
 
-fn alloc_out(dev: &Device, n: usize, m: usize) -> Result<CudaSlice<f32>> {
+pub(super) fn alloc_out(dev: &Device, n: usize, m: usize) -> Result<CudaSlice<f32>> {
     // SAFETY: every element is written by the GEMM or GEMV that follows.
     unsafe { dev.stream.alloc::<f32>((n * m).max(1)) }.map_err(|e| device_err("alloc", e))
 }
 
-/// x times each weight (q, k, v sharing their input): the GEMV kernel for
+fn check_cols(x: &CudaTensor, w: &CudaWeight) -> Result<()> {
+    match w.cols == x.cols {
+        true => Ok(()),
+        false => {
+            Err(Error::Shape(format!("matmul {}: input has {} columns, weight expects {}", w.name, x.cols, w.cols)))
+        }
+    }
+}
+
+/// x times each weight (q, k, v sharing their input): the GEMV kernels for
 /// decode batches (up to three weights of one storage per launch; in the
 /// batch-invariant mode, for every batch), else one input conversion and a
-/// GEMM per weight.
-pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Vec<CudaTensor>> {
+/// GEMM per weight. `norm`: x normed first, fused into the block GEMVs (the
+/// caller checks that all of `ws` take them, `gemv::fuses_norm`).
+pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], norm: Option<Norm>) -> Result<Vec<CudaTensor>> {
     let (n, k) = (x.rows, x.cols);
-    if let Some(w) = ws.iter().find(|w| w.cols != k) {
-        return Err(Error::Shape(format!("matmul {}: input has {k} columns, weight expects {}", w.name, w.cols)));
+    for w in ws {
+        check_cols(x, w)?;
+    }
+    if let Some(nm) = norm {
+        nm.check(k)?;
+        if !gemv::fuses_norm(dev, x, ws) {
+            return Err(Error::Shape("a fused input norm needs the block GEMVs".into()));
+        }
     }
     let mut out = Vec::with_capacity(ws.len());
-    let mut half_x: Option<(Storage, HalfInput)> = None;
-    // The input quantized for block GEMVs, once per order (`piece_order`).
-    let mut x8: [Option<X8>; 2] = [None, None];
+    let mut half_x = None;
+    // The input quantized for block GEMVs, once per order.
+    let mut x8: X8Cache = [None, None];
     let mut rest = ws;
     while let Some(first) = rest.first() {
         let st = first.storage;
-        if uses_gemv(dev, n, k, st) {
+        if gemv::uses_gemv(dev, n, k, st) {
             let run = rest.iter().take(3).take_while(|w| w.storage == st).count();
-            out.extend(gemv(dev, x, &rest[..run], &mut x8)?);
+            out.extend(gemv::gemv(dev, x, &rest[..run], &mut x8, norm, GemvOut::New)?);
             rest = &rest[run..];
             continue;
         }
-        let w = first;
-        let mut y = alloc_out(dev, n, w.rows)?;
-        if n * w.rows > 0 && k == 0 {
-            dev.stream.memset_zeros(&mut y).map_err(|e| device_err("memset", e))?;
-        } else if n * w.rows > 0 {
-            let half = st.half();
-            if st != Storage::F32 && half_x.as_ref().is_none_or(|h| h.0 != half) {
-                half_x = Some((half, half_input(dev, x, half)?));
-            }
-            let xp = half_x.as_ref().filter(|_| st != Storage::F32).map(|h| h.1.get());
-            match st {
-                Storage::Quant(_) => gemm_quant(dev, x, xp.expect("f16 input"), w, &mut y)?,
-                _ => {
-                    gemm(dev, x, xp, w, GemmOut::F32(&mut y), None)?;
-                }
-            }
-        }
-        out.push(CudaTensor::new(y, n, w.rows));
+        let mut y = alloc_out(dev, n, first.rows)?;
+        gemm_into(dev, x, &mut half_x, first, &mut y, false)?;
+        out.push(CudaTensor::new(y, n, first.rows));
         rest = &rest[1..];
     }
     Ok(out)
+}
+
+/// x += a · w^T (`Backend::matmul_add`): the GEMV adds its sums to x, a GEMM
+/// accumulates into it (beta = 1; no output of its own to write and read).
+pub fn matmul_add(dev: &Device, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeight) -> Result<()> {
+    check_cols(a, w)?;
+    if (x.rows, x.cols) != (a.rows, w.rows) {
+        return Err(Error::Shape(format!(
+            "matmul_add {}: [{}, {}] += [{}, {}] x [{}, {}]^T",
+            w.name, x.rows, x.cols, a.rows, a.cols, w.rows, w.cols
+        )));
+    }
+    if gemv::uses_gemv(dev, a.rows, a.cols, w.storage) {
+        gemv::gemv(dev, a, &[w], &mut [None, None], None, GemvOut::Add(x.buf_mut()))?;
+        return Ok(());
+    }
+    gemm_into(dev, a, &mut None, w, x.buf_mut(), true)
+}
+
+/// y (+)= x · w^T on tensor cores (`accumulate`: added to y), x converted to
+/// the weight's 16-bit type once per matmul group (`half_x`).
+fn gemm_into<'a>(
+    dev: &Device,
+    x: &'a CudaTensor,
+    half_x: &mut Option<(Storage, HalfInput<'a>)>,
+    w: &CudaWeight,
+    y: &mut CudaSlice<f32>,
+    accumulate: bool,
+) -> Result<()> {
+    let (n, k, st) = (x.rows, x.cols, w.storage);
+    if n * w.rows == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        if !accumulate {
+            dev.stream.memset_zeros(y).map_err(|e| device_err("memset", e))?;
+        }
+        return Ok(());
+    }
+    let half = st.half();
+    if st != Storage::F32 && half_x.as_ref().is_none_or(|h| h.0 != half) {
+        *half_x = Some((half, half_input(dev, x, half)?));
+    }
+    let xp = half_x.as_ref().filter(|_| st != Storage::F32).map(|h| h.1.get());
+    match st {
+        Storage::Quant(_) => gemm_quant(dev, x, xp.expect("f16 input"), w, y, accumulate),
+        _ => gemm(dev, x, xp, w, GemmOut::F32(y), None, accumulate).map(|_| ()),
+    }
 }
 
 /// A GEMM's input in a 16-bit type: the copy the op that made it wrote, or
@@ -244,6 +284,7 @@ fn gemm(
     w: &CudaWeight,
     y: GemmOut,
     bias: Option<&CudaTensor>,
+    accumulate: bool,
 ) -> Result<bool> {
     let (n, k, m) = (x.rows, x.cols, w.rows);
     let s = &dev.stream;
@@ -260,7 +301,8 @@ fn gemm(
     let bias = bias.map(|b| b.buf.device_ptr(s));
     let t = w.storage.cuda_type();
     // Column-major view: y^T [m, n] = w [k, m]^T · x^T [k, n].
-    let g = Gemm { m, n, k, ldc: m, a: (wp, t), b: (xp, t), c: (yp, yt), bias: bias.as_ref().map(|b| b.0) };
+    let bias = bias.as_ref().map(|b| b.0);
+    let g = Gemm { m, n, k, ldc: m, a: (wp, t), b: (xp, t), c: (yp, yt), bias, accumulate };
     // SAFETY: pointers are live device buffers of the sizes given.
     unsafe { g.run(dev) }.map_err(|e| device_err(&format!("GEMM {}", w.name), e))
 }
@@ -287,7 +329,7 @@ pub fn gemm_gate_up(
         let mut y = unsafe { dev.stream.alloc::<u16>(n * m) }.map_err(|e| device_err("alloc", e))?;
         // No algorithm for bf16 outputs (the batch-invariant mode pins one per
         // shape): the f32 path instead, which reports a real failure again.
-        if gemm(dev, x, Some(half_x.get()), w, GemmOut::Bf16(&mut y), None).is_err() {
+        if gemm(dev, x, Some(half_x.get()), w, GemmOut::Bf16(&mut y), None, false).is_err() {
             return Ok(None);
         }
         out.push(y);
@@ -299,67 +341,13 @@ pub fn gemm_gate_up(
 /// cuBLASLt can (dense weights, batches too big for the GEMV). Whether it was.
 pub fn matmul_bias(dev: &Device, x: &CudaTensor, w: &CudaWeight, bias: &CudaTensor) -> Result<(CudaTensor, bool)> {
     let (n, k, st) = (x.rows, x.cols, w.storage);
-    if matches!(st, Storage::Quant(_)) || uses_gemv(dev, n, k, st) || n * k == 0 || w.cols != k {
+    if matches!(st, Storage::Quant(_)) || gemv::uses_gemv(dev, n, k, st) || n * k == 0 || w.cols != k {
         return Ok((matmul(dev, x, w)?, false));
     }
     let mut y = alloc_out(dev, n, w.rows)?;
     let half = (st != Storage::F32).then(|| half_input(dev, x, st.half())).transpose()?;
-    let added = gemm(dev, x, half.as_ref().map(|h| h.get()), w, GemmOut::F32(&mut y), Some(bias))?;
+    let added = gemm(dev, x, half.as_ref().map(|h| h.get()), w, GemmOut::F32(&mut y), Some(bias), false)?;
     Ok((CudaTensor::new(y, n, w.rows), added))
-}
-
-/// Whether a batch of `n` rows goes to the GEMV kernels (decode batches;
-/// in the batch-invariant mode every batch of block types) rather than a
-/// GEMM (in that mode, every batch of dense weights: cuBLASLt with one
-/// algorithm per weight shape, see `lt::Lt`).
-fn uses_gemv(dev: &Device, n: usize, k: usize, st: Storage) -> bool {
-    let gemv = if dev.deterministic { matches!(st, Storage::Quant(_)) } else { n <= 8 };
-    n >= 1 && k.is_multiple_of(8) && st != Storage::F32 && gemv
-}
-
-/// act(x · gate^T) * (x · up^T) in one GEMV launch per 8 input rows, where
-/// both weights are bf16 or both f16 of one shape and `n` takes the GEMV;
-/// `None` otherwise (the caller runs the matmuls and `glu`).
-pub fn gemv_glu(
-    dev: &Device,
-    x: &CudaTensor,
-    gate: &CudaWeight,
-    up: &CudaWeight,
-    act: i32,
-) -> Result<Option<CudaTensor>> {
-    let (n, k, m) = (x.rows, x.cols, gate.rows);
-    let st = gate.storage;
-    if !matches!(st, Storage::Bf16 | Storage::F16)
-        || up.storage != st
-        || (up.rows, up.cols) != (m, k)
-        || gate.cols != k
-        || m == 0
-        || !uses_gemv(dev, n, k, st)
-    {
-        return Ok(None);
-    }
-    let s = &dev.stream;
-    let mut y = alloc_out(dev, n, m)?;
-    let (m32, k32) = (m as u32, k as u32);
-    let cfg =
-        LaunchConfig { grid_dim: (m.div_ceil(8).max(1) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-    let stem = if st == Storage::Bf16 { "bf16" } else { "f16" };
-    let (yp, _gy) = y.device_ptr_mut(s);
-    let (xp, _gx) = x.buf.device_ptr(s);
-    let (gp, _gg) = gate.data.device_ptr(s);
-    let (up_p, _gu) = up.data.device_ptr(s);
-    for r0 in (0..n).step_by(8) {
-        let name = format!("gemv_glu_{stem}_{}", (n - r0).min(8));
-        let (yr, xr) = (yp + (r0 * m * 4) as u64, xp + (r0 * k * 4) as u64);
-        let mut a = dev.launch(&name);
-        a.arg(gp).arg(up_p).arg(yr).arg(m32).arg(xr).arg(k32).arg(act);
-        let _span = super::profile::span(s, gemv_span(st));
-        // Both weights are [m, k] 16-bit, x is [n, k] f32 and y [n, m] (offsets
-        // stay inside them); k % 8 == 0 keeps the 16-byte loads aligned.
-        a.run(cfg)?;
-    }
-    drop((_gy, _gx, _gg, _gu));
-    Ok(Some(CudaTensor::new(y, n, m)))
 }
 
 /// Whether a 16-bit matmul of `n` input rows may go to a GEMM (else the GEMV
@@ -374,13 +362,15 @@ const DEQUANT_TILE: usize = 32 << 20;
 const DEQUANT_ROWS: usize = 65535;
 
 /// Prefill with a quantized weight: tiles of rows dequantized to f16, each
-/// multiplied into its columns of y^T (its rows' outputs).
+/// multiplied into its columns of y^T (its rows' outputs; `accumulate`:
+/// added to them).
 fn gemm_quant(
     dev: &Device,
     x: &CudaTensor,
     half_x: &CudaSlice<u16>,
     w: &CudaWeight,
     y: &mut CudaSlice<f32>,
+    accumulate: bool,
 ) -> Result<()> {
     let (n, k, m) = (x.rows, x.cols, w.rows);
     let s = &dev.stream;
@@ -407,7 +397,7 @@ fn gemm_quant(
         let (yp, _g3) = y.device_ptr_mut(s);
         let h = cudaDataType::CUDA_R_16F;
         let c = (yp + (r0 * 4) as u64, cudaDataType::CUDA_R_32F);
-        let g = Gemm { m: rows, n, k, ldc: m, a: (tp, h), b: (xp, h), c, bias: None };
+        let g = Gemm { m: rows, n, k, ldc: m, a: (tp, h), b: (xp, h), c, bias: None, accumulate };
         // SAFETY: the tile, the input and y's columns r0..r0+rows are live.
         unsafe { g.run(dev) }.map_err(|e| device_err(&format!("GEMM {}", w.name), e))?;
     }
@@ -427,6 +417,8 @@ pub(super) struct Gemm {
     pub c: (u64, cudaDataType),
     /// An f32 vector of m values to add to every column, where cuBLASLt can.
     pub bias: Option<u64>,
+    /// C += A^T · B (beta = 1) instead of C = A^T · B.
+    pub accumulate: bool,
 }
 
 impl Gemm {
@@ -447,7 +439,8 @@ impl Gemm {
                 bias: self.bias.is_some(),
             };
             let stream = dev.stream.cu_stream() as cudarc::cublaslt::sys::cudaStream_t;
-            match lt.gemm(&shape, self.a.0, self.b.0, self.c.0, self.bias.unwrap_or(0), stream) {
+            let beta = self.accumulate as i32 as f32;
+            match lt.gemm(&shape, [self.a.0, self.b.0, self.c.0], self.bias.unwrap_or(0), beta, stream) {
                 // cublasGemmEx picks its kernel per shape: not batch-invariant.
                 Err(e)
                     if e.0 == cudarc::cublaslt::sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED
@@ -462,7 +455,7 @@ impl Gemm {
                 done => return done.map(|_| self.bias.is_some()).map_err(|e| format!("cuBLASLt: {e:?}")),
             }
         }
-        let (alpha, beta) = (1f32, 0f32);
+        let (alpha, beta) = (1f32, self.accumulate as i32 as f32);
         cudarc::cublas::result::gemm_ex(
             *dev.blas.handle(),
             cublasOperation_t::CUBLAS_OP_T,
@@ -487,139 +480,4 @@ impl Gemm {
         .map(|_| false)
         .map_err(|e| format!("cuBLAS: {e:?}"))
     }
-}
-
-/// Weight rows each warp of a GEMV takes for `n` input rows: two for 16-bit
-/// weights at n > 1 (`gemv_pair_body` in kernels/gemv.cu), so that each input
-/// load serves two rows; else one.
-fn gemv_rows_per_warp(st: Storage, n: usize) -> u32 {
-    if n > 1 && matches!(st, Storage::Bf16 | Storage::F16) {
-        2
-    } else {
-        1
-    }
-}
-
-/// Profile name of a GEMV launch (nested in its matmul's).
-fn gemv_span(st: Storage) -> &'static str {
-    match st {
-        Storage::Bf16 => "  gemv bf16",
-        Storage::Quant(DType::Q4K) => "  gemv q4_k",
-        Storage::Quant(DType::Q6K) => "  gemv q6_k",
-        Storage::Quant(_) => "  gemv other blocks",
-        _ => "  gemv f16",
-    }
-}
-
-/// The input of a quantized GEMV: 8-bit values per group of 32 and each
-/// group's scale and the sums of its two halves (two u32 per group).
-type X8 = (CudaSlice<u8>, CudaSlice<u32>);
-
-/// Whether a block type's GEMV reads its input in k-quant piece order
-/// (kernels/quant.cu), the index of its `X8` among a matmul group's.
-fn piece_order(q: DType) -> usize {
-    matches!(q, DType::Q4K | DType::Q5K | DType::Q6K) as usize
-}
-
-fn quantize_x8(dev: &Device, x: &CudaTensor, kperm: usize) -> Result<X8> {
-    let len = x.rows * x.cols;
-    let groups = (len / 32) as u64;
-    // SAFETY: both are fully written by the kernel (k % 32 == 0 for blocks,
-    // k % 256 == 0 for k-quants).
-    let mut xq = unsafe { dev.stream.alloc::<u8>(len.max(1)) }.map_err(|e| device_err("alloc", e))?;
-    let mut meta = unsafe { dev.stream.alloc::<u32>(2 * (len / 32).max(1)) }.map_err(|e| device_err("alloc", e))?;
-    let _span = super::profile::span(&dev.stream, "  quantize_x8");
-    let kperm = kperm as i32;
-    // One lane per value.
-    let mut a = dev.launch("quantize_x8");
-    a.arg(&x.buf).arg(&mut xq).arg(&mut meta).arg(groups).arg(kperm).run(elementwise(len))?;
-    Ok((xq, meta))
-}
-
-/// Decode batches: our memory-bound kernels, up to three weights of one
-/// storage per launch, input rows in chunks of eight; 16-bit weights take the
-/// f32 input as is, blocks take it quantized once per matmul group (`x8`).
-/// Each output row's sums run the same way whatever the batch (the
-/// batch-invariant mode uses this for every batch size).
-fn gemv(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], x8: &mut [Option<X8>; 2]) -> Result<Vec<CudaTensor>> {
-    let (n, k) = (x.rows, x.cols);
-    let s = &dev.stream;
-    let mut ys = ws.iter().map(|w| alloc_out(dev, n, w.rows)).collect::<Result<Vec<_>>>()?;
-    // Unused slots repeat the first weight with zero rows.
-    let mut wp = [0u64; 3];
-    let mut yp = [0u64; 3];
-    let mut m = [0u32; 3];
-    let mut guards = Vec::new();
-    for (i, w) in ws.iter().enumerate() {
-        let (p, g) = w.data.device_ptr(s);
-        wp[i] = p;
-        guards.push(g);
-        m[i] = w.rows as u32;
-    }
-    for (i, y) in ys.iter_mut().enumerate() {
-        let (p, g) = y.device_ptr_mut(s);
-        yp[i] = p;
-        guards.push(g);
-    }
-    for i in ws.len()..3 {
-        (wp[i], yp[i]) = (wp[0], yp[0]);
-    }
-    let rows: u32 = m.iter().sum();
-    let k32 = k as u32;
-    // Blocks: the input quantized to 8 bits per group of 32 (in piece order
-    // for k-quants), with each group's scale and half sums (kernels/quant.cu).
-    let quant = match ws[0].storage {
-        Storage::Quant(q) => {
-            let order = piece_order(q);
-            if x8[order].is_none() {
-                x8[order] = Some(quantize_x8(dev, x, order)?);
-            }
-            x8[order].as_ref()
-        }
-        _ => None,
-    };
-    // No launch without rows: a grid in which no thread waits for the kernel
-    // before it (pdl_wait) would break the order the kernels after it rely on.
-    let n_launched = if rows == 0 { 0 } else { n };
-    for r0 in (0..n_launched).step_by(8) {
-        let nc = (n - r0).min(8);
-        let name = gemv_name(ws[0].storage, nc);
-        let per_warp = gemv_rows_per_warp(ws[0].storage, nc);
-        // Eight warps per block, each on `gemv_rows_per_warp` weight rows.
-        let warps = rows.div_ceil(per_warp);
-        let cfg =
-            LaunchConfig { grid_dim: (warps.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-        let y: [u64; 3] = std::array::from_fn(|i| yp[i] + (r0 * m[i] as usize * 4) as u64);
-        let mut a = dev.launch(&name);
-        a.arg(wp[0]).arg(wp[1]).arg(wp[2]).arg(y[0]).arg(y[1]).arg(y[2]);
-        a.arg(m[0]).arg(m[1]).arg(m[2]);
-        let _g;
-        match &quant {
-            Some((xq, meta)) => {
-                let (xp, g1) = xq.device_ptr(s);
-                let (mp, g2) = meta.device_ptr(s);
-                _g = (g1, Some(g2));
-                let row_bytes = ws[0].row_bytes();
-                a.arg(xp + (r0 * k) as u64).arg(mp + (r0 * (k / 32) * 8) as u64).arg(k32).arg(row_bytes);
-                a.arg(dev.prefetch);
-            }
-            None => {
-                let (xp, g1) = x.buf.device_ptr(s);
-                _g = (g1, None);
-                a.arg(xp + (r0 * k * 4) as u64).arg(k32);
-            }
-        }
-        // Profiles time each GEMV shape apart: small ones pay more for the launch.
-        let label = if super::profile::enabled() {
-            super::profile::intern(format!("{} {rows}x{k} n{nc}", gemv_span(ws[0].storage)))
-        } else {
-            ""
-        };
-        let _span = super::profile::span(s, label);
-        // Pointers are live buffers of the sizes given (offsets stay inside
-        // them); k % 8 == 0 keeps the 16-byte loads aligned.
-        a.run(cfg)?;
-    }
-    drop(guards);
-    Ok(ys.into_iter().zip(ws).map(|(buf, w)| CudaTensor::new(buf, n, w.rows)).collect())
 }

@@ -73,6 +73,16 @@ __device__ __forceinline__ bool pick_weight(u32& row, const W*& w, float*& y, u3
     return row < m;
 }
 
+// What a GEMV warp adds its rows' sums to: zero, or with `add` (`matmul_add`:
+// y is the residual stream) y's values, read by lane 0 as soon as the input
+// is ready, long before they are needed (read at the end, they lengthened
+// every warp by a load's latency).
+template <int N>
+__device__ __forceinline__ void start_values(float (&base)[N], const float* y, u32 m, u32 row, int add, u32 lane) {
+#pragma unroll
+    for (int n = 0; n < N; n++) base[n] = add && lane == 0 ? y[(u64)n * m + row] : 0.f;
+}
+
 // Programmatic dependent launch (Hopper and later). A kernel launched with
 // it (`Device::launch_pdl`) may start while the kernel before it still runs:
 // it must call `pdl_wait()` before it reads anything that kernel wrote or

@@ -58,7 +58,7 @@ __device__ __forceinline__ void fma8(float (&acc)[N], const float* f, const floa
 // m1 to w1, the next m2 to w2.
 template <int N, bool BF16>
 __device__ void gemv_row_body(const u16* w0, const u16* w1, const u16* w2, float* y0, float* y1, float* y2,
-                              u32 m0, u32 m1, u32 m2, const float* x, u32 k) {
+                              u32 m0, u32 m1, u32 m2, const float* x, u32 k, int add) {
     u32 row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31;
     const u16* w = w0;
@@ -67,7 +67,8 @@ __device__ void gemv_row_body(const u16* w0, const u16* w1, const u16* w2, float
     if (!pick_weight(row, w, y, m, w1, w2, y1, y2, m1, m2)) return;
     const uint4* wr = (const uint4*)(w + (u64)row * k);
     pdl_wait();
-    float acc[N];
+    float acc[N], base[N];
+    start_values<N>(base, y, m, row, add, lane);
 #pragma unroll
     for (int n = 0; n < N; n++) acc[n] = 0.f;
     float f[8];
@@ -80,7 +81,7 @@ __device__ void gemv_row_body(const u16* w0, const u16* w1, const u16* w2, float
 #pragma unroll
     for (int n = 0; n < N; n++) {
         const float s = warp_sum(acc[n]);
-        if (lane == 0) y[(u64)n * m + row] = s;
+        if (lane == 0) y[(u64)n * m + row] = base[n] + s;
     }
 }
 
@@ -90,7 +91,7 @@ __device__ void gemv_row_body(const u16* w0, const u16* w1, const u16* w2, float
 // at 22%). Each row's sums run as in gemv_row_body.
 template <int N, bool BF16, int R = 2>
 __device__ void gemv_pair_body(const u16* w0, const u16* w1, const u16* w2, float* y0, float* y1, float* y2,
-                               u32 m0, u32 m1, u32 m2, const float* x, u32 k) {
+                               u32 m0, u32 m1, u32 m2, const float* x, u32 k, int add) {
     const u32 warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31;
     pdl_wait();
@@ -108,11 +109,13 @@ __device__ void gemv_pair_body(const u16* w0, const u16* w1, const u16* w2, floa
         wr[r] = ok[r] ? (const uint4*)(w + (u64)rows[r] * k) : wr[0];
     }
     if (!ok[0]) return;
-    float acc[R][N];
+    float acc[R][N], base[R][N];
 #pragma unroll
-    for (int r = 0; r < R; r++)
+    for (int r = 0; r < R; r++) {
+        start_values<N>(base[r], yr[r], mr[r], rows[r], add && ok[r], lane);
 #pragma unroll
         for (int n = 0; n < N; n++) acc[r][n] = 0.f;
+    }
 #pragma unroll(4 / R)
     for (u32 i = lane; i < k / 8; i += 32) {
         float f[R][8];
@@ -132,19 +135,20 @@ __device__ void gemv_pair_body(const u16* w0, const u16* w1, const u16* w2, floa
 #pragma unroll
         for (int n = 0; n < N; n++) {
             const float s = warp_sum(acc[r][n]);
-            if (lane == 0 && ok[r]) yr[r][(u64)n * mr[r] + rows[r]] = s;
+            if (lane == 0 && ok[r]) yr[r][(u64)n * mr[r] + rows[r]] = base[r][n] + s;
         }
 }
 
+// `add`: the sums added to y instead of written (`start_values`).
 #define GEMV_ARGS                                                                                   \
     const u16 *w0, const u16 *w1, const u16 *w2, float *y0, float *y1, float *y2, u32 m0, u32 m1, u32 m2, \
-        const float *x, u32 k
+        const float *x, u32 k, int add
 #define GEMV(N, BODY)                                                              \
     extern "C" __global__ void gemv_bf16_##N(GEMV_ARGS) {                          \
-        BODY<N, true>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k);                   \
+        BODY<N, true>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, add);              \
     }                                                                              \
     extern "C" __global__ void gemv_f16_##N(GEMV_ARGS) {                           \
-        BODY<N, false>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k);                  \
+        BODY<N, false>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, add);             \
     }
 GEMV(1, gemv_row_body)
 GEMV(2, gemv_pair_body)

@@ -347,16 +347,15 @@ extern "C" __global__ void write_kv_f16(const float* k, const float* v, const u3
     }
 }
 
-// The same for rows of whole float4s, up to NORM_VEC per thread: every load
-// of the row is issued at once, the sum taken, then the row written from
-// registers (a single decode row is latency-bound otherwise).
+// rms_norm over whole rows of whole float4s, up to NORM_VEC per thread: every
+// load of the row is issued at once, the sum taken, then the row written
+// from registers. `half` as in glu.
 #define NORM_VEC 8
 extern "C" __global__ void __launch_bounds__(1024)
-    add_rms_norm4(float* x, const float* y, const float* w, float* out, u32 cols, float eps, u16* half, int bf16) {
+    rms_norm4(const float* x, const float* w, float* out, u32 cols, float eps, u16* half, int bf16) {
     pdl_trigger();
     pdl_wait();
-    float4* xi = (float4*)(x + (u64)blockIdx.x * cols);
-    const float4* yi = (const float4*)(y + (u64)blockIdx.x * cols);
+    const float4* xi = (const float4*)(x + (u64)blockIdx.x * cols);
     const float4* wi = (const float4*)w;
     float4* oi = (float4*)(out + (u64)blockIdx.x * cols);
     const u32 n4 = cols / 4;
@@ -366,9 +365,7 @@ extern "C" __global__ void __launch_bounds__(1024)
     for (int j = 0; j < NORM_VEC; j++) {
         const u32 i = threadIdx.x + j * blockDim.x;
         if (i < n4) {
-            const float4 a = xi[i], b = yi[i];
-            v[j] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-            xi[i] = v[j];
+            v[j] = xi[i];
             ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
         }
     }
@@ -386,28 +383,5 @@ extern "C" __global__ void __launch_bounds__(1024)
                 ((uint2*)(half + (u64)blockIdx.x * cols))[i] = make_uint2(lo, hi);
             }
         }
-    }
-}
-
-// x += y, then out = rms_norm(x) * w over each row (the residual add fused
-// with the next layer's norm). One block per row; `half` as in glu.
-extern "C" __global__ void add_rms_norm(float* x, const float* y, const float* w, float* out, u32 cols, float eps,
-                                        u16* half, int bf16) {
-    pdl_trigger();
-    pdl_wait();
-    float* xi = x + (u64)blockIdx.x * cols;
-    const float* yi = y + (u64)blockIdx.x * cols;
-    float* oi = out + (u64)blockIdx.x * cols;
-    float ss = 0.f;
-    for (u32 i = threadIdx.x; i < cols; i += blockDim.x) {
-        const float v = xi[i] + yi[i];
-        xi[i] = v;
-        ss += v * v;
-    }
-    const float r = rsqrtf(block_sum(ss) / cols + eps);
-    for (u32 i = threadIdx.x; i < cols; i += blockDim.x) {
-        const float v = xi[i] * r * w[i];
-        oi[i] = v;
-        if (half) half[(u64)blockIdx.x * cols + i] = f32_to_half(v, bf16);
     }
 }

@@ -248,9 +248,14 @@ extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, 
 // Input groups of 32 (in piece order with `kperm`, which needs k % 256 ==
 // 0): the 8-bit values, and per group its scale (f32 bits) and the sums of
 // its first and last 16 values (two i16).
+// With an input norm (`nw` not null, rows of k values): x times the norm's
+// weights is quantized, and each group's sum of squares of x goes to `ss`
+// for the GEMV, which scales its sums by the norm (quantizing is
+// scale-invariant: the 8-bit values are those of the normed input).
 // Launched with programmatic dependent launch: it lets the GEMV after it in
 // (to prefetch its weights) before waiting for the kernel that made x.
-extern "C" __global__ void quantize_x8(const float* x, signed char* xq, uint2* meta, u64 groups, int kperm) {
+extern "C" __global__ void quantize_x8(const float* x, signed char* xq, uint2* meta, u64 groups, int kperm,
+                                       const float* nw, u32 k, float* ss) {
     pdl_trigger();
     pdl_wait();
     const u32 lane = threadIdx.x & 31;
@@ -258,7 +263,13 @@ extern "C" __global__ void quantize_x8(const float* x, signed char* xq, uint2* m
          g += ((u64)gridDim.x * blockDim.x) >> 5) {
         const u64 src = kperm ? (g >> 3) * 256 + 64 * ((g & 7) >> 1) + 32 * (lane >> 4) + 16 * (g & 1) + (lane & 15)
                               : 32 * g + lane;
-        const float v = x[src];
+        float v = x[src];
+        if (nw) {
+            float sq = v * v;
+            for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+            if (lane == 0) ss[g] = sq;
+            v *= nw[src % k];
+        }
         float amax = fabsf(v);
         for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         const float d = amax / 127.f;
@@ -431,10 +442,12 @@ __device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, u
 // (see pick_weight); U units of work per lane in flight. (Two or four rows
 // per warp, each input load serving all, measured slower on the H200, as
 // did U = 4: fewer warps, or more registers, hide less latency.)
+// `ss`: the input's squares per group from quantize_x8 (null: no input norm),
+// with the norm's `eps`; `add`: the sums added to y (`start_values`).
 template <int T, int N, int U>
 __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
                             u32 m1, u32 m2, const signed char* xq, const uint2* meta, u32 k, u64 row_bytes,
-                            u32 pf) {
+                            u32 pf, const float* ss, float eps, int add) {
     u32 row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31;
     const u8* w = w0;
@@ -446,7 +459,11 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
     if (lane == 0) prefetch_l2(wr, (u32)min(row_bytes, (u64)pf));
     pdl_wait();
     const u32 chunks = k / 32, nsb = k / 256;
-    float acc[N];
+    // y's values early at N = 1 only: at N > 1 their registers, live through
+    // the loop, made the kernel spill under its 64-register bound (batch 4
+    // 15% slower); there they are read at the end.
+    float acc[N], base[N];
+    start_values<N>(base, y, m, row, add && N == 1, lane);
 #pragma unroll
     for (int n = 0; n < N; n++) acc[n] = 0.f;
     // (A pair of pieces per lane, sharing their head and scales, ran 7% slower
@@ -465,20 +482,25 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
     pdl_trigger();
 #pragma unroll
     for (int n = 0; n < N; n++) {
-        const float s = warp_sum(acc[n]);
-        if (lane == 0) y[(u64)n * m + row] = s;
+        float s = warp_sum(acc[n]);
+        if (ss) {
+            float sq = 0.f;
+            for (u32 c = lane; c < chunks; c += 32) sq += ss[(u64)n * chunks + c];
+            s *= rsqrtf(warp_sum(sq) / k + eps);
+        }
+        if (lane == 0) y[(u64)n * m + row] = (N == 1 ? base[n] : add ? y[(u64)n * m + row] : 0.f) + s;
     }
 }
 
 #define GEMVQ_ARGS                                                                                          \
     const u8 *w0, const u8 *w1, const u8 *w2, float *y0, float *y1, float *y2, u32 m0, u32 m1, u32 m2, \
-        const signed char *xq, const uint2 *meta, u32 k, u64 row_bytes, u32 pf
+        const signed char *xq, const uint2 *meta, u32 k, u64 row_bytes, u32 pf, const float *ss, float eps, int add
 // At most 64 registers, four blocks per SM: for N > 1, 15% faster at N = 4
 // and 5% at N = 8 than the compiler's choice (up to 90), despite small
 // spills at N = 8; 1% at N = 1. (At N = 1, fewer registers were slower.)
 #define GEMVQ(NAME, T, N)                                                                        \
     extern "C" __global__ void __launch_bounds__(256, 4) gemv_##NAME##_##N(GEMVQ_ARGS) {         \
-        gemv_q_body<T, N, 2>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes, pf);    \
+        gemv_q_body<T, N, 2>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes, pf, ss, eps, add); \
     }
 #define GEMVQ_ALL(NAME, T) \
     GEMVQ(NAME, T, 1)      \

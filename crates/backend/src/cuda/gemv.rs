@@ -1,0 +1,315 @@
+//! Decode-sized matmuls (up to 8 input rows a launch) on our memory-bound
+//! kernels: kernels/gemv.cu for 16-bit weights, which read the f32 input as
+//! it is, and kernels/quant.cu for GGUF blocks, which read it quantized to 8
+//! bits (`quantize_x8`). Both add their sums to the output instead of
+//! writing them where asked (`matmul_add`: the residual add). The block
+//! GEMVs also fuse the RMS norm of their input (`norm_matmul_*`): the
+//! quantization multiplies by the norm's weights and sums each group's
+//! squares, and the GEMV scales its sums by the norm (it factors out of each
+//! dot product), which saves a kernel per norm. (The 16-bit GEMVs did the
+//! same from the squares of the f32 input they read, which made them slower
+//! than the kernel saved: the input's and the norm's loads filled L1.)
+
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
+use ferrite_core::{DType, Error, Result};
+
+use super::device::{device_err, elementwise, Device};
+use super::weight::{alloc_out, CudaWeight, Storage, QUANT_KERNELS};
+use super::CudaTensor;
+
+/// An input norm fused into a GEMV: the RMS norm's weights (one per input
+/// column) and epsilon.
+#[derive(Clone, Copy)]
+pub struct Norm<'a> {
+    pub w: &'a CudaTensor,
+    pub eps: f32,
+}
+
+impl Norm<'_> {
+    pub fn check(&self, cols: usize) -> Result<()> {
+        match self.w.rows * self.w.cols == cols {
+            true => Ok(()),
+            false => Err(Error::Shape(format!("norm: {} weights for {cols} columns", self.w.rows * self.w.cols))),
+        }
+    }
+}
+
+/// Where a GEMV's sums go: new outputs, or added to a tensor of the output's
+/// shape (one weight).
+pub enum GemvOut<'a> {
+    New,
+    Add(&'a mut CudaSlice<f32>),
+}
+
+/// The GEMV kernel for `n` (1..=8) input rows of weights stored as `st`.
+pub fn gemv_name(st: Storage, n: usize) -> String {
+    let stem = match st {
+        Storage::Bf16 => "bf16",
+        Storage::Quant(q) => QUANT_KERNELS.iter().find(|(t, _)| *t == q).map_or("f16", |k| k.1),
+        _ => "f16",
+    };
+    format!("gemv_{stem}_{n}")
+}
+
+/// Whether a batch of `n` rows goes to the GEMV kernels (decode batches;
+/// in the batch-invariant mode every batch of block types) rather than a
+/// GEMM (in that mode, every batch of dense weights: cuBLASLt with one
+/// algorithm per weight shape, see `lt::Lt`).
+pub fn uses_gemv(dev: &Device, n: usize, k: usize, st: Storage) -> bool {
+    let gemv = if dev.deterministic { matches!(st, Storage::Quant(_)) } else { n <= 8 };
+    n >= 1 && k.is_multiple_of(8) && st != Storage::F32 && gemv
+}
+
+/// Whether x times every one of `ws` goes to the block GEMVs (shapes that
+/// match), which can fuse an input norm.
+pub fn fuses_norm(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> bool {
+    let blocks = |w: &CudaWeight| matches!(w.storage, Storage::Quant(_));
+    ws.iter().all(|w| w.cols == x.cols && blocks(w) && uses_gemv(dev, x.rows, x.cols, w.storage))
+}
+
+/// act(x · gate^T) * (x · up^T) in one GEMV launch per 8 input rows, where
+/// both weights are bf16 or both f16 of one shape and `n` takes the GEMV;
+/// `None` otherwise (the caller runs the matmuls and `glu`).
+pub fn gemv_glu(
+    dev: &Device,
+    x: &CudaTensor,
+    gate: &CudaWeight,
+    up: &CudaWeight,
+    act: i32,
+) -> Result<Option<CudaTensor>> {
+    let (n, k, m) = (x.rows, x.cols, gate.rows);
+    let st = gate.storage;
+    if !matches!(st, Storage::Bf16 | Storage::F16)
+        || up.storage != st
+        || (up.rows, up.cols) != (m, k)
+        || gate.cols != k
+        || m == 0
+        || !uses_gemv(dev, n, k, st)
+    {
+        return Ok(None);
+    }
+    let s = &dev.stream;
+    let mut y = alloc_out(dev, n, m)?;
+    let (m32, k32) = (m as u32, k as u32);
+    let cfg =
+        LaunchConfig { grid_dim: (m.div_ceil(8).max(1) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+    let stem = if st == Storage::Bf16 { "bf16" } else { "f16" };
+    let (yp, _gy) = y.device_ptr_mut(s);
+    let (xp, _gx) = x.buf.device_ptr(s);
+    let (gp, _gg) = gate.data.device_ptr(s);
+    let (up_p, _gu) = up.data.device_ptr(s);
+    for r0 in (0..n).step_by(8) {
+        let name = format!("gemv_glu_{stem}_{}", (n - r0).min(8));
+        let (yr, xr) = (yp + (r0 * m * 4) as u64, xp + (r0 * k * 4) as u64);
+        let mut a = dev.launch(&name);
+        a.arg(gp).arg(up_p).arg(yr).arg(m32).arg(xr).arg(k32).arg(act);
+        let _span = super::profile::span(s, gemv_span(st));
+        // Both weights are [m, k] 16-bit, x is [n, k] f32 and y [n, m] (offsets
+        // stay inside them); k % 8 == 0 keeps the 16-byte loads aligned.
+        a.run(cfg)?;
+    }
+    drop((_gy, _gx, _gg, _gu));
+    Ok(Some(CudaTensor::new(y, n, m)))
+}
+
+/// A norm's weights as a kernel argument (0: none), and the guard that keeps
+/// the buffer's events until the launch.
+fn norm_ptr<'a>(dev: &'a Device, norm: Option<Norm<'a>>) -> (u64, Option<impl Drop + 'a>) {
+    match norm {
+        Some(n) => {
+            let (p, g) = n.w.buf.device_ptr(&dev.stream);
+            (p, Some(g))
+        }
+        None => (0, None),
+    }
+}
+
+/// Weight rows each warp of a GEMV takes for `n` input rows: two for 16-bit
+/// weights at n > 1 (`gemv_pair_body` in kernels/gemv.cu), so that each input
+/// load serves two rows; else one.
+fn gemv_rows_per_warp(st: Storage, n: usize) -> u32 {
+    if n > 1 && matches!(st, Storage::Bf16 | Storage::F16) {
+        2
+    } else {
+        1
+    }
+}
+
+/// Profile name of a GEMV launch (nested in its matmul's).
+fn gemv_span(st: Storage) -> &'static str {
+    match st {
+        Storage::Bf16 => "  gemv bf16",
+        Storage::Quant(DType::Q4K) => "  gemv q4_k",
+        Storage::Quant(DType::Q6K) => "  gemv q6_k",
+        Storage::Quant(_) => "  gemv other blocks",
+        _ => "  gemv f16",
+    }
+}
+
+/// The input of a quantized GEMV: 8-bit values per group of 32 and each
+/// group's scale and the sums of its two halves (two u32 per group); with an
+/// input norm, each group's sum of squares before it.
+pub struct X8 {
+    xq: CudaSlice<u8>,
+    meta: CudaSlice<u32>,
+    squares: Option<CudaSlice<f32>>,
+}
+
+/// Whether a block type's GEMV reads its input in k-quant piece order
+/// (kernels/quant.cu), the index of its `X8` among a matmul group's.
+fn piece_order(q: DType) -> usize {
+    matches!(q, DType::Q4K | DType::Q5K | DType::Q6K) as usize
+}
+
+fn quantize_x8(dev: &Device, x: &CudaTensor, kperm: usize, norm: Option<Norm>) -> Result<X8> {
+    let len = x.rows * x.cols;
+    let groups = (len / 32) as u64;
+    let alloc = |what: &str, e| device_err(&format!("alloc {what}"), e);
+    // SAFETY: all are fully written by the kernel (k % 32 == 0 for blocks,
+    // k % 256 == 0 for k-quants).
+    let xq = unsafe { dev.stream.alloc::<u8>(len.max(1)) }.map_err(|e| alloc("x8", e))?;
+    let meta = unsafe { dev.stream.alloc::<u32>(2 * (len / 32).max(1)) }.map_err(|e| alloc("x8", e))?;
+    let squares = match norm {
+        Some(_) => Some(unsafe { dev.stream.alloc::<f32>((len / 32).max(1)) }.map_err(|e| alloc("x8", e))?),
+        None => None,
+    };
+    let mut out = X8 { xq, meta, squares };
+    let _span = super::profile::span(&dev.stream, "  quantize_x8");
+    let (kperm, k32) = (kperm as i32, x.cols as u32);
+    let (np, _gn) = norm_ptr(dev, norm);
+    let (sp, _gs) = match out.squares.as_mut() {
+        Some(b) => {
+            let (p, g) = b.device_ptr_mut(&dev.stream);
+            (p, Some(g))
+        }
+        None => (0, None),
+    };
+    // One lane per value.
+    let mut a = dev.launch("quantize_x8");
+    a.arg(&x.buf).arg(&mut out.xq).arg(&mut out.meta).arg(groups).arg(kperm).arg(np).arg(k32).arg(sp);
+    a.run(elementwise(len))?;
+    drop((_gn, _gs));
+    Ok(out)
+}
+
+/// The quantized inputs of one matmul group, by `piece_order` (made once).
+pub type X8Cache = [Option<X8>; 2];
+
+/// Decode batches: our memory-bound kernels, up to three weights of one
+/// storage per launch, input rows in chunks of eight; 16-bit weights take the
+/// f32 input as is, blocks take it quantized once per matmul group (`x8`).
+/// With `norm` the input is normed (fused, see the module), with
+/// `GemvOut::Add` the sums are added to that tensor (one weight; no outputs
+/// returned). Each output row's sums run the same way whatever the batch (the
+/// batch-invariant mode uses this for every batch size).
+pub fn gemv(
+    dev: &Device,
+    x: &CudaTensor,
+    ws: &[&CudaWeight],
+    x8: &mut X8Cache,
+    norm: Option<Norm>,
+    out: GemvOut,
+) -> Result<Vec<CudaTensor>> {
+    let (n, k) = (x.rows, x.cols);
+    let s = &dev.stream;
+    let (mut ys, add) = match out {
+        GemvOut::New => (ws.iter().map(|w| alloc_out(dev, n, w.rows)).collect::<Result<Vec<_>>>()?, None),
+        GemvOut::Add(y) if ws.len() == 1 => (Vec::new(), Some(y)),
+        GemvOut::Add(_) => return Err(Error::Shape("matmul_add: one weight at a time".into())),
+    };
+    // Unused slots repeat the first weight with zero rows.
+    let mut wp = [0u64; 3];
+    let mut yp = [0u64; 3];
+    let mut m = [0u32; 3];
+    let mut guards = Vec::new();
+    for (i, w) in ws.iter().enumerate() {
+        let (p, g) = w.data.device_ptr(s);
+        wp[i] = p;
+        guards.push(g);
+        m[i] = w.rows as u32;
+    }
+    let mut add_guard = None;
+    match add {
+        Some(y) => {
+            let (p, g) = y.device_ptr_mut(s);
+            yp[0] = p;
+            add_guard = Some(g);
+        }
+        None => {
+            for (i, y) in ys.iter_mut().enumerate() {
+                let (p, g) = y.device_ptr_mut(s);
+                yp[i] = p;
+                guards.push(g);
+            }
+        }
+    }
+    for i in ws.len()..3 {
+        (wp[i], yp[i]) = (wp[0], yp[0]);
+    }
+    let rows: u32 = m.iter().sum();
+    let k32 = k as u32;
+    let (add_flag, eps) = (add_guard.is_some() as i32, norm.map_or(0.0, |n| n.eps));
+    // Blocks: the input quantized to 8 bits per group of 32 (in piece order
+    // for k-quants), with each group's scale and half sums (kernels/quant.cu).
+    let quant = match ws[0].storage {
+        Storage::Quant(q) => {
+            let order = piece_order(q);
+            if x8[order].is_none() {
+                x8[order] = Some(quantize_x8(dev, x, order, norm)?);
+            }
+            x8[order].as_ref()
+        }
+        _ => None,
+    };
+    // No launch without rows: a grid in which no thread waits for the kernel
+    // before it (pdl_wait) would break the order the kernels after it rely on.
+    let n_launched = if rows == 0 { 0 } else { n };
+    for r0 in (0..n_launched).step_by(8) {
+        let nc = (n - r0).min(8);
+        let name = gemv_name(ws[0].storage, nc);
+        let per_warp = gemv_rows_per_warp(ws[0].storage, nc);
+        // Eight warps per block, each on `gemv_rows_per_warp` weight rows.
+        let warps = rows.div_ceil(per_warp);
+        let cfg =
+            LaunchConfig { grid_dim: (warps.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let y: [u64; 3] = std::array::from_fn(|i| yp[i] + (r0 * m[i] as usize * 4) as u64);
+        let mut a = dev.launch(&name);
+        a.arg(wp[0]).arg(wp[1]).arg(wp[2]).arg(y[0]).arg(y[1]).arg(y[2]);
+        a.arg(m[0]).arg(m[1]).arg(m[2]);
+        let _g;
+        match &quant {
+            Some(q) => {
+                let (xp, g1) = q.xq.device_ptr(s);
+                let (mp, g2) = q.meta.device_ptr(s);
+                let (sp, g3) = match &q.squares {
+                    Some(b) => {
+                        let (p, g) = b.device_ptr(s);
+                        (p + (r0 * (k / 32) * 4) as u64, Some(g))
+                    }
+                    None => (0, None),
+                };
+                _g = (g1, Some(g2), g3);
+                let row_bytes = ws[0].row_bytes();
+                a.arg(xp + (r0 * k) as u64).arg(mp + (r0 * (k / 32) * 8) as u64).arg(k32).arg(row_bytes);
+                a.arg(dev.prefetch).arg(sp).arg(eps).arg(add_flag);
+            }
+            None => {
+                let (xp, g1) = x.buf.device_ptr(s);
+                _g = (g1, None, None);
+                a.arg(xp + (r0 * k * 4) as u64).arg(k32).arg(add_flag);
+            }
+        }
+        // Profiles time each GEMV shape apart: small ones pay more for the launch.
+        let label = if super::profile::enabled() {
+            super::profile::intern(format!("{} {rows}x{k} n{nc}", gemv_span(ws[0].storage)))
+        } else {
+            ""
+        };
+        let _span = super::profile::span(s, label);
+        // Pointers are live buffers of the sizes given (offsets stay inside
+        // them); k % 8 == 0 keeps the 16-byte loads aligned.
+        a.run(cfg)?;
+    }
+    drop((guards, add_guard));
+    Ok(ys.into_iter().zip(ws).map(|(buf, w)| CudaTensor::new(buf, n, w.rows)).collect())
+}
