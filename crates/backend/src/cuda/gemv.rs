@@ -2,8 +2,8 @@
 //! kernels: kernels/gemv.cu for 16-bit weights, which read the f32 input as
 //! it is, and kernels/quant.cu for GGUF blocks, which read it quantized to 8
 //! bits (`quantize_x8`). Both add their sums to the output instead of
-//! writing them where asked (`matmul_add`: the residual add). The block
-//! GEMVs also fuse the RMS norm of their input (`norm_matmul_*`): the
+//! writing them where asked (`matmul_add`: the residual add). At batch 1 the
+//! block GEMVs also fuse the RMS norm of their input (`norm_matmul_*`): the
 //! quantization multiplies by the norm's weights and sums each group's
 //! squares, and the GEMV scales its sums by the norm (it factors out of each
 //! dot product), which saves a kernel per norm. (The 16-bit GEMVs did the
@@ -60,11 +60,15 @@ pub fn uses_gemv(dev: &Device, n: usize, k: usize, st: Storage) -> bool {
     n >= 1 && k.is_multiple_of(8) && st != Storage::F32 && gemv
 }
 
-/// Whether x times every one of `ws` goes to the block GEMVs (shapes that
-/// match), which can fuse an input norm.
+/// Whether x times every one of `ws` goes to the block GEMVs with the input
+/// norm fused: one input row (shapes that match). With more rows each warp
+/// reduces every row's squares after its sums, which lengthened the warps
+/// more than the norm kernel costs (on the H200, Q4_K_M batch 4 13% slower;
+/// batch 1 1-2% faster). Not in the batch-invariant mode, where a row must
+/// be computed the same way whatever the batch.
 pub fn fuses_norm(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> bool {
     let blocks = |w: &CudaWeight| matches!(w.storage, Storage::Quant(_));
-    ws.iter().all(|w| w.cols == x.cols && blocks(w) && uses_gemv(dev, x.rows, x.cols, w.storage))
+    x.rows == 1 && !dev.deterministic && ws.iter().all(|w| w.cols == x.cols && blocks(w) && uses_gemv(dev, 1, x.cols, w.storage))
 }
 
 /// act(x · gate^T) * (x · up^T) in one GEMV launch per 8 input rows, where
