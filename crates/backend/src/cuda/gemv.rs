@@ -68,7 +68,9 @@ pub fn uses_gemv(dev: &Device, n: usize, k: usize, st: Storage) -> bool {
 /// be computed the same way whatever the batch.
 pub fn fuses_norm(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> bool {
     let blocks = |w: &CudaWeight| matches!(w.storage, Storage::Quant(_));
-    x.rows == 1 && !dev.deterministic && ws.iter().all(|w| w.cols == x.cols && blocks(w) && uses_gemv(dev, 1, x.cols, w.storage))
+    x.rows == 1
+        && !dev.deterministic
+        && ws.iter().all(|w| w.cols == x.cols && blocks(w) && uses_gemv(dev, 1, x.cols, w.storage))
 }
 
 /// act(x · gate^T) * (x · up^T) in one GEMV launch per 8 input rows, where
