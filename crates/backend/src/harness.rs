@@ -173,7 +173,7 @@ impl<B: Backend> Harness<'_, B> {
         {
             for dt in [DType::F32, DType::F16, DType::BF16].into_iter().chain(QUANT_TYPES) {
                 let w = raw("w", dt, m, k, self.rng.weight(dt, m, k));
-                let reference = if dt.is_quantized() { dequantized(&w)? } else { w.clone() };
+                let reference = dequantized_or_same(&w)?;
                 let x = self.rng.vec(n * k, 1.0);
                 let (xb, xc) = self.up(&x, n, k)?;
                 let got = self.b.matmul(&xb, &self.b.weight(w)?)?;
@@ -203,7 +203,7 @@ impl<B: Backend> Harness<'_, B> {
             let got = self.b.matmul_many(&xb, [&w0?, &w1?, &w2?])?;
             for (i, (g, w)) in got.iter().zip(&raws).enumerate() {
                 let dt = w.dtype;
-                let reference = if dt.is_quantized() { dequantized(w)? } else { w.clone() };
+                let reference = dequantized_or_same(w)?;
                 let want = self.cpu.matmul(&xc, &self.cpu.weight(reference)?)?;
                 let tol = matmul_tol(dt, dense_f32_tol);
                 self.record(format!("matmul_many {dt} n={n} weight {i}"), g, &want, tol)?;
@@ -225,8 +225,7 @@ impl<B: Backend> Harness<'_, B> {
             let x = self.rng.vec(n * k, 1.0);
             let (xb, xc) = self.up(&x, n, k)?;
             let got = self.b.matmul_glu(&xb, &self.b.weight(g.clone())?, &self.b.weight(u.clone())?, act)?;
-            let deq = |w: RawWeight| if dt.is_quantized() { dequantized(&w) } else { Ok(w) };
-            let (gc, uc) = (self.cpu.weight(deq(g)?)?, self.cpu.weight(deq(u)?)?);
+            let (gc, uc) = (self.cpu.weight(dequantized_or_same(&g)?)?, self.cpu.weight(dequantized_or_same(&u)?)?);
             let want = self.cpu.glu(&self.cpu.matmul(&xc, &gc)?, &self.cpu.matmul(&xc, &uc)?, act)?;
             self.record(format!("matmul_glu {dt} n={n} {act:?}"), &got, &want, matmul_tol(dt, dense_f32_tol))?;
         }
@@ -252,7 +251,7 @@ impl<B: Backend> Harness<'_, B> {
         ] {
             let (m, k) = (97, 256);
             let w = raw("w", dt, m, k, self.rng.weight(dt, m, k));
-            let reference = if dt.is_quantized() { dequantized(&w)? } else { w.clone() };
+            let reference = dequantized_or_same(&w)?;
             let (x, bias) = (self.rng.vec(n * k, 1.0), self.rng.vec(m, 1.0));
             let (xb, xc) = self.up(&x, n, k)?;
             let (bb, bc) = self.up(&bias, 1, m)?;

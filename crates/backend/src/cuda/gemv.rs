@@ -10,7 +10,7 @@
 //! same from the squares of the f32 input they read, which made them slower
 //! than the kernel saved: the input's and the norm's loads filled L1.)
 
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, SyncOnDrop};
 use ferrite_core::{DType, Error, Result};
 
 use super::device::{device_err, elementwise, Device};
@@ -23,15 +23,6 @@ use super::CudaTensor;
 pub struct Norm<'a> {
     pub w: &'a CudaTensor,
     pub eps: f32,
-}
-
-impl Norm<'_> {
-    pub fn check(&self, cols: usize) -> Result<()> {
-        match self.w.rows * self.w.cols == cols {
-            true => Ok(()),
-            false => Err(Error::Shape(format!("norm: {} weights for {cols} columns", self.w.rows * self.w.cols))),
-        }
-    }
 }
 
 /// Where a GEMV's sums go: new outputs, or added to a tensor of the output's
@@ -61,15 +52,17 @@ pub fn uses_gemv(dev: &Device, n: usize, k: usize, st: Storage) -> bool {
 }
 
 /// Whether x times every one of `ws` goes to the block GEMVs with the input
-/// norm fused: one input row (shapes that match). With more rows each warp
+/// norm fused: one input row (shapes that match, a weight of the norm per
+/// column). With more rows each warp
 /// reduces every row's squares after its sums, which lengthened the warps
 /// more than the norm kernel costs (on the H200, Q4_K_M batch 4 13% slower;
 /// batch 1 1-2% faster). Not in the batch-invariant mode, where a row must
 /// be computed the same way whatever the batch.
-pub fn fuses_norm(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> bool {
+pub fn fuses_norm(dev: &Device, x: &CudaTensor, norm: Norm, ws: &[&CudaWeight]) -> bool {
     let blocks = |w: &CudaWeight| matches!(w.storage, Storage::Quant(_));
     x.rows == 1
         && !dev.deterministic
+        && norm.w.rows * norm.w.cols == x.cols
         && ws.iter().all(|w| w.cols == x.cols && blocks(w) && uses_gemv(dev, 1, x.cols, w.storage))
 }
 
@@ -118,12 +111,12 @@ pub fn gemv_glu(
     Ok(Some(CudaTensor::new(y, n, m)))
 }
 
-/// A norm's weights as a kernel argument (0: none), and the guard that keeps
-/// the buffer's events until the launch.
-fn norm_ptr<'a>(dev: &'a Device, norm: Option<Norm<'a>>) -> (u64, Option<impl Drop + 'a>) {
-    match norm {
-        Some(n) => {
-            let (p, g) = n.w.buf.device_ptr(&dev.stream);
+/// An optional buffer as a kernel argument (0: none), and the guard that
+/// keeps its events until the launch.
+fn opt_ptr<'a, T>(dev: &'a Device, b: Option<&'a CudaSlice<T>>) -> (u64, Option<SyncOnDrop<'a>>) {
+    match b {
+        Some(b) => {
+            let (p, g) = b.device_ptr(&dev.stream);
             (p, Some(g))
         }
         None => (0, None),
@@ -170,26 +163,18 @@ fn piece_order(q: DType) -> usize {
 fn quantize_x8(dev: &Device, x: &CudaTensor, kperm: usize, norm: Option<Norm>) -> Result<X8> {
     let len = x.rows * x.cols;
     let groups = (len / 32) as u64;
-    let alloc = |what: &str, e| device_err(&format!("alloc {what}"), e);
+    let alloc = |e| device_err("alloc x8", e);
     // SAFETY: all are fully written by the kernel (k % 32 == 0 for blocks,
     // k % 256 == 0 for k-quants).
-    let xq = unsafe { dev.stream.alloc::<u8>(len.max(1)) }.map_err(|e| alloc("x8", e))?;
-    let meta = unsafe { dev.stream.alloc::<u32>(2 * (len / 32).max(1)) }.map_err(|e| alloc("x8", e))?;
-    let squares = match norm {
-        Some(_) => Some(unsafe { dev.stream.alloc::<f32>((len / 32).max(1)) }.map_err(|e| alloc("x8", e))?),
-        None => None,
-    };
+    let xq = unsafe { dev.stream.alloc::<u8>(len.max(1)) }.map_err(alloc)?;
+    let meta = unsafe { dev.stream.alloc::<u32>(2 * (len / 32).max(1)) }.map_err(alloc)?;
+    let squares = norm.map(|_| unsafe { dev.stream.alloc::<f32>((len / 32).max(1)) }).transpose().map_err(alloc)?;
     let mut out = X8 { xq, meta, squares };
     let _span = super::profile::span(&dev.stream, "  quantize_x8");
     let (kperm, k32) = (kperm as i32, x.cols as u32);
-    let (np, _gn) = norm_ptr(dev, norm);
-    let (sp, _gs) = match out.squares.as_mut() {
-        Some(b) => {
-            let (p, g) = b.device_ptr_mut(&dev.stream);
-            (p, Some(g))
-        }
-        None => (0, None),
-    };
+    let (np, _gn) = opt_ptr(dev, norm.map(|n| &n.w.buf));
+    // (Written by the kernel; one stream orders every use.)
+    let (sp, _gs) = opt_ptr(dev, out.squares.as_ref());
     // One lane per value.
     let mut a = dev.launch("quantize_x8");
     a.arg(&x.buf).arg(&mut out.xq).arg(&mut out.meta).arg(groups).arg(kperm).arg(np).arg(k32).arg(sp);
@@ -218,9 +203,14 @@ pub fn gemv(
 ) -> Result<Vec<CudaTensor>> {
     let (n, k) = (x.rows, x.cols);
     let s = &dev.stream;
-    let (mut ys, add) = match out {
-        GemvOut::New => (ws.iter().map(|w| alloc_out(dev, n, w.rows)).collect::<Result<Vec<_>>>()?, None),
-        GemvOut::Add(y) if ws.len() == 1 => (Vec::new(), Some(y)),
+    let add_flag = matches!(out, GemvOut::Add(_)) as i32;
+    let mut fresh = Vec::new();
+    let targets: Vec<&mut CudaSlice<f32>> = match out {
+        GemvOut::New => {
+            fresh = ws.iter().map(|w| alloc_out(dev, n, w.rows)).collect::<Result<Vec<_>>>()?;
+            fresh.iter_mut().collect()
+        }
+        GemvOut::Add(y) if ws.len() == 1 => vec![y],
         GemvOut::Add(_) => return Err(Error::Shape("matmul_add: one weight at a time".into())),
     };
     // Unused slots repeat the first weight with zero rows.
@@ -228,33 +218,18 @@ pub fn gemv(
     let mut yp = [0u64; 3];
     let mut m = [0u32; 3];
     let mut guards = Vec::new();
-    for (i, w) in ws.iter().enumerate() {
+    for (i, (w, y)) in ws.iter().zip(targets).enumerate() {
         let (p, g) = w.data.device_ptr(s);
-        wp[i] = p;
-        guards.push(g);
-        m[i] = w.rows as u32;
-    }
-    let mut add_guard = None;
-    match add {
-        Some(y) => {
-            let (p, g) = y.device_ptr_mut(s);
-            yp[0] = p;
-            add_guard = Some(g);
-        }
-        None => {
-            for (i, y) in ys.iter_mut().enumerate() {
-                let (p, g) = y.device_ptr_mut(s);
-                yp[i] = p;
-                guards.push(g);
-            }
-        }
+        let (q, h) = y.device_ptr_mut(s);
+        (wp[i], yp[i], m[i]) = (p, q, w.rows as u32);
+        guards.extend([g, h]);
     }
     for i in ws.len()..3 {
         (wp[i], yp[i]) = (wp[0], yp[0]);
     }
     let rows: u32 = m.iter().sum();
     let k32 = k as u32;
-    let (add_flag, eps) = (add_guard.is_some() as i32, norm.map_or(0.0, |n| n.eps));
+    let eps = norm.map_or(0.0, |n| n.eps);
     // Blocks: the input quantized to 8 bits per group of 32 (in piece order
     // for k-quants), with each group's scale and half sums (kernels/quant.cu).
     let quant = match ws[0].storage {
@@ -287,13 +262,8 @@ pub fn gemv(
             Some(q) => {
                 let (xp, g1) = q.xq.device_ptr(s);
                 let (mp, g2) = q.meta.device_ptr(s);
-                let (sp, g3) = match &q.squares {
-                    Some(b) => {
-                        let (p, g) = b.device_ptr(s);
-                        (p + (r0 * (k / 32) * 4) as u64, Some(g))
-                    }
-                    None => (0, None),
-                };
+                let (sp, g3) = opt_ptr(dev, q.squares.as_ref());
+                let sp = if sp == 0 { 0 } else { sp + (r0 * (k / 32) * 4) as u64 };
                 _g = (g1, Some(g2), g3);
                 let row_bytes = ws[0].row_bytes();
                 a.arg(xp + (r0 * k) as u64).arg(mp + (r0 * (k / 32) * 8) as u64).arg(k32).arg(row_bytes);
@@ -316,6 +286,6 @@ pub fn gemv(
         // them); k % 8 == 0 keeps the 16-byte loads aligned.
         a.run(cfg)?;
     }
-    drop((guards, add_guard));
-    Ok(ys.into_iter().zip(ws).map(|(buf, w)| CudaTensor::new(buf, n, w.rows)).collect())
+    drop(guards);
+    Ok(fresh.into_iter().zip(ws).map(|(buf, w)| CudaTensor::new(buf, n, w.rows)).collect())
 }

@@ -436,7 +436,7 @@ impl Backend for CudaBackend {
         ws: [&CudaWeight; N],
     ) -> Result<[CudaTensor; N]> {
         let fused = Norm { w: norm, eps };
-        if !gemv::fuses_norm(&self.dev, x, &ws) || fused.check(x.cols).is_err() {
+        if !gemv::fuses_norm(&self.dev, x, fused, &ws) {
             let h = self.rms_norm(x, norm, eps)?;
             return self.matmul_many(&h, ws);
         }
@@ -455,7 +455,7 @@ impl Backend for CudaBackend {
         act: Activation,
     ) -> Result<CudaTensor> {
         // Blocks: gate and up GEMVs with the norm fused, then `glu`.
-        if gemv::fuses_norm(&self.dev, x, &[gate, up]) {
+        if gemv::fuses_norm(&self.dev, x, Norm { w: norm, eps }, &[gate, up]) {
             let [g, u] = self.norm_matmul_many(x, norm, eps, [gate, up])?;
             return self.glu(&g, &u, act);
         }

@@ -159,11 +159,8 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], norm: Optio
     for w in ws {
         check_cols(x, w)?;
     }
-    if let Some(nm) = norm {
-        nm.check(k)?;
-        if !gemv::fuses_norm(dev, x, ws) {
-            return Err(Error::Shape("a fused input norm needs the block GEMVs".into()));
-        }
+    if norm.is_some_and(|nm| !gemv::fuses_norm(dev, x, nm, ws)) {
+        return Err(Error::Shape("a fused input norm needs the block GEMVs and a weight per column".into()));
     }
     let mut out = Vec::with_capacity(ws.len());
     let mut half_x = None;
@@ -422,6 +419,15 @@ pub(super) struct Gemm {
 }
 
 impl Gemm {
+    /// C's factor: 1 to accumulate, else 0.
+    fn beta(&self) -> f32 {
+        if self.accumulate {
+            1.0
+        } else {
+            0.0
+        }
+    }
+
     /// cuBLASLt where it has an algorithm for the shape, else cublasGemmEx.
     /// Whether the bias was added (not by the fallback: the caller's job).
     ///
@@ -439,8 +445,7 @@ impl Gemm {
                 bias: self.bias.is_some(),
             };
             let stream = dev.stream.cu_stream() as cudarc::cublaslt::sys::cudaStream_t;
-            let beta = self.accumulate as i32 as f32;
-            match lt.gemm(&shape, [self.a.0, self.b.0, self.c.0], self.bias.unwrap_or(0), beta, stream) {
+            match lt.gemm(&shape, [self.a.0, self.b.0, self.c.0], self.bias.unwrap_or(0), self.beta(), stream) {
                 // cublasGemmEx picks its kernel per shape: not batch-invariant.
                 Err(e)
                     if e.0 == cudarc::cublaslt::sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED
@@ -455,7 +460,7 @@ impl Gemm {
                 done => return done.map(|_| self.bias.is_some()).map_err(|e| format!("cuBLASLt: {e:?}")),
             }
         }
-        let (alpha, beta) = (1f32, self.accumulate as i32 as f32);
+        let (alpha, beta) = (1f32, self.beta());
         cudarc::cublas::result::gemm_ex(
             *dev.blas.handle(),
             cublasOperation_t::CUBLAS_OP_T,
