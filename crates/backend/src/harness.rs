@@ -318,6 +318,33 @@ impl<B: Backend> Harness<'_, B> {
             self.cpu.matmul_add(&mut xc, &ac, &self.cpu.weight(dequantized_or_same(&w)?)?)?;
             self.record(format!("matmul_add {dt} n={n}"), &xb, &xc, matmul_tol(dt, dense_f32_tol))?;
         }
+        self.mlp_add(dense_f32_tol)
+    }
+
+    /// A whole MLP added to the residual stream, at decode and prefill sizes
+    /// (GPUs: its inner activations in 16 bits alone where GEMMs read them).
+    fn mlp_add(&mut self, dense_f32_tol: f32) -> Result<()> {
+        let (k, f) = (256, 512);
+        for (n, dt, act) in [
+            (1, DType::BF16, Activation::Silu),
+            (13, DType::BF16, Activation::Silu),
+            (40, DType::BF16, Activation::GeluTanh),
+            (24, DType::F16, Activation::Silu),
+            (1, DType::Q4K, Activation::Silu),
+            (17, DType::Q4K, Activation::Silu),
+        ] {
+            let ws = [("gate", f, k), ("up", f, k), ("down", k, f)]
+                .map(|(name, m, c)| raw(name, dt, m, c, self.rng.weight(dt, m, c)));
+            let (x, nw) = (self.rng.vec(n * k, 3.0), self.rng.vec(k, 1.0));
+            let (mut xb, mut xc) = self.up(&x, n, k)?;
+            let (nb, nc) = self.up(&nw, 1, k)?;
+            let [gb, ub, db] = ws.clone().map(|w| self.b.weight(w));
+            let [gc, uc, dc] = ws.clone().map(|w| dequantized_or_same(&w).and_then(|w| self.cpu.weight(w)));
+            self.b.mlp_add(&mut xb, &nb, 1e-6, &gb?, &ub?, &db?, act)?;
+            self.cpu.mlp_add(&mut xc, &nc, 1e-6, &gc?, &uc?, &dc?, act)?;
+            let tol = if dt.is_quantized() { TOL_X8_TAILED } else { matmul_tol(dt, dense_f32_tol) };
+            self.record(format!("mlp_add {dt} n={n} {act:?}"), &xb, &xc, tol)?;
+        }
         Ok(())
     }
 
@@ -489,20 +516,23 @@ impl<B: Backend> Harness<'_, B> {
     }
 
     fn attention(&mut self) -> Result<()> {
-        for (dtype, window, softcap, hd, heads, kv_heads, long) in [
-            (KvDtype::F16, None, None, 64, 8, 2, false),
-            (KvDtype::F32, Some(5), Some(20.0), 128, 4, 4, false),
-            (KvDtype::F16, Some(300), None, 256, 4, 1, false),
-            (KvDtype::F16, Some(20), Some(30.0), 128, 8, 2, false),
-            // Few decode rows over long contexts: split-K on GPUs.
-            (KvDtype::F16, None, None, 128, 8, 2, true),
-            (KvDtype::F32, Some(700), None, 64, 4, 1, true),
+        // `long`: few decode rows over long contexts; `prefill_only`: no decode rows.
+        for (dtype, window, softcap, hd, heads, kv_heads, long, prefill_only) in [
+            (KvDtype::F16, None, None, 64, 8, 2, false, false),
+            (KvDtype::F32, Some(5), Some(20.0), 128, 4, 4, false, false),
+            (KvDtype::F16, Some(300), None, 256, 4, 1, false, false),
+            (KvDtype::F16, Some(20), Some(30.0), 128, 8, 2, false, false),
+            (KvDtype::F16, None, None, 128, 8, 2, false, true),
+            (KvDtype::F16, Some(30), None, 64, 4, 1, false, true),
+            // Split-K on GPUs.
+            (KvDtype::F16, None, None, 128, 8, 2, true, false),
+            (KvDtype::F32, Some(700), None, 64, 4, 1, true, false),
             // Query heads per KV head: 8, 7 and 1 (every column of the GPU's
             // tensor-core row kernel, a ragged one, and plain multi-head).
-            (KvDtype::F16, None, None, 128, 8, 1, true),
-            (KvDtype::F16, None, None, 64, 4, 2, true),
-            (KvDtype::F16, Some(9), None, 64, 7, 1, false),
-            (KvDtype::F16, None, Some(50.0), 64, 3, 3, false),
+            (KvDtype::F16, None, None, 128, 8, 1, true, false),
+            (KvDtype::F16, None, None, 64, 4, 2, true, false),
+            (KvDtype::F16, Some(9), None, 64, 7, 1, false, false),
+            (KvDtype::F16, None, Some(50.0), 64, 3, 3, false, false),
         ] {
             let bs = 16;
             let spec = KvSpec { n_layers: 2, n_blocks: 120, block_size: bs, kv_dim: kv_heads * hd, dtype };
@@ -515,6 +545,10 @@ impl<B: Backend> Harness<'_, B> {
                 // Over 8 rows: a GPU's split merge writes a 16-bit copy for a GEMM.
                 let short = (0..7).map(|i| (40, 1, (95 + 3 * i..98 + 3 * i).collect()));
                 [(900, 1, (0..57).rev().collect()), (600, 2, (57..95).collect())].into_iter().chain(short).collect()
+            } else if prefill_only {
+                // Prompts alone: on GPUs the flash kernel alone, which may then
+                // write only the 16-bit copy the output projection reads.
+                vec![(0, 100, vec![5, 9, 1, 12, 13, 14, 15]), (20, 37, vec![39, 0, 3, 30])]
             } else {
                 vec![
                     (0, 100, vec![5, 9, 1, 12, 13, 14, 15]),
@@ -578,7 +612,13 @@ impl<B: Backend> Harness<'_, B> {
             self.record(format!("{tag}: k"), &kb, &kc, TOL_F32)?;
             let got = self.b.attention(&qb, &pb, 1, &batch, &p)?;
             let want = self.cpu.attention(&qc, &pc, 1, &batch, &p)?;
-            let ctx = if long { ", 900-token context" } else { "" };
+            let ctx = if long {
+                ", 900-token context"
+            } else if prefill_only {
+                ", prompts only"
+            } else {
+                ""
+            };
             let name = format!(
                 "paged attention {dtype:?} hd={hd} {heads}/{kv_heads} window={window:?} softcap={softcap:?}{ctx}"
             );
@@ -586,12 +626,16 @@ impl<B: Backend> Harness<'_, B> {
             // weights to f16 (tensor cores): the f16 limit applies.
             let tol = if dtype == KvDtype::F16 { TOL_F16 } else { TOL_F32 };
             self.record(name.clone(), &got, &want, tol)?;
-            // The o projection reads the output next (a GPU may hand it attention's 16-bit copy).
+            // The o projection added to a residual stream (a GPU hands it
+            // attention's 16-bit copy, in prefill alone).
             let cols = heads * hd;
             let w = raw("w", DType::BF16, 40, cols, self.rng.weight(DType::BF16, 40, cols));
             let (wb, wc) = (self.b.weight(w.clone())?, self.cpu.weight(w)?);
-            let (got, want) = (self.b.matmul(&got, &wb)?, self.cpu.matmul(&want, &wc)?);
-            self.record(format!("{name}, then a bf16 GEMM"), &got, &want, TOL_BF16)?;
+            let resid = self.rng.vec(n * 40, 2.0);
+            let (mut xb, mut xc) = self.up(&resid, n, 40)?;
+            self.b.attention_project_add(&mut xb, &qb, &pb, 1, &batch, &p, &wb)?;
+            self.cpu.attention_project_add(&mut xc, &qc, &pc, 1, &batch, &p, &wc)?;
+            self.record(format!("{name}, attention_project_add (bf16)"), &xb, &xc, TOL_BF16)?;
             // Encoders: bidirectional over two sequences, banded or not.
             let seqs = if long { [0..1, 1..n] } else { [0..20, 20..n] };
             let enc_window = window.map(|w| w.min(8));
@@ -750,7 +794,10 @@ mod tests {
         let checks = check_backend(&CpuBackend::F32, TOL_F32, &mut |_| {}).unwrap();
         assert!(checks.len() > 40, "{} checks", checks.len());
         for c in &checks {
-            let matmul = c.op.contains("matmul") || c.op.starts_with("linear") || c.op.contains(" GEMV");
+            let matmul = c.op.contains("matmul")
+                || c.op.starts_with("mlp_add")
+                || c.op.starts_with("linear")
+                || c.op.contains(" GEMV");
             let quantized = QUANT_TYPES.iter().any(|t| matmul && c.op.contains(&format!(" {t} ")));
             let limit = if quantized { 0.05 } else { 0.0 };
             assert!(c.rel_err <= limit, "{}: {}", c.op, c.rel_err);

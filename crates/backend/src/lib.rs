@@ -361,6 +361,24 @@ pub trait Backend: Send + Sync {
         let h = self.rms_norm(x, norm, eps)?;
         self.matmul_glu(&h, gate, up, act)
     }
+    /// x += `matmul_glu` of the RMS norm of x's rows, times `down`^T: a
+    /// layer's MLP added to the residual stream. Its inner activations are
+    /// read by the matmuls alone, so a backend may keep them in the matmuls'
+    /// input type only.
+    #[allow(clippy::too_many_arguments)]
+    fn mlp_add(
+        &self,
+        x: &mut Self::Tensor,
+        norm: &Self::Tensor,
+        eps: f32,
+        gate: &Self::Weight,
+        up: &Self::Weight,
+        down: &Self::Weight,
+        act: Activation,
+    ) -> Result<()> {
+        let m = self.norm_matmul_glu(x, norm, eps, gate, up, act)?;
+        self.matmul_add(x, &m, down)
+    }
     /// x · w^T plus `bias` [1, m] on every row.
     fn linear(&self, x: &Self::Tensor, w: &Self::Weight, bias: Option<&Self::Tensor>) -> Result<Self::Tensor> {
         let mut y = self.matmul(x, w)?;
@@ -507,4 +525,21 @@ pub trait Backend: Send + Sync {
         batch: &AttnBatch,
         p: &AttnParams,
     ) -> Result<Self::Tensor>;
+    /// x += `attention`(q) · wo^T: the output projection added to the
+    /// residual stream. The attention output is read by that matmul alone,
+    /// so a backend may keep it in the matmul's input type only.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_project_add(
+        &self,
+        x: &mut Self::Tensor,
+        q: &Self::Tensor,
+        pool: &Self::KvPool,
+        layer: usize,
+        batch: &AttnBatch,
+        p: &AttnParams,
+        wo: &Self::Weight,
+    ) -> Result<()> {
+        let a = self.attention(q, pool, layer, batch, p)?;
+        self.matmul_add(x, &a, wo)
+    }
 }

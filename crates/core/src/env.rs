@@ -2,9 +2,10 @@
 //! (HOME, FERRITE_HOME, the Hugging Face cache variables), point a test at
 //! other fixtures or make it strict (`FERRITE_REQUIRE_NVRTC`), switch on
 //! debugging output (`FERRITE_PROFILE`), or opt into llama.cpp's 8-bit CPU
-//! activations (`FERRITE_CPU_ACTIVATIONS`), or tune the CUDA decode kernels
-//! (`FERRITE_CUDA_PDL`, `FERRITE_CUDA_PREFETCH`); models and kernels never
-//! read the environment themselves.
+//! activations (`FERRITE_CPU_ACTIVATIONS`), or tune the CUDA kernels
+//! (`FERRITE_CUDA_PDL`, `FERRITE_CUDA_PREFETCH`, `FERRITE_CUDA_ROWS_MMA`,
+//! `FERRITE_CUDA_HALF_ONLY`); models and kernels never read the environment
+//! themselves.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -56,6 +57,13 @@ pub fn cuda_pdl() -> bool {
 /// up to 8 query heads per KV head); for comparison.
 pub fn cuda_rows_mma() -> bool {
     var("FERRITE_CUDA_ROWS_MMA").is_none_or(|v| v != "0")
+}
+
+/// `FERRITE_CUDA_HALF_ONLY=0`: CUDA ops whose output only GEMMs read write
+/// it in f32 too (prefill's norms, gated activations and attention); for
+/// comparison.
+pub fn cuda_half_only() -> bool {
+    var("FERRITE_CUDA_HALF_ONLY").is_none_or(|v| v != "0")
 }
 
 /// `FERRITE_CUDA_PREFETCH=<bytes>`: how much of its weight row each CUDA GEMV

@@ -128,8 +128,9 @@ impl<B: Backend> Decoder<B> {
 
     /// One layer on the residual stream `x`: adds its attention and MLP
     /// outputs to it. Each norm of x goes into the matmuls that read it
-    /// (`norm_matmul_*`) and each projection back into x (`matmul_add`), so a
-    /// backend can fuse both with its matmuls.
+    /// (`norm_matmul_*`, `mlp_add`) and each projection back into x
+    /// (`attention_project_add`, `mlp_add`), so a backend can fuse both with
+    /// its matmuls and keep what only the matmuls read in their input type.
     fn layer_forward(&self, l: usize, x: &mut B::Tensor, batch: &ForwardBatch, kv: &mut B::KvPool) -> Result<()> {
         let (b, c, layer) = (&self.backend, &self.cfg, &self.layers[l]);
         let [mut q, mut k, mut v] =
@@ -144,28 +145,28 @@ impl<B: Backend> Decoder<B> {
             k = b.rms_norm(&k, kn, c.norm_eps)?;
         }
         b.rope_write_kv(&mut q, &mut k, &v, &layer.rope, &batch.positions, (kv, l), &batch.attn)?;
-        let a = b.attention(&q, kv, l, &batch.attn, &layer.attn)?;
-        self.project_add(x, &a, &layer.wo, layer.post_attn_norm.as_ref())?;
-        let m = b.norm_matmul_glu(x, &layer.ffn_norm, c.norm_eps, &layer.gate, &layer.up, c.activation)?;
-        self.project_add(x, &m, &layer.down, layer.post_ffw_norm.as_ref())
+        match &layer.post_attn_norm {
+            None => b.attention_project_add(x, &q, kv, l, &batch.attn, &layer.attn, &layer.wo)?,
+            Some(post) => {
+                let a = b.attention(&q, kv, l, &batch.attn, &layer.attn)?;
+                self.post_norm_add(x, &a, &layer.wo, post)?;
+            }
+        }
+        let (gate, up, down, act) = (&layer.gate, &layer.up, &layer.down, c.activation);
+        match &layer.post_ffw_norm {
+            None => b.mlp_add(x, &layer.ffn_norm, c.norm_eps, gate, up, down, act),
+            Some(post) => {
+                let m = b.norm_matmul_glu(x, &layer.ffn_norm, c.norm_eps, gate, up, act)?;
+                self.post_norm_add(x, &m, down, post)
+            }
+        }
     }
 
-    /// x += a · w^T, normed by `post_norm` first where the model has one.
-    fn project_add(
-        &self,
-        x: &mut B::Tensor,
-        a: &B::Tensor,
-        w: &B::Weight,
-        post_norm: Option<&B::Tensor>,
-    ) -> Result<()> {
+    /// x += norm(a · w^T): a projection through Gemma's post-norm.
+    fn post_norm_add(&self, x: &mut B::Tensor, a: &B::Tensor, w: &B::Weight, post: &B::Tensor) -> Result<()> {
         let b = &self.backend;
-        match post_norm {
-            Some(n) => {
-                let y = b.rms_norm(&b.matmul(a, w)?, n, self.cfg.norm_eps)?;
-                b.add(x, &y)
-            }
-            None => b.matmul_add(x, a, w),
-        }
+        let y = b.rms_norm(&b.matmul(a, w)?, post, self.cfg.norm_eps)?;
+        b.add(x, &y)
     }
 }
 

@@ -53,6 +53,9 @@ pub struct Device {
     /// Bytes of its weight row each quantized GEMV warp prefetches into L2
     /// before it waits for its input.
     pub prefetch: u32,
+    /// Ops whose output only GEMMs read may write its 16-bit copy alone
+    /// (`CudaTensor`; off with `FERRITE_CUDA_HALF_ONLY=0`).
+    pub half_only: bool,
     /// Finished splits per (row, KV head) block of a split-K attention
     /// launch, which its last split resets to zero (kernels/attention.cu,
     /// `merge_if_last`); `kv::SPLIT_BLOCKS` of them.
@@ -217,8 +220,10 @@ impl Device {
             }
         }
         // Kernels with more than the default 48 KiB of dynamic shared memory.
-        for (hd, f) in super::kv::ROWS_MMA {
-            let bytes = super::kv::rows_mma_smem(hd) as i32;
+        let flash = super::kv::FLASH_KERNELS.iter().map(|&(f, hd, keys)| (f, super::kv::flash_smem(hd, keys)));
+        let rows = super::kv::ROWS_MMA.iter().map(|&(hd, f)| (f, super::kv::rows_mma_smem(hd)));
+        for (f, bytes) in rows.chain(flash) {
+            let bytes = bytes as i32;
             funcs[f]
                 .set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
                 .map_err(|e| device_err("kernel shared memory", e))?;
@@ -236,6 +241,7 @@ impl Device {
             // Profiling times ops one by one: overlapping them would blur it.
             pdl: major >= 9 && ferrite_core::env::cuda_pdl() && !ferrite_core::env::profiling(),
             prefetch: ferrite_core::env::cuda_prefetch().unwrap_or(DEFAULT_PREFETCH),
+            half_only: ferrite_core::env::cuda_half_only(),
             arch,
             funcs,
         })

@@ -94,7 +94,7 @@ pub fn gemv_glu(
         LaunchConfig { grid_dim: (m.div_ceil(8).max(1) as u32, 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
     let stem = if st == Storage::Bf16 { "bf16" } else { "f16" };
     let (yp, _gy) = y.device_ptr_mut(s);
-    let (xp, _gx) = x.buf.device_ptr(s);
+    let (xp, _gx) = x.f32(dev)?.device_ptr(s);
     let (gp, _gg) = gate.data.device_ptr(s);
     let (up_p, _gu) = up.data.device_ptr(s);
     for r0 in (0..n).step_by(8) {
@@ -172,12 +172,12 @@ fn quantize_x8(dev: &Device, x: &CudaTensor, kperm: usize, norm: Option<Norm>) -
     let mut out = X8 { xq, meta, squares };
     let _span = super::profile::span(&dev.stream, "  quantize_x8");
     let (kperm, k32) = (kperm as i32, x.cols as u32);
-    let (np, _gn) = opt_ptr(dev, norm.map(|n| &n.w.buf));
+    let (np, _gn) = opt_ptr(dev, norm.map(|n| n.w.f32(dev)).transpose()?);
     // (Written by the kernel; one stream orders every use.)
     let (sp, _gs) = opt_ptr(dev, out.squares.as_ref());
     // One lane per value.
     let mut a = dev.launch("quantize_x8");
-    a.arg(&x.buf).arg(&mut out.xq).arg(&mut out.meta).arg(groups).arg(kperm).arg(np).arg(k32).arg(sp);
+    a.arg(x.f32(dev)?).arg(&mut out.xq).arg(&mut out.meta).arg(groups).arg(kperm).arg(np).arg(k32).arg(sp);
     a.run(elementwise(len))?;
     drop((_gn, _gs));
     Ok(out)
@@ -270,7 +270,7 @@ pub fn gemv(
                 a.arg(dev.prefetch).arg(sp).arg(eps).arg(add_flag);
             }
             None => {
-                let (xp, g1) = x.buf.device_ptr(s);
+                let (xp, g1) = x.f32(dev)?.device_ptr(s);
                 _g = (g1, None, None);
                 a.arg(xp + (r0 * k * 4) as u64).arg(k32).arg(add_flag);
             }

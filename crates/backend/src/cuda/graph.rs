@@ -353,7 +353,7 @@ impl Graphs {
             .map_err(|e| device_err("instantiating a graph", e))?
             .ok_or_else(|| Error::Device("graph capture recorded nothing".into()))?;
         graph.launch().map_err(|e| device_err("launching a graph", e))?;
-        let (ptr, _) = logits.buf.device_ptr(&dev.stream);
+        let (ptr, _) = logits.f32(dev)?.device_ptr(&dev.stream);
         let out = (ptr, logits.rows, logits.cols);
         // The captured tensor is the graph's allocation: hand back a copy, as replays do.
         let copy = copy_tensor(dev, &logits)?;
@@ -423,7 +423,7 @@ fn take_output(dev: &Device, (ptr, rows, cols): (sys::CUdeviceptr, usize, usize)
 }
 
 fn copy_tensor(dev: &Device, t: &CudaTensor) -> Result<CudaTensor> {
-    let buf = dev.stream.clone_dtod(&t.buf).map_err(|e| device_err("copying logits", e))?;
+    let buf = dev.stream.clone_dtod(t.f32(dev)?).map_err(|e| device_err("copying logits", e))?;
     Ok(CudaTensor::new(buf, t.rows, t.cols))
 }
 

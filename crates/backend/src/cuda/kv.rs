@@ -7,12 +7,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaSlice, LaunchConfig};
+use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchConfig};
 use ferrite_core::{Error, Result};
 
 use super::device::{device_err, per_row, Device};
 use super::graph::{Field, StepInputs, Words};
-use super::{CudaTensor, HalfCopy};
+use super::tensor::HalfOut;
+use super::CudaTensor;
 use crate::{AttnBatch, AttnParams, KvDtype, KvSpec};
 
 pub enum KvBuf {
@@ -155,7 +156,7 @@ pub fn write_kv(
     macro_rules! go {
         ($f:literal, $kc:expr, $vc:expr) => {{
             // Slots were checked.
-            dev.launch($f).arg(&k.buf).arg(&v.buf).arg(&slots).arg($kc).arg($vc).arg(&kv_dim).run(cfg)
+            dev.launch($f).arg(k.f32(dev)?).arg(v.f32(dev)?).arg(&slots).arg($kc).arg($vc).arg(&kv_dim).run(cfg)
         }};
     }
     let r = match (&mut pool.k[layer], &mut pool.v[layer]) {
@@ -207,18 +208,24 @@ const FLASH_ROWS: usize = 64;
 
 /// Flash tiles (first row, rows; flattened) for sequences with enough new
 /// rows when `flash`, and the rows left to the row kernel: every row once.
-fn partition(spans: &[(usize, usize)], flash: bool) -> (Vec<u32>, Vec<u32>) {
+/// The tiles that see the most keys (`meta`: each row's lo, hi) come first,
+/// so that the blocks that run last are short ones (in causal prefill a
+/// sequence's last tile sees all its keys, its first tile 64).
+fn partition(meta: &[u32], spans: &[(usize, usize)], flash: bool) -> (Vec<u32>, Vec<u32>) {
     let (mut tiles, mut rows) = (Vec::new(), Vec::new());
     for &(start, len) in spans {
         if flash && len >= FLASH_MIN_ROWS {
             for t in (0..len).step_by(FLASH_ROWS) {
-                tiles.extend([(start + t) as u32, (len - t).min(FLASH_ROWS) as u32]);
+                tiles.push([(start + t) as u32, (len - t).min(FLASH_ROWS) as u32]);
             }
         } else {
             rows.extend((start..start + len).map(|r| r as u32));
         }
     }
-    (tiles, rows)
+    // Keys up to the tile's last row's end, from its first row's start.
+    let keys = |&[r0, n]: &[u32; 2]| meta[3 * (r0 + n - 1) as usize + 1].saturating_sub(meta[3 * r0 as usize]);
+    tiles.sort_by_key(|t| std::cmp::Reverse(keys(t)));
+    (tiles.concat(), rows)
 }
 
 /// Keys per split-K block, at least (whole warp tiles of the row kernel);
@@ -276,16 +283,28 @@ struct AttnWords {
     tiles: Words,
     rows: Words,
     nsplit: u32,
-    flash: Option<&'static str>,
+    /// The flash kernel and its shared memory (`flash_kernel`).
+    flash: Option<(&'static str, u32)>,
 }
 
-fn flash_kernel(dev: &Device, k: KvRef, hd: usize) -> Option<&'static str> {
-    match (k, hd) {
-        _ if dev.deterministic => None,
-        (KvRef::F16(_), 64) => Some("flash_f16_64"),
-        (KvRef::F16(_), 128) => Some("flash_f16_128"),
-        _ => None,
+/// The flash kernels (kernels/attention.cu): name, head size, keys staged a
+/// barrier.
+pub const FLASH_KERNELS: [(&str, usize, usize); 2] = [("flash_f16_64", 64, 32), ("flash_f16_128", 128, 32)];
+
+/// Dynamic shared memory of a flash kernel: two buffers of K and V tiles of
+/// `keys` keys, rows padded by 8 values.
+pub fn flash_smem(hd: usize, keys: usize) -> u32 {
+    (2 * 2 * keys * (hd + 8) * 2) as u32
+}
+
+/// The flash kernel for f16 caches of heads of `hd`: its name and shared
+/// memory (none in the batch-invariant mode, whose rows must not depend on
+/// the batch).
+fn flash_kernel(dev: &Device, k: KvRef, hd: usize) -> Option<(&'static str, u32)> {
+    if dev.deterministic || !matches!(k, KvRef::F16(_)) {
+        return None;
     }
+    FLASH_KERNELS.iter().find(|f| f.1 == hd).map(|f| (f.0, flash_smem(hd, f.2)))
 }
 
 /// The tensor-core row kernels (kernels/attention.cu
@@ -315,7 +334,7 @@ pub fn rows_mma_smem(hd: usize) -> u32 {
 fn upload_words(dev: &Device, cache: &MetaCache, a: &mut AttnLaunch, p: &AttnParams) -> Result<AttnWords> {
     let n = a.q.rows;
     let flash = flash_kernel(dev, a.k, p.head_dim);
-    let (tiles, rows) = partition(&a.spans, flash.is_some());
+    let (tiles, rows) = partition(&a.meta, &a.spans, flash.is_some());
     let nsplit = if dev.deterministic { 1 } else { split_count(&a.meta, &rows, a.window, p.n_kv_heads) };
     let n_meta = a.meta.len();
     let (n_tiles, n_rows) = (tiles.len() / 2, rows.len());
@@ -339,7 +358,7 @@ pub fn launch_attention(
     cache: &MetaCache,
     mut a: AttnLaunch,
     p: &AttnParams,
-    half: HalfCopy,
+    half: HalfOut,
 ) -> Result<CudaTensor> {
     if a.q.rows == 0 {
         // SAFETY: nothing is read from an empty tensor.
@@ -351,8 +370,10 @@ pub fn launch_attention(
 }
 
 /// The flash kernel over the tiles and the row kernel (split or not) over the
-/// rows; both write `half`, the output's 16-bit copy, where given.
-fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, mut half: HalfCopy) -> Result<CudaTensor> {
+/// rows; both write `half`, the output's 16-bit copy, where given. With
+/// `half.only` and no rows for the row kernel, the flash kernel writes that
+/// copy alone.
+fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, half: HalfOut) -> Result<CudaTensor> {
     let n = a.q.rows;
     let hd = p.head_dim;
     let s = &dev.stream;
@@ -363,11 +384,21 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, mut 
     let (nh, nkv, hd32, bs) = (p.n_heads as u32, p.n_kv_heads as u32, hd as u32, a.bs as u32);
     let window = a.window.unwrap_or(0) as u32;
     let softcap = p.softcap.unwrap_or(0.0);
+    let (n_tiles, n_rows) = (w.tiles.len() / 2, w.rows.len());
+    let HalfOut { mut half, only } = half;
+    let only = only && half.is_some() && n_rows == 0;
     let (hp, bf16) = super::half_args(s, &mut half);
+    let (out_p, out_g) = match only {
+        true => (0, None),
+        false => {
+            let (p, g) = out.device_ptr_mut(s);
+            (p, Some(g))
+        }
+    };
     macro_rules! go {
         ($f:expr, $cfg:expr, $k:expr, $v:expr, $list:expr, $with_hd:expr $(, $extra:expr)*) => {{
             let mut b = dev.launch($f);
-            b.arg(&a.q.buf).arg($k).arg($v).arg(&mut out).arg(&meta).arg(&tables).arg($list).arg(&nh).arg(&nkv);
+            b.arg(a.q.f32(dev)?).arg($k).arg($v).arg(&out_p).arg(&meta).arg(&tables).arg($list).arg(&nh).arg(&nkv);
             if $with_hd {
                 b.arg(&hd32);
             }
@@ -377,10 +408,11 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, mut 
             b.run($cfg)
         }};
     }
-    let (n_tiles, n_rows) = (w.tiles.len() / 2, w.rows.len());
     if n_tiles > 0 {
-        let cfg = LaunchConfig { grid_dim: (n_tiles as u32, nh, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
-        let f = w.flash.expect("tiles only with a flash kernel");
+        let (f, smem) = w.flash.expect("tiles only with a flash kernel");
+        // A block per (tile, head), the heads of a tile adjacent.
+        let blocks = n_tiles as u32 * nh;
+        let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: smem };
         match (a.k, a.v) {
             (KvRef::F16(k), KvRef::F16(v)) => go!(f, cfg, k, v, &tiles_v, false, &hp, &bf16)?,
             _ => unreachable!("flash kernels read f16 caches"),
@@ -419,9 +451,8 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, mut 
             _ => unreachable!("K and V share a dtype"),
         }
     }
-    let mut t = CudaTensor::new(out, n, a.q.cols);
-    t.half = half;
-    Ok(t)
+    drop(out_g);
+    Ok(CudaTensor::with_half(out, n, a.q.cols, half, only))
 }
 
 /// Paged attention of `q` over one layer of the pool (`kv`: the pool and
@@ -436,7 +467,7 @@ pub fn attention(
     (pool, layer): (&CudaKvPool, usize),
     batch: &AttnBatch,
     p: &AttnParams,
-    half: HalfCopy,
+    half: HalfOut,
 ) -> Result<CudaTensor> {
     check_shapes(q, p, pool.kv_dim)?;
     if layer >= pool.k.len() {
@@ -496,12 +527,19 @@ mod tests {
     #[test]
     fn every_row_goes_to_exactly_one_kernel() {
         let spans = [(0, 150), (150, 1), (151, 15), (166, 16), (182, 64)];
+        // Each sequence's rows see its keys up to their own.
+        let meta: Vec<u32> = spans.iter().flat_map(|&(_, n)| (0..n).flat_map(|r| [0, r as u32 + 1, 0])).collect();
         for flash in [false, true] {
-            let (tiles, rows) = partition(&spans, flash);
+            let (tiles, rows) = partition(&meta, &spans, flash);
             let mut seen = vec![0; 246];
+            let mut last_keys = u32::MAX;
             for t in tiles.chunks(2) {
                 assert!(t[1] as usize <= FLASH_ROWS && t[1] > 0);
                 (t[0]..t[0] + t[1]).for_each(|r| seen[r as usize] += 1);
+                // The tiles with the most keys first.
+                let keys = meta[3 * (t[0] + t[1] - 1) as usize + 1];
+                assert!(keys <= last_keys);
+                last_keys = keys;
             }
             rows.iter().for_each(|&r| seen[r as usize] += 1);
             assert!(seen.iter().all(|&c| c == 1), "flash={flash}");

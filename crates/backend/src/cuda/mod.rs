@@ -13,12 +13,14 @@ mod kv;
 mod launch;
 mod lt;
 pub mod profile;
+mod tensor;
 mod weight;
 
 pub use ceilings::Ceilings;
 pub use compile::{compile, nvrtc_available, MODULES};
 pub use device::{device_count, CudaOptions};
 pub use kv::CudaKvPool;
+pub use tensor::CudaTensor;
 pub use weight::{CudaWeight, Storage};
 
 use std::sync::Arc;
@@ -34,39 +36,7 @@ use device::{device_err, elementwise, per_row, Device};
 use gemv::Norm;
 use graph::{Field, Graphs, Words, MAX_GRAPH_ROWS};
 use kv::{KvBuf, MetaCache, Source};
-
-/// Activations: a row-major f32 matrix in device memory, and where the op
-/// that made it wrote them in 16 bits too, that copy (the input of the GEMM
-/// that reads it next, which then converts nothing). The norms, the
-/// activations and attention write one when a GEMM may read them (more rows
-/// than the GEMV kernel takes). Ops that change the values drop the copy.
-pub struct CudaTensor {
-    buf: CudaSlice<f32>,
-    rows: usize,
-    cols: usize,
-    half: HalfCopy,
-}
-
-impl CudaTensor {
-    fn new(buf: CudaSlice<f32>, rows: usize, cols: usize) -> CudaTensor {
-        CudaTensor { buf, rows, cols, half: None }
-    }
-
-    /// The values, to be changed in place: the 16-bit copy is dropped.
-    fn buf_mut(&mut self) -> &mut CudaSlice<f32> {
-        self.half = None;
-        &mut self.buf
-    }
-}
-
-/// A tensor's 16-bit copy, with its type (see `CudaTensor::half`).
-type HalfCopy = Option<(Storage, CudaSlice<u16>)>;
-
-/// A 16-bit copy's kernel arguments: pointer (0: none) and whether bf16.
-fn half_args(stream: &Arc<cudarc::driver::CudaStream>, half: &mut HalfCopy) -> (u64, i32) {
-    let bf16 = half.as_ref().is_some_and(|h| h.0 == Storage::Bf16) as i32;
-    (half.as_mut().map_or(0, |h| h.1.device_ptr_mut(stream).0), bf16)
-}
+use tensor::{half_args, HalfCopy, HalfOut};
 
 /// Launches kernel `$name` with the given arguments, in the kernel's order.
 macro_rules! launch {
@@ -207,8 +177,20 @@ impl CudaBackend {
             // A residual only comes with rows the warp kernel takes.
             let cfg = per_row(x.rows, x.cols);
             match b {
-                Some(b) => launch!(self, "layer_norm", cfg, &x.buf, &w.buf, &b.buf, &mut out, &cols, &eps),
-                None => launch!(self, "layer_norm", cfg, &x.buf, &w.buf, &null, &mut out, &cols, &eps),
+                Some(b) => launch!(
+                    self,
+                    "layer_norm",
+                    cfg,
+                    x.f32(&self.dev)?,
+                    w.f32(&self.dev)?,
+                    b.f32(&self.dev)?,
+                    &mut out,
+                    &cols,
+                    &eps
+                ),
+                None => {
+                    launch!(self, "layer_norm", cfg, x.f32(&self.dev)?, w.f32(&self.dev)?, &null, &mut out, &cols, &eps)
+                }
             }?;
             return Ok(self.tensor(out, x.rows, x.cols));
         };
@@ -221,14 +203,19 @@ impl CudaBackend {
         let mut half = self.alloc_half(x.rows, x.cols)?;
         let (hp, bf16) = half_args(&self.dev.stream, &mut half);
         let rows = x.rows as u32;
-        let ptr = |t: Option<&CudaTensor>| t.map_or(0, |t| t.buf.device_ptr(&self.dev.stream).0);
-        let (yp, bp) = (ptr(y), ptr(b));
+        let ptr = |t: Option<&CudaTensor>| -> Result<u64> {
+            Ok(match t {
+                Some(t) => t.f32(&self.dev)?.device_ptr(&self.dev.stream).0,
+                None => 0,
+            })
+        };
+        let (yp, bp) = (ptr(y)?, ptr(b)?);
         // The residual's sum is written back into x's buffer (the caller's &mut).
-        let xp = x.buf.device_ptr(&self.dev.stream).0;
+        let xp = x.f32(&self.dev)?.device_ptr(&self.dev.stream).0;
         let name = format!("layer_norm_w{vec}");
-        launch!(self, &name, cfg, &xp, &yp, &w.buf, &bp, &mut out, &hp, &bf16, &rows, &cols, &eps)?;
+        launch!(self, &name, cfg, &xp, &yp, w.f32(&self.dev)?, &bp, &mut out, &hp, &bf16, &rows, &cols, &eps)?;
         let mut t = self.tensor(out, x.rows, x.cols);
-        t.half = half;
+        t.set_half(half);
         Ok(t)
     }
 
@@ -251,16 +238,126 @@ impl CudaBackend {
         (gate, up): (&CudaSlice<G>, &CudaSlice<G>),
         (rows, cols): (usize, usize),
         act: Activation,
+        half_only: bool,
     ) -> Result<CudaTensor> {
         let n = rows * cols;
         let mut out = self.alloc(n)?;
         let mut half = self.alloc_half(rows, cols)?;
+        let only = half_only && half.is_some();
         let (n64, code) = (n as u64, act_code(act));
         let (hp, bf16) = half_args(&self.dev.stream, &mut half);
-        launch!(self, kernel, elementwise(n.div_ceil(per)), gate, up, &mut out, &n64, &code, &hp, &bf16)?;
-        let mut t = self.tensor(out, rows, cols);
-        t.half = half;
-        Ok(t)
+        let op = if only { 0 } else { out.device_ptr_mut(&self.dev.stream).0 };
+        launch!(self, kernel, elementwise(n.div_ceil(per)), gate, up, &op, &n64, &code, &hp, &bf16)?;
+        Ok(CudaTensor::with_half(out, rows, cols, half, only))
+    }
+
+    /// Whether GEMMs reading the 16-bit copy ops write (`half_acts`) are all
+    /// that runs `n` rows times each of `ws`: then that copy alone may be written.
+    fn gemms_read_half(&self, n: usize, ws: &[&CudaWeight]) -> bool {
+        let Some(st) = self.half_acts().filter(|_| self.dev.half_only) else { return false };
+        weight::gemm_rows(&self.dev, n)
+            && ws.iter().all(|w| w.storage == st && !gemv::uses_gemv(&self.dev, n, w.cols, w.storage))
+    }
+
+    /// Paged attention of q over one layer of the pool; `half_only`: only
+    /// GEMMs of the 16-bit type read the output (`gemms_read_half`).
+    fn attention_out(
+        &self,
+        q: &CudaTensor,
+        (pool, layer): (&CudaKvPool, usize),
+        batch: &AttnBatch,
+        p: &AttnParams,
+        half_only: bool,
+    ) -> Result<CudaTensor> {
+        let (kv_blocks, block_size) = (pool.slots / pool.block_size, pool.block_size);
+        self.graphs.note(|l| (l.kv_blocks, l.block_size) = (kv_blocks, block_size));
+        let half = HalfOut { half: self.alloc_half(q.rows, q.cols)?, only: half_only };
+        kv::attention(&self.dev, &self.source(), q, (pool, layer), batch, p, half)
+    }
+
+    /// RMS norm over each group of `w`'s length, its 16-bit copy alone with
+    /// `half_only` (rows for GEMMs only: `gemms_read_half`).
+    fn rms_norm_out(&self, x: &CudaTensor, w: &CudaTensor, eps: f32, half_only: bool) -> Result<CudaTensor> {
+        let _span = profile::span(&self.dev.stream, "rms_norm");
+        let g = w.rows * w.cols;
+        if g == 0 || !x.cols.is_multiple_of(g) {
+            return Err(Error::Shape(format!("rms_norm: {} columns in groups of {g}", x.cols)));
+        }
+        let groups = x.rows * x.cols / g;
+        let mut out = self.alloc(x.rows * x.cols)?;
+        // Per head (QK-norm), the output goes to RoPE, not a GEMM.
+        let mut half = if g == x.cols { self.alloc_half(x.rows, x.cols)? } else { None };
+        let only = half_only && half.is_some();
+        if groups > 0 {
+            let g32 = g as u32;
+            let (hp, bf16) = half_args(&self.dev.stream, &mut half);
+            let op = if only { 0 } else { out.device_ptr_mut(&self.dev.stream).0 };
+            let (xb, wb) = (x.f32(&self.dev)?, w.f32(&self.dev)?);
+            let n4 = g / 4;
+            if g == x.cols && g.is_multiple_of(4) && n4 <= 1024 * 8 {
+                // Whole rows of float4s: kernels/ops.cu `rms_norm4`. Many
+                // rows: four a thread (more rows in flight per SM); decode's
+                // few: one a thread (shortest row).
+                let per = if x.rows > 8 { 4 } else { 1 };
+                let threads = n4.div_ceil(per).clamp(32, 1024).div_ceil(32) as u32 * 32;
+                let cfg =
+                    LaunchConfig { grid_dim: (groups as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
+                launch!(self, "rms_norm4", cfg, xb, wb, &op, &g32, &eps, &hp, &bf16)?;
+            } else {
+                launch!(self, "rms_norm", per_row(groups, g), xb, wb, &op, &g32, &eps, &hp, &bf16)?;
+            }
+        }
+        Ok(CudaTensor::with_half(out, x.rows, x.cols, half, only))
+    }
+
+    /// `norm_matmul_glu`, its output's 16-bit copy alone with `half_only`
+    /// as in `matmul_glu_out`.
+    fn norm_glu_out(
+        &self,
+        x: &CudaTensor,
+        norm: Norm,
+        (gate, up): (&CudaWeight, &CudaWeight),
+        act: Activation,
+        half_only: bool,
+    ) -> Result<CudaTensor> {
+        // Blocks: gate and up GEMVs with the norm fused, then `glu`.
+        if gemv::fuses_norm(&self.dev, x, norm, &[gate, up]) {
+            let [g, u] = self.norm_matmul_many(x, norm.w, norm.eps, [gate, up])?;
+            return self.glu(&g, &u, act);
+        }
+        let h = self.rms_norm_out(x, norm.w, norm.eps, self.gemms_read_half(x.rows, &[gate, up]))?;
+        self.matmul_glu_out(&h, (gate, up), act, half_only)
+    }
+
+    /// `matmul_glu`, its output's 16-bit copy alone with `half_only` where
+    /// the fused GEMMs run (`gemms_read_half` of the matmul that reads it).
+    fn matmul_glu_out(
+        &self,
+        x: &CudaTensor,
+        (gate, up): (&CudaWeight, &CudaWeight),
+        act: Activation,
+        half_only: bool,
+    ) -> Result<CudaTensor> {
+        // Shapes the fused kernel does not take (mismatches included) go to
+        // the matmuls, which check them.
+        let fused = {
+            let _span = profile::span(&self.dev.stream, "matmul_glu");
+            gemv::gemv_glu(&self.dev, x, gate, up, act_code(act))?
+        };
+        if let Some(y) = fused {
+            return Ok(y);
+        }
+        let gate_up = {
+            let _span = profile::span(&self.dev.stream, "matmul_many");
+            weight::gemm_gate_up(&self.dev, x, gate, up)?
+        };
+        let Some([g, u]) = gate_up else {
+            let [g, u] = self.matmul_many(x, [gate, up])?;
+            return self.glu(&g, &u, act);
+        };
+        let _span = profile::span(&self.dev.stream, "glu");
+        // Four values a thread.
+        self.glu_launch("glu_bf16in", 4, (&g, &u), (x.rows, gate.rows), act, half_only)
     }
 
     fn upload_u32(&self, v: Vec<u32>) -> Result<Arc<CudaSlice<u32>>> {
@@ -311,22 +408,22 @@ impl CudaBackend {
         let (pos, freq) = self.rope_inputs(rope, positions)?;
         let pos = pos.view();
         let s = &self.dev.stream;
-        x.half = None;
-        let (p0, _g0) = x.buf.device_ptr_mut(s);
+        let (rows, c0) = (x.rows, x.cols);
+        let (p0, _g0) = x.f32_mut(&self.dev)?.device_ptr_mut(s);
         let mut _g1 = None;
         let (tensors, c1, p1) = match k {
             Some(k) => {
-                k.half = None;
-                let (p, g) = k.buf.device_ptr_mut(s);
+                let c1 = k.cols;
+                let (p, g) = k.f32_mut(&self.dev)?.device_ptr_mut(s);
                 _g1 = Some(g);
-                (2, k.cols, p)
+                (2, c1, p)
             }
-            None => (1, x.cols, p0),
+            None => (1, c0, p0),
         };
-        let widest = x.cols.max(c1);
-        let (c0, c1, hd, inter) = (x.cols as u32, c1 as u32, rope.head_dim as u32, rope.interleaved as i32);
+        let widest = c0.max(c1);
+        let (c0, c1, hd, inter) = (c0 as u32, c1 as u32, rope.head_dim as u32, rope.interleaved as i32);
         let cfg = LaunchConfig {
-            grid_dim: (x.rows as u32, tensors, 1),
+            grid_dim: (rows as u32, tensors, 1),
             block_dim: ((widest / 2).clamp(32, 1024).div_ceil(32) as u32 * 32, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -376,7 +473,7 @@ impl Backend for CudaBackend {
 
     fn to_host(&self, t: &CudaTensor) -> Result<Vec<f32>> {
         let _span = profile::span(&self.dev.stream, "to_host");
-        let mut v = self.dev.stream.clone_dtoh(&t.buf).map_err(|e| device_err("download", e))?;
+        let mut v = self.dev.stream.clone_dtoh(t.f32(&self.dev)?).map_err(|e| device_err("download", e))?;
         v.truncate(t.rows * t.cols);
         Ok(v)
     }
@@ -437,7 +534,7 @@ impl Backend for CudaBackend {
     ) -> Result<[CudaTensor; N]> {
         let fused = Norm { w: norm, eps };
         if !gemv::fuses_norm(&self.dev, x, fused, &ws) {
-            let h = self.rms_norm(x, norm, eps)?;
+            let h = self.rms_norm_out(x, norm, eps, self.gemms_read_half(x.rows, &ws))?;
             return self.matmul_many(&h, ws);
         }
         let _span = profile::span(&self.dev.stream, "norm_matmul_many");
@@ -454,36 +551,25 @@ impl Backend for CudaBackend {
         up: &CudaWeight,
         act: Activation,
     ) -> Result<CudaTensor> {
-        // Blocks: gate and up GEMVs with the norm fused, then `glu`.
-        if gemv::fuses_norm(&self.dev, x, Norm { w: norm, eps }, &[gate, up]) {
-            let [g, u] = self.norm_matmul_many(x, norm, eps, [gate, up])?;
-            return self.glu(&g, &u, act);
-        }
-        let h = self.rms_norm(x, norm, eps)?;
-        self.matmul_glu(&h, gate, up, act)
+        self.norm_glu_out(x, Norm { w: norm, eps }, (gate, up), act, false)
+    }
+
+    fn mlp_add(
+        &self,
+        x: &mut CudaTensor,
+        norm: &CudaTensor,
+        eps: f32,
+        gate: &CudaWeight,
+        up: &CudaWeight,
+        down: &CudaWeight,
+        act: Activation,
+    ) -> Result<()> {
+        let m = self.norm_glu_out(x, Norm { w: norm, eps }, (gate, up), act, self.gemms_read_half(x.rows, &[down]))?;
+        self.matmul_add(x, &m, down)
     }
 
     fn matmul_glu(&self, x: &CudaTensor, gate: &CudaWeight, up: &CudaWeight, act: Activation) -> Result<CudaTensor> {
-        // Shapes the fused kernel does not take (mismatches included) go to
-        // the matmuls, which check them.
-        let fused = {
-            let _span = profile::span(&self.dev.stream, "matmul_glu");
-            gemv::gemv_glu(&self.dev, x, gate, up, act_code(act))?
-        };
-        if let Some(y) = fused {
-            return Ok(y);
-        }
-        let gate_up = {
-            let _span = profile::span(&self.dev.stream, "matmul_many");
-            weight::gemm_gate_up(&self.dev, x, gate, up)?
-        };
-        let Some([g, u]) = gate_up else {
-            let [g, u] = self.matmul_many(x, [gate, up])?;
-            return self.glu(&g, &u, act);
-        };
-        let _span = profile::span(&self.dev.stream, "glu");
-        // Four values a thread.
-        self.glu_launch("glu_bf16in", 4, (&g, &u), (x.rows, gate.rows), act)
+        self.matmul_glu_out(x, (gate, up), act, false)
     }
 
     fn linear(&self, x: &CudaTensor, w: &CudaWeight, bias: Option<&CudaTensor>) -> Result<CudaTensor> {
@@ -512,55 +598,30 @@ impl Backend for CudaBackend {
             return Err(Error::Shape(format!("add_row: {} values for {} columns", v.rows * v.cols, x.cols)));
         }
         let (n, cols) = ((x.rows * x.cols) as u64, x.cols as u32);
-        launch!(self, "add_row", elementwise(n as usize), x.buf_mut(), &v.buf, &n, &cols)
+        launch!(self, "add_row", elementwise(n as usize), x.f32_mut(&self.dev)?, v.f32(&self.dev)?, &n, &cols)
     }
 
     fn add(&self, x: &mut CudaTensor, y: &CudaTensor) -> Result<()> {
         let _span = profile::span(&self.dev.stream, "add");
         same_shape(x, y, "add")?;
         let n = (x.rows * x.cols) as u64;
-        launch!(self, "add", elementwise(n as usize), x.buf_mut(), &y.buf, &n)
+        launch!(self, "add", elementwise(n as usize), x.f32_mut(&self.dev)?, y.f32(&self.dev)?, &n)
     }
 
     fn scale(&self, x: &mut CudaTensor, s: f32) -> Result<()> {
         let _span = profile::span(&self.dev.stream, "scale");
         let n = (x.rows * x.cols) as u64;
-        launch!(self, "scale", elementwise(n as usize), x.buf_mut(), &s, &n)
+        launch!(self, "scale", elementwise(n as usize), x.f32_mut(&self.dev)?, &s, &n)
     }
 
     fn rms_norm(&self, x: &CudaTensor, w: &CudaTensor, eps: f32) -> Result<CudaTensor> {
-        let _span = profile::span(&self.dev.stream, "rms_norm");
-        let g = w.rows * w.cols;
-        if g == 0 || !x.cols.is_multiple_of(g) {
-            return Err(Error::Shape(format!("rms_norm: {} columns in groups of {g}", x.cols)));
-        }
-        let groups = x.rows * x.cols / g;
-        let mut out = self.alloc(x.rows * x.cols)?;
-        // Per head (QK-norm), the output goes to RoPE, not a GEMM.
-        let mut half = if g == x.cols { self.alloc_half(x.rows, x.cols)? } else { None };
-        if groups > 0 {
-            let g32 = g as u32;
-            let (hp, bf16) = half_args(&self.dev.stream, &mut half);
-            let n4 = g / 4;
-            if g == x.cols && g.is_multiple_of(4) && n4 <= 1024 * 8 {
-                // Whole rows of float4s: kernels/ops.cu `rms_norm4`.
-                let threads = n4.min(1024).div_ceil(32) as u32 * 32;
-                let cfg =
-                    LaunchConfig { grid_dim: (groups as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
-                launch!(self, "rms_norm4", cfg, &x.buf, &w.buf, &mut out, &g32, &eps, &hp, &bf16)?;
-            } else {
-                launch!(self, "rms_norm", per_row(groups, g), &x.buf, &w.buf, &mut out, &g32, &eps, &hp, &bf16)?;
-            }
-        }
-        let mut t = self.tensor(out, x.rows, x.cols);
-        t.half = half;
-        Ok(t)
+        self.rms_norm_out(x, w, eps, false)
     }
 
     fn glu(&self, gate: &CudaTensor, up: &CudaTensor, act: Activation) -> Result<CudaTensor> {
         let _span = profile::span(&self.dev.stream, "glu");
         same_shape(gate, up, "glu")?;
-        self.glu_launch("glu", 1, (&gate.buf, &up.buf), (gate.rows, gate.cols), act)
+        self.glu_launch("glu", 1, (gate.f32(&self.dev)?, up.f32(&self.dev)?), (gate.rows, gate.cols), act, false)
     }
 
     fn rope(&self, x: &mut CudaTensor, rope: &Rope, positions: &[u32]) -> Result<()> {
@@ -592,7 +653,8 @@ impl Backend for CudaBackend {
             self.add(x, y)?;
             return self.layer_norm_rows(x, None, w, b, eps);
         }
-        x.half = None;
+        // The kernel writes the sum back into x's f32 values.
+        x.f32_mut(&self.dev)?;
         self.layer_norm_rows(x, Some(y), w, b, eps)
     }
 
@@ -600,18 +662,18 @@ impl Backend for CudaBackend {
         let _span = profile::span(&self.dev.stream, "activate");
         let (n, code) = ((x.rows * x.cols) as u64, act_code(act));
         let Some((st, mut half)) = self.alloc_half(x.rows, x.cols)? else {
-            return launch!(self, "activate", elementwise(n as usize), x.buf_mut(), &n, &code);
+            return launch!(self, "activate", elementwise(n as usize), x.f32_mut(&self.dev)?, &n, &code);
         };
         let bf16 = (st == Storage::Bf16) as i32;
-        launch!(self, "activate_half", elementwise(n as usize), x.buf_mut(), &mut half, &n, &code, &bf16)?;
-        x.half = Some((st, half));
+        launch!(self, "activate_half", elementwise(n as usize), x.f32_mut(&self.dev)?, &mut half, &n, &code, &bf16)?;
+        x.set_half(Some((st, half)));
         Ok(())
     }
 
     fn softcap(&self, x: &mut CudaTensor, cap: f32) -> Result<()> {
         let _span = profile::span(&self.dev.stream, "softcap");
         let n = (x.rows * x.cols) as u64;
-        launch!(self, "softcap", elementwise(n as usize), x.buf_mut(), &cap, &n)
+        launch!(self, "softcap", elementwise(n as usize), x.f32_mut(&self.dev)?, &cap, &n)
     }
 
     fn rows(&self, x: &CudaTensor, rows: &[usize]) -> Result<CudaTensor> {
@@ -624,7 +686,7 @@ impl Backend for CudaBackend {
             let idx = self.words(rows.iter().map(|&r| r as u32).collect())?;
             let idx = idx.view();
             let cols = x.cols as u32;
-            launch!(self, "gather_rows", per_row(rows.len(), x.cols), &x.buf, &idx, &mut out, &cols)?;
+            launch!(self, "gather_rows", per_row(rows.len(), x.cols), x.f32(&self.dev)?, &idx, &mut out, &cols)?;
         }
         Ok(self.tensor(out, rows.len(), x.cols))
     }
@@ -675,7 +737,7 @@ impl Backend for CudaBackend {
         let mut out = unsafe { self.dev.stream.alloc::<u32>(2 * rows.len()) }.map_err(|e| device_err("alloc", e))?;
         let vocab = logits.cols as u32;
         let cfg = LaunchConfig { grid_dim: (rows.len() as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
-        launch!(self, "sample_rows", cfg, logits.buf_mut(), &vocab, &params, &edits, &mut out)?;
+        launch!(self, "sample_rows", cfg, logits.f32_mut(&self.dev)?, &vocab, &params, &edits, &mut out)?;
         let words = self.dev.stream.clone_dtoh(&out).map_err(|e| device_err("download", e))?;
         Ok(Some(words.chunks_exact(2).map(|w| (w[0], f32::from_bits(w[1]))).collect()))
     }
@@ -722,10 +784,24 @@ impl Backend for CudaBackend {
         let mut half = self.alloc_half(q.rows, q.cols)?;
         let (hp, bf16) = half_args(&self.dev.stream, &mut half);
         launch!(
-            self, &name, cfg, &q.buf, &k.buf, &v.buf, &mut out, &hp, &bf16, &tiles, &nh, &nkv, &hd, &window, &p.scale
+            self,
+            &name,
+            cfg,
+            q.f32(&self.dev)?,
+            k.f32(&self.dev)?,
+            v.f32(&self.dev)?,
+            &mut out,
+            &hp,
+            &bf16,
+            &tiles,
+            &nh,
+            &nkv,
+            &hd,
+            &window,
+            &p.scale
         )?;
         let mut t = self.tensor(out, q.rows, q.cols);
-        t.half = half;
+        t.set_half(half);
         Ok(t)
     }
 
@@ -738,7 +814,7 @@ impl Backend for CudaBackend {
             let bounds = bounds.view();
             let (cols, mode) = (x.cols as u32, (how == Reduce::Max) as i32);
             let cfg = per_row(segs.len(), x.cols);
-            launch!(self, "reduce_segments", cfg, &x.buf, &bounds, &mut out, &cols, &mode)?;
+            launch!(self, "reduce_segments", cfg, x.f32(&self.dev)?, &bounds, &mut out, &cols, &mode)?;
         }
         Ok(self.tensor(out, segs.len(), x.cols))
     }
@@ -780,7 +856,6 @@ impl Backend for CudaBackend {
         let (pos, freq) = self.rope_inputs(rope, positions)?;
         let slots = self.step_words(Field::Slots, || batch.slots.iter().map(|&s| s as u32).collect())?;
         let (pos, slots) = (pos.view(), slots.view());
-        (q.half, k.half) = (None, None);
         let (qc, kvd) = (q.cols as u32, pool.kv_dim as u32);
         let (hd, inter) = (rope.head_dim as u32, rope.interleaved as i32);
         let widest = (q.cols / 2).max(pool.kv_dim);
@@ -789,10 +864,26 @@ impl Backend for CudaBackend {
             block_dim: (widest.clamp(32, 1024).div_ceil(32) as u32 * 32, 1, 1),
             shared_mem_bytes: 0,
         };
-        let (qb, kb) = (q.buf_mut(), k.buf_mut());
+        let (qb, kb) = (q.f32_mut(&self.dev)?, k.f32_mut(&self.dev)?);
         macro_rules! go {
             ($name:literal, $kc:expr, $vc:expr) => {
-                launch!(self, $name, cfg, qb, kb, &v.buf, &pos, freq.as_ref(), &slots, $kc, $vc, &qc, &kvd, &hd, &inter)
+                launch!(
+                    self,
+                    $name,
+                    cfg,
+                    qb,
+                    kb,
+                    v.f32(&self.dev)?,
+                    &pos,
+                    freq.as_ref(),
+                    &slots,
+                    $kc,
+                    $vc,
+                    &qc,
+                    &kvd,
+                    &hd,
+                    &inter
+                )
             };
         }
         match (&mut pool.k[layer], &mut pool.v[layer]) {
@@ -813,7 +904,23 @@ impl Backend for CudaBackend {
         let _span = profile::span(&self.dev.stream, "attention");
         let (kv_blocks, block_size) = (pool.slots / pool.block_size, pool.block_size);
         self.graphs.note(|l| (l.kv_blocks, l.block_size) = (kv_blocks, block_size));
-        let half = self.alloc_half(q.rows, q.cols)?;
-        kv::attention(&self.dev, &self.source(), q, (pool, layer), batch, p, half)
+        self.attention_out(q, (pool, layer), batch, p, false)
+    }
+
+    fn attention_project_add(
+        &self,
+        x: &mut CudaTensor,
+        q: &CudaTensor,
+        pool: &CudaKvPool,
+        layer: usize,
+        batch: &AttnBatch,
+        p: &AttnParams,
+        wo: &CudaWeight,
+    ) -> Result<()> {
+        let a = {
+            let _span = profile::span(&self.dev.stream, "attention");
+            self.attention_out(q, (pool, layer), batch, p, self.gemms_read_half(q.rows, &[wo]))?
+        };
+        self.matmul_add(x, &a, wo)
     }
 }

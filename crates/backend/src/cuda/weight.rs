@@ -194,10 +194,10 @@ pub fn matmul_add(dev: &Device, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeig
         )));
     }
     if gemv::uses_gemv(dev, a.rows, a.cols, w.storage) {
-        gemv::gemv(dev, a, &[w], &mut [None, None], None, GemvOut::Add(x.buf_mut()))?;
+        gemv::gemv(dev, a, &[w], &mut [None, None], None, GemvOut::Add(x.f32_mut(dev)?))?;
         return Ok(());
     }
-    gemm_into(dev, a, &mut None, w, x.buf_mut(), true)
+    gemm_into(dev, a, &mut None, w, x.f32_mut(dev)?, true)
 }
 
 /// y (+)= x · w^T on tensor cores (`accumulate`: added to y), x converted to
@@ -248,8 +248,8 @@ impl HalfInput<'_> {
 }
 
 fn half_input<'a>(dev: &Device, x: &'a CudaTensor, half: Storage) -> Result<HalfInput<'a>> {
-    match &x.half {
-        Some((st, buf)) if *st == half => Ok(HalfInput::Kept(buf)),
+    match x.half() {
+        Some((st, buf)) if st == half => Ok(HalfInput::Kept(buf)),
         _ => to_half(dev, x, half).map(HalfInput::Made),
     }
 }
@@ -262,7 +262,7 @@ fn to_half(dev: &Device, x: &CudaTensor, st: Storage) -> Result<CudaSlice<u16>> 
     let mut h = unsafe { dev.stream.alloc::<u16>(len.max(1)) }.map_err(|e| device_err("alloc", e))?;
     let f = if st == Storage::Bf16 { "to_bf16" } else { "to_f16" };
     let len64 = len as u64;
-    dev.launch(f).arg(&x.buf).arg(&mut h).arg(len64).run(elementwise(len))?;
+    dev.launch(f).arg(x.f32(dev)?).arg(&mut h).arg(len64).run(elementwise(len))?;
     Ok(h)
 }
 
@@ -293,9 +293,9 @@ fn gemm(
     let (wp, _g1) = w.data.device_ptr(s);
     let (xp, _g2) = match half_x {
         Some(h) => h.device_ptr(s),
-        None => x.buf.device_ptr(s),
+        None => x.f32(dev)?.device_ptr(s),
     };
-    let bias = bias.map(|b| b.buf.device_ptr(s));
+    let bias = bias.map(|b| b.f32(dev)).transpose()?.map(|b| b.device_ptr(s));
     let t = w.storage.cuda_type();
     // Column-major view: y^T [m, n] = w [k, m]^T · x^T [k, n].
     let bias = bias.as_ref().map(|b| b.0);

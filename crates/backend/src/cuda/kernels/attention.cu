@@ -368,7 +368,6 @@ ROWS_KERNEL(attention_rows_f16_small, 4, 4, u16)
 
 // ---------------------------------------------------------------- flash (prefill)
 
-#define FA_KEYS 32
 #define FA_ROWS 64  // 4 warps x 16 rows
 
 // 16 bytes global -> shared without registers; zeros when !in.
@@ -386,9 +385,10 @@ __device__ __forceinline__ u32 pack_f16(float a, float b) {
 #define LN2 0.6931471805599453f
 
 // Two adjacent outputs (an even index): one 8-byte store, and one 4-byte
-// store of their 16-bit copy.
+// store of their 16-bit copy. A null `out` writes the copy alone (prefill,
+// where only the output projection's GEMM reads it: `CudaTensor`).
 __device__ __forceinline__ void store_pair(float* out, u16* half, int bf16, u64 at, float a, float b) {
-    *(float2*)(out + at) = make_float2(a, b);
+    if (out) *(float2*)(out + at) = make_float2(a, b);
     if (half) *(u32*)(half + at) = (u32)f32_to_half(a, bf16) | ((u32)f32_to_half(b, bf16) << 16);
 }
 
@@ -405,15 +405,28 @@ __device__ __forceinline__ void mma_f16(float* c, const u32* a, u32 b0, u32 b1) 
 // Lane layout of m16n8k16: g = lane / 4 picks rows g and g + 8 (A, C) or
 // column g (B); t = lane % 4 picks the pairs of k (or C columns) 2t, 2t+1 and
 // 2t+8, 2t+9.
-template <int HD>
+//
+// Blocks take (tile, head) pairs in the order of the host's tile list, the
+// heads of a tile next to each other (they share its keys through L2); the
+// host lists the tiles with the most keys first, so that the last blocks to
+// run are short ones. KEYS keys (a multiple of 32) are staged a barrier and
+// scored in sub-tiles of 32 (the registers of a 32-key tile). Each thread
+// stages the same column chunk of KEYS * HD / 8 / 128 keys, whose
+// block-table entries it loads a tile ahead (`tb`), so no warp waits on them
+// (this and the order: prefill 8 x 2,048 +2-3%).
+template <int HD, int KEYS>
 __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta,
                            const u32* tables, const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 bs, u32 window,
                            float scale, float softcap, u16* half, int bf16) {
-    // Two buffers: the next K/V tile streams in (cp.async) while this one is used.
-    __shared__ __align__(16) u16 Ks[2][FA_KEYS][HD + 8];
-    __shared__ __align__(16) u16 Vs[2][FA_KEYS][HD + 8];
-    const u32 head = blockIdx.y;
-    const u32 row0 = tiles[2 * blockIdx.x], nrows = tiles[2 * blockIdx.x + 1];
+    constexpr int CH = HD / 8;               // 16-byte chunks per key
+    constexpr int PASS_KEYS = 128 / CH;      // keys one pass of the block stages
+    constexpr int PASSES = KEYS / PASS_KEYS; // passes per tile (table entries a thread keeps)
+    constexpr int STRIDE = HD + 8;           // u16 per staged key (padding: no bank conflicts)
+    extern __shared__ __align__(16) u16 fa_smem[];
+    u16* Ks = fa_smem;                       // [2][KEYS][STRIDE]
+    u16* Vs = fa_smem + 2 * KEYS * STRIDE;   // [2][KEYS][STRIDE]
+    const u32 head = blockIdx.x % n_heads, tile = blockIdx.x / n_heads;
+    const u32 row0 = tiles[2 * tile], nrows = tiles[2 * tile + 1];
     const u32 kvh = head / (n_heads / n_kv_heads);
     const u64 kv_dim = (u64)n_kv_heads * HD, q_stride = (u64)n_heads * HD;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -455,60 +468,85 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
         in_lo = max(in_lo, __shfl_xor_sync(0xffffffffu, in_lo, o));
         in_hi = min(in_hi, __shfl_xor_sync(0xffffffffu, in_hi, o));
     }
-    // Stages the K/V tile at key j0 into buffer `buf`; keys past khi read as zeros.
+    // This thread's chunk of each key it stages: key (threadIdx.x / CH) + p * PASS_KEYS of a tile.
+    const u32 my_key = threadIdx.x / CH, my_ch = threadIdx.x % CH;
+    // Block-table entries of this thread's keys of the tile at key j0 (bs > 0).
+    u32 tb[PASSES];
+    auto fetch = [&](u32 j0) {
+#pragma unroll
+        for (int p = 0; p < PASSES; p++) {
+            const u32 j = min(j0 + my_key + p * PASS_KEYS, khi - 1);
+            tb[p] = bs ? tables[toff + (shift >= 0 ? j >> shift : j / bs)] : 0u;
+        }
+    };
+    // Stages the K/V tile at key j0 (its entries in tb) into buffer `buf`;
+    // keys past khi read as zeros.
     auto stage = [&](u32 j0, int buf) {
-        for (u32 c = threadIdx.x; c < FA_KEYS * (HD / 8); c += blockDim.x) {
-            const u32 kj = c / (HD / 8), ch = c % (HD / 8), j = j0 + kj;
+#pragma unroll
+        for (int p = 0; p < PASSES; p++) {
+            const u32 kj = my_key + p * PASS_KEYS, j = j0 + kj;
             const bool in = j < khi;
-            const u64 base = in ? key_slot2(tables, toff, bs, shift, j) * kv_dim + (u64)kvh * HD + ch * 8 : 0;
-            cp_async16(&Ks[buf][kj][ch * 8], kc + base, in);
-            cp_async16(&Vs[buf][kj][ch * 8], vc + base, in);
+            const u64 slot = !bs ? (u64)j : shift >= 0 ? ((u64)tb[p] << shift) + (j & (bs - 1)) : (u64)tb[p] * bs + j % bs;
+            const u64 base = in ? slot * kv_dim + (u64)kvh * HD + my_ch * 8 : 0;
+            const u32 at = (buf * KEYS + kj) * STRIDE + my_ch * 8;
+            cp_async16(Ks + at, kc + base, in);
+            cp_async16(Vs + at, vc + base, in);
         }
         asm volatile("cp.async.commit_group;");
     };
+    fetch(klo);
     stage(klo, 0);
+    fetch(klo + KEYS);
     int buf = 0;
-    for (u32 j0 = klo; j0 < khi; j0 += FA_KEYS, buf ^= 1) {
-        if (j0 + FA_KEYS < khi) stage(j0 + FA_KEYS, buf ^ 1);
-        else asm volatile("cp.async.commit_group;");
+    for (u32 j0 = klo; j0 < khi; j0 += KEYS, buf ^= 1) {
+        if (j0 + KEYS < khi) {
+            stage(j0 + KEYS, buf ^ 1);
+            fetch(j0 + 2 * KEYS);
+        } else {
+            asm volatile("cp.async.commit_group;");
+        }
         asm volatile("cp.async.wait_group 1;");
         __syncthreads();
         // Every warp reaches the barrier below, working or not.
-        if (j0 < w_hi && j0 + FA_KEYS > w_lo) {
-            float s[FA_KEYS / 8][4];
 #pragma unroll
-            for (int n = 0; n < FA_KEYS / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+        for (int sub = 0; sub < KEYS / 32; sub++) {
+            const u32 s0 = j0 + sub * 32;
+            if (!(s0 < w_hi && s0 + 32 > w_lo)) continue;
+            const u16* Kt = Ks + (buf * KEYS + sub * 32) * STRIDE;
+            const u16* Vt = Vs + (buf * KEYS + sub * 32) * STRIDE;
+            float s[4][4];
+#pragma unroll
+            for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
             // k-steps outside, key groups inside: consecutive MMAs are independent.
 #pragma unroll
             for (int ks = 0; ks < HD / 16; ks += 2) {
-                u32 b[FA_KEYS / 8][4];
+                u32 b[4][4];
 #pragma unroll
-                for (int n = 0; n < FA_KEYS / 8; n++) {
+                for (int n = 0; n < 4; n++) {
                     // ldmatrix: lanes 8i..8i+7 address keys n*8.. at column (ks*16 + 8i):
                     // B fragments (b0, b1) of k-steps ks and ks + 1.
-                    const u32 addr =
-                        (u32)__cvta_generic_to_shared(&Ks[buf][n * 8 + (lane & 7)][ks * 16 + (lane >> 3) * 8]);
+                    const u32 addr = (u32)__cvta_generic_to_shared(Kt + (n * 8 + (lane & 7)) * STRIDE + ks * 16 + (lane >> 3) * 8);
                     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
                                  : "=r"(b[n][0]), "=r"(b[n][1]), "=r"(b[n][2]), "=r"(b[n][3])
                                  : "r"(addr));
                 }
 #pragma unroll
-                for (int n = 0; n < FA_KEYS / 8; n++) mma_f16(s[n], qf[ks], b[n][0], b[n][1]);
+                for (int n = 0; n < 4; n++) mma_f16(s[n], qf[ks], b[n][0], b[n][1]);
 #pragma unroll
-                for (int n = 0; n < FA_KEYS / 8; n++) mma_f16(s[n], qf[ks + 1], b[n][2], b[n][3]);
+                for (int n = 0; n < 4; n++) mma_f16(s[n], qf[ks + 1], b[n][2], b[n][3]);
             }
             if (softcap > 0.f) {
 #pragma unroll
-                for (int n = 0; n < FA_KEYS / 8; n++)
+                for (int n = 0; n < 4; n++)
 #pragma unroll
                     for (int i = 0; i < 4; i++) s[n][i] = softcap * tanhf(s[n][i] / softcap) * LOG2E;
             }
-            if (j0 < in_lo || j0 + FA_KEYS > in_hi) {
+            if (s0 < in_lo || s0 + 32 > in_hi) {
 #pragma unroll
-                for (int n = 0; n < FA_KEYS / 8; n++) {
+                for (int n = 0; n < 4; n++) {
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
-                        const u32 key = j0 + n * 8 + 2 * t + (i & 1);
+                        const u32 key = s0 + n * 8 + 2 * t + (i & 1);
                         const bool ok = i < 2 ? (key >= lo_a && key < hi_a) : (key >= lo_b && key < hi_b);
                         if (!ok) s[n][i] = -INFINITY;
                     }
@@ -516,7 +554,7 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
             }
             float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
-            for (int n = 0; n < FA_KEYS / 8; n++) {
+            for (int n = 0; n < 4; n++) {
                 mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
                 mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
             }
@@ -532,7 +570,7 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
             const bool rescale = __any_sync(0xffffffffu, c_a != 1.f || c_b != 1.f);
             float sum_a = 0.f, sum_b = 0.f;
 #pragma unroll
-            for (int n = 0; n < FA_KEYS / 8; n++) {
+            for (int n = 0; n < 4; n++) {
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const float nm = i < 2 ? nm_a : nm_b;
@@ -560,7 +598,7 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
                 }
             }
 #pragma unroll
-            for (int kk = 0; kk < FA_KEYS / 16; kk++) {
+            for (int kk = 0; kk < 2; kk++) {
                 u32 a[4];
                 a[0] = pack_f16(s[2 * kk][0], s[2 * kk][1]);
                 a[1] = pack_f16(s[2 * kk][2], s[2 * kk][3]);
@@ -572,7 +610,7 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
                 const int key = kk * 16 + (lane & 15);
 #pragma unroll
                 for (int n = 0; n < HD / 8; n += 2) {
-                    const u32 addr = (u32)__cvta_generic_to_shared(&Vs[buf][key][n * 8 + (lane >> 4) * 8]);
+                    const u32 addr = (u32)__cvta_generic_to_shared(Vt + key * STRIDE + n * 8 + (lane >> 4) * 8);
                     u32 b0, b1, b2, b3;
                     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
                                  : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
@@ -597,21 +635,24 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
     }
 }
 
-#define FLASH_KERNEL(HD, MINB)                                                                                  \
+// Dynamic shared memory: two buffers of K and V, KEYS keys of HD + 8 halves
+// (`kv::flash_smem` on the host).
+#define FLASH_KERNEL(NAME, HD, KEYS, MINB)                                                                      \
     extern "C" __global__ void __launch_bounds__(128, MINB)                                                     \
-        flash_f16_##HD(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta,               \
-                       const u32* tables, const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 bs, u32 window,    \
-                       float scale, float softcap, u16* half, int bf16) {                                       \
+        NAME(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta, const u32* tables,      \
+             const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 bs, u32 window, float scale, float softcap,     \
+             u16* half, int bf16) {                                                                             \
         pdl_trigger();                                                                                          \
         pdl_wait();                                                                                             \
-        flash_body<HD>(q, kc, vc, out, meta, tables, tiles, n_heads, n_kv_heads, bs, window, scale, softcap, half, \
-                       bf16);                                                                                   \
+        flash_body<HD, KEYS>(q, kc, vc, out, meta, tables, tiles, n_heads, n_kv_heads, bs, window, scale,       \
+                             softcap, half, bf16);                                                              \
     }
-// hd 128 at three blocks an SM (at most 168 registers; the few bytes it
-// spills cost less than the third block gains: attention 64 ms against 80
-// ms with two blocks, 68 ms with four, prefill 8 x 2,048 of Llama 3 8B).
-FLASH_KERNEL(64, 1)
-FLASH_KERNEL(128, 3)
+// hd 128 at three blocks an SM (at most 168 registers: attention 64 ms
+// against 80 ms with two blocks, 68 ms with four, prefill 8 x 2,048 of
+// Llama 3 8B). 64 keys a barrier (the same registers) measured no faster:
+// prefill 40,105 and 39,841 tok/s against 40,048 and 40,149 with 32.
+FLASH_KERNEL(flash_f16_64, 64, 32, 1)
+FLASH_KERNEL(flash_f16_128, 128, 32, 3)
 
 // ---------------------------------------------------------------- rows on tensor cores (decode)
 //

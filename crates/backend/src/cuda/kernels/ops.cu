@@ -14,6 +14,15 @@ extern "C" __global__ void to_f16(const float* x, u16* y, u64 n) {
         y[i] = f32_to_f16(x[i]);
 }
 
+// f32 values of a 16-bit copy (bf16 when `bf16`, else f16): for an op that
+// reads f32 from a tensor whose maker wrote only its 16-bit copy.
+extern "C" __global__ void from_half(const u16* h, float* y, u64 n, int bf16) {
+    pdl_trigger();
+    pdl_wait();
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x)
+        y[i] = bf16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
+}
+
 extern "C" __global__ void add(float* x, const float* y, u64 n) {
     pdl_trigger();
     pdl_wait();
@@ -74,7 +83,8 @@ extern "C" __global__ void glu(const float* gate, const float* up, float* out, u
 }
 
 // glu from bf16 gate and up, as a GEMM wrote them (half the bytes of f32);
-// four values a thread, the last n % 4 one each.
+// four values a thread, the last n % 4 one each. A null `out` writes the
+// 16-bit copy alone, where only GEMMs read the result (`CudaTensor`).
 extern "C" __global__ void glu_bf16in(const u16* gate, const u16* up, float* out, u64 n, int act, u16* half,
                                       int bf16) {
     pdl_trigger();
@@ -89,7 +99,7 @@ extern "C" __global__ void glu_bf16in(const u16* gate, const u16* up, float* out
             const u32 sh = 16 * (j & 1);
             y[j] = act_fn(bf16_to_f32((u16)(gw[j / 2] >> sh)), act) * bf16_to_f32((u16)(uw[j / 2] >> sh));
         }
-        ((float4*)out)[i] = make_float4(y[0], y[1], y[2], y[3]);
+        if (out) ((float4*)out)[i] = make_float4(y[0], y[1], y[2], y[3]);
         if (half) {
             const u32 lo = (u32)f32_to_half(y[0], bf16) | ((u32)f32_to_half(y[1], bf16) << 16);
             const u32 hi = (u32)f32_to_half(y[2], bf16) | ((u32)f32_to_half(y[3], bf16) << 16);
@@ -98,13 +108,13 @@ extern "C" __global__ void glu_bf16in(const u16* gate, const u16* up, float* out
     }
     for (u64 i = n / 4 * 4 + t; i < n; i += stride) {
         const float y = act_fn(bf16_to_f32(gate[i]), act) * bf16_to_f32(up[i]);
-        out[i] = y;
+        if (out) out[i] = y;
         if (half) half[i] = f32_to_half(y, bf16);
     }
 }
 
 // One block per group of `g` values (a row, or one head of a row); `half`
-// as in glu.
+// as in glu, and a null `out` as in glu_bf16in.
 extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, u32 g, float eps, u16* half,
                                     int bf16) {
     pdl_trigger();
@@ -116,7 +126,7 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* out, 
     const float r = rsqrtf(block_sum(ss) / g + eps);
     for (u32 i = threadIdx.x; i < g; i += blockDim.x) {
         const float y = xi[i] * r * w[i];
-        oi[i] = y;
+        if (out) oi[i] = y;
         if (half) half[(u64)blockIdx.x * g + i] = f32_to_half(y, bf16);
     }
 }
@@ -349,7 +359,7 @@ extern "C" __global__ void write_kv_f16(const float* k, const float* v, const u3
 
 // rms_norm over whole rows of whole float4s, up to NORM_VEC per thread: every
 // load of the row is issued at once, the sum taken, then the row written
-// from registers. `half` as in glu.
+// from registers. `half` as in glu, and a null `out` as in glu_bf16in.
 #define NORM_VEC 8
 extern "C" __global__ void __launch_bounds__(1024)
     rms_norm4(const float* x, const float* w, float* out, u32 cols, float eps, u16* half, int bf16) {
@@ -376,7 +386,7 @@ extern "C" __global__ void __launch_bounds__(1024)
         if (i < n4) {
             const float4 g = wi[i];
             const float4 t = make_float4(v[j].x * r * g.x, v[j].y * r * g.y, v[j].z * r * g.z, v[j].w * r * g.w);
-            oi[i] = t;
+            if (out) oi[i] = t;
             if (half) {
                 const u32 lo = f32_to_half(t.x, bf16) | ((u32)f32_to_half(t.y, bf16) << 16);
                 const u32 hi = f32_to_half(t.z, bf16) | ((u32)f32_to_half(t.w, bf16) << 16);
