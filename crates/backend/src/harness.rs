@@ -649,6 +649,56 @@ impl<B: Backend> Harness<'_, B> {
 
     /// Encoder shapes: many short sequences and ones longer than a GPU tile
     /// (64 rows), banded or not, and a head size that is not a multiple of 4.
+    /// A decoder layer's attention inputs in one op (`norm_qkv_rope_kv`),
+    /// then attention and its projection, for prompts (GPUs: q, k and v in
+    /// bf16 alone) and for decode rows.
+    fn attention_inputs(&mut self) -> Result<()> {
+        let (c, hd, heads, kv_heads, bs) = (256, 64, 4, 2, 16);
+        // q and k entries are sums of 256 products of unit-sized factors:
+        // scores of order one at this scale (at 1/8, a softmax so sharp that
+        // bf16 rounding of q and k moved the output by 2-7%).
+        let scale = 1.0 / 512.0;
+        let p = AttnParams { n_heads: heads, n_kv_heads: kv_heads, head_dim: hd, scale, window: None, softcap: None };
+        let inv_freq = (0..hd / 2).map(|i| 10000f32.powf(-((2 * i) as f32) / hd as f32)).collect();
+        let rope = Rope { head_dim: hd, inv_freq, interleaved: false };
+        for lens in [vec![100usize, 37], vec![1, 1, 1]] {
+            let spec = KvSpec { n_layers: 1, n_blocks: 16, block_size: bs, kv_dim: kv_heads * hd, dtype: KvDtype::F16 };
+            let (mut pb, mut pc) = (self.b.kv_pool(spec)?, self.cpu.kv_pool(spec)?);
+            let (mut seqs, mut slots, mut positions) = (Vec::new(), Vec::new(), Vec::new());
+            let (mut start, mut block) = (0, 0u32);
+            for &len in &lens {
+                let table: Vec<u32> = (block..block + len.div_ceil(bs) as u32).collect();
+                block += table.len() as u32;
+                for t in 0..len {
+                    slots.push(table[t / bs] as usize * bs + t % bs);
+                    positions.push(t as u32);
+                }
+                seqs.push(SeqSlice { q_start: start, q_len: len, ctx_len: len, block_table: table });
+                start += len;
+            }
+            let (batch, n) = (AttnBatch { seqs, block_size: bs, slots }, start);
+            let (x, g) = (self.rng.vec(n * c, 3.0), self.rng.vec(c, 1.0));
+            let ((xb, xc), (gb, gc)) = (self.up(&x, n, c)?, self.up(&g, 1, c)?);
+            let ws = [("q", heads * hd), ("k", kv_heads * hd), ("v", kv_heads * hd), ("o", c)]
+                .map(|(name, m)| (name, m, if name == "o" { heads * hd } else { c }))
+                .map(|(name, m, k)| raw(name, DType::BF16, m, k, self.rng.weight(DType::BF16, m, k)));
+            let [qw, kw, vw, ow] = ws.clone().map(|w| self.b.weight(w));
+            let [qc_w, kc_w, vc_w, oc_w] = ws.map(|w| self.cpu.weight(w));
+            let (qw, kw, vw, ow) = (qw?, kw?, vw?, ow?);
+            let (qc_w, kc_w, vc_w, oc_w) = (qc_w?, kc_w?, vc_w?, oc_w?);
+            let (pos, b) = (&positions, &batch);
+            let qb = self.b.norm_qkv_rope_kv(&xb, (&gb, 1e-6), [&qw, &kw, &vw], &rope, pos, (&mut pb, 0), b)?;
+            let qc = self.cpu.norm_qkv_rope_kv(&xc, (&gc, 1e-6), [&qc_w, &kc_w, &vc_w], &rope, pos, (&mut pc, 0), b)?;
+            // Attention first: it reads q as the op left it (to_host reads f32).
+            let ((mut rb, mut rc), tag) = (self.up(&x, n, c)?, format!("norm_qkv_rope_kv bf16, {n} rows"));
+            self.b.attention_project_add(&mut rb, &qb, &pb, 0, b, &p, &ow)?;
+            self.cpu.attention_project_add(&mut rc, &qc, &pc, 0, b, &p, &oc_w)?;
+            self.record(format!("{tag}, then attention_project_add"), &rb, &rc, TOL_BF16)?;
+            self.record(format!("{tag}: q"), &qb, &qc, TOL_BF16)?;
+        }
+        Ok(())
+    }
+
     fn encoder_attention(&mut self) -> Result<()> {
         let mixed = [0..5, 5..70, 70..71, 71..200];
         for (hd, heads, kv_heads, window, seqs) in [
@@ -776,6 +826,7 @@ pub fn check_backend<B: Backend>(b: &B, dense_f32_tol: f32, report: &mut dyn FnM
     h.rowwise()?;
     h.embeddings(dense_f32_tol)?;
     h.attention()?;
+    h.attention_inputs()?;
     h.gemm_after_ops()?;
     if b.samples_on_device() {
         h.sampling()?;

@@ -516,6 +516,25 @@ pub trait Backend: Send + Sync {
         self.rope_qk(q, k, rope, positions)?;
         self.write_kv(pool, layer, k, v, batch)
     }
+    /// A layer's attention inputs: q, k and v projected from x's RMS norm
+    /// (`norm_matmul_many`), then `rope_write_kv`; returns q. Its q, k and v
+    /// are read by RoPE and attention alone, so a backend may keep them in
+    /// 16 bits (where the model adds no bias and norms no head between).
+    #[allow(clippy::too_many_arguments)]
+    fn norm_qkv_rope_kv(
+        &self,
+        x: &Self::Tensor,
+        (norm, eps): (&Self::Tensor, f32),
+        wqkv: [&Self::Weight; 3],
+        rope: &Rope,
+        positions: &[u32],
+        kv: (&mut Self::KvPool, usize),
+        batch: &AttnBatch,
+    ) -> Result<Self::Tensor> {
+        let [mut q, mut k, v] = self.norm_matmul_many(x, norm, eps, wqkv)?;
+        self.rope_write_kv(&mut q, &mut k, &v, rope, positions, kv, batch)?;
+        Ok(q)
+    }
     /// Causal attention of q [n, n_heads * head_dim] over each sequence's cached keys.
     fn attention(
         &self,

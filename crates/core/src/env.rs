@@ -4,7 +4,7 @@
 //! debugging output (`FERRITE_PROFILE`), or opt into llama.cpp's 8-bit CPU
 //! activations (`FERRITE_CPU_ACTIVATIONS`), or tune the CUDA kernels
 //! (`FERRITE_CUDA_PDL`, `FERRITE_CUDA_PREFETCH`, `FERRITE_CUDA_ROWS_MMA`,
-//! `FERRITE_CUDA_HALF_ONLY`); models and kernels never read the environment
+//! `FERRITE_CUDA_HALF_ONLY`, `FERRITE_CUDA_GEMM_TUNE`); models and kernels never read the environment
 //! themselves.
 
 use std::ffi::OsString;
@@ -64,6 +64,13 @@ pub fn cuda_rows_mma() -> bool {
 /// comparison.
 pub fn cuda_half_only() -> bool {
     var("FERRITE_CUDA_HALF_ONLY").is_none_or(|v| v != "0")
+}
+
+/// `FERRITE_CUDA_GEMM_TUNE=0`: prefill-sized CUDA GEMMs take cuBLASLt's
+/// heuristic's first algorithm instead of the fastest of its first few,
+/// timed; for comparison.
+pub fn cuda_gemm_tune() -> bool {
+    var("FERRITE_CUDA_GEMM_TUNE").is_none_or(|v| v != "0")
 }
 
 /// `FERRITE_CUDA_PREFETCH=<bytes>`: how much of its weight row each CUDA GEMV

@@ -133,18 +133,23 @@ impl<B: Backend> Decoder<B> {
     /// its matmuls and keep what only the matmuls read in their input type.
     fn layer_forward(&self, l: usize, x: &mut B::Tensor, batch: &ForwardBatch, kv: &mut B::KvPool) -> Result<()> {
         let (b, c, layer) = (&self.backend, &self.cfg, &self.layers[l]);
-        let [mut q, mut k, mut v] =
-            b.norm_matmul_many(x, &layer.attn_norm, c.norm_eps, [&layer.wq, &layer.wk, &layer.wv])?;
-        if let Some([bq, bk, bv]) = &layer.bias {
-            b.add_row(&mut q, bq)?;
-            b.add_row(&mut k, bk)?;
-            b.add_row(&mut v, bv)?;
-        }
-        if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-            q = b.rms_norm(&q, qn, c.norm_eps)?;
-            k = b.rms_norm(&k, kn, c.norm_eps)?;
-        }
-        b.rope_write_kv(&mut q, &mut k, &v, &layer.rope, &batch.positions, (kv, l), &batch.attn)?;
+        let (norm, wqkv) = ((&layer.attn_norm, c.norm_eps), [&layer.wq, &layer.wk, &layer.wv]);
+        let q = if layer.bias.is_none() && layer.q_norm.is_none() {
+            b.norm_qkv_rope_kv(x, norm, wqkv, &layer.rope, &batch.positions, (kv, l), &batch.attn)?
+        } else {
+            let [mut q, mut k, mut v] = b.norm_matmul_many(x, norm.0, norm.1, wqkv)?;
+            if let Some([bq, bk, bv]) = &layer.bias {
+                b.add_row(&mut q, bq)?;
+                b.add_row(&mut k, bk)?;
+                b.add_row(&mut v, bv)?;
+            }
+            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                q = b.rms_norm(&q, qn, c.norm_eps)?;
+                k = b.rms_norm(&k, kn, c.norm_eps)?;
+            }
+            b.rope_write_kv(&mut q, &mut k, &v, &layer.rope, &batch.positions, (kv, l), &batch.attn)?;
+            q
+        };
         match &layer.post_attn_norm {
             None => b.attention_project_add(x, &q, kv, l, &batch.attn, &layer.attn, &layer.wo)?,
             Some(post) => {

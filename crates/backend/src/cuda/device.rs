@@ -90,6 +90,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "write_kv_f16",
             "rope_kv_f32",
             "rope_kv_f16",
+            "rope_kv_f16_bf16in",
             "rms_norm4",
         ],
     ),
@@ -187,7 +188,7 @@ impl Device {
             if unsafe { cudarc::cublaslt::sys::is_culib_present() } {
                 // The workspace is shared: cuBLAS and cuBLASLt calls are ordered on one stream.
                 Some(
-                    super::lt::Lt::new((ptr, 32 << 20), opts.deterministic)
+                    super::lt::Lt::new((ptr, 32 << 20), opts.deterministic, ferrite_core::env::cuda_gemm_tune())
                         .map_err(|e| device_err("starting cuBLASLt", e))?,
                 )
             } else {

@@ -7,13 +7,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchConfig};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use ferrite_core::{Error, Result};
 
 use super::device::{device_err, per_row, Device};
 use super::graph::{Field, StepInputs, Words};
 use super::tensor::HalfOut;
-use super::CudaTensor;
+use super::{CudaTensor, Storage};
 use crate::{AttnBatch, AttnParams, KvDtype, KvSpec};
 
 pub enum KvBuf {
@@ -377,8 +377,6 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, half
     let n = a.q.rows;
     let hd = p.head_dim;
     let s = &dev.stream;
-    // SAFETY: every row of every head is written by one of the two kernels.
-    let mut out = unsafe { s.alloc::<f32>((n * a.q.cols).max(1)) }.map_err(|e| device_err("alloc", e))?;
     let (meta, tables) = (w.meta.view(), w.tables.view());
     let (tiles_v, rows_v) = (w.tiles.view(), w.rows.view());
     let (nh, nkv, hd32, bs) = (p.n_heads as u32, p.n_kv_heads as u32, hd as u32, a.bs as u32);
@@ -387,18 +385,23 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, half
     let (n_tiles, n_rows) = (w.tiles.len() / 2, w.rows.len());
     let HalfOut { mut half, only } = half;
     let only = only && half.is_some() && n_rows == 0;
+    // SAFETY: every row of every head is written by one of the two kernels.
+    let mut out = match only {
+        true => None,
+        false => Some(unsafe { s.alloc::<f32>((n * a.q.cols).max(1)) }.map_err(|e| device_err("alloc", e))?),
+    };
     let (hp, bf16) = super::half_args(s, &mut half);
-    let (out_p, out_g) = match only {
-        true => (0, None),
-        false => {
-            let (p, g) = out.device_ptr_mut(s);
-            (p, Some(g))
-        }
+    let out_p = out.as_mut().map_or(0, |o| o.device_ptr_mut(s).0);
+    // q's f32 values, or for the flash kernel alone its bf16 copy where
+    // only that holds them (`qh`).
+    let (q_p, qh_p) = match a.q.half() {
+        Some((Storage::Bf16, h)) if a.q.is_half_only() && n_rows == 0 => (0, h.device_ptr(s).0),
+        _ => (a.q.f32(dev)?.device_ptr(s).0, 0),
     };
     macro_rules! go {
         ($f:expr, $cfg:expr, $k:expr, $v:expr, $list:expr, $with_hd:expr $(, $extra:expr)*) => {{
             let mut b = dev.launch($f);
-            b.arg(a.q.f32(dev)?).arg($k).arg($v).arg(&out_p).arg(&meta).arg(&tables).arg($list).arg(&nh).arg(&nkv);
+            b.arg(&q_p).arg($k).arg($v).arg(&out_p).arg(&meta).arg(&tables).arg($list).arg(&nh).arg(&nkv);
             if $with_hd {
                 b.arg(&hd32);
             }
@@ -414,7 +417,7 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, half
         let blocks = n_tiles as u32 * nh;
         let cfg = LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: smem };
         match (a.k, a.v) {
-            (KvRef::F16(k), KvRef::F16(v)) => go!(f, cfg, k, v, &tiles_v, false, &hp, &bf16)?,
+            (KvRef::F16(k), KvRef::F16(v)) => go!(f, cfg, k, v, &tiles_v, false, &hp, &bf16, &qh_p)?,
             _ => unreachable!("flash kernels read f16 caches"),
         }
     }
@@ -451,8 +454,7 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, half
             _ => unreachable!("K and V share a dtype"),
         }
     }
-    drop(out_g);
-    Ok(CudaTensor::with_half(out, n, a.q.cols, half, only))
+    super::tensor::output(out, n, a.q.cols, half)
 }
 
 /// Paged attention of `q` over one layer of the pool (`kv`: the pool and

@@ -7,7 +7,10 @@
 //! after cuBLASLt confirms it supports the exact shape. In the batch-invariant
 //! mode one algorithm serves every n of a weight shape (chosen for PINNED_N
 //! tokens, without split-K): a token's output is then summed in the same
-//! order whatever else is in the batch.
+//! order whatever else is in the batch. Prefill-sized GEMMs (`TUNE_MIN_N`
+//! tokens and more) instead time the heuristic's first candidates on their
+//! own operands, once per range, and keep the fastest (`FERRITE_CUDA_GEMM_TUNE=0`:
+//! the heuristic's first).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -20,6 +23,12 @@ use cudarc::cublaslt::{result as lt, sys as lsys};
 /// The token count whose algorithm every GEMM of a shape uses in the
 /// batch-invariant mode.
 const PINNED_N: usize = 4096;
+
+/// Token counts from which a shape's algorithm is chosen by timing
+/// (`Lt::tuned`): there a GEMM takes milliseconds, and its timing is steady.
+const TUNE_MIN_N: usize = 1024;
+/// Heuristic candidates timed.
+const TUNE_CANDIDATES: usize = 8;
 
 /// Plans kept at most; serving sees many batch sizes, so the cache is reset
 /// when full rather than grown without bound.
@@ -68,6 +77,8 @@ pub struct Lt {
     /// Batch-invariant mode: one algorithm per (m, k, types) whatever n,
     /// without split-K, so that a token's output never depends on the others.
     pinned: bool,
+    /// Time candidates for prefill-sized GEMMs (`Lt::tuned`).
+    tune: bool,
 }
 
 // SAFETY: the handle and descriptors are used under the plans' mutex or
@@ -94,8 +105,10 @@ fn lt_type(t: cudaDataType) -> lsys::cudaDataType {
 impl Lt {
     /// `workspace`: a device buffer (pointer, bytes) that outlives this.
     /// `pinned`: the batch-invariant mode (see `Lt::pinned`).
-    pub fn new(workspace: (u64, usize), pinned: bool) -> Result<Lt, CublasError> {
-        Ok(Lt { handle: lt::create_handle()?, plans: Mutex::default(), algos: Mutex::default(), workspace, pinned })
+    /// `tune`: time candidates for prefill-sized GEMMs (`Lt::tuned`).
+    pub fn new(workspace: (u64, usize), pinned: bool, tune: bool) -> Result<Lt, CublasError> {
+        let handle = lt::create_handle()?;
+        Ok(Lt { handle, plans: Mutex::default(), algos: Mutex::default(), workspace, pinned, tune })
     }
 
     /// The operation and layout descriptors of shape `s` (no algorithm yet).
@@ -134,7 +147,8 @@ impl Lt {
         Ok(plan)
     }
 
-    fn plan(&self, s: &Shape) -> Result<Plan, CublasError> {
+    /// `ops`: A's and B's pointers and the stream, for timing candidates.
+    fn plan(&self, s: &Shape, ops: ([u64; 2], lsys::cudaStream_t)) -> Result<Plan, CublasError> {
         let mut plan = self.plan_layouts(s)?;
         let range = Shape { n: if self.pinned { PINNED_N } else { s.n.next_power_of_two() }, ..*s };
         let known = self.algos.lock().unwrap_or_else(|e| e.into_inner()).get(&range).copied();
@@ -147,7 +161,15 @@ impl Lt {
                 return Err(CublasError(lsys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED));
             }
         }
-        plan.algo = if self.pinned { self.pinned_algo(&range)? } else { self.heuristic(&plan, false)? };
+        plan.algo = match (self.pinned, self.tune && s.n >= TUNE_MIN_N && !s.bias) {
+            (true, _) => self.pinned_algo(&range)?,
+            // SAFETY: the caller's operands, on its stream.
+            (false, true) => match unsafe { self.tuned(&plan, s, ops) } {
+                Ok(Some(algo)) => algo,
+                _ => self.heuristic(&plan, false)?,
+            },
+            (false, false) => self.heuristic(&plan, false)?,
+        };
         if self.pinned && !self.supports(&plan, &plan.algo) {
             return Err(CublasError(lsys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED));
         }
@@ -222,6 +244,98 @@ impl Lt {
         Ok(found.algo)
     }
 
+    /// The fastest of the heuristic's first candidates for `plan`, timed on
+    /// A and B (`ops`) with a scratch C; `None` while the stream is captured
+    /// into a graph (no timing there) or with fewer than two candidates.
+    ///
+    /// SAFETY: A and B must be live buffers of the shape's sizes, ordered by `stream`.
+    unsafe fn tuned(
+        &self,
+        plan: &Plan,
+        s: &Shape,
+        ([a, b], stream): ([u64; 2], lsys::cudaStream_t),
+    ) -> Result<Option<lsys::cublasLtMatmulAlgo_t>, String> {
+        use cudarc::driver::{result as dr, sys as ds};
+        let cu = stream as ds::CUstream;
+        let idle = ds::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        if dr::stream::is_capturing(cu).map_err(|e| e.to_string())? != idle {
+            return Ok(None);
+        }
+        let pref = lt::create_matmul_pref().map_err(|e| format!("{e:?}"))?;
+        let max_ws = self.workspace.1 as u64;
+        let mut found: [lsys::cublasLtMatmulHeuristicResult_t; TUNE_CANDIDATES] = std::mem::zeroed();
+        let mut count = 0i32;
+        let [la, lb, lc] = plan.layouts;
+        let asked = lt::set_matmul_pref_attribute(
+            pref,
+            lsys::cublasLtMatmulPreferenceAttributes_t::CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+            &max_ws as *const u64 as *const c_void,
+            8,
+        )
+        .and_then(|_| {
+            let n = TUNE_CANDIDATES as i32;
+            let (f, c) = (found.as_mut_ptr(), &mut count);
+            lsys::cublasLtMatmulAlgoGetHeuristic(self.handle, plan.desc, la, lb, lc, lc, pref, n, f, c).result()
+        });
+        let _ = lt::destroy_matmul_pref(pref);
+        asked.map_err(|e| format!("{e:?}"))?;
+        if count < 2 {
+            return Ok(None);
+        }
+        let elem = if s.c == cudaDataType::CUDA_R_32F { 4 } else { 2 };
+        let c = dr::malloc_async(cu, s.ldc * s.n * elem).map_err(|e| e.to_string())?;
+        let events = [
+            dr::event::create(ds::CUevent_flags::CU_EVENT_DEFAULT),
+            dr::event::create(ds::CUevent_flags::CU_EVENT_DEFAULT),
+        ];
+        let (mut best, mut best_ms) = (None, f32::MAX);
+        if let [Ok(start), Ok(end)] = events {
+            let (alpha, beta) = (1f32, 0f32);
+            let run = |algo: &lsys::cublasLtMatmulAlgo_t| {
+                let (al, be) = (&alpha as *const f32 as *const c_void, &beta as *const f32 as *const c_void);
+                let (ap, bp, cp) = (a as *const c_void, b as *const c_void, c as *mut c_void);
+                let ws = self.workspace.0 as *mut c_void;
+                lt::matmul(
+                    self.handle,
+                    plan.desc,
+                    al,
+                    be,
+                    ap,
+                    la,
+                    bp,
+                    lb,
+                    cp,
+                    lc,
+                    cp,
+                    lc,
+                    algo,
+                    ws,
+                    self.workspace.1,
+                    stream,
+                )
+            };
+            for r in &found[..count as usize] {
+                // A warm-up, then two timed runs.
+                let timed = run(&r.algo).is_ok()
+                    && dr::event::record(start, cu).is_ok()
+                    && run(&r.algo).is_ok()
+                    && run(&r.algo).is_ok()
+                    && dr::event::record(end, cu).is_ok()
+                    && dr::event::synchronize(end).is_ok();
+                if let (true, Ok(ms)) = (timed, dr::event::elapsed(start, end)) {
+                    if ms < best_ms {
+                        (best, best_ms) = (Some(r.algo), ms);
+                    }
+                }
+            }
+        }
+        for e in events.into_iter().flatten() {
+            let _ = dr::event::destroy(e);
+        }
+        dr::free_async(c, cu).map_err(|e| e.to_string())?;
+        Ok(best)
+    }
+
     /// Runs the GEMM on `stream` with operands A, B and C; `bias` (an f32 vector of m values) when the
     /// shape has one; `beta` 1 adds the product to C (in place), 0 replaces it.
     ///
@@ -240,7 +354,7 @@ impl Lt {
             if plans.len() >= MAX_PLANS {
                 plans.clear();
             }
-            let plan = self.plan(s)?;
+            let plan = self.plan(s, ([a, b], stream))?;
             plans.insert(*s, plan);
         }
         let p = &plans[s];

@@ -135,6 +135,11 @@ impl CudaBackend {
         unsafe { self.dev.stream.alloc::<f32>(n.max(1)) }.map_err(|e| device_err("alloc", e))
     }
 
+    /// An f32 output of n values, or none where `half_only` (its 16-bit copy alone).
+    fn alloc_unless(&self, half_only: bool, n: usize) -> Result<Option<CudaSlice<f32>>> {
+        (!half_only).then(|| self.alloc(n)).transpose()
+    }
+
     fn tensor(&self, buf: CudaSlice<f32>, rows: usize, cols: usize) -> CudaTensor {
         CudaTensor::new(buf, rows, cols)
     }
@@ -241,14 +246,13 @@ impl CudaBackend {
         half_only: bool,
     ) -> Result<CudaTensor> {
         let n = rows * cols;
-        let mut out = self.alloc(n)?;
         let mut half = self.alloc_half(rows, cols)?;
-        let only = half_only && half.is_some();
+        let mut out = self.alloc_unless(half_only && half.is_some(), n)?;
         let (n64, code) = (n as u64, act_code(act));
         let (hp, bf16) = half_args(&self.dev.stream, &mut half);
-        let op = if only { 0 } else { out.device_ptr_mut(&self.dev.stream).0 };
+        let op = out.as_mut().map_or(0, |o| o.device_ptr_mut(&self.dev.stream).0);
         launch!(self, kernel, elementwise(n.div_ceil(per)), gate, up, &op, &n64, &code, &hp, &bf16)?;
-        Ok(CudaTensor::with_half(out, rows, cols, half, only))
+        tensor::output(out, rows, cols, half)
     }
 
     /// Whether GEMMs reading the 16-bit copy ops write (`half_acts`) are all
@@ -284,14 +288,13 @@ impl CudaBackend {
             return Err(Error::Shape(format!("rms_norm: {} columns in groups of {g}", x.cols)));
         }
         let groups = x.rows * x.cols / g;
-        let mut out = self.alloc(x.rows * x.cols)?;
         // Per head (QK-norm), the output goes to RoPE, not a GEMM.
         let mut half = if g == x.cols { self.alloc_half(x.rows, x.cols)? } else { None };
-        let only = half_only && half.is_some();
+        let mut out = self.alloc_unless(half_only && half.is_some(), x.rows * x.cols)?;
         if groups > 0 {
             let g32 = g as u32;
             let (hp, bf16) = half_args(&self.dev.stream, &mut half);
-            let op = if only { 0 } else { out.device_ptr_mut(&self.dev.stream).0 };
+            let op = out.as_mut().map_or(0, |o| o.device_ptr_mut(&self.dev.stream).0);
             let (xb, wb) = (x.f32(&self.dev)?, w.f32(&self.dev)?);
             let n4 = g / 4;
             if g == x.cols && g.is_multiple_of(4) && n4 <= 1024 * 8 {
@@ -307,7 +310,7 @@ impl CudaBackend {
                 launch!(self, "rms_norm", per_row(groups, g), xb, wb, &op, &g32, &eps, &hp, &bf16)?;
             }
         }
-        Ok(CudaTensor::with_half(out, x.rows, x.cols, half, only))
+        tensor::output(out, x.rows, x.cols, half)
     }
 
     /// `norm_matmul_glu`, its output's 16-bit copy alone with `half_only`
@@ -864,6 +867,33 @@ impl Backend for CudaBackend {
             block_dim: (widest.clamp(32, 1024).div_ceil(32) as u32 * 32, 1, 1),
             shared_mem_bytes: 0,
         };
+        // Prefill's bf16 q, k and v (`norm_qkv_rope_kv`): turned in place, in bf16.
+        if let (KvBuf::F16(kc), KvBuf::F16(vc)) = (&mut pool.k[layer], &mut pool.v[layer]) {
+            let bf16 = |t: &CudaTensor| t.is_half_only() && t.half().is_some_and(|h| h.0 == Storage::Bf16);
+            if bf16(q) && bf16(k) && bf16(v) {
+                let vb = v.half().map(|h| h.1).ok_or_else(|| Error::Device("v without values".into()))?;
+                if let (Some(qb), Some(kb)) = (q.half_only_mut(), k.half_only_mut()) {
+                    let f = "rope_kv_f16_bf16in";
+                    return launch!(
+                        self,
+                        f,
+                        cfg,
+                        qb,
+                        kb,
+                        vb,
+                        &pos,
+                        freq.as_ref(),
+                        &slots,
+                        kc,
+                        vc,
+                        &qc,
+                        &kvd,
+                        &hd,
+                        &inter
+                    );
+                }
+            }
+        }
         let (qb, kb) = (q.f32_mut(&self.dev)?, k.f32_mut(&self.dev)?);
         macro_rules! go {
             ($name:literal, $kc:expr, $vc:expr) => {
@@ -891,6 +921,36 @@ impl Backend for CudaBackend {
             (KvBuf::F32(kc), KvBuf::F32(vc)) => go!("rope_kv_f32", kc, vc),
             _ => unreachable!("K and V share a dtype"),
         }
+    }
+
+    fn norm_qkv_rope_kv(
+        &self,
+        x: &CudaTensor,
+        (norm, eps): (&CudaTensor, f32),
+        wqkv: [&CudaWeight; 3],
+        rope: &Rope,
+        positions: &[u32],
+        (pool, layer): (&mut CudaKvPool, usize),
+        batch: &AttnBatch,
+    ) -> Result<CudaTensor> {
+        // Prefill with bf16 weights and an f16 cache: q, k and v in bf16
+        // alone (the GEMMs write half the bytes; RoPE and the flash kernel
+        // read them as they are).
+        let f16_cache = pool.k.get(layer).is_some_and(|k| matches!(k, KvBuf::F16(_)));
+        let qkv = match f16_cache && self.gemms_read_half(x.rows, &wqkv) {
+            true => {
+                let h = self.rms_norm_out(x, norm, eps, true)?;
+                let _span = profile::span(&self.dev.stream, "matmul_many (bf16 out)");
+                weight::gemm_bf16_out(&self.dev, &h, &wqkv)?.and_then(|v| <[CudaTensor; 3]>::try_from(v).ok())
+            }
+            false => None,
+        };
+        let [mut q, mut k, v] = match qkv {
+            Some(qkv) => qkv,
+            None => self.norm_matmul_many(x, norm, eps, wqkv)?,
+        };
+        self.rope_write_kv(&mut q, &mut k, &v, rope, positions, (pool, layer), batch)?;
+        Ok(q)
     }
 
     fn attention(

@@ -304,6 +304,25 @@ fn gemm(
     unsafe { g.run(dev) }.map_err(|e| device_err(&format!("GEMM {}", w.name), e))
 }
 
+/// x times each of `ws` (bf16, x's rows in GEMMs) on tensor cores, each
+/// output in bf16 alone (`CudaTensor::half_only`): for ops that read 16 bits.
+/// `None` where a GEMM has no algorithm for it (the batch-invariant mode).
+pub fn gemm_bf16_out(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result<Option<Vec<CudaTensor>>> {
+    let n = x.rows;
+    let half_x = half_input(dev, x, Storage::Bf16)?;
+    let mut out = Vec::with_capacity(ws.len());
+    for w in ws {
+        check_cols(x, w)?;
+        // SAFETY: fully written by the GEMM.
+        let mut y = unsafe { dev.stream.alloc::<u16>((n * w.rows).max(1)) }.map_err(|e| device_err("alloc", e))?;
+        if gemm(dev, x, Some(half_x.get()), w, GemmOut::Bf16(&mut y), None, false).is_err() {
+            return Ok(None);
+        }
+        out.push(CudaTensor::half_only(n, w.rows, Storage::Bf16, y));
+    }
+    Ok(Some(out))
+}
+
 /// Gate and up of a gated MLP on tensor cores with bf16 outputs, for
 /// `glu_bf16in`: f32 outputs doubled the bytes the GEMMs write and the
 /// activation reads, in prefill the largest tensors of a layer. `None` where

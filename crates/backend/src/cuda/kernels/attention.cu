@@ -417,7 +417,7 @@ __device__ __forceinline__ void mma_f16(float* c, const u32* a, u32 b0, u32 b1) 
 template <int HD, int KEYS>
 __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta,
                            const u32* tables, const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 bs, u32 window,
-                           float scale, float softcap, u16* half, int bf16) {
+                           float scale, float softcap, u16* half, int bf16, const u16* qh) {
     constexpr int CH = HD / 8;               // 16-byte chunks per key
     constexpr int PASS_KEYS = 128 / CH;      // keys one pass of the block stages
     constexpr int PASSES = KEYS / PASS_KEYS; // passes per tile (table entries a thread keeps)
@@ -438,19 +438,29 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
     const bool va = ra < nrows, vb = rb < nrows;
     const u32 lo_a = va ? row_lo(meta, row0 + ra, window) : 0xffffffffu, hi_a = va ? meta[3 * (row0 + ra) + 1] : 0;
     const u32 lo_b = vb ? row_lo(meta, row0 + rb, window) : 0xffffffffu, hi_b = vb ? meta[3 * (row0 + rb) + 1] : 0;
-    const float* qa = q + (u64)(row0 + ra) * q_stride + (u64)head * HD;
-    const float* qb = q + (u64)(row0 + rb) * q_stride + (u64)head * HD;
+    const u64 qa = (u64)(row0 + ra) * q_stride + (u64)head * HD;
+    const u64 qb = (u64)(row0 + rb) * q_stride + (u64)head * HD;
     // Scores in base 2 (exp2 is one instruction): log2(e) goes into q's
-    // scale, or after the soft cap's tanh when there is one.
+    // scale, or after the soft cap's tanh when there is one. q is f32, or
+    // bf16 where `qh` is given (prefill: only its bf16 copy was written).
     const float qs = softcap > 0.f ? scale : scale * LOG2E;
+    // q[at], q[at + 1] (at even) scaled, as an f16 pair.
+    auto q2 = [&](u64 at) {
+        if (qh) {
+            const u32 w = *(const u32*)(qh + at);
+            return pack_f16(__uint_as_float(w << 16) * qs, __uint_as_float(w & 0xffff0000u) * qs);
+        }
+        const float2 f = *(const float2*)(q + at);
+        return pack_f16(f.x * qs, f.y * qs);
+    };
     u32 qf[HD / 16][4];
 #pragma unroll
     for (int ks = 0; ks < HD / 16; ks++) {
         const int d = ks * 16 + 2 * t;
-        qf[ks][0] = va ? pack_f16(qa[d] * qs, qa[d + 1] * qs) : 0u;
-        qf[ks][1] = vb ? pack_f16(qb[d] * qs, qb[d + 1] * qs) : 0u;
-        qf[ks][2] = va ? pack_f16(qa[d + 8] * qs, qa[d + 9] * qs) : 0u;
-        qf[ks][3] = vb ? pack_f16(qb[d + 8] * qs, qb[d + 9] * qs) : 0u;
+        qf[ks][0] = va ? q2(qa + d) : 0u;
+        qf[ks][1] = vb ? q2(qb + d) : 0u;
+        qf[ks][2] = va ? q2(qa + d + 8) : 0u;
+        qf[ks][3] = vb ? q2(qb + d + 8) : 0u;
     }
     float o[HD / 8][4];
 #pragma unroll
@@ -641,11 +651,11 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
     extern "C" __global__ void __launch_bounds__(128, MINB)                                                     \
         NAME(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta, const u32* tables,      \
              const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 bs, u32 window, float scale, float softcap,     \
-             u16* half, int bf16) {                                                                             \
+             u16* half, int bf16, const u16* qh) {                                                              \
         pdl_trigger();                                                                                          \
         pdl_wait();                                                                                             \
         flash_body<HD, KEYS>(q, kc, vc, out, meta, tables, tiles, n_heads, n_kv_heads, bs, window, scale,       \
-                             softcap, half, bf16);                                                              \
+                             softcap, half, bf16, qh);                                                          \
     }
 // hd 128 at three blocks an SM (at most 168 registers: attention 64 ms
 // against 80 ms with two blocks, 68 ms with four, prefill 8 x 2,048 of

@@ -223,13 +223,20 @@ LAYER_NORM_WARP(8)
 __device__ __forceinline__ void store_kv(float* c, u64 i, float v) { c[i] = v; }
 __device__ __forceinline__ void store_kv(u16* c, u64 i, float v) { c[i] = f32_to_f16(v); }
 
+// Activations RoPE reads and writes: f32, or bf16 (raw bits; prefill's q, k
+// and v when only their bf16 copies were written).
+__device__ __forceinline__ float load_act(const float* p, u64 i) { return p[i]; }
+__device__ __forceinline__ float load_act(const u16* p, u64 i) { return bf16_to_f32(p[i]); }
+__device__ __forceinline__ void store_act(float* p, u64 i, float v) { p[i] = v; }
+__device__ __forceinline__ void store_act(u16* p, u64 i, float v) { p[i] = f32_to_bf16(v); }
+
 // One row's rotary embedding, in place; each turned pair also stored at
 // `cache + dst` when `cache` is given. Angles once per row in shared memory,
 // then every pair of every head at once: a loop over heads per thread would
 // wait on each load in turn. Pairs (2i, 2i+1) when `interleaved`, else
 // (i, i + head_dim/2).
-template <typename KT>
-__device__ void rope_row(float* xi, u32 cols, float p, const float* inv_freq, u32 head_dim, int interleaved,
+template <typename XT, typename KT>
+__device__ void rope_row(XT* xi, u32 cols, float p, const float* inv_freq, u32 head_dim, int interleaved,
                          KT* cache, u64 dst) {
     __shared__ float cs[MAX_HALF], sn[MAX_HALF];
     const u32 half = head_dim / 2;
@@ -239,10 +246,10 @@ __device__ void rope_row(float* xi, u32 cols, float p, const float* inv_freq, u3
         const u32 h = j / half, i = j % half;
         const u32 a = h * head_dim + (interleaved ? 2 * i : i);
         const u32 b = h * head_dim + (interleaved ? 2 * i + 1 : i + half);
-        const float u = xi[a], w = xi[b];
+        const float u = load_act(xi, a), w = load_act(xi, b);
         const float ra = u * cs[i] - w * sn[i], rb = u * sn[i] + w * cs[i];
-        xi[a] = ra;
-        xi[b] = rb;
+        store_act(xi, a, ra);
+        store_act(xi, b, rb);
         if (cache) {
             store_kv(cache, dst + a, ra);
             store_kv(cache, dst + b, rb);
@@ -259,38 +266,40 @@ extern "C" __global__ void rope(float* x0, float* x1, const u32* pos, const floa
     pdl_wait();
     const u32 cols = blockIdx.y ? cols1 : cols0;
     float* xi = (blockIdx.y ? x1 : x0) + (u64)blockIdx.x * cols;
-    rope_row<float>(xi, cols, (float)pos[blockIdx.x], inv_freq, head_dim, interleaved, nullptr, 0);
+    rope_row<float, float>(xi, cols, (float)pos[blockIdx.x], inv_freq, head_dim, interleaved, nullptr, 0);
 }
 
 // `rope` on q and k, then K and V stored at their cache slots, in one launch
 // (every layer of every step runs it). Block (row, part): part 0 turns q's
 // row; part 1 turns k's row and stores it, part 2 stores v's row.
-template <typename KT>
-__device__ void rope_kv_body(float* q, float* k, const float* v, const u32* pos, const float* inv_freq,
+// q, k and v are XT: f32, or bf16 (`rope_kv_f16_bf16in`).
+template <typename XT, typename KT>
+__device__ void rope_kv_body(XT* q, XT* k, const XT* v, const u32* pos, const float* inv_freq,
                              const u32* slots, KT* kc, KT* vc, u32 q_cols, u32 kv_dim, u32 head_dim,
                              int interleaved) {
     const u32 row = blockIdx.x, part = blockIdx.y;
     const u64 dst = (u64)slots[row] * kv_dim;
     if (part == 2) {
-        const float* vi = v + (u64)row * kv_dim;
-        for (u32 i = threadIdx.x; i < kv_dim; i += blockDim.x) store_kv(vc, dst + i, vi[i]);
+        const XT* vi = v + (u64)row * kv_dim;
+        for (u32 i = threadIdx.x; i < kv_dim; i += blockDim.x) store_kv(vc, dst + i, load_act(vi, i));
         return;
     }
     const u32 cols = part ? kv_dim : q_cols;
-    float* xi = (part ? k : q) + (u64)row * cols;
-    rope_row<KT>(xi, cols, (float)pos[row], inv_freq, head_dim, interleaved, part ? kc : nullptr, dst);
+    XT* xi = (part ? k : q) + (u64)row * cols;
+    rope_row<XT, KT>(xi, cols, (float)pos[row], inv_freq, head_dim, interleaved, part ? kc : nullptr, dst);
 }
 
-#define ROPE_KV(NAME, KT)                                                                                     \
-    extern "C" __global__ void NAME(float* q, float* k, const float* v, const u32* pos, const float* inv_freq, \
+#define ROPE_KV(NAME, XT, KT)                                                                                 \
+    extern "C" __global__ void NAME(XT* q, XT* k, const XT* v, const u32* pos, const float* inv_freq,          \
                                     const u32* slots, KT* kc, KT* vc, u32 q_cols, u32 kv_dim, u32 head_dim,    \
                                     int interleaved) {                                                        \
         pdl_trigger();                                                                                        \
         pdl_wait();                                                                                           \
-        rope_kv_body<KT>(q, k, v, pos, inv_freq, slots, kc, vc, q_cols, kv_dim, head_dim, interleaved);       \
+        rope_kv_body<XT, KT>(q, k, v, pos, inv_freq, slots, kc, vc, q_cols, kv_dim, head_dim, interleaved);   \
     }
-ROPE_KV(rope_kv_f32, float)
-ROPE_KV(rope_kv_f16, u16)
+ROPE_KV(rope_kv_f32, float, float)
+ROPE_KV(rope_kv_f16, float, u16)
+ROPE_KV(rope_kv_f16_bf16in, u16, u16)
 
 // out[i] = x[rows[i]]; one block per output row.
 extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* out, u32 cols) {
