@@ -131,6 +131,29 @@ mod tests {
         }
     }
 
+    /// Every kernel the sources name outright (not through a macro's `##`)
+    /// is one the device loads: a kernel it does not load fails at its first
+    /// launch.
+    #[test]
+    fn every_named_kernel_is_loaded() {
+        for (name, src) in MODULES {
+            let loaded = super::super::device::functions(name);
+            for (at, _) in src.match_indices("extern \"C\" __global__ void") {
+                let rest = src[at..].split_once("void").map_or("", |r| r.1).trim_start();
+                // Past `__launch_bounds__(...)`, if any.
+                let rest = match rest.strip_prefix("__launch_bounds__") {
+                    Some(r) => r.split_once(')').map_or("", |r| r.1).trim_start(),
+                    None => rest,
+                };
+                let kernel = rest.split('(').next().unwrap_or("").trim();
+                if kernel.contains('#') || kernel.chars().any(|c| c.is_ascii_uppercase()) {
+                    continue;
+                }
+                assert!(loaded.iter().any(|f| f == kernel), "{name}.cu: {kernel} is not in device::FUNCTIONS");
+            }
+        }
+    }
+
     /// The body of the function whose definition starts at `at`: from its
     /// first brace to the matching one.
     fn body(src: &str, at: usize) -> &str {

@@ -69,6 +69,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
         &[
             "to_bf16",
             "to_f16",
+            "from_half",
             "add",
             "add_row",
             "scale",

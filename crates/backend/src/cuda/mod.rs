@@ -425,9 +425,11 @@ impl CudaBackend {
         };
         let widest = c0.max(c1);
         let (c0, c1, hd, inter) = (c0 as u32, c1 as u32, rope.head_dim as u32, rope.interleaved as i32);
+        // Pairs per row, two a thread where heads pair up evenly (`rope_row`).
+        let pairs = widest / if rope.head_dim.is_multiple_of(4) { 4 } else { 2 };
         let cfg = LaunchConfig {
             grid_dim: (rows as u32, tensors, 1),
-            block_dim: ((widest / 2).clamp(32, 1024).div_ceil(32) as u32 * 32, 1, 1),
+            block_dim: (pairs.clamp(32, 1024).div_ceil(32) as u32 * 32, 1, 1),
             shared_mem_bytes: 0,
         };
         launch!(self, "rope", cfg, &p0, &p1, &pos, freq.as_ref(), &c0, &c1, &hd, &inter)
@@ -861,7 +863,9 @@ impl Backend for CudaBackend {
         let (pos, slots) = (pos.view(), slots.view());
         let (qc, kvd) = (q.cols as u32, pool.kv_dim as u32);
         let (hd, inter) = (rope.head_dim as u32, rope.interleaved as i32);
-        let widest = (q.cols / 2).max(pool.kv_dim);
+        // Pairs of q or values of v per row, two a thread where heads pair up evenly (`rope_row`).
+        let per = if rope.head_dim.is_multiple_of(4) { 2 } else { 1 };
+        let widest = (q.cols / 2).max(pool.kv_dim) / per;
         let cfg = LaunchConfig {
             grid_dim: (q.rows as u32, 3, 1),
             block_dim: (widest.clamp(32, 1024).div_ceil(32) as u32 * 32, 1, 1),

@@ -229,6 +229,20 @@ __device__ __forceinline__ float load_act(const float* p, u64 i) { return p[i]; 
 __device__ __forceinline__ float load_act(const u16* p, u64 i) { return bf16_to_f32(p[i]); }
 __device__ __forceinline__ void store_act(float* p, u64 i, float v) { p[i] = v; }
 __device__ __forceinline__ void store_act(u16* p, u64 i, float v) { p[i] = f32_to_bf16(v); }
+// Two adjacent values (i even) in one load or store.
+__device__ __forceinline__ float2 load2_act(const float* p, u64 i) { return *(const float2*)(p + i); }
+__device__ __forceinline__ float2 load2_act(const u16* p, u64 i) {
+    const u32 w = *(const u32*)(p + i);
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+__device__ __forceinline__ void store2_act(float* p, u64 i, float a, float b) { *(float2*)(p + i) = make_float2(a, b); }
+__device__ __forceinline__ void store2_act(u16* p, u64 i, float a, float b) {
+    *(u32*)(p + i) = (u32)f32_to_bf16(a) | ((u32)f32_to_bf16(b) << 16);
+}
+__device__ __forceinline__ void store2_kv(float* c, u64 i, float a, float b) { *(float2*)(c + i) = make_float2(a, b); }
+__device__ __forceinline__ void store2_kv(u16* c, u64 i, float a, float b) {
+    *(u32*)(c + i) = (u32)f32_to_f16(a) | ((u32)f32_to_f16(b) << 16);
+}
 
 // One row's rotary embedding, in place; each turned pair also stored at
 // `cache + dst` when `cache` is given. Angles once per row in shared memory,
@@ -242,6 +256,30 @@ __device__ void rope_row(XT* xi, u32 cols, float p, const float* inv_freq, u32 h
     const u32 half = head_dim / 2;
     for (u32 i = threadIdx.x; i < half; i += blockDim.x) sincosf(p * inv_freq[i], &sn[i], &cs[i]);
     __syncthreads();
+    if (!(half & 1)) {
+        // Two pairs (i, i + 1) a thread: their values lie in twos (or a four,
+        // interleaved), each loaded and stored at once.
+        for (u32 j = 2 * threadIdx.x; j < cols / 2; j += 2 * blockDim.x) {
+            const u32 h = j / half, i = j % half;
+            const u32 a = h * head_dim + (interleaved ? 2 * i : i), b = interleaved ? a + 2 : a + half;
+            // Pair k is (uk, wk): in memory u0 w0 u1 w1 (interleaved), else u0 u1 at a, w0 w1 at b.
+            const float2 v0 = load2_act(xi, a), v1 = load2_act(xi, b);
+            const float u0 = v0.x, w0 = interleaved ? v0.y : v1.x;
+            const float u1 = interleaved ? v1.x : v0.y, w1 = v1.y;
+            const float ra0 = u0 * cs[i] - w0 * sn[i], rb0 = u0 * sn[i] + w0 * cs[i];
+            const float ra1 = u1 * cs[i + 1] - w1 * sn[i + 1], rb1 = u1 * sn[i + 1] + w1 * cs[i + 1];
+            // Back in memory order.
+            const float2 oa = interleaved ? make_float2(ra0, rb0) : make_float2(ra0, ra1);
+            const float2 ob = interleaved ? make_float2(ra1, rb1) : make_float2(rb0, rb1);
+            store2_act(xi, a, oa.x, oa.y);
+            store2_act(xi, b, ob.x, ob.y);
+            if (cache) {
+                store2_kv(cache, dst + a, oa.x, oa.y);
+                store2_kv(cache, dst + b, ob.x, ob.y);
+            }
+        }
+        return;
+    }
     for (u32 j = threadIdx.x; j < cols / 2; j += blockDim.x) {
         const u32 h = j / half, i = j % half;
         const u32 a = h * head_dim + (interleaved ? 2 * i : i);
@@ -281,6 +319,13 @@ __device__ void rope_kv_body(XT* q, XT* k, const XT* v, const u32* pos, const fl
     const u64 dst = (u64)slots[row] * kv_dim;
     if (part == 2) {
         const XT* vi = v + (u64)row * kv_dim;
+        if (!(kv_dim & 1)) {
+            for (u32 i = 2 * threadIdx.x; i < kv_dim; i += 2 * blockDim.x) {
+                const float2 x = load2_act(vi, i);
+                store2_kv(vc, dst + i, x.x, x.y);
+            }
+            return;
+        }
         for (u32 i = threadIdx.x; i < kv_dim; i += blockDim.x) store_kv(vc, dst + i, load_act(vi, i));
         return;
     }
