@@ -66,11 +66,11 @@ pub fn cuda_half_only() -> bool {
     var("FERRITE_CUDA_HALF_ONLY").is_none_or(|v| v != "0")
 }
 
-/// `FERRITE_CUDA_GEMM_TUNE=0`: prefill-sized CUDA GEMMs take cuBLASLt's
-/// heuristic's first algorithm instead of the fastest of its first few,
-/// timed; for comparison.
+/// `FERRITE_CUDA_GEMM_TUNE=1`: prefill-sized CUDA GEMMs take the fastest of
+/// cuBLASLt's heuristic's first few algorithms, timed once per shape, instead
+/// of its first; for comparison.
 pub fn cuda_gemm_tune() -> bool {
-    var("FERRITE_CUDA_GEMM_TUNE").is_none_or(|v| v != "0")
+    var("FERRITE_CUDA_GEMM_TUNE").is_some_and(|v| v == "1")
 }
 
 /// `FERRITE_CUDA_PREFETCH=<bytes>`: how much of its weight row each CUDA GEMV

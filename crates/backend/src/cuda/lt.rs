@@ -7,10 +7,10 @@
 //! after cuBLASLt confirms it supports the exact shape. In the batch-invariant
 //! mode one algorithm serves every n of a weight shape (chosen for PINNED_N
 //! tokens, without split-K): a token's output is then summed in the same
-//! order whatever else is in the batch. Prefill-sized GEMMs (`TUNE_MIN_N`
-//! tokens and more) instead time the heuristic's first candidates on their
-//! own operands, once per range, and keep the fastest (`FERRITE_CUDA_GEMM_TUNE=0`:
-//! the heuristic's first).
+//! order whatever else is in the batch. With `FERRITE_CUDA_GEMM_TUNE=1`,
+//! prefill-sized GEMMs (`TUNE_MIN_N` tokens and more) time the heuristic's
+//! first candidates on their own operands instead, once per range, and keep
+//! the fastest.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
