@@ -300,8 +300,10 @@ impl CudaBackend {
             if g == x.cols && g.is_multiple_of(4) && n4 <= 1024 * 8 {
                 // Whole rows of float4s: kernels/ops.cu `rms_norm4`. Many
                 // rows: four a thread (more rows in flight per SM); decode's
-                // few: one a thread (shortest row).
-                let per = if x.rows > 8 { 4 } else { 1 };
+                // few: one a thread (shortest row). The batch-invariant mode
+                // keeps one a thread: the block's sum order must not depend
+                // on the batch.
+                let per = if x.rows > 8 && !self.dev.deterministic { 4 } else { 1 };
                 let threads = n4.div_ceil(per).clamp(32, 1024).div_ceil(32) as u32 * 32;
                 let cfg =
                     LaunchConfig { grid_dim: (groups as u32, 1, 1), block_dim: (threads, 1, 1), shared_mem_bytes: 0 };
