@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
+use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig};
 use ferrite_core::{Error, Result};
 
 use super::device::{device_err, per_row, Device};
@@ -384,14 +384,10 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, half
     let softcap = p.softcap.unwrap_or(0.0);
     let (n_tiles, n_rows) = (w.tiles.len() / 2, w.rows.len());
     let HalfOut { mut half, only } = half;
-    let only = only && half.is_some() && n_rows == 0;
-    // SAFETY: every row of every head is written by one of the two kernels.
-    let mut out = match only {
-        true => None,
-        false => Some(unsafe { s.alloc::<f32>((n * a.q.cols).max(1)) }.map_err(|e| device_err("alloc", e))?),
-    };
+    // Every row of every head is written by one of the two kernels; the row
+    // kernel always writes f32.
+    let (out, out_p) = super::tensor::f32_output(dev, n * a.q.cols, &half, only && n_rows == 0)?;
     let (hp, bf16) = super::half_args(s, &mut half);
-    let out_p = out.as_mut().map_or(0, |o| o.device_ptr_mut(s).0);
     // q's f32 values, or for the flash kernel alone its bf16 copy where
     // only that holds them (`qh`).
     let (q_p, qh_p) = match a.q.half() {

@@ -135,11 +135,6 @@ impl CudaBackend {
         unsafe { self.dev.stream.alloc::<f32>(n.max(1)) }.map_err(|e| device_err("alloc", e))
     }
 
-    /// An f32 output of n values, or none where `half_only` (its 16-bit copy alone).
-    fn alloc_unless(&self, half_only: bool, n: usize) -> Result<Option<CudaSlice<f32>>> {
-        (!half_only).then(|| self.alloc(n)).transpose()
-    }
-
     fn tensor(&self, buf: CudaSlice<f32>, rows: usize, cols: usize) -> CudaTensor {
         CudaTensor::new(buf, rows, cols)
     }
@@ -247,10 +242,9 @@ impl CudaBackend {
     ) -> Result<CudaTensor> {
         let n = rows * cols;
         let mut half = self.alloc_half(rows, cols)?;
-        let mut out = self.alloc_unless(half_only && half.is_some(), n)?;
+        let (out, op) = tensor::f32_output(&self.dev, n, &half, half_only)?;
         let (n64, code) = (n as u64, act_code(act));
         let (hp, bf16) = half_args(&self.dev.stream, &mut half);
-        let op = out.as_mut().map_or(0, |o| o.device_ptr_mut(&self.dev.stream).0);
         launch!(self, kernel, elementwise(n.div_ceil(per)), gate, up, &op, &n64, &code, &hp, &bf16)?;
         tensor::output(out, rows, cols, half)
     }
@@ -290,11 +284,10 @@ impl CudaBackend {
         let groups = x.rows * x.cols / g;
         // Per head (QK-norm), the output goes to RoPE, not a GEMM.
         let mut half = if g == x.cols { self.alloc_half(x.rows, x.cols)? } else { None };
-        let mut out = self.alloc_unless(half_only && half.is_some(), x.rows * x.cols)?;
+        let (out, op) = tensor::f32_output(&self.dev, x.rows * x.cols, &half, half_only)?;
         if groups > 0 {
             let g32 = g as u32;
             let (hp, bf16) = half_args(&self.dev.stream, &mut half);
-            let op = out.as_mut().map_or(0, |o| o.device_ptr_mut(&self.dev.stream).0);
             let (xb, wb) = (x.f32(&self.dev)?, w.f32(&self.dev)?);
             let n4 = g / 4;
             if g == x.cols && g.is_multiple_of(4) && n4 <= 1024 * 8 {

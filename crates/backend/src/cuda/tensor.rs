@@ -90,6 +90,24 @@ impl CudaTensor {
     }
 }
 
+/// An op's f32 output of `n` values, or none where it writes its 16-bit copy
+/// `half` alone (`half_only`, and a copy to write); with the output's kernel
+/// argument (0: none).
+pub(super) fn f32_output(
+    dev: &Device,
+    n: usize,
+    half: &HalfCopy,
+    half_only: bool,
+) -> Result<(Option<CudaSlice<f32>>, u64)> {
+    if half_only && half.is_some() {
+        return Ok((None, 0));
+    }
+    // SAFETY: the op writes every element.
+    let mut out = unsafe { dev.stream.alloc::<f32>(n.max(1)) }.map_err(|e| device_err("alloc", e))?;
+    let ptr = out.device_ptr_mut(&dev.stream).0;
+    Ok((Some(out), ptr))
+}
+
 /// An op's output: f32 values `out` (none when `half.only`) and the 16-bit
 /// copy, as `HalfOut` asked.
 pub(super) fn output(out: Option<CudaSlice<f32>>, rows: usize, cols: usize, half: HalfCopy) -> Result<CudaTensor> {
