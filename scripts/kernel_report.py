@@ -70,7 +70,7 @@ def main():
     p.add_argument("nvdisasm")
     p.add_argument("module")
     p.add_argument("patterns", nargs="*", default=[".*"])
-    p.add_argument("--arch", default="sm_90")
+    p.add_argument("--arch", default="sm_90a")
     p.add_argument("--loop", action="store_true", help="also list the main loop's opcodes")
     a = p.parse_args()
     cubin, log = compile_cubin(a.lib_dir, a.module, a.arch)

@@ -66,6 +66,26 @@ pub fn cuda_half_only() -> bool {
     var("FERRITE_CUDA_HALF_ONLY").is_none_or(|v| v != "0")
 }
 
+/// `FERRITE_CUDA_FLASH_WG=0`: prefill attention on the mma.sync flash kernel
+/// even on Hopper (sm_90a), where the wgmma one serves; `=64`: the wgmma
+/// kernel that scores 64 keys at a time; `=1`: the one without swizzle. For
+/// comparison; returns 0, 1, 64 or (default) 32.
+pub fn cuda_flash_wg() -> usize {
+    match var("FERRITE_CUDA_FLASH_WG").as_deref().and_then(|v| v.to_str()) {
+        Some("0") => 0,
+        Some("1") => 1,
+        Some("64") => 64,
+        _ => 32,
+    }
+}
+
+/// `FERRITE_CUDA_ADD_BF16=0`: prefill's output projections (attention's,
+/// the MLP's) accumulate into the f32 residual in their GEMM instead of
+/// writing bf16 that one pass adds; for comparison.
+pub fn cuda_add_bf16() -> bool {
+    var("FERRITE_CUDA_ADD_BF16").is_none_or(|v| v != "0")
+}
+
 /// `FERRITE_CUDA_GEMM_TUNE=1`: prefill-sized CUDA GEMMs take the fastest of
 /// cuBLASLt's heuristic's first few algorithms, timed once per shape, instead
 /// of its first; for comparison.

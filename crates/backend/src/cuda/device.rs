@@ -71,6 +71,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "to_f16",
             "from_half",
             "add",
+            "add_bf16",
             "add_row",
             "scale",
             "softcap",
@@ -106,6 +107,10 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "attention_rows_mma_128",
             "flash_f16_64",
             "flash_f16_128",
+            "flash_wg_64",
+            "flash_wg_128",
+            "flash_wg_128_64",
+            "flash_wgn_128",
         ],
     ),
     (
@@ -206,7 +211,9 @@ impl Device {
             .map_err(|e| device_err("cuBLAS workspace", e))?;
         }
         let (major, minor) = ctx.compute_capability().map_err(|e| device_err("compute capability", e))?;
-        let arch = format!("sm_{major}{minor}");
+        // Hopper's own target (sm_90a): its wgmma instructions run on compute
+        // capability 9.0 alone, which is what this cubin is built for.
+        let arch = if (major, minor) == (9, 0) { "sm_90a".to_string() } else { format!("sm_{major}{minor}") };
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
         let mut driver = 0i32;
         // SAFETY: writes one int.

@@ -288,8 +288,15 @@ struct AttnWords {
 }
 
 /// The flash kernels (kernels/attention.cu): name, head size, keys staged a
-/// barrier.
-pub const FLASH_KERNELS: [(&str, usize, usize); 2] = [("flash_f16_64", 64, 32), ("flash_f16_128", 128, 32)];
+/// barrier; the wgmma ones (`flash_wg_*`) run on sm_90a alone.
+pub const FLASH_KERNELS: [(&str, usize, usize); 6] = [
+    ("flash_f16_64", 64, 32),
+    ("flash_f16_128", 128, 32),
+    ("flash_wg_64", 64, 32),
+    ("flash_wg_128", 128, 32),
+    ("flash_wg_128_64", 128, 64),
+    ("flash_wgn_128", 128, 32),
+];
 
 /// Dynamic shared memory of a flash kernel: two buffers of K and V tiles of
 /// `keys` keys, rows padded by 8 values.
@@ -304,7 +311,17 @@ fn flash_kernel(dev: &Device, k: KvRef, hd: usize) -> Option<(&'static str, u32)
     if dev.deterministic || !matches!(k, KvRef::F16(_)) {
         return None;
     }
-    FLASH_KERNELS.iter().find(|f| f.1 == hd).map(|f| (f.0, flash_smem(hd, f.2)))
+    let wg = if dev.arch == "sm_90a" { ferrite_core::env::cuda_flash_wg() } else { 0 };
+    let prefix = match wg {
+        0 => "flash_f16_",
+        1 if hd == 128 => "flash_wgn_",
+        _ => "flash_wg_",
+    };
+    let keys = if wg == 64 && hd == 128 { 64 } else { 32 };
+    FLASH_KERNELS
+        .iter()
+        .find(|f| f.1 == hd && f.2 == keys && f.0.starts_with(prefix))
+        .map(|f| (f.0, flash_smem(hd, f.2)))
 }
 
 /// The tensor-core row kernels (kernels/attention.cu

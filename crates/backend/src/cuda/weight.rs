@@ -200,6 +200,19 @@ pub fn matmul_add(dev: &Device, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeig
     gemm_into(dev, a, &mut None, w, x.f32_mut(dev)?, true)
 }
 
+/// x += d, where d holds its bf16 copy alone (a GEMM's output).
+pub fn add_half(dev: &Device, x: &mut CudaTensor, d: &CudaTensor) -> Result<()> {
+    let Some((Storage::Bf16, h)) = d.half() else {
+        return Err(Error::Device("add_half: the addend has no bf16 copy".into()));
+    };
+    if (x.rows, x.cols) != (d.rows, d.cols) {
+        return Err(Error::Shape(format!("add: [{}, {}] += [{}, {}]", x.rows, x.cols, d.rows, d.cols)));
+    }
+    let n = x.rows * x.cols;
+    let _span = super::profile::span(&dev.stream, "  add bf16");
+    dev.launch("add_bf16").arg(x.f32_mut(dev)?).arg(h).arg(n as u64).run(elementwise(n.div_ceil(4)))
+}
+
 /// y (+)= x · w^T on tensor cores (`accumulate`: added to y), x converted to
 /// the weight's 16-bit type once per matmul group (`half_x`).
 fn gemm_into<'a>(

@@ -366,6 +366,142 @@ ROWS_KERNEL(attention_rows_f16, MAX_GROUP, MAX_HD / 32, u16)
 ROWS_KERNEL(attention_rows_f32_small, 4, 4, float)
 ROWS_KERNEL(attention_rows_f16_small, 4, 4, u16)
 
+// ---------------------------------------------------------------- wgmma (sm_90a)
+//
+// Hopper's warpgroup MMA: the block's 4 warps multiply together, A (q or the
+// probabilities) from registers in the layout of mma.sync's A fragment (warp
+// w: rows 16w..16w+15), B (keys or values) read by the tensor cores straight
+// from shared memory, once for the whole warpgroup (mma.sync needs it in
+// every warp's registers: 4x the shared-memory reads, which bounded the
+// flash kernel). The accumulators keep mma.sync's C layout, 8 columns a
+// fragment. Arch-specific (compiled for sm_90a only): FLASH_WG is 0 for
+// every other target and the kernels that need it trap there.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FLASH_WG 1
+#else
+#define FLASH_WG 0
+#endif
+
+// A shared-memory matrix: its start, the two byte strides between 8-row
+// groups of core matrices (PTX "matrix descriptor", "canonical layouts":
+// `lbo` and `sbo`, whose meaning depends on the major-ness and swizzle), in
+// 16-byte units, and with `sw128` the 128-byte swizzle (16-byte chunk c of
+// a 128-byte row r of a 1,024-byte-aligned atom stored at chunk c ^ r % 8).
+__device__ __forceinline__ u64 wg_desc(const void* smem, u32 lbo, u32 sbo, bool sw128) {
+    const u32 a = (u32)__cvta_generic_to_shared(smem);
+    return (u64)((a >> 4) & 0x3fffu) | ((u64)((lbo >> 4) & 0x3fffu) << 16) | ((u64)((sbo >> 4) & 0x3fffu) << 32) |
+           ((u64)sw128 << 62);
+}
+
+// Orders the registers' writes before the next wgmma reads them.
+__device__ __forceinline__ void wg_fence() {
+#if FLASH_WG
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+
+// Makes this thread's shared-memory writes (cp.async) visible to wgmma's reads.
+__device__ __forceinline__ void wg_proxy_fence() {
+#if FLASH_WG
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
+}
+
+// Closes a group of wgmmas; `wg_wait` waits for all of them, after which
+// `wg_keep` stops the compiler from reading their accumulators earlier.
+__device__ __forceinline__ void wg_commit() {
+#if FLASH_WG
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wg_wait() {
+#if FLASH_WG
+    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#endif
+}
+
+template <int N>
+__device__ __forceinline__ void wg_keep(float (&d)[N][4]) {
+#pragma unroll
+    for (int n = 0; n < N; n++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) asm volatile("" : "+f"(d[n][i])::"memory");
+}
+
+// d (m64 x N, f32) += a (m64 x k16, f16 in registers) x b (k16 x N, f16 in
+// shared memory); `acc` 0 overwrites d. `_t`: b is stored N-major (values:
+// each key's dimensions contiguous), else K-major (keys: the same).
+__device__ __forceinline__ void wgmma_n32(float (&d)[4][4], const u32 (&a)[4], u64 b, int acc) {
+#if FLASH_WG
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %21, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+        "{%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
+#endif
+}
+
+__device__ __forceinline__ void wgmma_n64(float (&d)[8][4], const u32 (&a)[4], u64 b, int acc) {
+#if FLASH_WG
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
+#endif
+}
+
+__device__ __forceinline__ void wgmma_n64_t(float (&d)[8][4], const u32 (&a)[4], u64 b, int acc) {
+#if FLASH_WG
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+        "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
+#endif
+}
+
+__device__ __forceinline__ void wgmma_n128_t(float (&d)[16][4], const u32 (&a)[4], u64 b, int acc) {
+#if FLASH_WG
+    asm volatile(
+        "{\n.reg .pred p;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
+#endif
+}
+
 // ---------------------------------------------------------------- flash (prefill)
 
 #define FA_ROWS 64  // 4 warps x 16 rows
@@ -414,7 +550,16 @@ __device__ __forceinline__ void mma_f16(float* c, const u32* a, u32 b0, u32 b1) 
 // stages the same column chunk of KEYS * HD / 8 / 128 keys, whose
 // block-table entries it loads a tile ahead (`tb`), so no warp waits on them
 // (this and the order: prefill 8 x 2,048 +2-3%).
-template <int HD, int KEYS>
+//
+// WG (sm_90a): the scores and the outputs on wgmma, which reads K and V from
+// shared memory. WG 2: each key's 64-dimension halves are 128-byte rows
+// (half h of key j at (h * KEYS + j) * 128 bytes), 128-byte swizzled, which
+// serve both as K-major keys and as N-major values. WG 1 (for comparison):
+// no swizzle, chunk c (8 dimensions) of key j at (c * KEYS + j) * 16 bytes.
+// The whole warpgroup computes every sub-tile any of its rows sees (rows
+// that see none of it mask it); the output wgmmas of a tile are waited for
+// at the next one's start.
+template <int HD, int KEYS, int WG>
 __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta,
                            const u32* tables, const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 bs, u32 window,
                            float scale, float softcap, u16* half, int bf16, const u16* qh) {
@@ -422,9 +567,12 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
     constexpr int PASS_KEYS = 128 / CH;      // keys one pass of the block stages
     constexpr int PASSES = KEYS / PASS_KEYS; // passes per tile (table entries a thread keeps)
     constexpr int STRIDE = HD + 8;           // u16 per staged key (padding: no bank conflicts)
-    extern __shared__ __align__(16) u16 fa_smem[];
-    u16* Ks = fa_smem;                       // [2][KEYS][STRIDE]
-    u16* Vs = fa_smem + 2 * KEYS * STRIDE;   // [2][KEYS][STRIDE]
+    constexpr int BUF = WG ? KEYS * HD : KEYS * STRIDE; // u16 per buffer
+    constexpr int SUB = WG ? KEYS : 32;      // keys scored at once (wgmma: n = SUB)
+    constexpr int NB = SUB / 8;              // their 8-key score fragments
+    extern __shared__ __align__(1024) u16 fa_smem[];
+    u16* Ks = fa_smem;                       // [2][KEYS][STRIDE], WG: [2][CH][KEYS][8]
+    u16* Vs = fa_smem + 2 * KEYS * STRIDE;   // the same
     const u32 head = blockIdx.x % n_heads, tile = blockIdx.x / n_heads;
     const u32 row0 = tiles[2 * tile], nrows = tiles[2 * tile + 1];
     const u32 kvh = head / (n_heads / n_kv_heads);
@@ -478,8 +626,9 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
         in_lo = max(in_lo, __shfl_xor_sync(0xffffffffu, in_lo, o));
         in_hi = min(in_hi, __shfl_xor_sync(0xffffffffu, in_hi, o));
     }
-    // This thread's chunk of each key it stages: key (threadIdx.x / CH) + p * PASS_KEYS of a tile.
-    const u32 my_key = threadIdx.x / CH, my_ch = threadIdx.x % CH;
+    // This thread's chunk of each key it stages: key my_key + p * PASS_KEYS of a tile.
+    const u32 my_key = WG == 1 ? (threadIdx.x & 7) + 8 * (threadIdx.x / (8 * CH)) : threadIdx.x / CH;
+    const u32 my_ch = WG == 1 ? (threadIdx.x >> 3) % CH : threadIdx.x % CH;
     // Block-table entries of this thread's keys of the tile at key j0 (bs > 0).
     u32 tb[PASSES];
     auto fetch = [&](u32 j0) {
@@ -498,7 +647,9 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
             const bool in = j < khi;
             const u64 slot = !bs ? (u64)j : shift >= 0 ? ((u64)tb[p] << shift) + (j & (bs - 1)) : (u64)tb[p] * bs + j % bs;
             const u64 base = in ? slot * kv_dim + (u64)kvh * HD + my_ch * 8 : 0;
-            const u32 at = (buf * KEYS + kj) * STRIDE + my_ch * 8;
+            const u32 at = WG == 2   ? buf * BUF + ((my_ch >> 3) * KEYS + kj) * 64 + (((my_ch & 7) ^ (kj & 7)) * 8)
+                           : WG == 1 ? buf * BUF + (my_ch * KEYS + kj) * 8
+                                     : (buf * KEYS + kj) * STRIDE + my_ch * 8;
             cp_async16(Ks + at, kc + base, in);
             cp_async16(Vs + at, vc + base, in);
         }
@@ -509,6 +660,11 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
     fetch(klo + KEYS);
     int buf = 0;
     for (u32 j0 = klo; j0 < khi; j0 += KEYS, buf ^= 1) {
+        if (WG) {
+            // The last tile's output wgmmas read the buffer staged next.
+            wg_wait();
+            wg_keep(o);
+        }
         if (j0 + KEYS < khi) {
             stage(j0 + KEYS, buf ^ 1);
             fetch(j0 + 2 * KEYS);
@@ -516,20 +672,39 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
             asm volatile("cp.async.commit_group;");
         }
         asm volatile("cp.async.wait_group 1;");
+        // wgmma reads shared memory through the async proxy.
+        if (WG) wg_proxy_fence();
         __syncthreads();
         // Every warp reaches the barrier below, working or not.
 #pragma unroll
-        for (int sub = 0; sub < KEYS / 32; sub++) {
-            const u32 s0 = j0 + sub * 32;
-            if (!(s0 < w_hi && s0 + 32 > w_lo)) continue;
-            const u16* Kt = Ks + (buf * KEYS + sub * 32) * STRIDE;
-            const u16* Vt = Vs + (buf * KEYS + sub * 32) * STRIDE;
-            float s[4][4];
+        for (int sub = 0; sub < KEYS / SUB; sub++) {
+            const u32 s0 = j0 + sub * SUB;
+            if (WG ? s0 >= khi : !(s0 < w_hi && s0 + SUB > w_lo)) continue;
+            const u32 sub_at = WG == 2 ? sub * SUB * 64 : WG == 1 ? sub * SUB * 8 : sub * SUB * STRIDE;
+            const u16* Kt = Ks + buf * BUF + sub_at;
+            const u16* Vt = Vs + buf * BUF + sub_at;
+            float s[NB][4];
 #pragma unroll
-            for (int n = 0; n < 4; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+            for (int n = 0; n < NB; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+            if (WG) {
+                // K-major keys. Swizzled: the next 8 keys 1,024 bytes on, k-steps
+                // 32 bytes apart in a row; else the next 8 dimensions KEYS * 16
+                // bytes on, the next 8 keys 128.
+                wg_fence();
+#pragma unroll
+                for (int ks = 0; ks < HD / 16; ks++) {
+                    const u64 d = WG == 2 ? wg_desc(Kt + (ks >> 2) * KEYS * 64 + (ks & 3) * 16, 16, 1024, true)
+                                          : wg_desc(Kt + 2 * ks * KEYS * 8, KEYS * 16, 128, false);
+                    if constexpr (SUB == 64) wgmma_n64(s, qf[ks], d, ks > 0);
+                    else wgmma_n32(s, qf[ks], d, ks > 0);
+                }
+                wg_commit();
+                wg_wait();
+                wg_keep(s);
+            }
             // k-steps outside, key groups inside: consecutive MMAs are independent.
 #pragma unroll
-            for (int ks = 0; ks < HD / 16; ks += 2) {
+            for (int ks = 0; ks < (WG ? 0 : HD / 16); ks += 2) {
                 u32 b[4][4];
 #pragma unroll
                 for (int n = 0; n < 4; n++) {
@@ -547,13 +722,13 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
             }
             if (softcap > 0.f) {
 #pragma unroll
-                for (int n = 0; n < 4; n++)
+                for (int n = 0; n < NB; n++)
 #pragma unroll
                     for (int i = 0; i < 4; i++) s[n][i] = softcap * tanhf(s[n][i] / softcap) * LOG2E;
             }
-            if (s0 < in_lo || s0 + 32 > in_hi) {
+            if (s0 < in_lo || s0 + SUB > in_hi) {
 #pragma unroll
-                for (int n = 0; n < 4; n++) {
+                for (int n = 0; n < NB; n++) {
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
                         const u32 key = s0 + n * 8 + 2 * t + (i & 1);
@@ -564,7 +739,7 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
             }
             float mx_a = -INFINITY, mx_b = -INFINITY;
 #pragma unroll
-            for (int n = 0; n < 4; n++) {
+            for (int n = 0; n < NB; n++) {
                 mx_a = fmaxf(mx_a, fmaxf(s[n][0], s[n][1]));
                 mx_b = fmaxf(mx_b, fmaxf(s[n][2], s[n][3]));
             }
@@ -580,7 +755,7 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
             const bool rescale = __any_sync(0xffffffffu, c_a != 1.f || c_b != 1.f);
             float sum_a = 0.f, sum_b = 0.f;
 #pragma unroll
-            for (int n = 0; n < 4; n++) {
+            for (int n = 0; n < NB; n++) {
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const float nm = i < 2 ? nm_a : nm_b;
@@ -607,8 +782,30 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
                     o[n][3] *= c_b;
                 }
             }
+            if (WG) {
+                // N-major values. Swizzled: the next 64 dimensions KEYS * 128 bytes
+                // on, the next 8 keys 1,024; else the next 8 keys 128 bytes on,
+                // the next 8 dimensions KEYS * 16.
+                u32 a[SUB / 16][4];
 #pragma unroll
-            for (int kk = 0; kk < 2; kk++) {
+                for (int kk = 0; kk < SUB / 16; kk++) {
+                    a[kk][0] = pack_f16(s[2 * kk][0], s[2 * kk][1]);
+                    a[kk][1] = pack_f16(s[2 * kk][2], s[2 * kk][3]);
+                    a[kk][2] = pack_f16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+                    a[kk][3] = pack_f16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+                }
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < SUB / 16; kk++) {
+                    const u64 d = WG == 2 ? wg_desc(Vt + kk * 16 * 64, KEYS * 128, 1024, true)
+                                          : wg_desc(Vt + kk * 16 * 8, 128, KEYS * 16, false);
+                    if constexpr (HD == 128) wgmma_n128_t(o, a[kk], d, 1);
+                    else wgmma_n64_t(o, a[kk], d, 1);
+                }
+                wg_commit();
+            }
+#pragma unroll
+            for (int kk = 0; kk < (WG ? 0 : 2); kk++) {
                 u32 a[4];
                 a[0] = pack_f16(s[2 * kk][0], s[2 * kk][1]);
                 a[1] = pack_f16(s[2 * kk][2], s[2 * kk][3]);
@@ -634,6 +831,10 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
         // one is refilled two iterations on, after everyone is done with it.
         __syncthreads();
     }
+    if (WG) {
+        wg_wait();
+        wg_keep(o);
+    }
     asm volatile("cp.async.wait_group 0;");
     const u64 oa = (u64)(row0 + ra) * q_stride + (u64)head * HD, ob = (u64)(row0 + rb) * q_stride + (u64)head * HD;
     const float ia = 1.f / l_a, ib = 1.f / l_b;
@@ -647,22 +848,27 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
 
 // Dynamic shared memory: two buffers of K and V, KEYS keys of HD + 8 halves
 // (`kv::flash_smem` on the host).
-#define FLASH_KERNEL(NAME, HD, KEYS, MINB)                                                                      \
+#define FLASH_KERNEL(NAME, HD, KEYS, MINB, WG)                                                                  \
     extern "C" __global__ void __launch_bounds__(128, MINB)                                                     \
         NAME(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta, const u32* tables,      \
              const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 bs, u32 window, float scale, float softcap,     \
              u16* half, int bf16, const u16* qh) {                                                              \
+        if (WG && !FLASH_WG) __trap();                                                                          \
         pdl_trigger();                                                                                          \
         pdl_wait();                                                                                             \
-        flash_body<HD, KEYS>(q, kc, vc, out, meta, tables, tiles, n_heads, n_kv_heads, bs, window, scale,       \
-                             softcap, half, bf16, qh);                                                          \
+        flash_body<HD, KEYS, WG>(q, kc, vc, out, meta, tables, tiles, n_heads, n_kv_heads, bs, window, scale,   \
+                                 softcap, half, bf16, qh);                                                      \
     }
 // hd 128 at three blocks an SM (at most 168 registers: attention 64 ms
 // against 80 ms with two blocks, 68 ms with four, prefill 8 x 2,048 of
 // Llama 3 8B). 64 keys a barrier (the same registers) measured no faster:
 // prefill 40,105 and 39,841 tok/s against 40,048 and 40,149 with 32.
-FLASH_KERNEL(flash_f16_64, 64, 32, 1)
-FLASH_KERNEL(flash_f16_128, 128, 32, 3)
+FLASH_KERNEL(flash_f16_64, 64, 32, 1, 0)
+FLASH_KERNEL(flash_f16_128, 128, 32, 3, 0)
+FLASH_KERNEL(flash_wg_64, 64, 32, 1, 2)
+FLASH_KERNEL(flash_wg_128, 128, 32, 3, 2)
+FLASH_KERNEL(flash_wg_128_64, 128, 64, 2, 2)
+FLASH_KERNEL(flash_wgn_128, 128, 32, 3, 1)
 
 // ---------------------------------------------------------------- rows on tensor cores (decode)
 //

@@ -30,6 +30,24 @@ extern "C" __global__ void add(float* x, const float* y, u64 n) {
         x[i] += y[i];
 }
 
+// x += y with y in bf16 (a GEMM's output added to the f32 residual), four
+// values a thread.
+extern "C" __global__ void add_bf16(float* x, const u16* y, u64 n) {
+    pdl_trigger();
+    pdl_wait();
+    const u64 step = (u64)gridDim.x * blockDim.x, first = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+    for (u64 i = first; i < n / 4; i += step) {
+        float4 a = ((float4*)x)[i];
+        const uint2 b = ((const uint2*)y)[i];
+        a.x += __uint_as_float(b.x << 16);
+        a.y += __uint_as_float(b.x & 0xffff0000u);
+        a.z += __uint_as_float(b.y << 16);
+        a.w += __uint_as_float(b.y & 0xffff0000u);
+        ((float4*)x)[i] = a;
+    }
+    for (u64 i = n / 4 * 4 + first; i < n; i += step) x[i] += bf16_to_f32(y[i]);
+}
+
 // x[r, c] += v[c]
 extern "C" __global__ void add_row(float* x, const float* v, u64 n, u32 cols) {
     pdl_trigger();
