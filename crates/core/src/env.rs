@@ -79,11 +79,11 @@ pub fn cuda_flash_wg() -> usize {
     }
 }
 
-/// `FERRITE_CUDA_ADD_BF16=0`: prefill's output projections (attention's,
-/// the MLP's) accumulate into the f32 residual in their GEMM instead of
-/// writing bf16 that one pass adds; for comparison.
-pub fn cuda_add_bf16() -> bool {
-    var("FERRITE_CUDA_ADD_BF16").is_none_or(|v| v != "0")
+/// `FERRITE_CUDA_STACK_QKV=0`: prefill's q, k and v projections as three
+/// GEMMs even where their weights lie in one allocation (one GEMM); for
+/// comparison.
+pub fn cuda_stack_qkv() -> bool {
+    var("FERRITE_CUDA_STACK_QKV").is_none_or(|v| v != "0")
 }
 
 /// `FERRITE_CUDA_GEMM_TUNE=1`: prefill-sized CUDA GEMMs take the fastest of

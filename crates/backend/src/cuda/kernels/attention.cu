@@ -520,6 +520,14 @@ __device__ __forceinline__ u32 pack_f16(float a, float b) {
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 
+// 2^x in one instruction (exp2f also scales results below 2^-126 back from
+// denormals, which cost a softmax ~10 instructions an element); 2^-inf = 0.
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // Two adjacent outputs (an even index): one 8-byte store, and one 4-byte
 // store of their 16-bit copy. A null `out` writes the copy alone (prefill,
 // where only the output projection's GEMM reads it: `CudaTensor`).
@@ -748,8 +756,10 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
             mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 1));
             mx_b = fmaxf(mx_b, __shfl_xor_sync(0xffffffffu, mx_b, 2));
             const float nm_a = fmaxf(m_a, mx_a), nm_b = fmaxf(m_b, mx_b);
-            const float c_a = nm_a == -INFINITY ? 1.f : exp2f(m_a - nm_a);
-            const float c_b = nm_b == -INFINITY ? 1.f : exp2f(m_b - nm_b);
+            const float c_a = nm_a == -INFINITY ? 1.f : fast_exp2(m_a - nm_a);
+            const float c_b = nm_b == -INFINITY ? 1.f : fast_exp2(m_b - nm_b);
+            // A row that has seen no key subtracts 0 (its scores are all -inf).
+            const float sub_a = nm_a == -INFINITY ? 0.f : nm_a, sub_b = nm_b == -INFINITY ? 0.f : nm_b;
             // A max rarely moves once a row has seen many keys: skip the
             // rescale when it moved for no row of the warp.
             const bool rescale = __any_sync(0xffffffffu, c_a != 1.f || c_b != 1.f);
@@ -758,8 +768,7 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
             for (int n = 0; n < NB; n++) {
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    const float nm = i < 2 ? nm_a : nm_b;
-                    const float p = nm == -INFINITY ? 0.f : exp2f(s[n][i] - nm);
+                    const float p = fast_exp2(s[n][i] - (i < 2 ? sub_a : sub_b));
                     s[n][i] = p;
                     if (i < 2) sum_a += p;
                     else sum_b += p;
@@ -1006,8 +1015,9 @@ __device__ void rows_mma_body(const float* q, const u16* kc, const u16* vc, floa
             mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, x));
         }
         const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-        const float c0 = exp2f(m0 - n0), c1 = exp2f(m1 - n1);
-        const float p0 = exp2f(s[0] - n0), p1 = exp2f(s[1] - n1), p2 = exp2f(s[2] - n0), p3 = exp2f(s[3] - n1);
+        const float c0 = fast_exp2(m0 - n0), c1 = fast_exp2(m1 - n1);
+        const float p0 = fast_exp2(s[0] - n0), p1 = fast_exp2(s[1] - n1), p2 = fast_exp2(s[2] - n0),
+                    p3 = fast_exp2(s[3] - n1);
         // Each lane sums its own keys; the lanes of a head add up at the end.
         l0 = l0 * c0 + p0 + p2;
         l1 = l1 * c1 + p1 + p3;

@@ -30,24 +30,6 @@ extern "C" __global__ void add(float* x, const float* y, u64 n) {
         x[i] += y[i];
 }
 
-// x += y with y in bf16 (a GEMM's output added to the f32 residual), four
-// values a thread.
-extern "C" __global__ void add_bf16(float* x, const u16* y, u64 n) {
-    pdl_trigger();
-    pdl_wait();
-    const u64 step = (u64)gridDim.x * blockDim.x, first = blockIdx.x * (u64)blockDim.x + threadIdx.x;
-    for (u64 i = first; i < n / 4; i += step) {
-        float4 a = ((float4*)x)[i];
-        const uint2 b = ((const uint2*)y)[i];
-        a.x += __uint_as_float(b.x << 16);
-        a.y += __uint_as_float(b.x & 0xffff0000u);
-        a.z += __uint_as_float(b.y << 16);
-        a.w += __uint_as_float(b.y & 0xffff0000u);
-        ((float4*)x)[i] = a;
-    }
-    for (u64 i = n / 4 * 4 + first; i < n; i += step) x[i] += bf16_to_f32(y[i]);
-}
-
 // x[r, c] += v[c]
 extern "C" __global__ void add_row(float* x, const float* v, u64 n, u32 cols) {
     pdl_trigger();
@@ -262,14 +244,15 @@ __device__ __forceinline__ void store2_kv(u16* c, u64 i, float a, float b) {
     *(u32*)(c + i) = (u32)f32_to_f16(a) | ((u32)f32_to_f16(b) << 16);
 }
 
-// One row's rotary embedding, in place; each turned pair also stored at
+// One row's rotary embedding, from `xi` to `xo` (the same row, or another;
+// none: the row is not kept); each turned pair also stored at
 // `cache + dst` when `cache` is given. Angles once per row in shared memory,
 // then every pair of every head at once: a loop over heads per thread would
 // wait on each load in turn. Pairs (2i, 2i+1) when `interleaved`, else
 // (i, i + head_dim/2).
 template <typename XT, typename KT>
-__device__ void rope_row(XT* xi, u32 cols, float p, const float* inv_freq, u32 head_dim, int interleaved,
-                         KT* cache, u64 dst) {
+__device__ void rope_row(const XT* xi, XT* xo, u32 cols, float p, const float* inv_freq, u32 head_dim,
+                         int interleaved, KT* cache, u64 dst) {
     __shared__ float cs[MAX_HALF], sn[MAX_HALF];
     const u32 half = head_dim / 2;
     for (u32 i = threadIdx.x; i < half; i += blockDim.x) sincosf(p * inv_freq[i], &sn[i], &cs[i]);
@@ -289,8 +272,10 @@ __device__ void rope_row(XT* xi, u32 cols, float p, const float* inv_freq, u32 h
             // Back in memory order.
             const float2 oa = interleaved ? make_float2(ra0, rb0) : make_float2(ra0, ra1);
             const float2 ob = interleaved ? make_float2(ra1, rb1) : make_float2(rb0, rb1);
-            store2_act(xi, a, oa.x, oa.y);
-            store2_act(xi, b, ob.x, ob.y);
+            if (xo) {
+                store2_act(xo, a, oa.x, oa.y);
+                store2_act(xo, b, ob.x, ob.y);
+            }
             if (cache) {
                 store2_kv(cache, dst + a, oa.x, oa.y);
                 store2_kv(cache, dst + b, ob.x, ob.y);
@@ -304,8 +289,10 @@ __device__ void rope_row(XT* xi, u32 cols, float p, const float* inv_freq, u32 h
         const u32 b = h * head_dim + (interleaved ? 2 * i + 1 : i + half);
         const float u = load_act(xi, a), w = load_act(xi, b);
         const float ra = u * cs[i] - w * sn[i], rb = u * sn[i] + w * cs[i];
-        store_act(xi, a, ra);
-        store_act(xi, b, rb);
+        if (xo) {
+            store_act(xo, a, ra);
+            store_act(xo, b, rb);
+        }
         if (cache) {
             store_kv(cache, dst + a, ra);
             store_kv(cache, dst + b, rb);
@@ -322,21 +309,23 @@ extern "C" __global__ void rope(float* x0, float* x1, const u32* pos, const floa
     pdl_wait();
     const u32 cols = blockIdx.y ? cols1 : cols0;
     float* xi = (blockIdx.y ? x1 : x0) + (u64)blockIdx.x * cols;
-    rope_row<float, float>(xi, cols, (float)pos[blockIdx.x], inv_freq, head_dim, interleaved, nullptr, 0);
+    rope_row<float, float>(xi, xi, cols, (float)pos[blockIdx.x], inv_freq, head_dim, interleaved, nullptr, 0);
 }
 
 // `rope` on q and k, then K and V stored at their cache slots, in one launch
 // (every layer of every step runs it). Block (row, part): part 0 turns q's
-// row; part 1 turns k's row and stores it, part 2 stores v's row.
-// q, k and v are XT: f32, or bf16 (`rope_kv_f16_bf16in`).
+// row into `qo`; part 1 turns k's row and stores it (and keeps it in `ko`
+// where given), part 2 stores v's row. Rows of q, k and v lie `stride`
+// values apart (each tensor's own width, or one [q | k | v] row of a
+// stacked matmul). q, k and v are XT: f32, or bf16.
 template <typename XT, typename KT>
-__device__ void rope_kv_body(XT* q, XT* k, const XT* v, const u32* pos, const float* inv_freq,
-                             const u32* slots, KT* kc, KT* vc, u32 q_cols, u32 kv_dim, u32 head_dim,
-                             int interleaved) {
+__device__ void rope_kv_body(const XT* q, XT* qo, const XT* k, XT* ko, const XT* v, const u32* pos,
+                             const float* inv_freq, const u32* slots, KT* kc, KT* vc, u32 q_cols, u32 kv_dim,
+                             u32 head_dim, int interleaved, const u32 (&stride)[3]) {
     const u32 row = blockIdx.x, part = blockIdx.y;
     const u64 dst = (u64)slots[row] * kv_dim;
     if (part == 2) {
-        const XT* vi = v + (u64)row * kv_dim;
+        const XT* vi = v + (u64)row * stride[2];
         if (!(kv_dim & 1)) {
             for (u32 i = 2 * threadIdx.x; i < kv_dim; i += 2 * blockDim.x) {
                 const float2 x = load2_act(vi, i);
@@ -348,21 +337,38 @@ __device__ void rope_kv_body(XT* q, XT* k, const XT* v, const u32* pos, const fl
         return;
     }
     const u32 cols = part ? kv_dim : q_cols;
-    XT* xi = (part ? k : q) + (u64)row * cols;
-    rope_row<XT, KT>(xi, cols, (float)pos[row], inv_freq, head_dim, interleaved, part ? kc : nullptr, dst);
+    const XT* xi = (part ? k : q) + (u64)row * stride[part];
+    XT* xo = part ? (ko ? ko + (u64)row * kv_dim : nullptr) : qo + (u64)row * q_cols;
+    rope_row<XT, KT>(xi, xo, cols, (float)pos[row], inv_freq, head_dim, interleaved, part ? kc : nullptr, dst);
 }
 
+// q, k and v tensors of their own, turned in place.
 #define ROPE_KV(NAME, XT, KT)                                                                                 \
     extern "C" __global__ void NAME(XT* q, XT* k, const XT* v, const u32* pos, const float* inv_freq,          \
                                     const u32* slots, KT* kc, KT* vc, u32 q_cols, u32 kv_dim, u32 head_dim,    \
                                     int interleaved) {                                                        \
         pdl_trigger();                                                                                        \
         pdl_wait();                                                                                           \
-        rope_kv_body<XT, KT>(q, k, v, pos, inv_freq, slots, kc, vc, q_cols, kv_dim, head_dim, interleaved);   \
+        const u32 stride[3] = {q_cols, kv_dim, kv_dim};                                                       \
+        rope_kv_body<XT, KT>(q, q, k, k, v, pos, inv_freq, slots, kc, vc, q_cols, kv_dim, head_dim,           \
+                             interleaved, stride);                                                            \
     }
 ROPE_KV(rope_kv_f32, float, float)
 ROPE_KV(rope_kv_f16, float, u16)
 ROPE_KV(rope_kv_f16_bf16in, u16, u16)
+
+// Prefill's stacked q | k | v rows (bf16, one GEMM) into q (`qo`) and the
+// f16 cache; the turned k is not kept.
+extern "C" __global__ void rope_kv_f16_qkv(const u16* qkv, u16* qo, const u32* pos, const float* inv_freq,
+                                           const u32* slots, u16* kc, u16* vc, u32 q_cols, u32 kv_dim, u32 head_dim,
+                                           int interleaved) {
+    pdl_trigger();
+    pdl_wait();
+    const u32 w = q_cols + 2 * kv_dim;
+    const u32 stride[3] = {w, w, w};
+    rope_kv_body<u16, u16>(qkv, qo, qkv + q_cols, nullptr, qkv + q_cols + kv_dim, pos, inv_freq, slots, kc, vc,
+                           q_cols, kv_dim, head_dim, interleaved, stride);
+}
 
 // out[i] = x[rows[i]]; one block per output row.
 extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* out, u32 cols) {
