@@ -445,23 +445,6 @@ __device__ __forceinline__ void wgmma_n32(float (&d)[4][4], const u32 (&a)[4], u
 #endif
 }
 
-__device__ __forceinline__ void wgmma_n64(float (&d)[8][4], const u32 (&a)[4], u64 b, int acc) {
-#if FLASH_WG
-    asm volatile(
-        "{\n.reg .pred p;\n"
-        "setp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-        "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
-          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
-          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
-          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(acc));
-#endif
-}
-
 __device__ __forceinline__ void wgmma_n64_t(float (&d)[8][4], const u32 (&a)[4], u64 b, int acc) {
 #if FLASH_WG
     asm volatile(
@@ -576,7 +559,7 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
     constexpr int PASSES = KEYS / PASS_KEYS; // passes per tile (table entries a thread keeps)
     constexpr int STRIDE = HD + 8;           // u16 per staged key (padding: no bank conflicts)
     constexpr int BUF = WG ? KEYS * HD : KEYS * STRIDE; // u16 per buffer
-    constexpr int SUB = WG ? KEYS : 32;      // keys scored at once (wgmma: n = SUB)
+    constexpr int SUB = 32;                  // keys scored at once (wgmma: n = 32)
     constexpr int NB = SUB / 8;              // their 8-key score fragments
     extern __shared__ __align__(1024) u16 fa_smem[];
     u16* Ks = fa_smem;                       // [2][KEYS][STRIDE], WG: [2][CH][KEYS][8]
@@ -648,13 +631,17 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
     };
     // Stages the K/V tile at key j0 (its entries in tb) into buffer `buf`;
     // keys past khi read as zeros.
+    // (Slots and the row offset in 32 bits, one wide multiply a key: the
+    // staging's address arithmetic is a large share of the loop's instructions.)
+    const u32 kv_dim32 = n_kv_heads * HD;
+    const u64 kv_off = (u64)kvh * HD + my_ch * 8;
     auto stage = [&](u32 j0, int buf) {
 #pragma unroll
         for (int p = 0; p < PASSES; p++) {
             const u32 kj = my_key + p * PASS_KEYS, j = j0 + kj;
             const bool in = j < khi;
-            const u64 slot = !bs ? (u64)j : shift >= 0 ? ((u64)tb[p] << shift) + (j & (bs - 1)) : (u64)tb[p] * bs + j % bs;
-            const u64 base = in ? slot * kv_dim + (u64)kvh * HD + my_ch * 8 : 0;
+            const u32 slot = !bs ? j : shift >= 0 ? (tb[p] << shift) + (j & (bs - 1)) : tb[p] * bs + j % bs;
+            const u64 base = in ? (u64)slot * kv_dim32 + kv_off : 0;
             const u32 at = WG == 2   ? buf * BUF + ((my_ch >> 3) * KEYS + kj) * 64 + (((my_ch & 7) ^ (kj & 7)) * 8)
                            : WG == 1 ? buf * BUF + (my_ch * KEYS + kj) * 8
                                      : (buf * KEYS + kj) * STRIDE + my_ch * 8;
@@ -703,8 +690,7 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
                 for (int ks = 0; ks < HD / 16; ks++) {
                     const u64 d = WG == 2 ? wg_desc(Kt + (ks >> 2) * KEYS * 64 + (ks & 3) * 16, 16, 1024, true)
                                           : wg_desc(Kt + 2 * ks * KEYS * 8, KEYS * 16, 128, false);
-                    if constexpr (SUB == 64) wgmma_n64(s, qf[ks], d, ks > 0);
-                    else wgmma_n32(s, qf[ks], d, ks > 0);
+                    wgmma_n32(s, qf[ks], d, ks > 0);
                 }
                 wg_commit();
                 wg_wait();
@@ -876,7 +862,7 @@ FLASH_KERNEL(flash_f16_64, 64, 32, 1, 0)
 FLASH_KERNEL(flash_f16_128, 128, 32, 3, 0)
 FLASH_KERNEL(flash_wg_64, 64, 32, 1, 2)
 FLASH_KERNEL(flash_wg_128, 128, 32, 3, 2)
-FLASH_KERNEL(flash_wg_128_64, 128, 64, 2, 2)
+FLASH_KERNEL(flash_wg_128_64, 128, 64, 3, 2)
 FLASH_KERNEL(flash_wgn_128, 128, 32, 3, 1)
 
 // ---------------------------------------------------------------- rows on tensor cores (decode)
