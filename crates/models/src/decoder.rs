@@ -83,6 +83,8 @@ impl<B: Backend> Decoder<B> {
                 None
             };
             let kind = &cfg.layers[l];
+            // In the file's order, so that the first missing weight is named.
+            let attn_norm = norms.load(&p("attn_norm.weight"), h)?;
             let raw = |s: &str, rows| ck.require(&p(s), rows, h);
             let [wq, wk, wv] = backend.weight_group([
                 raw("attn_q.weight", qd)?,
@@ -90,7 +92,7 @@ impl<B: Backend> Decoder<B> {
                 raw("attn_v.weight", kvd)?,
             ])?;
             layers.push(Layer {
-                attn_norm: norms.load(&p("attn_norm.weight"), h)?,
+                attn_norm,
                 wq,
                 wk,
                 wv,
