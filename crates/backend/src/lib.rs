@@ -298,12 +298,6 @@ pub trait Backend: Send + Sync {
 
     fn name(&self) -> String;
     fn weight(&self, raw: RawWeight) -> Result<Self::Weight>;
-    /// Weights read together (q, k and v): a backend may keep them in one
-    /// allocation, rows in order, so that one matmul serves all.
-    fn weight_group<const N: usize>(&self, raws: [RawWeight; N]) -> Result<[Self::Weight; N]> {
-        let each: Vec<Self::Weight> = raws.into_iter().map(|r| self.weight(r)).collect::<Result<_>>()?;
-        Ok(each.try_into().unwrap_or_else(|_| unreachable!("one weight per input")))
-    }
     fn upload(&self, data: Vec<f32>, rows: usize, cols: usize) -> Result<Self::Tensor>;
     fn to_host(&self, t: &Self::Tensor) -> Result<Vec<f32>>;
     fn shape(&self, t: &Self::Tensor) -> (usize, usize);

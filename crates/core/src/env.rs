@@ -67,23 +67,9 @@ pub fn cuda_half_only() -> bool {
 }
 
 /// `FERRITE_CUDA_FLASH_WG=0`: prefill attention on the mma.sync flash kernel
-/// even on Hopper (sm_90a), where the wgmma one serves; `=64`: the wgmma
-/// kernel that scores 64 keys at a time; `=1`: the one without swizzle. For
-/// comparison; returns 0, 1, 64 or (default) 32.
-pub fn cuda_flash_wg() -> usize {
-    match var("FERRITE_CUDA_FLASH_WG").as_deref().and_then(|v| v.to_str()) {
-        Some("0") => 0,
-        Some("1") => 1,
-        Some("64") => 64,
-        _ => 32,
-    }
-}
-
-/// `FERRITE_CUDA_STACK_QKV=0`: prefill's q, k and v projections as three
-/// GEMMs even where their weights lie in one allocation (one GEMM); for
-/// comparison.
-pub fn cuda_stack_qkv() -> bool {
-    var("FERRITE_CUDA_STACK_QKV").is_none_or(|v| v != "0")
+/// even on Hopper (sm_90a), where the wgmma one serves; for comparison.
+pub fn cuda_flash_wg() -> bool {
+    var("FERRITE_CUDA_FLASH_WG").is_none_or(|v| v != "0")
 }
 
 /// `FERRITE_CUDA_GEMM_TUNE=1`: prefill-sized CUDA GEMMs take the fastest of

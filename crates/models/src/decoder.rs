@@ -83,19 +83,11 @@ impl<B: Backend> Decoder<B> {
                 None
             };
             let kind = &cfg.layers[l];
-            // In the file's order, so that the first missing weight is named.
-            let attn_norm = norms.load(&p("attn_norm.weight"), h)?;
-            let raw = |s: &str, rows| ck.require(&p(s), rows, h);
-            let [wq, wk, wv] = backend.weight_group([
-                raw("attn_q.weight", qd)?,
-                raw("attn_k.weight", kvd)?,
-                raw("attn_v.weight", kvd)?,
-            ])?;
             layers.push(Layer {
-                attn_norm,
-                wq,
-                wk,
-                wv,
+                attn_norm: norms.load(&p("attn_norm.weight"), h)?,
+                wq: w(&p("attn_q.weight"), qd, h)?,
+                wk: w(&p("attn_k.weight"), kvd, h)?,
+                wv: w(&p("attn_v.weight"), kvd, h)?,
                 wo: w(&p("attn_output.weight"), h, qd)?,
                 bias,
                 q_norm: if cfg.qk_norm { Some(norms.load(&p("attn_q_norm.weight"), hd)?) } else { None },

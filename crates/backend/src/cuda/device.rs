@@ -92,7 +92,6 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "rope_kv_f32",
             "rope_kv_f16",
             "rope_kv_f16_bf16in",
-            "rope_kv_f16_qkv",
             "rms_norm4",
         ],
     ),
@@ -109,8 +108,6 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "flash_f16_128",
             "flash_wg_64",
             "flash_wg_128",
-            "flash_wg_128_64",
-            "flash_wgn_128",
         ],
     ),
     (

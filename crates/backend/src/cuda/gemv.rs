@@ -95,8 +95,8 @@ pub fn gemv_glu(
     let stem = if st == Storage::Bf16 { "bf16" } else { "f16" };
     let (yp, _gy) = y.device_ptr_mut(s);
     let (xp, _gx) = x.f32(dev)?.device_ptr(s);
-    let (gp, _gg) = gate.ptr(s);
-    let (up_p, _gu) = up.ptr(s);
+    let (gp, _gg) = gate.data.device_ptr(s);
+    let (up_p, _gu) = up.data.device_ptr(s);
     for r0 in (0..n).step_by(8) {
         let name = format!("gemv_glu_{stem}_{}", (n - r0).min(8));
         let (yr, xr) = (yp + (r0 * m * 4) as u64, xp + (r0 * k * 4) as u64);
@@ -219,7 +219,7 @@ pub fn gemv(
     let mut m = [0u32; 3];
     let mut guards = Vec::new();
     for (i, (w, y)) in ws.iter().zip(targets).enumerate() {
-        let (p, g) = w.ptr(s);
+        let (p, g) = w.data.device_ptr(s);
         let (q, h) = y.device_ptr_mut(s);
         (wp[i], yp[i], m[i]) = (p, q, w.rows as u32);
         guards.extend([g, h]);

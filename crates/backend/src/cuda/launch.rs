@@ -46,12 +46,6 @@ impl<T> KernelArg for &CudaView<'_, T> {
     }
 }
 
-impl KernelArg for &super::CudaWeight {
-    fn slot(self, stream: &CudaStream) -> u64 {
-        self.ptr(stream).0
-    }
-}
-
 /// A scalar argument's slot value: a 4-byte one in the low half.
 trait ScalarSlot {
     fn slot_value(self) -> u64;

@@ -439,53 +439,6 @@ impl CudaBackend {
         Ok(())
     }
 
-    /// `rope_write_kv` of prefill's q | k | v rows from one GEMM (bf16
-    /// alone, `qd` and `kvd` values of each): K and V to the f16 cache, and
-    /// the turned q (bf16 alone) returned.
-    fn rope_write_kv_stacked(
-        &self,
-        qkv: &CudaTensor,
-        (qd, kvd): (usize, usize),
-        rope: &Rope,
-        positions: &[u32],
-        (pool, layer): (&mut CudaKvPool, usize),
-        batch: &AttnBatch,
-    ) -> Result<CudaTensor> {
-        let _span = profile::span(&self.dev.stream, "rope_write_kv");
-        let n = qkv.rows;
-        let fits = qkv.cols == qd + 2 * kvd && kvd == pool.kv_dim && batch.slots.len() == n && layer < pool.k.len();
-        let hd = rope.head_dim;
-        if !fits || positions.len() != n || qd % hd != 0 || kvd % hd != 0 || rope.inv_freq.len() * 2 != hd || hd > 512 {
-            return Err(Error::Shape(format!("rope_write_kv: [{n}, {}] rows for q {qd} and k, v {kvd}", qkv.cols)));
-        }
-        if let Some(s) = batch.slots.iter().find(|&&s| s >= pool.slots) {
-            return Err(Error::Shape(format!("KV slot {s} outside the pool ({} slots)", pool.slots)));
-        }
-        let src = match qkv.half() {
-            Some((Storage::Bf16, h)) => h,
-            _ => return Err(Error::Device("rope_write_kv: stacked rows without their bf16 values".into())),
-        };
-        // SAFETY: every value is written by the kernel (part 0 of each row).
-        let mut q = unsafe { self.dev.stream.alloc::<u16>((n * qd).max(1)) }.map_err(|e| device_err("alloc", e))?;
-        let (pos, freq) = self.rope_inputs(rope, positions)?;
-        let slots = self.step_words(Field::Slots, || batch.slots.iter().map(|&s| s as u32).collect())?;
-        let (pos, slots) = (pos.view(), slots.view());
-        let (qc, kv32, hd32, inter) = (qd as u32, kvd as u32, hd as u32, rope.interleaved as i32);
-        let per = if hd.is_multiple_of(4) { 2 } else { 1 };
-        let widest = (qd / 2).max(kvd) / per;
-        let cfg = LaunchConfig {
-            grid_dim: (n as u32, 3, 1),
-            block_dim: (widest.clamp(32, 1024).div_ceil(32) as u32 * 32, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        let (KvBuf::F16(kc), KvBuf::F16(vc)) = (&mut pool.k[layer], &mut pool.v[layer]) else {
-            return Err(Error::Device("rope_write_kv: stacked rows need an f16 cache".into()));
-        };
-        let f = "rope_kv_f16_qkv";
-        launch!(self, f, cfg, src, &mut q, &pos, freq.as_ref(), &slots, kc, vc, &qc, &kv32, &hd32, &inter)?;
-        Ok(CudaTensor::half_only(n, qd, Storage::Bf16, q))
-    }
-
     /// The rotary kernels' device inputs: positions (the step's, while a
     /// decode step is captured) and the inverse frequencies.
     fn rope_inputs(&self, rope: &Rope, positions: &[u32]) -> Result<(Words, Arc<CudaSlice<u32>>)> {
@@ -506,10 +459,6 @@ impl Backend for CudaBackend {
 
     fn weight(&self, raw: RawWeight) -> Result<CudaWeight> {
         weight::upload(&self.dev, raw, self.exact_f32)
-    }
-
-    fn weight_group<const N: usize>(&self, raws: [RawWeight; N]) -> Result<[CudaWeight; N]> {
-        weight::upload_group(&self.dev, raws, self.exact_f32)
     }
 
     fn upload(&self, data: Vec<f32>, rows: usize, cols: usize) -> Result<CudaTensor> {
@@ -552,9 +501,9 @@ impl Backend for CudaBackend {
             if let Storage::Quant(_) = table.storage {
                 let row_bytes = table.row_bytes();
                 let cfg = per_row(ids.len(), d / 32);
-                launch!(self, "embedding_q", cfg, table, &ids, &mut out, &code, &row_bytes, &cols)?;
+                launch!(self, "embedding_q", cfg, &table.data, &ids, &mut out, &code, &row_bytes, &cols)?;
             } else {
-                launch!(self, "embedding", per_row(ids.len(), d), table, &ids, &mut out, &cols, &code)?;
+                launch!(self, "embedding", per_row(ids.len(), d), &table.data, &ids, &mut out, &cols, &code)?;
             }
         }
         Ok(self.tensor(out, ids.len(), d))
@@ -990,17 +939,6 @@ impl Backend for CudaBackend {
         let qkv = match f16_cache && self.gemms_read_half(x.rows, &wqkv) {
             true => {
                 let h = self.rms_norm_out(x, norm, eps, true)?;
-                // q, k and v in one allocation (`Backend::weight_group`): one GEMM.
-                if let Some(w) = CudaWeight::stacked(&wqkv).filter(|_| ferrite_core::env::cuda_stack_qkv()) {
-                    let out = {
-                        let _span = profile::span(&self.dev.stream, "matmul_many (bf16 out)");
-                        weight::gemm_bf16_out(&self.dev, &h, &[&w])?
-                    };
-                    if let Some(y) = out {
-                        let dims = (wqkv[0].rows, wqkv[1].rows);
-                        return self.rope_write_kv_stacked(&y[0], dims, rope, positions, (pool, layer), batch);
-                    }
-                }
                 let _span = profile::span(&self.dev.stream, "matmul_many (bf16 out)");
                 weight::gemm_bf16_out(&self.dev, &h, &wqkv)?.and_then(|v| <[CudaTensor; 3]>::try_from(v).ok())
             }

@@ -12,9 +12,7 @@ use std::borrow::Cow;
 use std::ffi::c_void;
 
 use cudarc::cublas::sys::{cublasComputeType_t, cublasGemmAlgo_t, cublasOperation_t, cudaDataType};
-use std::sync::Arc;
-
-use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, SyncOnDrop};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use ferrite_core::{DType, Error, Result};
 use rayon::prelude::*;
 
@@ -83,42 +81,10 @@ pub struct CudaWeight {
     pub rows: usize,
     pub cols: usize,
     pub storage: Storage,
-    /// The allocation the rows are in (shared by a `weight_group`), from
-    /// byte `offset` on.
-    data: Arc<CudaSlice<u8>>,
-    offset: usize,
+    pub data: CudaSlice<u8>,
 }
 
 impl CudaWeight {
-    /// The device address of the first row, and the guard that keeps the
-    /// allocation's events until the launch that reads it.
-    pub fn ptr<'a>(&'a self, s: &'a CudaStream) -> (u64, SyncOnDrop<'a>) {
-        let (p, g) = self.data.device_ptr(s);
-        (p + self.offset as u64, g)
-    }
-
-    /// The weights of `ws` as one, rows in order, where they lie back to
-    /// back in one allocation (`upload_group`: q, k and v): one matmul for all.
-    pub fn stacked(ws: &[&CudaWeight]) -> Option<CudaWeight> {
-        let first = ws.first()?;
-        let mut end = first.offset;
-        for w in ws {
-            let joins = Arc::ptr_eq(&w.data, &first.data) && w.offset == end;
-            if !joins || w.storage != first.storage || w.cols != first.cols {
-                return None;
-            }
-            end += w.rows * w.row_bytes() as usize;
-        }
-        Some(CudaWeight {
-            name: ws.iter().map(|w| w.name.as_str()).collect::<Vec<_>>().join("+"),
-            rows: ws.iter().map(|w| w.rows).sum(),
-            cols: first.cols,
-            storage: first.storage,
-            data: first.data.clone(),
-            offset: first.offset,
-        })
-    }
-
     /// Bytes from one row to the next in `data`: for blocks the file's, but
     /// Q6_K's, which `device_bytes` repacks into padded rows.
     pub fn row_bytes(&self) -> u64 {
@@ -160,37 +126,8 @@ fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Stor
 pub fn upload(dev: &Device, raw: RawWeight, exact_f32: bool) -> Result<CudaWeight> {
     raw.check_size()?;
     let (bytes, storage) = device_bytes(&raw, exact_f32)?;
-    let data = Arc::new(dev.stream.clone_htod(bytes.as_ref()).map_err(|e| device_err("uploading a weight", e))?);
-    Ok(CudaWeight { name: raw.name, rows: raw.rows, cols: raw.cols, storage, data, offset: 0 })
-}
-
-/// Weights read together (`Backend::weight_group`): where all are 16-bit
-/// of one type and width, one allocation with their rows in order
-/// (`CudaWeight::stacked`); else each its own.
-pub fn upload_group<const N: usize>(dev: &Device, raws: [RawWeight; N], exact_f32: bool) -> Result<[CudaWeight; N]> {
-    let mut host = Vec::new();
-    let mut storage = None;
-    for raw in &raws {
-        raw.check_size()?;
-        let (bytes, st) = device_bytes(raw, exact_f32)?;
-        if !matches!(st, Storage::Bf16 | Storage::F16) || storage.is_some_and(|s| s != st) || raw.cols != raws[0].cols {
-            storage = None;
-            break;
-        }
-        storage = Some(st);
-        host.extend_from_slice(&bytes);
-    }
-    let Some(storage) = storage else {
-        let each: Vec<CudaWeight> = raws.into_iter().map(|r| upload(dev, r, exact_f32)).collect::<Result<_>>()?;
-        return Ok(each.try_into().unwrap_or_else(|_| unreachable!("one weight per input")));
-    };
-    let data = Arc::new(dev.stream.clone_htod(&host).map_err(|e| device_err("uploading a weight", e))?);
-    let mut offset = 0;
-    Ok(raws.map(|raw| {
-        let w = CudaWeight { name: raw.name, rows: raw.rows, cols: raw.cols, storage, data: data.clone(), offset };
-        offset += w.rows * w.row_bytes() as usize;
-        w
-    }))
+    let data = dev.stream.clone_htod(bytes.as_ref()).map_err(|e| device_err("uploading a weight", e))?;
+    Ok(CudaWeight { name: raw.name, rows: raw.rows, cols: raw.cols, storage, data })
 }
 
 /// y [n, m] = x [n, k] · w [m, k]^T, f32 out.
@@ -353,7 +290,7 @@ fn gemm(
         GemmOut::Bf16(y) => ("  gemm (bf16 out)", (y.device_ptr_mut(s), cudaDataType::CUDA_R_16BF)),
     };
     let _span = super::profile::span(s, label);
-    let (wp, _g1) = w.ptr(s);
+    let (wp, _g1) = w.data.device_ptr(s);
     let (xp, _g2) = match half_x {
         Some(h) => h.device_ptr(s),
         None => x.f32(dev)?.device_ptr(s),
@@ -463,7 +400,7 @@ fn gemm_quant(
         let r0_32 = r0 as u32;
         let span = super::profile::span(s, "  dequant_f16");
         let mut b = dev.launch("dequant_f16");
-        b.arg(w).arg(&mut tile).arg(code).arg(row_bytes).arg(k32).arg(r0_32);
+        b.arg(&w.data).arg(&mut tile).arg(code).arg(row_bytes).arg(k32).arg(r0_32);
         // A block row per weight row, a thread per 32 values.
         let grid = ((k / 32).div_ceil(128) as u32, rows as u32, 1);
         let cfg = LaunchConfig { grid_dim: grid, block_dim: (128, 1, 1), shared_mem_bytes: 0 };

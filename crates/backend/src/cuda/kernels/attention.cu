@@ -382,15 +382,16 @@ ROWS_KERNEL(attention_rows_f16_small, 4, 4, u16)
 #define FLASH_WG 0
 #endif
 
-// A shared-memory matrix: its start, the two byte strides between 8-row
-// groups of core matrices (PTX "matrix descriptor", "canonical layouts":
-// `lbo` and `sbo`, whose meaning depends on the major-ness and swizzle), in
-// 16-byte units, and with `sw128` the 128-byte swizzle (16-byte chunk c of
-// a 128-byte row r of a 1,024-byte-aligned atom stored at chunk c ^ r % 8).
-__device__ __forceinline__ u64 wg_desc(const void* smem, u32 lbo, u32 sbo, bool sw128) {
+// A shared-memory matrix in 128-byte swizzled rows (16-byte chunk c of
+// row r of a 1,024-byte-aligned 8-row atom stored at chunk c ^ r): its
+// start and the two byte strides `lbo` and `sbo` between groups of rows
+// (PTX "matrix descriptor", "canonical layouts": their meaning depends on
+// the major-ness), in 16-byte units. (Unswizzled core matrices measured
+// slower than mma.sync: 38,018 tok/s prefill against 39,053.)
+__device__ __forceinline__ u64 wg_desc(const void* smem, u32 lbo, u32 sbo) {
     const u32 a = (u32)__cvta_generic_to_shared(smem);
     return (u64)((a >> 4) & 0x3fffu) | ((u64)((lbo >> 4) & 0x3fffu) << 16) | ((u64)((sbo >> 4) & 0x3fffu) << 32) |
-           ((u64)sw128 << 62);
+           (1ull << 62);
 }
 
 // Orders the registers' writes before the next wgmma reads them.
@@ -543,14 +544,12 @@ __device__ __forceinline__ void mma_f16(float* c, const u32* a, u32 b0, u32 b1) 
 // (this and the order: prefill 8 x 2,048 +2-3%).
 //
 // WG (sm_90a): the scores and the outputs on wgmma, which reads K and V from
-// shared memory. WG 2: each key's 64-dimension halves are 128-byte rows
-// (half h of key j at (h * KEYS + j) * 128 bytes), 128-byte swizzled, which
-// serve both as K-major keys and as N-major values. WG 1 (for comparison):
-// no swizzle, chunk c (8 dimensions) of key j at (c * KEYS + j) * 16 bytes.
-// The whole warpgroup computes every sub-tile any of its rows sees (rows
-// that see none of it mask it); the output wgmmas of a tile are waited for
-// at the next one's start.
-template <int HD, int KEYS, int WG>
+// shared memory: each key's 64-dimension halves are 128-byte rows (half h
+// of key j at (h * KEYS + j) * 128 bytes), 128-byte swizzled, which serve
+// both as K-major keys and as N-major values. The whole warpgroup computes
+// every sub-tile any of its rows sees (rows that see none of it mask it);
+// the output wgmmas of a tile are waited for at the next one's start.
+template <int HD, int KEYS, bool WG>
 __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta,
                            const u32* tables, const u32* tiles, u32 n_heads, u32 n_kv_heads, u32 bs, u32 window,
                            float scale, float softcap, u16* half, int bf16, const u16* qh) {
@@ -618,8 +617,7 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
         in_hi = min(in_hi, __shfl_xor_sync(0xffffffffu, in_hi, o));
     }
     // This thread's chunk of each key it stages: key my_key + p * PASS_KEYS of a tile.
-    const u32 my_key = WG == 1 ? (threadIdx.x & 7) + 8 * (threadIdx.x / (8 * CH)) : threadIdx.x / CH;
-    const u32 my_ch = WG == 1 ? (threadIdx.x >> 3) % CH : threadIdx.x % CH;
+    const u32 my_key = threadIdx.x / CH, my_ch = threadIdx.x % CH;
     // Block-table entries of this thread's keys of the tile at key j0 (bs > 0).
     u32 tb[PASSES];
     auto fetch = [&](u32 j0) {
@@ -642,9 +640,8 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
             const bool in = j < khi;
             const u32 slot = !bs ? j : shift >= 0 ? (tb[p] << shift) + (j & (bs - 1)) : tb[p] * bs + j % bs;
             const u64 base = in ? (u64)slot * kv_dim32 + kv_off : 0;
-            const u32 at = WG == 2   ? buf * BUF + ((my_ch >> 3) * KEYS + kj) * 64 + (((my_ch & 7) ^ (kj & 7)) * 8)
-                           : WG == 1 ? buf * BUF + (my_ch * KEYS + kj) * 8
-                                     : (buf * KEYS + kj) * STRIDE + my_ch * 8;
+            const u32 at = WG ? buf * BUF + ((my_ch >> 3) * KEYS + kj) * 64 + (((my_ch & 7) ^ (kj & 7)) * 8)
+                              : (buf * KEYS + kj) * STRIDE + my_ch * 8;
             cp_async16(Ks + at, kc + base, in);
             cp_async16(Vs + at, vc + base, in);
         }
@@ -675,21 +672,19 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
         for (int sub = 0; sub < KEYS / SUB; sub++) {
             const u32 s0 = j0 + sub * SUB;
             if (WG ? s0 >= khi : !(s0 < w_hi && s0 + SUB > w_lo)) continue;
-            const u32 sub_at = WG == 2 ? sub * SUB * 64 : WG == 1 ? sub * SUB * 8 : sub * SUB * STRIDE;
+            const u32 sub_at = WG ? sub * SUB * 64 : sub * SUB * STRIDE;
             const u16* Kt = Ks + buf * BUF + sub_at;
             const u16* Vt = Vs + buf * BUF + sub_at;
             float s[NB][4];
 #pragma unroll
             for (int n = 0; n < NB; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
             if (WG) {
-                // K-major keys. Swizzled: the next 8 keys 1,024 bytes on, k-steps
-                // 32 bytes apart in a row; else the next 8 dimensions KEYS * 16
-                // bytes on, the next 8 keys 128.
+                // K-major keys: the next 8 keys 1,024 bytes on, k-steps 32 bytes
+                // apart in a row, the second 64 dimensions KEYS * 128 bytes on.
                 wg_fence();
 #pragma unroll
                 for (int ks = 0; ks < HD / 16; ks++) {
-                    const u64 d = WG == 2 ? wg_desc(Kt + (ks >> 2) * KEYS * 64 + (ks & 3) * 16, 16, 1024, true)
-                                          : wg_desc(Kt + 2 * ks * KEYS * 8, KEYS * 16, 128, false);
+                    const u64 d = wg_desc(Kt + (ks >> 2) * KEYS * 64 + (ks & 3) * 16, 16, 1024);
                     wgmma_n32(s, qf[ks], d, ks > 0);
                 }
                 wg_commit();
@@ -778,9 +773,8 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
                 }
             }
             if (WG) {
-                // N-major values. Swizzled: the next 64 dimensions KEYS * 128 bytes
-                // on, the next 8 keys 1,024; else the next 8 keys 128 bytes on,
-                // the next 8 dimensions KEYS * 16.
+                // N-major values: the next 64 dimensions KEYS * 128 bytes on, the
+                // next 8 keys 1,024.
                 u32 a[SUB / 16][4];
 #pragma unroll
                 for (int kk = 0; kk < SUB / 16; kk++) {
@@ -792,8 +786,7 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
                 wg_fence();
 #pragma unroll
                 for (int kk = 0; kk < SUB / 16; kk++) {
-                    const u64 d = WG == 2 ? wg_desc(Vt + kk * 16 * 64, KEYS * 128, 1024, true)
-                                          : wg_desc(Vt + kk * 16 * 8, 128, KEYS * 16, false);
+                    const u64 d = wg_desc(Vt + kk * 16 * 64, KEYS * 128, 1024);
                     if constexpr (HD == 128) wgmma_n128_t(o, a[kk], d, 1);
                     else wgmma_n64_t(o, a[kk], d, 1);
                 }
@@ -858,12 +851,13 @@ __device__ void flash_body(const float* q, const u16* kc, const u16* vc, float* 
 // against 80 ms with two blocks, 68 ms with four, prefill 8 x 2,048 of
 // Llama 3 8B). 64 keys a barrier (the same registers) measured no faster:
 // prefill 40,105 and 39,841 tok/s against 40,048 and 40,149 with 32.
-FLASH_KERNEL(flash_f16_64, 64, 32, 1, 0)
-FLASH_KERNEL(flash_f16_128, 128, 32, 3, 0)
-FLASH_KERNEL(flash_wg_64, 64, 32, 1, 2)
-FLASH_KERNEL(flash_wg_128, 128, 32, 3, 2)
-FLASH_KERNEL(flash_wg_128_64, 128, 64, 3, 2)
-FLASH_KERNEL(flash_wgn_128, 128, 32, 3, 1)
+FLASH_KERNEL(flash_f16_64, 64, 32, 1, false)
+FLASH_KERNEL(flash_f16_128, 128, 32, 3, false)
+// wgmma (sm_90a): attention 39 ms against 58 on mma.sync (prefill 8 x
+// 2,048, with the staging and exp2 of the same build); 64 keys a barrier
+// measured the same (41,222 and 41,188 tok/s against 41,418 and 41,279).
+FLASH_KERNEL(flash_wg_64, 64, 32, 1, true)
+FLASH_KERNEL(flash_wg_128, 128, 32, 3, true)
 
 // ---------------------------------------------------------------- rows on tensor cores (decode)
 //

@@ -244,15 +244,14 @@ __device__ __forceinline__ void store2_kv(u16* c, u64 i, float a, float b) {
     *(u32*)(c + i) = (u32)f32_to_f16(a) | ((u32)f32_to_f16(b) << 16);
 }
 
-// One row's rotary embedding, from `xi` to `xo` (the same row, or another;
-// none: the row is not kept); each turned pair also stored at
+// One row's rotary embedding, in place; each turned pair also stored at
 // `cache + dst` when `cache` is given. Angles once per row in shared memory,
 // then every pair of every head at once: a loop over heads per thread would
 // wait on each load in turn. Pairs (2i, 2i+1) when `interleaved`, else
 // (i, i + head_dim/2).
 template <typename XT, typename KT>
-__device__ void rope_row(const XT* xi, XT* xo, u32 cols, float p, const float* inv_freq, u32 head_dim,
-                         int interleaved, KT* cache, u64 dst) {
+__device__ void rope_row(XT* xi, u32 cols, float p, const float* inv_freq, u32 head_dim, int interleaved,
+                         KT* cache, u64 dst) {
     __shared__ float cs[MAX_HALF], sn[MAX_HALF];
     const u32 half = head_dim / 2;
     for (u32 i = threadIdx.x; i < half; i += blockDim.x) sincosf(p * inv_freq[i], &sn[i], &cs[i]);
@@ -272,10 +271,8 @@ __device__ void rope_row(const XT* xi, XT* xo, u32 cols, float p, const float* i
             // Back in memory order.
             const float2 oa = interleaved ? make_float2(ra0, rb0) : make_float2(ra0, ra1);
             const float2 ob = interleaved ? make_float2(ra1, rb1) : make_float2(rb0, rb1);
-            if (xo) {
-                store2_act(xo, a, oa.x, oa.y);
-                store2_act(xo, b, ob.x, ob.y);
-            }
+            store2_act(xi, a, oa.x, oa.y);
+            store2_act(xi, b, ob.x, ob.y);
             if (cache) {
                 store2_kv(cache, dst + a, oa.x, oa.y);
                 store2_kv(cache, dst + b, ob.x, ob.y);
@@ -289,10 +286,8 @@ __device__ void rope_row(const XT* xi, XT* xo, u32 cols, float p, const float* i
         const u32 b = h * head_dim + (interleaved ? 2 * i + 1 : i + half);
         const float u = load_act(xi, a), w = load_act(xi, b);
         const float ra = u * cs[i] - w * sn[i], rb = u * sn[i] + w * cs[i];
-        if (xo) {
-            store_act(xo, a, ra);
-            store_act(xo, b, rb);
-        }
+        store_act(xi, a, ra);
+        store_act(xi, b, rb);
         if (cache) {
             store_kv(cache, dst + a, ra);
             store_kv(cache, dst + b, rb);
@@ -309,23 +304,21 @@ extern "C" __global__ void rope(float* x0, float* x1, const u32* pos, const floa
     pdl_wait();
     const u32 cols = blockIdx.y ? cols1 : cols0;
     float* xi = (blockIdx.y ? x1 : x0) + (u64)blockIdx.x * cols;
-    rope_row<float, float>(xi, xi, cols, (float)pos[blockIdx.x], inv_freq, head_dim, interleaved, nullptr, 0);
+    rope_row<float, float>(xi, cols, (float)pos[blockIdx.x], inv_freq, head_dim, interleaved, nullptr, 0);
 }
 
 // `rope` on q and k, then K and V stored at their cache slots, in one launch
 // (every layer of every step runs it). Block (row, part): part 0 turns q's
-// row into `qo`; part 1 turns k's row and stores it (and keeps it in `ko`
-// where given), part 2 stores v's row. Rows of q, k and v lie `stride`
-// values apart (each tensor's own width, or one [q | k | v] row of a
-// stacked matmul). q, k and v are XT: f32, or bf16.
+// row; part 1 turns k's row and stores it, part 2 stores v's row.
+// q, k and v are XT: f32, or bf16 (`rope_kv_f16_bf16in`).
 template <typename XT, typename KT>
-__device__ void rope_kv_body(const XT* q, XT* qo, const XT* k, XT* ko, const XT* v, const u32* pos,
-                             const float* inv_freq, const u32* slots, KT* kc, KT* vc, u32 q_cols, u32 kv_dim,
-                             u32 head_dim, int interleaved, const u32 (&stride)[3]) {
+__device__ void rope_kv_body(XT* q, XT* k, const XT* v, const u32* pos, const float* inv_freq,
+                             const u32* slots, KT* kc, KT* vc, u32 q_cols, u32 kv_dim, u32 head_dim,
+                             int interleaved) {
     const u32 row = blockIdx.x, part = blockIdx.y;
     const u64 dst = (u64)slots[row] * kv_dim;
     if (part == 2) {
-        const XT* vi = v + (u64)row * stride[2];
+        const XT* vi = v + (u64)row * kv_dim;
         if (!(kv_dim & 1)) {
             for (u32 i = 2 * threadIdx.x; i < kv_dim; i += 2 * blockDim.x) {
                 const float2 x = load2_act(vi, i);
@@ -337,38 +330,21 @@ __device__ void rope_kv_body(const XT* q, XT* qo, const XT* k, XT* ko, const XT*
         return;
     }
     const u32 cols = part ? kv_dim : q_cols;
-    const XT* xi = (part ? k : q) + (u64)row * stride[part];
-    XT* xo = part ? (ko ? ko + (u64)row * kv_dim : nullptr) : qo + (u64)row * q_cols;
-    rope_row<XT, KT>(xi, xo, cols, (float)pos[row], inv_freq, head_dim, interleaved, part ? kc : nullptr, dst);
+    XT* xi = (part ? k : q) + (u64)row * cols;
+    rope_row<XT, KT>(xi, cols, (float)pos[row], inv_freq, head_dim, interleaved, part ? kc : nullptr, dst);
 }
 
-// q, k and v tensors of their own, turned in place.
 #define ROPE_KV(NAME, XT, KT)                                                                                 \
     extern "C" __global__ void NAME(XT* q, XT* k, const XT* v, const u32* pos, const float* inv_freq,          \
                                     const u32* slots, KT* kc, KT* vc, u32 q_cols, u32 kv_dim, u32 head_dim,    \
                                     int interleaved) {                                                        \
         pdl_trigger();                                                                                        \
         pdl_wait();                                                                                           \
-        const u32 stride[3] = {q_cols, kv_dim, kv_dim};                                                       \
-        rope_kv_body<XT, KT>(q, q, k, k, v, pos, inv_freq, slots, kc, vc, q_cols, kv_dim, head_dim,           \
-                             interleaved, stride);                                                            \
+        rope_kv_body<XT, KT>(q, k, v, pos, inv_freq, slots, kc, vc, q_cols, kv_dim, head_dim, interleaved);   \
     }
 ROPE_KV(rope_kv_f32, float, float)
 ROPE_KV(rope_kv_f16, float, u16)
 ROPE_KV(rope_kv_f16_bf16in, u16, u16)
-
-// Prefill's stacked q | k | v rows (bf16, one GEMM) into q (`qo`) and the
-// f16 cache; the turned k is not kept.
-extern "C" __global__ void rope_kv_f16_qkv(const u16* qkv, u16* qo, const u32* pos, const float* inv_freq,
-                                           const u32* slots, u16* kc, u16* vc, u32 q_cols, u32 kv_dim, u32 head_dim,
-                                           int interleaved) {
-    pdl_trigger();
-    pdl_wait();
-    const u32 w = q_cols + 2 * kv_dim;
-    const u32 stride[3] = {w, w, w};
-    rope_kv_body<u16, u16>(qkv, qo, qkv + q_cols, nullptr, qkv + q_cols + kv_dim, pos, inv_freq, slots, kc, vc,
-                           q_cols, kv_dim, head_dim, interleaved, stride);
-}
 
 // out[i] = x[rows[i]]; one block per output row.
 extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* out, u32 cols) {
