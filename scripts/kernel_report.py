@@ -2,14 +2,14 @@
 """Registers, spills and machine-code size of our CUDA kernels, without a GPU.
 
 Compiles one kernel module (crates/backend/src/cuda/kernels/<module>.cu, with
-common.cuh in front, as the engine does) to an sm_90 cubin with NVRTC and
+common.cuh in front, as the engine does) to an sm_90a cubin with NVRTC and
 disassembles it with nvdisasm. For each kernel whose name matches a pattern it
 prints the registers, stack and spills ptxas reports, the instruction count,
 and the instructions of its longest backward-branch loop (the main loop of a
 GEMV), by opcode. Run it through scripts/kernel-report.sh, which provides both
 libraries from their pip wheels.
 
-  kernel_report.py NVRTC_LIB_DIR NVDISASM MODULE [REGEX ...] [--arch sm_90] [--loop]
+  kernel_report.py NVRTC_LIB_DIR NVDISASM MODULE [REGEX ...] [--arch sm_90a] [--loop]
 """
 import argparse
 import collections
