@@ -107,8 +107,9 @@ mod tests {
     use super::*;
 
     /// Every kernel compiles for the H200's architecture (its own target
-    /// sm_90a, with wgmma, and plain sm_90) and for the A100's (Hopper-only
-    /// instructions sit behind `__CUDA_ARCH__` guards). CI
+    /// sm_90a, with wgmma, which `Device::open` uses on compute capability
+    /// 9.0) and for the A100's (Hopper-only instructions sit behind
+    /// `__CUDA_ARCH__` and `FLASH_WG` guards). CI
     /// installs NVRTC (scripts/nvrtc.sh) and sets FERRITE_REQUIRE_NVRTC, so a
     /// kernel that does not compile never lands; elsewhere the test needs the
     /// library.
@@ -121,7 +122,6 @@ mod tests {
         }
         for (name, src) in MODULES {
             compile(name, src, "sm_80").unwrap_or_else(|e| panic!("{e}"));
-            compile(name, src, "sm_90").unwrap_or_else(|e| panic!("{e}"));
             let cubin = compile(name, src, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
             assert!(cubin.starts_with(b"\x7fELF"), "{name}: not a cubin");
             // Every entry point the device loads is in the module's symbols.
