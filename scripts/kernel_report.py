@@ -22,14 +22,17 @@ import sys
 import tempfile
 
 KERNELS = os.path.join(os.path.dirname(__file__), "..", "crates", "backend", "src", "cuda", "kernels")
+HEADERS = {"attention": ["wgmma.cuh"]}
 
 
 def compile_cubin(lib_dir, module, arch):
     nvrtc = ctypes.CDLL(sorted(glob.glob(os.path.join(lib_dir, "libnvrtc.so*")))[0])
     with open(os.path.join(KERNELS, "common.cuh")) as f:
         src = f.read() + "\n"
-    with open(os.path.join(KERNELS, module + ".cu")) as f:
-        src += f.read()
+    # As compile.rs MODULES joins them.
+    for part in HEADERS.get(module, []) + [module + ".cu"]:
+        with open(os.path.join(KERNELS, part)) as f:
+            src += f.read()
     prog = ctypes.c_void_p()
     if nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), f"{module}.cu".encode(), 0, None, None):
         sys.exit("nvrtcCreateProgram failed")

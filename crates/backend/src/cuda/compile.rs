@@ -11,10 +11,11 @@ use cudarc::nvrtc::{result as nvrtc, sys};
 /// Helpers every kernel source starts with.
 const COMMON: &str = include_str!("kernels/common.cuh");
 
-/// (module name, source) of every kernel file.
+/// (module name, source) of every kernel file; attention's flash kernel
+/// needs the wgmma wrappers (kernels/wgmma.cuh) in front.
 pub const MODULES: &[(&str, &str)] = &[
     ("ops", include_str!("kernels/ops.cu")),
-    ("attention", include_str!("kernels/attention.cu")),
+    ("attention", concat!(include_str!("kernels/wgmma.cuh"), include_str!("kernels/attention.cu"))),
     ("encoder", include_str!("kernels/encoder.cu")),
     ("gemv", include_str!("kernels/gemv.cu")),
     ("quant", include_str!("kernels/quant.cu")),
