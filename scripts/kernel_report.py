@@ -75,6 +75,7 @@ def main():
     p.add_argument("patterns", nargs="*", default=[".*"])
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--loop", action="store_true", help="also list the main loop's opcodes")
+    p.add_argument("--sass", action="store_true", help="also print the main loop's instructions")
     a = p.parse_args()
     cubin, log = compile_cubin(a.lib_dir, a.module, a.arch)
     info = ptxas_info(log)
@@ -103,6 +104,8 @@ def main():
         if a.loop and body:
             counts = collections.Counter(op.split(".")[0] for op in body)
             print("    " + ", ".join(f"{op} {n}" for op, n in counts.most_common()))
+        if a.sass:
+            print("\n".join(l for l in lines[loop[0] : loop[1] + 1] if "/*" in l))
 
 
 if __name__ == "__main__":

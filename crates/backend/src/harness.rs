@@ -165,12 +165,21 @@ impl<B: Backend> Harness<'_, B> {
     }
 
     fn matmuls(&mut self, dense_f32_tol: f32) -> Result<()> {
-        // The last shape has rows enough for GPU kernels that take several
-        // weight rows per warp (and a partial group at the end); k = 2048 is
-        // the first whose Q6_K rows need no padding on the GPU.
-        for &(n, m, k) in
-            &[(1, 96, 256), (3, 40, 512), (7, 130, 512), (8, 64, 1024), (2, 24, 2048), (33, 64, 768), (3, 12801, 256)]
-        {
+        // 12,801 rows: enough for GPU kernels that take several weight rows
+        // per warp (and a partial group at the end); 5,001 and 70 rows: one
+        // input row at model-like k; k = 2048 is the first whose Q6_K rows
+        // need no padding on the GPU.
+        for &(n, m, k) in &[
+            (1, 96, 256),
+            (3, 40, 512),
+            (7, 130, 512),
+            (8, 64, 1024),
+            (2, 24, 2048),
+            (33, 64, 768),
+            (3, 12801, 256),
+            (1, 5001, 1024),
+            (1, 70, 3072),
+        ] {
             for dt in [DType::F32, DType::F16, DType::BF16].into_iter().chain(QUANT_TYPES) {
                 let w = raw("w", dt, m, k, self.rng.weight(dt, m, k));
                 let reference = dequantized_or_same(&w)?;
@@ -267,7 +276,7 @@ impl<B: Backend> Harness<'_, B> {
     /// sizes (GPUs: fused into the GEMVs) and prefill sizes.
     fn fused_matmuls(&mut self, dense_f32_tol: f32) -> Result<()> {
         let (b16, f16, q4, q6, q8) = (DType::BF16, DType::F16, DType::Q4K, DType::Q6K, DType::Q8_0);
-        let k = 512;
+        let k = 1024;
         for (n, dts) in
             [(1, [b16; 3]), (3, [f16; 3]), (8, [b16; 3]), (12, [b16; 3]), (1, [q4, q4, q6]), (5, [q6, q8, q4])]
         {
@@ -308,7 +317,9 @@ impl<B: Backend> Harness<'_, B> {
             let tol = if dt.is_quantized() { TOL_X8_TAILED } else { matmul_tol(dt, dense_f32_tol) };
             self.record(format!("norm_matmul_glu {dt} n={n} {act:?}"), &got, &want, tol)?;
         }
-        for (n, dt) in [(1, b16), (4, f16), (9, b16), (40, b16), (2, q4), (3, q6), (20, q4), (7, DType::F32)] {
+        for (n, dt) in
+            [(1, b16), (4, f16), (9, b16), (40, b16), (1, q4), (1, q6), (2, q4), (3, q6), (20, q4), (7, DType::F32)]
+        {
             let m = 96;
             let w = raw("w", dt, m, k, self.rng.weight(dt, m, k));
             let (x, a) = (self.rng.vec(n * m, 3.0), self.rng.vec(n * k, 1.0));
