@@ -29,32 +29,22 @@ __device__ __forceinline__ u64 wg_desc(const void* smem, u32 lbo, u32 sbo) {
            (1ull << 62);
 }
 
+// One synchronizing instruction as a function, a no-op without wgmma.
+#if FLASH_WG
+#define WG_SYNC(NAME, INSTR) \
+    __device__ __forceinline__ void NAME() { asm volatile(INSTR ::: "memory"); }
+#else
+#define WG_SYNC(NAME, INSTR) \
+    __device__ __forceinline__ void NAME() {}
+#endif
 // Orders the registers' writes before the next wgmma reads them.
-__device__ __forceinline__ void wg_fence() {
-#if FLASH_WG
-    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-#endif
-}
-
+WG_SYNC(wg_fence, "wgmma.fence.sync.aligned;")
 // Makes this thread's shared-memory writes (cp.async) visible to wgmma's reads.
-__device__ __forceinline__ void wg_proxy_fence() {
-#if FLASH_WG
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-}
-
+WG_SYNC(wg_proxy_fence, "fence.proxy.async.shared::cta;")
 // Closes a group of wgmmas; `wg_wait` waits for all of them, after which
 // `wg_keep` stops the compiler from reading their accumulators earlier.
-__device__ __forceinline__ void wg_commit() {
-#if FLASH_WG
-    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wg_wait() {
-#if FLASH_WG
-    asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
-#endif
-}
+WG_SYNC(wg_commit, "wgmma.commit_group.sync.aligned;")
+WG_SYNC(wg_wait, "wgmma.wait_group.sync.aligned 0;")
 
 template <int N>
 __device__ __forceinline__ void wg_keep(float (&d)[N][4]) {
