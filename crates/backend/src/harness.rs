@@ -342,6 +342,7 @@ impl<B: Backend> Harness<'_, B> {
             (40, DType::BF16, Activation::GeluTanh),
             (24, DType::F16, Activation::Silu),
             (1, DType::Q4K, Activation::Silu),
+            (1, DType::Q6K, Activation::GeluTanh),
             (17, DType::Q4K, Activation::Silu),
         ] {
             let ws = [("gate", f, k), ("up", f, k), ("down", k, f)]
