@@ -343,6 +343,7 @@ impl<B: Backend> Harness<'_, B> {
             (24, DType::F16, Activation::Silu),
             (1, DType::Q4K, Activation::Silu),
             (1, DType::Q6K, Activation::GeluTanh),
+            (3, DType::Q4K, Activation::GeluTanh),
             (17, DType::Q4K, Activation::Silu),
         ] {
             let ws = [("gate", f, k), ("up", f, k), ("down", k, f)]

@@ -4,7 +4,7 @@
 //! debugging output (`FERRITE_PROFILE`), or opt into llama.cpp's 8-bit CPU
 //! activations (`FERRITE_CPU_ACTIVATIONS`), or tune the CUDA kernels
 //! (`FERRITE_CUDA_PDL`, `FERRITE_CUDA_PREFETCH`, `FERRITE_CUDA_ROWS_MMA`,
-//! `FERRITE_CUDA_HALF_ONLY`, `FERRITE_CUDA_GEMM_TUNE`); models and kernels never read the environment
+//! `FERRITE_CUDA_HALF_ONLY`, `FERRITE_CUDA_GEMM_TUNE`, `FERRITE_CUDA_GLU_X8`); models and kernels never read the environment
 //! themselves.
 
 use std::ffi::OsString;
@@ -83,4 +83,11 @@ pub fn cuda_gemm_tune() -> bool {
 /// warp on quantized blocks prefetches into L2 before its input is ready.
 pub fn cuda_prefetch() -> Option<u32> {
     var("FERRITE_CUDA_PREFETCH").and_then(|v| v.to_str()?.parse().ok())
+}
+
+/// `FERRITE_CUDA_GLU_X8=0`: a gated MLP on quantized blocks at decode sizes
+/// runs its activation as a kernel of its own instead of in the down
+/// projection's input quantization; for comparison.
+pub fn cuda_glu_x8() -> bool {
+    var("FERRITE_CUDA_GLU_X8").is_none_or(|v| v != "0")
 }

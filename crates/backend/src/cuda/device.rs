@@ -56,6 +56,10 @@ pub struct Device {
     /// Ops whose output only GEMMs read may write its 16-bit copy alone
     /// (`CudaTensor`; off with `FERRITE_CUDA_HALF_ONLY=0`).
     pub half_only: bool,
+    /// Gated MLPs on blocks at GEMV sizes compute the activation in the down
+    /// projection's input quantization (`gemv::gemv_add_glu`; off with
+    /// `FERRITE_CUDA_GLU_X8=0`).
+    pub glu_x8: bool,
     /// Finished splits per (row, KV head) block of a split-K attention
     /// launch, which its last split resets to zero (kernels/attention.cu,
     /// `merge_if_last`); `kv::SPLIT_BLOCKS` of them.
@@ -248,6 +252,7 @@ impl Device {
             pdl: major >= 9 && ferrite_core::env::cuda_pdl() && !ferrite_core::env::profiling(),
             prefetch: ferrite_core::env::cuda_prefetch().unwrap_or(DEFAULT_PREFETCH),
             half_only: ferrite_core::env::cuda_half_only(),
+            glu_x8: ferrite_core::env::cuda_glu_x8(),
             arch,
             funcs,
         })

@@ -8,7 +8,9 @@
 //! squares, and the GEMV scales its sums by the norm (it factors out of each
 //! dot product), which saves a kernel per norm. (The 16-bit GEMVs did the
 //! same from the squares of the f32 input they read, which made them slower
-//! than the kernel saved: the input's and the norm's loads filled L1.)
+//! than the kernel saved: the input's and the norm's loads filled L1.) A
+//! gated MLP's activation likewise runs in its down projection's input
+//! quantization (`gemv_add_glu`): Q4_K_M batch 1 +2.6% on the H200.
 
 use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, SyncOnDrop};
 use ferrite_core::{DType, Error, Result};
@@ -160,7 +162,15 @@ fn piece_order(q: DType) -> usize {
     matches!(q, DType::Q4K | DType::Q5K | DType::Q6K) as usize
 }
 
-fn quantize_x8(dev: &Device, x: &CudaTensor, kperm: usize, norm: Option<Norm>) -> Result<X8> {
+/// x quantized to 8 bits (with `glu`, act(x) * up; with `norm`, the squares
+/// kept for the GEMV to norm by).
+fn quantize_x8(
+    dev: &Device,
+    x: &CudaTensor,
+    kperm: usize,
+    norm: Option<Norm>,
+    glu: Option<(&CudaTensor, i32)>,
+) -> Result<X8> {
     let len = x.rows * x.cols;
     let groups = (len / 32) as u64;
     let alloc = |e| device_err("alloc x8", e);
@@ -175,11 +185,14 @@ fn quantize_x8(dev: &Device, x: &CudaTensor, kperm: usize, norm: Option<Norm>) -
     let (np, _gn) = opt_ptr(dev, norm.map(|n| n.w.f32(dev)).transpose()?);
     // (Written by the kernel; one stream orders every use.)
     let (sp, _gs) = opt_ptr(dev, out.squares.as_ref());
+    let (up, _gu) = opt_ptr(dev, glu.map(|g| g.0.f32(dev)).transpose()?);
+    let act = glu.map_or(0, |g| g.1);
     // One lane per value.
     let mut a = dev.launch("quantize_x8");
     a.arg(x.f32(dev)?).arg(&mut out.xq).arg(&mut out.meta).arg(groups).arg(kperm).arg(np).arg(k32).arg(sp);
+    a.arg(up).arg(act);
     a.run(elementwise(len))?;
-    drop((_gn, _gs));
+    drop((_gn, _gs, _gu));
     Ok(out)
 }
 
@@ -199,6 +212,43 @@ pub fn gemv(
     ws: &[&CudaWeight],
     x8: &mut X8Cache,
     norm: Option<Norm>,
+    out: GemvOut,
+) -> Result<Vec<CudaTensor>> {
+    gemv_in(dev, x, ws, x8, norm, None, out)
+}
+
+/// Whether `gemv_add_glu` takes an MLP's down projection `w` for `n` rows:
+/// quantized blocks at GEMV sizes.
+pub fn fuses_glu(dev: &Device, n: usize, w: &CudaWeight) -> bool {
+    dev.glu_x8 && matches!(w.storage, Storage::Quant(_)) && uses_gemv(dev, n, w.cols, w.storage)
+}
+
+/// x += (act(g) * u) · w^T (`fuses_glu`): the gated activation computed as
+/// the GEMV's input is quantized (`quantize_x8`), with no kernel of its own.
+pub fn gemv_add_glu(
+    dev: &Device,
+    x: &mut CudaTensor,
+    (g, u, act): (&CudaTensor, &CudaTensor, i32),
+    w: &CudaWeight,
+) -> Result<()> {
+    if (g.rows, g.cols) != (u.rows, u.cols) || g.cols != w.cols || (x.rows, x.cols) != (g.rows, w.rows) {
+        return Err(Error::Shape(format!(
+            "mlp {}: [{}, {}] += glu([{}, {}], [{}, {}]) x [{}, {}]^T",
+            w.name, x.rows, x.cols, g.rows, g.cols, u.rows, u.cols, w.rows, w.cols
+        )));
+    }
+    gemv_in(dev, g, &[w], &mut [None, None], None, Some((u, act)), GemvOut::Add(x.f32_mut(dev)?))?;
+    Ok(())
+}
+
+/// `gemv` whose input is, with `glu` (quantized weights only), act(x) * up.
+fn gemv_in(
+    dev: &Device,
+    x: &CudaTensor,
+    ws: &[&CudaWeight],
+    x8: &mut X8Cache,
+    norm: Option<Norm>,
+    glu: Option<(&CudaTensor, i32)>,
     out: GemvOut,
 ) -> Result<Vec<CudaTensor>> {
     let (n, k) = (x.rows, x.cols);
@@ -236,10 +286,11 @@ pub fn gemv(
         Storage::Quant(q) => {
             let order = piece_order(q);
             if x8[order].is_none() {
-                x8[order] = Some(quantize_x8(dev, x, order, norm)?);
+                x8[order] = Some(quantize_x8(dev, x, order, norm, glu)?);
             }
             x8[order].as_ref()
         }
+        _ if glu.is_some() => return Err(Error::Shape("gemv: a gated input needs quantized weights".into())),
         _ => None,
     };
     // No launch without rows: a grid in which no thread waits for the kernel

@@ -254,8 +254,10 @@ extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, 
 // scale-invariant: the 8-bit values are those of the normed input).
 // Launched with programmatic dependent launch: it lets the GEMV after it in
 // (to prefetch its weights) before waiting for the kernel that made x.
+// With `up` (not null), act(x) * up is quantized instead: a gated MLP's
+// activation, computed here rather than by a kernel of its own (`glu`).
 extern "C" __global__ void quantize_x8(const float* x, signed char* xq, uint2* meta, u64 groups, int kperm,
-                                       const float* nw, u32 k, float* ss) {
+                                       const float* nw, u32 k, float* ss, const float* up, int act) {
     pdl_trigger();
     pdl_wait();
     const u32 lane = threadIdx.x & 31;
@@ -264,6 +266,7 @@ extern "C" __global__ void quantize_x8(const float* x, signed char* xq, uint2* m
         const u64 src = kperm ? (g >> 3) * 256 + 64 * ((g & 7) >> 1) + 32 * (lane >> 4) + 16 * (g & 1) + (lane & 15)
                               : 32 * g + lane;
         float v = x[src];
+        if (up) v = act_fn(v, act) * up[src];
         if (nw) {
             float sq = v * v;
             for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
