@@ -649,6 +649,22 @@ impl<B: Backend> Harness<'_, B> {
             self.b.attention_project_add(&mut xb, &qb, &pb, 1, &batch, &p, &wb)?;
             self.cpu.attention_project_add(&mut xc, &qc, &pc, 1, &batch, &p, &wc)?;
             self.record(format!("{name}, attention_project_add (bf16)"), &xb, &xc, TOL_BF16)?;
+            if long && cols % 256 == 0 {
+                // Decode rows of long contexts (GPUs: split-K, merged) into a
+                // Q4_K projection: the attention quantizes its output for it.
+                let sub =
+                    AttnBatch { seqs: batch.seqs[..2].to_vec(), block_size: bs, slots: batch.slots[..3].to_vec() };
+                let q3 = self.cpu.to_host(&qc)?[..3 * cols].to_vec();
+                let (q3b, q3c) = self.up(&q3, 3, cols)?;
+                let w = raw("w", DType::Q4K, 40, cols, self.rng.weight(DType::Q4K, 40, cols));
+                let (wb, wc) = (self.b.weight(w.clone())?, self.cpu.weight(dequantized_or_same(&w)?)?);
+                let resid = self.rng.vec(3 * 40, 2.0);
+                let (mut xb, mut xc) = self.up(&resid, 3, 40)?;
+                self.b.attention_project_add(&mut xb, &q3b, &pb, 1, &sub, &p, &wb)?;
+                self.cpu.attention_project_add(&mut xc, &q3c, &pc, 1, &sub, &p, &wc)?;
+                let op = format!("{name}, 3 rows, attention_project_add, a Q4_K matmul");
+                self.record(op, &xb, &xc, TOL_X8_TAILED)?;
+            }
             // Encoders: bidirectional over two sequences, banded or not.
             let seqs = if long { [0..1, 1..n] } else { [0..20, 20..n] };
             let enc_window = window.map(|w| w.min(8));
@@ -707,6 +723,16 @@ impl<B: Backend> Harness<'_, B> {
             self.b.attention_project_add(&mut rb, &qb, &pb, 0, b, &p, &ow)?;
             self.cpu.attention_project_add(&mut rc, &qc, &pc, 0, b, &p, &oc_w)?;
             self.record(format!("{tag}, then attention_project_add"), &rb, &rc, TOL_BF16)?;
+            // Output projections on blocks (GPU decode: attention quantizes
+            // its output for the GEMV, in piece order for k-quants).
+            for dt in [DType::Q4K, DType::Q8_0] {
+                let w = raw("o", dt, c, heads * hd, self.rng.weight(dt, c, heads * hd));
+                let (wb, wc) = (self.b.weight(w.clone())?, self.cpu.weight(dequantized_or_same(&w)?)?);
+                let (mut rb, mut rc) = self.up(&x, n, c)?;
+                self.b.attention_project_add(&mut rb, &qb, &pb, 0, b, &p, &wb)?;
+                self.cpu.attention_project_add(&mut rc, &qc, &pc, 0, b, &p, &wc)?;
+                self.record(format!("{tag}, then attention_project_add, a {dt} matmul"), &rb, &rc, TOL_X8_TAILED)?;
+            }
             self.record(format!("{tag}: q"), &qb, &qc, TOL_BF16)?;
         }
         Ok(())
