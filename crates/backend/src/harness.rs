@@ -651,7 +651,7 @@ impl<B: Backend> Harness<'_, B> {
             self.record(format!("{name}, attention_project_add (bf16)"), &xb, &xc, TOL_BF16)?;
             if long && cols % 256 == 0 {
                 // Decode rows of long contexts (GPUs: split-K, merged) into a
-                // Q4_K projection: the attention quantizes its output for it.
+                // Q4_K projection (the GEMV reads them quantized to 8 bits).
                 let sub =
                     AttnBatch { seqs: batch.seqs[..2].to_vec(), block_size: bs, slots: batch.slots[..3].to_vec() };
                 let q3 = self.cpu.to_host(&qc)?[..3 * cols].to_vec();
@@ -723,8 +723,8 @@ impl<B: Backend> Harness<'_, B> {
             self.b.attention_project_add(&mut rb, &qb, &pb, 0, b, &p, &ow)?;
             self.cpu.attention_project_add(&mut rc, &qc, &pc, 0, b, &p, &oc_w)?;
             self.record(format!("{tag}, then attention_project_add"), &rb, &rc, TOL_BF16)?;
-            // Output projections on blocks (GPU decode: attention quantizes
-            // its output for the GEMV, in piece order for k-quants).
+            // Output projections on blocks (GPU decode: the GEMV reads
+            // attention's output quantized, in piece order for k-quants).
             for dt in [DType::Q4K, DType::Q8_0] {
                 let w = raw("o", dt, c, heads * hd, self.rng.weight(dt, c, heads * hd));
                 let (wb, wc) = (self.b.weight(w.clone())?, self.cpu.weight(dequantized_or_same(&w)?)?);

@@ -564,7 +564,7 @@ impl Backend for CudaBackend {
         down: &CudaWeight,
         act: Activation,
     ) -> Result<()> {
-        let fused = Norm { w: norm, eps };
+        let in_norm = Norm { w: norm, eps };
         // Blocks at GEMV sizes: the gated activation in the down GEMV's
         // input quantization (one kernel a layer fewer).
         let blocks = |w: &CudaWeight| matches!(w.storage, Storage::Quant(_));
@@ -573,7 +573,7 @@ impl Backend for CudaBackend {
             let _span = profile::span(&self.dev.stream, "matmul_add (+ glu)");
             return gemv::gemv_add_glu(&self.dev, x, (&g, &u, act_code(act)), down);
         }
-        let m = self.norm_glu_out(x, fused, (gate, up), act, self.gemms_read_half(x.rows, &[down]))?;
+        let m = self.norm_glu_out(x, in_norm, (gate, up), act, self.gemms_read_half(x.rows, &[down]))?;
         self.matmul_add(x, &m, down)
     }
 
