@@ -133,7 +133,10 @@ fn step_weight_bytes(model: &str, c: &LmConfig) -> Result<f64> {
 /// What the GPU's ceilings allow, printed next to the measured rates.
 struct Roofline {
     copy: f64,
+    /// The bf16 GEMM rate on random values (the MFU's denominator).
     flops: f64,
+    /// The same GEMM on zeros, shown for comparison.
+    zeros_flops: f64,
 }
 
 impl Roofline {
@@ -159,7 +162,7 @@ fn ceilings(a: &BenchArgs) -> Result<Option<Roofline>> {
     let Some(crate::device::DeviceChoice::Cuda(n)) = a.model.device.device else { return Ok(None) };
     let opts = ferrite_backend::cuda::CudaOptions { ordinal: n, ..Default::default() };
     let c = ferrite_backend::cuda::CudaBackend::open(&opts)?.measure_ceilings()?;
-    Ok(Some(Roofline { copy: c.copy_bytes_per_s, flops: c.bf16_flops }))
+    Ok(Some(Roofline { copy: c.copy_bytes_per_s, flops: c.bf16_flops, zeros_flops: c.bf16_zeros_flops }))
 }
 
 pub fn main(mut a: BenchArgs) -> Result<()> {
@@ -226,6 +229,7 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
                 "decode_runs": tg,
                 "copy_bytes_per_s": roof.as_ref().map(|r| r.copy),
                 "bf16_flops": roof.as_ref().map(|r| r.flops),
+                "bf16_zeros_flops": roof.as_ref().map(|r| r.zeros_flops),
                 "prefill_mfu": pp_frac,
                 "decode_roofline_fraction": tg_frac,
             })
@@ -233,7 +237,12 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
         return Ok(());
     }
     if let Some(r) = &roof {
-        println!("ceilings: copy {:.0} GB/s, bf16 GEMM {:.0} TFLOP/s", r.copy / 1e9, r.flops / 1e12);
+        println!(
+            "ceilings: copy {:.0} GB/s, bf16 GEMM {:.0} TFLOP/s on random values ({:.0} on zeros)",
+            r.copy / 1e9,
+            r.flops / 1e12,
+            r.zeros_flops / 1e12
+        );
     }
     let pct = |f: Option<f64>| f.map_or(String::new(), |f| format!(" ({:.1}%)", 100.0 * f));
     println!("| model | threads | batch | test | tokens/s |");

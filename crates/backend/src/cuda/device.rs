@@ -112,6 +112,9 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "flash_f16_128",
             "flash_wg_64",
             "flash_wg_128",
+            "flash_wgp_64",
+            "flash_wgp_128",
+            "flash_wgq_128",
         ],
     ),
     (
@@ -230,7 +233,8 @@ impl Device {
             }
         }
         // Kernels with more than the default 48 KiB of dynamic shared memory.
-        let flash = super::kv::FLASH_KERNELS.iter().map(|&(f, hd, keys)| (f, super::kv::flash_smem(hd, keys)));
+        let flash =
+            super::kv::FLASH_KERNELS.iter().map(|&(f, hd, keys, bufs)| (f, super::kv::flash_smem(hd, keys, bufs)));
         let rows = super::kv::ROWS_MMA.iter().map(|&(hd, f)| (f, super::kv::rows_mma_smem(hd)));
         for (f, bytes) in rows.chain(flash) {
             let bytes = bytes as i32;
