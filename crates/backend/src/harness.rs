@@ -682,14 +682,22 @@ impl<B: Backend> Harness<'_, B> {
     /// then attention and its projection, for prompts (GPUs: q, k and v in
     /// bf16 alone) and for decode rows.
     fn attention_inputs(&mut self) -> Result<()> {
-        let (c, hd, heads, kv_heads, bs) = (256, 64, 4, 2, 16);
+        for (hd, interleaved) in [(64, false), (128, true)] {
+            self.attention_inputs_of(hd, interleaved)?;
+        }
+        Ok(())
+    }
+
+    /// `attention_inputs` for heads of `hd` with RoPE's pairs `interleaved` or not.
+    fn attention_inputs_of(&mut self, hd: usize, interleaved: bool) -> Result<()> {
+        let (c, heads, kv_heads, bs) = (256, 4, 2, 16);
         // q and k entries are sums of 256 products of unit-sized factors:
         // scores of order one at this scale (at 1/8, a softmax so sharp that
         // bf16 rounding of q and k moved the output by 2-7%).
         let scale = 1.0 / 512.0;
         let p = AttnParams { n_heads: heads, n_kv_heads: kv_heads, head_dim: hd, scale, window: None, softcap: None };
         let inv_freq = (0..hd / 2).map(|i| 10000f32.powf(-((2 * i) as f32) / hd as f32)).collect();
-        let rope = Rope { head_dim: hd, inv_freq, interleaved: false };
+        let rope = Rope { head_dim: hd, inv_freq, interleaved };
         for lens in [vec![100usize, 37], vec![1, 1, 1]] {
             let spec = KvSpec { n_layers: 1, n_blocks: 16, block_size: bs, kv_dim: kv_heads * hd, dtype: KvDtype::F16 };
             let (mut pb, mut pc) = (self.b.kv_pool(spec)?, self.cpu.kv_pool(spec)?);
@@ -719,7 +727,8 @@ impl<B: Backend> Harness<'_, B> {
             let qb = self.b.norm_qkv_rope_kv(&xb, (&gb, 1e-6), [&qw, &kw, &vw], &rope, pos, (&mut pb, 0), b)?;
             let qc = self.cpu.norm_qkv_rope_kv(&xc, (&gc, 1e-6), [&qc_w, &kc_w, &vc_w], &rope, pos, (&mut pc, 0), b)?;
             // Attention first: it reads q as the op left it (to_host reads f32).
-            let ((mut rb, mut rc), tag) = (self.up(&x, n, c)?, format!("norm_qkv_rope_kv bf16, {n} rows"));
+            let ((mut rb, mut rc), tag) =
+                (self.up(&x, n, c)?, format!("norm_qkv_rope_kv bf16 hd={hd} interleaved={interleaved}, {n} rows"));
             self.b.attention_project_add(&mut rb, &qb, &pb, 0, b, &p, &ow)?;
             self.cpu.attention_project_add(&mut rc, &qc, &pc, 0, b, &p, &oc_w)?;
             self.record(format!("{tag}, then attention_project_add"), &rb, &rc, TOL_BF16)?;

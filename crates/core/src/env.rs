@@ -83,6 +83,12 @@ pub fn cuda_flash_pipe() -> u8 {
     }
 }
 
+/// `FERRITE_CUDA_ROPE_ROWS=0`: prefill's RoPE and KV write on the kernel
+/// with a block per row; for comparison.
+pub fn cuda_rope_rows() -> bool {
+    var("FERRITE_CUDA_ROPE_ROWS").is_none_or(|v| v != "0")
+}
+
 /// `FERRITE_CUDA_GEMM_TUNE=1`: prefill-sized CUDA GEMMs take the fastest of
 /// cuBLASLt's heuristic's first few algorithms, timed once per shape, instead
 /// of its first; for comparison.

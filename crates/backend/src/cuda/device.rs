@@ -96,6 +96,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "rope_kv_f32",
             "rope_kv_f16",
             "rope_kv_f16_bf16in",
+            "rope_kv_rows",
             "rms_norm4",
         ],
     ),

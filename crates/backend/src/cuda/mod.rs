@@ -881,6 +881,22 @@ impl Backend for CudaBackend {
             if bf16(q) && bf16(k) && bf16(v) {
                 let vb = v.half().map(|h| h.1).ok_or_else(|| Error::Device("v without values".into()))?;
                 if let (Some(qb), Some(kb)) = (q.half_only_mut(), k.half_only_mut()) {
+                    // Eight pairs a thread, rows in eights (kernels/ops.cu).
+                    let head = rope.head_dim;
+                    if head.is_multiple_of(16) && head <= 256 && ferrite_core::env::cuda_rope_rows() {
+                        let rows = positions.len() as u32;
+                        let cfg = LaunchConfig {
+                            grid_dim: (rows.div_ceil(8), 3, 1),
+                            block_dim: (256, 1, 1),
+                            shared_mem_bytes: 0,
+                        };
+                        let f = "rope_kv_rows";
+                        let dims = (&qc, &kvd, &hd, &inter);
+                        let (pf, sl) = (freq.as_ref(), &slots);
+                        return launch!(
+                            self, f, cfg, qb, kb, vb, &pos, pf, sl, kc, vc, &rows, dims.0, dims.1, dims.2, dims.3
+                        );
+                    }
                     let f = "rope_kv_f16_bf16in";
                     return launch!(
                         self,

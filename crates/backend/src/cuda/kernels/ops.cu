@@ -346,6 +346,119 @@ ROPE_KV(rope_kv_f32, float, float)
 ROPE_KV(rope_kv_f16, float, u16)
 ROPE_KV(rope_kv_f16_bf16in, u16, u16)
 
+// Prefill's bf16 q, k and v (`rope_kv_f16_bf16in`'s work, f16 cache) for
+// heads of a multiple of 16: RK_ROWS rows a block, each thread on units of
+// eight pairs (two 16-byte loads and stores), RK_UNROLL units' loads in
+// flight before any store. (A block per row and part, two pairs a thread,
+// was latency-bound: 49,152 short blocks for 16,384 rows, at a third of the
+// copy bandwidth.) Block (rows, part): part 0 turns q, part 1 turns k and
+// stores it, part 2 stores v.
+#define RK_ROWS 8
+#define RK_UNROLL 4
+
+__device__ __forceinline__ void bf16x8(uint4 w, float* f) {
+    const u32 v[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(v[i] << 16);
+        f[2 * i + 1] = __uint_as_float(v[i] & 0xffff0000u);
+    }
+}
+
+__device__ __forceinline__ uint4 pack8(const float* f, bool bf16) {
+    u32 v[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[i] = (u32)f32_to_half(f[2 * i], bf16) | ((u32)f32_to_half(f[2 * i + 1], bf16) << 16);
+    return make_uint4(v[0], v[1], v[2], v[3]);
+}
+
+extern "C" __global__ void rope_kv_rows(u16* q, u16* k, const u16* v, const u32* pos, const float* inv_freq,
+                                        const u32* slots, u16* kc, u16* vc, u32 rows, u32 q_cols, u32 kv_dim,
+                                        u32 head_dim, int interleaved) {
+    pdl_trigger();
+    pdl_wait();
+    __shared__ float cs[RK_ROWS][MAX_HALF / 2], sn[RK_ROWS][MAX_HALF / 2];
+    const u32 r0 = blockIdx.x * RK_ROWS, part = blockIdx.y, half = head_dim / 2;
+    const u32 nr = min((u32)RK_ROWS, rows - r0);
+    if (part < 2) {
+        for (u32 t = threadIdx.x; t < nr * half; t += blockDim.x) {
+            const u32 r = t / half, i = t % half;
+            sincosf((float)pos[r0 + r] * inv_freq[i], &sn[r][i], &cs[r][i]);
+        }
+        __syncthreads();
+    }
+    const u32 cols = part == 0 ? q_cols : kv_dim;
+    // A unit: 16 values of a row (q, k: eight pairs; v: two 8-value copies).
+    const u32 units = cols / 16, total = nr * units;
+    u16* x = part == 0 ? q : k;
+    for (u32 t0 = threadIdx.x; t0 < total; t0 += RK_UNROLL * blockDim.x) {
+        uint4 lo[RK_UNROLL], hi[RK_UNROLL];
+        u64 at_lo[RK_UNROLL], at_hi[RK_UNROLL], dst[RK_UNROLL];
+        u32 i0[RK_UNROLL], rr[RK_UNROLL];
+#pragma unroll
+        for (int z = 0; z < RK_UNROLL; z++) {
+            const u32 t = t0 + z * blockDim.x;
+            if (t >= total) break;
+            const u32 r = t / units, u = t % units;
+            rr[z] = r;
+            const u64 row = (u64)(r0 + r) * cols;
+            dst[z] = (u64)slots[r0 + r] * kv_dim;
+            if (part == 2) {
+                at_lo[z] = 16 * u, at_hi[z] = 16 * u + 8;
+            } else {
+                // Head h, pairs i0 .. i0 + 7: at i0 and i0 + half, or 16 values at 2 i0.
+                const u32 h = u / (half / 8);
+                i0[z] = 8 * (u % (half / 8));
+                at_lo[z] = (u64)h * head_dim + (interleaved ? 2 * i0[z] : i0[z]);
+                at_hi[z] = at_lo[z] + (interleaved ? 8 : half);
+            }
+            const u16* src = part == 2 ? v + row : x + row;
+            lo[z] = *(const uint4*)(src + at_lo[z]);
+            hi[z] = *(const uint4*)(src + at_hi[z]);
+            at_lo[z] += row, at_hi[z] += row;
+        }
+#pragma unroll
+        for (int z = 0; z < RK_UNROLL; z++) {
+            const u32 t = t0 + z * blockDim.x;
+            if (t >= total) break;
+            float a[8], b[8];
+            bf16x8(lo[z], a);
+            bf16x8(hi[z], b);
+            const u64 row = (u64)(r0 + rr[z]) * cols;
+            if (part == 2) {
+                *(uint4*)(vc + dst[z] + (at_lo[z] - row)) = pack8(a, false);
+                *(uint4*)(vc + dst[z] + (at_hi[z] - row)) = pack8(b, false);
+                continue;
+            }
+            const float* c = cs[rr[z]] + i0[z];
+            const float* s = sn[rr[z]] + i0[z];
+            float ra[8], rb[8];
+            if (interleaved) {
+                // Pairs (a0, a1) .. (a6, a7) then (b0, b1) .. (b6, b7).
+#pragma unroll
+                for (int m = 0; m < 4; m++) {
+                    ra[2 * m] = a[2 * m] * c[m] - a[2 * m + 1] * s[m];
+                    ra[2 * m + 1] = a[2 * m] * s[m] + a[2 * m + 1] * c[m];
+                    rb[2 * m] = b[2 * m] * c[4 + m] - b[2 * m + 1] * s[4 + m];
+                    rb[2 * m + 1] = b[2 * m] * s[4 + m] + b[2 * m + 1] * c[4 + m];
+                }
+            } else {
+#pragma unroll
+                for (int m = 0; m < 8; m++) {
+                    ra[m] = a[m] * c[m] - b[m] * s[m];
+                    rb[m] = a[m] * s[m] + b[m] * c[m];
+                }
+            }
+            *(uint4*)(x + at_lo[z]) = pack8(ra, true);
+            *(uint4*)(x + at_hi[z]) = pack8(rb, true);
+            if (part == 1) {
+                *(uint4*)(kc + dst[z] + (at_lo[z] - row)) = pack8(ra, false);
+                *(uint4*)(kc + dst[z] + (at_hi[z] - row)) = pack8(rb, false);
+            }
+        }
+    }
+}
+
 // out[i] = x[rows[i]]; one block per output row.
 extern "C" __global__ void gather_rows(const float* x, const u32* rows, float* out, u32 cols) {
     pdl_trigger();
