@@ -299,7 +299,6 @@ impl<B: Backend> Harness<'_, B> {
         }
         for (n, dt, act) in [
             (1, b16, Activation::Silu),
-            (1, f16, Activation::GeluTanh),
             (6, f16, Activation::GeluTanh),
             (13, b16, Activation::Silu),
             (1, q4, Activation::Silu),

@@ -102,13 +102,6 @@ pub fn cuda_prefetch() -> Option<u32> {
     var("FERRITE_CUDA_PREFETCH").and_then(|v| v.to_str()?.parse().ok())
 }
 
-/// `FERRITE_CUDA_NORM_GEMV=0`: a one-row GEMV of 16-bit weights after an
-/// RMSNorm reads the norm's output from a kernel of its own instead of
-/// norming its input itself; for comparison.
-pub fn cuda_norm_gemv() -> bool {
-    var("FERRITE_CUDA_NORM_GEMV").is_none_or(|v| v != "0")
-}
-
 /// `FERRITE_CUDA_GLU_X8=0`: a gated MLP on quantized blocks at decode sizes
 /// runs its activation as a kernel of its own instead of in the down
 /// projection's input quantization; for comparison.

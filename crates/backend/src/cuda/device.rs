@@ -60,9 +60,6 @@ pub struct Device {
     /// projection's input quantization (`gemv::gemv_add_glu`; off with
     /// `FERRITE_CUDA_GLU_X8=0`).
     pub glu_x8: bool,
-    /// One-row GEMVs of 16-bit weights norm their input themselves
-    /// (`gemv::fuses_norm`); `FERRITE_CUDA_NORM_GEMV=0` for comparison.
-    pub norm_gemv: bool,
     /// Finished splits per (row, KV head) block of a split-K attention
     /// launch, which its last split resets to zero (kernels/attention.cu,
     /// `merge_if_last`); `kv::SPLIT_BLOCKS` of them.
@@ -261,7 +258,6 @@ impl Device {
             prefetch: ferrite_core::env::cuda_prefetch().unwrap_or(DEFAULT_PREFETCH),
             half_only: ferrite_core::env::cuda_half_only(),
             glu_x8: ferrite_core::env::cuda_glu_x8(),
-            norm_gemv: ferrite_core::env::cuda_norm_gemv(),
             arch,
             funcs,
         })

@@ -61,30 +61,22 @@ pub fn uses_gemv(dev: &Device, n: usize, k: usize, st: Storage) -> bool {
 /// batch 1 1-2% faster). Not in the batch-invariant mode, where a row must
 /// be computed the same way whatever the batch.
 pub fn fuses_norm(dev: &Device, x: &CudaTensor, norm: Norm, ws: &[&CudaWeight]) -> bool {
-    // 16-bit weights: each warp sums x's squares as it reads x (kernels/gemv.cu
-    // `normed8`), so the norm costs no kernel of its own.
-    let takes = |w: &CudaWeight| match w.storage {
-        Storage::Quant(_) => true,
-        Storage::Bf16 | Storage::F16 => dev.norm_gemv,
-        _ => false,
-    };
+    let blocks = |w: &CudaWeight| matches!(w.storage, Storage::Quant(_));
     x.rows == 1
         && !dev.deterministic
         && norm.w.rows * norm.w.cols == x.cols
-        && ws.iter().all(|w| w.cols == x.cols && takes(w) && uses_gemv(dev, 1, x.cols, w.storage))
+        && ws.iter().all(|w| w.cols == x.cols && blocks(w) && uses_gemv(dev, 1, x.cols, w.storage))
 }
 
 /// act(x · gate^T) * (x · up^T) in one GEMV launch per 8 input rows, where
 /// both weights are bf16 or both f16 of one shape and `n` takes the GEMV;
-/// `None` otherwise (the caller runs the matmuls and `glu`). With `norm`
-/// (the caller checks `fuses_norm`), x is normed first.
+/// `None` otherwise (the caller runs the matmuls and `glu`).
 pub fn gemv_glu(
     dev: &Device,
     x: &CudaTensor,
     gate: &CudaWeight,
     up: &CudaWeight,
     act: i32,
-    norm: Option<Norm>,
 ) -> Result<Option<CudaTensor>> {
     let (n, k, m) = (x.rows, x.cols, gate.rows);
     let st = gate.storage;
@@ -107,19 +99,17 @@ pub fn gemv_glu(
     let (xp, _gx) = x.f32(dev)?.device_ptr(s);
     let (gp, _gg) = gate.data.device_ptr(s);
     let (up_p, _gu) = up.data.device_ptr(s);
-    let (np, _gn) = opt_ptr(dev, norm.map(|nm| nm.w.f32(dev)).transpose()?);
-    let eps = norm.map_or(0.0, |nm| nm.eps);
     for r0 in (0..n).step_by(8) {
         let name = format!("gemv_glu_{stem}_{}", (n - r0).min(8));
         let (yr, xr) = (yp + (r0 * m * 4) as u64, xp + (r0 * k * 4) as u64);
         let mut a = dev.launch(&name);
-        a.arg(gp).arg(up_p).arg(yr).arg(m32).arg(xr).arg(k32).arg(act).arg(np).arg(eps);
+        a.arg(gp).arg(up_p).arg(yr).arg(m32).arg(xr).arg(k32).arg(act);
         let _span = super::profile::span(s, gemv_span(st));
         // Both weights are [m, k] 16-bit, x is [n, k] f32 and y [n, m] (offsets
         // stay inside them); k % 8 == 0 keeps the 16-byte loads aligned.
         a.run(cfg)?;
     }
-    drop((_gy, _gx, _gg, _gu, _gn));
+    drop((_gy, _gx, _gg, _gu));
     Ok(Some(CudaTensor::new(y, n, m)))
 }
 
@@ -332,10 +322,8 @@ fn gemv_in(
             }
             None => {
                 let (xp, g1) = x.f32(dev)?.device_ptr(s);
-                // (One input row when normed: `fuses_norm`.)
-                let (np, g2) = opt_ptr(dev, norm.map(|nm| nm.w.f32(dev)).transpose()?);
-                _g = (g1, None, g2);
-                a.arg(xp + (r0 * k * 4) as u64).arg(k32).arg(add_flag).arg(np).arg(eps);
+                _g = (g1, None, None);
+                a.arg(xp + (r0 * k * 4) as u64).arg(k32).arg(add_flag);
             }
         }
         // Profiles time each GEMV shape apart: small ones pay more for the launch.

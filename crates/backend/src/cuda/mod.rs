@@ -318,16 +318,8 @@ impl CudaBackend {
         act: Activation,
         half_only: bool,
     ) -> Result<CudaTensor> {
-        // One row: 16-bit gate and up in one GEMV with the norm and the
-        // activation; blocks: gate and up GEMVs with the norm, then `glu`.
+        // Blocks: gate and up GEMVs with the norm fused, then `glu`.
         if gemv::fuses_norm(&self.dev, x, norm, &[gate, up]) {
-            let fused = {
-                let _span = profile::span(&self.dev.stream, "norm_matmul_glu");
-                gemv::gemv_glu(&self.dev, x, gate, up, act_code(act), Some(norm))?
-            };
-            if let Some(y) = fused {
-                return Ok(y);
-            }
             let [g, u] = self.norm_matmul_many(x, norm.w, norm.eps, [gate, up])?;
             return self.glu(&g, &u, act);
         }
@@ -348,7 +340,7 @@ impl CudaBackend {
         // the matmuls, which check them.
         let fused = {
             let _span = profile::span(&self.dev.stream, "matmul_glu");
-            gemv::gemv_glu(&self.dev, x, gate, up, act_code(act), None)?
+            gemv::gemv_glu(&self.dev, x, gate, up, act_code(act))?
         };
         if let Some(y) = fused {
             return Ok(y);

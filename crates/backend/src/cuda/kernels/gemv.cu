@@ -53,23 +53,12 @@ __device__ __forceinline__ void fma8(float (&acc)[N], const float* f, const floa
     }
 }
 
-// x[8i .. 8i + 8] (one input row) times the input norm's weights nw, its
-// squares added to ss: a fused RMSNorm's part in a lane's loop (the warp
-// sees all of x, so the norm costs no pass of its own).
-__device__ __forceinline__ void normed8(const float* x, const float* nw, u32 i, float4& a, float4& b, float& ss) {
-    a = ((const float4*)x)[2 * i], b = ((const float4*)x)[2 * i + 1];
-    ss += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
-    const float4 ga = ((const float4*)nw)[2 * i], gb = ((const float4*)nw)[2 * i + 1];
-    a = make_float4(a.x * ga.x, a.y * ga.y, a.z * ga.z, a.w * ga.w);
-    b = make_float4(b.x * gb.x, b.y * gb.y, b.z * gb.z, b.w * gb.w);
-}
-
 // One input row (n = 1), one weight row per warp. Up to three weights
 // sharing the input (q, k, v): rows 0..m0 of the grid belong to w0, the next
-// m1 to w1, the next m2 to w2. NORM: x RMS-normed first (weights nw, `eps`).
-template <int N, bool BF16, bool NORM>
+// m1 to w1, the next m2 to w2.
+template <int N, bool BF16>
 __device__ void gemv_row_body(const u16* w0, const u16* w1, const u16* w2, float* y0, float* y1, float* y2,
-                              u32 m0, u32 m1, u32 m2, const float* x, u32 k, int add, const float* nw, float eps) {
+                              u32 m0, u32 m1, u32 m2, const float* x, u32 k, int add) {
     u32 row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31;
     const u16* w = w0;
@@ -82,24 +71,17 @@ __device__ void gemv_row_body(const u16* w0, const u16* w1, const u16* w2, float
     start_values<N>(base, y, m, row, add, lane);
 #pragma unroll
     for (int n = 0; n < N; n++) acc[n] = 0.f;
-    float f[8], ss = 0.f;
+    float f[8];
 #pragma unroll 4
     for (u32 i = lane; i < k / 8; i += 32) {
         unpack8w<BF16>(load_stream(wr + i), f);
-        if (NORM) {
-            float4 a, b;
-            normed8(x, nw, i, a, b, ss);
-            acc[0] += dot8(f, a, b);
-        } else {
-            fma8<N>(acc, f, x, k, i);
-        }
+        fma8<N>(acc, f, x, k, i);
     }
     pdl_trigger();
-    const float rs = NORM ? rsqrtf(warp_sum(ss) / k + eps) : 1.f;
 #pragma unroll
     for (int n = 0; n < N; n++) {
         const float s = warp_sum(acc[n]);
-        if (lane == 0) y[(u64)n * m + row] = base[n] + s * rs;
+        if (lane == 0) y[(u64)n * m + row] = base[n] + s;
     }
 }
 
@@ -107,10 +89,9 @@ __device__ void gemv_row_body(const u16* w0, const u16* w1, const u16* w2, float
 // host), so that each input load from L1 serves both (with one row per warp,
 // batch 4 ran at 44% of the roofline, its input loads saturating L1; batch 8
 // at 22%). Each row's sums run as in gemv_row_body.
-// (NORM: never; the host fuses the norm for one row only.)
-template <int N, bool BF16, bool NORM, int R = 2>
+template <int N, bool BF16, int R = 2>
 __device__ void gemv_pair_body(const u16* w0, const u16* w1, const u16* w2, float* y0, float* y1, float* y2,
-                               u32 m0, u32 m1, u32 m2, const float* x, u32 k, int add, const float*, float) {
+                               u32 m0, u32 m1, u32 m2, const float* x, u32 k, int add) {
     const u32 warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31;
     pdl_wait();
@@ -158,32 +139,18 @@ __device__ void gemv_pair_body(const u16* w0, const u16* w1, const u16* w2, floa
         }
 }
 
-// `add`: the sums added to y instead of written (`start_values`); `nw`
-// (not null, one input row): x RMS-normed first, with the norm's weights.
+// `add`: the sums added to y instead of written (`start_values`).
 #define GEMV_ARGS                                                                                   \
     const u16 *w0, const u16 *w1, const u16 *w2, float *y0, float *y1, float *y2, u32 m0, u32 m1, u32 m2, \
-        const float *x, u32 k, int add, const float *nw, float eps
-// One input row, normed (`nw`) or not: the choice after pdl_wait (the
-// body's own wait then returns at once), so the kernel waits first.
-template <bool BF16>
-__device__ void gemv_row1_body(GEMV_ARGS) {
-    pdl_wait();
-    if (nw) gemv_row_body<1, BF16, true>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, add, nw, eps);
-    else gemv_row_body<1, BF16, false>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, add, nw, eps);
-}
-#define GEMV(N, BODY)                                                                              \
-    extern "C" __global__ void gemv_bf16_##N(GEMV_ARGS) {                                          \
-        BODY<N, true, false>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, add, nw, eps);              \
-    }                                                                                              \
-    extern "C" __global__ void gemv_f16_##N(GEMV_ARGS) {                                           \
-        BODY<N, false, false>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, add, nw, eps);             \
+        const float *x, u32 k, int add
+#define GEMV(N, BODY)                                                              \
+    extern "C" __global__ void gemv_bf16_##N(GEMV_ARGS) {                          \
+        BODY<N, true>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, add);              \
+    }                                                                              \
+    extern "C" __global__ void gemv_f16_##N(GEMV_ARGS) {                           \
+        BODY<N, false>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, add);             \
     }
-extern "C" __global__ void gemv_bf16_1(GEMV_ARGS) {
-    gemv_row1_body<true>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, add, nw, eps);
-}
-extern "C" __global__ void gemv_f16_1(GEMV_ARGS) {
-    gemv_row1_body<false>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, add, nw, eps);
-}
+GEMV(1, gemv_row_body)
 GEMV(2, gemv_pair_body)
 GEMV(3, gemv_pair_body)
 GEMV(4, gemv_pair_body)
@@ -197,9 +164,8 @@ GEMV(8, gemv_pair_body)
 // gate and up outputs instead of two GEMV outputs and `glu`). One warp per
 // row pair: each input load serves both rows, and each row's sum is formed
 // as in `gemv_body`.
-template <int N, bool BF16, bool NORM>
-__device__ void gemv_glu_body(const u16* wg, const u16* wu, float* y, u32 m, const float* x, u32 k, int act,
-                              const float* nw, float eps) {
+template <int N, bool BF16>
+__device__ void gemv_glu_body(const u16* wg, const u16* wu, float* y, u32 m, const float* x, u32 k, int act) {
     const u32 row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31;
     if (row >= m) return;
@@ -209,46 +175,29 @@ __device__ void gemv_glu_body(const u16* wg, const u16* wu, float* y, u32 m, con
     float ag[N], au[N];
 #pragma unroll
     for (int n = 0; n < N; n++) ag[n] = au[n] = 0.f;
-    float g[8], u[8], ss = 0.f;
+    float g[8], u[8];
 #pragma unroll 2
     for (u32 i = lane; i < k / 8; i += 32) {
         unpack8w<BF16>(load_stream(gr + i), g);
         unpack8w<BF16>(load_stream(ur + i), u);
-        if (NORM) {
-            float4 a, b;
-            normed8(x, nw, i, a, b, ss);
-            ag[0] += dot8(g, a, b);
-            au[0] += dot8(u, a, b);
-        } else {
-            fma8<N>(ag, g, x, k, i);
-            fma8<N>(au, u, x, k, i);
-        }
+        fma8<N>(ag, g, x, k, i);
+        fma8<N>(au, u, x, k, i);
     }
     pdl_trigger();
-    const float rs = NORM ? rsqrtf(warp_sum(ss) / k + eps) : 1.f;
 #pragma unroll
     for (int n = 0; n < N; n++) {
-        const float gs = warp_sum(ag[n]) * rs, us = warp_sum(au[n]) * rs;
+        const float gs = warp_sum(ag[n]), us = warp_sum(au[n]);
         if (lane == 0) y[(u64)n * m + row] = act_fn(gs, act) * us;
     }
 }
 
-// `nw` (not null, one input row): x RMS-normed first (as in GEMV_ARGS).
-#define GEMV_GLU_ARGS \
-    const u16 *wg, const u16 *wu, float *y, u32 m, const float *x, u32 k, int act, const float *nw, float eps
-// (As gemv_row1_body: the choice after pdl_wait.)
-template <int N, bool BF16>
-__device__ void gemv_glu_pick_body(GEMV_GLU_ARGS) {
-    pdl_wait();
-    if (N == 1 && nw) gemv_glu_body<N, BF16, true>(wg, wu, y, m, x, k, act, nw, eps);
-    else gemv_glu_body<N, BF16, false>(wg, wu, y, m, x, k, act, nw, eps);
-}
-#define GEMV_GLU(N)                                                           \
-    extern "C" __global__ void gemv_glu_bf16_##N(GEMV_GLU_ARGS) {             \
-        gemv_glu_pick_body<N, true>(wg, wu, y, m, x, k, act, nw, eps);        \
-    }                                                                         \
-    extern "C" __global__ void gemv_glu_f16_##N(GEMV_GLU_ARGS) {              \
-        gemv_glu_pick_body<N, false>(wg, wu, y, m, x, k, act, nw, eps);       \
+#define GEMV_GLU_ARGS const u16 *wg, const u16 *wu, float *y, u32 m, const float *x, u32 k, int act
+#define GEMV_GLU(N)                                                                    \
+    extern "C" __global__ void gemv_glu_bf16_##N(GEMV_GLU_ARGS) {                      \
+        gemv_glu_body<N, true>(wg, wu, y, m, x, k, act);                           \
+    }                                                                                  \
+    extern "C" __global__ void gemv_glu_f16_##N(GEMV_GLU_ARGS) {                       \
+        gemv_glu_body<N, false>(wg, wu, y, m, x, k, act);                          \
     }
 GEMV_GLU(1)
 GEMV_GLU(2)
