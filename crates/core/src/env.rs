@@ -72,17 +72,6 @@ pub fn cuda_flash_wg() -> bool {
     var("FERRITE_CUDA_FLASH_WG").is_none_or(|v| v != "0")
 }
 
-/// `FERRITE_CUDA_FLASH_PIPE=0`: the wgmma flash kernel without the next
-/// tile's softmax run during this tile's output wgmmas; `2`: the pipelined
-/// kernel at two blocks an SM (head size 128); for comparison.
-pub fn cuda_flash_pipe() -> u8 {
-    match var("FERRITE_CUDA_FLASH_PIPE").as_deref().and_then(|v| v.to_str()) {
-        Some("0") => 0,
-        Some("2") => 2,
-        _ => 1,
-    }
-}
-
 /// `FERRITE_CUDA_ROPE_ROWS=0`: prefill's RoPE and KV write on the kernel
 /// with a block per row; for comparison.
 pub fn cuda_rope_rows() -> bool {

@@ -15,14 +15,7 @@ const COMMON: &str = include_str!("kernels/common.cuh");
 /// needs the wgmma wrappers (kernels/wgmma.cuh) in front.
 pub const MODULES: &[(&str, &str)] = &[
     ("ops", include_str!("kernels/ops.cu")),
-    (
-        "attention",
-        concat!(
-            include_str!("kernels/wgmma.cuh"),
-            include_str!("kernels/attention.cu"),
-            include_str!("kernels/flash_wg.cu")
-        ),
-    ),
+    ("attention", concat!(include_str!("kernels/wgmma.cuh"), include_str!("kernels/attention.cu"))),
     ("encoder", include_str!("kernels/encoder.cu")),
     ("gemv", include_str!("kernels/gemv.cu")),
     ("quant", include_str!("kernels/quant.cu")),

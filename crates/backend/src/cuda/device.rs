@@ -113,9 +113,6 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "flash_f16_128",
             "flash_wg_64",
             "flash_wg_128",
-            "flash_wgp_64",
-            "flash_wgp_128",
-            "flash_wgq_128",
         ],
     ),
     (
@@ -234,8 +231,7 @@ impl Device {
             }
         }
         // Kernels with more than the default 48 KiB of dynamic shared memory.
-        let flash =
-            super::kv::FLASH_KERNELS.iter().map(|&(f, hd, keys, bufs)| (f, super::kv::flash_smem(hd, keys, bufs)));
+        let flash = super::kv::FLASH_KERNELS.iter().map(|&(f, hd, keys)| (f, super::kv::flash_smem(hd, keys)));
         let rows = super::kv::ROWS_MMA.iter().map(|&(hd, f)| (f, super::kv::rows_mma_smem(hd)));
         for (f, bytes) in rows.chain(flash) {
             let bytes = bytes as i32;

@@ -287,23 +287,15 @@ struct AttnWords {
     flash: Option<(&'static str, u32)>,
 }
 
-/// The flash kernels (kernels/attention.cu, flash_wg.cu): name, head size,
-/// keys staged a barrier, buffers of K and V tiles; the wgmma ones
-/// (`flash_wg_*`, `flash_wgp_*`) run on sm_90a alone.
-pub const FLASH_KERNELS: [(&str, usize, usize, usize); 7] = [
-    ("flash_f16_64", 64, 32, 2),
-    ("flash_f16_128", 128, 32, 2),
-    ("flash_wg_64", 64, 32, 2),
-    ("flash_wg_128", 128, 32, 2),
-    ("flash_wgp_64", 64, 32, 3),
-    ("flash_wgp_128", 128, 32, 3),
-    ("flash_wgq_128", 128, 32, 3),
-];
+/// The flash kernels (kernels/attention.cu): name, head size, keys staged a
+/// barrier; the wgmma ones (`flash_wg_*`) run on sm_90a alone.
+pub const FLASH_KERNELS: [(&str, usize, usize); 4] =
+    [("flash_f16_64", 64, 32), ("flash_f16_128", 128, 32), ("flash_wg_64", 64, 32), ("flash_wg_128", 128, 32)];
 
-/// Dynamic shared memory of a flash kernel: `bufs` buffers of K and V
-/// tiles of `keys` keys, rows padded by 8 values.
-pub fn flash_smem(hd: usize, keys: usize, bufs: usize) -> u32 {
-    (bufs * 2 * keys * (hd + 8) * 2) as u32
+/// Dynamic shared memory of a flash kernel: two buffers of K and V tiles of
+/// `keys` keys, rows padded by 8 values.
+pub fn flash_smem(hd: usize, keys: usize) -> u32 {
+    (2 * 2 * keys * (hd + 8) * 2) as u32
 }
 
 /// The flash kernel for f16 caches of heads of `hd`: its name and shared
@@ -315,14 +307,8 @@ fn flash_kernel(dev: &Device, k: KvRef, hd: usize) -> Option<(&'static str, u32)
     }
     // wgmma: Hopper's own target alone (`Device::open` compiles for it on 9.0).
     let wg = dev.arch == "sm_90a" && ferrite_core::env::cuda_flash_wg();
-    let pipe = ferrite_core::env::cuda_flash_pipe();
-    let prefix = match (wg, pipe) {
-        (true, 2) if hd == 128 => "flash_wgq_",
-        (true, 1 | 2) => "flash_wgp_",
-        (true, _) => "flash_wg_",
-        _ => "flash_f16_",
-    };
-    FLASH_KERNELS.iter().find(|f| f.1 == hd && f.0.starts_with(prefix)).map(|f| (f.0, flash_smem(hd, f.2, f.3)))
+    let prefix = if wg { "flash_wg_" } else { "flash_f16_" };
+    FLASH_KERNELS.iter().find(|f| f.1 == hd && f.0.starts_with(prefix)).map(|f| (f.0, flash_smem(hd, f.2)))
 }
 
 /// The tensor-core row kernels (kernels/attention.cu

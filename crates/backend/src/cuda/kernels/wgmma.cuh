@@ -41,12 +41,10 @@ __device__ __forceinline__ u64 wg_desc(const void* smem, u32 lbo, u32 sbo) {
 WG_SYNC(wg_fence, "wgmma.fence.sync.aligned;")
 // Makes this thread's shared-memory writes (cp.async) visible to wgmma's reads.
 WG_SYNC(wg_proxy_fence, "fence.proxy.async.shared::cta;")
-// Closes a group of wgmmas; `wg_wait` waits for all of them (`wg_wait1`:
-// all but the last group), after which `wg_keep` stops the compiler from
-// reading their accumulators earlier.
+// Closes a group of wgmmas; `wg_wait` waits for all of them, after which
+// `wg_keep` stops the compiler from reading their accumulators earlier.
 WG_SYNC(wg_commit, "wgmma.commit_group.sync.aligned;")
 WG_SYNC(wg_wait, "wgmma.wait_group.sync.aligned 0;")
-WG_SYNC(wg_wait1, "wgmma.wait_group.sync.aligned 1;")
 
 template <int N>
 __device__ __forceinline__ void wg_keep(float (&d)[N][4]) {
@@ -54,16 +52,6 @@ __device__ __forceinline__ void wg_keep(float (&d)[N][4]) {
     for (int n = 0; n < N; n++)
 #pragma unroll
         for (int i = 0; i < 4; i++) asm volatile("" : "+f"(d[n][i])::"memory");
-}
-
-// The same for A operands from registers: keeps them live (their registers
-// not reused) until the wgmmas reading them have been waited for.
-template <int N>
-__device__ __forceinline__ void wg_keep(u32 (&a)[N][4]) {
-#pragma unroll
-    for (int n = 0; n < N; n++)
-#pragma unroll
-        for (int i = 0; i < 4; i++) asm volatile("" : "+r"(a[n][i])::"memory");
 }
 
 // d (m64 x N, f32) += a (m64 x k16, f16 in registers) x b (k16 x N, f16 in
