@@ -393,29 +393,29 @@ extern "C" __global__ void rope_kv_rows(u16* q, u16* k, const u16* v, const u32*
     u16* x = part == 0 ? q : k;
     for (u32 t0 = threadIdx.x; t0 < total; t0 += RK_UNROLL * blockDim.x) {
         uint4 lo[RK_UNROLL], hi[RK_UNROLL];
-        u64 at_lo[RK_UNROLL], at_hi[RK_UNROLL], dst[RK_UNROLL];
-        u32 i0[RK_UNROLL], rr[RK_UNROLL];
+        // Per unit: its row's offset in x and in the cache, its two columns.
+        u64 row[RK_UNROLL], dst[RK_UNROLL];
+        u32 lo_col[RK_UNROLL], hi_col[RK_UNROLL], i0[RK_UNROLL], rr[RK_UNROLL];
 #pragma unroll
         for (int z = 0; z < RK_UNROLL; z++) {
             const u32 t = t0 + z * blockDim.x;
             if (t >= total) break;
             const u32 r = t / units, u = t % units;
             rr[z] = r;
-            const u64 row = (u64)(r0 + r) * cols;
+            row[z] = (u64)(r0 + r) * cols;
             dst[z] = (u64)slots[r0 + r] * kv_dim;
             if (part == 2) {
-                at_lo[z] = 16 * u, at_hi[z] = 16 * u + 8;
+                lo_col[z] = 16 * u, hi_col[z] = 16 * u + 8;
             } else {
                 // Head h, pairs i0 .. i0 + 7: at i0 and i0 + half, or 16 values at 2 i0.
                 const u32 h = u / (half / 8);
                 i0[z] = 8 * (u % (half / 8));
-                at_lo[z] = (u64)h * head_dim + (interleaved ? 2 * i0[z] : i0[z]);
-                at_hi[z] = at_lo[z] + (interleaved ? 8 : half);
+                lo_col[z] = h * head_dim + (interleaved ? 2 * i0[z] : i0[z]);
+                hi_col[z] = lo_col[z] + (interleaved ? 8 : half);
             }
-            const u16* src = part == 2 ? v + row : x + row;
-            lo[z] = *(const uint4*)(src + at_lo[z]);
-            hi[z] = *(const uint4*)(src + at_hi[z]);
-            at_lo[z] += row, at_hi[z] += row;
+            const u16* src = (part == 2 ? v : x) + row[z];
+            lo[z] = *(const uint4*)(src + lo_col[z]);
+            hi[z] = *(const uint4*)(src + hi_col[z]);
         }
 #pragma unroll
         for (int z = 0; z < RK_UNROLL; z++) {
@@ -424,10 +424,9 @@ extern "C" __global__ void rope_kv_rows(u16* q, u16* k, const u16* v, const u32*
             float a[8], b[8];
             bf16x8(lo[z], a);
             bf16x8(hi[z], b);
-            const u64 row = (u64)(r0 + rr[z]) * cols;
             if (part == 2) {
-                *(uint4*)(vc + dst[z] + (at_lo[z] - row)) = pack8(a, false);
-                *(uint4*)(vc + dst[z] + (at_hi[z] - row)) = pack8(b, false);
+                *(uint4*)(vc + dst[z] + lo_col[z]) = pack8(a, false);
+                *(uint4*)(vc + dst[z] + hi_col[z]) = pack8(b, false);
                 continue;
             }
             const float* c = cs[rr[z]] + i0[z];
@@ -449,11 +448,11 @@ extern "C" __global__ void rope_kv_rows(u16* q, u16* k, const u16* v, const u32*
                     rb[m] = a[m] * s[m] + b[m] * c[m];
                 }
             }
-            *(uint4*)(x + at_lo[z]) = pack8(ra, true);
-            *(uint4*)(x + at_hi[z]) = pack8(rb, true);
+            *(uint4*)(x + row[z] + lo_col[z]) = pack8(ra, true);
+            *(uint4*)(x + row[z] + hi_col[z]) = pack8(rb, true);
             if (part == 1) {
-                *(uint4*)(kc + dst[z] + (at_lo[z] - row)) = pack8(ra, false);
-                *(uint4*)(kc + dst[z] + (at_hi[z] - row)) = pack8(rb, false);
+                *(uint4*)(kc + dst[z] + lo_col[z]) = pack8(ra, false);
+                *(uint4*)(kc + dst[z] + hi_col[z]) = pack8(rb, false);
             }
         }
     }
