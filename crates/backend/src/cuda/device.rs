@@ -134,7 +134,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
         ],
     ),
     ("gemv", &[]),
-    ("quant", &["dequant_f16", "embedding_q", "quantize_x8"]),
+    ("quant", &["dequant_f16", "embedding_q", "quantize_x8", "quantize_x8_sb"]),
     ("sample", &["sample_rows"]),
 ];
 

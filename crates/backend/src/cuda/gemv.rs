@@ -149,17 +149,43 @@ fn gemv_span(st: Storage) -> &'static str {
 
 /// The input of a quantized GEMV: 8-bit values per group of 32 and each
 /// group's scale and the sums of its two halves (two u32 per group); with an
-/// input norm, each group's sum of squares before it.
+/// input norm, each group's sum of squares before it. For Q4_K's
+/// tensor-core GEMV (`quantize_x8_sb`) the groups are super-blocks of 256
+/// (eight u32 each; kernels/quant.cu).
 pub struct X8 {
     xq: CudaSlice<u8>,
     meta: CudaSlice<u32>,
     squares: Option<CudaSlice<f32>>,
 }
 
-/// Whether a block type's GEMV reads its input in k-quant piece order
-/// (kernels/quant.cu), the index of its `X8` among a matmul group's.
-fn piece_order(q: DType) -> usize {
-    matches!(q, DType::Q4K | DType::Q5K | DType::Q6K) as usize
+/// How a block type's GEMV reads its input, the index of its `X8` among a
+/// matmul group's (kernels/quant.cu): groups of 32 in place (0), in k-quant
+/// piece order (1), or super-blocks in Q4_K's tensor-core fragment order (2).
+fn input_order(q: DType) -> usize {
+    match q {
+        DType::Q4K => Q4K_ORDER,
+        DType::Q5K | DType::Q6K => 1,
+        _ => 0,
+    }
+}
+const Q4K_ORDER: usize = 2;
+
+/// Values per scale of an input order.
+fn group_of(order: usize) -> usize {
+    if order == Q4K_ORDER {
+        256
+    } else {
+        32
+    }
+}
+
+/// Warps per 16-row tile of the Q4_K tensor-core GEMV (splitting its
+/// super-blocks; `nsb` in all) and tiles per block: small launches split k
+/// so that about 2,048 warps run (16 an SM), blocks of up to 16 warps. (On
+/// the H200, aiming at 1,024 or 4,096 warps was slower.)
+fn q4k_split(tiles: u32, nsb: u32) -> (u32, u32) {
+    let per_tile = 2048u32.div_ceil(tiles.max(1)).next_power_of_two().min(16).min(nsb.max(1));
+    (per_tile, (8 / per_tile).max(1))
 }
 
 /// x quantized to 8 bits (with `glu`, act(x) * up; with `norm`, the squares
@@ -172,10 +198,10 @@ fn quantize_x8(
     glu: Option<(&CudaTensor, i32)>,
 ) -> Result<X8> {
     let len = x.rows * x.cols;
-    let groups = (len / 32) as u64;
+    let groups = (len / group_of(kperm)) as u64;
     let alloc = |e| device_err("alloc x8", e);
     // SAFETY: all are fully written by the kernel (k % 32 == 0 for blocks,
-    // k % 256 == 0 for k-quants).
+    // k % 256 == 0 for k-quants; super-blocks take as much as their groups).
     let xq = unsafe { dev.stream.alloc::<u8>(len.max(1)) }.map_err(alloc)?;
     let meta = unsafe { dev.stream.alloc::<u32>(2 * (len / 32).max(1)) }.map_err(alloc)?;
     let squares = norm.map(|_| unsafe { dev.stream.alloc::<f32>((len / 32).max(1)) }).transpose().map_err(alloc)?;
@@ -187,17 +213,25 @@ fn quantize_x8(
     let (sp, _gs) = opt_ptr(dev, out.squares.as_ref());
     let (up, _gu) = opt_ptr(dev, glu.map(|g| g.0.f32(dev)).transpose()?);
     let act = glu.map_or(0, |g| g.1);
-    // One lane per value.
-    let mut a = dev.launch("quantize_x8");
-    a.arg(x.f32(dev)?).arg(&mut out.xq).arg(&mut out.meta).arg(groups).arg(kperm).arg(np).arg(k32).arg(sp);
-    a.arg(up).arg(act);
-    a.run(elementwise(len))?;
+    if kperm == Q4K_ORDER as i32 {
+        // A warp per super-block, a lane per 8 values.
+        let mut a = dev.launch("quantize_x8_sb");
+        a.arg(x.f32(dev)?).arg(&mut out.xq).arg(&mut out.meta).arg(groups).arg(np).arg(k32).arg(sp);
+        a.arg(up).arg(act);
+        a.run(elementwise(len / 8))?;
+    } else {
+        // One lane per value.
+        let mut a = dev.launch("quantize_x8");
+        a.arg(x.f32(dev)?).arg(&mut out.xq).arg(&mut out.meta).arg(groups).arg(kperm).arg(np).arg(k32).arg(sp);
+        a.arg(up).arg(act);
+        a.run(elementwise(len))?;
+    }
     drop((_gn, _gs, _gu));
     Ok(out)
 }
 
-/// The quantized inputs of one matmul group, by `piece_order` (made once).
-pub type X8Cache = [Option<X8>; 2];
+/// The quantized inputs of one matmul group, by `input_order` (made once).
+pub type X8Cache = [Option<X8>; 3];
 
 /// Decode batches: our memory-bound kernels, up to three weights of one
 /// storage per launch, input rows in chunks of eight; 16-bit weights take the
@@ -237,7 +271,7 @@ pub fn gemv_add_glu(
             w.name, x.rows, x.cols, g.rows, g.cols, u.rows, u.cols, w.rows, w.cols
         )));
     }
-    gemv_in(dev, g, &[w], &mut [None, None], None, Some((u, act)), GemvOut::Add(x.f32_mut(dev)?))?;
+    gemv_in(dev, g, &[w], &mut [None, None, None], None, Some((u, act)), GemvOut::Add(x.f32_mut(dev)?))?;
     Ok(())
 }
 
@@ -284,11 +318,11 @@ fn gemv_in(
     // for k-quants), with each group's scale and half sums (kernels/quant.cu).
     let quant = match ws[0].storage {
         Storage::Quant(q) => {
-            let order = piece_order(q);
+            let order = input_order(q);
             if x8[order].is_none() {
                 x8[order] = Some(quantize_x8(dev, x, order, norm, glu)?);
             }
-            x8[order].as_ref()
+            x8[order].as_ref().map(|x8| (x8, group_of(order)))
         }
         _ if glu.is_some() => return Err(Error::Shape("gemv: a gated input needs quantized weights".into())),
         _ => None,
@@ -296,28 +330,41 @@ fn gemv_in(
     // No launch without rows: a grid in which no thread waits for the kernel
     // before it (pdl_wait) would break the order the kernels after it rely on.
     let n_launched = if rows == 0 { 0 } else { n };
+    let q4k = ws[0].storage == Storage::Quant(DType::Q4K);
+    if q4k && ws[0].rows == 0 {
+        return Err(Error::Shape(format!("gemv {}: no rows", ws[0].name)));
+    }
     for r0 in (0..n_launched).step_by(8) {
         let nc = (n - r0).min(8);
         let name = gemv_name(ws[0].storage, nc);
-        let per_warp = gemv_rows_per_warp(ws[0].storage, nc);
-        // Eight warps per block, each on `gemv_rows_per_warp` weight rows.
-        let warps = rows.div_ceil(per_warp);
-        let cfg =
-            LaunchConfig { grid_dim: (warps.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+        let cfg = if q4k {
+            // Tiles of 16 rows, `q4k_split` warps each.
+            let tiles: u32 = m.iter().map(|r| r.div_ceil(16)).sum();
+            let (per_tile, per_block) = q4k_split(tiles, k32 / 256);
+            let grid = (tiles.div_ceil(per_block), 1, 1);
+            LaunchConfig { grid_dim: grid, block_dim: (32 * per_tile, per_block, 1), shared_mem_bytes: 0 }
+        } else {
+            // Eight warps per block, each on `gemv_rows_per_warp` weight rows.
+            let warps = rows.div_ceil(gemv_rows_per_warp(ws[0].storage, nc));
+            LaunchConfig { grid_dim: (warps.div_ceil(8).max(1), 1, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 }
+        };
         let y: [u64; 3] = std::array::from_fn(|i| yp[i] + (r0 * m[i] as usize * 4) as u64);
         let mut a = dev.launch(&name);
         a.arg(wp[0]).arg(wp[1]).arg(wp[2]).arg(y[0]).arg(y[1]).arg(y[2]);
         a.arg(m[0]).arg(m[1]).arg(m[2]);
         let _g;
         match &quant {
-            Some(q) => {
+            Some((q, group)) => {
                 let (xp, g1) = q.xq.device_ptr(s);
                 let (mp, g2) = q.meta.device_ptr(s);
                 let (sp, g3) = opt_ptr(dev, q.squares.as_ref());
-                let sp = if sp == 0 { 0 } else { sp + (r0 * (k / 32) * 4) as u64 };
+                // Per input row: k / group squares (f32) and metadata of 8 (groups of 32) or 32 bytes.
+                let groups = k / group;
+                let sp = if sp == 0 { 0 } else { sp + (r0 * groups * 4) as u64 };
+                let meta_bytes = if *group == 256 { 32 } else { 8 };
                 _g = (g1, Some(g2), g3);
                 let row_bytes = ws[0].row_bytes();
-                a.arg(xp + (r0 * k) as u64).arg(mp + (r0 * (k / 32) * 8) as u64).arg(k32).arg(row_bytes);
+                a.arg(xp + (r0 * k) as u64).arg(mp + (r0 * groups * meta_bytes) as u64).arg(k32).arg(row_bytes);
                 a.arg(dev.prefetch).arg(sp).arg(eps).arg(add_flag);
             }
             None => {

@@ -86,7 +86,8 @@ pub struct CudaWeight {
 
 impl CudaWeight {
     /// Bytes from one row to the next in `data`: for blocks the file's, but
-    /// Q6_K's, which `device_bytes` repacks into padded rows.
+    /// Q6_K's, which `device_bytes` repacks into padded rows (Q4_K's rows
+    /// are regrouped in tiles of 16: a tile takes 16 times this).
     pub fn row_bytes(&self) -> u64 {
         let k = self.cols;
         (match self.storage {
@@ -99,8 +100,8 @@ impl CudaWeight {
 }
 
 /// The bytes to upload for a checkpoint weight, and how they are stored:
-/// stored types as they are (borrowed; Q6_K repacked for the decode
-/// kernels), others converted.
+/// stored types as they are (borrowed; Q6_K and Q4_K repacked for the
+/// decode kernels), others converted.
 fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Storage)> {
     let src = raw.bytes.as_slice();
     Ok(match raw.dtype {
@@ -118,6 +119,7 @@ fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Stor
             (Cow::Owned(out), Storage::Bf16)
         }
         DType::Q6K => (Cow::Owned(crate::quant::repack::q6_k_planar(src, raw.cols)), Storage::Quant(DType::Q6K)),
+        DType::Q4K => (Cow::Owned(crate::quant::repack::q4_k_tiles(src, raw.cols)), Storage::Quant(DType::Q4K)),
         q if quant_code(q).is_some() => (Cow::Borrowed(src), Storage::Quant(q)),
         q => return Err(Error::Unsupported(format!("{}: {q} weights on the GPU", raw.name))),
     })
@@ -165,7 +167,7 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], norm: Optio
     let mut out = Vec::with_capacity(ws.len());
     let mut half_x = None;
     // The input quantized for block GEMVs, once per order.
-    let mut x8: X8Cache = [None, None];
+    let mut x8: X8Cache = [None, None, None];
     let mut rest = ws;
     while let Some(first) = rest.first() {
         let st = first.storage;
@@ -194,7 +196,7 @@ pub fn matmul_add(dev: &Device, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeig
         )));
     }
     if gemv::uses_gemv(dev, a.rows, a.cols, w.storage) {
-        gemv::gemv(dev, a, &[w], &mut [None, None], None, GemvOut::Add(x.f32_mut(dev)?))?;
+        gemv::gemv(dev, a, &[w], &mut [None, None, None], None, GemvOut::Add(x.f32_mut(dev)?))?;
         return Ok(());
     }
     gemm_into(dev, a, &mut None, w, x.f32_mut(dev)?, true)

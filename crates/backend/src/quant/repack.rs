@@ -8,7 +8,8 @@
 //!
 //! For the GPU, Q6_K rows become planes its vector loads can read
 //! ([`q6_k_planar`]): the same bits regrouped, the same size but for
-//! alignment padding.
+//! alignment padding; Q4_K blocks are regrouped in tiles of 16 rows for the
+//! tensor-core GEMV ([`q4_k_tiles`]).
 
 use rayon::prelude::*;
 
@@ -81,6 +82,50 @@ pub fn q6_k_planar(src: &[u8], k: usize) -> Vec<u8> {
     out
 }
 
+/// Bytes of one super-block column of a tile in [`q4_k_tiles`]: 16 rows of
+/// 144-byte Q4_K blocks.
+pub const Q4K_TILE_BLOCK: usize = 16 * 144;
+
+/// Offset in a [`q4_k_tiles`] block of the 4-byte word `w` (0..32, in the
+/// GGUF block's order) of the 4-bit values of the tile's row `rr` (0..16).
+pub fn q4_k_tile_word(rr: usize, w: usize) -> usize {
+    let (pair, h, i) = (w / 8, w / 4 % 2, w % 4);
+    let unit = 2 * (rr / 8) + pair / 2;
+    let lane = 4 * (rr % 8) + i;
+    256 + 16 * (32 * unit + lane) + 4 * (2 * (pair % 2) + h)
+}
+
+/// Q4_K rows (blocks of 144 bytes: d, dmin, 12 scale bytes, 128 of 4-bit
+/// values; `k` values a row) in the layout of the GPU's tensor-core decode
+/// GEMV (kernels/quant.cu, `gemv_q4k_body`): the same bytes, in tiles of 16
+/// rows (the last padded with zero rows). A tile is its super-block columns
+/// in order, each 2,304 contiguous bytes, which one warp reads at once:
+/// the 16 rows' heads (16 bytes each), then four units of 32 lanes x 16
+/// bytes, unit `u` holding for lane (g, i) (g = lane / 4, i = lane % 4) the
+/// words of row g + 8 (u / 2) that lane's matrix fragments take: word `i`
+/// and `4 + i` of sub-block pairs 2 (u % 2) and 2 (u % 2) + 1
+/// ([`q4_k_tile_word`]). Each of a warp's 16-byte loads then reads 512
+/// contiguous bytes, and a warp walks its tile's bytes in order.
+pub fn q4_k_tiles(src: &[u8], k: usize) -> Vec<u8> {
+    let row_bytes = k / 256 * 144;
+    let rows = src.len().checked_div(row_bytes).unwrap_or(0);
+    let tile_bytes = 16 * row_bytes;
+    let mut out = vec![0u8; rows.div_ceil(16) * tile_bytes];
+    out.par_chunks_mut(tile_bytes.max(1)).enumerate().for_each(|(t, tile)| {
+        for (sb, blk) in tile.chunks_exact_mut(Q4K_TILE_BLOCK).enumerate() {
+            for rr in 0..16.min(rows - 16 * t) {
+                let b = &src[(16 * t + rr) * row_bytes + 144 * sb..][..144];
+                blk[16 * rr..16 * rr + 16].copy_from_slice(&b[..16]);
+                for w in 0..32 {
+                    let to = q4_k_tile_word(rr, w);
+                    blk[to..to + 4].copy_from_slice(&b[16 + 4 * w..20 + 4 * w]);
+                }
+            }
+        }
+    });
+    out
+}
+
 /// The 6-bit value (0..63, before subtracting 32) of value `v` of a Q6_K block.
 fn q6_k_value(b: &[u8], v: usize) -> u8 {
     let (n, r, l) = (v / 128, v % 128 / 32, v % 32);
@@ -117,6 +162,38 @@ mod tests {
         dequantize_row(DType::Q5_0, &bytes, &mut a).unwrap();
         dequantize_row(DType::Q8_0, &q8, &mut b).unwrap();
         assert_eq!(a, b);
+    }
+
+    #[test]
+    fn q4_k_tiles_hold_every_byte_once() {
+        // Every (row, word) of a tile block has its own 4 bytes after the heads.
+        let mut seen = vec![false; super::Q4K_TILE_BLOCK];
+        for rr in 0..16 {
+            seen[16 * rr..16 * rr + 16].iter_mut().for_each(|s| *s = true);
+            for w in 0..32 {
+                let at = super::q4_k_tile_word(rr, w);
+                assert!(seen[at..at + 4].iter().all(|s| !s));
+                seen[at..at + 4].iter_mut().for_each(|s| *s = true);
+            }
+        }
+        assert!(seen.iter().all(|&s| s));
+        // 21 rows of 512 values: two tiles, the second padded with zeros.
+        let k = 512;
+        let bytes = random_bytes(21 * 2 * 144);
+        let out = super::q4_k_tiles(&bytes, k);
+        assert_eq!(out.len(), 2 * 16 * 2 * 144);
+        for r in 0..32 {
+            for sb in 0..2 {
+                let blk = &out[((r / 16) * 2 + sb) * super::Q4K_TILE_BLOCK..][..super::Q4K_TILE_BLOCK];
+                let (rr, zero) = (r % 16, [0u8; 144]);
+                let want = if r < 21 { &bytes[r * 288 + 144 * sb..][..144] } else { &zero[..] };
+                assert_eq!(blk[16 * rr..16 * rr + 16], want[..16]);
+                for w in 0..32 {
+                    let at = super::q4_k_tile_word(rr, w);
+                    assert_eq!(blk[at..at + 4], want[16 + 4 * w..20 + 4 * w]);
+                }
+            }
+        }
     }
 
     /// Value `v` of super-block `sb` read from the planes as their doc says.

@@ -9,7 +9,9 @@
 // are only 2-byte aligned, so multi-byte fields are read as halves. Q6_K is
 // repacked at upload (quant/repack.rs, `q6_k_planar`): each row is planes of
 // 4-bit values, 2-bit values, scales and d, 16-byte aligned, in the order the
-// decode GEMV reads them (see "pieces" below).
+// decode GEMV reads them (see "pieces" below). Q4_K rows are regrouped in
+// tiles of 16 (`q4_k_tiles`, see `q4k_sub`) for the tensor-core GEMV at the
+// end.
 
 typedef unsigned char u8;
 
@@ -69,6 +71,28 @@ __device__ __forceinline__ const u8* k4_sub(const u8* row, u32 c, float& d, floa
     return b;
 }
 
+// k4_sub for Q4_K in its tiles (quant/repack.rs, `q4_k_tiles`): row r's
+// super-block sb is in the 2,304-byte block of tile r / 16's column sb, its
+// head at 16 (r % 16), its words 8 pair + 4 h + i at `q4_k_tile_word`.
+__device__ __forceinline__ void q4k_sub(const u8* w, u64 r, u32 nsb, u32 c, float& d, float& m, u32 (&q)[8]) {
+    const int j = c & 7, pair = j >> 1;
+    const u32 rr = r & 15;
+    const u8* blk = w + ((r >> 4) * nsb + (c >> 3)) * 2304;
+    const uint4 head = __ldg((const uint4*)(blk + 16 * rr));
+    const u32 scales[3] = {head.y, head.z, head.w};
+    float sc, mn;
+    scale_min_k4(j, scales, sc, mn);
+    d = f16_to_f32((u16)(head.x & 0xffff)) * sc;
+    m = f16_to_f32((u16)(head.x >> 16)) * mn;
+    const u32 unit = 2 * (rr >> 3) + (pair >> 1);
+    const uint2* p = (const uint2*)(blk + 256 + 16 * (32 * unit + 4 * (rr & 7)) + 8 * (pair & 1));
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint2 v = __ldg(p + 2 * i);
+        q[i] = v.x, q[4 + i] = v.y;
+    }
+}
+
 // Q6_K's planes in a repacked row of `nsb` super-blocks: per super-block,
 // 128 bytes of 4-bit values, 64 of 2-bit values, 16 scales and d.
 struct Q6Planes {
@@ -84,9 +108,11 @@ __device__ __forceinline__ void ld16_16(const u8* p, u32* q) {
     q[0] = a.x, q[1] = a.y, q[2] = a.z, q[3] = a.w;
 }
 
-// Values c*32 .. c*32+31 of a row of `nsb` super-blocks (k-quants).
+// Values c*32 .. c*32+31 of row r of weight `base` (rows of `row_bytes`;
+// k-quants: of `nsb` super-blocks).
 template <int T>
-__device__ __forceinline__ void dq32(const u8* row, u32 nsb, u32 c, float* w) {
+__device__ __forceinline__ void dq32(const u8* base, u64 r, u64 row_bytes, u32 nsb, u32 c, float* w) {
+    const u8* row = base + r * row_bytes;
     if (T == T_Q4_0 || T == T_Q4_1) {
         const u8* b = row + (u64)c * (T == T_Q4_0 ? 18 : 20);
         const float d = ld_f16(b);
@@ -126,12 +152,13 @@ __device__ __forceinline__ void dq32(const u8* row, u32 nsb, u32 c, float* w) {
         const int j = c & 7;
         float d, m;
         u32 q[8];
-        const u8* b = k4_sub<T>(row, c, d, m, q);
         const int shift = (j & 1) * 4;
         if (T == T_Q4_K) {
+            q4k_sub(base, r, nsb, c, d, m, q);
 #pragma unroll
             for (int l = 0; l < 32; l++) w[l] = d * (float)((byte_at(q, l) >> shift) & 0xf) - m;
         } else {
+            const u8* b = k4_sub<T>(row, c, d, m, q);
             u32 h[8];
             ld32_16(b + 16, h);
 #pragma unroll
@@ -163,16 +190,16 @@ __device__ __forceinline__ void dq32(const u8* row, u32 nsb, u32 c, float* w) {
 }
 
 // Runtime type dispatch, for the kernels that are not on the hot path.
-__device__ __forceinline__ void dq32_any(int t, const u8* row, u32 nsb, u32 c, float* w) {
+__device__ __forceinline__ void dq32_any(int t, const u8* base, u64 r, u64 rb, u32 nsb, u32 c, float* w) {
     switch (t) {
-        case T_Q4_0: dq32<T_Q4_0>(row, nsb, c, w); break;
-        case T_Q4_1: dq32<T_Q4_1>(row, nsb, c, w); break;
-        case T_Q5_0: dq32<T_Q5_0>(row, nsb, c, w); break;
-        case T_Q5_1: dq32<T_Q5_1>(row, nsb, c, w); break;
-        case T_Q8_0: dq32<T_Q8_0>(row, nsb, c, w); break;
-        case T_Q4_K: dq32<T_Q4_K>(row, nsb, c, w); break;
-        case T_Q5_K: dq32<T_Q5_K>(row, nsb, c, w); break;
-        default: dq32<T_Q6_K>(row, nsb, c, w); break;
+        case T_Q4_0: dq32<T_Q4_0>(base, r, rb, nsb, c, w); break;
+        case T_Q4_1: dq32<T_Q4_1>(base, r, rb, nsb, c, w); break;
+        case T_Q5_0: dq32<T_Q5_0>(base, r, rb, nsb, c, w); break;
+        case T_Q5_1: dq32<T_Q5_1>(base, r, rb, nsb, c, w); break;
+        case T_Q8_0: dq32<T_Q8_0>(base, r, rb, nsb, c, w); break;
+        case T_Q4_K: dq32<T_Q4_K>(base, r, rb, nsb, c, w); break;
+        case T_Q5_K: dq32<T_Q5_K>(base, r, rb, nsb, c, w); break;
+        default: dq32<T_Q6_K>(base, r, rb, nsb, c, w); break;
     }
 }
 
@@ -184,7 +211,7 @@ __device__ void dequant_tile(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r0
     const u32 c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y;
     if (c >= k / 32) return;
     float v[32];
-    dq32<T>(w + (u64)(r0 + r) * row_bytes, k / 256, c, v);
+    dq32<T>(w, (u64)(r0 + r), row_bytes, k / 256, c, v);
     uint4* o = (uint4*)(out + (u64)r * k + 32 * c);
 #pragma unroll
     for (int q = 0; q < 4; q++) {
@@ -215,11 +242,11 @@ extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_byt
 extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, int t, u64 row_bytes, u32 k) {
     pdl_trigger();
     pdl_wait();
-    const u8* row = w + (u64)ids[blockIdx.x] * row_bytes;
+    const u64 r = ids[blockIdx.x];
     float* dst = out + (u64)blockIdx.x * k;
     for (u32 c = threadIdx.x; c < k / 32; c += blockDim.x) {
         float v[32];
-        dq32_any(t, row, k / 256, c, v);
+        dq32_any(t, w, r, row_bytes, k / 256, c, v);
 #pragma unroll
         for (int j = 0; j < 32; j++) dst[32 * c + j] = v[j];
     }
@@ -367,12 +394,12 @@ __device__ __forceinline__ void load_chunk(const u8* row, u32 nsb, u32 c, Chunk&
         const u8* b = row + (u64)c * 34;
         k.da = k.db = ld_f16(b);
         ld32_2(b + 2, k.w);
-    } else if (T == T_Q4_K || T == T_Q5_K) {  // piece c: sub-blocks 2p (low nibbles), 2p + 1
+    } else if (T == T_Q5_K) {  // piece c: sub-blocks 2p (low nibbles), 2p + 1
         const u32 pc = c & 7, p = pc >> 1;
-        const u8* b = row + (c >> 3) * (T == T_Q4_K ? 144u : 176u);
-        // Blocks of 144 and 176 bytes keep 16-byte alignment.
+        const u8* b = row + (c >> 3) * 176u;
+        // Blocks of 176 bytes keep 16-byte alignment.
         const uint4 head = __ldg((const uint4*)b);
-        const uint4 qs = __ldg((const uint4*)(b + (T == T_Q4_K ? 16 : 48) + 16 * pc));
+        const uint4 qs = __ldg((const uint4*)(b + 48 + 16 * pc));
         u32 sc, mn;
         scale_min_pair(p, head, sc, mn);
         k.da = f16_to_f32((u16)(head.x & 0xffff)), k.ma = -f16_to_f32((u16)(head.x >> 16));
@@ -383,7 +410,7 @@ __device__ __forceinline__ void load_chunk(const u8* row, u32 nsb, u32 c, Chunk&
             k.w[t] = q[t] & 0x0f0f0f0fu;
             k.w[4 + t] = (q[t] >> 4) & 0x0f0f0f0fu;
         }
-        if (T == T_Q5_K) {  // bit j of byte l: the fifth bit of sub-block j's value l
+        {  // bit j of byte l: the fifth bit of sub-block j's value l
             const uint4 qh = __ldg((const uint4*)(b + 16 + 16 * (pc & 1)));
             const u32 h[4] = {qh.x, qh.y, qh.z, qh.w};
 #pragma unroll
@@ -430,11 +457,10 @@ __device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, u
         const int dot = k.isa * (lo - 32 * slo) + k.isb * (hi - 32 * shi);
         return __uint_as_float(meta.x) * k.da * __int2float_rn(dot);
     }
-    if (T == T_Q4_K || T == T_Q5_K) {
+    if (T == T_Q5_K) {
         const int dot = k.isa * lo + k.isb * hi, mins = k.ima * slo + k.imb * shi;
-        // Q4_K's |dot| < 2^22 (2 * 63 * 16 * 127 * 15), Q5_K's is not.
-        const float fd = T == T_Q4_K ? i2f(dot) : __int2float_rn(dot);
-        return __uint_as_float(meta.x) * (k.da * fd + k.ma * i2f(mins));
+        // (|dot| may reach 2^22: a conversion.)
+        return __uint_as_float(meta.x) * (k.da * __int2float_rn(dot) + k.ma * i2f(mins));
     }
     // |values| < 2^22: 16 products of at most 127 * 128, offsets of at most 16 * 16 * 127.
     const float s = k.da * i2f(lo - k.off * slo) + k.db * i2f(hi - k.off * shi) + k.ma * i2f(slo) + k.mb * i2f(shi);
@@ -519,6 +545,295 @@ GEMVQ_ALL(q4_1, T_Q4_1)
 GEMVQ_ALL(q5_0, T_Q5_0)
 GEMVQ_ALL(q5_1, T_Q5_1)
 GEMVQ_ALL(q8_0, T_Q8_0)
-GEMVQ_ALL(q4_k, T_Q4_K)
 GEMVQ_ALL(q5_k, T_Q5_K)
 GEMVQ_ALL(q6_k, T_Q6_K)
+
+// ------------------------------------------------- Q4_K decode GEMV on tensor cores
+// One mma.sync m16n8k32 multiplies 16 weight rows by a sub-block of 32
+// inputs for up to 8 input rows (columns) at once: the 4-bit values as u8
+// (high nibbles left in place: 16 times the value, divided out at the end),
+// the inputs as s8. The dp4a kernels above read each input byte once per
+// weight row, more bytes than the weights themselves, and spent three times
+// the instructions per value; here a warp's inputs serve 16 rows.
+//
+// The input (`quantize_x8_sb`): per super-block of 256 values of a row one
+// step D / 8, and per sub-block of 32 a shift t (0..3): its values are
+// rounded at the step D / 2^(3 - t), the finest of the four that keeps them
+// within ±127 (D = the super-block's largest magnitude / 127), so each
+// sub-block is rounded at most twice as coarsely as at a scale of its own
+// while the products stay integers across the super-block:
+//   sum_i x_i (d sc_s q_i - dmin m_s) = (D / 8) (d sum_s sc_s 2^t_s dot_s - dmin sum_s m_s bsum_s)
+// where bsum_s is the sub-block's sum of inputs times 2^t_s. Per super-block
+// (32 u32 of `meta` per 8): D / 8 (f32 bits), the shifts (a byte per
+// sub-block, two words), a zero word, the bsums (i16 pairs, four words).
+// The 8-bit values are in fragment order: lane i of a quad reads 64 bytes,
+// for each sub-block s its values 4i..4i+3 and 16+4i..16+4i+3.
+extern "C" __global__ void quantize_x8_sb(const float* x, signed char* xq, u32* meta, u64 groups, const float* nw,
+                                          u32 k, float* ss, const float* up, int act) {
+    pdl_trigger();
+    pdl_wait();
+    const u32 lane = threadIdx.x & 31;
+    for (u64 g = (blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5; g < groups;
+         g += ((u64)gridDim.x * blockDim.x) >> 5) {
+        const u64 src = 256 * g + 8 * lane;  // values 8 lane .. + 7 of the super-block
+        const float4 a = *(const float4*)(x + src), b = *(const float4*)(x + src + 4);
+        float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        if (up) {
+            const float4 ua = *(const float4*)(up + src), ub = *(const float4*)(up + src + 4);
+            const float u[8] = {ua.x, ua.y, ua.z, ua.w, ub.x, ub.y, ub.z, ub.w};
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] = act_fn(v[e], act) * u[e];
+        }
+        if (nw) {
+            float sq = 0.f;
+#pragma unroll
+            for (int e = 0; e < 8; e++) sq += v[e] * v[e];
+            sq = warp_sum(sq);
+            if (lane == 0) ss[g] = sq;
+            const float* wr = nw + src % k;
+#pragma unroll
+            for (int e = 0; e < 8; e++) v[e] *= wr[e];
+        }
+        float sub = 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) sub = fmaxf(sub, fabsf(v[e]));
+        sub = fmaxf(sub, __shfl_xor_sync(0xffffffffu, sub, 1));
+        sub = fmaxf(sub, __shfl_xor_sync(0xffffffffu, sub, 2));
+        float amax = sub;
+        for (int o = 4; o < 32; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        // Coarsest first: t = 3 - (doublings of the sub-block's largest that stay within amax).
+        int t = 3;
+        while (t > 0 && sub * (float)(16 >> t) <= amax) t--;
+        const float inv = 8.f / (amax / 127.f * (float)(1 << t));
+        u32 lo = 0, hi = 0;
+        int sum = 0;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            // (Clamped: a subnormal amax makes the step zero.)
+            const int q = amax > 0.f ? max(-127, min(127, __float2int_rn(v[e] * inv))) : 0;
+            sum += q;
+            if (e < 4) lo |= ((u32)q & 0xffu) << (8 * e);
+            else hi |= ((u32)q & 0xffu) << (8 * (e - 4));
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        const u32 s = lane >> 2, h = (lane & 3) >> 1, i = 2 * (lane & 1);
+        u32* dst = (u32*)(xq + 256 * g);
+        dst[16 * i + 2 * s + h] = lo;
+        dst[16 * (i + 1) + 2 * s + h] = hi;
+        u32* mg = meta + 8 * g;
+        if ((lane & 3) == 0) {
+            ((u8*)(mg + 1))[s] = (u8)t;
+            ((short*)(mg + 4))[s] = (short)(sum << t);
+        }
+        if (lane == 0) mg[0] = __float_as_uint(amax / 127.f / 8.f), mg[3] = 0;
+    }
+}
+
+// 16 weight rows x 32 values (u8) times 32 inputs x 8 columns (s8), exact.
+__device__ __forceinline__ void mma_u8s8(u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, int (&c)[4]) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %10, %10, %10};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+}
+// c plus two signed 16-bit values (a) times bytes 0 and 1 (lo) or 2 and 3 (hi) of b.
+__device__ __forceinline__ int dp2a_lo(u32 a, u32 b, int c) {
+    int d;
+    asm("dp2a.lo.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ int dp2a_hi(u32 a, u32 b, int c) {
+    int d;
+    asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+// Byte b of w (one PRMT).
+__device__ __forceinline__ int byte_of(u32 w, int b) { return (int)__byte_perm(w, 0, 0x4440 | b); }
+
+// A Q4_K super-block's head (d, dmin, 12 scale bytes) as its eight 6-bit
+// scales and mins, a byte each (sub-blocks 0..3 in word 0, 4..7 in word 1;
+// `scale_min_k4` for all eight at once), and d, dmin.
+struct Q4kHead {
+    u32 sc[2], mn[2];
+    float d, dmin;
+};
+__device__ __forceinline__ Q4kHead q4k_head(uint4 h) {
+    Q4kHead r;
+    r.sc[0] = h.y & 0x3f3f3f3fu;
+    r.sc[1] = (h.w & 0x0f0f0f0fu) | ((h.y >> 2) & 0x30303030u);
+    r.mn[0] = h.z & 0x3f3f3f3fu;
+    r.mn[1] = ((h.w >> 4) & 0x0f0f0f0fu) | ((h.z >> 2) & 0x30303030u);
+    r.d = f16_to_f32((u16)(h.x & 0xffff)), r.dmin = f16_to_f32((u16)(h.x >> 16));
+    return r;
+}
+
+// A lane's weights of one super-block: rows g (a) and g + 8 (b) of its
+// warp's tile, their heads and, for sub-block pairs 0-1 and 2-3, the 16
+// bytes of their 4-bit values the lane's fragments take (`q4_k_tiles`:
+// each load of the warp reads 512 contiguous bytes, the heads 256).
+struct Q4kW {
+    uint4 ha, hb, a01, a23, b01, b23;
+};
+__device__ __forceinline__ Q4kW q4k_fetch(const u8* tile, u32 sb, u32 lane) {
+    const uint4* blk = (const uint4*)(tile + 2304 * (u64)sb);
+    Q4kW w;
+    w.ha = __ldg(blk + (lane >> 2)), w.hb = __ldg(blk + 8 + (lane >> 2));
+    w.a01 = __ldg(blk + 16 + lane), w.a23 = __ldg(blk + 48 + lane);
+    w.b01 = __ldg(blk + 80 + lane), w.b23 = __ldg(blk + 112 + lane);
+    return w;
+}
+
+// One super-block into the lane's four sums: rows a, b by columns n0, n1
+// (acc[2 row + column]); x: its 64 input bytes (column g of the quad), h/s:
+// the super-block's step, shifts (h) and bsums (s) of columns n0 and n1.
+template <int N>
+__device__ __forceinline__ void q4k_step(const Q4kW& w, const uint4 (&x)[4], uint4 h0, uint4 s0, uint4 h1,
+                                         uint4 s1, float (&acc)[4]) {
+    const Q4kHead ha = q4k_head(w.ha), hb = q4k_head(w.hb);
+    int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {  // sub-block pair j: sub-blocks 2j (low nibbles), 2j + 1 (high)
+        const uint4 pa = j < 2 ? w.a01 : w.a23, pb = j < 2 ? w.b01 : w.b23;
+        const u32 a0 = (j & 1) ? pa.z : pa.x, a2 = (j & 1) ? pa.w : pa.y;
+        const u32 a1 = (j & 1) ? pb.z : pb.x, a3 = (j & 1) ? pb.w : pb.y;
+#pragma unroll
+        for (int hs = 0; hs < 2; hs++) {
+            const int s = 2 * j + hs;
+            const u32 mask = hs ? 0xf0f0f0f0u : 0x0f0f0f0fu;
+            int c[4];
+            mma_u8s8(a0 & mask, a1 & mask, a2 & mask, a3 & mask, hs ? x[j].z : x[j].x, hs ? x[j].w : x[j].y, c);
+            const int sa = byte_of(ha.sc[s >> 2], s & 3), sb = byte_of(hb.sc[s >> 2], s & 3);
+            const int t0 = byte_of(s < 4 ? h0.y : h0.z, s & 3);
+            int* sum = hs ? hi : lo;
+            sum[0] += sa * (c[0] << t0);
+            sum[2] += sb * (c[2] << t0);
+            if (N > 1) {
+                const int t1 = byte_of(s < 4 ? h1.y : h1.z, s & 3);
+                sum[1] += sa * (c[1] << t1);
+                sum[3] += sb * (c[3] << t1);
+            }
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        if (N == 1 && (q & 1)) continue;
+        const Q4kHead& hd = q < 2 ? ha : hb;
+        const uint4 bs = q & 1 ? s1 : s0;
+        const float step = __uint_as_float(q & 1 ? h1.x : h0.x);
+        // |lo| < 4 * 63 * 15 * 127 * 32 * 8 and |hi| < 16 times that: within 2^31.
+        const int dot = lo[q] + (hi[q] >> 4);
+        int mins = dp2a_lo(bs.x, hd.mn[0], 0);
+        mins = dp2a_hi(bs.y, hd.mn[0], mins);
+        mins = dp2a_lo(bs.z, hd.mn[1], mins);
+        mins = dp2a_hi(bs.w, hd.mn[1], mins);
+        acc[q] += step * (hd.d * __int2float_rn(dot) - hd.dmin * __int2float_rn(mins));
+    }
+}
+
+// The weight (of up to three: m0, m1, m2 rows) whose tiles of 16 rows hold
+// tile `tile` of the launch, and the tile within it.
+__device__ __forceinline__ bool pick_tile(u32& tile, const u8*& w, float*& y, u32& m, const u8* w1, const u8* w2,
+                                          float* y1, float* y2, u32 m1, u32 m2) {
+    const u32 t0 = (m + 15) / 16, t1 = (m1 + 15) / 16;
+    if (tile < t0) return true;
+    tile -= t0;
+    w = w1, y = y1, m = m1;
+    if (tile < t1) return true;
+    tile -= t1;
+    w = w2, y = y2, m = m2;
+    return tile < (m2 + 15) / 16;
+}
+
+// Warp (kw, threadIdx.y) of a block takes tile blockIdx.x * blockDim.y +
+// threadIdx.y of the launch's weights and super-blocks kw, kw + W, ... of
+// it (W = blockDim.x / 32: small launches split k to fill the GPU); the
+// block sums its warps' parts in a fixed order, so a row's result does not
+// depend on the batch. Lane (g, i) holds rows g and g + 8 of the tile for
+// columns 2i and 2i + 1. Two super-blocks' weights are in flight, in two
+// sets of registers. (Measured on the H200 and dropped: one in flight, a
+// ring of four in shared memory by cp.async, and more warps per tile.)
+template <int N>
+__device__ void gemv_q4k_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
+                              u32 m1, u32 m2, const signed char* xq, const u32* meta, u32 k, u64 row_bytes,
+                              const float* ss, float eps, int add) {
+    const u32 lane = threadIdx.x & 31, kw = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const u32 g = lane >> 2, i = lane & 3, nsb = k / 256;
+    u32 tile = blockIdx.x * blockDim.y + threadIdx.y;
+    const u8* w = w0;
+    float* y = y0;
+    u32 m = m0;
+    const bool live = pick_tile(tile, w, y, m, w1, w2, y1, y2, m1, m2);
+    if (!live) tile = 0, w = w0, y = y0, m = m0;
+    const u8* tw = w + (u64)tile * 16 * row_bytes;
+    // The weights are not the kernel before's output: the first loads go
+    // out before waiting for it.
+    Q4kW wa = q4k_fetch(tw, min(kw, nsb - 1), lane);
+    Q4kW wb = q4k_fetch(tw, min(kw + nw, nsb - 1), lane);
+    pdl_wait();
+    const u32 nb = min(g, (u32)N - 1), n0 = min(2 * i, (u32)N - 1), n1 = min(2 * i + 1, (u32)N - 1);
+    const signed char* xr = xq + (u64)nb * k + 64 * i;
+    const uint4* mp0 = (const uint4*)(meta + (u64)n0 * nsb * 8);
+    const uint4* mp1 = (const uint4*)(meta + (u64)n1 * nsb * 8);
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    auto step = [&](const Q4kW& cur, u32 sb) {
+        const uint4* xs = (const uint4*)(xr + 256 * (u64)sb);
+        const uint4 x[4] = {xs[0], xs[1], xs[2], xs[3]};
+        const uint4 h0 = mp0[2 * sb], s0 = mp0[2 * sb + 1];
+        const uint4 h1 = N > 1 ? mp1[2 * sb] : h0, s1 = N > 1 ? mp1[2 * sb + 1] : s0;
+        q4k_step<N>(cur, x, h0, s0, h1, s1, acc);
+    };
+    for (u32 sb = kw; sb < nsb; sb += 2 * nw) {
+        step(wa, sb);
+        if (sb + 2 * nw < nsb) wa = q4k_fetch(tw, sb + 2 * nw, lane);
+        if (sb + nw < nsb) {
+            step(wb, sb + nw);
+            if (sb + 3 * nw < nsb) wb = q4k_fetch(tw, sb + 3 * nw, lane);
+        }
+    }
+    pdl_trigger();
+    if (nw > 1) {
+        __shared__ float4 part[16][32];
+        const u32 wid = threadIdx.y * nw + kw;
+        part[wid][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        __syncthreads();
+        if (kw != 0) return;
+        for (u32 j = 1; j < nw; j++) {
+            const float4 p = part[wid + j][lane];
+            acc[0] += p.x, acc[1] += p.y, acc[2] += p.z, acc[3] += p.w;
+        }
+    }
+    if (!live) return;
+    float f[2] = {1.f, 1.f};
+    if (ss) {  // the input norm (batch 1): each column's squares per super-block
+#pragma unroll
+        for (u32 n = 0; n < (u32)N; n++) {
+            float sq = 0.f;
+            for (u32 c = lane; c < nsb; c += 32) sq += ss[(u64)n * nsb + c];
+            const float v = rsqrtf(warp_sum(sq) / k + eps);
+            if (n == n0) f[0] = v;
+            if (n == n1) f[1] = v;
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const u32 row = 16 * tile + g + 8 * (q >> 1), n = 2 * i + (q & 1);
+        if (row < m && n < (u32)N) {
+            float* p = y + (u64)n * m + row;
+            *p = (add ? *p : 0.f) + acc[q] * f[q & 1];
+        }
+    }
+}
+
+#define GEMVQ4K(N)                                                                                       \
+    extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_##N(GEMVQ_ARGS) {                       \
+        gemv_q4k_body<N>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, ss, eps, add); \
+    }
+GEMVQ4K(1)
+GEMVQ4K(2)
+GEMVQ4K(3)
+GEMVQ4K(4)
+GEMVQ4K(5)
+GEMVQ4K(6)
+GEMVQ4K(7)
+GEMVQ4K(8)
