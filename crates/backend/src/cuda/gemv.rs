@@ -1,7 +1,7 @@
 //! Decode-sized matmuls (up to 8 input rows a launch) on our memory-bound
 //! kernels: kernels/gemv.cu for 16-bit weights, which read the f32 input as
 //! it is, and kernels/quant.cu for GGUF blocks, which read it quantized to 8
-//! bits (`quantize_x8`). Both add their sums to the output instead of
+//! bits (`quantize_x8`; for Q4_K's tensor-core kernel `quantize_x8_sb`). Both add their sums to the output instead of
 //! writing them where asked (`matmul_add`: the residual add). At batch 1 the
 //! block GEMVs also fuse the RMS norm of their input (`norm_matmul_*`): the
 //! quantization multiplies by the norm's weights and sums each group's

@@ -53,25 +53,25 @@ __device__ __forceinline__ void scale_min_k4(int j, const u32* s, float& sc, flo
     }
 }
 
-// Sub-block c & 7 of the Q4_K / Q5_K block that holds 32-chunk c of a row:
-// its scale d and min m (value = d * q - m) and the 32 bytes whose low (even
-// sub-blocks) or high (odd) nibbles are its 4-bit values. Returns the block.
-template <int T>
-__device__ __forceinline__ const u8* k4_sub(const u8* row, u32 c, float& d, float& m, u32 (&q)[8]) {
+// Sub-block c & 7 of the Q5_K block that holds 32-chunk c of a row: its
+// scale d and min m (value = d * q - m) and the 32 bytes whose low (even
+// sub-blocks) or high (odd) nibbles are its low 4 bits. Returns the block.
+// (Q4_K: `q4k_sub`, on its tiles.)
+__device__ __forceinline__ const u8* q5k_sub(const u8* row, u32 c, float& d, float& m, u32 (&q)[8]) {
     const int j = c & 7;
-    const u8* b = row + (u64)(c >> 3) * (T == T_Q4_K ? 144 : 176);
-    // Blocks of 144 and 176 bytes keep 16-byte alignment.
+    const u8* b = row + (u64)(c >> 3) * 176;
+    // Blocks of 176 bytes keep 16-byte alignment.
     const uint4 head = __ldg((const uint4*)b);
     const u32 scales[3] = {head.y, head.z, head.w};
     float sc, mn;
     scale_min_k4(j, scales, sc, mn);
     d = f16_to_f32((u16)(head.x & 0xffff)) * sc;
     m = f16_to_f32((u16)(head.x >> 16)) * mn;
-    ld32_16(b + (T == T_Q4_K ? 16 : 48) + 32 * (j >> 1), q);
+    ld32_16(b + 48 + 32 * (j >> 1), q);
     return b;
 }
 
-// k4_sub for Q4_K in its tiles (quant/repack.rs, `q4_k_tiles`): row r's
+// The same for Q4_K in its tiles (quant/repack.rs, `q4_k_tiles`): row r's
 // super-block sb is in the 2,304-byte block of tile r / 16's column sb, its
 // head at 16 (r % 16), its words 8 pair + 4 h + i at `q4_k_tile_word`.
 __device__ __forceinline__ void q4k_sub(const u8* w, u64 r, u32 nsb, u32 c, float& d, float& m, u32 (&q)[8]) {
@@ -158,7 +158,7 @@ __device__ __forceinline__ void dq32(const u8* base, u64 r, u64 row_bytes, u32 n
 #pragma unroll
             for (int l = 0; l < 32; l++) w[l] = d * (float)((byte_at(q, l) >> shift) & 0xf) - m;
         } else {
-            const u8* b = k4_sub<T>(row, c, d, m, q);
+            const u8* b = q5k_sub(row, c, d, m, q);
             u32 h[8];
             ld32_16(b + 16, h);
 #pragma unroll
@@ -264,13 +264,14 @@ extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, 
 // (q_i offset by 8/16/32 for the symmetric types folds into the same sums).
 //
 // A lane's unit of work is 32 weight values with their 32 inputs. For the
-// 32-value block types it is a block. For the k-quants it is a "piece": 16
+// 32-value block types it is a block. For Q5_K and Q6_K it is a "piece": 16
 // bytes of a super-block's 4-bit values, whose low and high nibbles are 16
 // values each of two sub-blocks (values 64p + 16h + e and 64p + 32 + 16h + e
 // of piece 2p + h, e < 16). One 16-byte load per lane then brings a warp 512
 // weight bytes, contiguous per super-block, each read once (a sub-block per
 // lane read every byte twice and kept L1 busy). The input is quantized in piece order for
-// them (`kperm`), so a lane's 32 inputs are contiguous as well.
+// them (`kperm`), so a lane's 32 inputs are contiguous as well. (Q4_K has
+// a tensor-core kernel of its own, at the end.)
 
 // Input groups of 32 (in piece order with `kperm`, which needs k % 256 ==
 // 0): the 8-bit values, and per group its scale (f32 bits) and the sums of
@@ -351,7 +352,7 @@ __device__ __forceinline__ void scale_min_pair(u32 p, uint4 head, u32& sc, u32& 
 // 32 weight values as integers: byte e of word t is value 4t + e (signed for
 // Q8_0, else unsigned), with
 //   value_i = da * (q_i - off) + ma for i < 16, db * (q_i - off) + mb for i >= 16.
-// The k-quants keep their scales as integers (isa, isb; Q4_K and Q5_K their
+// The k-quants keep their scales as integers (isa, isb; Q5_K its
 // 6-bit mins too, ima, imb) with da = d (and ma = -dmin), and sum on
 // integers.
 struct Chunk {
