@@ -1,8 +1,8 @@
 //! Decode-sized matmuls (up to 8 input rows a launch) on our memory-bound
 //! kernels: kernels/gemv.cu for 16-bit weights, which read the f32 input as
 //! it is, and kernels/quant.cu for GGUF blocks, which read it quantized to 8
-//! bits (`quantize_x8`; for Q4_K's tensor-core kernel `quantize_x8_sb`). Both add their sums to the output instead of
-//! writing them where asked (`matmul_add`: the residual add). At batch 1 the
+//! bits (`quantize_x8`; `quantize_x8_sb` for Q4_K's tensor-core kernel).
+//! Both add their sums to the output instead of writing them where asked (`matmul_add`: the residual add). At batch 1 the
 //! block GEMVs also fuse the RMS norm of their input (`norm_matmul_*`): the
 //! quantization multiplies by the norm's weights and sums each group's
 //! squares, and the GEMV scales its sums by the norm (it factors out of each
@@ -156,6 +156,17 @@ pub struct X8 {
     xq: CudaSlice<u8>,
     meta: CudaSlice<u32>,
     squares: Option<CudaSlice<f32>>,
+    /// Values per scale: 32, or 256 for Q4_K.
+    group: usize,
+}
+
+impl X8 {
+    /// Bytes per input row of its squares (f32 per group) and its metadata
+    /// (two u32 per group of 32, eight per super-block).
+    fn row_bytes(&self, k: usize) -> (usize, usize) {
+        let groups = k / self.group;
+        (4 * groups, groups * if self.group == 256 { 32 } else { 8 })
+    }
 }
 
 /// How a block type's GEMV reads its input, the index of its `X8` among a
@@ -169,15 +180,6 @@ fn input_order(q: DType) -> usize {
     }
 }
 const Q4K_ORDER: usize = 2;
-
-/// Values per scale of an input order.
-fn group_of(order: usize) -> usize {
-    if order == Q4K_ORDER {
-        256
-    } else {
-        32
-    }
-}
 
 /// Warps per 16-row tile of the Q4_K tensor-core GEMV (splitting its
 /// super-blocks; `nsb` in all) and tiles per block: small launches split k
@@ -193,27 +195,28 @@ fn q4k_split(tiles: u32, nsb: u32) -> (u32, u32) {
 fn quantize_x8(
     dev: &Device,
     x: &CudaTensor,
-    kperm: usize,
+    order: usize,
     norm: Option<Norm>,
     glu: Option<(&CudaTensor, i32)>,
 ) -> Result<X8> {
     let len = x.rows * x.cols;
-    let groups = (len / group_of(kperm)) as u64;
+    let group = if order == Q4K_ORDER { 256 } else { 32 };
+    let groups = (len / group) as u64;
     let alloc = |e| device_err("alloc x8", e);
     // SAFETY: all are fully written by the kernel (k % 32 == 0 for blocks,
     // k % 256 == 0 for k-quants; super-blocks take as much as their groups).
     let xq = unsafe { dev.stream.alloc::<u8>(len.max(1)) }.map_err(alloc)?;
     let meta = unsafe { dev.stream.alloc::<u32>(2 * (len / 32).max(1)) }.map_err(alloc)?;
     let squares = norm.map(|_| unsafe { dev.stream.alloc::<f32>((len / 32).max(1)) }).transpose().map_err(alloc)?;
-    let mut out = X8 { xq, meta, squares };
+    let mut out = X8 { xq, meta, squares, group };
     let _span = super::profile::span(&dev.stream, "  quantize_x8");
-    let (kperm, k32) = (kperm as i32, x.cols as u32);
+    let k32 = x.cols as u32;
     let (np, _gn) = opt_ptr(dev, norm.map(|n| n.w.f32(dev)).transpose()?);
     // (Written by the kernel; one stream orders every use.)
     let (sp, _gs) = opt_ptr(dev, out.squares.as_ref());
     let (up, _gu) = opt_ptr(dev, glu.map(|g| g.0.f32(dev)).transpose()?);
     let act = glu.map_or(0, |g| g.1);
-    if kperm == Q4K_ORDER as i32 {
+    if order == Q4K_ORDER {
         // A warp per super-block, a lane per 8 values.
         let mut a = dev.launch("quantize_x8_sb");
         a.arg(x.f32(dev)?).arg(&mut out.xq).arg(&mut out.meta).arg(groups).arg(np).arg(k32).arg(sp);
@@ -222,6 +225,7 @@ fn quantize_x8(
     } else {
         // One lane per value.
         let mut a = dev.launch("quantize_x8");
+        let kperm = order as i32;
         a.arg(x.f32(dev)?).arg(&mut out.xq).arg(&mut out.meta).arg(groups).arg(kperm).arg(np).arg(k32).arg(sp);
         a.arg(up).arg(act);
         a.run(elementwise(len))?;
@@ -314,15 +318,15 @@ fn gemv_in(
     let rows: u32 = m.iter().sum();
     let k32 = k as u32;
     let eps = norm.map_or(0.0, |n| n.eps);
-    // Blocks: the input quantized to 8 bits per group of 32 (in piece order
-    // for k-quants), with each group's scale and half sums (kernels/quant.cu).
+    // Blocks: the input quantized to 8 bits (`input_order`), with each
+    // group's scale and sums (kernels/quant.cu).
     let quant = match ws[0].storage {
         Storage::Quant(q) => {
             let order = input_order(q);
             if x8[order].is_none() {
                 x8[order] = Some(quantize_x8(dev, x, order, norm, glu)?);
             }
-            x8[order].as_ref().map(|x8| (x8, group_of(order)))
+            x8[order].as_ref()
         }
         _ if glu.is_some() => return Err(Error::Shape("gemv: a gated input needs quantized weights".into())),
         _ => None,
@@ -354,17 +358,15 @@ fn gemv_in(
         a.arg(m[0]).arg(m[1]).arg(m[2]);
         let _g;
         match &quant {
-            Some((q, group)) => {
+            Some(q) => {
                 let (xp, g1) = q.xq.device_ptr(s);
                 let (mp, g2) = q.meta.device_ptr(s);
                 let (sp, g3) = opt_ptr(dev, q.squares.as_ref());
-                // Per input row: k / group squares (f32) and metadata of 8 (groups of 32) or 32 bytes.
-                let groups = k / group;
-                let sp = if sp == 0 { 0 } else { sp + (r0 * groups * 4) as u64 };
-                let meta_bytes = if *group == 256 { 32 } else { 8 };
+                let (sq_row, meta_row) = q.row_bytes(k);
+                let sp = if sp == 0 { 0 } else { sp + (r0 * sq_row) as u64 };
                 _g = (g1, Some(g2), g3);
                 let row_bytes = ws[0].row_bytes();
-                a.arg(xp + (r0 * k) as u64).arg(mp + (r0 * groups * meta_bytes) as u64).arg(k32).arg(row_bytes);
+                a.arg(xp + (r0 * k) as u64).arg(mp + (r0 * meta_row) as u64).arg(k32).arg(row_bytes);
                 a.arg(dev.prefetch).arg(sp).arg(eps).arg(add_flag);
             }
             None => {

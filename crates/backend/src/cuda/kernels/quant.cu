@@ -53,6 +53,17 @@ __device__ __forceinline__ void scale_min_k4(int j, const u32* s, float& sc, flo
     }
 }
 
+// Sub-block j's scale d * sc and min dmin * m from a Q4_K / Q5_K head (d,
+// dmin, 12 scale bytes; 16-byte aligned).
+__device__ __forceinline__ void k_scale_min(const u8* head_at, int j, float& d, float& m) {
+    const uint4 head = __ldg((const uint4*)head_at);
+    const u32 scales[3] = {head.y, head.z, head.w};
+    float sc, mn;
+    scale_min_k4(j, scales, sc, mn);
+    d = f16_to_f32((u16)(head.x & 0xffff)) * sc;
+    m = f16_to_f32((u16)(head.x >> 16)) * mn;
+}
+
 // Sub-block c & 7 of the Q5_K block that holds 32-chunk c of a row: its
 // scale d and min m (value = d * q - m) and the 32 bytes whose low (even
 // sub-blocks) or high (odd) nibbles are its low 4 bits. Returns the block.
@@ -61,12 +72,7 @@ __device__ __forceinline__ const u8* q5k_sub(const u8* row, u32 c, float& d, flo
     const int j = c & 7;
     const u8* b = row + (u64)(c >> 3) * 176;
     // Blocks of 176 bytes keep 16-byte alignment.
-    const uint4 head = __ldg((const uint4*)b);
-    const u32 scales[3] = {head.y, head.z, head.w};
-    float sc, mn;
-    scale_min_k4(j, scales, sc, mn);
-    d = f16_to_f32((u16)(head.x & 0xffff)) * sc;
-    m = f16_to_f32((u16)(head.x >> 16)) * mn;
+    k_scale_min(b, j, d, m);
     ld32_16(b + 48 + 32 * (j >> 1), q);
     return b;
 }
@@ -78,12 +84,7 @@ __device__ __forceinline__ void q4k_sub(const u8* w, u64 r, u32 nsb, u32 c, floa
     const int j = c & 7, pair = j >> 1;
     const u32 rr = r & 15;
     const u8* blk = w + ((r >> 4) * nsb + (c >> 3)) * 2304;
-    const uint4 head = __ldg((const uint4*)(blk + 16 * rr));
-    const u32 scales[3] = {head.y, head.z, head.w};
-    float sc, mn;
-    scale_min_k4(j, scales, sc, mn);
-    d = f16_to_f32((u16)(head.x & 0xffff)) * sc;
-    m = f16_to_f32((u16)(head.x >> 16)) * mn;
+    k_scale_min(blk + 16 * rr, j, d, m);
     const u32 unit = 2 * (rr >> 3) + (pair >> 1);
     const uint2* p = (const uint2*)(blk + 256 + 16 * (32 * unit + 4 * (rr & 7)) + 8 * (pair & 1));
 #pragma unroll
@@ -565,8 +566,8 @@ GEMVQ_ALL(q6_k, T_Q6_K)
 // while the products stay integers across the super-block:
 //   sum_i x_i (d sc_s q_i - dmin m_s) = (D / 8) (d sum_s sc_s 2^t_s dot_s - dmin sum_s m_s bsum_s)
 // where bsum_s is the sub-block's sum of inputs times 2^t_s. Per super-block
-// (32 u32 of `meta` per 8): D / 8 (f32 bits), the shifts (a byte per
-// sub-block, two words), a zero word, the bsums (i16 pairs, four words).
+// eight u32 of `meta`: D / 8 (f32 bits), the shifts (a byte per sub-block,
+// two words), a zero word, the bsums (i16 pairs, four words).
 // The 8-bit values are in fragment order: lane i of a quad reads 64 bytes,
 // for each sub-block s its values 4i..4i+3 and 16+4i..16+4i+3.
 extern "C" __global__ void quantize_x8_sb(const float* x, signed char* xq, u32* meta, u64 groups, const float* nw,
