@@ -91,6 +91,13 @@ pub fn cuda_prefetch() -> Option<u32> {
     var("FERRITE_CUDA_PREFETCH").and_then(|v| v.to_str()?.parse().ok())
 }
 
+/// `FERRITE_CUDA_Q4K_WARPS=<n>`: warps the Q4_K tensor-core GEMV aims to
+/// run, k split between a tile's warps (0: as many as the GPU holds at
+/// once, the default at batch 1; 2,048 with more rows); for comparison.
+pub fn cuda_q4k_warps() -> Option<u32> {
+    var("FERRITE_CUDA_Q4K_WARPS").and_then(|v| v.to_str()?.parse().ok())
+}
+
 /// `FERRITE_CUDA_GLU_X8=0`: a gated MLP on quantized blocks at decode sizes
 /// runs its activation as a kernel of its own instead of in the down
 /// projection's input quantization; for comparison.

@@ -44,6 +44,8 @@ pub struct Device {
     pub lt: Option<super::lt::Lt>,
     _workspace: cudarc::driver::CudaSlice<u8>,
     pub deterministic: bool,
+    /// Multiprocessors: how many warps a launch can hold at once.
+    pub sms: u32,
     pub name: String,
     pub arch: String,
     funcs: HashMap<String, CudaFunction>,
@@ -60,6 +62,10 @@ pub struct Device {
     /// projection's input quantization (`gemv::gemv_add_glu`; off with
     /// `FERRITE_CUDA_GLU_X8=0`).
     pub glu_x8: bool,
+    /// Warps the Q4_K tensor-core GEMV aims at (`FERRITE_CUDA_Q4K_WARPS`;
+    /// 0: as many as the GPU holds at once; unset: `gemv::q4k_split`'s
+    /// default for the launch's rows).
+    pub q4k_warps: Option<u32>,
     /// Finished splits per (row, KV head) block of a split-K attention
     /// launch, which its last split resets to zero (kernels/attention.cu,
     /// `merge_if_last`); `kv::SPLIT_BLOCKS` of them.
@@ -217,6 +223,9 @@ impl Device {
         // capability 9.0 alone, which is what this cubin is built for.
         let arch = if (major, minor) == (9, 0) { "sm_90a".to_string() } else { format!("sm_{major}{minor}") };
         let name = ctx.name().unwrap_or_else(|_| "unknown GPU".into());
+        let sms = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(|e| device_err("multiprocessor count", e))? as u32;
         let mut driver = 0i32;
         // SAFETY: writes one int.
         unsafe { sys::cuDriverGetVersion(&mut driver) };
@@ -248,12 +257,14 @@ impl Device {
             lt,
             _workspace: workspace,
             deterministic: opts.deterministic,
+            sms,
             name,
             // Profiling times ops one by one: overlapping them would blur it.
             pdl: major >= 9 && ferrite_core::env::cuda_pdl() && !ferrite_core::env::profiling(),
             prefetch: ferrite_core::env::cuda_prefetch().unwrap_or(DEFAULT_PREFETCH),
             half_only: ferrite_core::env::cuda_half_only(),
             glu_x8: ferrite_core::env::cuda_glu_x8(),
+            q4k_warps: ferrite_core::env::cuda_q4k_warps(),
             arch,
             funcs,
         })

@@ -182,11 +182,20 @@ fn input_order(q: DType) -> usize {
 const Q4K_ORDER: usize = 2;
 
 /// Warps per 16-row tile of the Q4_K tensor-core GEMV (splitting its
-/// super-blocks; `nsb` in all) and tiles per block: small launches split k
-/// so that about 2,048 warps run (16 an SM), blocks of up to 16 warps. (On
-/// the H200, aiming at 1,024 or 4,096 warps was slower.)
-fn q4k_split(tiles: u32, nsb: u32) -> (u32, u32) {
-    let per_tile = 2048u32.div_ceil(tiles.max(1)).next_power_of_two().min(16).min(nsb.max(1));
+/// super-blocks; `nsb` in all) and tiles per block, blocks of up to 16
+/// warps. With `target` 0 as many warps as the GPU holds at once (16 an SM
+/// at its registers): the most that run in one wave, with no second,
+/// partial wave starting late; else about `target` warps. Batch 1 takes the
+/// one wave (on the H200, Llama-3.1-8B Q4_K_M 398-399 tok/s against 381
+/// aiming at 2,048 warps, which ran gate/up in 1.7 waves and q/k/v in 1.45);
+/// more rows keep 2,048 (`gemv_in`; not measured otherwise).
+fn q4k_split(target: u32, sms: u32, tiles: u32, nsb: u32) -> (u32, u32) {
+    let per_tile = if target == 0 {
+        let fit = (sms * 16 / tiles.max(1)).max(1);
+        (1u32 << (31 - fit.leading_zeros())).min(16).min(nsb.max(1))
+    } else {
+        target.div_ceil(tiles.max(1)).next_power_of_two().min(16).min(nsb.max(1))
+    };
     (per_tile, (8 / per_tile).max(1))
 }
 
@@ -342,9 +351,10 @@ fn gemv_in(
         let nc = (n - r0).min(8);
         let name = gemv_name(ws[0].storage, nc);
         let cfg = if q4k {
-            // Tiles of 16 rows, `q4k_split` warps each.
+            // Tiles of 16 rows, `q4k_split` warps each: one wave at batch 1.
             let tiles: u32 = m.iter().map(|r| r.div_ceil(16)).sum();
-            let (per_tile, per_block) = q4k_split(tiles, k32 / 256);
+            let target = dev.q4k_warps.unwrap_or(if nc == 1 { 0 } else { 2048 });
+            let (per_tile, per_block) = q4k_split(target, dev.sms, tiles, k32 / 256);
             let grid = (tiles.div_ceil(per_block), 1, 1);
             LaunchConfig { grid_dim: grid, block_dim: (32 * per_tile, per_block, 1), shared_mem_bytes: 0 }
         } else {
@@ -388,4 +398,21 @@ fn gemv_in(
     }
     drop(guards);
     Ok(fresh.into_iter().zip(ws).map(|(buf, w)| CudaTensor::new(buf, n, w.rows)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::q4k_split;
+
+    #[test]
+    fn q4k_split_fills_one_wave() {
+        // 132 SMs hold 2,112 warps: Llama-3.1-8B's gate/up (1,792 tiles),
+        // q/k/v (384), output (256) and a small model's 64 tiles of k = 576.
+        assert_eq!(q4k_split(0, 132, 1792, 16), (1, 8));
+        assert_eq!(q4k_split(0, 132, 384, 16), (4, 2));
+        assert_eq!(q4k_split(0, 132, 256, 56), (8, 1));
+        assert_eq!(q4k_split(0, 132, 64, 2), (2, 4));
+        assert_eq!(q4k_split(0, 132, 5000, 16), (1, 8));
+        assert_eq!(q4k_split(2048, 132, 1792, 16), (2, 4));
+    }
 }
