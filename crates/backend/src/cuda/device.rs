@@ -63,8 +63,7 @@ pub struct Device {
     /// `FERRITE_CUDA_GLU_X8=0`).
     pub glu_x8: bool,
     /// Warps the Q4_K tensor-core GEMV aims at (`FERRITE_CUDA_Q4K_WARPS`;
-    /// 0: as many as the GPU holds at once; unset: `gemv::q4k_split`'s
-    /// default for the launch's rows).
+    /// unset: `gemv::q4k_split`'s default).
     pub q4k_warps: Option<u32>,
     /// Finished splits per (row, KV head) block of a split-K attention
     /// launch, which its last split resets to zero (kernels/attention.cu,
