@@ -92,8 +92,8 @@ pub fn cuda_prefetch() -> Option<u32> {
 }
 
 /// `FERRITE_CUDA_Q4K_WARPS=<n>`: warps the Q4_K tensor-core GEMV aims to
-/// run, k split between a tile's warps (0: as many as the GPU holds at
-/// once, the default at batch 1; 2,048 with more rows); for comparison.
+/// run, k split between a tile's warps (0, the default: as many as the GPU
+/// holds at once); for comparison.
 pub fn cuda_q4k_warps() -> Option<u32> {
     var("FERRITE_CUDA_Q4K_WARPS").and_then(|v| v.to_str()?.parse().ok())
 }

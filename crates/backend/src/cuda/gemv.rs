@@ -185,17 +185,18 @@ const Q4K_ORDER: usize = 2;
 /// blocks of 8 warps, or one of 16).
 const Q4K_WARPS_PER_SM: u32 = 16;
 
-/// Warps per 16-row tile of the Q4_K tensor-core GEMV for `n` input rows
-/// (splitting its super-blocks; `nsb` in all) and tiles per block, blocks of
-/// up to 16 warps. A `target` of 0 takes as many warps as the GPU holds at
-/// once: the most that run in one wave, with no second, partial wave
-/// starting late; another aims at about that many. Without one, batch 1
-/// takes the one wave (on the H200, Llama-3.1-8B Q4_K_M 398-399 tok/s
-/// against 381 aiming at 2,048 warps, which ran gate/up in 1.7 waves and
-/// q/k/v in 1.45) and more rows keep 2,048 (not measured otherwise).
-fn q4k_split(target: Option<u32>, n: usize, sms: u32, tiles: u32, nsb: u32) -> (u32, u32) {
+/// Warps per 16-row tile of the Q4_K tensor-core GEMV (splitting its
+/// super-blocks; `nsb` in all) and tiles per block, blocks of up to 16
+/// warps. A `target` of 0, the default, takes as many warps as the GPU holds
+/// at once: the most that run in one wave, with no second, partial wave
+/// starting late; another aims at about that many. On the H200, random
+/// Llama-3.1-8B Q4_K_M in one wave against aiming at 2,048 warps (gate/up
+/// then ran in 1.7 waves, q/k/v in 1.45): batch 1 398-399 tok/s against
+/// 381, batch 2 740 against 710, batch 4 1,355 against 1,298, batch 8 1,989
+/// against 1,927.
+fn q4k_split(target: Option<u32>, sms: u32, tiles: u32, nsb: u32) -> (u32, u32) {
     let tiles = tiles.max(1);
-    let per_tile = match target.unwrap_or(if n == 1 { 0 } else { 2048 }) {
+    let per_tile = match target.unwrap_or(0) {
         0 => {
             let fit = (sms * Q4K_WARPS_PER_SM / tiles).max(1);
             1 << fit.ilog2()
@@ -361,7 +362,7 @@ fn gemv_in(
         let cfg = if q4k {
             // Tiles of 16 rows, `q4k_split` warps each.
             let tiles: u32 = m.iter().map(|r| r.div_ceil(16)).sum();
-            let (per_tile, per_block) = q4k_split(dev.q4k_warps, nc, dev.sms, tiles, k32 / 256);
+            let (per_tile, per_block) = q4k_split(dev.q4k_warps, dev.sms, tiles, k32 / 256);
             let grid = (tiles.div_ceil(per_block), 1, 1);
             LaunchConfig { grid_dim: grid, block_dim: (32 * per_tile, per_block, 1), shared_mem_bytes: 0 }
         } else {
@@ -415,14 +416,14 @@ mod tests {
     fn q4k_split_fills_one_wave() {
         // 132 SMs hold 2,112 warps: Llama-3.1-8B's gate/up (1,792 tiles),
         // q/k/v (384), output (256) and a small model's 64 tiles of k = 576.
-        assert_eq!(q4k_split(None, 1, 132, 1792, 16), (1, 8));
-        assert_eq!(q4k_split(None, 1, 132, 384, 16), (4, 2));
-        assert_eq!(q4k_split(None, 1, 132, 256, 56), (8, 1));
-        assert_eq!(q4k_split(None, 1, 132, 64, 2), (2, 4));
-        assert_eq!(q4k_split(None, 1, 132, 5000, 16), (1, 8));
-        assert_eq!(q4k_split(Some(0), 4, 132, 1792, 16), (1, 8));
-        // More rows, or a target: about that many warps.
-        assert_eq!(q4k_split(None, 4, 132, 1792, 16), (2, 4));
-        assert_eq!(q4k_split(Some(2048), 1, 132, 1792, 16), (2, 4));
+        assert_eq!(q4k_split(None, 132, 1792, 16), (1, 8));
+        assert_eq!(q4k_split(None, 132, 384, 16), (4, 2));
+        assert_eq!(q4k_split(None, 132, 256, 56), (8, 1));
+        assert_eq!(q4k_split(None, 132, 64, 2), (2, 4));
+        assert_eq!(q4k_split(None, 132, 5000, 16), (1, 8));
+        assert_eq!(q4k_split(Some(0), 132, 1792, 16), (1, 8));
+        // A target: about that many warps.
+        assert_eq!(q4k_split(Some(2048), 132, 1792, 16), (2, 4));
+        assert_eq!(q4k_split(Some(4096), 132, 384, 16), (16, 1));
     }
 }
