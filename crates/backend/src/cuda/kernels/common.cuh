@@ -101,6 +101,16 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// 16 bytes of weights streamed past L1 (read once; the small input the
+// GEMVs read again and again keeps L1 to itself).
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
 // Starts fetching bytes [p, p + bytes) into L2 (the copy engine's bulk
 // prefetch: one instruction, no registers), trimmed to whole 16-byte units.
 __device__ __forceinline__ void prefetch_l2(const void* p, u32 bytes) {

@@ -9,14 +9,6 @@
 // loads per lane early was 1% slower, and prefetching rows into L2 (as the
 // quantized GEMVs do) was slower at every size, by 10% for whole rows.
 
-__device__ __forceinline__ uint4 load_stream(const uint4* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
 __device__ __forceinline__ void unpack_bf16(u32 v, float& a, float& b) {
     a = __uint_as_float(v << 16);
     b = __uint_as_float(v & 0xffff0000u);
