@@ -63,8 +63,8 @@ pub struct Device {
     /// `FERRITE_CUDA_GLU_X8=0`).
     pub glu_x8: bool,
     /// Warps the Q4_K tensor-core GEMV aims at (`FERRITE_CUDA_Q4K_WARPS`;
-    /// unset: `gemv::q4k_split`'s default).
-    pub q4k_warps: Option<u32>,
+    /// 0, the default: one wave, see `gemv::q4k_split`).
+    pub q4k_warps: u32,
     /// Finished splits per (row, KV head) block of a split-K attention
     /// launch, which its last split resets to zero (kernels/attention.cu,
     /// `merge_if_last`); `kv::SPLIT_BLOCKS` of them.
@@ -263,7 +263,7 @@ impl Device {
             prefetch: ferrite_core::env::cuda_prefetch().unwrap_or(DEFAULT_PREFETCH),
             half_only: ferrite_core::env::cuda_half_only(),
             glu_x8: ferrite_core::env::cuda_glu_x8(),
-            q4k_warps: ferrite_core::env::cuda_q4k_warps(),
+            q4k_warps: ferrite_core::env::cuda_q4k_warps().unwrap_or(0),
             arch,
             funcs,
         })

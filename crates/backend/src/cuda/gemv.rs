@@ -194,9 +194,9 @@ const Q4K_WARPS_PER_SM: u32 = 16;
 /// then ran in 1.7 waves, q/k/v in 1.45): batch 1 398-399 tok/s against
 /// 381, batch 2 740 against 710, batch 4 1,355 against 1,298, batch 8 1,989
 /// against 1,927.
-fn q4k_split(target: Option<u32>, sms: u32, tiles: u32, nsb: u32) -> (u32, u32) {
+fn q4k_split(target: u32, sms: u32, tiles: u32, nsb: u32) -> (u32, u32) {
     let tiles = tiles.max(1);
-    let per_tile = match target.unwrap_or(0) {
+    let per_tile = match target {
         0 => {
             let fit = (sms * Q4K_WARPS_PER_SM / tiles).max(1);
             1 << fit.ilog2()
@@ -416,14 +416,13 @@ mod tests {
     fn q4k_split_fills_one_wave() {
         // 132 SMs hold 2,112 warps: Llama-3.1-8B's gate/up (1,792 tiles),
         // q/k/v (384), output (256) and a small model's 64 tiles of k = 576.
-        assert_eq!(q4k_split(None, 132, 1792, 16), (1, 8));
-        assert_eq!(q4k_split(None, 132, 384, 16), (4, 2));
-        assert_eq!(q4k_split(None, 132, 256, 56), (8, 1));
-        assert_eq!(q4k_split(None, 132, 64, 2), (2, 4));
-        assert_eq!(q4k_split(None, 132, 5000, 16), (1, 8));
-        assert_eq!(q4k_split(Some(0), 132, 1792, 16), (1, 8));
+        assert_eq!(q4k_split(0, 132, 1792, 16), (1, 8));
+        assert_eq!(q4k_split(0, 132, 384, 16), (4, 2));
+        assert_eq!(q4k_split(0, 132, 256, 56), (8, 1));
+        assert_eq!(q4k_split(0, 132, 64, 2), (2, 4));
+        assert_eq!(q4k_split(0, 132, 5000, 16), (1, 8));
         // A target: about that many warps.
-        assert_eq!(q4k_split(Some(2048), 132, 1792, 16), (2, 4));
-        assert_eq!(q4k_split(Some(4096), 132, 384, 16), (16, 1));
+        assert_eq!(q4k_split(2048, 132, 1792, 16), (2, 4));
+        assert_eq!(q4k_split(4096, 132, 384, 16), (16, 1));
     }
 }
