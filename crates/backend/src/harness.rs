@@ -269,7 +269,50 @@ impl<B: Backend> Harness<'_, B> {
             let tol = matmul_tol(dt, dense_f32_tol);
             self.record(format!("linear {dt} with bias [{n}x{k}]·[{m}x{k}]ᵀ"), &got, &want, tol)?;
         }
-        self.fused_matmuls(dense_f32_tol)
+        self.fused_matmuls(dense_f32_tol)?;
+        self.folded_norms(dense_f32_tol)
+    }
+
+    /// Norms folded into 16-bit weights (`Backend::fold_norm`, where the
+    /// backend folds): the normed matmuls with the norm it returns, against
+    /// the reference with the norm and weights as they were, at decode sizes
+    /// (GPUs: GEMVs that norm by the input's squares) and prefill sizes.
+    fn folded_norms(&mut self, dense_f32_tol: f32) -> Result<()> {
+        let k = 1024;
+        for (n, dt) in [(1, DType::BF16), (1, DType::F16), (3, DType::BF16), (12, DType::F16)] {
+            let raws: [RawWeight; 3] = std::array::from_fn(|i| {
+                let m = [96, 40, 33][i];
+                raw("w", dt, m, k, self.rng.weight(dt, m, k))
+            });
+            let (x, g) = (self.rng.vec(n * k, 3.0), self.rng.vec(k, 1.0));
+            let (xb, xc) = self.up(&x, n, k)?;
+            let (gb, gc) = self.up(&g, 1, k)?;
+            let [w0, w1, w2] = raws.clone().map(|w| self.b.weight(w));
+            let (mut w0, mut w1, mut w2) = (w0?, w1?, w2?);
+            let norm = self.b.fold_norm(&gb, &mut [&mut w0, &mut w1, &mut w2])?.unwrap_or(gb);
+            let got = self.b.norm_matmul_many(&xb, &norm, 1e-6, [&w0, &w1, &w2])?;
+            let h = self.cpu.rms_norm(&xc, &gc, 1e-6)?;
+            for (i, (got, w)) in got.iter().zip(&raws).enumerate() {
+                let want = self.cpu.matmul(&h, &self.cpu.weight(w.clone())?)?;
+                self.record(
+                    format!("folded norm_matmul_many {dt} n={n} weight {i}"),
+                    got,
+                    &want,
+                    matmul_tol(dt, dense_f32_tol),
+                )?;
+            }
+            let m = 75;
+            let gate = raw("gate", dt, m, k, self.rng.weight(dt, m, k));
+            let up = raw("up", dt, m, k, self.rng.weight(dt, m, k));
+            let (mut gw, mut uw) = (self.b.weight(gate.clone())?, self.b.weight(up.clone())?);
+            let gb = self.up(&g, 1, k)?.0;
+            let norm = self.b.fold_norm(&gb, &mut [&mut gw, &mut uw])?.unwrap_or(gb);
+            let got = self.b.norm_matmul_glu(&xb, &norm, 1e-6, &gw, &uw, Activation::Silu)?;
+            let (gc, uc) = (self.cpu.weight(gate)?, self.cpu.weight(up)?);
+            let want = self.cpu.glu(&self.cpu.matmul(&h, &gc)?, &self.cpu.matmul(&h, &uc)?, Activation::Silu)?;
+            self.record(format!("folded norm_matmul_glu {dt} n={n}"), &got, &want, matmul_tol(dt, dense_f32_tol))?;
+        }
+        Ok(())
     }
 
     /// The matmuls that fuse a decoder's norms and residual adds, at decode

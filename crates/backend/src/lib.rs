@@ -348,6 +348,13 @@ pub trait Backend: Send + Sync {
         let h = self.rms_norm(x, norm, eps)?;
         self.matmul_many(&h, ws)
     }
+    /// Folds the weights of an RMS norm into the matmuls that alone read its
+    /// output (w[r, c] *= norm[c], rounded to the weights' type) where the
+    /// backend runs faster so, and returns the norm to pass with them from
+    /// then on (all ones); `None`: nothing folded, keep `norm`.
+    fn fold_norm(&self, _norm: &Self::Tensor, _ws: &mut [&mut Self::Weight]) -> Result<Option<Self::Tensor>> {
+        Ok(None)
+    }
     /// `matmul_glu` of the RMS norm of x's rows, fused as `norm_matmul_many`.
     fn norm_matmul_glu(
         &self,

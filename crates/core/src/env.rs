@@ -104,3 +104,10 @@ pub fn cuda_q4k_warps() -> Option<u32> {
 pub fn cuda_glu_x8() -> bool {
     var("FERRITE_CUDA_GLU_X8").is_none_or(|v| v != "0")
 }
+
+/// `FERRITE_CUDA_FOLD_NORM=0`: RMS norms stay kernels of their own at
+/// decode sizes instead of being folded into the 16-bit weights that read
+/// them; for comparison.
+pub fn cuda_fold_norm() -> bool {
+    var("FERRITE_CUDA_FOLD_NORM").is_none_or(|v| v != "0")
+}

@@ -83,7 +83,7 @@ impl<B: Backend> Decoder<B> {
                 None
             };
             let kind = &cfg.layers[l];
-            layers.push(Layer {
+            let mut layer = Layer {
                 attn_norm: norms.load(&p("attn_norm.weight"), h)?,
                 wq: w(&p("attn_q.weight"), qd, h)?,
                 wk: w(&p("attn_k.weight"), kvd, h)?,
@@ -107,7 +107,15 @@ impl<B: Backend> Decoder<B> {
                     window: kind.window,
                     softcap: cfg.attn_softcap,
                 },
-            });
+            };
+            // Each of these norms is read by these matmuls alone.
+            if let Some(n) = backend.fold_norm(&layer.attn_norm, &mut [&mut layer.wq, &mut layer.wk, &mut layer.wv])? {
+                layer.attn_norm = n;
+            }
+            if let Some(n) = backend.fold_norm(&layer.ffn_norm, &mut [&mut layer.gate, &mut layer.up])? {
+                layer.ffn_norm = n;
+            }
+            layers.push(layer);
         }
         progress(cfg.n_layers, cfg.n_layers);
         let out_norm = norms.load("output_norm.weight", h)?;

@@ -62,6 +62,9 @@ pub struct Device {
     /// projection's input quantization (`gemv::gemv_add_glu`; off with
     /// `FERRITE_CUDA_GLU_X8=0`).
     pub glu_x8: bool,
+    /// RMS norms read by 16-bit weights alone are folded into them at load
+    /// (`CudaBackend::fold_norm`; off with `FERRITE_CUDA_FOLD_NORM=0`).
+    pub fold_norm: bool,
     /// Warps the Q4_K tensor-core GEMV aims at (`FERRITE_CUDA_Q4K_WARPS`;
     /// 0, the default: one wave, see `gemv::q4k_split`).
     pub q4k_warps: u32,
@@ -103,6 +106,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "rope_kv_f16_bf16in",
             "rope_kv_rows",
             "rms_norm4",
+            "scale_cols_half",
         ],
     ),
     (
@@ -138,7 +142,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "encoder_attention_hd128",
         ],
     ),
-    ("gemv", &[]),
+    ("gemv", &["gemv_norm_bf16_1", "gemv_norm_f16_1", "gemv_glu_norm_bf16_1", "gemv_glu_norm_f16_1"]),
     ("quant", &["dequant_f16", "embedding_q", "quantize_x8", "quantize_x8_sb"]),
     ("sample", &["sample_rows"]),
 ];
@@ -263,6 +267,7 @@ impl Device {
             prefetch: ferrite_core::env::cuda_prefetch().unwrap_or(DEFAULT_PREFETCH),
             half_only: ferrite_core::env::cuda_half_only(),
             glu_x8: ferrite_core::env::cuda_glu_x8(),
+            fold_norm: ferrite_core::env::cuda_fold_norm(),
             q4k_warps: ferrite_core::env::cuda_q4k_warps().unwrap_or(0),
             arch,
             funcs,

@@ -68,15 +68,26 @@ pub fn fuses_norm(dev: &Device, x: &CudaTensor, norm: Norm, ws: &[&CudaWeight]) 
         && ws.iter().all(|w| w.cols == x.cols && blocks(w) && uses_gemv(dev, 1, x.cols, w.storage))
 }
 
+/// Whether x times every one of `ws`, 16-bit weights with the norm of x
+/// folded in (`CudaBackend::fold_norm`), goes to the GEMVs that norm by x's
+/// squares (`gemv_norm_*`, `gemv_glu_norm_*` in kernels/gemv.cu): one input
+/// row, as it is (no norm kernel; the squares come from the input loads
+/// the dot products make).
+pub fn folds_norm(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> bool {
+    x.rows == 1 && ws.iter().all(|w| w.norm_folded && w.cols == x.cols && uses_gemv(dev, 1, x.cols, w.storage))
+}
+
 /// act(x · gate^T) * (x · up^T) in one GEMV launch per 8 input rows, where
 /// both weights are bf16 or both f16 of one shape and `n` takes the GEMV;
-/// `None` otherwise (the caller runs the matmuls and `glu`).
+/// `None` otherwise (the caller runs the matmuls and `glu`). With `norm`
+/// (`folds_norm`), x is normed first (epsilon given).
 pub fn gemv_glu(
     dev: &Device,
     x: &CudaTensor,
     gate: &CudaWeight,
     up: &CudaWeight,
     act: i32,
+    norm: Option<f32>,
 ) -> Result<Option<CudaTensor>> {
     let (n, k, m) = (x.rows, x.cols, gate.rows);
     let st = gate.storage;
@@ -89,6 +100,9 @@ pub fn gemv_glu(
     {
         return Ok(None);
     }
+    if norm.is_some() && !folds_norm(dev, x, &[gate, up]) {
+        return Err(Error::Shape(format!("gemv_glu {}: a norm folded into neither weight", gate.name)));
+    }
     let s = &dev.stream;
     let mut y = alloc_out(dev, n, m)?;
     let (m32, k32) = (m as u32, k as u32);
@@ -100,10 +114,11 @@ pub fn gemv_glu(
     let (gp, _gg) = gate.data.device_ptr(s);
     let (up_p, _gu) = up.data.device_ptr(s);
     for r0 in (0..n).step_by(8) {
-        let name = format!("gemv_glu_{stem}_{}", (n - r0).min(8));
+        let nc = (n - r0).min(8);
+        let name = if norm.is_some() { format!("gemv_glu_norm_{stem}_1") } else { format!("gemv_glu_{stem}_{nc}") };
         let (yr, xr) = (yp + (r0 * m * 4) as u64, xp + (r0 * k * 4) as u64);
         let mut a = dev.launch(&name);
-        a.arg(gp).arg(up_p).arg(yr).arg(m32).arg(xr).arg(k32).arg(act);
+        a.arg(gp).arg(up_p).arg(yr).arg(m32).arg(xr).arg(k32).arg(act).arg(norm.unwrap_or(0.0));
         let _span = super::profile::span(s, gemv_span(st));
         // Both weights are [m, k] 16-bit, x is [n, k] f32 and y [n, m] (offsets
         // stay inside them); k % 8 == 0 keeps the 16-byte loads aligned.
@@ -352,13 +367,21 @@ fn gemv_in(
     // No launch without rows: a grid in which no thread waits for the kernel
     // before it (pdl_wait) would break the order the kernels after it rely on.
     let n_launched = if rows == 0 { 0 } else { n };
+    // 16-bit weights take a norm only folded in (`folds_norm`).
+    let dense_norm = quant.is_none() && norm.is_some();
+    if dense_norm && !folds_norm(dev, x, ws) {
+        return Err(Error::Shape(format!("gemv {}: a norm not folded into the 16-bit weights", ws[0].name)));
+    }
     let q4k = ws[0].storage == Storage::Quant(DType::Q4K);
     if q4k && ws[0].rows == 0 {
         return Err(Error::Shape(format!("gemv {}: no rows", ws[0].name)));
     }
     for r0 in (0..n_launched).step_by(8) {
         let nc = (n - r0).min(8);
-        let name = gemv_name(ws[0].storage, nc);
+        let name = match dense_norm {
+            true => gemv_name(ws[0].storage, nc).replacen("gemv_", "gemv_norm_", 1),
+            false => gemv_name(ws[0].storage, nc),
+        };
         let cfg = if q4k {
             // Tiles of 16 rows, `q4k_split` warps each.
             let tiles: u32 = m.iter().map(|r| r.div_ceil(16)).sum();
@@ -390,7 +413,7 @@ fn gemv_in(
             None => {
                 let (xp, g1) = x.f32(dev)?.device_ptr(s);
                 _g = (g1, None, None);
-                a.arg(xp + (r0 * k * 4) as u64).arg(k32).arg(add_flag);
+                a.arg(xp + (r0 * k * 4) as u64).arg(k32).arg(add_flag).arg(eps);
             }
         }
         // Profiles time each GEMV shape apart: small ones pay more for the launch.

@@ -326,6 +326,13 @@ impl CudaBackend {
             let [g, u] = self.norm_matmul_many(x, norm.w, norm.eps, [gate, up])?;
             return self.glu(&g, &u, act);
         }
+        // 16-bit weights with the norm folded in: one GEMV.
+        if gemv::folds_norm(&self.dev, x, &[gate, up]) {
+            let _span = profile::span(&self.dev.stream, "matmul_glu (norm folded)");
+            if let Some(y) = gemv::gemv_glu(&self.dev, x, gate, up, act_code(act), Some(norm.eps))? {
+                return Ok(y);
+            }
+        }
         let h = self.rms_norm_out(x, norm.w, norm.eps, self.gemms_read_half(x.rows, &[gate, up]))?;
         self.matmul_glu_out(&h, (gate, up), act, half_only)
     }
@@ -343,7 +350,7 @@ impl CudaBackend {
         // the matmuls, which check them.
         let fused = {
             let _span = profile::span(&self.dev.stream, "matmul_glu");
-            gemv::gemv_glu(&self.dev, x, gate, up, act_code(act))?
+            gemv::gemv_glu(&self.dev, x, gate, up, act_code(act), None)?
         };
         if let Some(y) = fused {
             return Ok(y);
@@ -479,13 +486,37 @@ impl Backend for CudaBackend {
         ws: [&CudaWeight; N],
     ) -> Result<[CudaTensor; N]> {
         let fused = Norm { w: norm, eps };
-        if !gemv::fuses_norm(&self.dev, x, fused, &ws) {
+        if !gemv::fuses_norm(&self.dev, x, fused, &ws) && !gemv::folds_norm(&self.dev, x, &ws) {
             let h = self.rms_norm_out(x, norm, eps, self.gemms_read_half(x.rows, &ws))?;
             return self.matmul_many(&h, ws);
         }
         let _span = profile::span(&self.dev.stream, "norm_matmul_many");
         let out = weight::matmul_many(&self.dev, x, &ws, Some(fused))?;
         Ok(out.try_into().unwrap_or_else(|_| unreachable!("one output per weight")))
+    }
+
+    /// Bf16 and f16 weights: each weight times the norm's, rounded once, so
+    /// that a decode GEMV reads its input as it is and norms by the squares it
+    /// loads (`gemv::folds_norm`; the norm's scale factors out of each dot
+    /// product), with no norm kernel. Other sizes norm by the ones returned.
+    /// On the H200, random Llama-3.1-8B bf16 batch 1: see README.
+    fn fold_norm(&self, norm: &CudaTensor, ws: &mut [&mut CudaWeight]) -> Result<Option<CudaTensor>> {
+        let k = norm.rows * norm.cols;
+        let dense = |w: &CudaWeight| matches!(w.storage, Storage::Bf16 | Storage::F16) && w.cols == k && !w.norm_folded;
+        if !self.dev.fold_norm || self.dev.deterministic || ws.is_empty() || !ws.iter().all(|w| dense(w)) {
+            return Ok(None);
+        }
+        let s = norm.f32(&self.dev)?;
+        for w in ws.iter_mut() {
+            let n = w.rows * w.cols;
+            let bf16 = (w.storage == Storage::Bf16) as i32;
+            // `data` holds n 16-bit values; s holds k = w.cols.
+            let mut a = self.dev.launch("scale_cols_half");
+            a.arg(&mut w.data).arg(s).arg(n as u64).arg(k as u32).arg(bf16);
+            a.run(elementwise(n))?;
+            w.norm_folded = true;
+        }
+        self.upload(vec![1.0; k], norm.rows, norm.cols).map(Some)
     }
 
     fn norm_matmul_glu(

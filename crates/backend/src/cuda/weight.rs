@@ -82,6 +82,9 @@ pub struct CudaWeight {
     pub cols: usize,
     pub storage: Storage,
     pub data: CudaSlice<u8>,
+    /// Multiplied column by column by the weights of the RMS norm of its
+    /// input (`CudaBackend::fold_norm`): the norm passed with it is all ones.
+    pub norm_folded: bool,
 }
 
 impl CudaWeight {
@@ -129,7 +132,7 @@ pub fn upload(dev: &Device, raw: RawWeight, exact_f32: bool) -> Result<CudaWeigh
     raw.check_size()?;
     let (bytes, storage) = device_bytes(&raw, exact_f32)?;
     let data = dev.stream.clone_htod(bytes.as_ref()).map_err(|e| device_err("uploading a weight", e))?;
-    Ok(CudaWeight { name: raw.name, rows: raw.rows, cols: raw.cols, storage, data })
+    Ok(CudaWeight { name: raw.name, rows: raw.rows, cols: raw.cols, storage, data, norm_folded: false })
 }
 
 /// y [n, m] = x [n, k] · w [m, k]^T, f32 out.
@@ -161,8 +164,8 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], norm: Optio
     for w in ws {
         check_cols(x, w)?;
     }
-    if norm.is_some_and(|nm| !gemv::fuses_norm(dev, x, nm, ws)) {
-        return Err(Error::Shape("a fused input norm needs the block GEMVs and a weight per column".into()));
+    if norm.is_some_and(|nm| !gemv::fuses_norm(dev, x, nm, ws) && !gemv::folds_norm(dev, x, ws)) {
+        return Err(Error::Shape("a fused input norm needs the GEMVs and a weight per column (or folded)".into()));
     }
     let mut out = Vec::with_capacity(ws.len());
     let mut half_x = None;

@@ -45,12 +45,31 @@ __device__ __forceinline__ void fma8(float (&acc)[N], const float* f, const floa
     }
 }
 
+// sq[n] += the squares of x[n, 8i .. 8i + 8] (NORM: an RMS norm whose
+// weights were folded into W, `fold_norm` on the host; the loads are the
+// ones `fma8` makes, from L1).
+template <int N>
+__device__ __forceinline__ void square8(float (&sq)[N], const float* x, u32 k, u32 i) {
+#pragma unroll
+    for (int n = 0; n < N; n++) {
+        const float4* xr = (const float4*)(x + (u64)n * k) + 2 * i;
+        const float4 a = xr[0], b = xr[1];
+        sq[n] += a.x * a.x + a.y * a.y + a.z * a.z + a.w * a.w + b.x * b.x + b.y * b.y + b.z * b.z + b.w * b.w;
+    }
+}
+
+// The RMS norm's scale of a row of k values whose squares sum, over the
+// warp's lanes, to `sq`: it factors out of each dot product of the normed
+// row with the folded weights.
+__device__ __forceinline__ float norm_scale(float sq, u32 k, float eps) { return rsqrtf(warp_sum(sq) / k + eps); }
+
 // One input row (n = 1), one weight row per warp. Up to three weights
 // sharing the input (q, k, v): rows 0..m0 of the grid belong to w0, the next
-// m1 to w1, the next m2 to w2.
-template <int N, bool BF16>
+// m1 to w1, the next m2 to w2. NORM: x is the un-normed input of weights
+// with the norm folded in (`square8`).
+template <int N, bool BF16, bool NORM = false>
 __device__ void gemv_row_body(const u16* w0, const u16* w1, const u16* w2, float* y0, float* y1, float* y2,
-                              u32 m0, u32 m1, u32 m2, const float* x, u32 k, int add) {
+                              u32 m0, u32 m1, u32 m2, const float* x, u32 k, int add, float eps) {
     u32 row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31;
     const u16* w = w0;
@@ -59,20 +78,22 @@ __device__ void gemv_row_body(const u16* w0, const u16* w1, const u16* w2, float
     if (!pick_weight(row, w, y, m, w1, w2, y1, y2, m1, m2)) return;
     const uint4* wr = (const uint4*)(w + (u64)row * k);
     pdl_wait();
-    float acc[N], base[N];
+    float acc[N], base[N], sq[N];
     start_values<N>(base, y, m, row, add, lane);
 #pragma unroll
-    for (int n = 0; n < N; n++) acc[n] = 0.f;
+    for (int n = 0; n < N; n++) acc[n] = sq[n] = 0.f;
     float f[8];
 #pragma unroll 4
     for (u32 i = lane; i < k / 8; i += 32) {
         unpack8w<BF16>(load_stream(wr + i), f);
         fma8<N>(acc, f, x, k, i);
+        if (NORM) square8<N>(sq, x, k, i);
     }
     pdl_trigger();
 #pragma unroll
     for (int n = 0; n < N; n++) {
-        const float s = warp_sum(acc[n]);
+        float s = warp_sum(acc[n]);
+        if (NORM) s *= norm_scale(sq[n], k, eps);
         if (lane == 0) y[(u64)n * m + row] = base[n] + s;
     }
 }
@@ -83,7 +104,7 @@ __device__ void gemv_row_body(const u16* w0, const u16* w1, const u16* w2, float
 // at 22%). Each row's sums run as in gemv_row_body.
 template <int N, bool BF16, int R = 2>
 __device__ void gemv_pair_body(const u16* w0, const u16* w1, const u16* w2, float* y0, float* y1, float* y2,
-                               u32 m0, u32 m1, u32 m2, const float* x, u32 k, int add) {
+                               u32 m0, u32 m1, u32 m2, const float* x, u32 k, int add, float) {
     const u32 warp = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31;
     pdl_wait();
@@ -131,17 +152,24 @@ __device__ void gemv_pair_body(const u16* w0, const u16* w1, const u16* w2, floa
         }
 }
 
-// `add`: the sums added to y instead of written (`start_values`).
+// `add`: the sums added to y instead of written (`start_values`); `eps`:
+// the folded norm's, read by the `gemv_norm_*` kernels alone.
 #define GEMV_ARGS                                                                                   \
     const u16 *w0, const u16 *w1, const u16 *w2, float *y0, float *y1, float *y2, u32 m0, u32 m1, u32 m2, \
-        const float *x, u32 k, int add
+        const float *x, u32 k, int add, float eps
 #define GEMV(N, BODY)                                                              \
     extern "C" __global__ void gemv_bf16_##N(GEMV_ARGS) {                          \
-        BODY<N, true>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, add);              \
+        BODY<N, true>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, add, eps);         \
     }                                                                              \
     extern "C" __global__ void gemv_f16_##N(GEMV_ARGS) {                           \
-        BODY<N, false>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, add);             \
+        BODY<N, false>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, add, eps);        \
     }
+extern "C" __global__ void gemv_norm_bf16_1(GEMV_ARGS) {
+    gemv_row_body<1, true, true>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, add, eps);
+}
+extern "C" __global__ void gemv_norm_f16_1(GEMV_ARGS) {
+    gemv_row_body<1, false, true>(w0, w1, w2, y0, y1, y2, m0, m1, m2, x, k, add, eps);
+}
 GEMV(1, gemv_row_body)
 GEMV(2, gemv_pair_body)
 GEMV(3, gemv_pair_body)
@@ -155,18 +183,19 @@ GEMV(8, gemv_pair_body)
 // y[n, m] = act(x · Wg^T) * (x · Wu^T), for decode's MLP (one launch and no
 // gate and up outputs instead of two GEMV outputs and `glu`). One warp per
 // row pair: each input load serves both rows, and each row's sum is formed
-// as in `gemv_body`.
-template <int N, bool BF16>
-__device__ void gemv_glu_body(const u16* wg, const u16* wu, float* y, u32 m, const float* x, u32 k, int act) {
+// as in `gemv_row_body` (NORM too).
+template <int N, bool BF16, bool NORM = false>
+__device__ void gemv_glu_body(const u16* wg, const u16* wu, float* y, u32 m, const float* x, u32 k, int act,
+                              float eps) {
     const u32 row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31;
     if (row >= m) return;
     const uint4* gr = (const uint4*)(wg + (u64)row * k);
     const uint4* ur = (const uint4*)(wu + (u64)row * k);
     pdl_wait();
-    float ag[N], au[N];
+    float ag[N], au[N], sq[N];
 #pragma unroll
-    for (int n = 0; n < N; n++) ag[n] = au[n] = 0.f;
+    for (int n = 0; n < N; n++) ag[n] = au[n] = sq[n] = 0.f;
     float g[8], u[8];
 #pragma unroll 2
     for (u32 i = lane; i < k / 8; i += 32) {
@@ -174,23 +203,31 @@ __device__ void gemv_glu_body(const u16* wg, const u16* wu, float* y, u32 m, con
         unpack8w<BF16>(load_stream(ur + i), u);
         fma8<N>(ag, g, x, k, i);
         fma8<N>(au, u, x, k, i);
+        if (NORM) square8<N>(sq, x, k, i);
     }
     pdl_trigger();
 #pragma unroll
     for (int n = 0; n < N; n++) {
-        const float gs = warp_sum(ag[n]), us = warp_sum(au[n]);
+        const float r = NORM ? norm_scale(sq[n], k, eps) : 1.f;
+        const float gs = warp_sum(ag[n]) * r, us = warp_sum(au[n]) * r;
         if (lane == 0) y[(u64)n * m + row] = act_fn(gs, act) * us;
     }
 }
 
-#define GEMV_GLU_ARGS const u16 *wg, const u16 *wu, float *y, u32 m, const float *x, u32 k, int act
+#define GEMV_GLU_ARGS const u16 *wg, const u16 *wu, float *y, u32 m, const float *x, u32 k, int act, float eps
 #define GEMV_GLU(N)                                                                    \
     extern "C" __global__ void gemv_glu_bf16_##N(GEMV_GLU_ARGS) {                      \
-        gemv_glu_body<N, true>(wg, wu, y, m, x, k, act);                           \
+        gemv_glu_body<N, true>(wg, wu, y, m, x, k, act, eps);                      \
     }                                                                                  \
     extern "C" __global__ void gemv_glu_f16_##N(GEMV_GLU_ARGS) {                       \
-        gemv_glu_body<N, false>(wg, wu, y, m, x, k, act);                          \
+        gemv_glu_body<N, false>(wg, wu, y, m, x, k, act, eps);                     \
     }
+extern "C" __global__ void gemv_glu_norm_bf16_1(GEMV_GLU_ARGS) {
+    gemv_glu_body<1, true, true>(wg, wu, y, m, x, k, act, eps);
+}
+extern "C" __global__ void gemv_glu_norm_f16_1(GEMV_GLU_ARGS) {
+    gemv_glu_body<1, false, true>(wg, wu, y, m, x, k, act, eps);
+}
 GEMV_GLU(1)
 GEMV_GLU(2)
 GEMV_GLU(3)

@@ -23,6 +23,18 @@ extern "C" __global__ void from_half(const u16* h, float* y, u64 n, int bf16) {
         y[i] = bf16 ? bf16_to_f32(h[i]) : f16_to_f32(h[i]);
 }
 
+// w[r, c] *= s[c] for 16-bit weights [n / cols, cols] (bf16 when `bf16`,
+// else f16), rounded once: an RMS norm's weights folded into the matmuls
+// that read its output (`fold_norm`).
+extern "C" __global__ void scale_cols_half(u16* w, const float* s, u64 n, u32 cols, int bf16) {
+    pdl_trigger();
+    pdl_wait();
+    for (u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x; i < n; i += (u64)gridDim.x * blockDim.x) {
+        const float v = (bf16 ? bf16_to_f32(w[i]) : f16_to_f32(w[i])) * s[i % cols];
+        w[i] = f32_to_half(v, bf16);
+    }
+}
+
 extern "C" __global__ void add(float* x, const float* y, u64 n) {
     pdl_trigger();
     pdl_wait();
