@@ -111,3 +111,16 @@ pub fn cuda_glu_x8() -> bool {
 pub fn cuda_fold_norm() -> bool {
     var("FERRITE_CUDA_FOLD_NORM").is_none_or(|v| v != "0")
 }
+
+/// `FERRITE_CUDA_DUAL_X8=0`: a decode matmul group of Q4_K and other
+/// k-quant weights quantizes its input once per order, in two launches;
+/// for comparison.
+pub fn cuda_dual_x8() -> bool {
+    var("FERRITE_CUDA_DUAL_X8").is_none_or(|v| v != "0")
+}
+
+/// `FERRITE_CUDA_MIXED_QKV=0`: Q4_K q/k and a Q6_K v at batch 1 run as two
+/// GEMV launches instead of one; for comparison.
+pub fn cuda_mixed_qkv() -> bool {
+    var("FERRITE_CUDA_MIXED_QKV").is_none_or(|v| v != "0")
+}

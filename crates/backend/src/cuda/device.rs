@@ -65,6 +65,13 @@ pub struct Device {
     /// RMS norms read by 16-bit weights alone are folded into them at load
     /// (`CudaBackend::fold_norm`; off with `FERRITE_CUDA_FOLD_NORM=0`).
     pub fold_norm: bool,
+    /// A matmul group whose GEMVs read the input in two orders quantizes it
+    /// for both in one launch (`gemv::quantize_ahead`; off with
+    /// `FERRITE_CUDA_DUAL_X8=0`).
+    pub dual_x8: bool,
+    /// Q4_K q/k with a Q6_K v run in one launch at batch 1
+    /// (`gemv::gemv_mixed_qkv`; off with `FERRITE_CUDA_MIXED_QKV=0`).
+    pub mixed_qkv: bool,
     /// Warps the Q4_K tensor-core GEMV aims at (`FERRITE_CUDA_Q4K_WARPS`;
     /// 0, the default: one wave, see `gemv::q4k_split`).
     pub q4k_warps: u32,
@@ -143,7 +150,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
         ],
     ),
     ("gemv", &["gemv_norm_bf16_1", "gemv_norm_f16_1", "gemv_glu_norm_bf16_1", "gemv_glu_norm_f16_1"]),
-    ("quant", &["dequant_f16", "embedding_q", "quantize_x8", "quantize_x8_sb"]),
+    ("quant", &["dequant_f16", "embedding_q", "quantize_x8", "quantize_x8_sb", "quantize_x8_dual", "gemv_q4k_q6k_1"]),
     ("sample", &["sample_rows"]),
 ];
 
@@ -268,6 +275,8 @@ impl Device {
             half_only: ferrite_core::env::cuda_half_only(),
             glu_x8: ferrite_core::env::cuda_glu_x8(),
             fold_norm: ferrite_core::env::cuda_fold_norm(),
+            dual_x8: ferrite_core::env::cuda_dual_x8(),
+            mixed_qkv: ferrite_core::env::cuda_mixed_qkv(),
             q4k_warps: ferrite_core::env::cuda_q4k_warps().unwrap_or(0),
             arch,
             funcs,

@@ -223,6 +223,118 @@ fn q4k_split(target: u32, sms: u32, tiles: u32, nsb: u32) -> (u32, u32) {
     (per_tile, (8 / per_tile).max(1))
 }
 
+/// Room for `len` inputs quantized in `order`, with their squares where
+/// normed.
+fn alloc_x8(dev: &Device, len: usize, order: usize, squares: bool) -> Result<X8> {
+    let group = if order == Q4K_ORDER { 256 } else { 32 };
+    let alloc = |e| device_err("alloc x8", e);
+    // SAFETY: all are fully written by the kernel (k % 32 == 0 for blocks,
+    // k % 256 == 0 for k-quants; super-blocks take as much as their groups).
+    let xq = unsafe { dev.stream.alloc::<u8>(len.max(1)) }.map_err(alloc)?;
+    let meta = unsafe { dev.stream.alloc::<u32>(2 * (len / 32).max(1)) }.map_err(alloc)?;
+    let squares = squares.then(|| unsafe { dev.stream.alloc::<f32>((len / 32).max(1)) }).transpose().map_err(alloc)?;
+    Ok(X8 { xq, meta, squares, group })
+}
+
+/// Quantizes x for a matmul group `ws` ahead of its GEMVs where they read it
+/// in two orders, Q4_K's super-blocks and the other k-quants' pieces (Q4_K_M's
+/// q/k/v where the value projection is Q6_K): both in one launch
+/// (`quantize_x8_dual`), a kernel a layer fewer in those layers. Otherwise
+/// nothing: each GEMV quantizes its order at its first use.
+pub fn quantize_ahead(
+    dev: &Device,
+    x: &CudaTensor,
+    ws: &[&CudaWeight],
+    x8: &mut X8Cache,
+    norm: Option<Norm>,
+) -> Result<()> {
+    let (n, k) = (x.rows, x.cols);
+    let reads = |o: usize| {
+        ws.iter()
+            .any(|w| matches!(w.storage, Storage::Quant(q) if input_order(q) == o) && uses_gemv(dev, n, k, w.storage))
+    };
+    if !dev.dual_x8 || !reads(Q4K_ORDER) || !reads(1) || x8[Q4K_ORDER].is_some() || x8[1].is_some() {
+        return Ok(());
+    }
+    let len = n * k;
+    let mut sb = alloc_x8(dev, len, Q4K_ORDER, norm.is_some())?;
+    let mut pc = alloc_x8(dev, len, 1, norm.is_some())?;
+    let _span = super::profile::span(&dev.stream, "  quantize_x8 (two orders)");
+    let (np, _gn) = opt_ptr(dev, norm.map(|n| n.w.f32(dev)).transpose()?);
+    let (ssb, _g1) = opt_ptr(dev, sb.squares.as_ref());
+    let (spc, _g2) = opt_ptr(dev, pc.squares.as_ref());
+    let sb_groups = (len / 256) as u64;
+    let mut a = dev.launch("quantize_x8_dual");
+    a.arg(x.f32(dev)?).arg(&mut sb.xq).arg(&mut sb.meta).arg(ssb).arg(&mut pc.xq).arg(&mut pc.meta).arg(spc);
+    a.arg(sb_groups).arg(np).arg(k as u32);
+    // A warp per super-block and per group of 32 (k % 256 == 0: k-quants).
+    a.run(elementwise(32 * 9 * len / 256))?;
+    drop((_gn, _g1, _g2));
+    (x8[Q4K_ORDER], x8[1]) = (Some(sb), Some(pc));
+    Ok(())
+}
+
+/// q/k/v of one input row where q and k are Q4_K and v is Q6_K (Q4_K_M's
+/// layers with a wider value projection), in one launch (`gemv_q4k_q6k_1`:
+/// blocks of the Q4_K tensor-core GEMV, then blocks of the Q6_K GEMV), on
+/// the inputs `quantize_ahead` made; `None` for any other group.
+pub fn gemv_mixed_qkv(
+    dev: &Device,
+    x: &CudaTensor,
+    ws: &[&CudaWeight],
+    x8: &X8Cache,
+    norm: Option<Norm>,
+) -> Result<Option<Vec<CudaTensor>>> {
+    let (n, k) = (x.rows, x.cols);
+    let q4k = |w: &CudaWeight| w.storage == Storage::Quant(DType::Q4K) && w.rows > 0;
+    let ([wq, wk, wv], [_, Some(pc), Some(sb)]) = (ws, x8) else { return Ok(None) };
+    // (Not in the batch-invariant mode: the Q4_K tiles' split of k, and so
+    // their sums' order, would differ from the batch's separate launch.)
+    if !dev.mixed_qkv
+        || dev.deterministic
+        || n != 1
+        || !q4k(wq)
+        || !q4k(wk)
+        || wv.storage != Storage::Quant(DType::Q6K)
+        || wv.rows == 0
+        || !ws.iter().all(|w| w.cols == k && uses_gemv(dev, n, k, w.storage))
+    {
+        return Ok(None);
+    }
+    let s = &dev.stream;
+    let mut out: Vec<CudaSlice<f32>> = ws.iter().map(|w| alloc_out(dev, n, w.rows)).collect::<Result<_>>()?;
+    // Q4_K tiles get the warps the GPU holds at once beyond v's, one a row
+    // (as `q4k_split` for a launch of their own).
+    let tiles = (wq.rows.div_ceil(16) + wk.rows.div_ceil(16)) as u32;
+    let free = (dev.sms * Q4K_WARPS_PER_SM).saturating_sub(wv.rows as u32);
+    let fit = (free / tiles).max(1);
+    let per_tile = (1u32 << fit.ilog2()).min(16).min((k / 256).max(1) as u32);
+    let per_block = (8 / per_tile).max(1);
+    let warps = per_tile * per_block;
+    let q4k_blocks = tiles.div_ceil(per_block);
+    let grid = q4k_blocks + (wv.rows as u32).div_ceil(warps);
+    let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (32 * per_tile, per_block, 1), shared_mem_bytes: 0 };
+    let (yp, yg): (Vec<u64>, Vec<_>) = out.iter_mut().map(|y| y.device_ptr_mut(s)).unzip();
+    let (wp, wg): (Vec<u64>, Vec<_>) = ws.iter().map(|w| w.data.device_ptr(s)).unzip();
+    let (xs, g1) = sb.xq.device_ptr(s);
+    let (ms, g2) = sb.meta.device_ptr(s);
+    let (sss, g3) = opt_ptr(dev, sb.squares.as_ref());
+    let (xp, g4) = pc.xq.device_ptr(s);
+    let (mp, g5) = pc.meta.device_ptr(s);
+    let (ssp, g6) = opt_ptr(dev, pc.squares.as_ref());
+    let mut a = dev.launch("gemv_q4k_q6k_1");
+    a.arg(wp[0]).arg(wp[1]).arg(wp[2]).arg(yp[0]).arg(yp[1]).arg(yp[2]);
+    a.arg(wq.rows as u32).arg(wk.rows as u32).arg(wv.rows as u32);
+    a.arg(xs).arg(ms).arg(sss).arg(wq.row_bytes()).arg(xp).arg(mp).arg(ssp).arg(wv.row_bytes());
+    a.arg(k as u32).arg(dev.prefetch).arg(norm.map_or(0.0, |n| n.eps)).arg(0i32).arg(q4k_blocks);
+    let _span = super::profile::span(s, "  gemv q4_k + q6_k (q/k/v)");
+    // Buffers of the sizes given: outputs [1, m], weights and inputs as
+    // their own launches take them.
+    a.run(cfg)?;
+    drop((yg, wg, g1, g2, g3, g4, g5, g6));
+    Ok(Some(out.into_iter().zip(ws).map(|(y, w)| CudaTensor::new(y, n, w.rows)).collect()))
+}
+
 /// x quantized to 8 bits (with `glu`, act(x) * up; with `norm`, the squares
 /// kept for the GEMV to norm by).
 fn quantize_x8(
@@ -233,15 +345,8 @@ fn quantize_x8(
     glu: Option<(&CudaTensor, i32)>,
 ) -> Result<X8> {
     let len = x.rows * x.cols;
-    let group = if order == Q4K_ORDER { 256 } else { 32 };
-    let groups = (len / group) as u64;
-    let alloc = |e| device_err("alloc x8", e);
-    // SAFETY: all are fully written by the kernel (k % 32 == 0 for blocks,
-    // k % 256 == 0 for k-quants; super-blocks take as much as their groups).
-    let xq = unsafe { dev.stream.alloc::<u8>(len.max(1)) }.map_err(alloc)?;
-    let meta = unsafe { dev.stream.alloc::<u32>(2 * (len / 32).max(1)) }.map_err(alloc)?;
-    let squares = norm.map(|_| unsafe { dev.stream.alloc::<f32>((len / 32).max(1)) }).transpose().map_err(alloc)?;
-    let mut out = X8 { xq, meta, squares, group };
+    let mut out = alloc_x8(dev, len, order, norm.is_some())?;
+    let groups = (len / out.group) as u64;
     let _span = super::profile::span(&dev.stream, "  quantize_x8");
     let k32 = x.cols as u32;
     let (np, _gn) = opt_ptr(dev, norm.map(|n| n.w.f32(dev)).transpose()?);

@@ -171,6 +171,10 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], norm: Optio
     let mut half_x = None;
     // The input quantized for block GEMVs, once per order.
     let mut x8: X8Cache = [None, None, None];
+    gemv::quantize_ahead(dev, x, ws, &mut x8, norm)?;
+    if let Some(out) = gemv::gemv_mixed_qkv(dev, x, ws, &x8, norm)? {
+        return Ok(out);
+    }
     let mut rest = ws;
     while let Some(first) = rest.first() {
         let st = first.storage;

@@ -285,13 +285,10 @@ extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, 
 // (to prefetch its weights) before waiting for the kernel that made x.
 // With `up` (not null), act(x) * up is quantized instead: a gated MLP's
 // activation, computed here rather than by a kernel of its own (`glu`).
-extern "C" __global__ void quantize_x8(const float* x, signed char* xq, uint2* meta, u64 groups, int kperm,
-                                       const float* nw, u32 k, float* ss, const float* up, int act) {
-    pdl_trigger();
-    pdl_wait();
-    const u32 lane = threadIdx.x & 31;
-    for (u64 g = (blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5; g < groups;
-         g += ((u64)gridDim.x * blockDim.x) >> 5) {
+__device__ __forceinline__ void quantize_group(u64 g, u32 lane, const float* x, signed char* xq, uint2* meta,
+                                               int kperm, const float* nw, u32 k, float* ss, const float* up,
+                                               int act) {
+    {
         const u64 src = kperm ? (g >> 3) * 256 + 64 * ((g & 7) >> 1) + 32 * (lane >> 4) + 16 * (g & 1) + (lane & 15)
                               : 32 * g + lane;
         float v = x[src];
@@ -315,6 +312,15 @@ extern "C" __global__ void quantize_x8(const float* x, signed char* xq, uint2* m
         }
         if (lane == 0) meta[g] = make_uint2(__float_as_uint(d), ((u32)lo & 0xffffu) | ((u32)hi << 16));
     }
+}
+extern "C" __global__ void quantize_x8(const float* x, signed char* xq, uint2* meta, u64 groups, int kperm,
+                                       const float* nw, u32 k, float* ss, const float* up, int act) {
+    pdl_trigger();
+    pdl_wait();
+    const u32 lane = threadIdx.x & 31;
+    for (u64 g = (blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5; g < groups;
+         g += ((u64)gridDim.x * blockDim.x) >> 5)
+        quantize_group(g, lane, x, xq, meta, kperm, nw, k, ss, up, act);
 }
 
 // Four signed 8-bit inputs (a) times four weight bytes (b) added to c; `_s`:
@@ -475,11 +481,11 @@ __device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, u
 // did U = 4: fewer warps, or more registers, hide less latency.)
 // `ss`: the input's squares per group from quantize_x8 (null: no input norm),
 // with the norm's `eps`; `add`: the sums added to y (`start_values`).
+// `row`: the warp's index in the launch (the first row it takes).
 template <int T, int N, int U>
-__device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
-                            u32 m1, u32 m2, const signed char* xq, const uint2* meta, u32 k, u64 row_bytes,
+__device__ void gemv_q_body(u32 row, const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2,
+                            u32 m0, u32 m1, u32 m2, const signed char* xq, const uint2* meta, u32 k, u64 row_bytes,
                             u32 pf, const float* ss, float eps, int add) {
-    u32 row = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u32 lane = threadIdx.x & 31;
     const u8* w = w0;
     float* y = y0;
@@ -531,7 +537,8 @@ __device__ void gemv_q_body(const u8* w0, const u8* w1, const u8* w2, float* y0,
 // spills at N = 8; 1% at N = 1. (At N = 1, fewer registers were slower.)
 #define GEMVQ(NAME, T, N)                                                                        \
     extern "C" __global__ void __launch_bounds__(256, 4) gemv_##NAME##_##N(GEMVQ_ARGS) {         \
-        gemv_q_body<T, N, 2>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, meta, k, row_bytes, pf, ss, eps, add); \
+        gemv_q_body<T, N, 2>((blockIdx.x * blockDim.x + threadIdx.x) >> 5, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, \
+                             meta, k, row_bytes, pf, ss, eps, add);                                        \
     }
 #define GEMVQ_ALL(NAME, T) \
     GEMVQ(NAME, T, 1)      \
@@ -570,13 +577,9 @@ GEMVQ_ALL(q6_k, T_Q6_K)
 // two words), a zero word, the bsums (i16 pairs, four words).
 // The 8-bit values are in fragment order: lane i of a quad reads 64 bytes,
 // for each sub-block s its values 4i..4i+3 and 16+4i..16+4i+3.
-extern "C" __global__ void quantize_x8_sb(const float* x, signed char* xq, u32* meta, u64 groups, const float* nw,
-                                          u32 k, float* ss, const float* up, int act) {
-    pdl_trigger();
-    pdl_wait();
-    const u32 lane = threadIdx.x & 31;
-    for (u64 g = (blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5; g < groups;
-         g += ((u64)gridDim.x * blockDim.x) >> 5) {
+__device__ __forceinline__ void quantize_sb(u64 g, u32 lane, const float* x, signed char* xq, u32* meta,
+                                            const float* nw, u32 k, float* ss, const float* up, int act) {
+    {
         const u64 src = 256 * g + 8 * lane;  // values 8 lane .. + 7 of the super-block
         const float4 a = *(const float4*)(x + src), b = *(const float4*)(x + src + 4);
         float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
@@ -629,6 +632,32 @@ extern "C" __global__ void quantize_x8_sb(const float* x, signed char* xq, u32* 
             ((short*)(mg + 4))[s] = (short)(sum << t);
         }
         if (lane == 0) mg[0] = __float_as_uint(amax / 127.f / 8.f), mg[3] = 0;
+    }
+}
+extern "C" __global__ void quantize_x8_sb(const float* x, signed char* xq, u32* meta, u64 groups, const float* nw,
+                                          u32 k, float* ss, const float* up, int act) {
+    pdl_trigger();
+    pdl_wait();
+    const u32 lane = threadIdx.x & 31;
+    for (u64 g = (blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5; g < groups;
+         g += ((u64)gridDim.x * blockDim.x) >> 5)
+        quantize_sb(g, lane, x, xq, meta, nw, k, ss, up, act);
+}
+
+// Both inputs of a matmul group that mixes Q4_K with Q5_K or Q6_K weights
+// (Q4_K_M's q/k/v where the value projection is Q6_K), in one launch: the
+// super-blocks of `quantize_x8_sb` (warps 0 .. sb_groups; xs, ms, sss),
+// then the groups of 32 in piece order of `quantize_x8` (8 per super-block;
+// xp, mp, ssp). Warps take one or the other whole.
+extern "C" __global__ void quantize_x8_dual(const float* x, signed char* xs, u32* ms, float* sss, signed char* xp,
+                                            uint2* mp, float* ssp, u64 sb_groups, const float* nw, u32 k) {
+    pdl_trigger();
+    pdl_wait();
+    const u32 lane = threadIdx.x & 31;
+    for (u64 g = (blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5; g < 9 * sb_groups;
+         g += ((u64)gridDim.x * blockDim.x) >> 5) {
+        if (g < sb_groups) quantize_sb(g, lane, x, xs, ms, nw, k, sss, nullptr, 0);
+        else quantize_group(g - sb_groups, lane, x, xp, mp, 1, nw, k, ssp, nullptr, 0);
     }
 }
 
@@ -759,13 +788,14 @@ __device__ __forceinline__ bool pick_tile(u32& tile, const u8*& w, float*& y, u3
 // by the copy engine, more warps per tile, the next 1-8 super-blocks asked
 // of L2 ahead of the loads, and each block quantizing the input itself
 // instead of `quantize_x8_sb`; see the README.)
+// `bx`: the block's index among the launch's Q4_K blocks.
 template <int N>
-__device__ void gemv_q4k_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
-                              u32 m1, u32 m2, const signed char* xq, const u32* meta, u32 k, u64 row_bytes,
+__device__ void gemv_q4k_body(u32 bx, const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2,
+                              u32 m0, u32 m1, u32 m2, const signed char* xq, const u32* meta, u32 k, u64 row_bytes,
                               const float* ss, float eps, int add) {
     const u32 lane = threadIdx.x & 31, kw = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const u32 g = lane >> 2, i = lane & 3, nsb = k / 256;
-    u32 tile = blockIdx.x * blockDim.y + threadIdx.y;
+    u32 tile = bx * blockDim.y + threadIdx.y;
     const u8* w = w0;
     float* y = y0;
     u32 m = m0;
@@ -833,7 +863,8 @@ __device__ void gemv_q4k_body(const u8* w0, const u8* w1, const u8* w2, float* y
 
 #define GEMVQ4K(N)                                                                                       \
     extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_##N(GEMVQ_ARGS) {                       \
-        gemv_q4k_body<N>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, ss, eps, add); \
+        gemv_q4k_body<N>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, ss, \
+                         eps, add);                                                                             \
     }
 GEMVQ4K(1)
 GEMVQ4K(2)
@@ -843,3 +874,28 @@ GEMVQ4K(5)
 GEMVQ4K(6)
 GEMVQ4K(7)
 GEMVQ4K(8)
+
+// Q4_K_M's q/k/v where the value projection is Q6_K, at batch 1 in one
+// launch: blocks 0 .. q4k_blocks run the Q4_K tensor-core GEMV on w0 and w1
+// (input xs, ms, sss from `quantize_x8_dual`), the rest the Q6_K GEMV on w2
+// (a warp a row, input in piece order xp, mp, ssp), so that neither waits
+// for the other to end.
+__device__ void mixed_qkv_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
+                               u32 m1, u32 m2, const signed char* xs, const u32* ms, const float* sss, u64 rb4,
+                               const signed char* xp, const uint2* mp, const float* ssp, u64 rb6, u32 k, u32 pf,
+                               float eps, int add, u32 q4k_blocks) {
+    if (blockIdx.x < q4k_blocks) {
+        gemv_q4k_body<1>(blockIdx.x, w0, w1, w1, y0, y1, y1, m0, m1, 0, xs, ms, k, rb4, sss, eps, add);
+        return;
+    }
+    const u32 warps = blockDim.x * blockDim.y / 32, warp = (threadIdx.y * blockDim.x + threadIdx.x) >> 5;
+    gemv_q_body<T_Q6_K, 1, 2>((blockIdx.x - q4k_blocks) * warps + warp, w2, w2, w2, y2, y2, y2, m2, 0, 0, xp, mp, k,
+                              rb6, pf, ssp, eps, add);
+}
+extern "C" __global__ void __launch_bounds__(512)
+    gemv_q4k_q6k_1(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0, u32 m1,
+                   u32 m2, const signed char* xs, const u32* ms, const float* sss, u64 rb4, const signed char* xp,
+                   const uint2* mp, const float* ssp, u64 rb6, u32 k, u32 pf, float eps, int add, u32 q4k_blocks) {
+    mixed_qkv_body(w0, w1, w2, y0, y1, y2, m0, m1, m2, xs, ms, sss, rb4, xp, mp, ssp, rb6, k, pf, eps, add,
+                   q4k_blocks);
+}
