@@ -572,35 +572,42 @@ impl<B: Backend> Harness<'_, B> {
     }
 
     fn attention(&mut self) -> Result<()> {
-        // `long`: few decode rows over long contexts; `prefill_only`: no decode rows.
+        // `long`: few decode rows over long contexts (the first one's keys, 0: not long); `prefill_only`: no decode rows.
         for (dtype, window, softcap, hd, heads, kv_heads, long, prefill_only) in [
-            (KvDtype::F16, None, None, 64, 8, 2, false, false),
-            (KvDtype::F32, Some(5), Some(20.0), 128, 4, 4, false, false),
-            (KvDtype::F16, Some(300), None, 256, 4, 1, false, false),
-            (KvDtype::F16, Some(20), Some(30.0), 128, 8, 2, false, false),
-            (KvDtype::F16, None, None, 128, 8, 2, false, true),
-            (KvDtype::F16, Some(30), None, 64, 4, 1, false, true),
+            (KvDtype::F16, None, None, 64, 8, 2, 0usize, false),
+            (KvDtype::F32, Some(5), Some(20.0), 128, 4, 4, 0, false),
+            (KvDtype::F16, Some(300), None, 256, 4, 1, 0, false),
+            (KvDtype::F16, Some(20), Some(30.0), 128, 8, 2, 0, false),
+            (KvDtype::F16, None, None, 128, 8, 2, 0, true),
+            (KvDtype::F16, Some(30), None, 64, 4, 1, 0, true),
             // Split-K on GPUs.
-            (KvDtype::F16, None, None, 128, 8, 2, true, false),
-            (KvDtype::F32, Some(700), None, 64, 4, 1, true, false),
+            (KvDtype::F16, None, None, 128, 8, 2, 900, false),
+            (KvDtype::F32, Some(700), None, 64, 4, 1, 900, false),
             // Query heads per KV head: 8, 7 and 1 (every column of the GPU's
             // tensor-core row kernel, a ragged one, and plain multi-head).
-            (KvDtype::F16, None, None, 128, 8, 1, true, false),
-            (KvDtype::F16, None, None, 64, 4, 2, true, false),
-            (KvDtype::F16, Some(9), None, 64, 7, 1, false, false),
-            (KvDtype::F16, None, Some(50.0), 64, 3, 3, false, false),
+            (KvDtype::F16, None, None, 128, 8, 1, 900, false),
+            (KvDtype::F16, None, None, 64, 4, 2, 900, false),
+            // 17 splits of 8 heads: the merge's (head, split) pairs outnumber its threads.
+            (KvDtype::F16, None, None, 128, 8, 1, 4400, false),
+            (KvDtype::F16, Some(9), None, 64, 7, 1, 0, false),
+            (KvDtype::F16, None, Some(50.0), 64, 3, 3, 0, false),
         ] {
             let bs = 16;
-            let spec = KvSpec { n_layers: 2, n_blocks: 120, block_size: bs, kv_dim: kv_heads * hd, dtype };
+            let n_blocks = 120 + long.saturating_sub(900).div_ceil(bs);
+            let spec = KvSpec { n_layers: 2, n_blocks, block_size: bs, kv_dim: kv_heads * hd, dtype };
             let p = AttnParams { n_heads: heads, n_kv_heads: kv_heads, head_dim: hd, scale: 0.125, window, softcap };
             let mut pb = self.b.kv_pool(spec)?;
             let mut pc = self.cpu.kv_pool(spec)?;
             // (tokens already cached, new tokens, block table)
             // Long prompts take the tensor-core path on GPUs, short ones the row kernel.
-            let seqs: Vec<(usize, usize, Vec<u32>)> = if long {
+            let seqs: Vec<(usize, usize, Vec<u32>)> = if long > 0 {
                 // Over 8 rows: a GPU's split merge writes a 16-bit copy for a GEMM.
-                let short = (0..7).map(|i| (40, 1, (95 + 3 * i..98 + 3 * i).collect()));
-                [(900, 1, (0..57).rev().collect()), (600, 2, (57..95).collect())].into_iter().chain(short).collect()
+                let first = (long + 1).div_ceil(bs) as u32;
+                let short = (0..7).map(|i| (40, 1, (first + 38 + 3 * i..first + 41 + 3 * i).collect()));
+                [(long, 1, (0..first).rev().collect()), (600, 2, (first..first + 38).collect())]
+                    .into_iter()
+                    .chain(short)
+                    .collect()
             } else if prefill_only {
                 // Prompts alone: on GPUs the flash kernel alone, which may then
                 // write only the 16-bit copy the output projection reads.
@@ -668,12 +675,12 @@ impl<B: Backend> Harness<'_, B> {
             self.record(format!("{tag}: k"), &kb, &kc, TOL_F32)?;
             let got = self.b.attention(&qb, &pb, 1, &batch, &p)?;
             let want = self.cpu.attention(&qc, &pc, 1, &batch, &p)?;
-            let ctx = if long {
-                ", 900-token context"
+            let ctx = if long > 0 {
+                format!(", {long}-token context")
             } else if prefill_only {
-                ", prompts only"
+                ", prompts only".into()
             } else {
-                ""
+                String::new()
             };
             let name = format!(
                 "paged attention {dtype:?} hd={hd} {heads}/{kv_heads} window={window:?} softcap={softcap:?}{ctx}"
@@ -692,7 +699,7 @@ impl<B: Backend> Harness<'_, B> {
             self.b.attention_project_add(&mut xb, &qb, &pb, 1, &batch, &p, &wb)?;
             self.cpu.attention_project_add(&mut xc, &qc, &pc, 1, &batch, &p, &wc)?;
             self.record(format!("{name}, attention_project_add (bf16)"), &xb, &xc, TOL_BF16)?;
-            if long && cols % 256 == 0 {
+            if long > 0 && cols % 256 == 0 {
                 // Decode rows of long contexts (GPUs: split-K, merged) into a
                 // Q4_K projection (the GEMV reads them quantized to 8 bits).
                 let sub =
@@ -709,7 +716,7 @@ impl<B: Backend> Harness<'_, B> {
                 self.record(op, &xb, &xc, TOL_X8_TAILED)?;
             }
             // Encoders: bidirectional over two sequences, banded or not.
-            let seqs = if long { [0..1, 1..n] } else { [0..20, 20..n] };
+            let seqs = if long > 0 { [0..1, 1..n] } else { [0..20, 20..n] };
             let enc_window = window.map(|w| w.min(8));
             let pe = AttnParams { window: enc_window, softcap: None, ..p };
             let got = self.b.encoder_attention(&qb, &kb, &vb, &seqs, &pe)?;

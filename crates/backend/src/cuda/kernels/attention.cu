@@ -71,69 +71,89 @@ __device__ __forceinline__ void load_values(const KT* vc, u64 at, int n, float* 
     for (int i = 0; i < PER; i++) v[i] = i < n ? load_kv(vc, at + i) : 0.f;
 }
 
-// Split-K: the last of a (row, KV head)'s splits to finish merges the
-// partials of its G heads (a kernel of its own cost a launch per layer and
-// step). `done` counts finished splits per (row, KV head) block and is left
-// at zero for the next launch (CUDA graph replays included). Each split's
-// weight exp(max - overall max) * sum is computed once, in parallel, into
-// shared memory. At most MAX_SPLITS splits (host).
+// Split-K: the last of a (row, KV head)'s `parts` splits that hold keys
+// merges their partials of its G heads (a kernel of its own cost a launch
+// per layer and step). `done` counts finished splits per (row, KV head)
+// block and is left at zero for the next launch (CUDA graph replays
+// included). The merge reads every split's max and sum at once, then every
+// output's partials at once: two rounds through L2, whatever G (merging
+// head after head cost three rounds a head, most of batch-1 attention at
+// short contexts). At most MAX_SPLITS splits (host).
 #define MAX_SPLITS 64
 __device__ void merge_if_last(const float* part, float* out, u32* done, u32 row, u32 kvh, u32 G, u32 n_heads,
-                              u32 hd, u16* half, int bf16) {
+                              u32 hd, u16* half, int bf16, u32 parts) {
     __shared__ bool last;
-    __shared__ float ms[MAX_SPLITS], wt[MAX_SPLITS];
+    __shared__ float wt[MAX_GROUP][MAX_SPLITS], mx[MAX_GROUP], den[MAX_GROUP];
     // This block's partials, visible to the block that merges them.
     __threadfence();
     __syncthreads();
     if (threadIdx.x == 0) {
         u32* c = done + blockIdx.x * gridDim.y + blockIdx.y;
-        last = atomicAdd(c, 1u) == gridDim.z - 1;
+        last = atomicAdd(c, 1u) == parts - 1;
         if (last) *c = 0;
     }
     __syncthreads();
     if (!last) return;
     __threadfence();
     const u32 nsplit = gridDim.z;
-    for (u32 g = 0; g < G; g++) {
-        const u32 h = kvh * G + g;
-        // Other blocks' writes: read through L2 (__ldcg), never a stale L1 line.
-        const float* p = part + ((u64)blockIdx.x * n_heads + h) * nsplit * (hd + 2);
-        for (u32 z = threadIdx.x; z < nsplit; z += blockDim.x) ms[z] = __ldcg(p + z * (hd + 2) + hd);
-        __syncthreads();
-        float mx = -INFINITY;
-        for (u32 z = 0; z < nsplit; z++) mx = fmaxf(mx, ms[z]);
-        for (u32 z = threadIdx.x; z < nsplit; z += blockDim.x)
-            wt[z] = ms[z] == -INFINITY ? 0.f : expf(ms[z] - mx) * __ldcg(p + z * (hd + 2) + hd + 1);
-        __syncthreads();
-        float den = 0.f;
-        for (u32 z = 0; z < nsplit; z++) den += wt[z];
-        for (u32 d = threadIdx.x; d < hd; d += blockDim.x) {
-            float num = 0.f;
+    // Head g's split z at p + (g * nsplit + z) * (hd + 2); other blocks'
+    // writes are read through L2 (__ldcg), never a stale L1 line. Each
+    // thread holds up to PAIRS (head, split) maxes and sums.
+    const float* p = part + ((u64)blockIdx.x * n_heads + kvh * G) * nsplit * (hd + 2);
+    constexpr int PAIRS = MAX_GROUP * MAX_SPLITS / (32 * ROW_WARPS);
+    float m[PAIRS], l[PAIRS];
+#pragma unroll
+    for (int j = 0; j < PAIRS; j++) {
+        const u32 i = threadIdx.x + j * blockDim.x, g = i / parts, z = i % parts;
+        if (i >= G * parts) break;
+        const float* ps = p + ((u64)g * nsplit + z) * (hd + 2) + hd;
+        m[j] = __ldcg(ps), l[j] = __ldcg(ps + 1);
+        wt[g][z] = m[j];
+    }
+    __syncthreads();
+    if (threadIdx.x < G) {
+        float v = -INFINITY;
+        for (u32 z = 0; z < parts; z++) v = fmaxf(v, wt[threadIdx.x][z]);
+        mx[threadIdx.x] = v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < PAIRS; j++) {
+        const u32 i = threadIdx.x + j * blockDim.x, g = i / parts, z = i % parts;
+        if (i >= G * parts) break;
+        wt[g][z] = m[j] == -INFINITY ? 0.f : expf(m[j] - mx[g]) * l[j];
+    }
+    __syncthreads();
+    if (threadIdx.x < G) {
+        float d = 0.f;
+        for (u32 z = 0; z < parts; z++) d += wt[threadIdx.x][z];
+        den[threadIdx.x] = d;
+    }
+    __syncthreads();
+    for (u32 i = threadIdx.x; i < G * hd; i += blockDim.x) {
+        const u32 g = i / hd, d = i % hd;
+        const float* pg = p + (u64)g * nsplit * (hd + 2) + d;
+        float num = 0.f;
 #pragma unroll 8
-            for (u32 z = 0; z < nsplit; z++) num += wt[z] * __ldcg(p + z * (hd + 2) + d);
-            store_out(out, half, bf16, (u64)row * n_heads * hd + (u64)h * hd + d, num / den);
-        }
-        __syncthreads();  // ms and wt are reused for the next head
+        for (u32 z = 0; z < parts; z++) num += wt[g][z] * __ldcg(pg + (u64)z * (hd + 2));
+        store_out(out, half, bf16, (u64)row * n_heads * hd + (u64)(kvh * G + g) * hd + d, num / den[g]);
     }
 }
 
 // With `split` > 0, narrows [lo, hi) to this block's share of its row's
-// keys (gridDim.z shares, each a multiple of `split` keys). False when the
-// share is empty: the block has written an empty partial and merged.
-__device__ bool split_share(u32& lo, u32& hi, u32 split, u32 row, u32 kvh, u32 G, u32 n_heads, u32 hd, float* part,
-                            u32* done, float* out, u16* half, int bf16) {
+// keys (gridDim.z shares, each a multiple of `split` keys) and sets `parts`
+// to the number of shares that hold keys (1: this block writes the output
+// itself). False when the share is empty: the block has nothing to do (a
+// row without keys runs its first block, as an unsplit launch would).
+__device__ bool split_share(u32& lo, u32& hi, u32 split, u32& parts) {
+    parts = 1;
     if (!split) return true;
-    const u32 per = ((hi - lo + gridDim.z - 1) / gridDim.z + split - 1) / split * split;
+    const u32 len = hi > lo ? hi - lo : 0;
+    const u32 per = ((len + gridDim.z - 1) / gridDim.z + split - 1) / split * split;
+    parts = max((len + per - 1) / per, 1u);
     lo += blockIdx.z * per;
     hi = min(hi, lo + per);
-    if (lo < hi) return true;
-    for (u32 i = threadIdx.x; i < G * (hd + 2); i += blockDim.x) {
-        const u32 g = i / (hd + 2), d = i % (hd + 2);
-        const u64 at = (((u64)blockIdx.x * n_heads + kvh * G + g) * gridDim.z + blockIdx.z) * (hd + 2);
-        part[at + d] = d == hd ? -INFINITY : 0.f;
-    }
-    merge_if_last(part, out, done, row, kvh, G, n_heads, hd, half, bf16);
-    return false;
+    return lo < hi || (len == 0 && blockIdx.z == 0);
 }
 
 // Merges the block's ROW_WARPS online softmaxes (per warp and head: max in
@@ -141,7 +161,7 @@ __device__ bool split_share(u32& lo, u32& hi, u32 split, u32 row, u32 kvh, u32 G
 // into this split's partial (then the last split merges).
 template <int GM, int HDM>
 __device__ void combine_warps(const float (*wm)[GM], const float (*wl)[GM], const float (*wacc)[GM][HDM], u32 G,
-                              u32 hd, u32 row, u32 kvh, u32 n_heads, u32 split, float* part, u32* done, float* out,
+                              u32 hd, u32 row, u32 kvh, u32 n_heads, u32 parts, float* part, u32* done, float* out,
                               u16* half, int bf16) {
     for (u32 i = threadIdx.x; i < G * hd; i += blockDim.x) {
         const u32 g = i / hd, d = i % hd;
@@ -153,7 +173,7 @@ __device__ void combine_warps(const float (*wm)[GM], const float (*wl)[GM], cons
             num += wt * wacc[w][g][d];
             den += wt * wl[w][g];
         }
-        if (split) {
+        if (parts > 1) {
             const u64 at = (((u64)blockIdx.x * n_heads + kvh * G + g) * gridDim.z + blockIdx.z) * (hd + 2);
             part[at + d] = den > 0.f ? num / den : 0.f;
             if (d == 0) {
@@ -164,7 +184,7 @@ __device__ void combine_warps(const float (*wm)[GM], const float (*wl)[GM], cons
             store_out(out, half, bf16, (u64)row * n_heads * hd + (u64)(kvh * G + g) * hd + d, num / den);
         }
     }
-    if (split) merge_if_last(part, out, done, row, kvh, G, n_heads, hd, half, bf16);
+    if (parts > 1) merge_if_last(part, out, done, row, kvh, G, n_heads, hd, half, bf16, parts);
 }
 
 // Split-K (flash decoding): with `split` > 0, block z of gridDim.z takes the
@@ -172,7 +192,9 @@ __device__ void combine_warps(const float (*wm)[GM], const float (*wl)[GM], cons
 // split depends on the row alone) and writes its normalized partial
 // output with its running max and sum (hd + 2 floats per row, head and
 // split) to `part`; the last split to finish merges them (`merge_if_last`).
-// Long contexts with few rows then use the whole GPU instead of a few blocks.
+// Long contexts with few rows then use the whole GPU instead of a few blocks;
+// a row whose keys fit one share (a decode graph's splits are fixed for any
+// length) has its first block write the output and the others do nothing.
 //
 // acc[g] += p_kk[g] * V[kk] over the tile's nk keys (key kk's row at lane
 // kk's `base`). f16 heads of 4 values a lane (hd 128): VALUE_BATCH keys'
@@ -238,7 +260,8 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
     const u32 G = n_heads / n_kv_heads;
     const u32 toff = meta[3 * row + 2];
     u32 hi = meta[3 * row + 1], lo = row_lo(meta, row, window);
-    if (!split_share(lo, hi, split, row, kvh, G, n_heads, hd, part, done, out, half, bf16)) return;
+    u32 parts;
+    if (!split_share(lo, hi, split, parts)) return;
     const u64 kv_dim = (u64)n_kv_heads * hd;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const u32 per = (hd + 31) / 32;  // value dimensions per lane
@@ -347,7 +370,7 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
             if (i < per && lane * per + i < hd) wacc[warp][g][lane * per + i] = acc[g][i];
     }
     __syncthreads();
-    combine_warps<GM, HDM>(wm, wl, wacc, G, hd, row, kvh, n_heads, split, part, done, out, half, bf16);
+    combine_warps<GM, HDM>(wm, wl, wacc, G, hd, row, kvh, n_heads, parts, part, done, out, half, bf16);
 }
 
 #define ROWS_KERNEL(NAME, GM, PER, KT)                                                                           \
@@ -790,7 +813,8 @@ __device__ void rows_mma_body(const float* q, const u16* kc, const u16* vc, floa
     const u32 G = n_heads / n_kv_heads;
     const u32 toff = meta[3 * row + 2];
     u32 hi = meta[3 * row + 1], lo = row_lo(meta, row, window);
-    if (!split_share(lo, hi, split, row, kvh, G, n_heads, HD, part, done, out, half, bf16)) return;
+    u32 parts;
+    if (!split_share(lo, hi, split, parts)) return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const u64 kv_dim = (u64)n_kv_heads * HD;
     const int shift = bs && !(bs & (bs - 1)) ? __ffs(bs) - 1 : -1;
@@ -927,7 +951,7 @@ __device__ void rows_mma_body(const float* q, const u16* kc, const u16* vc, floa
         wacc[warp][2 * t + 1][mt * 16 + g + 8] = o[mt][3];
     }
     __syncthreads();
-    combine_warps<RM_HEADS, HD>(wm, wl, wacc, G, HD, row, kvh, n_heads, split, part, done, out, half, bf16);
+    combine_warps<RM_HEADS, HD>(wm, wl, wacc, G, HD, row, kvh, n_heads, parts, part, done, out, half, bf16);
 }
 
 // The row kernels' arguments (the host launches both alike); `hd` is HD.
