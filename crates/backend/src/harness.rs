@@ -524,7 +524,8 @@ impl<B: Backend> Harness<'_, B> {
     /// Device sampling against the reference distribution: greedy picks and
     /// logprobs exactly, draws by total-variation distance over many seeds.
     fn sampling(&mut self) -> Result<()> {
-        let vocab = 256;
+        // Over 1,024 tokens: a GPU splits each row's tokens between blocks.
+        let vocab = 4096;
         let mut logits = self.rng.vec(vocab, 4.0);
         logits[7] = f32::NAN;
         let edit = |token, bias, rep, sub| LogitEdit { token, bias, rep, sub };
@@ -548,7 +549,7 @@ impl<B: Backend> Harness<'_, B> {
         };
         self.push("sample greedy, with bias/penalty edits and a NaN".into(), err, 1e-4);
         // Draws: the same row under many seeds.
-        for (name, r, width) in [("T=0.8 top-k 40 top-p 0.9 min-p 0.05", filtered, vocab), ("T=1.5", plain, 64)] {
+        for (name, r, width) in [("T=0.8 top-k 40 top-p 0.9 min-p 0.05", filtered, 2048), ("T=1.5", plain, 64)] {
             let draws = 16384;
             let row = &logits[..width];
             let rows: Vec<RowSampling> =

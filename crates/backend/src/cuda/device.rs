@@ -79,7 +79,13 @@ pub struct Device {
     /// launch, which its last split resets to zero (kernels/attention.cu,
     /// `merge_if_last`); `kv::SPLIT_BLOCKS` of them.
     pub split_done: cudarc::driver::CudaSlice<u32>,
+    /// Finished shares per row of a `sample_split` launch, which its last
+    /// block resets to zero (kernels/sample.cu); `SAMPLE_ROWS` of them.
+    pub sample_done: cudarc::driver::CudaSlice<u32>,
 }
+
+/// Rows a `sample_split` launch takes at most (more: `sample_rows`).
+pub const SAMPLE_ROWS: usize = 16384;
 
 /// Kernel entry points of each module (`extern "C"` names in kernels/*.cu).
 const FUNCTIONS: &[(&str, &[&str])] = &[
@@ -151,7 +157,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
     ),
     ("gemv", &["gemv_norm_bf16_1", "gemv_norm_f16_1", "gemv_glu_norm_bf16_1", "gemv_glu_norm_f16_1"]),
     ("quant", &["dequant_f16", "embedding_q", "quantize_x8", "quantize_x8_sb", "quantize_x8_dual", "gemv_q4k_q6k_1"]),
-    ("sample", &["sample_rows"]),
+    ("sample", &["sample_rows", "sample_split"]),
 ];
 
 /// A module's entry points: the fixed ones, plus one GEMV (and for 16-bit
@@ -259,8 +265,10 @@ impl Device {
                 .map_err(|e| device_err("kernel shared memory", e))?;
         }
         let split_done = stream.alloc_zeros::<u32>(super::kv::SPLIT_BLOCKS).map_err(|e| device_err("alloc", e))?;
+        let sample_done = stream.alloc_zeros::<u32>(SAMPLE_ROWS).map_err(|e| device_err("alloc", e))?;
         Ok(Device {
             split_done,
+            sample_done,
             ctx,
             stream,
             blas,

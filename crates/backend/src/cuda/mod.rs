@@ -722,8 +722,21 @@ impl Backend for CudaBackend {
         // SAFETY: every row's thread 0 writes both of its words.
         let mut out = unsafe { self.dev.stream.alloc::<u32>(2 * rows.len()) }.map_err(|e| device_err("alloc", e))?;
         let vocab = logits.cols as u32;
-        let cfg = LaunchConfig { grid_dim: (rows.len() as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
-        launch!(self, "sample_rows", cfg, logits.f32_mut(&self.dev)?, &vocab, &params, &edits, &mut out)?;
+        // Shares of at least 1,024 tokens, at most 32 a row (kernels/sample.cu).
+        let shares = logits.cols.div_ceil(1024).min(32) as u32;
+        if shares > 1 && rows.len() <= device::SAMPLE_ROWS {
+            // SAFETY: every share's block writes its 4 words before the row's last reads them.
+            let mut part = unsafe { self.dev.stream.alloc::<f32>(4 * rows.len() * shares as usize) }
+                .map_err(|e| device_err("alloc", e))?;
+            let cfg =
+                LaunchConfig { grid_dim: (rows.len() as u32, shares, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let (x, done) = (logits.f32_mut(&self.dev)?, &self.dev.sample_done);
+            launch!(self, "sample_split", cfg, x, &vocab, &params, &edits, &mut out, &mut part, done)?;
+        } else {
+            let cfg =
+                LaunchConfig { grid_dim: (rows.len() as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
+            launch!(self, "sample_rows", cfg, logits.f32_mut(&self.dev)?, &vocab, &params, &edits, &mut out)?;
+        }
         let words = self.dev.stream.clone_dtoh(&out).map_err(|e| device_err("download", e))?;
         Ok(Some(words.chunks_exact(2).map(|w| (w[0], f32::from_bits(w[1]))).collect()))
     }

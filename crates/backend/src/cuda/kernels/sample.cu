@@ -14,6 +14,7 @@
 // words): token, bias, rep, sub. Output per row: token, logprob (f32 bits).
 
 #define SAMPLE_THREADS 1024
+#define SPLIT_THREADS 256
 #define BISECT_STEPS 24
 #define FLT_MAX_ 3.402823466e38f
 
@@ -71,41 +72,97 @@ __device__ float block_sum_f(float v) {
     return warp_sum(v);
 }
 
+// A logit: through L2 (CG) where other blocks wrote the row, else as it comes.
+template <bool CG>
+__device__ __forceinline__ float ld(const float* x, u32 i) {
+    return CG ? __ldcg(x + i) : x[i];
+}
+
 // Tokens with x >= v, and their mass sum exp(x - mx).
+template <bool CG>
 __device__ u32 count_at_least(const float* x, u32 vocab, float v) {
     u32 c = 0;
-    for (u32 i = threadIdx.x; i < vocab; i += blockDim.x) c += x[i] >= v;
+    for (u32 i = threadIdx.x; i < vocab; i += blockDim.x) c += ld<CG>(x, i) >= v;
     return block_sum_u(c);
 }
+template <bool CG>
 __device__ float mass_at_least(const float* x, u32 vocab, float v, float mx) {
     float s = 0.f;
-    for (u32 i = threadIdx.x; i < vocab; i += blockDim.x)
-        if (x[i] >= v) s += __expf(x[i] - mx);
+    for (u32 i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float xi = ld<CG>(x, i);
+        if (xi >= v) s += __expf(xi - mx);
+    }
     return block_sum_f(s);
 }
 
-extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
-    sample_rows(float* logits, u32 vocab, const u32* params, const u32* edits, u32* out) {
-    pdl_trigger();
-    pdl_wait();
-    float* x = logits + (u64)blockIdx.x * vocab;
-    const u32* p = params + 8 * blockIdx.x;
+// Step 3 over a sanitized, edited row (max mx, smallest finite mn, mass z
+// relative to mx): the token drawn at temperature `temp` > 0 among the
+// survivors of the row's top-k, top-p and min-p (`p`: its parameters), or
+// `argmax` when none survives. Every thread gets the token.
+template <bool CG>
+__device__ u32 draw(const float* x, u32 vocab, const u32* p, float mx, float mn, float z, u32 argmax) {
     const float temp = __uint_as_float(p[0]), top_p = __uint_as_float(p[2]), min_p = __uint_as_float(p[3]);
     const u32 top_k = p[1];
     const u64 seed = (u64)p[4] | ((u64)p[5] << 32);
-    // 1. Edits touch distinct tokens: no two threads write one logit.
+    const float inv_t = 1.f / temp;
+    // Thresholds: the largest value that keeps at least k tokens, then
+    // that keeps at least top_p of the (top-k) mass, then min-p's floor.
+    float thr = -INFINITY, zset = z;
+    if (top_k > 0 && top_k < vocab && count_at_least<CG>(x, vocab, mn) > top_k) {
+        float lo = mn, hi = mx;
+        for (int it = 0; it < BISECT_STEPS; it++) {
+            const float mid = 0.5f * (lo + hi);
+            const u32 c = count_at_least<CG>(x, vocab, mid);
+            if (c >= top_k) lo = mid;
+            else hi = mid;
+            if (c == top_k) break;
+        }
+        thr = lo;
+        zset = mass_at_least<CG>(x, vocab, thr, mx);
+    }
+    if (top_p < 1.f) {
+        float lo = fmaxf(thr, mn), hi = mx;
+        const float want = top_p * zset;
+        for (int it = 0; it < BISECT_STEPS; it++) {
+            const float mid = 0.5f * (lo + hi);
+            if (mass_at_least<CG>(x, vocab, mid, mx) >= want) lo = mid;
+            else hi = mid;
+        }
+        thr = fmaxf(thr, lo);
+    }
+    if (min_p > 0.f) thr = fmaxf(thr, mx + logf(min_p));
+    if (thr > mx) return argmax;
+    // Gumbel-max: argmax of (x - max) / T + G_i is a draw from the softmax.
+    float best = -INFINITY;
+    u32 best_i = argmax;
+    for (u32 i = threadIdx.x; i < vocab; i += blockDim.x) {
+        const float xi = ld<CG>(x, i);
+        if (xi < thr || xi == -INFINITY) continue;
+        const float g = (xi - mx) * inv_t - logf(-logf(uniform(seed, i)));
+        if (g > best) best = g, best_i = i;
+    }
+    const float top = block_max_f(best);
+    return block_min_u(best == top ? best_i : 0xffffffffu);
+}
+
+// Step 1 for the tokens c0 .. c1 of a row. Edits touch distinct tokens: no
+// two threads write one logit.
+__device__ void apply_edits(float* x, const u32* p, const u32* edits, u32 c0, u32 c1) {
     for (u32 e = p[6] + threadIdx.x; e < p[7]; e += blockDim.x) {
         const u32 t = edits[4 * e];
-        if (t >= vocab) continue;
+        if (t < c0 || t >= c1) continue;
         const float rep = __uint_as_float(edits[4 * e + 2]);
         float v = x[t] + __uint_as_float(edits[4 * e + 1]);
         if (rep != 1.f) v = v > 0.f ? v / rep : v * rep;
         x[t] = v - __uint_as_float(edits[4 * e + 3]);
     }
     __syncthreads();
-    // 2. Sanitize; max, first argmax, smallest finite value.
-    float mx = -INFINITY, mn = INFINITY;
-    for (u32 i = threadIdx.x; i < vocab; i += blockDim.x) {
+}
+
+// Step 2's sanitizing for the tokens c0 .. c1: their max and smallest finite value.
+__device__ void sanitize(float* x, u32 c0, u32 c1, float& mx, float& mn) {
+    mx = -INFINITY, mn = INFINITY;
+    for (u32 i = c0 + threadIdx.x; i < c1; i += blockDim.x) {
         float v = x[i];
         if (v != v) v = -INFINITY;
         if (v == INFINITY) v = FLT_MAX_;
@@ -115,65 +172,96 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     }
     mx = block_max_f(mx);
     mn = block_min_f(mn);
-    u32 first = 0xffffffffu;
-    for (u32 i = threadIdx.x; i < vocab; i += blockDim.x)
-        if (x[i] == mx) first = min(first, i);
-    const u32 argmax = block_min_u(first);
+}
+
+// The first of tokens c0 .. c1 at mx (0xffffffff if none), and their mass sum exp(x - mx).
+__device__ void first_and_mass(const float* x, u32 c0, u32 c1, float mx, u32& first, float& z) {
+    u32 f = 0xffffffffu;
+    float s = 0.f;
+    for (u32 i = c0 + threadIdx.x; i < c1; i += blockDim.x) {
+        const float v = x[i];
+        if (v == mx) f = min(f, i);
+        if (mx > -INFINITY) s += __expf(v - mx);
+    }
+    first = block_min_u(f);
+    z = block_sum_f(s);
+}
+
+// The row's token and its logprob (x[token] - log-sum-exp, before
+// temperature) into `o`, from its max, smallest finite value, mass and first argmax.
+template <bool CG>
+__device__ void finish_row(const float* x, u32 vocab, const u32* p, float mx, float mn, float z, u32 argmax, u32* o) {
+    const u64 seed = (u64)p[4] | ((u64)p[5] << 32);
     if (mx == -INFINITY) {  // every logit banned: uniform, as on the host
         if (threadIdx.x == 0) {
-            out[2 * blockIdx.x] = (u32)(mix64(seed) % vocab);
-            out[2 * blockIdx.x + 1] = __float_as_uint(-logf((float)vocab));
+            o[0] = (u32)(mix64(seed) % vocab);
+            o[1] = __float_as_uint(-logf((float)vocab));
         }
         return;
     }
-    float z = 0.f;
-    for (u32 i = threadIdx.x; i < vocab; i += blockDim.x) z += __expf(x[i] - mx);
-    z = block_sum_f(z);
-    const float lse = mx + logf(z);
-    u32 token = argmax;
-    const float inv_t = 1.f / temp;
-    if (temp > 0.f && inv_t < INFINITY) {
-        // 3. Thresholds: the largest value that keeps at least k tokens, then
-        // that keeps at least top_p of the (top-k) mass, then min-p's floor.
-        float thr = -INFINITY, zset = z;
-        if (top_k > 0 && top_k < vocab && count_at_least(x, vocab, mn) > top_k) {
-            float lo = mn, hi = mx;
-            for (int it = 0; it < BISECT_STEPS; it++) {
-                const float mid = 0.5f * (lo + hi);
-                const u32 c = count_at_least(x, vocab, mid);
-                if (c >= top_k) lo = mid;
-                else hi = mid;
-                if (c == top_k) break;
-            }
-            thr = lo;
-            zset = mass_at_least(x, vocab, thr, mx);
-        }
-        if (top_p < 1.f) {
-            float lo = fmaxf(thr, mn), hi = mx;
-            const float want = top_p * zset;
-            for (int it = 0; it < BISECT_STEPS; it++) {
-                const float mid = 0.5f * (lo + hi);
-                if (mass_at_least(x, vocab, mid, mx) >= want) lo = mid;
-                else hi = mid;
-            }
-            thr = fmaxf(thr, lo);
-        }
-        if (min_p > 0.f) thr = fmaxf(thr, mx + logf(min_p));
-        if (thr <= mx) {
-            // Gumbel-max: argmax of (x - max) / T + G_i is a draw from the softmax.
-            float best = -INFINITY;
-            u32 best_i = argmax;
-            for (u32 i = threadIdx.x; i < vocab; i += blockDim.x) {
-                if (x[i] < thr || x[i] == -INFINITY) continue;
-                const float g = (x[i] - mx) * inv_t - logf(-logf(uniform(seed, i)));
-                if (g > best) best = g, best_i = i;
-            }
-            const float top = block_max_f(best);
-            token = block_min_u(best == top ? best_i : 0xffffffffu);
-        }
-    }
+    const float lse = mx + logf(z), temp = __uint_as_float(p[0]);
+    const u32 token = temp > 0.f && 1.f / temp < INFINITY ? draw<CG>(x, vocab, p, mx, mn, z, argmax) : argmax;
     if (threadIdx.x == 0) {
-        out[2 * blockIdx.x] = token;
-        out[2 * blockIdx.x + 1] = __float_as_uint(x[token] - lse);
+        o[0] = token;
+        o[1] = __float_as_uint(ld<CG>(x, token) - lse);
     }
+}
+
+extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
+    sample_rows(float* logits, u32 vocab, const u32* params, const u32* edits, u32* out) {
+    pdl_trigger();
+    pdl_wait();
+    float* x = logits + (u64)blockIdx.x * vocab;
+    const u32* p = params + 8 * blockIdx.x;
+    apply_edits(x, p, edits, 0, vocab);
+    float mx, mn, z;
+    u32 argmax;
+    sanitize(x, 0, vocab, mx, mn);
+    first_and_mass(x, 0, vocab, mx, argmax, z);
+    finish_row<false>(x, vocab, p, mx, mn, z, argmax, out + 2 * blockIdx.x);
+}
+
+// sample_rows' work with each row split over gridDim.y blocks (one block
+// reads a 128K vocabulary at a fraction of the GPU's bandwidth: 2-4% of a
+// batch-1 decode step): block z edits and sanitizes its share of the
+// tokens and writes their max, smallest finite value, first argmax and
+// mass to `part` (4 words a block); the row's last block (counted in
+// `done`, which it leaves at zero) merges them and, unless greedy, draws
+// over the whole row.
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+    sample_split(float* logits, u32 vocab, const u32* params, const u32* edits, u32* out, float* part, u32* done) {
+    pdl_trigger();
+    pdl_wait();
+    const u32 row = blockIdx.x, z = blockIdx.y, S = gridDim.y;
+    float* x = logits + (u64)row * vocab;
+    const u32* p = params + 8 * row;
+    const u32 chunk = (vocab + S - 1) / S, c0 = min(vocab, z * chunk), c1 = min(vocab, c0 + chunk);
+    apply_edits(x, p, edits, c0, c1);
+    float mx, mn, mass;
+    u32 first;
+    sanitize(x, c0, c1, mx, mn);
+    first_and_mass(x, c0, c1, mx, first, mass);
+    __shared__ bool last;
+    float* mine = part + 4 * ((u64)row * S + z);
+    // The share's edited, sanitized logits, visible to the block that draws.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        mine[0] = mx, mine[1] = mn, mine[2] = __uint_as_float(first), mine[3] = mass;
+        __threadfence();
+        last = atomicAdd(done + row, 1u) == S - 1;
+        if (last) done[row] = 0;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    // The row's shares, one a thread (S <= SPLIT_THREADS), through L2.
+    const float* ps = part + 4 * ((u64)row * S + threadIdx.x);
+    const bool has = threadIdx.x < S;
+    const float bm = has ? __ldcg(ps) : -INFINITY;
+    mx = block_max_f(bm);
+    mn = block_min_f(has ? __ldcg(ps + 1) : INFINITY);
+    const u32 argmax = block_min_u(has && bm == mx ? __float_as_uint(__ldcg(ps + 2)) : 0xffffffffu);
+    const float zs = block_sum_f(has && bm > -INFINITY ? __ldcg(ps + 3) * __expf(bm - mx) : 0.f);
+    finish_row<true>(x, vocab, p, mx, mn, zs, argmax, out + 2 * row);
 }
