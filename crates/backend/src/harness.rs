@@ -524,7 +524,7 @@ impl<B: Backend> Harness<'_, B> {
     /// Device sampling against the reference distribution: greedy picks and
     /// logprobs exactly, draws by total-variation distance over many seeds.
     fn sampling(&mut self) -> Result<()> {
-        // Over 1,024 tokens: a GPU splits each row's tokens between blocks.
+        // Over 1,024 tokens: a GPU splits a greedy row's tokens between blocks.
         let vocab = 4096;
         let mut logits = self.rng.vec(vocab, 4.0);
         logits[7] = f32::NAN;

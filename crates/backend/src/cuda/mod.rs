@@ -722,9 +722,12 @@ impl Backend for CudaBackend {
         // SAFETY: every row's thread 0 writes both of its words.
         let mut out = unsafe { self.dev.stream.alloc::<u32>(2 * rows.len()) }.map_err(|e| device_err("alloc", e))?;
         let vocab = logits.cols as u32;
-        // Shares of at least 1,024 tokens, at most 32 a row (kernels/sample.cu).
+        // Greedy rows: shares of at least 1,024 tokens, at most 32 a row
+        // (kernels/sample.cu); not with --deterministic, whose rows keep one
+        // kernel (and one summation order) whatever the batch holds.
         let shares = logits.cols.div_ceil(1024).min(32) as u32;
-        if shares > 1 && rows.len() <= device::SAMPLE_ROWS {
+        let greedy = rows.iter().all(|r| !(r.temperature > 0.0 && (1.0 / r.temperature).is_finite()));
+        if greedy && shares > 1 && rows.len() <= device::SAMPLE_ROWS && !self.dev.deterministic {
             // SAFETY: every share's block writes its 4 words before the row's last reads them.
             let mut part = unsafe { self.dev.stream.alloc::<f32>(4 * rows.len() * shares as usize) }
                 .map_err(|e| device_err("alloc", e))?;

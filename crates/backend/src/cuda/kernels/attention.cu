@@ -98,7 +98,8 @@ __device__ void merge_if_last(const float* part, float* out, u32* done, u32 row,
     const u32 nsplit = gridDim.z;
     // Head g's split z at p + (g * nsplit + z) * (hd + 2); other blocks'
     // writes are read through L2 (__ldcg), never a stale L1 line. Each
-    // thread holds up to PAIRS (head, split) maxes and sums.
+    // thread holds up to PAIRS (head, split) maxes and sums (blockDim.x is
+    // 32 * ROW_WARPS in both row kernels).
     const float* p = part + ((u64)blockIdx.x * n_heads + kvh * G) * nsplit * (hd + 2);
     constexpr int PAIRS = MAX_GROUP * MAX_SPLITS / (32 * ROW_WARPS);
     float m[PAIRS], l[PAIRS];
@@ -150,7 +151,7 @@ __device__ bool split_share(u32& lo, u32& hi, u32 split, u32& parts) {
     if (!split) return true;
     const u32 len = hi > lo ? hi - lo : 0;
     const u32 per = ((len + gridDim.z - 1) / gridDim.z + split - 1) / split * split;
-    parts = max((len + per - 1) / per, 1u);
+    parts = per ? (len + per - 1) / per : 1;  // per == 0: no keys
     lo += blockIdx.z * per;
     hi = min(hi, lo + per);
     return lo < hi || (len == 0 && blockIdx.z == 0);

@@ -72,24 +72,16 @@ __device__ float block_sum_f(float v) {
     return warp_sum(v);
 }
 
-// A logit: through L2 (CG) where other blocks wrote the row, else as it comes.
-template <bool CG>
-__device__ __forceinline__ float ld(const float* x, u32 i) {
-    return CG ? __ldcg(x + i) : x[i];
-}
-
 // Tokens with x >= v, and their mass sum exp(x - mx).
-template <bool CG>
 __device__ u32 count_at_least(const float* x, u32 vocab, float v) {
     u32 c = 0;
-    for (u32 i = threadIdx.x; i < vocab; i += blockDim.x) c += ld<CG>(x, i) >= v;
+    for (u32 i = threadIdx.x; i < vocab; i += blockDim.x) c += x[i] >= v;
     return block_sum_u(c);
 }
-template <bool CG>
 __device__ float mass_at_least(const float* x, u32 vocab, float v, float mx) {
     float s = 0.f;
     for (u32 i = threadIdx.x; i < vocab; i += blockDim.x) {
-        const float xi = ld<CG>(x, i);
+        const float xi = x[i];
         if (xi >= v) s += __expf(xi - mx);
     }
     return block_sum_f(s);
@@ -99,7 +91,6 @@ __device__ float mass_at_least(const float* x, u32 vocab, float v, float mx) {
 // relative to mx): the token drawn at temperature `temp` > 0 among the
 // survivors of the row's top-k, top-p and min-p (`p`: its parameters), or
 // `argmax` when none survives. Every thread gets the token.
-template <bool CG>
 __device__ u32 draw(const float* x, u32 vocab, const u32* p, float mx, float mn, float z, u32 argmax) {
     const float temp = __uint_as_float(p[0]), top_p = __uint_as_float(p[2]), min_p = __uint_as_float(p[3]);
     const u32 top_k = p[1];
@@ -108,24 +99,24 @@ __device__ u32 draw(const float* x, u32 vocab, const u32* p, float mx, float mn,
     // Thresholds: the largest value that keeps at least k tokens, then
     // that keeps at least top_p of the (top-k) mass, then min-p's floor.
     float thr = -INFINITY, zset = z;
-    if (top_k > 0 && top_k < vocab && count_at_least<CG>(x, vocab, mn) > top_k) {
+    if (top_k > 0 && top_k < vocab && count_at_least(x, vocab, mn) > top_k) {
         float lo = mn, hi = mx;
         for (int it = 0; it < BISECT_STEPS; it++) {
             const float mid = 0.5f * (lo + hi);
-            const u32 c = count_at_least<CG>(x, vocab, mid);
+            const u32 c = count_at_least(x, vocab, mid);
             if (c >= top_k) lo = mid;
             else hi = mid;
             if (c == top_k) break;
         }
         thr = lo;
-        zset = mass_at_least<CG>(x, vocab, thr, mx);
+        zset = mass_at_least(x, vocab, thr, mx);
     }
     if (top_p < 1.f) {
         float lo = fmaxf(thr, mn), hi = mx;
         const float want = top_p * zset;
         for (int it = 0; it < BISECT_STEPS; it++) {
             const float mid = 0.5f * (lo + hi);
-            if (mass_at_least<CG>(x, vocab, mid, mx) >= want) lo = mid;
+            if (mass_at_least(x, vocab, mid, mx) >= want) lo = mid;
             else hi = mid;
         }
         thr = fmaxf(thr, lo);
@@ -136,7 +127,7 @@ __device__ u32 draw(const float* x, u32 vocab, const u32* p, float mx, float mn,
     float best = -INFINITY;
     u32 best_i = argmax;
     for (u32 i = threadIdx.x; i < vocab; i += blockDim.x) {
-        const float xi = ld<CG>(x, i);
+        const float xi = x[i];
         if (xi < thr || xi == -INFINITY) continue;
         const float g = (xi - mx) * inv_t - logf(-logf(uniform(seed, i)));
         if (g > best) best = g, best_i = i;
@@ -189,7 +180,6 @@ __device__ void first_and_mass(const float* x, u32 c0, u32 c1, float mx, u32& fi
 
 // The row's token and its logprob (x[token] - log-sum-exp, before
 // temperature) into `o`, from its max, smallest finite value, mass and first argmax.
-template <bool CG>
 __device__ void finish_row(const float* x, u32 vocab, const u32* p, float mx, float mn, float z, u32 argmax, u32* o) {
     const u64 seed = (u64)p[4] | ((u64)p[5] << 32);
     if (mx == -INFINITY) {  // every logit banned: uniform, as on the host
@@ -200,10 +190,10 @@ __device__ void finish_row(const float* x, u32 vocab, const u32* p, float mx, fl
         return;
     }
     const float lse = mx + logf(z), temp = __uint_as_float(p[0]);
-    const u32 token = temp > 0.f && 1.f / temp < INFINITY ? draw<CG>(x, vocab, p, mx, mn, z, argmax) : argmax;
+    const u32 token = temp > 0.f && 1.f / temp < INFINITY ? draw(x, vocab, p, mx, mn, z, argmax) : argmax;
     if (threadIdx.x == 0) {
         o[0] = token;
-        o[1] = __float_as_uint(ld<CG>(x, token) - lse);
+        o[1] = __float_as_uint(x[token] - lse);
     }
 }
 
@@ -218,16 +208,17 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     u32 argmax;
     sanitize(x, 0, vocab, mx, mn);
     first_and_mass(x, 0, vocab, mx, argmax, z);
-    finish_row<false>(x, vocab, p, mx, mn, z, argmax, out + 2 * blockIdx.x);
+    finish_row(x, vocab, p, mx, mn, z, argmax, out + 2 * blockIdx.x);
 }
 
-// sample_rows' work with each row split over gridDim.y blocks (one block
-// reads a 128K vocabulary at a fraction of the GPU's bandwidth: 2-4% of a
-// batch-1 decode step): block z edits and sanitizes its share of the
-// tokens and writes their max, smallest finite value, first argmax and
+// sample_rows' work for greedy rows (the host's choice), each row split
+// over gridDim.y blocks (one block reads a 128K vocabulary at a fraction of
+// the GPU's bandwidth: 2-4% of a batch-1 decode step): block z edits and
+// sanitizes its share of the tokens and writes their max, first argmax and
 // mass to `part` (4 words a block); the row's last block (counted in
-// `done`, which it leaves at zero) merges them and, unless greedy, draws
-// over the whole row.
+// `done`, which it leaves at zero) merges them into the token and its
+// logprob. (Rows that draw keep sample_rows, whose 1,024 threads make the
+// many passes of top-k and top-p over the row.)
 extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
     sample_split(float* logits, u32 vocab, const u32* params, const u32* edits, u32* out, float* part, u32* done) {
     pdl_trigger();
@@ -242,12 +233,9 @@ extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
     sanitize(x, c0, c1, mx, mn);
     first_and_mass(x, c0, c1, mx, first, mass);
     __shared__ bool last;
-    float* mine = part + 4 * ((u64)row * S + z);
-    // The share's edited, sanitized logits, visible to the block that draws.
-    __threadfence();
-    __syncthreads();
     if (threadIdx.x == 0) {
-        mine[0] = mx, mine[1] = mn, mine[2] = __uint_as_float(first), mine[3] = mass;
+        float* mine = part + 4 * ((u64)row * S + z);
+        mine[0] = mx, mine[1] = __uint_as_float(first), mine[2] = mass, mine[3] = 0.f;
         __threadfence();
         last = atomicAdd(done + row, 1u) == S - 1;
         if (last) done[row] = 0;
@@ -255,13 +243,21 @@ extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
     __syncthreads();
     if (!last) return;
     __threadfence();
-    // The row's shares, one a thread (S <= SPLIT_THREADS), through L2.
+    // The row's shares, one a thread (S <= SPLIT_THREADS), read through L2.
     const float* ps = part + 4 * ((u64)row * S + threadIdx.x);
     const bool has = threadIdx.x < S;
     const float bm = has ? __ldcg(ps) : -INFINITY;
     mx = block_max_f(bm);
-    mn = block_min_f(has ? __ldcg(ps + 1) : INFINITY);
-    const u32 argmax = block_min_u(has && bm == mx ? __float_as_uint(__ldcg(ps + 2)) : 0xffffffffu);
-    const float zs = block_sum_f(has && bm > -INFINITY ? __ldcg(ps + 3) * __expf(bm - mx) : 0.f);
-    finish_row<true>(x, vocab, p, mx, mn, zs, argmax, out + 2 * row);
+    const u32 argmax = block_min_u(has && bm == mx ? __float_as_uint(__ldcg(ps + 1)) : 0xffffffffu);
+    const float zs = block_sum_f(has && bm > -INFINITY ? __ldcg(ps + 2) * __expf(bm - mx) : 0.f);
+    if (threadIdx.x == 0) {
+        u32* o = out + 2 * row;
+        if (mx == -INFINITY) {  // every logit banned: uniform, as on the host
+            o[0] = (u32)(mix64((u64)p[4] | ((u64)p[5] << 32)) % vocab);
+            o[1] = __float_as_uint(-logf((float)vocab));
+        } else {
+            o[0] = argmax;
+            o[1] = __float_as_uint(mx - (mx + logf(zs)));
+        }
+    }
 }
