@@ -15,6 +15,11 @@ pub fn var(key: &str) -> Option<OsString> {
     std::env::var_os(key).filter(|v| !v.is_empty())
 }
 
+/// A switch that is on unless set to `0`.
+fn on_unless_zero(key: &str) -> bool {
+    var(key).is_none_or(|v| v != "0")
+}
+
 /// A variable as a path.
 pub fn path(key: &str) -> Option<PathBuf> {
     var(key).map(PathBuf::from)
@@ -49,33 +54,33 @@ pub fn require_nvrtc() -> bool {
 /// `FERRITE_CUDA_PDL=0`: CUDA kernels wait for the kernel before them to
 /// finish before they start (no programmatic dependent launch).
 pub fn cuda_pdl() -> bool {
-    var("FERRITE_CUDA_PDL").is_none_or(|v| v != "0")
+    on_unless_zero("FERRITE_CUDA_PDL")
 }
 
 /// `FERRITE_CUDA_ROWS_MMA=0`: attention rows (decode) on CUDA cores even
 /// where the tensor-core row kernel serves (f16 caches, heads of 64 or 128,
 /// up to 8 query heads per KV head); for comparison.
 pub fn cuda_rows_mma() -> bool {
-    var("FERRITE_CUDA_ROWS_MMA").is_none_or(|v| v != "0")
+    on_unless_zero("FERRITE_CUDA_ROWS_MMA")
 }
 
 /// `FERRITE_CUDA_HALF_ONLY=0`: CUDA ops whose output only GEMMs read write
 /// it in f32 too (prefill's norms, gated activations and attention); for
 /// comparison.
 pub fn cuda_half_only() -> bool {
-    var("FERRITE_CUDA_HALF_ONLY").is_none_or(|v| v != "0")
+    on_unless_zero("FERRITE_CUDA_HALF_ONLY")
 }
 
 /// `FERRITE_CUDA_FLASH_WG=0`: prefill attention on the mma.sync flash kernel
 /// even on Hopper (sm_90a), where the wgmma one serves; for comparison.
 pub fn cuda_flash_wg() -> bool {
-    var("FERRITE_CUDA_FLASH_WG").is_none_or(|v| v != "0")
+    on_unless_zero("FERRITE_CUDA_FLASH_WG")
 }
 
 /// `FERRITE_CUDA_ROPE_ROWS=0`: prefill's RoPE and KV write on the kernel
 /// with a block per row; for comparison.
 pub fn cuda_rope_rows() -> bool {
-    var("FERRITE_CUDA_ROPE_ROWS").is_none_or(|v| v != "0")
+    on_unless_zero("FERRITE_CUDA_ROPE_ROWS")
 }
 
 /// `FERRITE_CUDA_GEMM_TUNE=1`: prefill-sized CUDA GEMMs take the fastest of
@@ -102,25 +107,25 @@ pub fn cuda_q4k_warps() -> Option<u32> {
 /// runs its activation as a kernel of its own instead of in the down
 /// projection's input quantization; for comparison.
 pub fn cuda_glu_x8() -> bool {
-    var("FERRITE_CUDA_GLU_X8").is_none_or(|v| v != "0")
+    on_unless_zero("FERRITE_CUDA_GLU_X8")
 }
 
 /// `FERRITE_CUDA_FOLD_NORM=0`: RMS norms stay kernels of their own at
 /// decode sizes instead of being folded into the 16-bit weights that read
 /// them; for comparison.
 pub fn cuda_fold_norm() -> bool {
-    var("FERRITE_CUDA_FOLD_NORM").is_none_or(|v| v != "0")
+    on_unless_zero("FERRITE_CUDA_FOLD_NORM")
 }
 
 /// `FERRITE_CUDA_DUAL_X8=0`: a decode matmul group of Q4_K and other
 /// k-quant weights quantizes its input once per order, in two launches;
 /// for comparison.
 pub fn cuda_dual_x8() -> bool {
-    var("FERRITE_CUDA_DUAL_X8").is_none_or(|v| v != "0")
+    on_unless_zero("FERRITE_CUDA_DUAL_X8")
 }
 
 /// `FERRITE_CUDA_MIXED_QKV=0`: Q4_K q/k and a Q6_K v at batch 1 run as two
 /// GEMV launches instead of one; for comparison.
 pub fn cuda_mixed_qkv() -> bool {
-    var("FERRITE_CUDA_MIXED_QKV").is_none_or(|v| v != "0")
+    on_unless_zero("FERRITE_CUDA_MIXED_QKV")
 }

@@ -210,10 +210,16 @@ const Q4K_WARPS_PER_SM: u32 = 16;
 /// 381, batch 2 740 against 710, batch 4 1,355 against 1,298, batch 8 1,989
 /// against 1,927.
 fn q4k_split(target: u32, sms: u32, tiles: u32, nsb: u32) -> (u32, u32) {
+    q4k_split_within(target, sms * Q4K_WARPS_PER_SM, tiles, nsb)
+}
+
+/// `q4k_split` where the launch's tiles get `held` of the warps the GPU
+/// holds at once.
+fn q4k_split_within(target: u32, held: u32, tiles: u32, nsb: u32) -> (u32, u32) {
     let tiles = tiles.max(1);
     let per_tile = match target {
         0 => {
-            let fit = (sms * Q4K_WARPS_PER_SM / tiles).max(1);
+            let fit = (held / tiles).max(1);
             1 << fit.ilog2()
         }
         t => t.div_ceil(tiles).next_power_of_two(),
@@ -303,13 +309,10 @@ pub fn gemv_mixed_qkv(
     }
     let s = &dev.stream;
     let mut out: Vec<CudaSlice<f32>> = ws.iter().map(|w| alloc_out(dev, n, w.rows)).collect::<Result<_>>()?;
-    // Q4_K tiles get the warps the GPU holds at once beyond v's, one a row
-    // (as `q4k_split` for a launch of their own).
+    // Q4_K tiles get the warps the GPU holds at once beyond v's, one a row.
     let tiles = (wq.rows.div_ceil(16) + wk.rows.div_ceil(16)) as u32;
     let free = (dev.sms * Q4K_WARPS_PER_SM).saturating_sub(wv.rows as u32);
-    let fit = (free / tiles).max(1);
-    let per_tile = (1u32 << fit.ilog2()).min(16).min((k / 256).max(1) as u32);
-    let per_block = (8 / per_tile).max(1);
+    let (per_tile, per_block) = q4k_split_within(0, free, tiles, (k / 256) as u32);
     let warps = per_tile * per_block;
     let q4k_blocks = tiles.div_ceil(per_block);
     let grid = q4k_blocks + (wv.rows as u32).div_ceil(warps);

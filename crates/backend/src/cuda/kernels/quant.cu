@@ -288,30 +288,28 @@ extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, 
 __device__ __forceinline__ void quantize_group(u64 g, u32 lane, const float* x, signed char* xq, uint2* meta,
                                                int kperm, const float* nw, u32 k, float* ss, const float* up,
                                                int act) {
-    {
-        const u64 src = kperm ? (g >> 3) * 256 + 64 * ((g & 7) >> 1) + 32 * (lane >> 4) + 16 * (g & 1) + (lane & 15)
-                              : 32 * g + lane;
-        float v = x[src];
-        if (up) v = act_fn(v, act) * up[src];
-        if (nw) {
-            float sq = v * v;
-            for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-            if (lane == 0) ss[g] = sq;
-            v *= nw[src % k];
-        }
-        float amax = fabsf(v);
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float d = amax / 127.f;
-        // (Clamped: a subnormal amax makes d zero.)
-        const int q = amax > 0.f ? max(-127, min(127, __float2int_rn(v / d))) : 0;
-        xq[32 * g + lane] = (signed char)q;
-        int lo = lane < 16 ? q : 0, hi = lane < 16 ? 0 : q;
-        for (int o = 16; o > 0; o >>= 1) {
-            lo += __shfl_xor_sync(0xffffffffu, lo, o);
-            hi += __shfl_xor_sync(0xffffffffu, hi, o);
-        }
-        if (lane == 0) meta[g] = make_uint2(__float_as_uint(d), ((u32)lo & 0xffffu) | ((u32)hi << 16));
+    const u64 src = kperm ? (g >> 3) * 256 + 64 * ((g & 7) >> 1) + 32 * (lane >> 4) + 16 * (g & 1) + (lane & 15)
+                          : 32 * g + lane;
+    float v = x[src];
+    if (up) v = act_fn(v, act) * up[src];
+    if (nw) {
+        float sq = v * v;
+        for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+        if (lane == 0) ss[g] = sq;
+        v *= nw[src % k];
     }
+    float amax = fabsf(v);
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float d = amax / 127.f;
+    // (Clamped: a subnormal amax makes d zero.)
+    const int q = amax > 0.f ? max(-127, min(127, __float2int_rn(v / d))) : 0;
+    xq[32 * g + lane] = (signed char)q;
+    int lo = lane < 16 ? q : 0, hi = lane < 16 ? 0 : q;
+    for (int o = 16; o > 0; o >>= 1) {
+        lo += __shfl_xor_sync(0xffffffffu, lo, o);
+        hi += __shfl_xor_sync(0xffffffffu, hi, o);
+    }
+    if (lane == 0) meta[g] = make_uint2(__float_as_uint(d), ((u32)lo & 0xffffu) | ((u32)hi << 16));
 }
 extern "C" __global__ void quantize_x8(const float* x, signed char* xq, uint2* meta, u64 groups, int kperm,
                                        const float* nw, u32 k, float* ss, const float* up, int act) {
@@ -579,60 +577,58 @@ GEMVQ_ALL(q6_k, T_Q6_K)
 // for each sub-block s its values 4i..4i+3 and 16+4i..16+4i+3.
 __device__ __forceinline__ void quantize_sb(u64 g, u32 lane, const float* x, signed char* xq, u32* meta,
                                             const float* nw, u32 k, float* ss, const float* up, int act) {
-    {
-        const u64 src = 256 * g + 8 * lane;  // values 8 lane .. + 7 of the super-block
-        const float4 a = *(const float4*)(x + src), b = *(const float4*)(x + src + 4);
-        float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        if (up) {
-            const float4 ua = *(const float4*)(up + src), ub = *(const float4*)(up + src + 4);
-            const float u[8] = {ua.x, ua.y, ua.z, ua.w, ub.x, ub.y, ub.z, ub.w};
+    const u64 src = 256 * g + 8 * lane;  // values 8 lane .. + 7 of the super-block
+    const float4 a = *(const float4*)(x + src), b = *(const float4*)(x + src + 4);
+    float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    if (up) {
+        const float4 ua = *(const float4*)(up + src), ub = *(const float4*)(up + src + 4);
+        const float u[8] = {ua.x, ua.y, ua.z, ua.w, ub.x, ub.y, ub.z, ub.w};
 #pragma unroll
-            for (int e = 0; e < 8; e++) v[e] = act_fn(v[e], act) * u[e];
-        }
-        if (nw) {
-            float sq = 0.f;
-#pragma unroll
-            for (int e = 0; e < 8; e++) sq += v[e] * v[e];
-            sq = warp_sum(sq);
-            if (lane == 0) ss[g] = sq;
-            const float* wr = nw + src % k;
-#pragma unroll
-            for (int e = 0; e < 8; e++) v[e] *= wr[e];
-        }
-        float sub = 0.f;
-#pragma unroll
-        for (int e = 0; e < 8; e++) sub = fmaxf(sub, fabsf(v[e]));
-        sub = fmaxf(sub, __shfl_xor_sync(0xffffffffu, sub, 1));
-        sub = fmaxf(sub, __shfl_xor_sync(0xffffffffu, sub, 2));
-        float amax = sub;
-        for (int o = 4; o < 32; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        // Coarsest first: t = 3 - (doublings of the sub-block's largest that stay within amax).
-        int t = 3;
-        while (t > 0 && sub * (float)(16 >> t) <= amax) t--;
-        const float inv = 8.f / (amax / 127.f * (float)(1 << t));
-        u32 lo = 0, hi = 0;
-        int sum = 0;
-#pragma unroll
-        for (int e = 0; e < 8; e++) {
-            // (Clamped: a subnormal amax makes the step zero.)
-            const int q = amax > 0.f ? max(-127, min(127, __float2int_rn(v[e] * inv))) : 0;
-            sum += q;
-            if (e < 4) lo |= ((u32)q & 0xffu) << (8 * e);
-            else hi |= ((u32)q & 0xffu) << (8 * (e - 4));
-        }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        const u32 s = lane >> 2, h = (lane & 3) >> 1, i = 2 * (lane & 1);
-        u32* dst = (u32*)(xq + 256 * g);
-        dst[16 * i + 2 * s + h] = lo;
-        dst[16 * (i + 1) + 2 * s + h] = hi;
-        u32* mg = meta + 8 * g;
-        if ((lane & 3) == 0) {
-            ((u8*)(mg + 1))[s] = (u8)t;
-            ((short*)(mg + 4))[s] = (short)(sum << t);
-        }
-        if (lane == 0) mg[0] = __float_as_uint(amax / 127.f / 8.f), mg[3] = 0;
+        for (int e = 0; e < 8; e++) v[e] = act_fn(v[e], act) * u[e];
     }
+    if (nw) {
+        float sq = 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) sq += v[e] * v[e];
+        sq = warp_sum(sq);
+        if (lane == 0) ss[g] = sq;
+        const float* wr = nw + src % k;
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] *= wr[e];
+    }
+    float sub = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) sub = fmaxf(sub, fabsf(v[e]));
+    sub = fmaxf(sub, __shfl_xor_sync(0xffffffffu, sub, 1));
+    sub = fmaxf(sub, __shfl_xor_sync(0xffffffffu, sub, 2));
+    float amax = sub;
+    for (int o = 4; o < 32; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    // Coarsest first: t = 3 - (doublings of the sub-block's largest that stay within amax).
+    int t = 3;
+    while (t > 0 && sub * (float)(16 >> t) <= amax) t--;
+    const float inv = 8.f / (amax / 127.f * (float)(1 << t));
+    u32 lo = 0, hi = 0;
+    int sum = 0;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        // (Clamped: a subnormal amax makes the step zero.)
+        const int q = amax > 0.f ? max(-127, min(127, __float2int_rn(v[e] * inv))) : 0;
+        sum += q;
+        if (e < 4) lo |= ((u32)q & 0xffu) << (8 * e);
+        else hi |= ((u32)q & 0xffu) << (8 * (e - 4));
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    const u32 s = lane >> 2, h = (lane & 3) >> 1, i = 2 * (lane & 1);
+    u32* dst = (u32*)(xq + 256 * g);
+    dst[16 * i + 2 * s + h] = lo;
+    dst[16 * (i + 1) + 2 * s + h] = hi;
+    u32* mg = meta + 8 * g;
+    if ((lane & 3) == 0) {
+        ((u8*)(mg + 1))[s] = (u8)t;
+        ((short*)(mg + 4))[s] = (short)(sum << t);
+    }
+    if (lane == 0) mg[0] = __float_as_uint(amax / 127.f / 8.f), mg[3] = 0;
 }
 extern "C" __global__ void quantize_x8_sb(const float* x, signed char* xq, u32* meta, u64 groups, const float* nw,
                                           u32 k, float* ss, const float* up, int act) {
