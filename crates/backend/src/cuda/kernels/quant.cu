@@ -290,13 +290,16 @@ __device__ __forceinline__ void quantize_group(u64 g, u32 lane, const float* x, 
                                                int act) {
     const u64 src = kperm ? (g >> 3) * 256 + 64 * ((g & 7) >> 1) + 32 * (lane >> 4) + 16 * (g & 1) + (lane & 15)
                           : 32 * g + lane;
+    // (The norm's weight is loaded with x: after the store to ss below it
+    // would wait a round trip of its own.)
+    const float wn = nw ? nw[src % k] : 1.f;
     float v = x[src];
     if (up) v = act_fn(v, act) * up[src];
     if (nw) {
         float sq = v * v;
         for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
         if (lane == 0) ss[g] = sq;
-        v *= nw[src % k];
+        v *= wn;
     }
     float amax = fabsf(v);
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
@@ -499,6 +502,13 @@ __device__ void gemv_q_body(u32 row, const u8* w0, const u8* w1, const u8* w2, f
     // 15% slower); there they are read at the end.
     float acc[N], base[N];
     start_values<N>(base, y, m, row, add && N == 1, lane);
+    // Likewise the norm's squares (k up to 4,096 here, the rest after).
+    float sq_early[4] = {0.f, 0.f, 0.f, 0.f};
+    if (N == 1 && ss) {
+#pragma unroll
+        for (u32 j = 0; j < 4; j++)
+            if (lane + 32 * j < chunks) sq_early[j] = ss[lane + 32 * j];
+    }
 #pragma unroll
     for (int n = 0; n < N; n++) acc[n] = 0.f;
     // (A pair of pieces per lane, sharing their head and scales, ran 7% slower
@@ -520,7 +530,9 @@ __device__ void gemv_q_body(u32 row, const u8* w0, const u8* w1, const u8* w2, f
         float s = warp_sum(acc[n]);
         if (ss) {
             float sq = 0.f;
-            for (u32 c = lane; c < chunks; c += 32) sq += ss[(u64)n * chunks + c];
+            u32 c = lane;
+            if (N == 1) sq = (sq_early[0] + sq_early[1]) + (sq_early[2] + sq_early[3]), c += 128;
+            for (; c < chunks; c += 32) sq += ss[(u64)n * chunks + c];
             s *= rsqrtf(warp_sum(sq) / k + eps);
         }
         if (lane == 0) y[(u64)n * m + row] = (N == 1 ? base[n] : add ? y[(u64)n * m + row] : 0.f) + s;
@@ -578,6 +590,9 @@ GEMVQ_ALL(q6_k, T_Q6_K)
 __device__ __forceinline__ void quantize_sb(u64 g, u32 lane, const float* x, signed char* xq, u32* meta,
                                             const float* nw, u32 k, float* ss, const float* up, int act) {
     const u64 src = 256 * g + 8 * lane;  // values 8 lane .. + 7 of the super-block
+    // (The norm's weights are loaded with x, as in `quantize_group`.)
+    float4 na = make_float4(1.f, 1.f, 1.f, 1.f), nb = na;
+    if (nw) na = *(const float4*)(nw + src % k), nb = *(const float4*)(nw + src % k + 4);
     const float4 a = *(const float4*)(x + src), b = *(const float4*)(x + src + 4);
     float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
     if (up) {
@@ -592,7 +607,7 @@ __device__ __forceinline__ void quantize_sb(u64 g, u32 lane, const float* x, sig
         for (int e = 0; e < 8; e++) sq += v[e] * v[e];
         sq = warp_sum(sq);
         if (lane == 0) ss[g] = sq;
-        const float* wr = nw + src % k;
+        const float wr[8] = {na.x, na.y, na.z, na.w, nb.x, nb.y, nb.z, nb.w};
 #pragma unroll
         for (int e = 0; e < 8; e++) v[e] *= wr[e];
     }
@@ -803,6 +818,21 @@ __device__ void gemv_q4k_body(u32 bx, const u8* w0, const u8* w1, const u8* w2, 
     Q4kW wa = q4k_fetch(tw, min(kw, nsb - 1), lane);
     Q4kW wb = q4k_fetch(tw, min(kw + nw, nsb - 1), lane);
     pdl_wait();
+    // At N = 1 the epilogue's loads (the norm's squares, the sums added to)
+    // go out now, their latency hidden under the loop's rather than added
+    // after it; their uses stay after the loop.
+    float sq_early[2] = {0.f, 0.f}, base_early[2] = {0.f, 0.f};
+    if (N == 1 && kw == 0) {
+        if (ss) {
+            if (lane < nsb) sq_early[0] = ss[lane];
+            if (lane + 32 < nsb) sq_early[1] = ss[lane + 32];
+        }
+        if (add && live && i == 0) {
+            const u32 r = 16 * tile + g;
+            if (r < m) base_early[0] = y[r];
+            if (r + 8 < m) base_early[1] = y[r + 8];
+        }
+    }
     const u32 nb = min(g, (u32)N - 1), n0 = min(2 * i, (u32)N - 1), n1 = min(2 * i + 1, (u32)N - 1);
     const signed char* xr = xq + (u64)nb * k + 64 * i;
     const uint4* mp0 = (const uint4*)(meta + (u64)n0 * nsb * 8);
@@ -841,7 +871,9 @@ __device__ void gemv_q4k_body(u32 bx, const u8* w0, const u8* w1, const u8* w2, 
 #pragma unroll
         for (u32 n = 0; n < (u32)N; n++) {
             float sq = 0.f;
-            for (u32 c = lane; c < nsb; c += 32) sq += ss[(u64)n * nsb + c];
+            u32 c = lane;
+            if (N == 1) sq = sq_early[0] + sq_early[1], c += 64;
+            for (; c < nsb; c += 32) sq += ss[(u64)n * nsb + c];
             const float v = rsqrtf(warp_sum(sq) / k + eps);
             if (n == n0) f[0] = v;
             if (n == n1) f[1] = v;
@@ -852,7 +884,7 @@ __device__ void gemv_q4k_body(u32 bx, const u8* w0, const u8* w1, const u8* w2, 
         const u32 row = 16 * tile + g + 8 * (q >> 1), n = 2 * i + (q & 1);
         if (row < m && n < (u32)N) {
             float* p = y + (u64)n * m + row;
-            *p = (add ? *p : 0.f) + acc[q] * f[q & 1];
+            *p = (add ? (N == 1 ? base_early[q >> 1] : *p) : 0.f) + acc[q] * f[q & 1];
         }
     }
 }
