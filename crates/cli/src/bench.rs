@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use clap::Args;
 use ferrite_backend::cuda::profile::{self, Profile};
+use ferrite_backend::cuda::trace;
 use ferrite_core::Result;
 use ferrite_engine::{Logits, Runner, Sequence};
 use ferrite_models::{LmConfig, RowSampling};
@@ -89,6 +90,7 @@ fn decode(r: &mut Runner, a: &BenchArgs, n: usize, seed: u64) -> Result<f64> {
         run_all(r, &mut s, a.prefill_chunk)?;
         // The context's prefill is not part of the decode profile.
         let _ = profile::take();
+        let _ = trace::take();
         let vocab = r.config().vocab_size;
         let next = tokens(n, vocab, seed + 7);
         let t = Instant::now();
@@ -188,6 +190,8 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
     // FERRITE_PROFILE=1 on a GPU: GPU time per op, prefill and decode apart.
     let (mut pp_prof, mut tg_prof) = (Profile::default(), Profile::default());
     let _ = profile::take();
+    // FERRITE_CUDA_TRACE=1: the last repetition's decode timeline.
+    let mut tg_trace = None;
     for rep in 0..reps {
         if a.prompt_tokens > 0 {
             pp.push(prefill(&mut l.runner, &a, rep as u64 + 1)?);
@@ -196,10 +200,14 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
         if a.gen_tokens > 0 {
             tg.push(decode(&mut l.runner, &a, a.gen_tokens, rep as u64 + 101)?);
             profile::take().inspect(|p| tg_prof.merge(p));
+            tg_trace = trace::take().or(tg_trace);
         }
     }
     if profile::enabled() {
         eprintln!("prefill, all repetitions:\n{}\ndecode, all repetitions:\n{}", pp_prof.table(), tg_prof.table());
+    }
+    if let Some(t) = tg_trace {
+        eprintln!("decode, last repetition: {t}");
     }
     let threads = rayon::current_num_threads();
     let cfg = l.runner.config().clone();

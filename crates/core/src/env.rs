@@ -3,7 +3,7 @@
 //! other fixtures or make it strict (`FERRITE_REQUIRE_NVRTC`), switch on
 //! debugging output (`FERRITE_PROFILE`), or opt into llama.cpp's 8-bit CPU
 //! activations (`FERRITE_CPU_ACTIVATIONS`), or tune the CUDA kernels
-//! (`FERRITE_CUDA_PDL`, `FERRITE_CUDA_PREFETCH`, `FERRITE_CUDA_ROWS_MMA`,
+//! (`FERRITE_CUDA_PDL`, `FERRITE_CUDA_PREFETCH`, `FERRITE_CUDA_TRACE`, `FERRITE_CUDA_GRAPH_POOL`, `FERRITE_CUDA_ROWS_MMA`,
 //! `FERRITE_CUDA_HALF_ONLY`, `FERRITE_CUDA_GEMM_TUNE`, `FERRITE_CUDA_GLU_X8`); models and kernels never read the environment
 //! themselves.
 
@@ -55,6 +55,21 @@ pub fn require_nvrtc() -> bool {
 /// finish before they start (no programmatic dependent launch).
 pub fn cuda_pdl() -> bool {
     on_unless_zero("FERRITE_CUDA_PDL")
+}
+
+/// `FERRITE_CUDA_TRACE=1`: CUDA kernels are built to record when each one
+/// was released to run (cuda/trace.rs) and `ferrite bench` prints the
+/// decode steps' timeline kernel by kernel; for finding where time goes.
+pub fn cuda_trace() -> bool {
+    var("FERRITE_CUDA_TRACE").is_some_and(|v| v == "1")
+}
+
+/// `FERRITE_CUDA_GRAPH_POOL=1`: captured decode steps of up to 16 rows take
+/// their memory from a pool of their own instead of the stream-ordered pool,
+/// whose nodes in the graph keep each kernel from starting before the one
+/// before it ends (cuda/capture_alloc.rs); not yet measured, so off.
+pub fn cuda_graph_pool() -> bool {
+    var("FERRITE_CUDA_GRAPH_POOL").is_some_and(|v| v == "1")
 }
 
 /// `FERRITE_CUDA_ROWS_MMA=0`: attention rows (decode) on CUDA cores even

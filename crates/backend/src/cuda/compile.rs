@@ -30,7 +30,11 @@ pub fn nvrtc_available() -> bool {
 }
 
 fn options(arch: &str) -> Vec<String> {
-    vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()]
+    let mut o = vec![format!("--gpu-architecture={arch}"), "--std=c++17".into()];
+    if ferrite_core::env::cuda_trace() {
+        o.push("-DFERRITE_TRACE".into());
+    }
+    o
 }
 
 /// FNV-1a over everything that decides the machine code.

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use cudarc::cublas::CudaBlas;
-use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream, LaunchConfig};
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DeviceRepr, DriverError, LaunchConfig};
 use cudarc::nvrtc::Ptx;
 use ferrite_core::{Error, Result};
 
@@ -49,6 +49,8 @@ pub struct Device {
     pub name: String,
     pub arch: String,
     funcs: HashMap<String, CudaFunction>,
+    /// Where `alloc` takes memory while a decode step is captured.
+    pub(super) capture: super::capture_alloc::CaptureAlloc,
     /// Launch the kernels that wait for their input (`launch_pdl`) with
     /// programmatic dependent launch (sm_90 and later).
     pub(super) pdl: bool,
@@ -250,6 +252,7 @@ impl Device {
             let cubin =
                 compile::cached(opts.kernel_cache.as_deref(), module, src, &arch, driver).map_err(Error::Device)?;
             let m = ctx.load_module(Ptx::from_binary(cubin)).map_err(|e| device_err("loading kernels", e))?;
+            super::trace::watch(&m, &stream);
             for f in functions(module) {
                 let func = m.load_function(&f).map_err(|e| device_err(&f, e))?;
                 funcs.insert(f, func);
@@ -264,6 +267,7 @@ impl Device {
                 .set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
                 .map_err(|e| device_err("kernel shared memory", e))?;
         }
+        let side = ctx.new_stream().map_err(|e| device_err("creating a stream", e))?;
         let split_done = stream.alloc_zeros::<u32>(super::kv::SPLIT_BLOCKS).map_err(|e| device_err("alloc", e))?;
         let sample_done = stream.alloc_zeros::<u32>(SAMPLE_ROWS).map_err(|e| device_err("alloc", e))?;
         Ok(Device {
@@ -288,7 +292,20 @@ impl Device {
             q4k_warps: ferrite_core::env::cuda_q4k_warps().unwrap_or(0),
             arch,
             funcs,
+            capture: super::capture_alloc::CaptureAlloc::new(side),
         })
+    }
+
+    /// `len` values of uninitialized memory for an op, ordered on the
+    /// stream; while a decode step is captured, from its graph's own pool
+    /// (capture_alloc.rs).
+    ///
+    /// SAFETY: as `CudaStream::alloc`: the caller writes before it reads.
+    pub unsafe fn alloc<T: DeviceRepr>(&self, len: usize) -> std::result::Result<CudaSlice<T>, DriverError> {
+        match self.capture.alloc::<T>(len) {
+            Some(r) => r,
+            None => self.stream.alloc::<T>(len),
+        }
     }
 
     pub fn func(&self, name: &str) -> &CudaFunction {

@@ -236,9 +236,9 @@ fn alloc_x8(dev: &Device, len: usize, order: usize, squares: bool) -> Result<X8>
     let alloc = |e| device_err("alloc x8", e);
     // SAFETY: all are fully written by the kernel (k % 32 == 0 for blocks,
     // k % 256 == 0 for k-quants; super-blocks take as much as their groups).
-    let xq = unsafe { dev.stream.alloc::<u8>(len.max(1)) }.map_err(alloc)?;
-    let meta = unsafe { dev.stream.alloc::<u32>(2 * (len / 32).max(1)) }.map_err(alloc)?;
-    let squares = squares.then(|| unsafe { dev.stream.alloc::<f32>((len / 32).max(1)) }).transpose().map_err(alloc)?;
+    let xq = unsafe { dev.alloc::<u8>(len.max(1)) }.map_err(alloc)?;
+    let meta = unsafe { dev.alloc::<u32>(2 * (len / 32).max(1)) }.map_err(alloc)?;
+    let squares = squares.then(|| unsafe { dev.alloc::<f32>((len / 32).max(1)) }).transpose().map_err(alloc)?;
     Ok(X8 { xq, meta, squares, group })
 }
 

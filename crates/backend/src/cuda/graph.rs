@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use cudarc::driver::{sys, CudaGraph, CudaSlice, CudaView, DevicePtr};
 use ferrite_core::{Error, Result};
 
+use super::capture_alloc::{new_pool, Pool};
 use super::device::{device_err, Device};
 use super::encode_graph::{self, EncodeInputs};
 use super::kv::paged_meta;
@@ -32,6 +33,12 @@ use crate::{DecodeStep, EncodeStep};
 
 /// Batches of more rows than this always run eagerly.
 pub const MAX_GRAPH_ROWS: usize = 256;
+
+/// Decode steps of up to this many rows take their memory from a pool of
+/// their own while captured, so that their kernels start early
+/// (capture_alloc.rs); the pool keeps the step's peak, which grows with
+/// the rows.
+const OWN_POOL_ROWS: usize = 16;
 
 /// Device words an op reads: an uploaded array, or a part of a graph's step
 /// inputs.
@@ -168,6 +175,9 @@ struct Captured {
     inputs: Inputs,
     /// The logits: a graph allocation, freed after each replay.
     out: (sys::CUdeviceptr, usize, usize),
+    /// Or, captured from a pool of the graph's own, the logits' buffer,
+    /// which stays the graph's.
+    own_out: Option<CudaTensor>,
     limits: Limits,
 }
 
@@ -187,6 +197,20 @@ pub struct Graphs {
     encoders: Mutex<HashMap<(usize, usize, u32), Size>>,
     /// Set while a step is captured: the ops read their inputs from here.
     capturing: Mutex<Option<(Inputs, Limits)>>,
+    /// Decode steps' own memory pools, by rows (kept for recaptures; the
+    /// last field, dropped after the graphs that use them).
+    pools: Box<Mutex<Pools>>,
+}
+
+/// Memory pools, destroyed with the map (the driver releases a pool's
+/// memory once nothing allocated from it is still held).
+#[derive(Default)]
+struct Pools(HashMap<usize, Pool>);
+
+impl Drop for Pools {
+    fn drop(&mut self) {
+        self.0.values().for_each(|p| p.destroy());
+    }
 }
 
 impl Graphs {
@@ -274,7 +298,7 @@ impl Graphs {
                 }
                 write_words(dev, c.inputs.buf(), &words)?;
                 c.graph.0.launch().map_err(|e| device_err("replaying an encoder pass", e))?;
-                return take_output(dev, c.out);
+                return take_output(dev, c);
             }
             // This batch's arrays would not tell the fields apart: capture a later one.
             Some(Size::Warm) if !encode_graph::distinct(&fields) => {
@@ -320,7 +344,7 @@ impl Graphs {
                 check(step, &c.limits)?;
                 write_words(dev, c.inputs.buf(), &words)?;
                 c.graph.0.launch().map_err(|e| device_err("replaying a decode step", e))?;
-                return take_output(dev, c.out);
+                return take_output(dev, c);
             }
             // Warm, or the block tables outgrew the buffer: (re)capture.
             Some(_) => {}
@@ -341,10 +365,28 @@ impl Graphs {
         inputs: Inputs,
         forward: &mut dyn FnMut() -> Result<CudaTensor>,
     ) -> Result<(Captured, CudaTensor)> {
+        let pool = match &inputs {
+            Inputs::Decode(s) if s.n <= OWN_POOL_ROWS && dev.pdl && ferrite_core::env::cuda_graph_pool() => {
+                let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+                Some(match pools.0.get(&s.n) {
+                    Some(&p) => p,
+                    None => *pools.0.entry(s.n).or_insert(new_pool(dev)?),
+                })
+            }
+            _ => None,
+        };
         *self.capturing.lock().unwrap_or_else(|p| p.into_inner()) = Some((inputs.clone(), Limits::default()));
-        let mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL;
+        // The pool's allocations run on a side stream while this one
+        // captures, which the thread-local mode refuses
+        // (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, measured).
+        let mode = match pool {
+            Some(_) => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED,
+            None => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+        };
         let begun = dev.stream.begin_capture(mode).map_err(|e| device_err("starting a graph capture", e));
+        dev.capture.set(pool);
         let result = begun.and_then(|_| forward());
+        dev.capture.set(None);
         let limits = self.capturing.lock().unwrap_or_else(|p| p.into_inner()).take().map(|c| c.1).unwrap_or_default();
         // Capture must end whatever happened, or the stream stays unusable.
         let ended = dev.stream.end_capture(sys::CUgraphInstantiate_flags(0));
@@ -357,8 +399,8 @@ impl Graphs {
         let out = (ptr, logits.rows, logits.cols);
         // The captured tensor is the graph's allocation: hand back a copy, as replays do.
         let copy = copy_tensor(dev, &logits)?;
-        drop(logits);
-        Ok((Captured { graph: Graph(graph), inputs, out, limits }, copy))
+        let own_out = pool.map(|_| logits);
+        Ok((Captured { graph: Graph(graph), inputs, out, own_out, limits }, copy))
     }
 }
 
@@ -413,8 +455,13 @@ fn write_words(dev: &Device, buf: &CudaSlice<u32>, words: &[u32]) -> Result<()> 
 }
 
 /// The logits of a replay, copied out of the graph's allocation, which is
-/// then freed so that the graph may run again.
-fn take_output(dev: &Device, (ptr, rows, cols): (sys::CUdeviceptr, usize, usize)) -> Result<CudaTensor> {
+/// then freed so that the graph may run again (or out of the buffer of a
+/// graph with its own pool, which stays).
+fn take_output(dev: &Device, c: &Captured) -> Result<CudaTensor> {
+    if let Some(t) = &c.own_out {
+        return copy_tensor(dev, t);
+    }
+    let (ptr, rows, cols) = c.out;
     // SAFETY: the graph allocated `rows * cols` f32 at `ptr` in this launch;
     // dropping the slice frees it, as a graph allocation must be before relaunch.
     let graph_out = unsafe { dev.stream.upgrade_device_ptr::<f32>(ptr, (rows * cols).max(1)) };

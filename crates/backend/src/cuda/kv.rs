@@ -366,7 +366,7 @@ pub fn launch_attention(
 ) -> Result<CudaTensor> {
     if a.q.rows == 0 {
         // SAFETY: nothing is read from an empty tensor.
-        let out = unsafe { dev.stream.alloc::<f32>(1) }.map_err(|e| device_err("alloc", e))?;
+        let out = unsafe { dev.alloc::<f32>(1) }.map_err(|e| device_err("alloc", e))?;
         return Ok(CudaTensor::new(out, 0, a.q.cols));
     }
     let w = upload_words(dev, cache, &mut a, p)?;
@@ -427,7 +427,7 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, half
         let cfg = LaunchConfig { grid_dim: (n_rows as u32, nkv, nsplit), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
         // SAFETY: with splits, every partial is written before the last split reads it.
         let mut part =
-            unsafe { s.alloc::<f32>(if nsplit > 1 { n_rows * p.n_heads * nsplit as usize * (hd + 2) } else { 1 }) }
+            unsafe { dev.alloc::<f32>(if nsplit > 1 { n_rows * p.n_heads * nsplit as usize * (hd + 2) } else { 1 }) }
                 .map_err(|e| device_err("alloc", e))?;
         // With splits, the last of each (row, KV head)'s blocks merges them,
         // counting in the device's `split_done` (zero between launches).

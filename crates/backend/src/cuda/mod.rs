@@ -3,6 +3,7 @@
 //! NVRTC for the device at first use. The same op set as the CPU backend,
 //! checked against it op by op (`ferrite gpu-check`).
 
+mod capture_alloc;
 mod ceilings;
 mod compile;
 mod device;
@@ -14,6 +15,7 @@ mod launch;
 mod lt;
 pub mod profile;
 mod tensor;
+pub mod trace;
 mod weight;
 
 pub use ceilings::Ceilings;
@@ -135,7 +137,7 @@ impl CudaBackend {
 
     fn alloc(&self, n: usize) -> Result<CudaSlice<f32>> {
         // SAFETY: callers write every element before it is read.
-        unsafe { self.dev.stream.alloc::<f32>(n.max(1)) }.map_err(|e| device_err("alloc", e))
+        unsafe { self.dev.alloc::<f32>(n.max(1)) }.map_err(|e| device_err("alloc", e))
     }
 
     fn tensor(&self, buf: CudaSlice<f32>, rows: usize, cols: usize) -> CudaTensor {
@@ -227,7 +229,7 @@ impl CudaBackend {
     fn alloc_half(&self, rows: usize, cols: usize) -> Result<HalfCopy> {
         let Some(st) = self.half_acts().filter(|_| weight::gemm_rows(&self.dev, rows)) else { return Ok(None) };
         // SAFETY: the op that asked writes every element.
-        let buf = unsafe { self.dev.stream.alloc::<u16>((rows * cols).max(1)) }.map_err(|e| device_err("alloc", e))?;
+        let buf = unsafe { self.dev.alloc::<u16>((rows * cols).max(1)) }.map_err(|e| device_err("alloc", e))?;
         Ok(Some((st, buf)))
     }
 
@@ -720,7 +722,7 @@ impl Backend for CudaBackend {
         let params = self.dev.stream.clone_htod(&params).map_err(|e| device_err("upload", e))?;
         let edits = self.dev.stream.clone_htod(&edits).map_err(|e| device_err("upload", e))?;
         // SAFETY: every row's thread 0 writes both of its words.
-        let mut out = unsafe { self.dev.stream.alloc::<u32>(2 * rows.len()) }.map_err(|e| device_err("alloc", e))?;
+        let mut out = unsafe { self.dev.alloc::<u32>(2 * rows.len()) }.map_err(|e| device_err("alloc", e))?;
         let vocab = logits.cols as u32;
         // Greedy rows: shares of at least 1,024 tokens, at most 32 a row
         // (kernels/sample.cu); not with --deterministic, whose rows keep one
@@ -729,7 +731,7 @@ impl Backend for CudaBackend {
         let greedy = rows.iter().all(|r| !(r.temperature > 0.0 && (1.0 / r.temperature).is_finite()));
         if greedy && shares > 1 && rows.len() <= device::SAMPLE_ROWS && !self.dev.deterministic {
             // SAFETY: every share's block writes its 4 words before the row's last reads them.
-            let mut part = unsafe { self.dev.stream.alloc::<f32>(4 * rows.len() * shares as usize) }
+            let mut part = unsafe { self.dev.alloc::<f32>(4 * rows.len() * shares as usize) }
                 .map_err(|e| device_err("alloc", e))?;
             let cfg =
                 LaunchConfig { grid_dim: (rows.len() as u32, shares, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };

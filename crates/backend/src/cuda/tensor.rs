@@ -55,7 +55,7 @@ impl CudaTensor {
         let n = self.rows * self.cols;
         let _span = super::profile::span(&dev.stream, "16-bit copy to f32");
         // SAFETY: fully written by the conversion.
-        let mut b = unsafe { dev.stream.alloc::<f32>(n.max(1)) }.map_err(|e| device_err("alloc", e))?;
+        let mut b = unsafe { dev.alloc::<f32>(n.max(1)) }.map_err(|e| device_err("alloc", e))?;
         let bf16 = (*st == Storage::Bf16) as i32;
         dev.launch("from_half").arg(h).arg(&mut b).arg(n as u64).arg(bf16).run(elementwise(n))?;
         // (Set here unless set meanwhile: `&self` is not shared across streams.)
@@ -103,7 +103,7 @@ pub(super) fn f32_output(
         return Ok((None, 0));
     }
     // SAFETY: the op writes every element.
-    let mut out = unsafe { dev.stream.alloc::<f32>(n.max(1)) }.map_err(|e| device_err("alloc", e))?;
+    let mut out = unsafe { dev.alloc::<f32>(n.max(1)) }.map_err(|e| device_err("alloc", e))?;
     let ptr = out.device_ptr_mut(&dev.stream).0;
     Ok((Some(out), ptr))
 }

@@ -142,7 +142,7 @@ pub fn matmul(dev: &Device, x: &CudaTensor, w: &CudaWeight) -> Result<CudaTensor
 
 pub(super) fn alloc_out(dev: &Device, n: usize, m: usize) -> Result<CudaSlice<f32>> {
     // SAFETY: every element is written by the GEMM or GEMV that follows.
-    unsafe { dev.stream.alloc::<f32>((n * m).max(1)) }.map_err(|e| device_err("alloc", e))
+    unsafe { dev.alloc::<f32>((n * m).max(1)) }.map_err(|e| device_err("alloc", e))
 }
 
 fn check_cols(x: &CudaTensor, w: &CudaWeight) -> Result<()> {
@@ -268,7 +268,7 @@ fn to_half(dev: &Device, x: &CudaTensor, st: Storage) -> Result<CudaSlice<u16>> 
     let _span = super::profile::span(&dev.stream, "  input to 16 bits");
     let len = x.rows * x.cols;
     // SAFETY: fully written by the conversion kernel.
-    let mut h = unsafe { dev.stream.alloc::<u16>(len.max(1)) }.map_err(|e| device_err("alloc", e))?;
+    let mut h = unsafe { dev.alloc::<u16>(len.max(1)) }.map_err(|e| device_err("alloc", e))?;
     let f = if st == Storage::Bf16 { "to_bf16" } else { "to_f16" };
     let len64 = len as u64;
     dev.launch(f).arg(x.f32(dev)?).arg(&mut h).arg(len64).run(elementwise(len))?;
@@ -323,7 +323,7 @@ pub fn gemm_bf16_out(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight]) -> Result
     for w in ws {
         check_cols(x, w)?;
         // SAFETY: fully written by the GEMM.
-        let mut y = unsafe { dev.stream.alloc::<u16>((n * w.rows).max(1)) }.map_err(|e| device_err("alloc", e))?;
+        let mut y = unsafe { dev.alloc::<u16>((n * w.rows).max(1)) }.map_err(|e| device_err("alloc", e))?;
         if gemm(dev, x, Some(half_x.get()), w, GemmOut::Bf16(&mut y), None, false).is_err() {
             return Ok(None);
         }
@@ -351,7 +351,7 @@ pub fn gemm_gate_up(
     let mut out = Vec::with_capacity(2);
     for w in [gate, up] {
         // SAFETY: fully written by the GEMM.
-        let mut y = unsafe { dev.stream.alloc::<u16>(n * m) }.map_err(|e| device_err("alloc", e))?;
+        let mut y = unsafe { dev.alloc::<u16>(n * m) }.map_err(|e| device_err("alloc", e))?;
         // No algorithm for bf16 outputs (the batch-invariant mode pins one per
         // shape): the f32 path instead, which reports a real failure again.
         if gemm(dev, x, Some(half_x.get()), w, GemmOut::Bf16(&mut y), None, false).is_err() {
@@ -401,7 +401,7 @@ fn gemm_quant(
     let s = &dev.stream;
     let tile_rows = (DEQUANT_TILE / k).clamp(1, m.min(DEQUANT_ROWS));
     // SAFETY: each tile is fully written by `dequant_f16` before the GEMM reads it.
-    let mut tile = unsafe { s.alloc::<u16>(tile_rows * k) }.map_err(|e| device_err("alloc", e))?;
+    let mut tile = unsafe { dev.alloc::<u16>(tile_rows * k) }.map_err(|e| device_err("alloc", e))?;
     let row_bytes = w.row_bytes();
     let (code, k32) = (w.storage.code(), k as u32);
     for r0 in (0..m).step_by(tile_rows) {

@@ -90,11 +90,46 @@ __device__ __forceinline__ void start_values(float (&base)[N], const float* y, u
 // first). `pdl_trigger()` lets the next such kernel start; a kernel that never
 // calls it triggers when it exits. Both are no-ops without the launch
 // attribute and before sm_90.
-__device__ __forceinline__ void pdl_wait() {
+//
+// With FERRITE_TRACE defined (`FERRITE_CUDA_TRACE=1`, cuda/trace.rs) the
+// first thread of every kernel's first block records, as it leaves the
+// wait, when it arrived there, when it left (the kernel before ended) and
+// the name of the function that waited: the decode graph's timeline, in
+// which each kernel's time is from its release to the next one's.
+#ifdef FERRITE_TRACE
+#define TRACE_RECORDS 32768
+__device__ unsigned long long ferrite_trace[4 * TRACE_RECORDS];
+__device__ unsigned int ferrite_trace_n;
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+#endif
+__device__ __forceinline__ void pdl_wait_at(const char* who) {
+#ifdef FERRITE_TRACE
+    const bool first = (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0;
+    const unsigned long long arrived = first ? global_ns() : 0;
+#endif
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+#ifdef FERRITE_TRACE
+    if (first) {
+        const unsigned long long left = global_ns();
+        const unsigned int i = atomicAdd(&ferrite_trace_n, 1u);
+        if (i < TRACE_RECORDS) {
+            unsigned long long name[2] = {0, 0};
+            for (int j = 0; j < 16 && who[j]; j++) name[j / 8] |= (unsigned long long)(unsigned char)who[j] << (8 * (j % 8));
+            unsigned long long* r = ferrite_trace + 4 * i;
+            r[0] = arrived, r[1] = left, r[2] = name[0], r[3] = name[1];
+        }
+    }
+#else
+    (void)who;
+#endif
 }
+#define pdl_wait() pdl_wait_at(__func__)
 __device__ __forceinline__ void pdl_trigger() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

@@ -1,0 +1,99 @@
+//! Memory for a decode step captured as a graph, without memory nodes in it.
+//!
+//! Our ops allocate their outputs and temporaries from the stream-ordered
+//! pool. Captured, each allocation and free becomes a graph node between
+//! two kernels, and a kernel after such a node starts only when the kernel
+//! before it has ended: the edge from a kernel to a kernel is what lets it
+//! start early (programmatic dependent launch, launch.rs). `FERRITE_CUDA_TRACE`
+//! showed no kernel of a decode step starting early, and a test on the H200
+//! showed an allocation between two kernels in a graph turning a start 9.7 us
+//! before the first kernel's end into one 0.7 us after it.
+//!
+//! So while a decode step is captured, `Device::alloc` takes memory from the
+//! graph's own pool through a side stream that is not capturing: the
+//! allocations and frees happen then and there, in the order the graph will
+//! run (a buffer freed early in the step is reused later in it, as the
+//! stream-ordered pool would), and nothing else ever allocates from that pool,
+//! so the graph's buffers stay its own for as long as it lives. (Off unless
+//! `FERRITE_CUDA_GRAPH_POOL=1` until measured: the first attempt, under the
+//! thread-local capture mode, had its side-stream allocations refused; the
+//! capture now runs in the relaxed mode when it uses a pool.)
+
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{sys, CudaSlice, CudaStream, DeviceRepr, DriverError};
+use ferrite_core::Result;
+
+use super::device::{device_err, Device};
+
+/// A memory pool of the device (a driver handle, used under the graph map's
+/// lock or the capture's).
+#[derive(Clone, Copy)]
+pub struct Pool(sys::CUmemoryPool);
+// SAFETY: a handle; the driver serializes its uses.
+unsafe impl Send for Pool {}
+unsafe impl Sync for Pool {}
+
+impl Pool {
+    /// Gives the pool back (the driver waits for what is still allocated
+    /// from it to be freed).
+    pub fn destroy(self) {
+        // SAFETY: a pool created by `new_pool`, destroyed once by its owner.
+        let _ = unsafe { sys::cuMemPoolDestroy(self.0) };
+    }
+}
+
+/// The side stream and, while a step is captured, the pool to allocate from.
+pub struct CaptureAlloc {
+    side: Arc<CudaStream>,
+    pool: Mutex<Option<Pool>>,
+}
+
+impl CaptureAlloc {
+    pub fn new(side: Arc<CudaStream>) -> CaptureAlloc {
+        CaptureAlloc { side, pool: Mutex::new(None) }
+    }
+
+    /// `len` values from the capture's pool, if one is set.
+    ///
+    /// SAFETY: as `CudaStream::alloc`: uninitialized memory.
+    pub unsafe fn alloc<T: DeviceRepr>(&self, len: usize) -> Option<std::result::Result<CudaSlice<T>, DriverError>> {
+        let pool = (*self.pool.lock().unwrap_or_else(|e| e.into_inner()))?;
+        let mut ptr = 0;
+        let bytes = (len * std::mem::size_of::<T>()).max(1);
+        if let Err(e) = sys::cuMemAllocFromPoolAsync(&mut ptr, bytes, pool.0, self.side.cu_stream()).result() {
+            return Some(Err(e));
+        }
+        // Freed on the side stream too, back into this pool.
+        Some(Ok(self.side.upgrade_device_ptr::<T>(ptr, len)))
+    }
+
+    /// Allocations come from `pool` (`None`: from the stream-ordered pool again).
+    pub fn set(&self, pool: Option<Pool>) {
+        *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = pool;
+    }
+}
+
+/// A new pool of device memory that keeps what it holds.
+pub fn new_pool(dev: &Device) -> Result<Pool> {
+    // SAFETY: all-zero properties, then the fields a device pool needs.
+    let mut props: sys::CUmemPoolProps = unsafe { std::mem::zeroed() };
+    props.allocType = sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.handleTypes = sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE;
+    props.location.type_ = sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+    props.location.id = dev.ctx.ordinal() as i32;
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: valid properties; the handle is written by the call.
+    unsafe { sys::cuMemPoolCreate(&mut pool, &props) }.result().map_err(|e| device_err("graph memory pool", e))?;
+    let mut max = u64::MAX;
+    // SAFETY: a live pool; the attribute takes a u64.
+    unsafe {
+        cudarc::driver::result::mem_pool::set_attribute(
+            pool,
+            sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+            &mut max as *mut u64 as *mut std::ffi::c_void,
+        )
+    }
+    .map_err(|e| device_err("graph memory pool", e))?;
+    Ok(Pool(pool))
+}
