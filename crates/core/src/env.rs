@@ -64,7 +64,7 @@ pub fn cuda_trace() -> bool {
     var("FERRITE_CUDA_TRACE").is_some_and(|v| v == "1")
 }
 
-/// `FERRITE_CUDA_GRAPH_POOL=1`: captured decode steps of up to 16 rows take
+/// `FERRITE_CUDA_GRAPH_POOL=1`: captured decode steps of up to 8 rows take
 /// their memory from a pool of their own instead of the stream-ordered pool,
 /// whose nodes in the graph keep each kernel from starting before the one
 /// before it ends (cuda/capture_alloc.rs); not yet measured, so off.

@@ -14,7 +14,8 @@
 //! allocations and frees happen then and there, in the order the graph will
 //! run (a buffer freed early in the step is reused later in it, as the
 //! stream-ordered pool would), and nothing else ever allocates from that pool,
-//! so the graph's buffers stay its own for as long as it lives. (Off unless
+//! so the graph's buffers stay its own for as long as it lives (nothing
+//! trims the pool: the memory it holds is what the graphs run on). (Off unless
 //! `FERRITE_CUDA_GRAPH_POOL=1` until measured: the first attempt, under the
 //! thread-local capture mode, had its side-stream allocations refused; the
 //! capture now runs in the relaxed mode when it uses a pool.)
@@ -68,9 +69,20 @@ impl CaptureAlloc {
         Some(Ok(self.side.upgrade_device_ptr::<T>(ptr, len)))
     }
 
-    /// Allocations come from `pool` (`None`: from the stream-ordered pool again).
-    pub fn set(&self, pool: Option<Pool>) {
+    /// Allocations come from `pool` until the guard drops (`None`: from
+    /// the stream-ordered pool).
+    pub fn from(&self, pool: Option<Pool>) -> FromPool<'_> {
         *self.pool.lock().unwrap_or_else(|e| e.into_inner()) = pool;
+        FromPool(self)
+    }
+}
+
+/// Allocations from a capture's pool until dropped.
+pub struct FromPool<'a>(&'a CaptureAlloc);
+
+impl Drop for FromPool<'_> {
+    fn drop(&mut self) {
+        *self.0.pool.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 }
 

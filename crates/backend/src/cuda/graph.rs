@@ -34,11 +34,10 @@ use crate::{DecodeStep, EncodeStep};
 /// Batches of more rows than this always run eagerly.
 pub const MAX_GRAPH_ROWS: usize = 256;
 
-/// Decode steps of up to this many rows take their memory from a pool of
-/// their own while captured, so that their kernels start early
-/// (capture_alloc.rs); the pool keeps the step's peak, which grows with
-/// the rows.
-const OWN_POOL_ROWS: usize = 16;
+/// Decode steps of up to this many rows (the GEMV kernels' batches) take
+/// their memory from a pool of their own while captured, so that their
+/// kernels start early (capture_alloc.rs).
+const OWN_POOL_ROWS: usize = 8;
 
 /// Device words an op reads: an uploaded array, or a part of a graph's step
 /// inputs.
@@ -197,19 +196,21 @@ pub struct Graphs {
     encoders: Mutex<HashMap<(usize, usize, u32), Size>>,
     /// Set while a step is captured: the ops read their inputs from here.
     capturing: Mutex<Option<(Inputs, Limits)>>,
-    /// Decode steps' own memory pools, by rows (kept for recaptures; the
-    /// last field, dropped after the graphs that use them).
-    pools: Box<Mutex<Pools>>,
+    /// The decode steps' own memory pool (kept for recaptures; the last
+    /// field, dropped after the graphs that use it). One for every batch
+    /// size: their graphs replay one at a time on the device's stream, and
+    /// what must outlive a replay, the logits, stays allocated.
+    pool: Box<Mutex<Option<OwnPool>>>,
 }
 
-/// Memory pools, destroyed with the map (the driver releases a pool's
-/// memory once nothing allocated from it is still held).
-#[derive(Default)]
-struct Pools(HashMap<usize, Pool>);
+/// A memory pool and the stream its graphs run on.
+struct OwnPool(Pool, Arc<cudarc::driver::CudaStream>);
 
-impl Drop for Pools {
+impl Drop for OwnPool {
     fn drop(&mut self) {
-        self.0.values().for_each(|p| p.destroy());
+        // Nothing of a graph may still run on the pool's memory.
+        let _ = self.1.synchronize();
+        self.0.destroy();
     }
 }
 
@@ -314,7 +315,7 @@ impl Graphs {
         let buf = Arc::new(dev.stream.alloc_zeros::<u32>(words.len()).map_err(|e| device_err("encoder inputs", e))?);
         write_words(dev, &buf, &words)?;
         let inputs = Inputs::Encode(EncodeInputs::new(buf, fields));
-        let captured = self.capture(dev, inputs, forward);
+        let captured = self.capture(dev, inputs, forward, false);
         let what = format!("encoder passes of {} rows", step.tokens.len());
         settle(&self.encoders, key, captured, &what, forward)
     }
@@ -355,7 +356,15 @@ impl Graphs {
         let buf = Arc::new(dev.stream.alloc_zeros::<u32>(cap).map_err(|e| device_err("step inputs", e))?);
         write_words(dev, &buf, &words)?;
         let inputs = Inputs::Decode(StepInputs { buf, n });
-        let captured = self.capture(dev, inputs, forward);
+        let own_pool = n <= OWN_POOL_ROWS && dev.pdl && ferrite_core::env::cuda_graph_pool();
+        let mut captured = self.capture(dev, inputs.clone(), forward, own_pool);
+        if own_pool && matches!(&captured, Err(e) if !is_bad_input(e)) {
+            // A graph with memory nodes still beats eager steps.
+            if let Err(e) = &captured {
+                eprintln!("note: decode steps of {n} rows captured without their own memory pool ({e})");
+            }
+            captured = self.capture(dev, inputs, forward, false);
+        }
         settle(&self.sizes, n, captured, &format!("decode steps of {n} rows"), forward)
     }
 
@@ -364,16 +373,17 @@ impl Graphs {
         dev: &Device,
         inputs: Inputs,
         forward: &mut dyn FnMut() -> Result<CudaTensor>,
+        own_pool: bool,
     ) -> Result<(Captured, CudaTensor)> {
-        let pool = match &inputs {
-            Inputs::Decode(s) if s.n <= OWN_POOL_ROWS && dev.pdl && ferrite_core::env::cuda_graph_pool() => {
-                let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
-                Some(match pools.0.get(&s.n) {
-                    Some(&p) => p,
-                    None => *pools.0.entry(s.n).or_insert(new_pool(dev)?),
-                })
+        let pool = match own_pool {
+            true => {
+                let mut own = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+                if own.is_none() {
+                    *own = Some(OwnPool(new_pool(dev)?, dev.stream.clone()));
+                }
+                own.as_ref().map(|p| p.0)
             }
-            _ => None,
+            false => None,
         };
         *self.capturing.lock().unwrap_or_else(|p| p.into_inner()) = Some((inputs.clone(), Limits::default()));
         // The pool's allocations run on a side stream while this one
@@ -384,9 +394,10 @@ impl Graphs {
             None => sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
         };
         let begun = dev.stream.begin_capture(mode).map_err(|e| device_err("starting a graph capture", e));
-        dev.capture.set(pool);
+        // (Unset when dropped, even by a panic in `forward`.)
+        let _from_pool = dev.capture.from(pool);
         let result = begun.and_then(|_| forward());
-        dev.capture.set(None);
+        drop(_from_pool);
         let limits = self.capturing.lock().unwrap_or_else(|p| p.into_inner()).take().map(|c| c.1).unwrap_or_default();
         // Capture must end whatever happened, or the stream stays unusable.
         let ended = dev.stream.end_capture(sys::CUgraphInstantiate_flags(0));
@@ -421,7 +432,7 @@ fn settle<K: std::hash::Hash + Eq>(
             map.insert(key, Size::Ready(Box::new(c)));
             Ok(out)
         }
-        Err(e @ (Error::InvalidInput(_) | Error::Shape(_))) => {
+        Err(e) if is_bad_input(&e) => {
             map.insert(key, Size::Warm);
             Err(e)
         }
@@ -432,6 +443,11 @@ fn settle<K: std::hash::Hash + Eq>(
             forward()
         }
     }
+}
+
+/// Errors that eager passes meet too: the step's input, not the capture.
+fn is_bad_input(e: &Error) -> bool {
+    matches!(e, Error::InvalidInput(_) | Error::Shape(_))
 }
 
 /// Replays skip the ops' own checks: the same ones, on the host.

@@ -35,20 +35,23 @@ struct Record {
     name: String,
 }
 
-/// Every module's records since the last call (their counters reset).
-fn drain() -> Option<Vec<Record>> {
+/// Every module's records since the last call (their counters reset), and
+/// how many older ones the rings lost.
+fn drain() -> Option<(Vec<Record>, usize)> {
     let modules = MODULES.lock().unwrap_or_else(|e| e.into_inner());
-    let mut out = Vec::new();
+    let (mut out, mut lost) = (Vec::new(), 0);
     for (m, s) in modules.iter() {
         let mut count = m.get_global("ferrite_trace_n", s).ok()?;
         let mut n = [0u8; 4];
         s.memcpy_dtoh(&count, &mut n).ok()?;
-        s.memcpy_htod(&[0u8; 4], &mut count).ok()?;
-        let n = (u32::from_le_bytes(n) as usize).min(RECORDS);
         let buf = m.get_global("ferrite_trace", s).ok()?;
         let mut bytes = vec![0u8; buf.len()];
         s.memcpy_dtoh(&buf, &mut bytes).ok()?;
         s.synchronize().ok()?;
+        s.memcpy_htod(&[0u8; 4], &mut count).ok()?;
+        let total = u32::from_le_bytes(n) as usize;
+        let n = total.min(RECORDS);
+        lost += total - n;
         let word = |i: usize| u64::from_le_bytes(bytes[8 * i..8 * i + 8].try_into().unwrap_or_default());
         for r in 0..n {
             let name: Vec<u8> = [word(4 * r + 2), word(4 * r + 3)]
@@ -61,7 +64,7 @@ fn drain() -> Option<Vec<Record>> {
         }
     }
     out.sort_by_key(|r| r.left);
-    Some(out)
+    Some((out, lost))
 }
 
 /// The timeline recorded since the last call, as text: per waiting function
@@ -71,7 +74,12 @@ pub fn take() -> Option<String> {
     if !ferrite_core::env::cuda_trace() {
         return None;
     }
-    Some(report(&drain()?))
+    let (recs, lost) = drain()?;
+    let mut text = report(&recs);
+    if lost > 0 {
+        text += &format!("({lost} earlier records were overwritten: fewer tokens keep them all)\n");
+    }
+    Some(text)
 }
 
 /// `take`'s text for records sorted by release.

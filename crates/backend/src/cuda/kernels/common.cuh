@@ -117,13 +117,12 @@ __device__ __forceinline__ void pdl_wait_at(const char* who) {
 #ifdef FERRITE_TRACE
     if (first) {
         const unsigned long long left = global_ns();
-        const unsigned int i = atomicAdd(&ferrite_trace_n, 1u);
-        if (i < TRACE_RECORDS) {
-            unsigned long long name[2] = {0, 0};
-            for (int j = 0; j < 16 && who[j]; j++) name[j / 8] |= (unsigned long long)(unsigned char)who[j] << (8 * (j % 8));
-            unsigned long long* r = ferrite_trace + 4 * i;
-            r[0] = arrived, r[1] = left, r[2] = name[0], r[3] = name[1];
-        }
+        // (A ring: the latest records are kept.)
+        const unsigned int i = atomicAdd(&ferrite_trace_n, 1u) % TRACE_RECORDS;
+        unsigned long long name[2] = {0, 0};
+        for (int j = 0; j < 16 && who[j]; j++) name[j / 8] |= (unsigned long long)(unsigned char)who[j] << (8 * (j % 8));
+        unsigned long long* r = ferrite_trace + 4 * i;
+        r[0] = arrived, r[1] = left, r[2] = name[0], r[3] = name[1];
     }
 #else
     (void)who;

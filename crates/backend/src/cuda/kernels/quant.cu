@@ -590,7 +590,8 @@ GEMVQ_ALL(q6_k, T_Q6_K)
 __device__ __forceinline__ void quantize_sb(u64 g, u32 lane, const float* x, signed char* xq, u32* meta,
                                             const float* nw, u32 k, float* ss, const float* up, int act) {
     const u64 src = 256 * g + 8 * lane;  // values 8 lane .. + 7 of the super-block
-    // (The norm's weights are loaded with x, as in `quantize_group`.)
+    // (The norm's weights are loaded with x, as in `quantize_group`; 16-byte
+    // aligned: a buffer's start plus a multiple of 8 values.)
     float4 na = make_float4(1.f, 1.f, 1.f, 1.f), nb = na;
     if (nw) na = *(const float4*)(nw + src % k), nb = *(const float4*)(nw + src % k + 4);
     const float4 a = *(const float4*)(x + src), b = *(const float4*)(x + src + 4);

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Two settings of the same binary, alternating in one run on the GPU, so
+# that a change behind a switch is measured against what it replaces on
+# the same machine at the same time (clocks and heat drift between runs).
+# Usage: scripts/gpu-ab.sh 'A settings' 'B settings' ROUNDS BENCH-ARGS...
+#   e.g. scripts/gpu-ab.sh '' 'FERRITE_CUDA_GRAPH_POOL=1' 3 \
+#            random:llama-3.1-8b:q4_k_m --prompt-tokens 0 --gen-tokens 128
+# Settings are space-separated NAME=value pairs ('' for the defaults). Each
+# round runs A then B with `--device cuda --repetitions 1` added, and prints
+# the table rows (tokens/s, % of the roofline) labelled with the setting.
+# FERRITE_BIN: the binary (default target/release/ferrite).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=${FERRITE_BIN:-target/release/ferrite}
+if [[ $# -lt 4 ]]; then
+    sed -n 5,11p "$0" >&2
+    exit 2
+fi
+a=$1 b=$2 rounds=$3
+shift 3
+for ((r = 1; r <= rounds; r++)); do
+    for setting in "$a" "$b"; do
+        # Word splitting of the setting into NAME=value pairs is intended.
+        # shellcheck disable=SC2086
+        rows=$(env $setting "$BIN" bench "$@" --device cuda --repetitions 1 | grep '^| ' | grep -v '^| model' || true)
+        while IFS= read -r row; do
+            [[ -n $row ]] && echo "round $r [${setting:-defaults}] $row"
+        done <<<"$rows"
+    done
+done
