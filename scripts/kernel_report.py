@@ -22,7 +22,7 @@ import sys
 import tempfile
 
 KERNELS = os.path.join(os.path.dirname(__file__), "..", "crates", "backend", "src", "cuda", "kernels")
-HEADERS = {"attention": ["wgmma.cuh"]}
+HEADERS = {"attention": ["wgmma.cuh"], "quant": ["rope_kv.cuh"]}
 
 
 def compile_cubin(lib_dir, module, arch):

@@ -144,3 +144,10 @@ pub fn cuda_dual_x8() -> bool {
 pub fn cuda_mixed_qkv() -> bool {
     on_unless_zero("FERRITE_CUDA_MIXED_QKV")
 }
+
+/// `FERRITE_CUDA_QKV_ROPE=1`: at batch 1, Q4_K q/k/v GEMVs (with a Q4_K or
+/// Q6_K v) apply RoPE and write the KV cache in their epilogue, instead of
+/// a kernel of its own (kernels/rope_kv.cuh); not yet checked on a GPU, so off.
+pub fn cuda_qkv_rope() -> bool {
+    var("FERRITE_CUDA_QKV_ROPE").is_some_and(|v| v == "1")
+}

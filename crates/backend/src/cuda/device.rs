@@ -74,6 +74,9 @@ pub struct Device {
     /// Q4_K q/k with a Q6_K v run in one launch at batch 1
     /// (`gemv::gemv_mixed_qkv`; off with `FERRITE_CUDA_MIXED_QKV=0`).
     pub mixed_qkv: bool,
+    /// At batch 1, Q4_K q/k/v GEMVs apply RoPE and write the KV cache
+    /// (`gemv::gemv_qkv_rope_kv`; on with `FERRITE_CUDA_QKV_ROPE=1`).
+    pub qkv_rope: bool,
     /// Warps the Q4_K tensor-core GEMV aims at (`FERRITE_CUDA_Q4K_WARPS`;
     /// 0, the default: one wave, see `gemv::q4k_split`).
     pub q4k_warps: u32,
@@ -158,7 +161,19 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
         ],
     ),
     ("gemv", &["gemv_norm_bf16_1", "gemv_norm_f16_1", "gemv_glu_norm_bf16_1", "gemv_glu_norm_f16_1"]),
-    ("quant", &["dequant_f16", "embedding_q", "quantize_x8", "quantize_x8_sb", "quantize_x8_dual", "gemv_q4k_q6k_1"]),
+    (
+        "quant",
+        &[
+            "dequant_f16",
+            "embedding_q",
+            "quantize_x8",
+            "quantize_x8_sb",
+            "quantize_x8_dual",
+            "gemv_q4k_q6k_1",
+            "gemv_q4_k_rkv_1",
+            "gemv_q4k_q6k_rkv_1",
+        ],
+    ),
     ("sample", &["sample_rows", "sample_split"]),
 ];
 
@@ -289,6 +304,7 @@ impl Device {
             fold_norm: ferrite_core::env::cuda_fold_norm(),
             dual_x8: ferrite_core::env::cuda_dual_x8(),
             mixed_qkv: ferrite_core::env::cuda_mixed_qkv(),
+            qkv_rope: ferrite_core::env::cuda_qkv_rope(),
             q4k_warps: ferrite_core::env::cuda_q4k_warps().unwrap_or(0),
             arch,
             funcs,

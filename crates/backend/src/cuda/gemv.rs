@@ -16,6 +16,7 @@ use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, SyncOnDro
 use ferrite_core::{DType, Error, Result};
 
 use super::device::{device_err, elementwise, Device};
+use super::launch::Launch;
 use super::weight::{alloc_out, CudaWeight, Storage, QUANT_KERNELS};
 use super::CudaTensor;
 
@@ -25,6 +26,63 @@ use super::CudaTensor;
 pub struct Norm<'a> {
     pub w: &'a CudaTensor,
     pub eps: f32,
+}
+
+/// Device addresses of a decode step's RoPE and KV write (one row), for the
+/// q/k/v GEMVs that do them in their epilogue (`gemv_qkv_rope_kv`).
+pub struct RopeKvArgs {
+    pub pos: u64,
+    pub inv_freq: u64,
+    pub slots: u64,
+    pub kc: u64,
+    pub vc: u64,
+    pub head_dim: u32,
+    pub kv_dim: u32,
+}
+
+impl RopeKvArgs {
+    /// The kernels' trailing arguments (`RKV_ARGS`, kernels/quant.cu).
+    fn push(&self, a: &mut Launch) {
+        a.arg(self.pos).arg(self.inv_freq).arg(self.slots).arg(self.kc).arg(self.vc);
+        a.arg(self.head_dim).arg(self.kv_dim);
+    }
+}
+
+/// q of one input row whose q/k/v GEMVs also turn q and k by RoPE and store
+/// k and v in the KV cache (kernels/rope_kv.cuh), so that no kernel runs
+/// between them and attention: Q4_K q and k with a Q4_K v (one launch of
+/// the tensor-core GEMV) or a Q6_K one (`gemv_mixed_qkv`'s launch), the
+/// input norm fused. `None` for any other group (the caller checks the rest:
+/// one row, interleaved RoPE, an f16 cache).
+pub fn gemv_qkv_rope_kv(
+    dev: &Device,
+    x: &CudaTensor,
+    ws: [&CudaWeight; 3],
+    norm: Norm,
+    rkv: &RopeKvArgs,
+) -> Result<Option<CudaTensor>> {
+    let (n, k) = (x.rows, x.cols);
+    let q4k = |w: &CudaWeight| w.storage == Storage::Quant(DType::Q4K) && w.rows > 0;
+    let q6k_v = ws[2].storage == Storage::Quant(DType::Q6K) && ws[2].rows > 0;
+    let fits = n == 1
+        && q4k(ws[0])
+        && q4k(ws[1])
+        && (q4k(ws[2]) || (q6k_v && dev.mixed_qkv && dev.dual_x8))
+        && ws.iter().all(|w| w.cols == k && uses_gemv(dev, n, k, w.storage))
+        && fuses_norm(dev, x, norm, &ws);
+    if !fits {
+        return Ok(None);
+    }
+    let mut x8: X8Cache = [None, None, None];
+    let out = match q6k_v {
+        true => {
+            quantize_ahead(dev, x, &ws, &mut x8, Some(norm))?;
+            gemv_mixed_qkv(dev, x, &ws, &x8, Some(norm), Some(rkv))?
+        }
+        false => Some(gemv_in(dev, x, &ws, &mut x8, Some(norm), None, GemvOut::New, Some(rkv))?),
+    };
+    // (k and v's outputs stay unwritten: their rows went to the cache.)
+    Ok(out.map(|mut qkv| qkv.swap_remove(0)))
 }
 
 /// Where a GEMV's sums go: new outputs, or added to a tensor of the output's
@@ -290,6 +348,7 @@ pub fn gemv_mixed_qkv(
     ws: &[&CudaWeight],
     x8: &X8Cache,
     norm: Option<Norm>,
+    rkv: Option<&RopeKvArgs>,
 ) -> Result<Option<Vec<CudaTensor>>> {
     let (n, k) = (x.rows, x.cols);
     let q4k = |w: &CudaWeight| w.storage == Storage::Quant(DType::Q4K) && w.rows > 0;
@@ -325,11 +384,14 @@ pub fn gemv_mixed_qkv(
     let (xp, g4) = pc.xq.device_ptr(s);
     let (mp, g5) = pc.meta.device_ptr(s);
     let (ssp, g6) = opt_ptr(dev, pc.squares.as_ref());
-    let mut a = dev.launch("gemv_q4k_q6k_1");
+    let mut a = dev.launch(if rkv.is_some() { "gemv_q4k_q6k_rkv_1" } else { "gemv_q4k_q6k_1" });
     a.arg(wp[0]).arg(wp[1]).arg(wp[2]).arg(yp[0]).arg(yp[1]).arg(yp[2]);
     a.arg(wq.rows as u32).arg(wk.rows as u32).arg(wv.rows as u32);
     a.arg(xs).arg(ms).arg(sss).arg(wq.row_bytes()).arg(xp).arg(mp).arg(ssp).arg(wv.row_bytes());
     a.arg(k as u32).arg(dev.prefetch).arg(norm.map_or(0.0, |n| n.eps)).arg(0i32).arg(q4k_blocks);
+    if let Some(r) = rkv {
+        r.push(&mut a);
+    }
     let _span = super::profile::span(s, "  gemv q4_k + q6_k (q/k/v)");
     // Buffers of the sizes given: outputs [1, m], weights and inputs as
     // their own launches take them.
@@ -393,7 +455,7 @@ pub fn gemv(
     norm: Option<Norm>,
     out: GemvOut,
 ) -> Result<Vec<CudaTensor>> {
-    gemv_in(dev, x, ws, x8, norm, None, out)
+    gemv_in(dev, x, ws, x8, norm, None, out, None)
 }
 
 /// Whether `gemv_add_glu` takes an MLP's down projection `w` for `n` rows:
@@ -416,11 +478,14 @@ pub fn gemv_add_glu(
             w.name, x.rows, x.cols, g.rows, g.cols, u.rows, u.cols, w.rows, w.cols
         )));
     }
-    gemv_in(dev, g, &[w], &mut [None, None, None], None, Some((u, act)), GemvOut::Add(x.f32_mut(dev)?))?;
+    let y = GemvOut::Add(x.f32_mut(dev)?);
+    gemv_in(dev, g, &[w], &mut [None, None, None], None, Some((u, act)), y, None)?;
     Ok(())
 }
 
-/// `gemv` whose input is, with `glu` (quantized weights only), act(x) * up.
+/// `gemv` whose input is, with `glu` (quantized weights only), act(x) * up;
+/// with `rkv` (Q4_K q/k/v, one row), RoPE and the KV write in the epilogue.
+#[allow(clippy::too_many_arguments)]
 fn gemv_in(
     dev: &Device,
     x: &CudaTensor,
@@ -429,6 +494,7 @@ fn gemv_in(
     norm: Option<Norm>,
     glu: Option<(&CudaTensor, i32)>,
     out: GemvOut,
+    rkv: Option<&RopeKvArgs>,
 ) -> Result<Vec<CudaTensor>> {
     let (n, k) = (x.rows, x.cols);
     let s = &dev.stream;
@@ -484,11 +550,15 @@ fn gemv_in(
     if q4k && ws[0].rows == 0 {
         return Err(Error::Shape(format!("gemv {}: no rows", ws[0].name)));
     }
+    if rkv.is_some() && !(q4k && n == 1 && ws.len() == 3) {
+        return Err(Error::Shape(format!("gemv {}: RoPE in the epilogue needs Q4_K q/k/v, one row", ws[0].name)));
+    }
     for r0 in (0..n_launched).step_by(8) {
         let nc = (n - r0).min(8);
-        let name = match dense_norm {
-            true => gemv_name(ws[0].storage, nc).replacen("gemv_", "gemv_norm_", 1),
-            false => gemv_name(ws[0].storage, nc),
+        let name = match (dense_norm, rkv) {
+            (_, Some(_)) => "gemv_q4_k_rkv_1".to_string(),
+            (true, None) => gemv_name(ws[0].storage, nc).replacen("gemv_", "gemv_norm_", 1),
+            (false, None) => gemv_name(ws[0].storage, nc),
         };
         let cfg = if q4k {
             // Tiles of 16 rows, `q4k_split` warps each.
@@ -517,6 +587,9 @@ fn gemv_in(
                 let row_bytes = ws[0].row_bytes();
                 a.arg(xp + (r0 * k) as u64).arg(mp + (r0 * meta_row) as u64).arg(k32).arg(row_bytes);
                 a.arg(dev.prefetch).arg(sp).arg(eps).arg(add_flag);
+                if let Some(r) = rkv {
+                    r.push(&mut a);
+                }
             }
             None => {
                 let (xp, g1) = x.f32(dev)?.device_ptr(s);

@@ -13,12 +13,13 @@ use super::device::{device_err, Device};
 /// half is passed as itself (little-endian hosts).
 #[derive(Default)]
 struct KernelArgs {
-    /// Room for the longest parameter list (the attention row kernel's 18).
+    /// Room for the longest parameter list (the mixed q/k/v GEMV with
+    /// RoPE's 29).
     slots: [u64; MAX_ARGS],
     n: usize,
 }
 
-const MAX_ARGS: usize = 24;
+const MAX_ARGS: usize = 32;
 
 #[cfg(target_endian = "big")]
 compile_error!("KernelArgs passes 4-byte arguments in the low half of 8-byte slots");

@@ -864,6 +864,10 @@ impl Backend for CudaBackend {
         (pool, layer): (&mut CudaKvPool, usize),
         batch: &AttnBatch,
     ) -> Result<CudaTensor> {
+        let fused = Norm { w: norm, eps };
+        if let Some(q) = self.qkv_rope_kv_fused(x, fused, wqkv, rope, positions, (&mut *pool, layer), batch)? {
+            return Ok(q);
+        }
         // Prefill with bf16 weights and an f16 cache: q, k and v in bf16
         // alone (the GEMMs write half the bytes; RoPE and the flash kernel
         // read them as they are).

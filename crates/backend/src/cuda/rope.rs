@@ -3,12 +3,13 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaSlice, DevicePtrMut, LaunchConfig};
+use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig};
 use ferrite_core::{Error, Result};
 
+use super::gemv::{self, Norm, RopeKvArgs};
 use super::graph::{Field, Words};
 use super::kv::{self, KvBuf};
-use super::{profile, CudaBackend, CudaKvPool, CudaTensor, Storage};
+use super::{profile, CudaBackend, CudaKvPool, CudaTensor, CudaWeight, Storage};
 use crate::{AttnBatch, Rope};
 
 impl CudaBackend {
@@ -67,6 +68,56 @@ impl CudaBackend {
         let pos = self.step_words(Field::Positions, || positions.to_vec())?;
         let freq = rope.inv_freq.iter().map(|f| f.to_bits()).collect();
         Ok((pos, self.meta.constant(&self.dev, freq, self.graphs.is_capturing())?))
+    }
+
+    /// `norm_qkv_rope_kv` for one decode row whose q/k/v GEMVs apply RoPE
+    /// and write the KV cache themselves (`gemv::gemv_qkv_rope_kv`, with
+    /// `FERRITE_CUDA_QKV_ROPE=1`): interleaved pairs, an f16 cache, Q4_K
+    /// q/k with a Q4_K or Q6_K v; `None` elsewhere (the caller runs the
+    /// separate kernels). Not in the batch-invariant mode: the epilogue's
+    /// arithmetic may round differently from `rope_kv`'s.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn qkv_rope_kv_fused(
+        &self,
+        x: &CudaTensor,
+        norm: Norm,
+        [wq, wk, wv]: [&CudaWeight; 3],
+        rope: &Rope,
+        positions: &[u32],
+        (pool, layer): (&mut CudaKvPool, usize),
+        batch: &AttnBatch,
+    ) -> Result<Option<CudaTensor>> {
+        let (d, hd, kv_dim) = (&self.dev, rope.head_dim, pool.kv_dim);
+        let shapes = hd > 0
+            && hd.is_multiple_of(2)
+            && rope.inv_freq.len() * 2 == hd
+            && wq.rows.is_multiple_of(hd)
+            && (wk.rows, wv.rows) == (kv_dim, kv_dim)
+            && kv_dim.is_multiple_of(hd);
+        if !d.qkv_rope || d.deterministic || x.rows != 1 || !rope.interleaved || !shapes {
+            return Ok(None);
+        }
+        if positions.len() != 1 || batch.slots.len() != 1 || layer >= pool.k.len() {
+            return Err(Error::Shape(format!(
+                "rope_write_kv: {} positions, {} slots",
+                positions.len(),
+                batch.slots.len()
+            )));
+        }
+        if let Some(s) = batch.slots.iter().find(|&&s| s >= pool.slots) {
+            return Err(Error::Shape(format!("KV slot {s} outside the pool ({} slots)", pool.slots)));
+        }
+        let (KvBuf::F16(kc), KvBuf::F16(vc)) = (&mut pool.k[layer], &mut pool.v[layer]) else { return Ok(None) };
+        let _span = profile::span(&d.stream, "norm_qkv_rope_kv (fused)");
+        let (pos, freq) = self.rope_inputs(rope, positions)?;
+        let slots = self.step_words(Field::Slots, || batch.slots.iter().map(|&s| s as u32).collect())?;
+        let s = &d.stream;
+        let (pos, slots) = (pos.view(), slots.view());
+        let ((pp, _g1), (fp, _g2), (sp, _g3)) = (pos.device_ptr(s), freq.device_ptr(s), slots.device_ptr(s));
+        let ((kp, _g4), (vp, _g5)) = (kc.device_ptr_mut(s), vc.device_ptr_mut(s));
+        let (head_dim, kv_dim) = (hd as u32, kv_dim as u32);
+        let rkv = RopeKvArgs { pos: pp, inv_freq: fp, slots: sp, kc: kp, vc: vp, head_dim, kv_dim };
+        gemv::gemv_qkv_rope_kv(d, x, [wq, wk, wv], norm, &rkv)
     }
 
     /// `Backend::rope_write_kv`: RoPE on q and k and the KV write in one

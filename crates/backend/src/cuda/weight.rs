@@ -172,7 +172,7 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], norm: Optio
     // The input quantized for block GEMVs, once per order.
     let mut x8: X8Cache = [None, None, None];
     gemv::quantize_ahead(dev, x, ws, &mut x8, norm)?;
-    if let Some(out) = gemv::gemv_mixed_qkv(dev, x, ws, &x8, norm)? {
+    if let Some(out) = gemv::gemv_mixed_qkv(dev, x, ws, &x8, norm, None)? {
         return Ok(out);
     }
     let mut rest = ws;

@@ -482,11 +482,13 @@ __device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, u
 // did U = 4: fewer warps, or more registers, hide less latency.)
 // `ss`: the input's squares per group from quantize_x8 (null: no input norm),
 // with the norm's `eps`; `add`: the sums added to y (`start_values`).
-// `row`: the warp's index in the launch (the first row it takes).
+// `row`: the warp's index in the launch (the first row it takes). With
+// `vc` (N = 1, v's rows alone): each sum stored there as f16, at `vc_at`.
 template <int T, int N, int U>
 __device__ void gemv_q_body(u32 row, const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2,
                             u32 m0, u32 m1, u32 m2, const signed char* xq, const uint2* meta, u32 k, u64 row_bytes,
-                            u32 pf, const float* ss, float eps, int add) {
+                            u32 pf, const float* ss, float eps, int add, u16* vc = nullptr, const u32* vc_at = nullptr,
+                            u32 kv_dim = 0) {
     const u32 lane = threadIdx.x & 31;
     const u8* w = w0;
     float* y = y0;
@@ -534,6 +536,10 @@ __device__ void gemv_q_body(u32 row, const u8* w0, const u8* w1, const u8* w2, f
             if (N == 1) sq = (sq_early[0] + sq_early[1]) + (sq_early[2] + sq_early[3]), c += 128;
             for (; c < chunks; c += 32) sq += ss[(u64)n * chunks + c];
             s *= rsqrtf(warp_sum(sq) / k + eps);
+        }
+        if (N == 1 && vc) {
+            if (lane == 0) vc[(u64)vc_at[0] * kv_dim + row] = f32_to_f16(s);
+            return;
         }
         if (lane == 0) y[(u64)n * m + row] = (N == 1 ? base[n] : add ? y[(u64)n * m + row] : 0.f) + s;
     }
@@ -774,17 +780,18 @@ __device__ __forceinline__ void q4k_step(const Q4kW& w, const uint4 (&x)[4], uin
     }
 }
 
-// The weight (of up to three: m0, m1, m2 rows) whose tiles of 16 rows hold
-// tile `tile` of the launch, and the tile within it.
+// The weight (of up to three: m0, m1, m2 rows; `which`) whose tiles of 16
+// rows hold tile `tile` of the launch, and the tile within it.
 __device__ __forceinline__ bool pick_tile(u32& tile, const u8*& w, float*& y, u32& m, const u8* w1, const u8* w2,
-                                          float* y1, float* y2, u32 m1, u32 m2) {
+                                          float* y1, float* y2, u32 m1, u32 m2, u32& which) {
     const u32 t0 = (m + 15) / 16, t1 = (m1 + 15) / 16;
+    which = 0;
     if (tile < t0) return true;
     tile -= t0;
-    w = w1, y = y1, m = m1;
+    w = w1, y = y1, m = m1, which = 1;
     if (tile < t1) return true;
     tile -= t1;
-    w = w2, y = y2, m = m2;
+    w = w2, y = y2, m = m2, which = 2;
     return tile < (m2 + 15) / 16;
 }
 
@@ -800,18 +807,20 @@ __device__ __forceinline__ bool pick_tile(u32& tile, const u8*& w, float*& y, u3
 // by the copy engine, more warps per tile, the next 1-8 super-blocks asked
 // of L2 ahead of the loads, and each block quantizing the input itself
 // instead of `quantize_x8_sb`; see the README.)
-// `bx`: the block's index among the launch's Q4_K blocks.
-template <int N>
+// `bx`: the block's index among the launch's Q4_K blocks. With RKV (N = 1,
+// q/k/v): RoPE and the KV write in the epilogue instead of the stores
+// (rope_kv.cuh).
+template <int N, bool RKV = false>
 __device__ void gemv_q4k_body(u32 bx, const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2,
                               u32 m0, u32 m1, u32 m2, const signed char* xq, const u32* meta, u32 k, u64 row_bytes,
-                              const float* ss, float eps, int add) {
+                              const float* ss, float eps, int add, const RopeKv& rk = RopeKv()) {
     const u32 lane = threadIdx.x & 31, kw = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const u32 g = lane >> 2, i = lane & 3, nsb = k / 256;
     u32 tile = bx * blockDim.y + threadIdx.y;
     const u8* w = w0;
     float* y = y0;
-    u32 m = m0;
-    const bool live = pick_tile(tile, w, y, m, w1, w2, y1, y2, m1, m2);
+    u32 m = m0, which;
+    const bool live = pick_tile(tile, w, y, m, w1, w2, y1, y2, m1, m2, which);
     if (!live) tile = 0, w = w0, y = y0, m = m0;
     const u8* tw = w + (u64)tile * 16 * row_bytes;
     // The weights are not the kernel before's output: the first loads go
@@ -880,6 +889,10 @@ __device__ void gemv_q4k_body(u32 bx, const u8* w0, const u8* w1, const u8* w2, 
             if (n == n1) f[1] = v;
         }
     }
+    if (RKV) {  // lanes i = 0 hold rows g and g + 8 of the one column
+        rope_kv_rows2(rk, which, 16 * tile + g, m, acc[0] * f[0], acc[2] * f[0], i == 0, y);
+        return;
+    }
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         const u32 row = 16 * tile + g + 8 * (q >> 1), n = 2 * i + (q & 1);
@@ -908,23 +921,40 @@ GEMVQ4K(8)
 // launch: blocks 0 .. q4k_blocks run the Q4_K tensor-core GEMV on w0 and w1
 // (input xs, ms, sss from `quantize_x8_dual`), the rest the Q6_K GEMV on w2
 // (a warp a row, input in piece order xp, mp, ssp), so that neither waits
-// for the other to end.
+// for the other to end. With RKV, RoPE and the KV write too (rope_kv.cuh).
+template <bool RKV>
 __device__ void mixed_qkv_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
                                u32 m1, u32 m2, const signed char* xs, const u32* ms, const float* sss, u64 rb4,
                                const signed char* xp, const uint2* mp, const float* ssp, u64 rb6, u32 k, u32 pf,
-                               float eps, int add, u32 q4k_blocks) {
+                               float eps, int add, u32 q4k_blocks, const RopeKv& rk = RopeKv()) {
     if (blockIdx.x < q4k_blocks) {
-        gemv_q4k_body<1>(blockIdx.x, w0, w1, w1, y0, y1, y1, m0, m1, 0, xs, ms, k, rb4, sss, eps, add);
+        gemv_q4k_body<1, RKV>(blockIdx.x, w0, w1, w1, y0, y1, y1, m0, m1, 0, xs, ms, k, rb4, sss, eps, add, rk);
         return;
     }
     const u32 warps = blockDim.x * blockDim.y / 32, warp = (threadIdx.y * blockDim.x + threadIdx.x) >> 5;
     gemv_q_body<T_Q6_K, 1, 2>((blockIdx.x - q4k_blocks) * warps + warp, w2, w2, w2, y2, y2, y2, m2, 0, 0, xp, mp, k,
-                              rb6, pf, ssp, eps, add);
+                              rb6, pf, ssp, eps, add, RKV ? rk.vc : nullptr, rk.slots, rk.kv_dim);
 }
-extern "C" __global__ void __launch_bounds__(512)
-    gemv_q4k_q6k_1(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0, u32 m1,
-                   u32 m2, const signed char* xs, const u32* ms, const float* sss, u64 rb4, const signed char* xp,
-                   const uint2* mp, const float* ssp, u64 rb6, u32 k, u32 pf, float eps, int add, u32 q4k_blocks) {
-    mixed_qkv_body(w0, w1, w2, y0, y1, y2, m0, m1, m2, xs, ms, sss, rb4, xp, mp, ssp, rb6, k, pf, eps, add,
-                   q4k_blocks);
+#define MIXED_QKV_ARGS                                                                                          \
+    const u8 *w0, const u8 *w1, const u8 *w2, float *y0, float *y1, float *y2, u32 m0, u32 m1, u32 m2,          \
+        const signed char *xs, const u32 *ms, const float *sss, u64 rb4, const signed char *xp, const uint2 *mp, \
+        const float *ssp, u64 rb6, u32 k, u32 pf, float eps, int add, u32 q4k_blocks
+extern "C" __global__ void __launch_bounds__(512) gemv_q4k_q6k_1(MIXED_QKV_ARGS) {
+    mixed_qkv_body<false>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xs, ms, sss, rb4, xp, mp, ssp, rb6, k, pf, eps, add,
+                          q4k_blocks);
+}
+
+// The step's RoPE and KV write fused into q/k/v's GEMV at batch 1 (host:
+// gemv.rs `RopeKvArgs`): all Q4_K, or Q4_K q/k with a Q6_K v. Only q is
+// stored as output (y0); k and v go to the caches.
+#define RKV_ARGS \
+    const u32 *pos, const float *inv_freq, const u32 *slots, u16 *kc, u16 *vc, u32 head_dim, u32 kv_dim
+#define RKV_OF RopeKv{pos, inv_freq, slots, kc, vc, head_dim, kv_dim}
+extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_rkv_1(GEMVQ_ARGS, RKV_ARGS) {
+    gemv_q4k_body<1, true>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, ss,
+                           eps, add, RKV_OF);
+}
+extern "C" __global__ void __launch_bounds__(512) gemv_q4k_q6k_rkv_1(MIXED_QKV_ARGS, RKV_ARGS) {
+    mixed_qkv_body<true>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xs, ms, sss, rb4, xp, mp, ssp, rb6, k, pf, eps, add,
+                         q4k_blocks, RKV_OF);
 }
