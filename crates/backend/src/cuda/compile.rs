@@ -186,8 +186,9 @@ mod tests {
     /// body (or, for a wrapper, the `*_body` function it calls; for a macro
     /// that takes the body as a parameter, every `*_body` in the file) calls
     /// `pdl_wait()` outside any block, and nothing before it indexes memory,
-    /// loops or loads (a GEMV's row prefetch into L2 may come first); or that
-    /// `*_body` only dispatches to such bodies.
+    /// loops or loads (a GEMV's row prefetch into L2 may come first, and reads
+    /// of the host's step inputs through `step_input`); or that `*_body` only
+    /// dispatches to such bodies.
     #[test]
     fn every_kernel_waits_for_its_input() {
         let waits_early = |b: &str| {

@@ -808,17 +808,25 @@ __device__ void rows_mma_body(const float* q, const u16* kc, const u16* vc, floa
     constexpr int TILE = RM_KEYS * PAD;   // u16 of one K (or V) tile
     // Dynamic (host: kv::rows_mma_smem): per warp a ring of three tiles (K
     // or V), then (after the loop) the warps' outputs for the merge.
-    extern __shared__ __align__(16) unsigned char smem[];
-    __shared__ float wm[ROW_WARPS][RM_HEADS], wl[ROW_WARPS][RM_HEADS];
-    const u32 row = rows[blockIdx.x], kvh = blockIdx.y;
-    const u32 G = n_heads / n_kv_heads;
-    const u32 toff = meta[3 * row + 2];
-    u32 hi = meta[3 * row + 1], lo = row_lo(meta, row, window);
+    pdl_trigger();
+    // The step's metadata and block table are the host's (no kernel writes
+    // them): read before waiting for the kernel before, which writes q and
+    // the newest key, so that their chain of loads (row, its keys' range,
+    // the table) overlaps that kernel's end.
+    const u32 row = step_input(rows, blockIdx.x), kvh = blockIdx.y;
+    const u32 toff = step_input(meta, 3 * row + 2);
+    u32 hi = step_input(meta, 3 * row + 1), lo = row_lo(meta, row, window);
     u32 parts;
     if (!split_share(lo, hi, split, parts)) return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const u64 kv_dim = (u64)n_kv_heads * HD;
     const int shift = bs && !(bs & (bs - 1)) ? __ffs(bs) - 1 : -1;
+    const u32 ahead = lo + RM_KEYS * (warp + ROW_WARPS * lane);  // lanes 0, 1: the warp's first two tiles
+    if (shift >= 0 && lane < 2 && ahead < hi) prefetch_l1(tables + toff + (ahead >> shift));
+    pdl_wait();
+    extern __shared__ __align__(16) unsigned char smem[];
+    __shared__ float wm[ROW_WARPS][RM_HEADS], wl[ROW_WARPS][RM_HEADS];
+    const u32 G = n_heads / n_kv_heads;
+    const u64 kv_dim = (u64)n_kv_heads * HD;
     u16* tiles = (u16*)smem + warp * 3 * TILE;
     // Q^T as the B operand: head g, dims 2t.. and 2t + 8.. of each k-step;
     // scores in base 2 (log2 e in q's scale, or after the soft cap).
@@ -962,8 +970,6 @@ __device__ void rows_mma_body(const float* q, const u16* kc, const u16* vc, floa
                                 const u32* tables, const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs,  \
                                 u32 window, float scale, float softcap, u32 split, float* part, u32* done,        \
                                 u16* half, int bf16) {                                                            \
-        pdl_trigger();                                                                                            \
-        pdl_wait();                                                                                               \
         rows_mma_body<HD>(q, kc, vc, out, meta, tables, rows, n_heads, n_kv_heads, bs, window, scale, softcap,    \
                           split, part, done, half, bf16);                                                         \
     }

@@ -129,6 +129,10 @@ __device__ __forceinline__ void pdl_wait_at(const char* who) {
 #endif
 }
 #define pdl_wait() pdl_wait_at(__func__)
+// A decode step's input that the host wrote (attention metadata, block
+// tables): no kernel writes one, so a kernel may read it before pdl_wait.
+__device__ __forceinline__ u32 step_input(const u32* p, u64 i) { return p[i]; }
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.L1 [%0];" ::"l"(p)); }
 __device__ __forceinline__ void pdl_trigger() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

@@ -498,6 +498,7 @@ __device__ void gemv_q_body(u32 row, const u8* w0, const u8* w1, const u8* w2, f
     // As in gemv.cu: the row into L2 before waiting for the input.
     if (lane == 0) prefetch_l2(wr, (u32)min(row_bytes, (u64)pf));
     pdl_wait();
+    const u64 vc_dst = N == 1 && vc ? (u64)vc_at[0] * kv_dim : 0;  // ahead of the loop, off the tail
     const u32 chunks = k / 32, nsb = k / 256;
     // y's values early at N = 1 only: at N > 1 their registers, live through
     // the loop, made the kernel spill under its 64-register bound (batch 4
@@ -538,7 +539,7 @@ __device__ void gemv_q_body(u32 row, const u8* w0, const u8* w1, const u8* w2, f
             s *= rsqrtf(warp_sum(sq) / k + eps);
         }
         if (N == 1 && vc) {
-            if (lane == 0) vc[(u64)vc_at[0] * kv_dim + row] = f32_to_f16(s);
+            if (lane == 0) vc[vc_dst + row] = f32_to_f16(s);
             return;
         }
         if (lane == 0) y[(u64)n * m + row] = (N == 1 ? base[n] : add ? y[(u64)n * m + row] : 0.f) + s;
@@ -843,6 +844,7 @@ __device__ void gemv_q4k_body(u32 bx, const u8* w0, const u8* w1, const u8* w2, 
             if (r + 8 < m) base_early[1] = y[r + 8];
         }
     }
+    const RopeKvLane rl = RKV ? rope_kv_lane(rk, which, 16 * tile + g, m) : RopeKvLane{};
     const u32 nb = min(g, (u32)N - 1), n0 = min(2 * i, (u32)N - 1), n1 = min(2 * i + 1, (u32)N - 1);
     const signed char* xr = xq + (u64)nb * k + 64 * i;
     const uint4* mp0 = (const uint4*)(meta + (u64)n0 * nsb * 8);
@@ -890,7 +892,7 @@ __device__ void gemv_q4k_body(u32 bx, const u8* w0, const u8* w1, const u8* w2, 
         }
     }
     if (RKV) {  // lanes i = 0 hold rows g and g + 8 of the one column
-        rope_kv_rows2(rk, which, 16 * tile + g, m, acc[0] * f[0], acc[2] * f[0], i == 0, y);
+        rope_kv_rows2(rk, rl, which, 16 * tile + g, m, acc[0] * f[0], acc[2] * f[0], i == 0, y);
         return;
     }
 #pragma unroll
