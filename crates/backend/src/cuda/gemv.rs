@@ -61,20 +61,11 @@ pub fn gemv_qkv_rope_kv(
     norm: Norm,
     rkv: &RopeKvArgs,
 ) -> Result<Option<CudaTensor>> {
-    let (n, k) = (x.rows, x.cols);
-    let q4k = |w: &CudaWeight| w.storage == Storage::Quant(DType::Q4K) && w.rows > 0;
-    let q6k_v = ws[2].storage == Storage::Quant(DType::Q6K) && ws[2].rows > 0;
-    let fits = n == 1
-        && q4k(ws[0])
-        && q4k(ws[1])
-        && (q4k(ws[2]) || (q6k_v && dev.mixed_qkv && dev.dual_x8))
-        && ws.iter().all(|w| w.cols == k && uses_gemv(dev, n, k, w.storage))
-        && fuses_norm(dev, x, norm, &ws);
-    if !fits {
+    if !fuses_qkv_rope(dev, x, ws, norm) {
         return Ok(None);
     }
     let mut x8: X8Cache = [None, None, None];
-    let out = match q6k_v {
+    let out = match ws[2].storage == Storage::Quant(DType::Q6K) {
         true => {
             quantize_ahead(dev, x, &ws, &mut x8, Some(norm))?;
             gemv_mixed_qkv(dev, x, &ws, &x8, Some(norm), Some(rkv))?
@@ -83,6 +74,20 @@ pub fn gemv_qkv_rope_kv(
     };
     // (k and v's outputs stay unwritten: their rows went to the cache.)
     Ok(out.map(|mut qkv| qkv.swap_remove(0)))
+}
+
+/// Whether `gemv_qkv_rope_kv` takes this group's weights (asked before its
+/// inputs are uploaded).
+pub fn fuses_qkv_rope(dev: &Device, x: &CudaTensor, ws: [&CudaWeight; 3], norm: Norm) -> bool {
+    let (n, k) = (x.rows, x.cols);
+    let q4k = |w: &CudaWeight| w.storage == Storage::Quant(DType::Q4K) && w.rows > 0;
+    let q6k_v = ws[2].storage == Storage::Quant(DType::Q6K) && ws[2].rows > 0;
+    n == 1
+        && q4k(ws[0])
+        && q4k(ws[1])
+        && (q4k(ws[2]) || (q6k_v && dev.mixed_qkv && dev.dual_x8))
+        && ws.iter().all(|w| w.cols == k && uses_gemv(dev, n, k, w.storage))
+        && fuses_norm(dev, x, norm, &ws)
 }
 
 /// Where a GEMV's sums go: new outputs, or added to a tensor of the output's

@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cudarc::driver::{sys, CudaGraph, CudaSlice, CudaView, DevicePtr};
@@ -200,7 +201,15 @@ pub struct Graphs {
     /// field, dropped after the graphs that use it). One for every batch
     /// size: their graphs replay one at a time on the device's stream, and
     /// what must outlive a replay, the logits, stays allocated.
-    pool: Box<Mutex<Option<OwnPool>>>,
+    pool: Box<OwnPoolSlot>,
+}
+
+/// The own pool, made at the first capture that asks for it, and whether a
+/// capture with it failed (later ones then go without it).
+#[derive(Default)]
+struct OwnPoolSlot {
+    pool: Mutex<Option<OwnPool>>,
+    refused: AtomicBool,
 }
 
 /// A memory pool and the stream its graphs run on.
@@ -356,13 +365,17 @@ impl Graphs {
         let buf = Arc::new(dev.stream.alloc_zeros::<u32>(cap).map_err(|e| device_err("step inputs", e))?);
         write_words(dev, &buf, &words)?;
         let inputs = Inputs::Decode(StepInputs { buf, n });
-        let own_pool = n <= OWN_POOL_ROWS && dev.pdl && ferrite_core::env::cuda_graph_pool();
+        let own_pool = n <= OWN_POOL_ROWS
+            && dev.pdl
+            && ferrite_core::env::cuda_graph_pool()
+            && !self.pool.refused.load(Ordering::Relaxed);
         let mut captured = self.capture(dev, inputs.clone(), forward, own_pool);
         if own_pool && matches!(&captured, Err(e) if !is_bad_input(e)) {
             // A graph with memory nodes still beats eager steps.
             if let Err(e) = &captured {
-                eprintln!("note: decode steps of {n} rows captured without their own memory pool ({e})");
+                eprintln!("note: decode steps captured without their own memory pool from now on ({e})");
             }
+            self.pool.refused.store(true, Ordering::Relaxed);
             captured = self.capture(dev, inputs, forward, false);
         }
         settle(&self.sizes, n, captured, &format!("decode steps of {n} rows"), forward)
@@ -377,7 +390,7 @@ impl Graphs {
     ) -> Result<(Captured, CudaTensor)> {
         let pool = match own_pool {
             true => {
-                let mut own = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+                let mut own = self.pool.pool.lock().unwrap_or_else(|p| p.into_inner());
                 if own.is_none() {
                     *own = Some(OwnPool(new_pool(dev)?, dev.stream.clone()));
                 }

@@ -94,7 +94,9 @@ impl CudaBackend {
             && wq.rows.is_multiple_of(hd)
             && (wk.rows, wv.rows) == (kv_dim, kv_dim)
             && kv_dim.is_multiple_of(hd);
-        if !d.qkv_rope || d.deterministic || x.rows != 1 || !rope.interleaved || !shapes {
+        let weights = [wq, wk, wv];
+        if !d.qkv_rope || d.deterministic || !rope.interleaved || !shapes || !gemv::fuses_qkv_rope(d, x, weights, norm)
+        {
             return Ok(None);
         }
         if positions.len() != 1 || batch.slots.len() != 1 || layer >= pool.k.len() {
@@ -117,7 +119,7 @@ impl CudaBackend {
         let ((kp, _g4), (vp, _g5)) = (kc.device_ptr_mut(s), vc.device_ptr_mut(s));
         let (head_dim, kv_dim) = (hd as u32, kv_dim as u32);
         let rkv = RopeKvArgs { pos: pp, inv_freq: fp, slots: sp, kc: kp, vc: vp, head_dim, kv_dim };
-        gemv::gemv_qkv_rope_kv(d, x, [wq, wk, wv], norm, &rkv)
+        gemv::gemv_qkv_rope_kv(d, x, weights, norm, &rkv)
     }
 
     /// `Backend::rope_write_kv`: RoPE on q and k and the KV write in one

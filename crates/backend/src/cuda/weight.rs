@@ -141,7 +141,9 @@ pub fn matmul(dev: &Device, x: &CudaTensor, w: &CudaWeight) -> Result<CudaTensor
 }
 
 pub(super) fn alloc_out(dev: &Device, n: usize, m: usize) -> Result<CudaSlice<f32>> {
-    // SAFETY: every element is written by the GEMM or GEMV that follows.
+    // SAFETY: every element is written by the GEMM or GEMV that follows
+    // (but k's and v's by a q/k/v GEMV with RoPE, which are dropped unread:
+    // `gemv::gemv_qkv_rope_kv`).
     unsafe { dev.alloc::<f32>((n * m).max(1)) }.map_err(|e| device_err("alloc", e))
 }
 

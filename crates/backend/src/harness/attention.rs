@@ -193,14 +193,16 @@ impl<B: Backend> Harness<'_, B> {
         let [qw, kw, vw] = ws.clone().map(|w| self.b.weight(w));
         let [qc_w, kc_w, vc_w] = ws.map(|w| dequantized_or_same(&w).and_then(|w| self.cpu.weight(w)));
         let (wb, wc) = ([&qw?, &kw?, &vw?], [&qc_w?, &kc_w?, &vc_w?]);
-        let table: Vec<u32> = (0..spec.n_blocks as u32).collect();
+        // Blocks out of order: no key's slot is its position.
+        let table = vec![2u32, 0, 3, 1];
+        let slot = |t: usize| table[t / bs] as usize * bs + t % bs;
         let g = self.rng.vec(c, 1.0);
         let (gb, gc) = self.up(&g, 1, c)?;
         let (mut q_last, mut tag) = (None, String::new());
         // The prompt, then the decode row.
         for (start, len) in [(0, prompt), (prompt, 1)] {
             let seq = SeqSlice { q_start: 0, q_len: len, ctx_len: start + len, block_table: table.clone() };
-            let batch = AttnBatch { seqs: vec![seq], block_size: bs, slots: (start..start + len).collect() };
+            let batch = AttnBatch { seqs: vec![seq], block_size: bs, slots: (start..start + len).map(slot).collect() };
             let positions: Vec<u32> = (start as u32..(start + len) as u32).collect();
             let x = self.rng.vec(len * c, 3.0);
             let (xb, xc) = self.up(&x, len, c)?;
@@ -216,14 +218,19 @@ impl<B: Backend> Harness<'_, B> {
         // softmax would turn the 8-bit inputs' rounding into near-ties.
         let ms = qc.data.iter().map(|v| v * v).sum::<f32>() / qc.data.len() as f32;
         let scale = 1.0 / ((hd as f32).sqrt() * ms.max(1e-6));
-        let p = AttnParams { n_heads: heads, n_kv_heads: kv_heads, head_dim: hd, scale, window: None, softcap: None };
         let o = raw("o", DType::BF16, c, heads * hd, self.rng.weight(DType::BF16, c, heads * hd));
         let (ob, oc) = (self.b.weight(o.clone())?, self.cpu.weight(o)?);
         let x = self.rng.vec(c, 3.0);
-        let ((mut rb, mut rc), b) = (self.up(&x, 1, c)?, &batch);
-        self.b.attention_project_add(&mut rb, &qb, &pb, 0, b, &p, &ob)?;
-        self.cpu.attention_project_add(&mut rc, &qc, &pc, 0, b, &p, &oc)?;
-        self.record(format!("{tag}, then attention_project_add over every key"), &rb, &rc, TOL_X8_TAILED)
+        // Every key; the newest alone (its V as written); the newest two
+        // (a softmax weighed by the newest K).
+        for (window, keys) in [(None, "every key"), (Some(1), "the newest key"), (Some(2), "the newest two keys")] {
+            let p = AttnParams { n_heads: heads, n_kv_heads: kv_heads, head_dim: hd, scale, window, softcap: None };
+            let ((mut rb, mut rc), b) = (self.up(&x, 1, c)?, &batch);
+            self.b.attention_project_add(&mut rb, &qb, &pb, 0, b, &p, &ob)?;
+            self.cpu.attention_project_add(&mut rc, &qc, &pc, 0, b, &p, &oc)?;
+            self.record(format!("{tag}, then attention_project_add over {keys}"), &rb, &rc, TOL_X8_TAILED)?;
+        }
+        Ok(())
     }
 
     /// `attention_inputs` for heads of `hd` with RoPE's pairs `interleaved` or not.

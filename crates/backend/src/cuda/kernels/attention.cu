@@ -21,8 +21,8 @@
 #define MAX_HD 256
 
 __device__ __forceinline__ u32 row_lo(const u32* meta, u32 r, u32 window) {
-    u32 lo = meta[3 * r];
-    const u32 hi = meta[3 * r + 1];
+    u32 lo = step_input(meta, 3 * r);
+    const u32 hi = step_input(meta, 3 * r + 1);
     if (window && hi > window && hi - window > lo) lo = hi - window;
     return lo;
 }
@@ -820,6 +820,7 @@ __device__ void rows_mma_body(const float* q, const u16* kc, const u16* vc, floa
     if (!split_share(lo, hi, split, parts)) return;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int shift = bs && !(bs & (bs - 1)) ? __ffs(bs) - 1 : -1;
+    // (Into L1 ahead of the wait: safe only while no kernel writes tables.)
     const u32 ahead = lo + RM_KEYS * (warp + ROW_WARPS * lane);  // lanes 0, 1: the warp's first two tiles
     if (shift >= 0 && lane < 2 && ahead < hi) prefetch_l1(tables + toff + (ahead >> shift));
     pdl_wait();
