@@ -7,24 +7,37 @@
 #            random:llama-3.1-8b:q4_k_m --prompt-tokens 0 --gen-tokens 128
 # Settings are space-separated NAME=value pairs ('' for the defaults). Each
 # round runs A then B with `--device cuda --repetitions 1` added, and prints
-# the table rows (tokens/s, % of the roofline) labelled with the setting.
+# the table rows (tokens/s, % of the roofline) labelled with the setting,
+# then per test the mean tokens/s of each side and their ratio.
 # FERRITE_BIN: the binary (default target/release/ferrite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${FERRITE_BIN:-target/release/ferrite}
 if [[ $# -lt 4 ]]; then
-    sed -n 5,11p "$0" >&2
+    sed -n 5,12p "$0" >&2
     exit 2
 fi
 a=$1 b=$2 rounds=$3
 shift 3
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 for ((r = 1; r <= rounds; r++)); do
-    for setting in "$a" "$b"; do
+    for side in A B; do
+        setting=$a
+        [[ $side == B ]] && setting=$b
         # Word splitting of the setting into NAME=value pairs is intended.
         # shellcheck disable=SC2086
         rows=$(env $setting "$BIN" bench "$@" --device cuda --repetitions 1 | grep '^| ' | grep -v '^| model' || true)
         while IFS= read -r row; do
-            [[ -n $row ]] && echo "round $r [${setting:-defaults}] $row"
+            [[ -n $row ]] || continue
+            echo "round $r $side [${setting:-defaults}] $row"
+            echo "$side $row" >>"$log"
         done <<<"$rows"
     done
 done
+# Per test (pp/tg column), the mean tokens/s of each side and B over A.
+awk -F'|' '{ side = substr($1, 1, 1); test = $5; gsub(/ /, "", test); split($6, v, " ");
+             sum[test, side] += v[1]; n[test, side]++; tests[test] = 1 }
+     END { for (t in tests) if (n[t, "A"] && n[t, "B"]) {
+               a = sum[t, "A"] / n[t, "A"]; b = sum[t, "B"] / n[t, "B"];
+               printf "%s: A %.2f, B %.2f tokens/s (B/A %.4f)\n", t, a, b, b / a } }' "$log"
