@@ -22,7 +22,8 @@ import sys
 import tempfile
 
 KERNELS = os.path.join(os.path.dirname(__file__), "..", "crates", "backend", "src", "cuda", "kernels")
-HEADERS = {"attention": ["wgmma.cuh"], "quant": ["rope_kv.cuh"]}
+# Each module's files in order (compile.rs MODULES); others are MODULE.cu alone.
+PARTS = {"attention": ["wgmma.cuh", "attention.cu", "attention_rows_mma.cu"], "quant": ["rope_kv.cuh", "quant.cu"]}
 
 
 def compile_cubin(lib_dir, module, arch):
@@ -30,7 +31,7 @@ def compile_cubin(lib_dir, module, arch):
     with open(os.path.join(KERNELS, "common.cuh")) as f:
         src = f.read() + "\n"
     # As compile.rs MODULES joins them.
-    for part in HEADERS.get(module, []) + [module + ".cu"]:
+    for part in PARTS.get(module, [module + ".cu"]):
         with open(os.path.join(KERNELS, part)) as f:
             src += f.read()
     prog = ctypes.c_void_p()

@@ -311,12 +311,12 @@ fn flash_kernel(dev: &Device, k: KvRef, hd: usize) -> Option<(&'static str, u32)
     FLASH_KERNELS.iter().find(|f| f.1 == hd && f.0.starts_with(prefix)).map(|f| (f.0, flash_smem(hd, f.2)))
 }
 
-/// The tensor-core row kernels (kernels/attention.cu
+/// The tensor-core row kernels (kernels/attention_rows_mma.cu
 /// `attention_rows_mma_*`) by head size.
 pub const ROWS_MMA: [(usize, &str); 2] = [(64, "attention_rows_mma_64"), (128, "attention_rows_mma_128")];
 
 /// The tensor-core row kernel for f16 caches of these heads, if one serves
-/// (kernels/attention.cu RM_HEADS: up to 8 query heads per KV head).
+/// (kernels/attention_rows_mma.cu RM_HEADS: up to 8 query heads per KV head).
 fn rows_mma_kernel(p: &AttnParams) -> Option<&'static str> {
     if p.n_heads / p.n_kv_heads > 8 || !ferrite_core::env::cuda_rows_mma() {
         return None;
