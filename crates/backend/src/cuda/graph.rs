@@ -173,12 +173,16 @@ const MAX_ENCODER_GRAPHS: usize = 16;
 struct Captured {
     graph: Graph,
     inputs: Inputs,
-    /// The logits: a graph allocation, freed after each replay.
-    out: (sys::CUdeviceptr, usize, usize),
-    /// Or, captured from a pool of the graph's own, the logits' buffer,
-    /// which stays the graph's.
-    own_out: Option<CudaTensor>,
+    out: GraphOut,
     limits: Limits,
+}
+
+/// Where a graph leaves its logits.
+enum GraphOut {
+    /// A graph allocation (pointer, rows, cols), freed after each replay.
+    Alloc(sys::CUdeviceptr, usize, usize),
+    /// Captured from a pool of the graph's own: a buffer that stays the graph's.
+    Own(CudaTensor),
 }
 
 enum Size {
@@ -419,12 +423,14 @@ impl Graphs {
             .map_err(|e| device_err("instantiating a graph", e))?
             .ok_or_else(|| Error::Device("graph capture recorded nothing".into()))?;
         graph.launch().map_err(|e| device_err("launching a graph", e))?;
-        let (ptr, _) = logits.f32(dev)?.device_ptr(&dev.stream);
-        let out = (ptr, logits.rows, logits.cols);
         // The captured tensor is the graph's allocation: hand back a copy, as replays do.
         let copy = copy_tensor(dev, &logits)?;
-        let own_out = pool.map(|_| logits);
-        Ok((Captured { graph: Graph(graph), inputs, out, own_out, limits }, copy))
+        let out = match pool {
+            Some(_) => GraphOut::Own(logits),
+            // (Dropping `logits` frees the graph's allocation for the next launch.)
+            None => GraphOut::Alloc(logits.f32(dev)?.device_ptr(&dev.stream).0, logits.rows, logits.cols),
+        };
+        Ok((Captured { graph: Graph(graph), inputs, out, limits }, copy))
     }
 }
 
@@ -487,10 +493,10 @@ fn write_words(dev: &Device, buf: &CudaSlice<u32>, words: &[u32]) -> Result<()> 
 /// then freed so that the graph may run again (or out of the buffer of a
 /// graph with its own pool, which stays).
 fn take_output(dev: &Device, c: &Captured) -> Result<CudaTensor> {
-    if let Some(t) = &c.own_out {
-        return copy_tensor(dev, t);
-    }
-    let (ptr, rows, cols) = c.out;
+    let (ptr, rows, cols) = match &c.out {
+        GraphOut::Own(t) => return copy_tensor(dev, t),
+        &GraphOut::Alloc(ptr, rows, cols) => (ptr, rows, cols),
+    };
     // SAFETY: the graph allocated `rows * cols` f32 at `ptr` in this launch;
     // dropping the slice frees it, as a graph allocation must be before relaunch.
     let graph_out = unsafe { dev.stream.upgrade_device_ptr::<f32>(ptr, (rows * cols).max(1)) };

@@ -175,10 +175,15 @@ pub fn check_write(pool: &CudaKvPool, layer: usize, k: &CudaTensor, v: &CudaTens
     if k.cols != d || v.cols != d || k.rows != n || v.rows != n || layer >= pool.k.len() {
         return Err(Error::Shape(format!("write_kv: {n} slots for [{}, {}] values", k.rows, k.cols)));
     }
-    if let Some(s) = batch.slots.iter().find(|&&s| s >= pool.slots) {
-        return Err(Error::Shape(format!("KV slot {s} outside the pool ({} slots)", pool.slots)));
+    check_slots(pool, batch)
+}
+
+/// Checks that every slot of `batch` is in the pool.
+pub fn check_slots(pool: &CudaKvPool, batch: &AttnBatch) -> Result<()> {
+    match batch.slots.iter().find(|&&s| s >= pool.slots) {
+        Some(s) => Err(Error::Shape(format!("KV slot {s} outside the pool ({} slots)", pool.slots))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Per row (lo, hi, table offset), then every sequence's block table: one

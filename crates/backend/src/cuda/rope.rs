@@ -106,9 +106,7 @@ impl CudaBackend {
                 batch.slots.len()
             )));
         }
-        if let Some(s) = batch.slots.iter().find(|&&s| s >= pool.slots) {
-            return Err(Error::Shape(format!("KV slot {s} outside the pool ({} slots)", pool.slots)));
-        }
+        kv::check_slots(pool, batch)?;
         let (KvBuf::F16(kc), KvBuf::F16(vc)) = (&mut pool.k[layer], &mut pool.v[layer]) else { return Ok(None) };
         let _span = profile::span(&d.stream, "norm_qkv_rope_kv (fused)");
         let (pos, freq) = self.rope_inputs(rope, positions)?;
