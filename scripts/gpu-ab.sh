@@ -8,7 +8,8 @@
 # Settings are space-separated NAME=value pairs ('' for the defaults). Each
 # round runs A then B with `--device cuda --repetitions 1` added, and prints
 # the table rows (tokens/s, % of the roofline) labelled with the setting,
-# then per test the mean tokens/s of each side and their ratio.
+# then per test the mean tokens/s of each side and their ratio, and whether
+# the two sides' greedy decode picks were the same.
 # FERRITE_BIN: the binary (default target/release/ferrite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,15 +20,18 @@ if [[ $# -lt 4 ]]; then
 fi
 a=$1 b=$2 rounds=$3
 shift 3
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+log=$(mktemp) picks=$(mktemp)
+trap 'rm -f "$log" "$picks"' EXIT
 for ((r = 1; r <= rounds; r++)); do
     for side in A B; do
         setting=$a
         [[ $side == B ]] && setting=$b
         # Word splitting of the setting into NAME=value pairs is intended.
         # shellcheck disable=SC2086
-        rows=$(env $setting "$BIN" bench "$@" --device cuda --repetitions 1 | grep '^| ' | grep -v '^| model' || true)
+        out=$(env $setting "$BIN" bench "$@" --device cuda --repetitions 1)
+        rows=$(grep '^| ' <<<"$out" | grep -v '^| model' || true)
+        digest=$(sed -n 's/^decode picks digest.*: //p' <<<"$out")
+        [[ -n $digest ]] && echo "$side $digest" >>"$picks"
         while IFS= read -r row; do
             [[ -n $row ]] || continue
             echo "round $r $side [${setting:-defaults}] $row"
@@ -41,3 +45,8 @@ awk -F'|' '{ side = substr($1, 1, 1); test = $5; gsub(/ /, "", test); split($6, 
      END { for (t in tests) if (n[t, "A"] && n[t, "B"]) {
                a = sum[t, "A"] / n[t, "A"]; b = sum[t, "B"] / n[t, "B"];
                printf "%s: A %.2f, B %.2f tokens/s (B/A %.4f)\n", t, a, b, b / a } }' "$log"
+# The digests of the greedy picks (teacher-forced decode): one per side
+# when each side's arithmetic is repeatable, equal when B picks as A does.
+for side in A B; do
+    echo "$side picks: $(sed -n "s/^$side //p" "$picks" | sort -u | tr '\n' ' ')"
+done

@@ -83,8 +83,16 @@ fn prefill(r: &mut Runner, a: &BenchArgs, seed: u64) -> Result<f64> {
     res
 }
 
-/// Generated tokens per second over all streams (untimed context first).
-fn decode(r: &mut Runner, a: &BenchArgs, n: usize, seed: u64) -> Result<f64> {
+/// FNV-1a over greedy picks: two runs of one test (two settings of a switch)
+/// that print the same digest picked the same tokens.
+fn fold_pick(digest: u64, pick: u32) -> u64 {
+    pick.to_le_bytes().iter().fold(digest, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+}
+
+/// Generated tokens per second over all streams (untimed context first), and
+/// the digest of every stream's greedy picks. The input tokens are fixed
+/// (teacher-forced), so the picks only witness the arithmetic.
+fn decode(r: &mut Runner, a: &BenchArgs, n: usize, seed: u64) -> Result<(f64, u64)> {
     let mut s = seqs(r, a.batch, a.decode_context.max(1), seed);
     let res = (|| {
         run_all(r, &mut s, a.prefill_chunk)?;
@@ -93,6 +101,7 @@ fn decode(r: &mut Runner, a: &BenchArgs, n: usize, seed: u64) -> Result<f64> {
         let _ = trace::take();
         let vocab = r.config().vocab_size;
         let next = tokens(n, vocab, seed + 7);
+        let mut digest = 0xcbf2_9ce4_8422_2325u64;
         let t = Instant::now();
         // As serving does: greedy picks on the device where the model samples
         // there, else the logits come to the host.
@@ -101,15 +110,20 @@ fn decode(r: &mut Runner, a: &BenchArgs, n: usize, seed: u64) -> Result<f64> {
             s.iter_mut().for_each(|q| q.tokens.push(tok));
             let mut refs: Vec<&mut Sequence> = s.iter_mut().collect();
             if r.samples_on_device() {
-                r.step_sampled(&mut refs, 1, &greedy)?;
+                digest = r.step_sampled(&mut refs, 1, &greedy)?.iter().fold(digest, |d, &(p, _)| fold_pick(d, p));
             } else {
-                r.step(&mut refs, 1, Logits::Last)?;
+                let logits = r.step(&mut refs, 1, Logits::Last)?;
+                digest = logits.chunks(vocab).fold(digest, |d, row| fold_pick(d, argmax(row)));
             }
         }
-        Ok((a.batch * n) as f64 / t.elapsed().as_secs_f64())
+        Ok(((a.batch * n) as f64 / t.elapsed().as_secs_f64(), digest))
     })();
     release(r, &mut s);
     res
+}
+
+fn argmax(row: &[f32]) -> u32 {
+    (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best }) as u32
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -192,13 +206,16 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
     let _ = profile::take();
     // FERRITE_CUDA_TRACE=1: the last repetition's decode timeline.
     let mut tg_trace = None;
+    let mut picks = None;
     for rep in 0..reps {
         if a.prompt_tokens > 0 {
             pp.push(prefill(&mut l.runner, &a, rep as u64 + 1)?);
             profile::take().inspect(|p| pp_prof.merge(p));
         }
         if a.gen_tokens > 0 {
-            tg.push(decode(&mut l.runner, &a, a.gen_tokens, rep as u64 + 101)?);
+            let (rate, digest) = decode(&mut l.runner, &a, a.gen_tokens, rep as u64 + 101)?;
+            tg.push(rate);
+            picks = Some(digest);
             profile::take().inspect(|p| tg_prof.merge(p));
             tg_trace = trace::take().or(tg_trace);
         }
@@ -235,6 +252,7 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
                 "decode_tokens_per_s": mean(&tg),
                 "prefill_runs": pp,
                 "decode_runs": tg,
+                "decode_picks_digest": picks.map(|d| format!("{d:016x}")),
                 "copy_bytes_per_s": roof.as_ref().map(|r| r.copy),
                 "bf16_flops": roof.as_ref().map(|r| r.flops),
                 "bf16_zeros_flops": roof.as_ref().map(|r| r.zeros_flops),
@@ -266,6 +284,9 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
     }
     if roof.is_some() {
         println!("(pp: % of the bf16 GEMM rate (MFU); tg: % of the memory roofline, weights + KV per step)");
+    }
+    if let Some(d) = picks {
+        println!("decode picks digest (last repetition): {d:016x}");
     }
     Ok(())
 }

@@ -99,9 +99,15 @@ pub fn main(a: GpuCheckArgs) -> Result<()> {
         );
         failed += usize::from(!ok);
     }
-    for deterministic in [false, true] {
-        let (worst, flips) = graphs_vs_eager(a.gpu, deterministic)?;
-        let mode = if deterministic { "--deterministic" } else { "default" };
+    // Quantized weights: the graphs take their memory from a pool of their
+    // own, so their kernels start early (cuda/capture_alloc.rs).
+    for (model, deterministic) in [(SMALL, false), (SMALL, true), (SMALL_Q8, false)] {
+        let (worst, flips) = graphs_vs_eager(a.gpu, model, deterministic)?;
+        let mode = match (deterministic, model == SMALL_Q8) {
+            (true, _) => "--deterministic",
+            (false, true) => "default, Q8_0 weights",
+            (false, false) => "default",
+        };
         // Deterministic: the same kernels, so bit-identical; default: the
         // graph's attention splits differ from eager's, so nearly equal.
         let ok = flips == 0 && if deterministic { worst == 0.0 } else { worst < 1e-3 };
@@ -178,12 +184,17 @@ struct Invariance {
     device_not_after_tie: usize,
 }
 
+/// The random-weight model of the invariance and graph checks, and its
+/// Q8_0 blocks.
+const SMALL: &str = "random:smollm2-135m";
+const SMALL_Q8: &str = "random:smollm2-135m:q8_0";
+
 /// Greedy decoding of random prompts, batched (host picks, then device
 /// picks) against one at a time, on a random-weight model.
 fn invariance(gpu: usize, deterministic: bool) -> Result<Invariance> {
     const STEPS: usize = 12;
     let args = ModelArgs {
-        model: "random:smollm2-135m".into(),
+        model: SMALL.into(),
         threads: None,
         ctx_size: Some(128),
         kv_cache: Some(KvDtype::F16),
@@ -245,11 +256,11 @@ fn invariance(gpu: usize, deterministic: bool) -> Result<Invariance> {
 /// the second step, replayed after) against `--enforce-eager`, teacher-forced
 /// on the eager picks: (largest logit difference relative to the largest
 /// logit, top tokens that differ beyond a near-tie).
-fn graphs_vs_eager(gpu: usize, deterministic: bool) -> Result<(f32, usize)> {
+fn graphs_vs_eager(gpu: usize, model: &str, deterministic: bool) -> Result<(f32, usize)> {
     const STEPS: usize = 16;
     let open = |enforce_eager| -> Result<Runner> {
         let args = ModelArgs {
-            model: "random:smollm2-135m".into(),
+            model: model.into(),
             threads: None,
             ctx_size: Some(256),
             kv_cache: Some(KvDtype::F16),

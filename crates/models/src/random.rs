@@ -14,7 +14,7 @@ use ferrite_core::{DType, Error, HostBytes, Result};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 
-use crate::config::LmConfig;
+use crate::config::{Family, LmConfig};
 
 /// Preset names accepted by [`RandomCheckpoint::preset`].
 pub const PRESETS: &[&str] = &["llama-3.1-8b", "llama-3.2-1b", "llama-70b", "qwen2.5-7b", "qwen3-8b", "smollm2-135m"];
@@ -65,7 +65,7 @@ impl RandomCheckpoint {
         let lm = crate::registry::config_from_hf_json(&config)?;
         let path = PathBuf::from(format!("random:{spec}"));
         let ck = RandomCheckpoint { preset, path, config, dtype: DType::BF16, quant: None, lm };
-        match ty.map(|t| t.to_ascii_lowercase()) {
+        let mut ck = match ty.map(|t| t.to_ascii_lowercase()) {
             None => Ok(ck),
             Some(t) if t == "q4_k_m" => Ok(RandomCheckpoint { quant: Some(QuantMix::Q4KM), ..ck }),
             Some(t) => match DType::from_name(&t) {
@@ -75,7 +75,14 @@ impl RandomCheckpoint {
                     "unknown weight type {t:?} in random:{spec} (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k or q4_k_m)"
                 ))),
             },
+        }?;
+        // A quantized preset stands for a GGUF conversion, whose `llama` Q/K
+        // rows llama.cpp permutes for interleaved RoPE (as the GGUF mapper
+        // reads them); the values are random, so only the kernels differ.
+        if ck.quant.is_some() {
+            ck.lm.rope_interleaved = matches!(ck.lm.family, Family::Llama | Family::Mistral);
         }
+        Ok(ck)
     }
 
     /// The stored type of a matrix: as asked, or, where its rows do not fit
@@ -139,6 +146,12 @@ impl RandomCheckpoint {
     /// The HF `config.json` of the preset's model.
     pub fn config(&self) -> &Value {
         &self.config
+    }
+
+    /// The mapped config (the HF mapper's, with a GGUF conversion's RoPE
+    /// layout when quantized).
+    pub fn lm(&self) -> &LmConfig {
+        &self.lm
     }
 
     pub fn dtype(&self) -> DType {
@@ -419,6 +432,22 @@ mod tests {
         let c = config_of(&Checkpoint::Random(RandomCheckpoint::preset("llama-3.2-1b").unwrap())).unwrap();
         assert!(matches!(c.layers[0].rope_scaling, crate::config::RopeScaling::Llama3 { factor: 32.0, .. }));
         assert_eq!(c.layers[0].rope_theta, 500000.0);
+    }
+
+    #[test]
+    fn quantized_presets_take_the_gguf_rope_layout() {
+        // As the GGUF mapper reads a conversion: llama's pairs interleaved,
+        // qwen's halves; 16-bit presets keep the HF layout.
+        for (spec, interleaved) in [
+            ("llama-3.1-8b", false),
+            ("llama-3.1-8b:f16", false),
+            ("llama-3.1-8b:q4_k_m", true),
+            ("smollm2-135m:q8_0", true),
+            ("qwen3-8b:q4_k_m", false),
+        ] {
+            let c = config_of(&Checkpoint::Random(RandomCheckpoint::preset(spec).unwrap())).unwrap();
+            assert_eq!(c.rope_interleaved, interleaved, "{spec}");
+        }
     }
 
     #[test]

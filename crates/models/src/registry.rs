@@ -36,8 +36,8 @@ pub fn config_of(ck: &Checkpoint) -> Result<LmConfig> {
         }
         Checkpoint::Hf(h) => config_from_hf_json(&h.config),
         // Random presets carry a real HF config.json, so they map exactly as the
-        // published checkpoint would.
-        Checkpoint::Random(r) => config_from_hf_json(r.config()),
+        // published checkpoint would (a quantized one as its GGUF conversion).
+        Checkpoint::Random(r) => Ok(r.lm().clone()),
     }
 }
 

@@ -51,6 +51,8 @@ pub struct Device {
     funcs: HashMap<String, CudaFunction>,
     /// Where `alloc` takes memory while a decode step is captured.
     pub(super) capture: super::capture_alloc::CaptureAlloc,
+    /// What the uploaded matrices take (`capture_alloc::own_pool_pays`).
+    pub(super) weight_bytes: super::capture_alloc::WeightBytes,
     /// Launch the kernels that wait for their input (`launch_pdl`) with
     /// programmatic dependent launch (sm_90 and later).
     pub(super) pdl: bool,
@@ -75,7 +77,7 @@ pub struct Device {
     /// (`gemv::gemv_mixed_qkv`; off with `FERRITE_CUDA_MIXED_QKV=0`).
     pub mixed_qkv: bool,
     /// At batch 1, Q4_K q/k/v GEMVs apply RoPE and write the KV cache
-    /// (`gemv::gemv_qkv_rope_kv`; on with `FERRITE_CUDA_QKV_ROPE=1`).
+    /// (`gemv::gemv_qkv_rope_kv`; off with `FERRITE_CUDA_QKV_ROPE=0`).
     pub qkv_rope: bool,
     /// Warps the Q4_K tensor-core GEMV aims at (`FERRITE_CUDA_Q4K_WARPS`;
     /// 0, the default: one wave, see `gemv::q4k_split`).
@@ -309,6 +311,7 @@ impl Device {
             arch,
             funcs,
             capture: super::capture_alloc::CaptureAlloc::new(side),
+            weight_bytes: Default::default(),
         })
     }
 

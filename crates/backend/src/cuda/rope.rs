@@ -71,8 +71,8 @@ impl CudaBackend {
     }
 
     /// `norm_qkv_rope_kv` for one decode row whose q/k/v GEMVs apply RoPE
-    /// and write the KV cache themselves (`gemv::gemv_qkv_rope_kv`, with
-    /// `FERRITE_CUDA_QKV_ROPE=1`): interleaved pairs, an f16 cache, Q4_K
+    /// and write the KV cache themselves (`gemv::gemv_qkv_rope_kv`; off
+    /// with `FERRITE_CUDA_QKV_ROPE=0`): interleaved pairs, an f16 cache, Q4_K
     /// q/k with a Q4_K or Q6_K v; `None` elsewhere (the caller runs the
     /// separate kernels). Not in the batch-invariant mode: the epilogue's
     /// arithmetic may round differently from `rope_kv`'s.

@@ -132,6 +132,9 @@ pub fn upload(dev: &Device, raw: RawWeight, exact_f32: bool) -> Result<CudaWeigh
     raw.check_size()?;
     let (bytes, storage) = device_bytes(&raw, exact_f32)?;
     let data = dev.stream.clone_htod(bytes.as_ref()).map_err(|e| device_err("uploading a weight", e))?;
+    if raw.rows > 1 {
+        dev.weight_bytes.add(matches!(storage, Storage::Quant(_)), bytes.len());
+    }
     Ok(CudaWeight { name: raw.name, rows: raw.rows, cols: raw.cols, storage, data, norm_folded: false })
 }
 
