@@ -252,7 +252,7 @@ fn invariance(gpu: usize, deterministic: bool) -> Result<Invariance> {
     Ok(Invariance { differ, total: SEQS * STEPS, worst, not_after_tie, device_differ, device_not_after_tie })
 }
 
-/// Greedy decoding of batches of 1 and 5 streams with CUDA graphs (captured at
+/// Greedy decoding of batches of 1, 3 and 5 streams with CUDA graphs (captured at
 /// the second step, replayed after) against `--enforce-eager`, teacher-forced
 /// on the eager picks: (largest logit difference relative to the largest
 /// logit, top tokens that differ beyond a near-tie).
@@ -276,7 +276,7 @@ fn graphs_vs_eager(gpu: usize, model: &str, deterministic: bool) -> Result<(f32,
     let (mut eager, mut graphs) = (open(true)?, open(false)?);
     let vocab = eager.config().vocab_size;
     let (mut worst, mut flips) = (0f32, 0);
-    for batch in [1usize, 5] {
+    for batch in [1usize, 3, 5] {
         let prompts: Vec<Vec<u32>> = (0..batch)
             .map(|i| (0..7 + 3 * i).map(|j| ((i * 31 + j * 977) % (vocab - 10) + 5) as u32).collect())
             .collect();
