@@ -261,6 +261,12 @@ fn bench_json() {
     }
     assert_eq!(o["prompt_tokens"], 16);
     assert_eq!(o["gen_tokens"], 4);
+    // The greedy picks' digest: what `gpu-ab.sh` compares between two
+    // settings, so the same settings must give the same digest.
+    let digest = o["decode_picks_digest"].as_str().unwrap_or_else(|| panic!("no digest: {o}")).to_string();
+    assert!(digest.len() == 16 && digest.chars().all(|c| c.is_ascii_hexdigit()), "{digest}");
+    let (again, _) = ok(&["bench", "smollm2", "--prompt-tokens", "0", "--gen-tokens", "4", "--repetitions", "1"]);
+    assert!(again.contains(&format!("decode picks digest (last repetition): {digest}")), "{again}");
 }
 
 #[test]
