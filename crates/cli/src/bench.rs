@@ -15,6 +15,7 @@ use ferrite_engine::{Logits, Runner, Sequence};
 use ferrite_models::{LmConfig, RowSampling};
 use serde_json::json;
 
+use crate::gpu_check::argmax;
 use crate::load::{load_with_pool, KvPool};
 use crate::ModelArgs;
 
@@ -113,17 +114,13 @@ fn decode(r: &mut Runner, a: &BenchArgs, n: usize, seed: u64) -> Result<(f64, u6
                 digest = r.step_sampled(&mut refs, 1, &greedy)?.iter().fold(digest, |d, &(p, _)| fold_pick(d, p));
             } else {
                 let logits = r.step(&mut refs, 1, Logits::Last)?;
-                digest = logits.chunks(vocab).fold(digest, |d, row| fold_pick(d, argmax(row)));
+                digest = logits.chunks(vocab).fold(digest, |d, row| fold_pick(d, argmax(row) as u32));
             }
         }
         Ok(((a.batch * n) as f64 / t.elapsed().as_secs_f64(), digest))
     })();
     release(r, &mut s);
     res
-}
-
-fn argmax(row: &[f32]) -> u32 {
-    (0..row.len()).fold(0, |best, i| if row[i] > row[best] { i } else { best }) as u32
 }
 
 fn mean(v: &[f64]) -> f64 {

@@ -343,7 +343,8 @@ fn score(r: &mut Runner, ids: &[u32]) -> Result<Vec<Vec<f32>>> {
     Ok(rows)
 }
 
-fn argmax(row: &[f32]) -> usize {
+/// The first index of the largest value (greedy decoding's pick).
+pub(crate) fn argmax(row: &[f32]) -> usize {
     (0..row.len()).fold(0, |b, i| if row[i] > row[b] { i } else { b })
 }
 
