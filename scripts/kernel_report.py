@@ -23,7 +23,10 @@ import tempfile
 
 KERNELS = os.path.join(os.path.dirname(__file__), "..", "crates", "backend", "src", "cuda", "kernels")
 # Each module's files in order (compile.rs MODULES); others are MODULE.cu alone.
-PARTS = {"attention": ["wgmma.cuh", "attention.cu", "attention_rows_mma.cu"], "quant": ["rope_kv.cuh", "quant.cu"]}
+PARTS = {
+    "attention": ["wgmma.cuh", "quantize_x8.cuh", "attention.cu", "attention_rows_mma.cu"],
+    "quant": ["rope_kv.cuh", "quantize_x8.cuh", "quant.cu"],
+}
 
 
 def compile_cubin(lib_dir, module, arch):

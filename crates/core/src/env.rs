@@ -133,6 +133,13 @@ pub fn cuda_fold_norm() -> bool {
     on_unless_zero("FERRITE_CUDA_FOLD_NORM")
 }
 
+/// `FERRITE_CUDA_ATTN_X8=0`: the output projection's quantized input (GGUF
+/// blocks, decode sizes) made by a kernel of its own after attention instead
+/// of by the attention row kernel; for comparison.
+pub fn cuda_attn_x8() -> bool {
+    on_unless_zero("FERRITE_CUDA_ATTN_X8")
+}
+
 /// `FERRITE_CUDA_DUAL_X8=0`: a decode matmul group of Q4_K and other
 /// k-quant weights quantizes its input once per order, in two launches;
 /// for comparison.

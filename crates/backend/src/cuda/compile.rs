@@ -14,20 +14,29 @@ const COMMON: &str = include_str!("kernels/common.cuh");
 /// (module name, source) of every kernel file; attention's flash kernel
 /// needs the wgmma wrappers (kernels/wgmma.cuh) in front and its decode
 /// kernel on tensor cores follows (kernels/attention_rows_mma.cu), the q/k/v
-/// GEMVs need the RoPE epilogue (kernels/rope_kv.cuh).
+/// GEMVs need the RoPE epilogue (kernels/rope_kv.cuh); both quantize GEMV
+/// inputs (kernels/quantize_x8.cuh).
 pub const MODULES: &[(&str, &str)] = &[
     ("ops", include_str!("kernels/ops.cu")),
     (
         "attention",
         concat!(
             include_str!("kernels/wgmma.cuh"),
+            include_str!("kernels/quantize_x8.cuh"),
             include_str!("kernels/attention.cu"),
             include_str!("kernels/attention_rows_mma.cu")
         ),
     ),
     ("encoder", include_str!("kernels/encoder.cu")),
     ("gemv", include_str!("kernels/gemv.cu")),
-    ("quant", concat!(include_str!("kernels/rope_kv.cuh"), include_str!("kernels/quant.cu"))),
+    (
+        "quant",
+        concat!(
+            include_str!("kernels/rope_kv.cuh"),
+            include_str!("kernels/quantize_x8.cuh"),
+            include_str!("kernels/quant.cu")
+        ),
+    ),
     ("sample", include_str!("kernels/sample.cu")),
 ];
 

@@ -79,6 +79,10 @@ pub struct Device {
     /// At batch 1, Q4_K q/k/v GEMVs apply RoPE and write the KV cache
     /// (`gemv::gemv_qkv_rope_kv`; off with `FERRITE_CUDA_QKV_ROPE=0`).
     pub qkv_rope: bool,
+    /// The attention row kernels also write their output quantized for the
+    /// output projection's GEMV on blocks (`CudaBackend::attention_project_add`;
+    /// off with `FERRITE_CUDA_ATTN_X8=0`).
+    pub attn_x8: bool,
     /// Warps the Q4_K tensor-core GEMV aims at (`FERRITE_CUDA_Q4K_WARPS`;
     /// 0, the default: one wave, see `gemv::q4k_split`).
     pub q4k_warps: u32,
@@ -307,6 +311,7 @@ impl Device {
             dual_x8: ferrite_core::env::cuda_dual_x8(),
             mixed_qkv: ferrite_core::env::cuda_mixed_qkv(),
             qkv_rope: ferrite_core::env::cuda_qkv_rope(),
+            attn_x8: ferrite_core::env::cuda_attn_x8(),
             q4k_warps: ferrite_core::env::cuda_q4k_warps().unwrap_or(0),
             arch,
             funcs,

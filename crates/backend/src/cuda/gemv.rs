@@ -12,7 +12,9 @@
 //! gated MLP's activation likewise runs in its down projection's input
 //! quantization (`gemv_add_glu`): Q4_K_M batch 1 +2.6% on the H200.
 
-use cudarc::driver::{CudaSlice, DevicePtr, DevicePtrMut, LaunchConfig, SyncOnDrop};
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig, SyncOnDrop};
 use ferrite_core::{DType, Error, Result};
 
 use super::device::{device_err, elementwise, Device};
@@ -236,9 +238,39 @@ pub struct X8 {
     squares: Option<CudaSlice<f32>>,
     /// Values per scale: 32, or 256 for Q4_K.
     group: usize,
+    /// Its `input_order`.
+    order: usize,
 }
 
 impl X8 {
+    /// Values a writer must quantize together: a group, or a super-block
+    /// in the k-quant orders.
+    pub fn unit(&self) -> usize {
+        if self.order == 0 {
+            32
+        } else {
+            256
+        }
+    }
+
+    /// Where a kernel other than `quantize_x8` writes it (the attention row
+    /// kernels' `X8Out`, kernels/quantize_x8.cuh): the 8-bit values' and
+    /// the metadata's addresses and the order. No squares: it is for GEMVs
+    /// without an input norm.
+    pub fn target<'a>(&'a mut self, s: &'a Arc<CudaStream>) -> ([u64; 2], i32, [SyncOnDrop<'a>; 2]) {
+        let (xq, g1) = self.xq.device_ptr_mut(s);
+        let (meta, g2) = self.meta.device_ptr_mut(s);
+        ([xq, meta], self.order as i32, [g1, g2])
+    }
+
+    /// A matmul group's inputs holding this one alone.
+    pub fn into_cache(self) -> X8Cache {
+        let mut cache: X8Cache = [None, None, None];
+        let order = self.order;
+        cache[order] = Some(self);
+        cache
+    }
+
     /// Bytes per input row of its squares (f32 per group) and its metadata
     /// (two u32 per group of 32, eight per super-block).
     fn row_bytes(&self, k: usize) -> (usize, usize) {
@@ -302,7 +334,21 @@ fn alloc_x8(dev: &Device, len: usize, order: usize, squares: bool) -> Result<X8>
     let xq = unsafe { dev.alloc::<u8>(len.max(1)) }.map_err(alloc)?;
     let meta = unsafe { dev.alloc::<u32>(2 * (len / 32).max(1)) }.map_err(alloc)?;
     let squares = squares.then(|| unsafe { dev.alloc::<f32>((len / 32).max(1)) }).transpose().map_err(alloc)?;
-    Ok(X8 { xq, meta, squares, group })
+    Ok(X8 { xq, meta, squares, group, order })
+}
+
+/// Room for the 8-bit input of `w`'s GEMV over x [n, k] (no input norm) for
+/// another kernel to write (`X8::target`); `None` where that matmul reads
+/// none (dense weights, or a GEMM).
+pub fn x8_room(dev: &Device, n: usize, k: usize, w: &CudaWeight) -> Result<Option<X8>> {
+    match w.storage {
+        Storage::Quant(q) if w.cols == k && uses_gemv(dev, n, k, w.storage) => {
+            let order = input_order(q);
+            let whole = k.is_multiple_of(if order == 0 { 32 } else { 256 });
+            whole.then(|| alloc_x8(dev, n * k, order, false)).transpose()
+        }
+        _ => Ok(None),
+    }
 }
 
 /// Quantizes x for a matmul group `ws` ahead of its GEMVs where they read it
@@ -373,10 +419,11 @@ pub fn gemv_mixed_qkv(
     }
     let s = &dev.stream;
     let mut out: Vec<CudaSlice<f32>> = ws.iter().map(|w| alloc_out(dev, n, w.rows)).collect::<Result<_>>()?;
-    // Q4_K tiles get the warps the GPU holds at once beyond v's, one a row.
+    // Q4_K tiles get the warps the GPU holds at once beyond v's, one a row
+    // (or about `q4k_warps`).
     let tiles = (wq.rows.div_ceil(16) + wk.rows.div_ceil(16)) as u32;
     let free = (dev.sms * Q4K_WARPS_PER_SM).saturating_sub(wv.rows as u32);
-    let (per_tile, per_block) = q4k_split_within(0, free, tiles, (k / 256) as u32);
+    let (per_tile, per_block) = q4k_split_within(dev.q4k_warps, free, tiles, (k / 256) as u32);
     let warps = per_tile * per_block;
     let q4k_blocks = tiles.div_ceil(per_block);
     let grid = q4k_blocks + (wv.rows as u32).div_ceil(warps);

@@ -11,6 +11,7 @@ use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig};
 use ferrite_core::{Error, Result};
 
 use super::device::{device_err, per_row, Device};
+use super::gemv::X8;
 use super::graph::{Field, StepInputs, Words};
 use super::tensor::HalfOut;
 use super::{CudaTensor, Storage};
@@ -368,21 +369,31 @@ pub fn launch_attention(
     mut a: AttnLaunch,
     p: &AttnParams,
     half: HalfOut,
-) -> Result<CudaTensor> {
+    x8: Option<&mut X8>,
+) -> Result<(CudaTensor, bool)> {
     if a.q.rows == 0 {
         // SAFETY: nothing is read from an empty tensor.
         let out = unsafe { dev.alloc::<f32>(1) }.map_err(|e| device_err("alloc", e))?;
-        return Ok(CudaTensor::new(out, 0, a.q.cols));
+        return Ok((CudaTensor::new(out, 0, a.q.cols), false));
     }
     let w = upload_words(dev, cache, &mut a, p)?;
-    run_kernels(dev, &a, &w, p, half)
+    run_kernels(dev, &a, &w, p, half, x8)
 }
 
 /// The flash kernel over the tiles and the row kernel (split or not) over the
 /// rows; both write `half`, the output's 16-bit copy, where given. With
 /// `half.only` and no rows for the row kernel, the flash kernel writes that
-/// copy alone.
-fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, half: HalfOut) -> Result<CudaTensor> {
+/// copy alone. Where every row is the row kernel's, it also writes `x8`, the
+/// output quantized for the output projection's GEMV (each block its query
+/// heads: whole groups, `x8_fits`), and says so.
+fn run_kernels(
+    dev: &Device,
+    a: &AttnLaunch,
+    w: &AttnWords,
+    p: &AttnParams,
+    half: HalfOut,
+    x8: Option<&mut X8>,
+) -> Result<(CudaTensor, bool)> {
     let n = a.q.rows;
     let hd = p.head_dim;
     let s = &dev.stream;
@@ -392,6 +403,15 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, half
     let window = a.window.unwrap_or(0) as u32;
     let softcap = p.softcap.unwrap_or(0.0);
     let (n_tiles, n_rows) = (w.tiles.len() / 2, w.rows.len());
+    let x8 = x8.filter(|x8| n_tiles == 0 && x8_fits(x8, p));
+    let quantized = x8.is_some();
+    let (x8p, x8o, _x8g) = match x8 {
+        Some(x8) => {
+            let (ptrs, order, guards) = x8.target(s);
+            (ptrs, order, Some(guards))
+        }
+        None => ([0, 0], 0, None),
+    };
     let HalfOut { mut half, only } = half;
     // Every row of every head is written by one of the two kernels; the row
     // kernel always writes f32.
@@ -446,27 +466,36 @@ fn run_kernels(dev: &Device, a: &AttnLaunch, w: &AttnWords, p: &AttnParams, half
         match (a.k, a.v, rows_mma_kernel(p)) {
             (KvRef::F16(k), KvRef::F16(v), Some(f)) => {
                 let cfg = LaunchConfig { shared_mem_bytes: rows_mma_smem(hd), ..cfg };
-                go!(f, cfg, k, v, &rows_v, true, &split, &mut part, done, &hp, &bf16)?
+                go!(f, cfg, k, v, &rows_v, true, &split, &mut part, done, &hp, &bf16, &x8p[0], &x8p[1], &x8o)?
             }
             (KvRef::F16(k), KvRef::F16(v), None) => {
                 let f = if small { "attention_rows_f16_small" } else { "attention_rows_f16" };
-                go!(f, cfg, k, v, &rows_v, true, &split, &mut part, done, &hp, &bf16)?
+                go!(f, cfg, k, v, &rows_v, true, &split, &mut part, done, &hp, &bf16, &x8p[0], &x8p[1], &x8o)?
             }
             (KvRef::F32(k), KvRef::F32(v), _) => {
                 let f = if small { "attention_rows_f32_small" } else { "attention_rows_f32" };
-                go!(f, cfg, k, v, &rows_v, true, &split, &mut part, done, &hp, &bf16)?
+                go!(f, cfg, k, v, &rows_v, true, &split, &mut part, done, &hp, &bf16, &x8p[0], &x8p[1], &x8o)?
             }
             _ => unreachable!("K and V share a dtype"),
         }
     }
-    super::tensor::output(out, n, a.q.cols, half)
+    Ok((super::tensor::output(out, n, a.q.cols, half)?, quantized))
+}
+
+/// Whether each row-kernel block's outputs (a KV head's query heads) are
+/// whole units of `x8`.
+fn x8_fits(x8: &X8, p: &AttnParams) -> bool {
+    (p.n_heads / p.n_kv_heads * p.head_dim).is_multiple_of(x8.unit())
 }
 
 /// Paged attention of `q` over one layer of the pool (`kv`: the pool and
-/// the layer), writing the output's 16-bit copy into `half` where given.
+/// the layer), writing the output's 16-bit copy into `half` where given,
+/// and its quantized copy into `x8` where the row kernel can (`run_kernels`;
+/// true where it did).
 /// While a decode step is captured (`Source::Step`), the metadata is the
 /// step's inputs and the row kernel's splits depend on the shapes only, so
 /// that replays may change them.
+#[allow(clippy::too_many_arguments)]
 pub fn attention(
     dev: &Device,
     src: &Source,
@@ -475,7 +504,8 @@ pub fn attention(
     batch: &AttnBatch,
     p: &AttnParams,
     half: HalfOut,
-) -> Result<CudaTensor> {
+    x8: Option<&mut X8>,
+) -> Result<(CudaTensor, bool)> {
     check_shapes(q, p, pool.kv_dim)?;
     if layer >= pool.k.len() {
         return Err(Error::Shape(format!("layer {layer} of a {}-layer KV pool", pool.k.len())));
@@ -501,11 +531,11 @@ pub fn attention(
                 nsplit: if dev.deterministic { 1 } else { busy_splits(n, p.n_kv_heads) },
                 flash: None,
             };
-            run_kernels(dev, &a, &w, p, half)
+            run_kernels(dev, &a, &w, p, half, x8)
         }
         Source::Upload(meta) => {
             (a.meta, a.spans) = paged_meta(batch, q.rows);
-            launch_attention(dev, meta, a, p, half)
+            launch_attention(dev, meta, a, p, half, x8)
         }
     }
 }

@@ -271,11 +271,12 @@ impl CudaBackend {
         batch: &AttnBatch,
         p: &AttnParams,
         half_only: bool,
-    ) -> Result<CudaTensor> {
+        x8: Option<&mut gemv::X8>,
+    ) -> Result<(CudaTensor, bool)> {
         let (kv_blocks, block_size) = (pool.slots / pool.block_size, pool.block_size);
         self.graphs.note(|l| (l.kv_blocks, l.block_size) = (kv_blocks, block_size));
         let half = HalfOut { half: self.alloc_half(q.rows, q.cols)?, only: half_only };
-        kv::attention(&self.dev, &self.source(), q, (pool, layer), batch, p, half)
+        kv::attention(&self.dev, &self.source(), q, (pool, layer), batch, p, half, x8)
     }
 
     /// RMS norm over each group of `w`'s length, its 16-bit copy alone with
@@ -899,7 +900,7 @@ impl Backend for CudaBackend {
         let _span = profile::span(&self.dev.stream, "attention");
         let (kv_blocks, block_size) = (pool.slots / pool.block_size, pool.block_size);
         self.graphs.note(|l| (l.kv_blocks, l.block_size) = (kv_blocks, block_size));
-        self.attention_out(q, (pool, layer), batch, p, false)
+        self.attention_out(q, (pool, layer), batch, p, false, None).map(|(a, _)| a)
     }
 
     fn attention_project_add(
@@ -912,10 +913,18 @@ impl Backend for CudaBackend {
         p: &AttnParams,
         wo: &CudaWeight,
     ) -> Result<()> {
-        let a = {
-            let _span = profile::span(&self.dev.stream, "attention");
-            self.attention_out(q, (pool, layer), batch, p, self.gemms_read_half(q.rows, &[wo]))?
+        // A quantized GEMV's input: written by the attention kernel too,
+        // where it can (one kernel a layer fewer).
+        let mut x8 = match self.dev.attn_x8 {
+            true => gemv::x8_room(&self.dev, q.rows, q.cols, wo)?,
+            false => None,
         };
-        self.matmul_add(x, &a, wo)
+        let (a, quantized) = {
+            let _span = profile::span(&self.dev.stream, "attention");
+            self.attention_out(q, (pool, layer), batch, p, self.gemms_read_half(q.rows, &[wo]), x8.as_mut())?
+        };
+        let _span = profile::span(&self.dev.stream, "matmul_add");
+        let x8 = x8.filter(|_| quantized).map_or([None, None, None], gemv::X8::into_cache);
+        weight::matmul_add_x8(&self.dev, x, &a, wo, x8)
     }
 }

@@ -200,6 +200,12 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], norm: Optio
 /// x += a · w^T (`Backend::matmul_add`): the GEMV adds its sums to x, a GEMM
 /// accumulates into it (beta = 1; no output of its own to write and read).
 pub fn matmul_add(dev: &Device, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeight) -> Result<()> {
+    matmul_add_x8(dev, x, a, w, [None, None, None])
+}
+
+/// `matmul_add` whose GEMV takes its input quantized already where `x8`
+/// holds it (the kernel that made `a` quantized it too).
+pub fn matmul_add_x8(dev: &Device, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeight, mut x8: X8Cache) -> Result<()> {
     check_cols(a, w)?;
     if (x.rows, x.cols) != (a.rows, w.rows) {
         return Err(Error::Shape(format!(
@@ -208,7 +214,7 @@ pub fn matmul_add(dev: &Device, x: &mut CudaTensor, a: &CudaTensor, w: &CudaWeig
         )));
     }
     if gemv::uses_gemv(dev, a.rows, a.cols, w.storage) {
-        gemv::gemv(dev, a, &[w], &mut [None, None, None], None, GemvOut::Add(x.f32_mut(dev)?))?;
+        gemv::gemv(dev, a, &[w], &mut x8, None, GemvOut::Add(x.f32_mut(dev)?))?;
         return Ok(());
     }
     gemm_into(dev, a, &mut None, w, x.f32_mut(dev)?, true)

@@ -71,6 +71,17 @@ __device__ __forceinline__ void load_values(const KT* vc, u64 at, int n, float* 
     for (int i = 0; i < PER; i++) v[i] = i < n ? load_kv(vc, at + i) : 0.f;
 }
 
+// The block's output (query heads kvh G .. of the row, just stored to
+// `out`) as the output projection's quantized input, where `x8` asks
+// (host: kv.rs `AttnX8`, which checks that they are whole groups).
+__device__ __forceinline__ void quantize_heads(const float* out, u32 row, u32 kvh, u32 G, u32 n_heads, u32 hd,
+                                               X8Out x8) {
+    if (!x8.xq) return;
+    __syncthreads();  // every thread's stores to `out` visible to the block
+    const u64 base = (u64)row * n_heads * hd + (u64)kvh * G * hd;
+    quantize_span(out, base, G * hd, x8, threadIdx.x >> 5, blockDim.x >> 5);
+}
+
 // Split-K: the last of a (row, KV head)'s `parts` splits that hold keys
 // merges their partials of its G heads (a kernel of its own cost a launch
 // per layer and step). `done` counts finished splits per (row, KV head)
@@ -81,7 +92,7 @@ __device__ __forceinline__ void load_values(const KT* vc, u64 at, int n, float* 
 // short contexts). At most MAX_SPLITS splits (host).
 #define MAX_SPLITS 64
 __device__ void merge_if_last(const float* part, float* out, u32* done, u32 row, u32 kvh, u32 G, u32 n_heads,
-                              u32 hd, u16* half, int bf16, u32 parts) {
+                              u32 hd, u16* half, int bf16, u32 parts, X8Out x8) {
     __shared__ bool last;
     __shared__ float wt[MAX_GROUP][MAX_SPLITS], mx[MAX_GROUP], den[MAX_GROUP];
     // This block's partials, visible to the block that merges them.
@@ -139,6 +150,7 @@ __device__ void merge_if_last(const float* part, float* out, u32* done, u32 row,
         for (u32 z = 0; z < parts; z++) num += wt[g][z] * __ldcg(pg + (u64)z * (hd + 2));
         store_out(out, half, bf16, (u64)row * n_heads * hd + (u64)(kvh * G + g) * hd + d, num / den[g]);
     }
+    quantize_heads(out, row, kvh, G, n_heads, hd, x8);
 }
 
 // With `split` > 0, narrows [lo, hi) to this block's share of its row's
@@ -163,7 +175,7 @@ __device__ bool split_share(u32& lo, u32& hi, u32 split, u32& parts) {
 template <int GM, int HDM>
 __device__ void combine_warps(const float (*wm)[GM], const float (*wl)[GM], const float (*wacc)[GM][HDM], u32 G,
                               u32 hd, u32 row, u32 kvh, u32 n_heads, u32 parts, float* part, u32* done, float* out,
-                              u16* half, int bf16) {
+                              u16* half, int bf16, X8Out x8) {
     for (u32 i = threadIdx.x; i < G * hd; i += blockDim.x) {
         const u32 g = i / hd, d = i % hd;
         float mx = -INFINITY;
@@ -185,7 +197,8 @@ __device__ void combine_warps(const float (*wm)[GM], const float (*wl)[GM], cons
             store_out(out, half, bf16, (u64)row * n_heads * hd + (u64)(kvh * G + g) * hd + d, num / den);
         }
     }
-    if (parts > 1) merge_if_last(part, out, done, row, kvh, G, n_heads, hd, half, bf16, parts);
+    if (parts > 1) merge_if_last(part, out, done, row, kvh, G, n_heads, hd, half, bf16, parts, x8);
+    else quantize_heads(out, row, kvh, G, n_heads, hd, x8);
 }
 
 // Split-K (flash decoding): with `split` > 0, block z of gridDim.z takes the
@@ -255,7 +268,7 @@ template <int GM, int PER, typename KT>
 __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* out, const u32* meta,
                             const u32* tables, const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs,
                             u32 window, float scale, float softcap, u32 split, float* part, u32* done, u16* half,
-                            int bf16) {
+                            int bf16, X8Out x8) {
     constexpr int HDM = 32 * PER;
     const u32 row = rows[blockIdx.x], kvh = blockIdx.y;
     const u32 G = n_heads / n_kv_heads;
@@ -371,18 +384,18 @@ __device__ void attend_rows(const float* q, const KT* kc, const KT* vc, float* o
             if (i < per && lane * per + i < hd) wacc[warp][g][lane * per + i] = acc[g][i];
     }
     __syncthreads();
-    combine_warps<GM, HDM>(wm, wl, wacc, G, hd, row, kvh, n_heads, parts, part, done, out, half, bf16);
+    combine_warps<GM, HDM>(wm, wl, wacc, G, hd, row, kvh, n_heads, parts, part, done, out, half, bf16, x8);
 }
 
 #define ROWS_KERNEL(NAME, GM, PER, KT)                                                                           \
     extern "C" __global__ void __launch_bounds__(32 * ROW_WARPS, 4)                                               \
         NAME(const float* q, const KT* kc, const KT* vc, float* out, const u32* meta, const u32* tables,          \
              const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs, u32 window, float scale, float softcap,    \
-             u32 split, float* part, u32* done, u16* half, int bf16) {                                            \
+             u32 split, float* part, u32* done, u16* half, int bf16, signed char* x8q, u32* x8m, int x8o) {           \
         pdl_trigger();                                                                                            \
         pdl_wait();                                                                                               \
         attend_rows<GM, PER, KT>(q, kc, vc, out, meta, tables, rows, n_heads, n_kv_heads, hd, bs, window, scale,  \
-                                 softcap, split, part, done, half, bf16);                                         \
+                                 softcap, split, part, done, half, bf16, X8Out{x8q, x8m, x8o});                   \
     }
 ROWS_KERNEL(attention_rows_f32, MAX_GROUP, MAX_HD / 32, float)
 ROWS_KERNEL(attention_rows_f16, MAX_GROUP, MAX_HD / 32, u16)

@@ -41,7 +41,8 @@ __device__ __forceinline__ void ldmatrix_x4_trans(u32* a, const u16* p) {
 template <int HD>
 __device__ void rows_mma_body(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta,
                               const u32* tables, const u32* rows, u32 n_heads, u32 n_kv_heads, u32 bs, u32 window,
-                              float scale, float softcap, u32 split, float* part, u32* done, u16* half, int bf16) {
+                              float scale, float softcap, u32 split, float* part, u32* done, u16* half, int bf16,
+                              X8Out x8) {
     constexpr int PAD = HD + 8;           // a 16-byte pad a row: ldmatrix's 8 rows on distinct banks
     constexpr int TILE = RM_KEYS * PAD;   // u16 of one K (or V) tile
     // Dynamic (host: kv::rows_mma_smem): per warp a ring of three tiles (K
@@ -199,7 +200,7 @@ __device__ void rows_mma_body(const float* q, const u16* kc, const u16* vc, floa
         wacc[warp][2 * t + 1][mt * 16 + g + 8] = o[mt][3];
     }
     __syncthreads();
-    combine_warps<RM_HEADS, HD>(wm, wl, wacc, G, HD, row, kvh, n_heads, parts, part, done, out, half, bf16);
+    combine_warps<RM_HEADS, HD>(wm, wl, wacc, G, HD, row, kvh, n_heads, parts, part, done, out, half, bf16, x8);
 }
 
 // The row kernels' arguments (the host launches both alike); `hd` is HD.
@@ -208,9 +209,9 @@ __device__ void rows_mma_body(const float* q, const u16* kc, const u16* vc, floa
         attention_rows_mma_##HD(const float* q, const u16* kc, const u16* vc, float* out, const u32* meta,        \
                                 const u32* tables, const u32* rows, u32 n_heads, u32 n_kv_heads, u32 hd, u32 bs,  \
                                 u32 window, float scale, float softcap, u32 split, float* part, u32* done,        \
-                                u16* half, int bf16) {                                                            \
+                                u16* half, int bf16, signed char* x8q, u32* x8m, int x8o) {                      \
         rows_mma_body<HD>(q, kc, vc, out, meta, tables, rows, n_heads, n_kv_heads, bs, window, scale, softcap,    \
-                          split, part, done, half, bf16);                                                         \
+                          split, part, done, half, bf16, X8Out{x8q, x8m, x8o});                                  \
     }
 ROWS_MMA_KERNEL(64)
 ROWS_MMA_KERNEL(128)
