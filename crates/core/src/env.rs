@@ -112,6 +112,20 @@ pub fn cuda_prefetch() -> Option<u32> {
     var("FERRITE_CUDA_PREFETCH").and_then(|v| v.to_str()?.parse().ok())
 }
 
+/// `FERRITE_CUDA_ATTN_LATE_TRIGGER=0`: the tensor-core decode attention lets
+/// the kernel after it start at once rather than once its keys are read;
+/// for comparison.
+pub fn cuda_attn_late_trigger() -> bool {
+    on_unless_zero("FERRITE_CUDA_ATTN_LATE_TRIGGER")
+}
+
+/// `FERRITE_CUDA_X8_LATE_TRIGGER=1`: a decode GEMV's input quantization lets
+/// the GEMV start once its input has arrived rather than at once; for
+/// comparison.
+pub fn cuda_x8_late_trigger() -> bool {
+    var("FERRITE_CUDA_X8_LATE_TRIGGER").is_some_and(|v| v == "1")
+}
+
 /// `FERRITE_CUDA_Q4K_WARPS=<n>`: warps the Q4_K tensor-core GEMV aims to
 /// run, k split between a tile's warps (0, the default: as many as the GPU
 /// holds at once); for comparison.
