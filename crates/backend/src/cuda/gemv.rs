@@ -326,22 +326,26 @@ fn q4k_split_within(target: u32, held: u32, tiles: u32, nsb: u32) -> (u32, u32) 
 
 /// `q4k_split` for the Q4_K tiles of a mixed q/k/v launch, beside v's
 /// `v_rows` warps (a row each): the warps the GPU holds at once beyond v's,
-/// but at least enough that each takes at most 4 super-blocks (two rounds
-/// of two in flight), as v's rows take two rounds; or about `q4k_warps`.
-/// Random Llama-3.1-8B Q4_K_M batch 1 on the H200: 4 warps a tile instead
-/// of 2 (2,304 warps, a little over one wave), +1.0% and +0.8% in two runs.
+/// or more, towards at most 4 super-blocks a warp (two rounds of two in
+/// flight, as v's rows take), while the launch stays within a quarter wave
+/// over one; or about `q4k_warps`. Random Llama-3.1-8B Q4_K_M batch 1 on
+/// the H200: 4 warps a tile instead of 2 (2,304 warps against 2,112 held),
+/// +1.0% and +0.8% in two runs (larger shapes not measured).
 fn mixed_split(dev: &Device, tiles: u32, nsb: u32, v_rows: u32) -> (u32, u32) {
     mixed_split_for(dev.q4k_warps, dev.sms, tiles, nsb, v_rows)
 }
 
 /// `mixed_split` on a GPU of `sms` SMs.
 fn mixed_split_for(target: u32, sms: u32, tiles: u32, nsb: u32, v_rows: u32) -> (u32, u32) {
-    let free = (sms * Q4K_WARPS_PER_SM).saturating_sub(v_rows);
-    let (per_tile, per_block) = q4k_split_within(target, free, tiles, nsb);
+    let held = sms * Q4K_WARPS_PER_SM;
+    let (mut per_tile, per_block) = q4k_split_within(target, held.saturating_sub(v_rows), tiles, nsb);
     if target > 0 {
         return (per_tile, per_block);
     }
-    let per_tile = per_tile.max(nsb.div_ceil(4).next_power_of_two()).min(16).min(nsb.max(1));
+    let most = nsb.div_ceil(4).next_power_of_two().min(16).min(nsb.max(1));
+    while per_tile < most && tiles * 2 * per_tile + v_rows <= held + held / 4 {
+        per_tile *= 2;
+    }
     (per_tile, (8 / per_tile).max(1))
 }
 
@@ -687,10 +691,12 @@ mod tests {
     use super::{mixed_split_for, q4k_split};
 
     #[test]
-    fn mixed_qkv_warps_take_at_most_four_super_blocks() {
+    fn mixed_qkv_split_aims_at_four_super_blocks_a_warp() {
         // Llama-3.1-8B: q and k in 320 tiles of 16 super-blocks beside v's
         // 1,024 rows; the free warps alone would give 2 a tile.
         assert_eq!(mixed_split_for(0, 132, 320, 16, 1024), (4, 2));
+        // Llama 70B's 576 tiles of 32: 2 a tile, not 8 (2.7 waves).
+        assert_eq!(mixed_split_for(0, 132, 576, 32, 1024), (2, 4));
         // Few tiles: as many warps as fit, up to a warp a super-block.
         assert_eq!(mixed_split_for(0, 132, 48, 8, 256), (8, 1));
         assert_eq!(mixed_split_for(0, 132, 48, 2, 256), (2, 4));
