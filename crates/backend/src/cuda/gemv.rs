@@ -406,7 +406,7 @@ pub fn quantize_ahead(
     let sb_groups = (len / 256) as u64;
     let mut a = dev.launch("quantize_x8_dual");
     a.arg(x.f32(dev)?).arg(&mut sb.xq).arg(&mut sb.meta).arg(ssb).arg(&mut pc.xq).arg(&mut pc.meta).arg(spc);
-    a.arg(sb_groups).arg(np).arg(k as u32).arg(dev.x8_late_trigger as i32);
+    a.arg(sb_groups).arg(np).arg(k as u32).arg(late_trigger(dev, LATE_DUAL));
     // A warp per super-block and per group of 32 (k % 256 == 0: k-quants).
     a.run(elementwise(32 * 9 * len / 256))?;
     drop((_gn, _g1, _g2));
@@ -474,6 +474,20 @@ pub fn gemv_mixed_qkv(
     Ok(Some(out.into_iter().zip(ws).map(|(y, w)| CudaTensor::new(y, n, w.rows)).collect()))
 }
 
+/// Which input quantizations let their GEMV start only once their input
+/// has arrived (`Device::x8_late_trigger`, a mask of these): the normed
+/// input in both orders (`quantize_ahead`), other normed inputs, gated
+/// activations, plain inputs.
+const LATE_DUAL: u32 = 1;
+const LATE_NORMED: u32 = 2;
+const LATE_GATED: u32 = 4;
+const LATE_PLAIN: u32 = 8;
+
+/// The quantize kernels' `late` argument for an input of `kind`.
+fn late_trigger(dev: &Device, kind: u32) -> i32 {
+    (dev.x8_late_trigger & kind != 0) as i32
+}
+
 /// x quantized to 8 bits (with `glu`, act(x) * up; with `norm`, the squares
 /// kept for the GEMV to norm by).
 fn quantize_x8(
@@ -493,18 +507,23 @@ fn quantize_x8(
     let (sp, _gs) = opt_ptr(dev, out.squares.as_ref());
     let (up, _gu) = opt_ptr(dev, glu.map(|g| g.0.f32(dev)).transpose()?);
     let act = glu.map_or(0, |g| g.1);
+    let late = match (norm, glu) {
+        (Some(_), _) => late_trigger(dev, LATE_NORMED),
+        (None, Some(_)) => late_trigger(dev, LATE_GATED),
+        (None, None) => late_trigger(dev, LATE_PLAIN),
+    };
     if order == Q4K_ORDER {
         // A warp per super-block, a lane per 8 values.
         let mut a = dev.launch("quantize_x8_sb");
         a.arg(x.f32(dev)?).arg(&mut out.xq).arg(&mut out.meta).arg(groups).arg(np).arg(k32).arg(sp);
-        a.arg(up).arg(act).arg(dev.x8_late_trigger as i32);
+        a.arg(up).arg(act).arg(late);
         a.run(elementwise(len / 8))?;
     } else {
         // One lane per value.
         let mut a = dev.launch("quantize_x8");
         let kperm = order as i32;
         a.arg(x.f32(dev)?).arg(&mut out.xq).arg(&mut out.meta).arg(groups).arg(kperm).arg(np).arg(k32).arg(sp);
-        a.arg(up).arg(act).arg(dev.x8_late_trigger as i32);
+        a.arg(up).arg(act).arg(late);
         a.run(elementwise(len))?;
     }
     drop((_gn, _gs, _gu));
