@@ -119,15 +119,6 @@ pub fn cuda_attn_late_trigger() -> bool {
     on_unless_zero("FERRITE_CUDA_ATTN_LATE_TRIGGER")
 }
 
-/// `FERRITE_CUDA_X8_LATE_TRIGGER=<mask>`: which decode GEMV input
-/// quantizations let the GEMV start once their input has arrived rather than
-/// at once: 1 the normed input of a Q4_K and Q6_K group (both orders), 2 other
-/// normed inputs, 4 gated activations, 8 plain inputs (0, the default: none);
-/// for comparison.
-pub fn cuda_x8_late_trigger() -> Option<u32> {
-    var("FERRITE_CUDA_X8_LATE_TRIGGER").and_then(|v| v.to_str()?.parse().ok())
-}
-
 /// `FERRITE_CUDA_Q4K_WARPS=<n>`: warps the Q4_K tensor-core GEMV aims to
 /// run, k split between a tile's warps (0, the default: as many as the GPU
 /// holds at once); for comparison.

@@ -87,10 +87,6 @@ pub struct Device {
     /// once its keys are read (kernels/attention_rows_mma.cu; off with
     /// `FERRITE_CUDA_ATTN_LATE_TRIGGER=0`).
     pub attn_late_trigger: bool,
-    /// Which input quantizations let the GEMV after them start only once
-    /// their input has arrived (a mask, `gemv::late_trigger`;
-    /// `FERRITE_CUDA_X8_LATE_TRIGGER`).
-    pub x8_late_trigger: u32,
     /// Warps the Q4_K tensor-core GEMV aims at (`FERRITE_CUDA_Q4K_WARPS`;
     /// 0, the default: one wave, see `gemv::q4k_split`).
     pub q4k_warps: u32,
@@ -320,7 +316,6 @@ impl Device {
             mixed_qkv: ferrite_core::env::cuda_mixed_qkv(),
             qkv_rope: ferrite_core::env::cuda_qkv_rope(),
             attn_x8: ferrite_core::env::cuda_attn_x8(),
-            x8_late_trigger: ferrite_core::env::cuda_x8_late_trigger().unwrap_or(0),
             attn_late_trigger: ferrite_core::env::cuda_attn_late_trigger(),
             q4k_warps: ferrite_core::env::cuda_q4k_warps().unwrap_or(0),
             arch,

@@ -243,16 +243,6 @@ pub struct X8 {
 }
 
 impl X8 {
-    /// Values a writer must quantize together: a group, or a super-block
-    /// in the k-quant orders.
-    pub fn unit(&self) -> usize {
-        if self.order == 0 {
-            32
-        } else {
-            256
-        }
-    }
-
     /// Where a kernel other than `quantize_x8` writes it (the attention row
     /// kernels' `X8Out`, kernels/quantize_x8.cuh): the 8-bit values' and
     /// the metadata's addresses and the order. No squares: it is for GEMVs
@@ -363,13 +353,16 @@ fn alloc_x8(dev: &Device, len: usize, order: usize, squares: bool) -> Result<X8>
 }
 
 /// Room for the 8-bit input of `w`'s GEMV over x [n, k] (no input norm) for
-/// another kernel to write (`X8::target`); `None` where that matmul reads
-/// none (dense weights, or a GEMM).
-pub fn x8_room(dev: &Device, n: usize, k: usize, w: &CudaWeight) -> Result<Option<X8>> {
+/// another kernel to write (`X8::target`) in spans of `span` values each;
+/// `None` where that matmul reads none (dense weights, or a GEMM) or the
+/// spans are not whole units of its order (groups of 32 in place, else
+/// super-blocks).
+pub fn x8_room(dev: &Device, n: usize, k: usize, w: &CudaWeight, span: usize) -> Result<Option<X8>> {
     match w.storage {
         Storage::Quant(q) if w.cols == k && uses_gemv(dev, n, k, w.storage) => {
             let order = input_order(q);
-            let whole = k.is_multiple_of(if order == 0 { 32 } else { 256 });
+            let unit = if order == 0 { 32 } else { 256 };
+            let whole = span > 0 && span.is_multiple_of(unit) && k.is_multiple_of(span);
             whole.then(|| alloc_x8(dev, n * k, order, false)).transpose()
         }
         _ => Ok(None),
@@ -406,7 +399,7 @@ pub fn quantize_ahead(
     let sb_groups = (len / 256) as u64;
     let mut a = dev.launch("quantize_x8_dual");
     a.arg(x.f32(dev)?).arg(&mut sb.xq).arg(&mut sb.meta).arg(ssb).arg(&mut pc.xq).arg(&mut pc.meta).arg(spc);
-    a.arg(sb_groups).arg(np).arg(k as u32).arg(late_trigger(dev, LATE_DUAL));
+    a.arg(sb_groups).arg(np).arg(k as u32);
     // A warp per super-block and per group of 32 (k % 256 == 0: k-quants).
     a.run(elementwise(32 * 9 * len / 256))?;
     drop((_gn, _g1, _g2));
@@ -474,20 +467,6 @@ pub fn gemv_mixed_qkv(
     Ok(Some(out.into_iter().zip(ws).map(|(y, w)| CudaTensor::new(y, n, w.rows)).collect()))
 }
 
-/// Which input quantizations let their GEMV start only once their input
-/// has arrived (`Device::x8_late_trigger`, a mask of these): the normed
-/// input in both orders (`quantize_ahead`), other normed inputs, gated
-/// activations, plain inputs.
-const LATE_DUAL: u32 = 1;
-const LATE_NORMED: u32 = 2;
-const LATE_GATED: u32 = 4;
-const LATE_PLAIN: u32 = 8;
-
-/// The quantize kernels' `late` argument for an input of `kind`.
-fn late_trigger(dev: &Device, kind: u32) -> i32 {
-    (dev.x8_late_trigger & kind != 0) as i32
-}
-
 /// x quantized to 8 bits (with `glu`, act(x) * up; with `norm`, the squares
 /// kept for the GEMV to norm by).
 fn quantize_x8(
@@ -507,23 +486,18 @@ fn quantize_x8(
     let (sp, _gs) = opt_ptr(dev, out.squares.as_ref());
     let (up, _gu) = opt_ptr(dev, glu.map(|g| g.0.f32(dev)).transpose()?);
     let act = glu.map_or(0, |g| g.1);
-    let late = match (norm, glu) {
-        (Some(_), _) => late_trigger(dev, LATE_NORMED),
-        (None, Some(_)) => late_trigger(dev, LATE_GATED),
-        (None, None) => late_trigger(dev, LATE_PLAIN),
-    };
     if order == Q4K_ORDER {
         // A warp per super-block, a lane per 8 values.
         let mut a = dev.launch("quantize_x8_sb");
         a.arg(x.f32(dev)?).arg(&mut out.xq).arg(&mut out.meta).arg(groups).arg(np).arg(k32).arg(sp);
-        a.arg(up).arg(act).arg(late);
+        a.arg(up).arg(act);
         a.run(elementwise(len / 8))?;
     } else {
         // One lane per value.
         let mut a = dev.launch("quantize_x8");
         let kperm = order as i32;
         a.arg(x.f32(dev)?).arg(&mut out.xq).arg(&mut out.meta).arg(groups).arg(kperm).arg(np).arg(k32).arg(sp);
-        a.arg(up).arg(act).arg(late);
+        a.arg(up).arg(act);
         a.run(elementwise(len))?;
     }
     drop((_gn, _gs, _gu));

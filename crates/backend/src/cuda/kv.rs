@@ -385,7 +385,7 @@ pub fn launch_attention(
 /// `half.only` and no rows for the row kernel, the flash kernel writes that
 /// copy alone. Where every row is the row kernel's, it also writes `x8`, the
 /// output quantized for the output projection's GEMV (each block its query
-/// heads: whole groups, `x8_fits`), and says so.
+/// heads: whole groups, as `gemv::x8_room` made sure), and says so.
 fn run_kernels(
     dev: &Device,
     a: &AttnLaunch,
@@ -403,7 +403,7 @@ fn run_kernels(
     let window = a.window.unwrap_or(0) as u32;
     let softcap = p.softcap.unwrap_or(0.0);
     let (n_tiles, n_rows) = (w.tiles.len() / 2, w.rows.len());
-    let x8 = x8.filter(|x8| n_tiles == 0 && x8_fits(x8, p));
+    let x8 = x8.filter(|_| n_tiles == 0);
     let quantized = x8.is_some();
     let (x8p, x8o, _x8g) = match x8 {
         Some(x8) => {
@@ -483,12 +483,6 @@ fn run_kernels(
         }
     }
     Ok((super::tensor::output(out, n, a.q.cols, half)?, quantized))
-}
-
-/// Whether each row-kernel block's outputs (a KV head's query heads) are
-/// whole units of `x8`.
-fn x8_fits(x8: &X8, p: &AttnParams) -> bool {
-    (p.n_heads / p.n_kv_heads * p.head_dim).is_multiple_of(x8.unit())
 }
 
 /// Paged attention of `q` over one layer of the pool (`kv`: the pool and

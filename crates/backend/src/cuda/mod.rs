@@ -915,8 +915,10 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         // A quantized GEMV's input: written by the attention kernel too,
         // where it can (one kernel a layer fewer).
+        // (Each row-kernel block quantizes its KV head's query heads.)
+        let span = p.n_heads / p.n_kv_heads.max(1) * p.head_dim;
         let mut x8 = match self.dev.attn_x8 {
-            true => gemv::x8_room(&self.dev, q.rows, q.cols, wo)?,
+            true => gemv::x8_room(&self.dev, q.rows, q.cols, wo, span)?,
             false => None,
         };
         let (a, quantized) = {

@@ -276,17 +276,15 @@ extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, 
 
 // The input (`quantize_group`, kernels/quantize_x8.cuh), a warp per group.
 // Launched with programmatic dependent launch: it lets the GEMV after it in
-// (to prefetch its weights) before waiting for the kernel that made x, or
-// with `late` once x has arrived, so that the GEMV's loads do not queue
-// ahead of its own.
+// (to prefetch its weights) before waiting for the kernel that made x.
 extern "C" __global__ void quantize_x8(const float* x, signed char* xq, uint2* meta, u64 groups, int kperm,
-                                       const float* nw, u32 k, float* ss, const float* up, int act, int late) {
-    if (!late) pdl_trigger();
+                                       const float* nw, u32 k, float* ss, const float* up, int act) {
+    pdl_trigger();
     pdl_wait();
     const u32 lane = threadIdx.x & 31;
     for (u64 g = (blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5; g < groups;
          g += ((u64)gridDim.x * blockDim.x) >> 5)
-        quantize_group(g, lane, x, xq, meta, kperm, nw, k, ss, up, act, late);
+        quantize_group(g, lane, x, xq, meta, kperm, nw, k, ss, up, act);
 }
 
 // Four signed 8-bit inputs (a) times four weight bytes (b) added to c; `_s`:
@@ -549,13 +547,13 @@ GEMVQ_ALL(q6_k, T_Q6_K)
 //
 // The input: `quantize_sb` (kernels/quantize_x8.cuh).
 extern "C" __global__ void quantize_x8_sb(const float* x, signed char* xq, u32* meta, u64 groups, const float* nw,
-                                          u32 k, float* ss, const float* up, int act, int late) {
-    if (!late) pdl_trigger();
+                                          u32 k, float* ss, const float* up, int act) {
+    pdl_trigger();
     pdl_wait();
     const u32 lane = threadIdx.x & 31;
     for (u64 g = (blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5; g < groups;
          g += ((u64)gridDim.x * blockDim.x) >> 5)
-        quantize_sb(g, lane, x, xq, meta, nw, k, ss, up, act, late);
+        quantize_sb(g, lane, x, xq, meta, nw, k, ss, up, act);
 }
 
 // Both inputs of a matmul group that mixes Q4_K with Q5_K or Q6_K weights
@@ -564,15 +562,14 @@ extern "C" __global__ void quantize_x8_sb(const float* x, signed char* xq, u32* 
 // then the groups of 32 in piece order of `quantize_x8` (8 per super-block;
 // xp, mp, ssp). Warps take one or the other whole.
 extern "C" __global__ void quantize_x8_dual(const float* x, signed char* xs, u32* ms, float* sss, signed char* xp,
-                                            uint2* mp, float* ssp, u64 sb_groups, const float* nw, u32 k,
-                                            int late) {
-    if (!late) pdl_trigger();
+                                            uint2* mp, float* ssp, u64 sb_groups, const float* nw, u32 k) {
+    pdl_trigger();
     pdl_wait();
     const u32 lane = threadIdx.x & 31;
     for (u64 g = (blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5; g < 9 * sb_groups;
          g += ((u64)gridDim.x * blockDim.x) >> 5) {
-        if (g < sb_groups) quantize_sb(g, lane, x, xs, ms, nw, k, sss, nullptr, 0, late);
-        else quantize_group(g - sb_groups, lane, x, xp, mp, 1, nw, k, ssp, nullptr, 0, late);
+        if (g < sb_groups) quantize_sb(g, lane, x, xs, ms, nw, k, sss, nullptr, 0);
+        else quantize_group(g - sb_groups, lane, x, xp, mp, 1, nw, k, ssp, nullptr, 0);
     }
 }
 

@@ -14,7 +14,7 @@
 // activation, computed here rather than by a kernel of its own (`glu`).
 __device__ __forceinline__ void quantize_group(u64 g, u32 lane, const float* x, signed char* xq, uint2* meta,
                                                int kperm, const float* nw, u32 k, float* ss, const float* up,
-                                               int act, bool trigger = false) {
+                                               int act) {
     const u64 src = kperm ? (g >> 3) * 256 + 64 * ((g & 7) >> 1) + 32 * (lane >> 4) + 16 * (g & 1) + (lane & 15)
                           : 32 * g + lane;
     // (The norm's weight is loaded with x: after the store to ss below it
@@ -30,7 +30,6 @@ __device__ __forceinline__ void quantize_group(u64 g, u32 lane, const float* x, 
     }
     float amax = fabsf(v);
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    if (trigger) pdl_trigger();  // x has arrived (`quantize_x8`'s `late`)
     const float d = amax / 127.f;
     // (Clamped: a subnormal amax makes d zero.)
     const int q = amax > 0.f ? max(-127, min(127, __float2int_rn(v / d))) : 0;
@@ -56,8 +55,7 @@ __device__ __forceinline__ void quantize_group(u64 g, u32 lane, const float* x, 
 // The 8-bit values are in fragment order: lane i of a quad reads 64 bytes,
 // for each sub-block s its values 4i..4i+3 and 16+4i..16+4i+3.
 __device__ __forceinline__ void quantize_sb(u64 g, u32 lane, const float* x, signed char* xq, u32* meta,
-                                            const float* nw, u32 k, float* ss, const float* up, int act,
-                                            bool trigger = false) {
+                                            const float* nw, u32 k, float* ss, const float* up, int act) {
     const u64 src = 256 * g + 8 * lane;  // values 8 lane .. + 7 of the super-block
     // (The norm's weights are loaded with x, as in `quantize_group`; 16-byte
     // aligned: a buffer's start plus a multiple of 8 values.)
@@ -88,7 +86,6 @@ __device__ __forceinline__ void quantize_sb(u64 g, u32 lane, const float* x, sig
     sub = fmaxf(sub, __shfl_xor_sync(0xffffffffu, sub, 2));
     float amax = sub;
     for (int o = 4; o < 32; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    if (trigger) pdl_trigger();  // x has arrived (`quantize_x8`'s `late`)
     // Coarsest first: t = 3 - (doublings of the sub-block's largest that stay within amax).
     int t = 3;
     while (t > 0 && sub * (float)(16 >> t) <= amax) t--;
