@@ -5,7 +5,8 @@
 # Usage: scripts/gpu-ab.sh 'A settings' 'B settings' ROUNDS BENCH-ARGS...
 #   e.g. scripts/gpu-ab.sh '' 'FERRITE_CUDA_GRAPH_POOL=1' 3 \
 #            random:llama-3.1-8b:q4_k_m --prompt-tokens 0 --gen-tokens 128
-# Settings are space-separated NAME=value pairs ('' for the defaults). Each
+# Settings are space-separated NAME=value pairs ('' for the defaults);
+# FERRITE_BIN=path among them runs that binary on that side (two builds). Each
 # round runs A then B with `--device cuda --repetitions 1` added, and prints
 # the table rows (tokens/s, % of the roofline) labelled with the setting,
 # then per test the mean tokens/s of each side and their ratio, and whether
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${FERRITE_BIN:-target/release/ferrite}
 if [[ $# -lt 4 ]]; then
-    sed -n 5,12p "$0" >&2
+    sed -n 5,14p "$0" >&2
     exit 2
 fi
 a=$1 b=$2 rounds=$3
@@ -26,9 +27,13 @@ for ((r = 1; r <= rounds; r++)); do
     for side in A B; do
         setting=$a
         [[ $side == B ]] && setting=$b
+        bin=$BIN
+        for word in $setting; do
+            [[ $word == FERRITE_BIN=* ]] && bin=${word#FERRITE_BIN=}
+        done
         # Word splitting of the setting into NAME=value pairs is intended.
         # shellcheck disable=SC2086
-        out=$(env $setting "$BIN" bench "$@" --device cuda --repetitions 1)
+        out=$(env $setting "$bin" bench "$@" --device cuda --repetitions 1)
         rows=$(grep '^| ' <<<"$out" | grep -v '^| model' || true)
         digest=$(sed -n 's/^decode picks digest.*: //p' <<<"$out")
         [[ -n $digest ]] && echo "$side $digest" >>"$picks"

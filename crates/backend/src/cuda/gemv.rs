@@ -1,7 +1,8 @@
 //! Decode-sized matmuls (up to 8 input rows a launch) on our memory-bound
 //! kernels: kernels/gemv.cu for 16-bit weights, which read the f32 input as
 //! it is, and kernels/quant.cu for GGUF blocks, which read it quantized to 8
-//! bits (`quantize_x8`; `quantize_x8_sb` for Q4_K's tensor-core kernel).
+//! bits (`quantize_x8`; `quantize_x8_sb` for the Q4_K and Q6_K tensor-core
+//! kernels).
 //! Both add their sums to the output instead of writing them where asked (`matmul_add`: the residual add). At batch 1 the
 //! block GEMVs also fuse the RMS norm of their input (`norm_matmul_*`): the
 //! quantization multiplies by the norm's weights and sums each group's
@@ -52,9 +53,9 @@ impl RopeKvArgs {
 
 /// q of one input row whose q/k/v GEMVs also turn q and k by RoPE and store
 /// k and v in the KV cache (kernels/rope_kv.cuh), so that no kernel runs
-/// between them and attention: Q4_K q and k with a Q4_K v (one launch of
-/// the tensor-core GEMV) or a Q6_K one (`gemv_mixed_qkv`'s launch), the
-/// input norm fused. `None` for any other group (the caller checks the rest:
+/// between them and attention: q/k/v all Q4_K or all Q6_K (one launch of
+/// the tensor-core GEMV) or Q4_K q and k with a Q6_K v (`gemv_mixed_qkv`'s
+/// launch), the input norm fused. `None` for any other group (the caller checks the rest:
 /// one row, interleaved RoPE, an f16 cache).
 pub fn gemv_qkv_rope_kv(
     dev: &Device,
@@ -67,11 +68,8 @@ pub fn gemv_qkv_rope_kv(
         return Ok(None);
     }
     let mut x8: X8Cache = [None, None, None];
-    let out = match ws[2].storage == Storage::Quant(DType::Q6K) {
-        true => {
-            quantize_ahead(dev, x, &ws, &mut x8, Some(norm))?;
-            gemv_mixed_qkv(dev, x, &ws, &x8, Some(norm), Some(rkv))?
-        }
+    let out = match ws[0].storage != ws[2].storage {
+        true => gemv_mixed_qkv(dev, x, &ws, &mut x8, Some(norm), Some(rkv))?,
         false => Some(gemv_in(dev, x, &ws, &mut x8, Some(norm), None, GemvOut::New, Some(rkv))?),
     };
     // (k and v's outputs stay unwritten: their rows went to the cache.)
@@ -82,12 +80,11 @@ pub fn gemv_qkv_rope_kv(
 /// inputs are uploaded).
 pub fn fuses_qkv_rope(dev: &Device, x: &CudaTensor, ws: [&CudaWeight; 3], norm: Norm) -> bool {
     let (n, k) = (x.rows, x.cols);
-    let q4k = |w: &CudaWeight| w.storage == Storage::Quant(DType::Q4K) && w.rows > 0;
-    let q6k_v = ws[2].storage == Storage::Quant(DType::Q6K) && ws[2].rows > 0;
+    let of = |q: DType| move |w: &&CudaWeight| w.storage == Storage::Quant(q) && w.rows > 0;
+    let (q4k, q6k) = (of(DType::Q4K), of(DType::Q6K));
+    let mixed = q4k(&ws[0]) && q4k(&ws[1]) && q6k(&ws[2]) && dev.mixed_qkv;
     n == 1
-        && q4k(ws[0])
-        && q4k(ws[1])
-        && (q4k(ws[2]) || (q6k_v && dev.mixed_qkv && dev.dual_x8))
+        && (ws.iter().all(q4k) || ws.iter().all(q6k) || mixed)
         && ws.iter().all(|w| w.cols == k && uses_gemv(dev, n, k, w.storage))
         && fuses_norm(dev, x, norm, &ws)
 }
@@ -229,14 +226,14 @@ fn gemv_span(st: Storage) -> &'static str {
 
 /// The input of a quantized GEMV: 8-bit values per group of 32 and each
 /// group's scale and the sums of its two halves (two u32 per group); with an
-/// input norm, each group's sum of squares before it. For Q4_K's
-/// tensor-core GEMV (`quantize_x8_sb`) the groups are super-blocks of 256
-/// (eight u32 each; kernels/quant.cu).
+/// input norm, each group's sum of squares before it. For the tensor-core
+/// GEMVs (`quantize_x8_sb`) the groups are super-blocks of 256 (eight u32
+/// each; kernels/quant.cu).
 pub struct X8 {
     xq: CudaSlice<u8>,
     meta: CudaSlice<u32>,
     squares: Option<CudaSlice<f32>>,
-    /// Values per scale: 32, or 256 for Q4_K.
+    /// Values per scale: 32, or 256 for the tensor-core GEMVs.
     group: usize,
     /// Its `input_order`.
     order: usize,
@@ -271,21 +268,28 @@ impl X8 {
 
 /// How a block type's GEMV reads its input, the index of its `X8` among a
 /// matmul group's (kernels/quant.cu): groups of 32 in place (0), in k-quant
-/// piece order (1), or super-blocks in Q4_K's tensor-core fragment order (2).
+/// piece order (1), or super-blocks in the tensor-core GEMVs' fragment order
+/// (2: Q4_K and Q6_K).
 fn input_order(q: DType) -> usize {
     match q {
-        DType::Q4K => Q4K_ORDER,
-        DType::Q5K | DType::Q6K => 1,
+        DType::Q4K | DType::Q6K => TILE_ORDER,
+        DType::Q5K => 1,
         _ => 0,
     }
 }
-const Q4K_ORDER: usize = 2;
+const TILE_ORDER: usize = 2;
 
-/// Warps an SM holds of the Q4_K tensor-core GEMV (its registers: two
-/// blocks of 8 warps, or one of 16).
-const Q4K_WARPS_PER_SM: u32 = 16;
+/// Whether weights stored as `st` run on the tensor-core GEMV (tiles of 16
+/// rows, `gemv_tile_body` in kernels/quant.cu).
+fn tiled(st: Storage) -> bool {
+    matches!(st, Storage::Quant(DType::Q4K | DType::Q6K))
+}
 
-/// Warps per 16-row tile of the Q4_K tensor-core GEMV (splitting its
+/// Warps an SM holds of the tensor-core GEMV (its registers: two blocks of
+/// 8 warps, or one of 16).
+const TILE_WARPS_PER_SM: u32 = 16;
+
+/// Warps per 16-row tile of the tensor-core GEMV (splitting its
 /// super-blocks; `nsb` in all) and tiles per block, blocks of up to 16
 /// warps. A `target` of 0, the default, takes as many warps as the GPU holds
 /// at once: the most that run in one wave, with no second, partial wave
@@ -294,13 +298,8 @@ const Q4K_WARPS_PER_SM: u32 = 16;
 /// then ran in 1.7 waves, q/k/v in 1.45): batch 1 398-399 tok/s against
 /// 381, batch 2 740 against 710, batch 4 1,355 against 1,298, batch 8 1,989
 /// against 1,927.
-fn q4k_split(target: u32, sms: u32, tiles: u32, nsb: u32) -> (u32, u32) {
-    q4k_split_within(target, sms * Q4K_WARPS_PER_SM, tiles, nsb)
-}
-
-/// `q4k_split` where the launch's tiles get `held` of the warps the GPU
-/// holds at once.
-fn q4k_split_within(target: u32, held: u32, tiles: u32, nsb: u32) -> (u32, u32) {
+fn tile_split(target: u32, sms: u32, tiles: u32, nsb: u32) -> (u32, u32) {
+    let held = sms * TILE_WARPS_PER_SM;
     let tiles = tiles.max(1);
     let per_tile = match target {
         0 => {
@@ -314,35 +313,10 @@ fn q4k_split_within(target: u32, held: u32, tiles: u32, nsb: u32) -> (u32, u32) 
     (per_tile, (8 / per_tile).max(1))
 }
 
-/// `q4k_split` for the Q4_K tiles of a mixed q/k/v launch, beside v's
-/// `v_rows` warps (a row each): the warps the GPU holds at once beyond v's,
-/// or more, towards at most 4 super-blocks a warp (two rounds of two in
-/// flight, as v's rows take), while the launch stays within a quarter wave
-/// over one; or about `q4k_warps`. Random Llama-3.1-8B Q4_K_M batch 1 on
-/// the H200: 4 warps a tile instead of 2 (2,304 warps against 2,112 held),
-/// +1.0% and +0.8% in two runs (larger shapes not measured).
-fn mixed_split(dev: &Device, tiles: u32, nsb: u32, v_rows: u32) -> (u32, u32) {
-    mixed_split_for(dev.q4k_warps, dev.sms, tiles, nsb, v_rows)
-}
-
-/// `mixed_split` on a GPU of `sms` SMs.
-fn mixed_split_for(target: u32, sms: u32, tiles: u32, nsb: u32, v_rows: u32) -> (u32, u32) {
-    let held = sms * Q4K_WARPS_PER_SM;
-    let (mut per_tile, per_block) = q4k_split_within(target, held.saturating_sub(v_rows), tiles, nsb);
-    if target > 0 {
-        return (per_tile, per_block);
-    }
-    let most = nsb.div_ceil(4).next_power_of_two().min(16).min(nsb.max(1));
-    while per_tile < most && tiles * 2 * per_tile + v_rows <= held + held / 4 {
-        per_tile *= 2;
-    }
-    (per_tile, (8 / per_tile).max(1))
-}
-
 /// Room for `len` inputs quantized in `order`, with their squares where
 /// normed.
 fn alloc_x8(dev: &Device, len: usize, order: usize, squares: bool) -> Result<X8> {
-    let group = if order == Q4K_ORDER { 256 } else { 32 };
+    let group = if order == TILE_ORDER { 256 } else { 32 };
     let alloc = |e| device_err("alloc x8", e);
     // SAFETY: all are fully written by the kernel (k % 32 == 0 for blocks,
     // k % 256 == 0 for k-quants; super-blocks take as much as their groups).
@@ -370,8 +344,8 @@ pub fn x8_room(dev: &Device, n: usize, k: usize, w: &CudaWeight, span: usize) ->
 }
 
 /// Quantizes x for a matmul group `ws` ahead of its GEMVs where they read it
-/// in two orders, Q4_K's super-blocks and the other k-quants' pieces (Q4_K_M's
-/// q/k/v where the value projection is Q6_K): both in one launch
+/// in two orders, the tensor-core GEMVs' super-blocks and Q5_K's pieces
+/// (Q5_K_M's layers whose value projection is Q6_K): both in one launch
 /// (`quantize_x8_dual`), a kernel a layer fewer in those layers. Otherwise
 /// nothing: each GEMV quantizes its order at its first use.
 pub fn quantize_ahead(
@@ -386,11 +360,11 @@ pub fn quantize_ahead(
         ws.iter()
             .any(|w| matches!(w.storage, Storage::Quant(q) if input_order(q) == o) && uses_gemv(dev, n, k, w.storage))
     };
-    if !dev.dual_x8 || !reads(Q4K_ORDER) || !reads(1) || x8[Q4K_ORDER].is_some() || x8[1].is_some() {
+    if !dev.dual_x8 || !reads(TILE_ORDER) || !reads(1) || x8[TILE_ORDER].is_some() || x8[1].is_some() {
         return Ok(());
     }
     let len = n * k;
-    let mut sb = alloc_x8(dev, len, Q4K_ORDER, norm.is_some())?;
+    let mut sb = alloc_x8(dev, len, TILE_ORDER, norm.is_some())?;
     let mut pc = alloc_x8(dev, len, 1, norm.is_some())?;
     let _span = super::profile::span(&dev.stream, "  quantize_x8 (two orders)");
     let (np, _gn) = opt_ptr(dev, norm.map(|n| n.w.f32(dev)).transpose()?);
@@ -403,67 +377,67 @@ pub fn quantize_ahead(
     // A warp per super-block and per group of 32 (k % 256 == 0: k-quants).
     a.run(elementwise(32 * 9 * len / 256))?;
     drop((_gn, _g1, _g2));
-    (x8[Q4K_ORDER], x8[1]) = (Some(sb), Some(pc));
+    (x8[TILE_ORDER], x8[1]) = (Some(sb), Some(pc));
     Ok(())
 }
 
 /// q/k/v of one input row where q and k are Q4_K and v is Q6_K (Q4_K_M's
 /// layers with a wider value projection), in one launch (`gemv_q4k_q6k_1`:
-/// blocks of the Q4_K tensor-core GEMV, then blocks of the Q6_K GEMV), on
-/// the inputs `quantize_ahead` made; `None` for any other group.
+/// blocks of the tensor-core GEMV on q and k's Q4_K tiles, then on v's Q6_K
+/// ones, one input); `None` for any other group.
 pub fn gemv_mixed_qkv(
     dev: &Device,
     x: &CudaTensor,
     ws: &[&CudaWeight],
-    x8: &X8Cache,
+    x8: &mut X8Cache,
     norm: Option<Norm>,
     rkv: Option<&RopeKvArgs>,
 ) -> Result<Option<Vec<CudaTensor>>> {
     let (n, k) = (x.rows, x.cols);
-    let q4k = |w: &CudaWeight| w.storage == Storage::Quant(DType::Q4K) && w.rows > 0;
-    let ([wq, wk, wv], [_, Some(pc), Some(sb)]) = (ws, x8) else { return Ok(None) };
-    // (Not in the batch-invariant mode: the Q4_K tiles' split of k, and so
-    // their sums' order, would differ from the batch's separate launch.)
+    let of = |w: &CudaWeight, q: DType| w.storage == Storage::Quant(q) && w.rows > 0;
+    let [wq, wk, wv] = ws else { return Ok(None) };
+    // (Not in the batch-invariant mode: the tiles' split of k, and so their
+    // sums' order, would differ from the batch's separate launches.)
     if !dev.mixed_qkv
         || dev.deterministic
         || n != 1
-        || !q4k(wq)
-        || !q4k(wk)
-        || wv.storage != Storage::Quant(DType::Q6K)
-        || wv.rows == 0
+        || !of(wq, DType::Q4K)
+        || !of(wk, DType::Q4K)
+        || !of(wv, DType::Q6K)
         || !ws.iter().all(|w| w.cols == k && uses_gemv(dev, n, k, w.storage))
     {
         return Ok(None);
     }
+    if x8[TILE_ORDER].is_none() {
+        x8[TILE_ORDER] = Some(quantize_x8(dev, x, TILE_ORDER, norm, None)?);
+    }
+    let Some(q) = x8[TILE_ORDER].as_ref() else { return Ok(None) };
     let s = &dev.stream;
     let mut out: Vec<CudaSlice<f32>> = ws.iter().map(|w| alloc_out(dev, n, w.rows)).collect::<Result<_>>()?;
-    let tiles = (wq.rows.div_ceil(16) + wk.rows.div_ceil(16)) as u32;
-    let (per_tile, per_block) = mixed_split(dev, tiles, (k / 256) as u32, wv.rows as u32);
-    let warps = per_tile * per_block;
-    let q4k_blocks = tiles.div_ceil(per_block);
-    let grid = q4k_blocks + (wv.rows as u32).div_ceil(warps);
+    let qk_tiles = (wq.rows.div_ceil(16) + wk.rows.div_ceil(16)) as u32;
+    let tiles = qk_tiles + wv.rows.div_ceil(16) as u32;
+    let (per_tile, per_block) = tile_split(dev.q4k_warps, dev.sms, tiles, (k / 256) as u32);
+    let q4k_blocks = qk_tiles.div_ceil(per_block);
+    let grid = q4k_blocks + (wv.rows.div_ceil(16) as u32).div_ceil(per_block);
     let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (32 * per_tile, per_block, 1), shared_mem_bytes: 0 };
     let (yp, yg): (Vec<u64>, Vec<_>) = out.iter_mut().map(|y| y.device_ptr_mut(s)).unzip();
     let (wp, wg): (Vec<u64>, Vec<_>) = ws.iter().map(|w| w.data.device_ptr(s)).unzip();
-    let (xs, g1) = sb.xq.device_ptr(s);
-    let (ms, g2) = sb.meta.device_ptr(s);
-    let (sss, g3) = opt_ptr(dev, sb.squares.as_ref());
-    let (xp, g4) = pc.xq.device_ptr(s);
-    let (mp, g5) = pc.meta.device_ptr(s);
-    let (ssp, g6) = opt_ptr(dev, pc.squares.as_ref());
+    let (xp, g1) = q.xq.device_ptr(s);
+    let (mp, g2) = q.meta.device_ptr(s);
+    let (sp, g3) = opt_ptr(dev, q.squares.as_ref());
     let mut a = dev.launch(if rkv.is_some() { "gemv_q4k_q6k_rkv_1" } else { "gemv_q4k_q6k_1" });
     a.arg(wp[0]).arg(wp[1]).arg(wp[2]).arg(yp[0]).arg(yp[1]).arg(yp[2]);
     a.arg(wq.rows as u32).arg(wk.rows as u32).arg(wv.rows as u32);
-    a.arg(xs).arg(ms).arg(sss).arg(wq.row_bytes()).arg(xp).arg(mp).arg(ssp).arg(wv.row_bytes());
-    a.arg(k as u32).arg(dev.prefetch).arg(norm.map_or(0.0, |n| n.eps)).arg(0i32).arg(q4k_blocks);
+    a.arg(xp).arg(mp).arg(k as u32).arg(wq.row_bytes()).arg(dev.prefetch).arg(sp);
+    a.arg(norm.map_or(0.0, |n| n.eps)).arg(0i32).arg(wv.row_bytes()).arg(q4k_blocks);
     if let Some(r) = rkv {
         r.push(&mut a);
     }
     let _span = super::profile::span(s, "  gemv q4_k + q6_k (q/k/v)");
-    // Buffers of the sizes given: outputs [1, m], weights and inputs as
+    // Buffers of the sizes given: outputs [1, m], weights and the input as
     // their own launches take them.
     a.run(cfg)?;
-    drop((yg, wg, g1, g2, g3, g4, g5, g6));
+    drop((yg, wg, g1, g2, g3));
     Ok(Some(out.into_iter().zip(ws).map(|(y, w)| CudaTensor::new(y, n, w.rows)).collect()))
 }
 
@@ -486,7 +460,7 @@ fn quantize_x8(
     let (sp, _gs) = opt_ptr(dev, out.squares.as_ref());
     let (up, _gu) = opt_ptr(dev, glu.map(|g| g.0.f32(dev)).transpose()?);
     let act = glu.map_or(0, |g| g.1);
-    if order == Q4K_ORDER {
+    if order == TILE_ORDER {
         // A warp per super-block, a lane per 8 values.
         let mut a = dev.launch("quantize_x8_sb");
         a.arg(x.f32(dev)?).arg(&mut out.xq).arg(&mut out.meta).arg(groups).arg(np).arg(k32).arg(sp);
@@ -551,7 +525,8 @@ pub fn gemv_add_glu(
 }
 
 /// `gemv` whose input is, with `glu` (quantized weights only), act(x) * up;
-/// with `rkv` (Q4_K q/k/v, one row), RoPE and the KV write in the epilogue.
+/// with `rkv` (Q4_K or Q6_K q/k/v, one row), RoPE and the KV write in the
+/// epilogue.
 #[allow(clippy::too_many_arguments)]
 fn gemv_in(
     dev: &Device,
@@ -613,24 +588,27 @@ fn gemv_in(
     if dense_norm && !folds_norm(dev, x, ws) {
         return Err(Error::Shape(format!("gemv {}: a norm not folded into the 16-bit weights", ws[0].name)));
     }
-    let q4k = ws[0].storage == Storage::Quant(DType::Q4K);
-    if q4k && ws[0].rows == 0 {
+    let tiles = tiled(ws[0].storage);
+    if tiles && ws[0].rows == 0 {
         return Err(Error::Shape(format!("gemv {}: no rows", ws[0].name)));
     }
-    if rkv.is_some() && !(q4k && n == 1 && ws.len() == 3) {
-        return Err(Error::Shape(format!("gemv {}: RoPE in the epilogue needs Q4_K q/k/v, one row", ws[0].name)));
+    if rkv.is_some() && !(tiles && n == 1 && ws.len() == 3) {
+        return Err(Error::Shape(format!(
+            "gemv {}: RoPE in the epilogue needs Q4_K or Q6_K q/k/v, one row",
+            ws[0].name
+        )));
     }
     for r0 in (0..n_launched).step_by(8) {
         let nc = (n - r0).min(8);
         let name = match (dense_norm, rkv) {
-            (_, Some(_)) => "gemv_q4_k_rkv_1".to_string(),
+            (_, Some(_)) => gemv_name(ws[0].storage, 1).replacen("_1", "_rkv_1", 1),
             (true, None) => gemv_name(ws[0].storage, nc).replacen("gemv_", "gemv_norm_", 1),
             (false, None) => gemv_name(ws[0].storage, nc),
         };
-        let cfg = if q4k {
-            // Tiles of 16 rows, `q4k_split` warps each.
+        let cfg = if tiles {
+            // Tiles of 16 rows, `tile_split` warps each.
             let tiles: u32 = m.iter().map(|r| r.div_ceil(16)).sum();
-            let (per_tile, per_block) = q4k_split(dev.q4k_warps, dev.sms, tiles, k32 / 256);
+            let (per_tile, per_block) = tile_split(dev.q4k_warps, dev.sms, tiles, k32 / 256);
             let grid = (tiles.div_ceil(per_block), 1, 1);
             LaunchConfig { grid_dim: grid, block_dim: (32 * per_tile, per_block, 1), shared_mem_bytes: 0 }
         } else {
@@ -681,33 +659,19 @@ fn gemv_in(
 
 #[cfg(test)]
 mod tests {
-    use super::{mixed_split_for, q4k_split};
+    use super::tile_split;
 
     #[test]
-    fn mixed_qkv_split_aims_at_four_super_blocks_a_warp() {
-        // Llama-3.1-8B: q and k in 320 tiles of 16 super-blocks beside v's
-        // 1,024 rows; the free warps alone would give 2 a tile.
-        assert_eq!(mixed_split_for(0, 132, 320, 16, 1024), (4, 2));
-        // Llama 70B's 576 tiles of 32: 2 a tile, not 8 (2.7 waves).
-        assert_eq!(mixed_split_for(0, 132, 576, 32, 1024), (2, 4));
-        // Few tiles: as many warps as fit, up to a warp a super-block.
-        assert_eq!(mixed_split_for(0, 132, 48, 8, 256), (8, 1));
-        assert_eq!(mixed_split_for(0, 132, 48, 2, 256), (2, 4));
-        // A target decides alone.
-        assert_eq!(mixed_split_for(640, 132, 320, 16, 1024), (2, 4));
-    }
-
-    #[test]
-    fn q4k_split_fills_one_wave() {
+    fn tile_split_fills_one_wave() {
         // 132 SMs hold 2,112 warps: Llama-3.1-8B's gate/up (1,792 tiles),
         // q/k/v (384), output (256) and a small model's 64 tiles of k = 576.
-        assert_eq!(q4k_split(0, 132, 1792, 16), (1, 8));
-        assert_eq!(q4k_split(0, 132, 384, 16), (4, 2));
-        assert_eq!(q4k_split(0, 132, 256, 56), (8, 1));
-        assert_eq!(q4k_split(0, 132, 64, 2), (2, 4));
-        assert_eq!(q4k_split(0, 132, 5000, 16), (1, 8));
+        assert_eq!(tile_split(0, 132, 1792, 16), (1, 8));
+        assert_eq!(tile_split(0, 132, 384, 16), (4, 2));
+        assert_eq!(tile_split(0, 132, 256, 56), (8, 1));
+        assert_eq!(tile_split(0, 132, 64, 2), (2, 4));
+        assert_eq!(tile_split(0, 132, 5000, 16), (1, 8));
         // A target: about that many warps.
-        assert_eq!(q4k_split(2048, 132, 1792, 16), (2, 4));
-        assert_eq!(q4k_split(4096, 132, 384, 16), (16, 1));
+        assert_eq!(tile_split(2048, 132, 1792, 16), (2, 4));
+        assert_eq!(tile_split(4096, 132, 384, 16), (16, 1));
     }
 }

@@ -88,13 +88,12 @@ pub struct CudaWeight {
 }
 
 impl CudaWeight {
-    /// Bytes from one row to the next in `data`: for blocks the file's, but
-    /// Q6_K's, which `device_bytes` repacks into padded rows (Q4_K's rows
-    /// are regrouped in tiles of 16: a tile takes 16 times this).
+    /// Bytes from one row to the next in `data`: for blocks the file's
+    /// (Q4_K's and Q6_K's rows are regrouped in tiles of 16: a tile takes 16
+    /// times this).
     pub fn row_bytes(&self) -> u64 {
         let k = self.cols;
         (match self.storage {
-            Storage::Quant(DType::Q6K) => crate::quant::repack::q6_k_planar_row_bytes(k),
             Storage::Quant(q) => k / q.block_size() * q.block_bytes(),
             Storage::F32 => 4 * k,
             Storage::F16 | Storage::Bf16 => 2 * k,
@@ -103,8 +102,8 @@ impl CudaWeight {
 }
 
 /// The bytes to upload for a checkpoint weight, and how they are stored:
-/// stored types as they are (borrowed; Q6_K and Q4_K repacked for the
-/// decode kernels), others converted.
+/// stored types as they are (borrowed; Q4_K and Q6_K regrouped in tiles
+/// for the decode kernels), others converted.
 fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Storage)> {
     let src = raw.bytes.as_slice();
     Ok(match raw.dtype {
@@ -121,7 +120,7 @@ fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Stor
             });
             (Cow::Owned(out), Storage::Bf16)
         }
-        DType::Q6K => (Cow::Owned(crate::quant::repack::q6_k_planar(src, raw.cols)), Storage::Quant(DType::Q6K)),
+        DType::Q6K => (Cow::Owned(crate::quant::repack::q6_k_tiles(src, raw.cols)), Storage::Quant(DType::Q6K)),
         DType::Q4K => (Cow::Owned(crate::quant::repack::q4_k_tiles(src, raw.cols)), Storage::Quant(DType::Q4K)),
         q if quant_code(q).is_some() => (Cow::Borrowed(src), Storage::Quant(q)),
         q => return Err(Error::Unsupported(format!("{}: {q} weights on the GPU", raw.name))),
@@ -177,7 +176,7 @@ pub fn matmul_many(dev: &Device, x: &CudaTensor, ws: &[&CudaWeight], norm: Optio
     // The input quantized for block GEMVs, once per order.
     let mut x8: X8Cache = [None, None, None];
     gemv::quantize_ahead(dev, x, ws, &mut x8, norm)?;
-    if let Some(out) = gemv::gemv_mixed_qkv(dev, x, ws, &x8, norm, None)? {
+    if let Some(out) = gemv::gemv_mixed_qkv(dev, x, ws, &mut x8, norm, None)? {
         return Ok(out);
     }
     let mut rest = ws;

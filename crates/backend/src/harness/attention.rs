@@ -171,24 +171,25 @@ impl<B: Backend> Harness<'_, B> {
         for (hd, interleaved) in [(64, false), (128, true)] {
             self.attention_inputs_of(hd, interleaved)?;
         }
-        for (hd, v_type) in [(128, DType::Q4K), (128, DType::Q6K), (64, DType::Q6K)] {
-            self.attention_inputs_decode(hd, v_type)?;
+        let (q4, q6) = (DType::Q4K, DType::Q6K);
+        for (hd, qk_type, v_type) in [(128, q4, q4), (128, q4, q6), (64, q4, q6), (128, q6, q6)] {
+            self.attention_inputs_decode(hd, qk_type, v_type)?;
         }
         Ok(())
     }
 
-    /// `norm_qkv_rope_kv` on GGUF Q4_K_M's blocks (Q4_K q and k, a Q4_K or
-    /// Q6_K v) with interleaved RoPE: a 36-token prompt, then one decode row
+    /// `norm_qkv_rope_kv` on GGUF k-quant blocks (Q4_K_M's: Q4_K q and k, a
+    /// Q4_K or Q6_K v; or all Q6_K) with interleaved RoPE: a 36-token prompt, then one decode row
     /// at position 36 (a GPU turns q and k and writes the cache in the
     /// GEMVs' epilogue unless `FERRITE_CUDA_QKV_ROPE=0`), then attention
     /// over all 37 keys and its projection.
-    fn attention_inputs_decode(&mut self, hd: usize, v_type: DType) -> Result<()> {
+    fn attention_inputs_decode(&mut self, hd: usize, qk_type: DType, v_type: DType) -> Result<()> {
         let (c, heads, kv_heads, bs, prompt) = (512, 4, 2, 16, 36);
         let inv_freq = (0..hd / 2).map(|i| 10000f32.powf(-((2 * i) as f32) / hd as f32)).collect();
         let rope = Rope { head_dim: hd, inv_freq, interleaved: true };
         let spec = KvSpec { n_layers: 1, n_blocks: 4, block_size: bs, kv_dim: kv_heads * hd, dtype: KvDtype::F16 };
         let (mut pb, mut pc) = (self.b.kv_pool(spec)?, self.cpu.kv_pool(spec)?);
-        let ws = [("q", DType::Q4K, heads * hd), ("k", DType::Q4K, kv_heads * hd), ("v", v_type, kv_heads * hd)]
+        let ws = [("q", qk_type, heads * hd), ("k", qk_type, kv_heads * hd), ("v", v_type, kv_heads * hd)]
             .map(|(name, dt, m)| raw(name, dt, m, c, self.rng.weight(dt, m, c)));
         let [qw, kw, vw] = ws.clone().map(|w| self.b.weight(w));
         let [qc_w, kc_w, vc_w] = ws.map(|w| dequantized_or_same(&w).and_then(|w| self.cpu.weight(w)));
@@ -209,7 +210,7 @@ impl<B: Backend> Harness<'_, B> {
             let (pos, b) = (&positions, &batch);
             let qb = self.b.norm_qkv_rope_kv(&xb, (&gb, 1e-6), wb, &rope, pos, (&mut pb, 0), b)?;
             let qc = self.cpu.norm_qkv_rope_kv(&xc, (&gc, 1e-6), wc, &rope, pos, (&mut pc, 0), b)?;
-            tag = format!("norm_qkv_rope_kv, matmuls on Q4_K q/k and {v_type} v, hd={hd}, {len} rows at {start}");
+            tag = format!("norm_qkv_rope_kv, matmuls on {qk_type} q/k and {v_type} v, hd={hd}, {len} rows at {start}");
             self.record(format!("{tag}: q"), &qb, &qc, TOL_X8_TAILED)?;
             q_last = Some((qb, qc, batch));
         }

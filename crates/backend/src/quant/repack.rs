@@ -6,10 +6,9 @@
 //! decode on machines with bandwidth to spare). Where the CPU's interleaved
 //! layout applies (`cpu::rows8`), Q5_0 keeps its own bytes instead.
 //!
-//! For the GPU, Q6_K rows become planes its vector loads can read
-//! ([`q6_k_planar`]): the same bits regrouped, the same size but for
-//! alignment padding; Q4_K blocks are regrouped in tiles of 16 rows for the
-//! tensor-core GEMV ([`q4_k_tiles`]).
+//! For the GPU, Q4_K and Q6_K blocks are regrouped in tiles of 16 rows for
+//! the tensor-core GEMV ([`q4_k_tiles`], [`q6_k_tiles`]): the same bits,
+//! in the order a warp's loads read them.
 
 use rayon::prelude::*;
 
@@ -33,50 +32,62 @@ pub fn q5_0_to_q8_0(src: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Bytes of a Q6_K row of `k` values repacked by [`q6_k_planar`]: its 210
-/// bytes per 256 values, padded to 16-byte alignment.
-pub fn q6_k_planar_row_bytes(k: usize) -> usize {
-    (k / 256 * 210).next_multiple_of(16)
+/// Bytes of one super-block column of a tile in [`q6_k_tiles`]: 16 rows of
+/// 210-byte Q6_K blocks.
+pub const Q6K_TILE_BLOCK: usize = 16 * 210;
+
+/// Where value `v` (0..256) of row `rr` (0..16) of a [`q6_k_tiles`] block
+/// keeps its bits: the byte and shift of its low four bits, the byte and
+/// shift of its two high bits. The layout is the tensor-core GEMV's
+/// (kernels/quant.cu, `Q6kTile`): lane `4 (rr % 8) + (v % 16) / 4` holds
+/// sub-block `v / 16`'s values `v % 16 / 4 * 4 ..+ 4` of rows `rr % 8` and
+/// `rr % 8 + 8` as the bytes of one word of 4-bit values (low nibbles: the
+/// first row, high: the second; its `v / 64`th 16-byte load) and of one word
+/// of 2-bit values (four fields a byte: sub-blocks 2j and 2j + 1 by the
+/// two rows; its `v / 128`th load).
+pub fn q6_k_tile_bits(rr: usize, v: usize) -> (usize, u32, usize, u32) {
+    let (g, u) = (rr % 8, rr / 8);
+    let (s, i, e) = (v / 16, v % 16 / 4, v % 4);
+    let lane = 4 * g + i;
+    let lo = 16 * (32 * (s / 4) + lane) + 4 * (s % 4) + e;
+    let hi = 2048 + 16 * (32 * (s / 8) + lane) + 4 * (s % 8 / 2) + e;
+    (lo, 4 * u as u32, hi, 2 * (2 * (s % 2) + u) as u32)
+}
+
+/// Offsets in a [`q6_k_tiles`] block of row `rr`'s 16 scales (i8, by
+/// sub-block) and of its d (f16): rows g and g + 8 side by side.
+pub fn q6_k_tile_scales(rr: usize) -> (usize, usize) {
+    (3072 + 16 * rr, 3328 + 2 * (2 * (rr % 8) + rr / 8))
 }
 
 /// Q6_K rows (blocks of 210 bytes: 128 of low 4 bits, 64 of high 2 bits, 16
-/// i8 scales, f16 d) in the layout of the GPU's decode kernels, which a
-/// 2-byte aligned 210-byte block does not allow vector loads of. A row of
-/// `nsb` super-blocks becomes four planes, each indexed by super-block:
-/// 4-bit values (128 bytes), 2-bit values (64), scales (16) and d (2), then
-/// zeros up to [`q6_k_planar_row_bytes`].
-///
-/// The values are regrouped in "pieces" (kernels/quant.cu): piece
-/// `pc = 2p + h` (p < 4, h < 2) of a super-block holds, for e < 16, value
-/// `v(s, e) = 64p + 32s + 16h + e` for s = 0 (low nibble of its byte e) and
-/// s = 1 (high nibble); its two bits above those sit at bit
-/// `8 (e % 4) + 2 (e / 4)` of its word s (8 bytes per piece); its scales are
-/// those of values v(0, 0) and v(1, 0) (2 bytes per piece).
-pub fn q6_k_planar(src: &[u8], k: usize) -> Vec<u8> {
-    let (nsb, row_in) = (k / 256, k / 256 * 210);
-    let row_out = q6_k_planar_row_bytes(k);
-    let rows = src.len().checked_div(row_in).unwrap_or(0);
-    let mut out = vec![0u8; rows * row_out];
-    out.par_chunks_mut(row_out.max(1)).zip(src.par_chunks(row_in.max(1))).for_each(|(o, r)| {
-        let (ql, rest) = o.split_at_mut(128 * nsb);
-        let (qh, rest) = rest.split_at_mut(64 * nsb);
-        let (sc, d) = rest.split_at_mut(16 * nsb);
-        for (sb, b) in r.chunks_exact(210).enumerate() {
-            for pc in 0..8 {
-                let (p, h) = (pc / 2, pc % 2);
-                let mut words = [0u32; 2];
-                for s in 0..2 {
-                    for e in 0..16 {
-                        let q = q6_k_value(b, 64 * p + 32 * s + 16 * h + e);
-                        ql[128 * sb + 16 * pc + e] |= (q & 0xF) << (4 * s);
-                        words[s] |= ((q >> 4) as u32) << (8 * (e % 4) + 2 * (e / 4));
-                    }
-                    sc[16 * sb + 2 * pc + s] = b[192 + 4 * p + 2 * s + h];
+/// i8 scales, f16 d) regrouped in tiles of 16 rows for the tensor-core GEMV,
+/// as [`q4_k_tiles`] does Q4_K's: per tile, a 3,360-byte block per
+/// super-block ([`Q6K_TILE_BLOCK`]) whose bytes a warp reads in order (its
+/// 16-byte loads: 2,048 bytes of 4-bit values, 1,024 of 2-bit values, then
+/// the 256 scales and 16 d). The 2-bit values are stored with their top bit
+/// flipped, so that a byte `low << 2 | high << 6` is the value minus 32,
+/// times 4, as an i8 (the kernel's operand); the last tile's missing rows
+/// are zeros.
+pub fn q6_k_tiles(src: &[u8], k: usize) -> Vec<u8> {
+    let row_bytes = k / 256 * 210;
+    let rows = src.len().checked_div(row_bytes).unwrap_or(0);
+    let tile_bytes = 16 * row_bytes;
+    let mut out = vec![0u8; rows.div_ceil(16) * tile_bytes];
+    out.par_chunks_mut(tile_bytes.max(1)).enumerate().for_each(|(t, tile)| {
+        for (sb, blk) in tile.chunks_exact_mut(Q6K_TILE_BLOCK).enumerate() {
+            for rr in 0..16.min(rows - 16 * t) {
+                let b = &src[(16 * t + rr) * row_bytes + 210 * sb..][..210];
+                for v in 0..256 {
+                    let q = q6_k_value(b, v);
+                    let (lo, ls, hi, hs) = q6_k_tile_bits(rr, v);
+                    blk[lo] |= (q & 0xF) << ls;
+                    blk[hi] |= ((q >> 4) ^ 2) << hs;
                 }
-                qh[64 * sb + 8 * pc..][..4].copy_from_slice(&words[0].to_le_bytes());
-                qh[64 * sb + 8 * pc + 4..][..4].copy_from_slice(&words[1].to_le_bytes());
+                let (sc, d) = q6_k_tile_scales(rr);
+                blk[sc..sc + 16].copy_from_slice(&b[192..208]);
+                blk[d..d + 2].copy_from_slice(&b[208..210]);
             }
-            d[2 * sb..2 * sb + 2].copy_from_slice(&b[208..210]);
         }
     });
     out
@@ -196,38 +207,51 @@ mod tests {
         }
     }
 
-    /// Value `v` of super-block `sb` read from the planes as their doc says.
-    fn planar_value(row: &[u8], nsb: usize, sb: usize, v: usize) -> f32 {
-        let (p, s, h, e) = (v % 256 / 64, v % 64 / 32, v % 32 / 16, v % 16);
-        let pc = 2 * p + h;
-        let lo = row[128 * sb + 16 * pc + e] >> (4 * s) & 0xF;
-        let at = 128 * nsb + 64 * sb + 8 * pc + 4 * s;
-        let word = u32::from_le_bytes(row[at..at + 4].try_into().unwrap());
-        let hi = (word >> (8 * (e % 4) + 2 * (e / 4))) & 3;
-        let scale = row[192 * nsb + 16 * sb + 2 * pc + s] as i8;
-        let d = half::f16::from_le_bytes([row[208 * nsb + 2 * sb], row[208 * nsb + 2 * sb + 1]]).to_f32();
-        d * scale as f32 * ((lo as u32 | hi << 4) as i32 - 32) as f32
-    }
-
     #[test]
-    fn q6_k_planes_hold_every_value() {
-        // Three super-blocks per row (padded), four rows.
-        let (k, rows) = (768, 4);
-        let mut bytes = random_bytes(210 * 3 * rows);
+    fn q6_k_tiles_hold_every_value_once() {
+        // Every (row, value) has its own bits; with the scales and d, every byte is used.
+        let mut seen = vec![0u8; super::Q6K_TILE_BLOCK];
+        for rr in 0..16 {
+            for v in 0..256 {
+                let (lo, ls, hi, hs) = super::q6_k_tile_bits(rr, v);
+                assert_eq!(seen[lo] & (0xF << ls), 0);
+                assert_eq!(seen[hi] & (3 << hs), 0);
+                seen[lo] |= 0xF << ls;
+                seen[hi] |= 3 << hs;
+            }
+            let (sc, d) = super::q6_k_tile_scales(rr);
+            seen[sc..sc + 16].fill(0xFF);
+            seen[d..d + 2].fill(0xFF);
+        }
+        assert!(seen.iter().all(|&b| b == 0xFF));
+        // 21 rows of 512 values: two tiles, the second padded with zeros.
+        let (k, rows) = (512, 21);
+        let mut bytes = random_bytes(rows * 2 * 210);
         for b in bytes.chunks_mut(210) {
             b[208..210].copy_from_slice(&half::f16::from_f32(0.011).to_le_bytes());
         }
-        let planar = super::q6_k_planar(&bytes, k);
-        let row_bytes = super::q6_k_planar_row_bytes(k);
-        assert_eq!((row_bytes % 16, planar.len()), (0, rows * row_bytes));
-        for r in 0..rows {
+        let out = super::q6_k_tiles(&bytes, k);
+        assert_eq!(out.len(), 2 * 16 * 2 * 210);
+        for r in 0..32 {
             let mut want = vec![0f32; k];
-            dequantize_row(DType::Q6K, &bytes[r * 630..(r + 1) * 630], &mut want).unwrap();
-            let row = &planar[r * row_bytes..(r + 1) * row_bytes];
-            for (v, w) in want.iter().enumerate() {
-                assert_eq!(planar_value(row, 3, v / 256, v), *w, "row {r} value {v}");
+            if r < rows {
+                dequantize_row(DType::Q6K, &bytes[r * 420..(r + 1) * 420], &mut want).unwrap();
             }
-            assert!(row[630..].iter().all(|&b| b == 0));
+            for (v, w) in want.iter().enumerate() {
+                let blk = &out[((r / 16) * 2 + v / 256) * super::Q6K_TILE_BLOCK..][..super::Q6K_TILE_BLOCK];
+                let (rr, v) = (r % 16, v % 256);
+                let (lo, ls, hi, hs) = super::q6_k_tile_bits(rr, v);
+                // The kernel's operand: 4 (q - 32) as an i8.
+                let op = ((blk[lo] >> ls & 0xF) << 2 | (blk[hi] >> hs & 3) << 6) as i8;
+                let (sc, d) = super::q6_k_tile_scales(rr);
+                let d = half::f16::from_le_bytes([blk[d], blk[d + 1]]).to_f32();
+                let got = d * blk[sc + v / 16] as i8 as f32 * op as f32 / 4.0;
+                if r < rows {
+                    assert_eq!(got, *w, "row {r} value {v}");
+                } else {
+                    assert_eq!((blk[lo] >> ls & 0xF, blk[hi] >> hs & 3, d), (0, 0, 0.0));
+                }
+            }
         }
     }
 }

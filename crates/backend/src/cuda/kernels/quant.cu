@@ -6,12 +6,10 @@
 // instead, see below).
 //
 // Type codes match `quant_code` on the host. Blocks of 18, 22 and 34 bytes
-// are only 2-byte aligned, so multi-byte fields are read as halves. Q6_K is
-// repacked at upload (quant/repack.rs, `q6_k_planar`): each row is planes of
-// 4-bit values, 2-bit values, scales and d, 16-byte aligned, in the order the
-// decode GEMV reads them (see "pieces" below). Q4_K rows are regrouped in
-// tiles of 16 (`q4_k_tiles`, see `q4k_sub`) for the tensor-core GEMV at the
-// end.
+// are only 2-byte aligned, so multi-byte fields are read as halves. Q4_K
+// and Q6_K rows are regrouped at upload in tiles of 16 (quant/repack.rs,
+// `q4_k_tiles`, `q6_k_tiles`; see `q4k_sub`, `q6k_sub`) for the tensor-core
+// GEMVs at the end.
 
 typedef unsigned char u8;
 
@@ -94,19 +92,31 @@ __device__ __forceinline__ void q4k_sub(const u8* w, u64 r, u32 nsb, u32 c, floa
     }
 }
 
-// Q6_K's planes in a repacked row of `nsb` super-blocks: per super-block,
-// 128 bytes of 4-bit values, 64 of 2-bit values, 16 scales and d.
-struct Q6Planes {
-    const u8 *ql, *qh;
-    const signed char* sc;
-    const u8* d;
-};
-__device__ __forceinline__ Q6Planes q6_planes(const u8* row, u32 nsb) {
-    return {row, row + 128 * nsb, (const signed char*)(row + 192 * nsb), row + 208 * nsb};
-}
-__device__ __forceinline__ void ld16_16(const u8* p, u32* q) {
-    const uint4 a = __ldg((const uint4*)p);
-    q[0] = a.x, q[1] = a.y, q[2] = a.z, q[3] = a.w;
+// Q6_K in its tiles (quant/repack.rs, `q6_k_tiles`): row r's super-block
+// sb is in the 3,360-byte block of tile r / 16's column sb. Values 32 (c & 7)
+// .. + 31 of it, sub-blocks s = 2 (c & 7) + h: for lane 4 (r % 8) + i of the
+// tile's GEMV, a word of 4-bit values (nibble r / 8 % 2) and one of 2-bit
+// values (field 2 h + r / 8 % 2, its top bit flipped) each.
+__device__ __forceinline__ void q6k_sub(const u8* w, u64 r, u32 nsb, u32 c, float* out) {
+    const u32 rr = r & 15, g = rr & 7, u = rr >> 3;
+    const u8* blk = w + ((r >> 4) * nsb + (c >> 3)) * 3360;
+    const float d = ld_f16(blk + 3328 + 2 * (2 * g + u));
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const u32 s = 2 * (c & 7) + h, f = 2 * h + u;
+        const float ds = d * (float)(signed char)blk[3072 + 16 * rr + s];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const u32 lane = 4 * g + i;
+            const u32 lo = __ldg((const u32*)(blk + 16 * (32 * (s >> 2) + lane) + 4 * (s & 3)));
+            const u32 hi = __ldg((const u32*)(blk + 2048 + 16 * (32 * (s >> 3) + lane) + 4 * ((s & 7) >> 1)));
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const u32 q = ((lo >> (8 * e + 4 * u)) & 15) | ((((hi >> (8 * e + 2 * f)) & 3) ^ 2) << 4);
+                out[16 * h + 4 * i + e] = ds * (float)((int)q - 32);
+            }
+        }
+    }
 }
 
 // Values c*32 .. c*32+31 of row r of weight `base` (rows of `row_bytes`;
@@ -168,25 +178,8 @@ __device__ __forceinline__ void dq32(const u8* base, u64 r, u64 row_bytes, u32 n
                 w[l] = d * (float)v - m;
             }
         }
-    } else {  // Q6_K, repacked: values 32 j + 16 h + e are piece 2 (j / 2) + h's half j & 1
-        const int j = c & 7, s = j & 1;
-        const u32 sb = c >> 3;
-        const Q6Planes pl = q6_planes(row, nsb);
-        const float d = ld_f16(pl.d + 2 * sb);
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const u32 pc = 8 * sb + 2 * (j >> 1) + h;
-            u32 ql[4];
-            ld16_16(pl.ql + 16 * pc, ql);
-            const u32 hb = __ldg((const u32*)(pl.qh + 8 * pc) + s);
-            const float ds = d * (float)(signed char)pl.sc[2 * pc + s];
-#pragma unroll
-            for (int e = 0; e < 16; e++) {
-                const u32 lo4 = (byte_at(ql, e) >> (4 * s)) & 0xf;
-                const u32 hi2 = (hb >> (8 * (e & 3) + 2 * (e >> 2))) & 3;
-                w[16 * h + e] = ds * (float)((int)(lo4 | (hi2 << 4)) - 32);
-            }
-        }
+    } else {
+        q6k_sub(base, r, nsb, c, w);
     }
 }
 
@@ -265,14 +258,14 @@ extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, 
 // (q_i offset by 8/16/32 for the symmetric types folds into the same sums).
 //
 // A lane's unit of work is 32 weight values with their 32 inputs. For the
-// 32-value block types it is a block. For Q5_K and Q6_K it is a "piece": 16
+// 32-value block types it is a block. For Q5_K it is a "piece": 16
 // bytes of a super-block's 4-bit values, whose low and high nibbles are 16
 // values each of two sub-blocks (values 64p + 16h + e and 64p + 32 + 16h + e
 // of piece 2p + h, e < 16). One 16-byte load per lane then brings a warp 512
 // weight bytes, contiguous per super-block, each read once (a sub-block per
 // lane read every byte twice and kept L1 busy). The input is quantized in piece order for
-// them (`kperm`), so a lane's 32 inputs are contiguous as well. (Q4_K has
-// a tensor-core kernel of its own, at the end.)
+// it (`kperm`), so a lane's 32 inputs are contiguous as well. (Q4_K and
+// Q6_K have tensor-core kernels of their own, at the end.)
 
 // The input (`quantize_group`, kernels/quantize_x8.cuh), a warp per group.
 // Launched with programmatic dependent launch: it lets the GEMV after it in
@@ -391,20 +384,6 @@ __device__ __forceinline__ void load_chunk(const u8* row, u32 nsb, u32 c, Chunk&
                 k.w[4 + t] |= ((h[t] >> (2 * p + 1)) & 0x01010101u) << 4;
             }
         }
-    } else {  // Q6_K, repacked: piece c's low bits, its two words of high bits (value e's at 8 (e & 3) + 2 (e / 4))
-        const Q6Planes pl = q6_planes(row, nsb);
-        const uint4 ql = load_stream((const uint4*)(pl.ql + 16 * (u64)c));
-        const uint2 qh = __ldg((const uint2*)(pl.qh + 8 * (u64)c));
-        const u32 sc = __ldg((const u16*)(pl.sc + 2 * (u64)c));
-        const float d = ld_f16(pl.d + 2 * (u64)(c >> 3));
-        k.da = d, k.isa = (signed char)(sc & 0xff), k.isb = (signed char)(sc >> 8);
-        k.off = 32;
-        const u32 q[4] = {ql.x, ql.y, ql.z, ql.w};
-#pragma unroll
-        for (int t = 0; t < 4; t++) {
-            k.w[t] = (q[t] & 0x0f0f0f0fu) | (((qh.x >> (2 * t)) & 0x03030303u) << 4);
-            k.w[4 + t] = ((q[t] >> 4) & 0x0f0f0f0fu) | (((qh.y >> (2 * t)) & 0x03030303u) << 4);
-        }
     }
 }
 
@@ -425,10 +404,6 @@ __device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, u
         }
     }
     const int slo = (int)(meta.y << 16) >> 16, shi = (int)meta.y >> 16;
-    if (T == T_Q6_K) {  // value = d * scale * (q - 32), on integers to the last step
-        const int dot = k.isa * (lo - 32 * slo) + k.isb * (hi - 32 * shi);
-        return __uint_as_float(meta.x) * k.da * __int2float_rn(dot);
-    }
     if (T == T_Q5_K) {
         const int dot = k.isa * lo + k.isb * hi, mins = k.ima * slo + k.imb * shi;
         // (|dot| may reach 2^22: a conversion.)
@@ -445,13 +420,11 @@ __device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, u
 // did U = 4: fewer warps, or more registers, hide less latency.)
 // `ss`: the input's squares per group from quantize_x8 (null: no input norm),
 // with the norm's `eps`; `add`: the sums added to y (`start_values`).
-// `row`: the warp's index in the launch (the first row it takes). With
-// `vc` (N = 1, v's rows alone): each sum stored there as f16, at `vc_at`.
+// `row`: the warp's index in the launch (the first row it takes).
 template <int T, int N, int U>
 __device__ void gemv_q_body(u32 row, const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2,
                             u32 m0, u32 m1, u32 m2, const signed char* xq, const uint2* meta, u32 k, u64 row_bytes,
-                            u32 pf, const float* ss, float eps, int add, u16* vc = nullptr, const u32* vc_at = nullptr,
-                            u32 kv_dim = 0) {
+                            u32 pf, const float* ss, float eps, int add) {
     const u32 lane = threadIdx.x & 31;
     const u8* w = w0;
     float* y = y0;
@@ -461,7 +434,6 @@ __device__ void gemv_q_body(u32 row, const u8* w0, const u8* w1, const u8* w2, f
     // As in gemv.cu: the row into L2 before waiting for the input.
     if (lane == 0) prefetch_l2(wr, (u32)min(row_bytes, (u64)pf));
     pdl_wait();
-    const u64 vc_dst = N == 1 && vc ? (u64)vc_at[0] * kv_dim : 0;  // ahead of the loop, off the tail
     const u32 chunks = k / 32, nsb = k / 256;
     // y's values early at N = 1 only: at N > 1 their registers, live through
     // the loop, made the kernel spill under its 64-register bound (batch 4
@@ -501,10 +473,6 @@ __device__ void gemv_q_body(u32 row, const u8* w0, const u8* w1, const u8* w2, f
             for (; c < chunks; c += 32) sq += ss[(u64)n * chunks + c];
             s *= rsqrtf(warp_sum(sq) / k + eps);
         }
-        if (N == 1 && vc) {
-            if (lane == 0) vc[vc_dst + row] = f32_to_f16(s);
-            return;
-        }
         if (lane == 0) y[(u64)n * m + row] = (N == 1 ? base[n] : add ? y[(u64)n * m + row] : 0.f) + s;
     }
 }
@@ -535,7 +503,6 @@ GEMVQ_ALL(q5_0, T_Q5_0)
 GEMVQ_ALL(q5_1, T_Q5_1)
 GEMVQ_ALL(q8_0, T_Q8_0)
 GEMVQ_ALL(q5_k, T_Q5_K)
-GEMVQ_ALL(q6_k, T_Q6_K)
 
 // ------------------------------------------------- Q4_K decode GEMV on tensor cores
 // One mma.sync m16n8k32 multiplies 16 weight rows by a sub-block of 32
@@ -556,8 +523,8 @@ extern "C" __global__ void quantize_x8_sb(const float* x, signed char* xq, u32* 
         quantize_sb(g, lane, x, xq, meta, nw, k, ss, up, act);
 }
 
-// Both inputs of a matmul group that mixes Q4_K with Q5_K or Q6_K weights
-// (Q4_K_M's q/k/v where the value projection is Q6_K), in one launch: the
+// Both inputs of a matmul group that mixes the tensor-core GEMVs' types with
+// Q5_K (Q5_K_M's q/k/v where the value projection is Q6_K), in one launch: the
 // super-blocks of `quantize_x8_sb` (warps 0 .. sb_groups; xs, ms, sss),
 // then the groups of 32 in piece order of `quantize_x8` (8 per super-block;
 // xp, mp, ssp). Warps take one or the other whole.
@@ -689,6 +656,121 @@ __device__ __forceinline__ bool pick_tile(u32& tile, const u8*& w, float*& y, u3
     return tile < (m2 + 15) / 16;
 }
 
+// ------------------------------------------------- Q6_K decode GEMV on tensor cores
+// As Q4_K's (above): one mma.sync, here m16n8k16, multiplies 16 weight
+// rows by one 16-value sub-block (Q6_K's scale unit) for up to 8 input
+// columns. Each value q (0..63) is the i8 4 (q - 32), built from its 4-bit
+// and (top bit flipped at upload) 2-bit parts with a shift, a mask and an
+// OR per 4 values, so no sums of the input are needed; the input is
+// Q4_K's (`quantize_sb`): its 32-value groups are two of the sub-blocks.
+
+// 16 weight rows x 16 values (s8) times 16 inputs x 8 columns (s8), exact.
+__device__ __forceinline__ void mma_s8s8_k16(u32 a0, u32 a1, u32 b0, int (&c)[4]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %7, %7, %7};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a0), "r"(a1), "r"(b0), "r"(0));
+}
+
+// A lane's weights of one super-block (`q6_k_tiles`): rows g and g + 8 of
+// its warp's tile, word s of `lo` (sub-block s, 4-bit values, the rows'
+// in the low and high nibbles) and word s / 2 of `hi` (2-bit values,
+// fields: sub-block 2j's rows, then 2j + 1's), the rows' scales (a byte per
+// sub-block) and their d (two f16). Each of the warp's value loads reads
+// 512 contiguous bytes.
+struct Q6kW {
+    uint4 lo[4], hi[2], sa, sb;
+    u32 d;
+};
+__device__ __forceinline__ Q6kW q6k_fetch(const u8* tile, u32 sb, u32 lane) {
+    const uint4* blk = (const uint4*)(tile + 3360 * (u64)sb);
+    Q6kW w;
+#pragma unroll
+    for (int j = 0; j < 4; j++) w.lo[j] = load_stream(blk + 32 * j + lane);
+#pragma unroll
+    for (int j = 0; j < 2; j++) w.hi[j] = load_stream(blk + 128 + 32 * j + lane);
+    w.sa = load_stream(blk + 192 + (lane >> 2)), w.sb = load_stream(blk + 200 + (lane >> 2));
+    w.d = __ldg((const u32*)(blk + 208) + (lane >> 2));
+    return w;
+}
+
+// One super-block into the lane's four sums (as `q4k_step`; no input sums).
+template <int N>
+__device__ __forceinline__ void q6k_step(const Q6kW& w, const uint4 (&x)[4], uint4 h0, uint4 h1, float (&acc)[4]) {
+    const u32 xw[16] = {x[0].x, x[0].y, x[0].z, x[0].w, x[1].x, x[1].y, x[1].z, x[1].w,
+                        x[2].x, x[2].y, x[2].z, x[2].w, x[3].x, x[3].y, x[3].z, x[3].w};
+    const u32 lw[16] = {w.lo[0].x, w.lo[0].y, w.lo[0].z, w.lo[0].w, w.lo[1].x, w.lo[1].y, w.lo[1].z, w.lo[1].w,
+                        w.lo[2].x, w.lo[2].y, w.lo[2].z, w.lo[2].w, w.lo[3].x, w.lo[3].y, w.lo[3].z, w.lo[3].w};
+    const u32 hw[8] = {w.hi[0].x, w.hi[0].y, w.hi[0].z, w.hi[0].w, w.hi[1].x, w.hi[1].y, w.hi[1].z, w.hi[1].w};
+    const u32 sa[4] = {w.sa.x, w.sa.y, w.sa.z, w.sa.w}, sb[4] = {w.sb.x, w.sb.y, w.sb.z, w.sb.w};
+    // Sub-blocks 0..7 and 8..15 apart: |4 (q - 32)| <= 128, |x| <= 127, 16
+    // products, a scale of at most 128 and a shift of 3, eight sub-blocks:
+    // below 2^31.
+    int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int p = 0; p < 8; p++) {  // the input's group p of 32: sub-blocks 2p, 2p + 1
+        int part[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int s = 2 * p + h;
+            const u32 l = lw[s], q = hw[p];
+            const u32 a0 = ((l << 2) & 0x3c3c3c3cu) | ((q << (6 - 4 * h)) & 0xc0c0c0c0u);
+            const u32 a1 = ((l >> 2) & 0x3c3c3c3cu) | ((q << (4 - 4 * h)) & 0xc0c0c0c0u);
+            int c[4];
+            mma_s8s8_k16(a0, a1, xw[s], c);
+            const int sca = (signed char)(sa[s >> 2] >> (8 * (s & 3)));
+            const int scb = (signed char)(sb[s >> 2] >> (8 * (s & 3)));
+            part[0] += sca * c[0];
+            part[2] += scb * c[2];
+            if (N > 1) {
+                part[1] += sca * c[1];
+                part[3] += scb * c[3];
+            }
+        }
+        int* sum = p < 4 ? lo : hi;
+        const int t0 = byte_of(p < 4 ? h0.y : h0.z, p & 3);
+        sum[0] += part[0] << t0;
+        sum[2] += part[2] << t0;
+        if (N > 1) {
+            const int t1 = byte_of(p < 4 ? h1.y : h1.z, p & 3);
+            sum[1] += part[1] << t1;
+            sum[3] += part[3] << t1;
+        }
+    }
+    const float da = f16_to_f32((u16)(w.d & 0xffff)) * 0.25f, db = f16_to_f32((u16)(w.d >> 16)) * 0.25f;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        if (N == 1 && (q & 1)) continue;
+        const float step = __uint_as_float(q & 1 ? h1.x : h0.x);
+        acc[q] += step * (q < 2 ? da : db) * (__int2float_rn(lo[q]) + __int2float_rn(hi[q]));
+    }
+}
+
+// The two tensor-core GEMVs' weight types, for `gemv_tile_body`: bytes per
+// tile super-block, the lane's weights, their loads and their step (`sums`:
+// whether it reads the input's sums, `bsums`).
+struct Q4kTile {
+    static constexpr u32 block = 2304;
+    static constexpr bool sums = true;
+    using W = Q4kW;
+    static __device__ __forceinline__ W fetch(const u8* t, u32 sb, u32 lane) { return q4k_fetch(t, sb, lane); }
+    template <int N>
+    static __device__ __forceinline__ void step(const W& w, const uint4 (&x)[4], uint4 h0, uint4 s0, uint4 h1,
+                                                uint4 s1, float (&acc)[4]) {
+        q4k_step<N>(w, x, h0, s0, h1, s1, acc);
+    }
+};
+struct Q6kTile {
+    static constexpr u32 block = 3360;
+    static constexpr bool sums = false;
+    using W = Q6kW;
+    static __device__ __forceinline__ W fetch(const u8* t, u32 sb, u32 lane) { return q6k_fetch(t, sb, lane); }
+    template <int N>
+    static __device__ __forceinline__ void step(const W& w, const uint4 (&x)[4], uint4 h0, uint4, uint4 h1, uint4,
+                                                float (&acc)[4]) {
+        q6k_step<N>(w, x, h0, h1, acc);
+    }
+};
+
 // Warp (kw, threadIdx.y) of a block takes tile blockIdx.x * blockDim.y +
 // threadIdx.y of the launch's weights and super-blocks kw, kw + W, ... of
 // it (W = blockDim.x / 32: small launches split k to fill the GPU); the
@@ -701,13 +783,13 @@ __device__ __forceinline__ bool pick_tile(u32& tile, const u8*& w, float*& y, u3
 // by the copy engine, more warps per tile, the next 1-8 super-blocks asked
 // of L2 ahead of the loads, and each block quantizing the input itself
 // instead of `quantize_x8_sb`; see the README.)
-// `bx`: the block's index among the launch's Q4_K blocks. With RKV (N = 1,
-// q/k/v): RoPE and the KV write in the epilogue instead of the stores
-// (rope_kv.cuh).
-template <int N, bool RKV = false>
-__device__ void gemv_q4k_body(u32 bx, const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2,
-                              u32 m0, u32 m1, u32 m2, const signed char* xq, const u32* meta, u32 k, u64 row_bytes,
-                              const float* ss, float eps, int add, const RopeKv& rk = RopeKv()) {
+// `bx`: the block's index among the launch's blocks of this type. With RKV
+// (N = 1, q/k/v): RoPE and the KV write in the epilogue instead of the
+// stores (rope_kv.cuh); `which0`: the index (q 0, k 1, v 2) of w0.
+template <class KT, int N, bool RKV = false>
+__device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2,
+                               u32 m0, u32 m1, u32 m2, const signed char* xq, const u32* meta, u32 k, u64 row_bytes,
+                               const float* ss, float eps, int add, const RopeKv& rk = RopeKv(), u32 which0 = 0) {
     const u32 lane = threadIdx.x & 31, kw = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const u32 g = lane >> 2, i = lane & 3, nsb = k / 256;
     u32 tile = bx * blockDim.y + threadIdx.y;
@@ -716,11 +798,12 @@ __device__ void gemv_q4k_body(u32 bx, const u8* w0, const u8* w1, const u8* w2, 
     u32 m = m0, which;
     const bool live = pick_tile(tile, w, y, m, w1, w2, y1, y2, m1, m2, which);
     if (!live) tile = 0, w = w0, y = y0, m = m0;
+    which += which0;
     const u8* tw = w + (u64)tile * 16 * row_bytes;
     // The weights are not the kernel before's output: the first loads go
     // out before waiting for it.
-    Q4kW wa = q4k_fetch(tw, min(kw, nsb - 1), lane);
-    Q4kW wb = q4k_fetch(tw, min(kw + nw, nsb - 1), lane);
+    typename KT::W wa = KT::fetch(tw, min(kw, nsb - 1), lane);
+    typename KT::W wb = KT::fetch(tw, min(kw + nw, nsb - 1), lane);
     pdl_wait();
     // At N = 1 the epilogue's loads (the norm's squares, the sums added to)
     // go out now, their latency hidden under the loop's rather than added
@@ -743,19 +826,20 @@ __device__ void gemv_q4k_body(u32 bx, const u8* w0, const u8* w1, const u8* w2, 
     const uint4* mp0 = (const uint4*)(meta + (u64)n0 * nsb * 8);
     const uint4* mp1 = (const uint4*)(meta + (u64)n1 * nsb * 8);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    auto step = [&](const Q4kW& cur, u32 sb) {
+    auto step = [&](const typename KT::W& cur, u32 sb) {
         const uint4* xs = (const uint4*)(xr + 256 * (u64)sb);
         const uint4 x[4] = {xs[0], xs[1], xs[2], xs[3]};
-        const uint4 h0 = mp0[2 * sb], s0 = mp0[2 * sb + 1];
-        const uint4 h1 = N > 1 ? mp1[2 * sb] : h0, s1 = N > 1 ? mp1[2 * sb + 1] : s0;
-        q4k_step<N>(cur, x, h0, s0, h1, s1, acc);
+        const uint4 h0 = mp0[2 * sb], h1 = N > 1 ? mp1[2 * sb] : h0;
+        const uint4 s0 = KT::sums ? mp0[2 * sb + 1] : h0;
+        const uint4 s1 = KT::sums && N > 1 ? mp1[2 * sb + 1] : s0;
+        KT::template step<N>(cur, x, h0, s0, h1, s1, acc);
     };
     for (u32 sb = kw; sb < nsb; sb += 2 * nw) {
         step(wa, sb);
-        if (sb + 2 * nw < nsb) wa = q4k_fetch(tw, sb + 2 * nw, lane);
+        if (sb + 2 * nw < nsb) wa = KT::fetch(tw, sb + 2 * nw, lane);
         if (sb + nw < nsb) {
             step(wb, sb + nw);
-            if (sb + 3 * nw < nsb) wb = q4k_fetch(tw, sb + 3 * nw, lane);
+            if (sb + 3 * nw < nsb) wb = KT::fetch(tw, sb + 3 * nw, lane);
         }
     }
     pdl_trigger();
@@ -798,58 +882,58 @@ __device__ void gemv_q4k_body(u32 bx, const u8* w0, const u8* w1, const u8* w2, 
     }
 }
 
-#define GEMVQ4K(N)                                                                                       \
-    extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_##N(GEMVQ_ARGS) {                       \
-        gemv_q4k_body<N>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, ss, \
-                         eps, add);                                                                         \
+#define GEMV_TILE(STEM, KT, N)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(512) gemv_##STEM##_##N(GEMVQ_ARGS) {                         \
+        gemv_tile_body<KT, N>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, \
+                              ss, eps, add);                                                                   \
     }
-GEMVQ4K(1)
-GEMVQ4K(2)
-GEMVQ4K(3)
-GEMVQ4K(4)
-GEMVQ4K(5)
-GEMVQ4K(6)
-GEMVQ4K(7)
-GEMVQ4K(8)
-
-// Q4_K_M's q/k/v where the value projection is Q6_K, at batch 1 in one
-// launch: blocks 0 .. q4k_blocks run the Q4_K tensor-core GEMV on w0 and w1
-// (input xs, ms, sss from `quantize_x8_dual`), the rest the Q6_K GEMV on w2
-// (a warp a row, input in piece order xp, mp, ssp), so that neither waits
-// for the other to end. With RKV, RoPE and the KV write too (rope_kv.cuh).
-template <bool RKV>
-__device__ void mixed_qkv_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
-                               u32 m1, u32 m2, const signed char* xs, const u32* ms, const float* sss, u64 rb4,
-                               const signed char* xp, const uint2* mp, const float* ssp, u64 rb6, u32 k, u32 pf,
-                               float eps, int add, u32 q4k_blocks, const RopeKv& rk = RopeKv()) {
-    if (blockIdx.x < q4k_blocks) {
-        gemv_q4k_body<1, RKV>(blockIdx.x, w0, w1, w1, y0, y1, y1, m0, m1, 0, xs, ms, k, rb4, sss, eps, add, rk);
-        return;
-    }
-    const u32 warps = blockDim.x * blockDim.y / 32, warp = (threadIdx.y * blockDim.x + threadIdx.x) >> 5;
-    gemv_q_body<T_Q6_K, 1, 2>((blockIdx.x - q4k_blocks) * warps + warp, w2, w2, w2, y2, y2, y2, m2, 0, 0, xp, mp, k,
-                              rb6, pf, ssp, eps, add, RKV ? rk.vc : nullptr, rk.slots, rk.kv_dim);
-}
-#define MIXED_QKV_ARGS                                                                                          \
-    const u8 *w0, const u8 *w1, const u8 *w2, float *y0, float *y1, float *y2, u32 m0, u32 m1, u32 m2,          \
-        const signed char *xs, const u32 *ms, const float *sss, u64 rb4, const signed char *xp, const uint2 *mp, \
-        const float *ssp, u64 rb6, u32 k, u32 pf, float eps, int add, u32 q4k_blocks
-extern "C" __global__ void __launch_bounds__(512) gemv_q4k_q6k_1(MIXED_QKV_ARGS) {
-    mixed_qkv_body<false>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xs, ms, sss, rb4, xp, mp, ssp, rb6, k, pf, eps, add,
-                          q4k_blocks);
-}
+#define GEMV_TILE_ALL(STEM, KT) \
+    GEMV_TILE(STEM, KT, 1)      \
+    GEMV_TILE(STEM, KT, 2)      \
+    GEMV_TILE(STEM, KT, 3)      \
+    GEMV_TILE(STEM, KT, 4)      \
+    GEMV_TILE(STEM, KT, 5)      \
+    GEMV_TILE(STEM, KT, 6)      \
+    GEMV_TILE(STEM, KT, 7)      \
+    GEMV_TILE(STEM, KT, 8)
+GEMV_TILE_ALL(q4_k, Q4kTile)
+GEMV_TILE_ALL(q6_k, Q6kTile)
 
 // The step's RoPE and KV write fused into q/k/v's GEMV at batch 1 (host:
-// gemv.rs `RopeKvArgs`): all Q4_K, or Q4_K q/k with a Q6_K v. Only q is
-// stored as output (y0); k and v go to the caches.
+// gemv.rs `RopeKvArgs`): q/k/v all of one type, or Q4_K q/k with a Q6_K v
+// (Q4_K_M's layers with a wider value projection: `gemv_q4k_q6k_*`, blocks
+// 0 .. q4k_blocks on q and k, the rest on v, all on the one input, so that
+// neither type waits for the other to end). Only q is stored as output
+// (y0); k and v go to the caches.
 #define RKV_ARGS \
     const u32 *pos, const float *inv_freq, const u32 *slots, u16 *kc, u16 *vc, u32 head_dim, u32 kv_dim
 #define RKV_OF RopeKv{pos, inv_freq, slots, kc, vc, head_dim, kv_dim}
-extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_rkv_1(GEMVQ_ARGS, RKV_ARGS) {
-    gemv_q4k_body<1, true>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, ss,
-                           eps, add, RKV_OF);
+#define MIXED_ARGS u64 rb6, u32 q4k_blocks
+template <bool RKV>
+__device__ void mixed_qkv_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
+                               u32 m1, u32 m2, const signed char* xq, const u32* meta, u32 k, u64 rb4,
+                               const float* ss, float eps, int add, u64 rb6, u32 q4k_blocks,
+                               const RopeKv& rk = RopeKv()) {
+    if (blockIdx.x < q4k_blocks)
+        gemv_tile_body<Q4kTile, 1, RKV>(blockIdx.x, w0, w1, w1, y0, y1, y1, m0, m1, 0, xq, meta, k, rb4, ss, eps, add,
+                                        rk);
+    else
+        gemv_tile_body<Q6kTile, 1, RKV>(blockIdx.x - q4k_blocks, w2, w2, w2, y2, y2, y2, m2, 0, 0, xq, meta, k, rb6,
+                                        ss, eps, add, rk, 2);
 }
-extern "C" __global__ void __launch_bounds__(512) gemv_q4k_q6k_rkv_1(MIXED_QKV_ARGS, RKV_ARGS) {
-    mixed_qkv_body<true>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xs, ms, sss, rb4, xp, mp, ssp, rb6, k, pf, eps, add,
+extern "C" __global__ void __launch_bounds__(512) gemv_q4k_q6k_1(GEMVQ_ARGS, MIXED_ARGS) {
+    mixed_qkv_body<false>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, ss, eps, add, rb6,
+                          q4k_blocks);
+}
+extern "C" __global__ void __launch_bounds__(512) gemv_q4k_q6k_rkv_1(GEMVQ_ARGS, MIXED_ARGS, RKV_ARGS) {
+    mixed_qkv_body<true>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, ss, eps, add, rb6,
                          q4k_blocks, RKV_OF);
+}
+extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_rkv_1(GEMVQ_ARGS, RKV_ARGS) {
+    gemv_tile_body<Q4kTile, 1, true>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k,
+                                     row_bytes, ss, eps, add, RKV_OF);
+}
+extern "C" __global__ void __launch_bounds__(512) gemv_q6_k_rkv_1(GEMVQ_ARGS, RKV_ARGS) {
+    gemv_tile_body<Q6kTile, 1, true>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k,
+                                     row_bytes, ss, eps, add, RKV_OF);
 }

@@ -1,9 +1,9 @@
 // RoPE and the KV-cache write done by a decode step's q/k/v GEMV at batch 1
-// (`gemv_q4_k_rkv_1`, `gemv_q4k_q6k_rkv_1` in quant.cu), so that no kernel
+// (`gemv_q4_k_rkv_1`, `gemv_q6_k_rkv_1`, `gemv_q4k_q6k_rkv_1` in quant.cu), so that no kernel
 // of their own waits between the GEMV and attention: q's rows are turned
 // and stored (f32), k's turned and stored in the K cache at the step's slot,
 // v's stored in the V cache (both f16). Pairs are adjacent rows (2i, 2i + 1:
-// GGUF `llama`'s interleaved RoPE), which the Q4_K GEMV's lanes g and g ^ 1
+// GGUF `llama`'s interleaved RoPE), which the tensor-core GEMV's lanes g and g ^ 1
 // hold; the math is `rope_row`'s (kernels/ops.cu), on the same f32 values.
 struct RopeKv {
     const u32* pos;         // the step's one position
@@ -33,7 +33,7 @@ __device__ __forceinline__ RopeKvLane rope_kv_lane(const RopeKv& rk, u32 which, 
 }
 
 // Weight `which` of q (0), k (1), v (2): rows `row` (ra) and `row + 8` (rb)
-// of a Q4_K tile, in lane g of a quad whose partner quad g ^ 1 holds the
+// of a tile, in lane g of a quad whose partner quad g ^ 1 holds the
 // pairs' other rows. Every lane of the warp calls it (the shuffles); lanes
 // with `holds` store. `m`: the weight's rows.
 __device__ __forceinline__ void rope_kv_rows2(const RopeKv& rk, const RopeKvLane& l, u32 which, u32 row, u32 m,
