@@ -64,6 +64,15 @@ pub fn cuda_trace() -> bool {
     var("FERRITE_CUDA_TRACE").is_some_and(|v| v == "1")
 }
 
+/// `FERRITE_CUDA_DEFINES=NAME,NAME=VALUE`: preprocessor definitions added
+/// to every CUDA kernel's compilation (part of the kernel cache's key), so
+/// that a kernel's variants behind `#ifdef` can be measured against each
+/// other with one binary (`scripts/gpu-ab.sh`); for kernel work.
+pub fn cuda_defines() -> Vec<String> {
+    let v = var("FERRITE_CUDA_DEFINES").map(|v| v.to_string_lossy().into_owned()).unwrap_or_default();
+    v.split(',').map(str::trim).filter(|d| !d.is_empty()).map(String::from).collect()
+}
+
 /// `FERRITE_CUDA_GRAPH_POOL=1` (or `=0`): captured decode steps of up to 4
 /// rows take (or do not take) their memory from a pool of their own instead
 /// of the stream-ordered pool, whose nodes in the graph keep each kernel from

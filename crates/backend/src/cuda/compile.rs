@@ -52,6 +52,7 @@ fn options(arch: &str) -> Vec<String> {
     if ferrite_core::env::cuda_trace() {
         o.push("-DFERRITE_TRACE".into());
     }
+    o.extend(ferrite_core::env::cuda_defines().into_iter().map(|d| format!("-D{d}")));
     o
 }
 
