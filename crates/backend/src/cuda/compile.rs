@@ -13,9 +13,10 @@ const COMMON: &str = include_str!("kernels/common.cuh");
 
 /// (module name, source) of every kernel file; attention's flash kernel
 /// needs the wgmma wrappers (kernels/wgmma.cuh) in front and its decode
-/// kernel on tensor cores follows (kernels/attention_rows_mma.cu), the q/k/v
-/// GEMVs need the RoPE epilogue (kernels/rope_kv.cuh); both quantize GEMV
-/// inputs (kernels/quantize_x8.cuh).
+/// kernel on tensor cores follows (kernels/attention_rows_mma.cu); the
+/// block-type kernels end with the tensor-core GEMVs (kernels/gemv_tile.cu),
+/// whose q/k/v launches need the RoPE epilogue (kernels/rope_kv.cuh); both
+/// modules quantize GEMV inputs (kernels/quantize_x8.cuh).
 pub const MODULES: &[(&str, &str)] = &[
     ("ops", include_str!("kernels/ops.cu")),
     (
@@ -34,7 +35,8 @@ pub const MODULES: &[(&str, &str)] = &[
         concat!(
             include_str!("kernels/rope_kv.cuh"),
             include_str!("kernels/quantize_x8.cuh"),
-            include_str!("kernels/quant.cu")
+            include_str!("kernels/quant.cu"),
+            include_str!("kernels/gemv_tile.cu")
         ),
     ),
     ("sample", include_str!("kernels/sample.cu")),

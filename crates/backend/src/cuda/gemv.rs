@@ -44,7 +44,7 @@ pub struct RopeKvArgs {
 }
 
 impl RopeKvArgs {
-    /// The kernels' trailing arguments (`RKV_ARGS`, kernels/quant.cu).
+    /// The kernels' trailing arguments (`RKV_ARGS`, kernels/gemv_tile.cu).
     fn push(&self, a: &mut Launch) {
         a.arg(self.pos).arg(self.inv_freq).arg(self.slots).arg(self.kc).arg(self.vc);
         a.arg(self.head_dim).arg(self.kv_dim);
@@ -280,7 +280,7 @@ fn input_order(q: DType) -> usize {
 const TILE_ORDER: usize = 2;
 
 /// Whether weights stored as `st` run on the tensor-core GEMV (tiles of 16
-/// rows, `gemv_tile_body` in kernels/quant.cu).
+/// rows, `gemv_tile_body` in kernels/gemv_tile.cu).
 fn tiled(st: Storage) -> bool {
     matches!(st, Storage::Quant(DType::Q4K | DType::Q6K))
 }

@@ -39,7 +39,7 @@ pub const Q6K_TILE_BLOCK: usize = 16 * 210;
 /// Where value `v` (0..256) of row `rr` (0..16) of a [`q6_k_tiles`] block
 /// keeps its bits: the byte and shift of its low four bits, the byte and
 /// shift of its two high bits. The layout is the tensor-core GEMV's
-/// (kernels/quant.cu, `Q6kTile`): lane `4 (rr % 8) + (v % 16) / 4` holds
+/// (kernels/gemv_tile.cu, `Q6kTile`): lane `4 (rr % 8) + (v % 16) / 4` holds
 /// sub-block `v / 16`'s values `v % 16 / 4 * 4 ..+ 4` of rows `rr % 8` and
 /// `rr % 8 + 8` as the bytes of one word of 4-bit values (low nibbles: the
 /// first row, high: the second; its `v / 64`th 16-byte load) and of one word
@@ -108,7 +108,7 @@ pub fn q4_k_tile_word(rr: usize, w: usize) -> usize {
 
 /// Q4_K rows (blocks of 144 bytes: d, dmin, 12 scale bytes, 128 of 4-bit
 /// values; `k` values a row) in the layout of the GPU's tensor-core decode
-/// GEMV (kernels/quant.cu, `gemv_q4k_body`): the same bytes, in tiles of 16
+/// GEMV (kernels/gemv_tile.cu, `gemv_tile_body`): the same bytes, in tiles of 16
 /// rows (the last padded with zero rows). A tile is its super-block columns
 /// in order, each 2,304 contiguous bytes, which one warp reads at once:
 /// the 16 rows' heads (16 bytes each), then four units of 32 lanes x 16

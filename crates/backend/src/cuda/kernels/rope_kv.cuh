@@ -1,5 +1,5 @@
 // RoPE and the KV-cache write done by a decode step's q/k/v GEMV at batch 1
-// (`gemv_q4_k_rkv_1`, `gemv_q6_k_rkv_1`, `gemv_q4k_q6k_rkv_1` in quant.cu), so that no kernel
+// (`gemv_q4_k_rkv_1`, `gemv_q6_k_rkv_1`, `gemv_q4k_q6k_rkv_1` in gemv_tile.cu), so that no kernel
 // of their own waits between the GEMV and attention: q's rows are turned
 // and stored (f32), k's turned and stored in the K cache at the step's slot,
 // v's stored in the V cache (both f16). Pairs are adjacent rows (2i, 2i + 1:

@@ -1,0 +1,410 @@
+// The decode GEMVs on tensor cores, for Q4_K and Q6_K weights regrouped in
+// tiles of 16 rows at upload (quant/repack.rs `q4_k_tiles`, `q6_k_tiles`);
+// compiled after quant.cu, whose types, loaders and input quantization
+// (`quantize_x8_sb`) they use.
+
+// ------------------------------------------------- Q4_K decode GEMV on tensor cores
+// One mma.sync m16n8k32 multiplies 16 weight rows by a sub-block of 32
+// inputs for up to 8 input rows (columns) at once: the 4-bit values as u8
+// (high nibbles left in place: 16 times the value, divided out at the end),
+// the inputs as s8. The dp4a kernels (quant.cu) read each input byte once
+// per weight row, more bytes than the weights themselves, and spent three
+// times the instructions per value; here a warp's inputs serve 16 rows.
+
+// 16 weight rows x 32 values (u8) times 32 inputs x 8 columns (s8), exact.
+__device__ __forceinline__ void mma_u8s8(u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, int (&c)[4]) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%10, %10, %10, %10};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+}
+// c plus two signed 16-bit values (a) times bytes 0 and 1 (lo) or 2 and 3 (hi) of b.
+__device__ __forceinline__ int dp2a_lo(u32 a, u32 b, int c) {
+    int d;
+    asm("dp2a.lo.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+__device__ __forceinline__ int dp2a_hi(u32 a, u32 b, int c) {
+    int d;
+    asm("dp2a.hi.s32.u32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+// Byte b of w (one PRMT).
+__device__ __forceinline__ int byte_of(u32 w, int b) { return (int)__byte_perm(w, 0, 0x4440 | b); }
+
+// A Q4_K super-block's head (d, dmin, 12 scale bytes) as its eight 6-bit
+// scales and mins, a byte each (sub-blocks 0..3 in word 0, 4..7 in word 1;
+// `scale_min_k4` for all eight at once), and d, dmin.
+struct Q4kHead {
+    u32 sc[2], mn[2];
+    float d, dmin;
+};
+__device__ __forceinline__ Q4kHead q4k_head(uint4 h) {
+    Q4kHead r;
+    r.sc[0] = h.y & 0x3f3f3f3fu;
+    r.sc[1] = (h.w & 0x0f0f0f0fu) | ((h.y >> 2) & 0x30303030u);
+    r.mn[0] = h.z & 0x3f3f3f3fu;
+    r.mn[1] = ((h.w >> 4) & 0x0f0f0f0fu) | ((h.z >> 2) & 0x30303030u);
+    r.d = f16_to_f32((u16)(h.x & 0xffff)), r.dmin = f16_to_f32((u16)(h.x >> 16));
+    return r;
+}
+
+// A lane's weights of one super-block: rows g (a) and g + 8 (b) of its
+// warp's tile, their heads and, for sub-block pairs 0-1 and 2-3, the 16
+// bytes of their 4-bit values the lane's fragments take (`q4_k_tiles`:
+// each load of the warp reads 512 contiguous bytes, the heads 256).
+struct Q4kW {
+    uint4 ha, hb, a01, a23, b01, b23;
+};
+__device__ __forceinline__ Q4kW q4k_fetch(const u8* tile, u32 sb, u32 lane) {
+    const uint4* blk = (const uint4*)(tile + 2304 * (u64)sb);
+    Q4kW w;
+    w.ha = load_stream(blk + (lane >> 2)), w.hb = load_stream(blk + 8 + (lane >> 2));
+    w.a01 = load_stream(blk + 16 + lane), w.a23 = load_stream(blk + 48 + lane);
+    w.b01 = load_stream(blk + 80 + lane), w.b23 = load_stream(blk + 112 + lane);
+    return w;
+}
+
+// One super-block into the lane's four sums: rows a, b by columns n0, n1
+// (acc[2 row + column]); x: its 64 input bytes (column g of the quad), h/s:
+// the super-block's step, shifts (h) and bsums (s) of columns n0 and n1.
+template <int N>
+__device__ __forceinline__ void q4k_step(const Q4kW& w, const uint4 (&x)[4], uint4 h0, uint4 s0, uint4 h1,
+                                         uint4 s1, float (&acc)[4]) {
+    const Q4kHead ha = q4k_head(w.ha), hb = q4k_head(w.hb);
+    int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {  // sub-block pair j: sub-blocks 2j (low nibbles), 2j + 1 (high)
+        const uint4 pa = j < 2 ? w.a01 : w.a23, pb = j < 2 ? w.b01 : w.b23;
+        const u32 a0 = (j & 1) ? pa.z : pa.x, a2 = (j & 1) ? pa.w : pa.y;
+        const u32 a1 = (j & 1) ? pb.z : pb.x, a3 = (j & 1) ? pb.w : pb.y;
+#pragma unroll
+        for (int hs = 0; hs < 2; hs++) {
+            const int s = 2 * j + hs;
+            const u32 mask = hs ? 0xf0f0f0f0u : 0x0f0f0f0fu;
+            int c[4];
+            mma_u8s8(a0 & mask, a1 & mask, a2 & mask, a3 & mask, hs ? x[j].z : x[j].x, hs ? x[j].w : x[j].y, c);
+            const int sa = byte_of(ha.sc[s >> 2], s & 3), sb = byte_of(hb.sc[s >> 2], s & 3);
+            const int t0 = byte_of(s < 4 ? h0.y : h0.z, s & 3);
+            int* sum = hs ? hi : lo;
+            sum[0] += sa * (c[0] << t0);
+            sum[2] += sb * (c[2] << t0);
+            if (N > 1) {
+                const int t1 = byte_of(s < 4 ? h1.y : h1.z, s & 3);
+                sum[1] += sa * (c[1] << t1);
+                sum[3] += sb * (c[3] << t1);
+            }
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        if (N == 1 && (q & 1)) continue;
+        const Q4kHead& hd = q < 2 ? ha : hb;
+        const uint4 bs = q & 1 ? s1 : s0;
+        const float step = __uint_as_float(q & 1 ? h1.x : h0.x);
+        // |lo| < 4 * 63 * 15 * 127 * 32 * 8 and |hi| < 16 times that: within 2^31.
+        const int dot = lo[q] + (hi[q] >> 4);
+        int mins = dp2a_lo(bs.x, hd.mn[0], 0);
+        mins = dp2a_hi(bs.y, hd.mn[0], mins);
+        mins = dp2a_lo(bs.z, hd.mn[1], mins);
+        mins = dp2a_hi(bs.w, hd.mn[1], mins);
+        acc[q] += step * (hd.d * __int2float_rn(dot) - hd.dmin * __int2float_rn(mins));
+    }
+}
+
+// The weight (of up to three: m0, m1, m2 rows; `which`) whose tiles of 16
+// rows hold tile `tile` of the launch, and the tile within it.
+__device__ __forceinline__ bool pick_tile(u32& tile, const u8*& w, float*& y, u32& m, const u8* w1, const u8* w2,
+                                          float* y1, float* y2, u32 m1, u32 m2, u32& which) {
+    const u32 t0 = (m + 15) / 16, t1 = (m1 + 15) / 16;
+    which = 0;
+    if (tile < t0) return true;
+    tile -= t0;
+    w = w1, y = y1, m = m1, which = 1;
+    if (tile < t1) return true;
+    tile -= t1;
+    w = w2, y = y2, m = m2, which = 2;
+    return tile < (m2 + 15) / 16;
+}
+
+// ------------------------------------------------- Q6_K decode GEMV on tensor cores
+// As Q4_K's (above): one mma.sync, here m16n8k16, multiplies 16 weight
+// rows by one 16-value sub-block (Q6_K's scale unit) for up to 8 input
+// columns. Each value q (0..63) is the i8 4 (q - 32), built from its 4-bit
+// and (top bit flipped at upload) 2-bit parts with a shift, a mask and an
+// OR per 4 values, so no sums of the input are needed; the input is
+// Q4_K's (`quantize_sb`): its 32-value groups are two of the sub-blocks.
+
+// 16 weight rows x 16 values (s8) times 16 inputs x 8 columns (s8), exact.
+__device__ __forceinline__ void mma_s8s8_k16(u32 a0, u32 a1, u32 b0, int (&c)[4]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %7, %7, %7};"
+        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
+        : "r"(a0), "r"(a1), "r"(b0), "r"(0));
+}
+
+// A lane's weights of one super-block (`q6_k_tiles`): rows g and g + 8 of
+// its warp's tile, word s of `lo` (sub-block s, 4-bit values, the rows'
+// in the low and high nibbles) and word s / 2 of `hi` (2-bit values,
+// fields: sub-block 2j's rows, then 2j + 1's), the rows' scales (a byte per
+// sub-block) and their d (two f16). Each of the warp's value loads reads
+// 512 contiguous bytes.
+struct Q6kW {
+    uint4 lo[4], hi[2], sa, sb;
+    u32 d;
+};
+__device__ __forceinline__ Q6kW q6k_fetch(const u8* tile, u32 sb, u32 lane) {
+    const uint4* blk = (const uint4*)(tile + 3360 * (u64)sb);
+    Q6kW w;
+#pragma unroll
+    for (int j = 0; j < 4; j++) w.lo[j] = load_stream(blk + 32 * j + lane);
+#pragma unroll
+    for (int j = 0; j < 2; j++) w.hi[j] = load_stream(blk + 128 + 32 * j + lane);
+    w.sa = load_stream(blk + 192 + (lane >> 2)), w.sb = load_stream(blk + 200 + (lane >> 2));
+    w.d = __ldg((const u32*)(blk + 208) + (lane >> 2));
+    return w;
+}
+
+// One super-block into the lane's four sums (as `q4k_step`; no input sums).
+template <int N>
+__device__ __forceinline__ void q6k_step(const Q6kW& w, const uint4 (&x)[4], uint4 h0, uint4 h1, float (&acc)[4]) {
+    const u32 xw[16] = {x[0].x, x[0].y, x[0].z, x[0].w, x[1].x, x[1].y, x[1].z, x[1].w,
+                        x[2].x, x[2].y, x[2].z, x[2].w, x[3].x, x[3].y, x[3].z, x[3].w};
+    const u32 lw[16] = {w.lo[0].x, w.lo[0].y, w.lo[0].z, w.lo[0].w, w.lo[1].x, w.lo[1].y, w.lo[1].z, w.lo[1].w,
+                        w.lo[2].x, w.lo[2].y, w.lo[2].z, w.lo[2].w, w.lo[3].x, w.lo[3].y, w.lo[3].z, w.lo[3].w};
+    const u32 hw[8] = {w.hi[0].x, w.hi[0].y, w.hi[0].z, w.hi[0].w, w.hi[1].x, w.hi[1].y, w.hi[1].z, w.hi[1].w};
+    const u32 sa[4] = {w.sa.x, w.sa.y, w.sa.z, w.sa.w}, sb[4] = {w.sb.x, w.sb.y, w.sb.z, w.sb.w};
+    // Sub-blocks 0..7 and 8..15 apart: |4 (q - 32)| <= 128, |x| <= 127, 16
+    // products, a scale of at most 128 and a shift of 3, eight sub-blocks:
+    // below 2^31.
+    int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int p = 0; p < 8; p++) {  // the input's group p of 32: sub-blocks 2p, 2p + 1
+        int part[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int s = 2 * p + h;
+            const u32 l = lw[s], q = hw[p];
+            const u32 a0 = ((l << 2) & 0x3c3c3c3cu) | ((q << (6 - 4 * h)) & 0xc0c0c0c0u);
+            const u32 a1 = ((l >> 2) & 0x3c3c3c3cu) | ((q << (4 - 4 * h)) & 0xc0c0c0c0u);
+            int c[4];
+            mma_s8s8_k16(a0, a1, xw[s], c);
+            const int sca = (signed char)(sa[s >> 2] >> (8 * (s & 3)));
+            const int scb = (signed char)(sb[s >> 2] >> (8 * (s & 3)));
+            part[0] += sca * c[0];
+            part[2] += scb * c[2];
+            if (N > 1) {
+                part[1] += sca * c[1];
+                part[3] += scb * c[3];
+            }
+        }
+        int* sum = p < 4 ? lo : hi;
+        const int t0 = byte_of(p < 4 ? h0.y : h0.z, p & 3);
+        sum[0] += part[0] << t0;
+        sum[2] += part[2] << t0;
+        if (N > 1) {
+            const int t1 = byte_of(p < 4 ? h1.y : h1.z, p & 3);
+            sum[1] += part[1] << t1;
+            sum[3] += part[3] << t1;
+        }
+    }
+    const float da = f16_to_f32((u16)(w.d & 0xffff)) * 0.25f, db = f16_to_f32((u16)(w.d >> 16)) * 0.25f;
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        if (N == 1 && (q & 1)) continue;
+        const float step = __uint_as_float(q & 1 ? h1.x : h0.x);
+        acc[q] += step * (q < 2 ? da : db) * (__int2float_rn(lo[q]) + __int2float_rn(hi[q]));
+    }
+}
+
+// The two tensor-core GEMVs' weight types, for `gemv_tile_body`: bytes per
+// tile super-block, the lane's weights, their loads and their step (`sums`:
+// whether it reads the input's sums, `bsums`).
+struct Q4kTile {
+    static constexpr u32 block = 2304;
+    static constexpr bool sums = true;
+    using W = Q4kW;
+    static __device__ __forceinline__ W fetch(const u8* t, u32 sb, u32 lane) { return q4k_fetch(t, sb, lane); }
+    template <int N>
+    static __device__ __forceinline__ void step(const W& w, const uint4 (&x)[4], uint4 h0, uint4 s0, uint4 h1,
+                                                uint4 s1, float (&acc)[4]) {
+        q4k_step<N>(w, x, h0, s0, h1, s1, acc);
+    }
+};
+struct Q6kTile {
+    static constexpr u32 block = 3360;
+    static constexpr bool sums = false;
+    using W = Q6kW;
+    static __device__ __forceinline__ W fetch(const u8* t, u32 sb, u32 lane) { return q6k_fetch(t, sb, lane); }
+    template <int N>
+    static __device__ __forceinline__ void step(const W& w, const uint4 (&x)[4], uint4 h0, uint4, uint4 h1, uint4,
+                                                float (&acc)[4]) {
+        q6k_step<N>(w, x, h0, h1, acc);
+    }
+};
+
+// Warp (kw, threadIdx.y) of a block takes tile blockIdx.x * blockDim.y +
+// threadIdx.y of the launch's weights and super-blocks kw, kw + W, ... of
+// it (W = blockDim.x / 32: small launches split k to fill the GPU); the
+// block sums its warps' parts in a fixed order, so a row's result does not
+// depend on the batch. Lane (g, i) holds rows g and g + 8 of the tile for
+// columns 2i and 2i + 1. Two super-blocks' weights are in flight, in two
+// sets of registers, loaded past L1 so that the input stays there (on the
+// H200, Q4_K_M batch 4 +3%, batch 1 +0.7%). (Measured on the H200 and
+// dropped: one in flight, a ring of four in shared memory by cp.async or
+// by the copy engine, more warps per tile, the next 1-8 super-blocks asked
+// of L2 ahead of the loads, and each block quantizing the input itself
+// instead of `quantize_x8_sb`; see the README.)
+// `bx`: the block's index among the launch's blocks of this type. With RKV
+// (N = 1, q/k/v): RoPE and the KV write in the epilogue instead of the
+// stores (rope_kv.cuh); `which0`: the index (q 0, k 1, v 2) of w0.
+template <class KT, int N, bool RKV = false>
+__device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2,
+                               u32 m0, u32 m1, u32 m2, const signed char* xq, const u32* meta, u32 k, u64 row_bytes,
+                               const float* ss, float eps, int add, const RopeKv& rk = RopeKv(), u32 which0 = 0) {
+    const u32 lane = threadIdx.x & 31, kw = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    const u32 g = lane >> 2, i = lane & 3, nsb = k / 256;
+    u32 tile = bx * blockDim.y + threadIdx.y;
+    const u8* w = w0;
+    float* y = y0;
+    u32 m = m0, which;
+    const bool live = pick_tile(tile, w, y, m, w1, w2, y1, y2, m1, m2, which);
+    if (!live) tile = 0, w = w0, y = y0, m = m0;
+    which += which0;
+    const u8* tw = w + (u64)tile * 16 * row_bytes;
+    // The weights are not the kernel before's output: the first loads go
+    // out before waiting for it.
+    typename KT::W wa = KT::fetch(tw, min(kw, nsb - 1), lane);
+    typename KT::W wb = KT::fetch(tw, min(kw + nw, nsb - 1), lane);
+    pdl_wait();
+    // At N = 1 the epilogue's loads (the norm's squares, the sums added to)
+    // go out now, their latency hidden under the loop's rather than added
+    // after it; their uses stay after the loop.
+    float sq_early[2] = {0.f, 0.f}, base_early[2] = {0.f, 0.f};
+    if (N == 1 && kw == 0) {
+        if (ss) {
+            if (lane < nsb) sq_early[0] = ss[lane];
+            if (lane + 32 < nsb) sq_early[1] = ss[lane + 32];
+        }
+        if (add && live && i == 0) {
+            const u32 r = 16 * tile + g;
+            if (r < m) base_early[0] = y[r];
+            if (r + 8 < m) base_early[1] = y[r + 8];
+        }
+    }
+    const RopeKvLane rl = RKV ? rope_kv_lane(rk, which, 16 * tile + g, m) : RopeKvLane{};
+    const u32 nb = min(g, (u32)N - 1), n0 = min(2 * i, (u32)N - 1), n1 = min(2 * i + 1, (u32)N - 1);
+    const signed char* xr = xq + (u64)nb * k + 64 * i;
+    const uint4* mp0 = (const uint4*)(meta + (u64)n0 * nsb * 8);
+    const uint4* mp1 = (const uint4*)(meta + (u64)n1 * nsb * 8);
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+    auto step = [&](const typename KT::W& cur, u32 sb) {
+        const uint4* xs = (const uint4*)(xr + 256 * (u64)sb);
+        const uint4 x[4] = {xs[0], xs[1], xs[2], xs[3]};
+        const uint4 h0 = mp0[2 * sb], h1 = N > 1 ? mp1[2 * sb] : h0;
+        const uint4 s0 = KT::sums ? mp0[2 * sb + 1] : h0;
+        const uint4 s1 = KT::sums && N > 1 ? mp1[2 * sb + 1] : s0;
+        KT::template step<N>(cur, x, h0, s0, h1, s1, acc);
+    };
+    for (u32 sb = kw; sb < nsb; sb += 2 * nw) {
+        step(wa, sb);
+        if (sb + 2 * nw < nsb) wa = KT::fetch(tw, sb + 2 * nw, lane);
+        if (sb + nw < nsb) {
+            step(wb, sb + nw);
+            if (sb + 3 * nw < nsb) wb = KT::fetch(tw, sb + 3 * nw, lane);
+        }
+    }
+    pdl_trigger();
+    if (nw > 1) {
+        __shared__ float4 part[16][32];
+        const u32 wid = threadIdx.y * nw + kw;
+        part[wid][lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+        __syncthreads();
+        if (kw != 0) return;
+        for (u32 j = 1; j < nw; j++) {
+            const float4 p = part[wid + j][lane];
+            acc[0] += p.x, acc[1] += p.y, acc[2] += p.z, acc[3] += p.w;
+        }
+    }
+    if (!live) return;
+    float f[2] = {1.f, 1.f};
+    if (ss) {  // the input norm (batch 1): each column's squares per super-block
+#pragma unroll
+        for (u32 n = 0; n < (u32)N; n++) {
+            float sq = 0.f;
+            u32 c = lane;
+            if (N == 1) sq = sq_early[0] + sq_early[1], c += 64;
+            for (; c < nsb; c += 32) sq += ss[(u64)n * nsb + c];
+            const float v = rsqrtf(warp_sum(sq) / k + eps);
+            if (n == n0) f[0] = v;
+            if (n == n1) f[1] = v;
+        }
+    }
+    if (RKV) {  // lanes i = 0 hold rows g and g + 8 of the one column
+        rope_kv_rows2(rk, rl, which, 16 * tile + g, m, acc[0] * f[0], acc[2] * f[0], i == 0, y);
+        return;
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        const u32 row = 16 * tile + g + 8 * (q >> 1), n = 2 * i + (q & 1);
+        if (row < m && n < (u32)N) {
+            float* p = y + (u64)n * m + row;
+            *p = (add ? (N == 1 ? base_early[q >> 1] : *p) : 0.f) + acc[q] * f[q & 1];
+        }
+    }
+}
+
+#define GEMV_TILE(STEM, KT, N)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(512) gemv_##STEM##_##N(GEMVQ_ARGS) {                         \
+        gemv_tile_body<KT, N>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, \
+                              ss, eps, add);                                                                   \
+    }
+#define GEMV_TILE_ALL(STEM, KT) \
+    GEMV_TILE(STEM, KT, 1)      \
+    GEMV_TILE(STEM, KT, 2)      \
+    GEMV_TILE(STEM, KT, 3)      \
+    GEMV_TILE(STEM, KT, 4)      \
+    GEMV_TILE(STEM, KT, 5)      \
+    GEMV_TILE(STEM, KT, 6)      \
+    GEMV_TILE(STEM, KT, 7)      \
+    GEMV_TILE(STEM, KT, 8)
+GEMV_TILE_ALL(q4_k, Q4kTile)
+GEMV_TILE_ALL(q6_k, Q6kTile)
+
+// The step's RoPE and KV write fused into q/k/v's GEMV at batch 1 (host:
+// gemv.rs `RopeKvArgs`): q/k/v all of one type, or Q4_K q/k with a Q6_K v
+// (Q4_K_M's layers with a wider value projection: `gemv_q4k_q6k_*`, blocks
+// 0 .. q4k_blocks on q and k, the rest on v, all on the one input, so that
+// neither type waits for the other to end). Only q is stored as output
+// (y0); k and v go to the caches.
+#define RKV_ARGS \
+    const u32 *pos, const float *inv_freq, const u32 *slots, u16 *kc, u16 *vc, u32 head_dim, u32 kv_dim
+#define RKV_OF RopeKv{pos, inv_freq, slots, kc, vc, head_dim, kv_dim}
+#define MIXED_ARGS u64 rb6, u32 q4k_blocks
+template <bool RKV>
+__device__ void mixed_qkv_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
+                               u32 m1, u32 m2, const signed char* xq, const u32* meta, u32 k, u64 rb4,
+                               const float* ss, float eps, int add, u64 rb6, u32 q4k_blocks,
+                               const RopeKv& rk = RopeKv()) {
+    if (blockIdx.x < q4k_blocks)
+        gemv_tile_body<Q4kTile, 1, RKV>(blockIdx.x, w0, w1, w1, y0, y1, y1, m0, m1, 0, xq, meta, k, rb4, ss, eps, add,
+                                        rk);
+    else
+        gemv_tile_body<Q6kTile, 1, RKV>(blockIdx.x - q4k_blocks, w2, w2, w2, y2, y2, y2, m2, 0, 0, xq, meta, k, rb6,
+                                        ss, eps, add, rk, 2);
+}
+extern "C" __global__ void __launch_bounds__(512) gemv_q4k_q6k_1(GEMVQ_ARGS, MIXED_ARGS) {
+    mixed_qkv_body<false>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, ss, eps, add, rb6,
+                          q4k_blocks);
+}
+extern "C" __global__ void __launch_bounds__(512) gemv_q4k_q6k_rkv_1(GEMVQ_ARGS, MIXED_ARGS, RKV_ARGS) {
+    mixed_qkv_body<true>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, ss, eps, add, rb6,
+                         q4k_blocks, RKV_OF);
+}
+extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_rkv_1(GEMVQ_ARGS, RKV_ARGS) {
+    gemv_tile_body<Q4kTile, 1, true>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k,
+                                     row_bytes, ss, eps, add, RKV_OF);
+}
+extern "C" __global__ void __launch_bounds__(512) gemv_q6_k_rkv_1(GEMVQ_ARGS, RKV_ARGS) {
+    gemv_tile_body<Q6kTile, 1, true>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k,
+                                     row_bytes, ss, eps, add, RKV_OF);
+}
