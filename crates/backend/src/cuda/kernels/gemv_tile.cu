@@ -358,17 +358,8 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
         gemv_tile_body<KT, N>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, \
                               ss, eps, add);                                                                   \
     }
-#define GEMV_TILE_ALL(STEM, KT) \
-    GEMV_TILE(STEM, KT, 1)      \
-    GEMV_TILE(STEM, KT, 2)      \
-    GEMV_TILE(STEM, KT, 3)      \
-    GEMV_TILE(STEM, KT, 4)      \
-    GEMV_TILE(STEM, KT, 5)      \
-    GEMV_TILE(STEM, KT, 6)      \
-    GEMV_TILE(STEM, KT, 7)      \
-    GEMV_TILE(STEM, KT, 8)
-GEMV_TILE_ALL(q4_k, Q4kTile)
-GEMV_TILE_ALL(q6_k, Q6kTile)
+FOR_EACH_N(GEMV_TILE, q4_k, Q4kTile)
+FOR_EACH_N(GEMV_TILE, q6_k, Q6kTile)
 
 // The step's RoPE and KV write fused into q/k/v's GEMV at batch 1 (host:
 // gemv.rs `RopeKvArgs`): q/k/v all of one type, or Q4_K q/k with a Q6_K v

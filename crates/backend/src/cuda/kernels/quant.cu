@@ -488,15 +488,17 @@ __device__ void gemv_q_body(u32 row, const u8* w0, const u8* w1, const u8* w2, f
         gemv_q_body<T, N, 2>((blockIdx.x * blockDim.x + threadIdx.x) >> 5, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, \
                              meta, k, row_bytes, pf, ss, eps, add);                                        \
     }
-#define GEMVQ_ALL(NAME, T) \
-    GEMVQ(NAME, T, 1)      \
-    GEMVQ(NAME, T, 2)      \
-    GEMVQ(NAME, T, 3)      \
-    GEMVQ(NAME, T, 4)      \
-    GEMVQ(NAME, T, 5)      \
-    GEMVQ(NAME, T, 6)      \
-    GEMVQ(NAME, T, 7)      \
-    GEMVQ(NAME, T, 8)
+// A GEMV kernel macro K(NAME, T, N) for every input-row count N (1..8).
+#define FOR_EACH_N(K, NAME, T) \
+    K(NAME, T, 1)              \
+    K(NAME, T, 2)              \
+    K(NAME, T, 3)              \
+    K(NAME, T, 4)              \
+    K(NAME, T, 5)              \
+    K(NAME, T, 6)              \
+    K(NAME, T, 7)              \
+    K(NAME, T, 8)
+#define GEMVQ_ALL(NAME, T) FOR_EACH_N(GEMVQ, NAME, T)
 GEMVQ_ALL(q4_0, T_Q4_0)
 GEMVQ_ALL(q4_1, T_Q4_1)
 GEMVQ_ALL(q5_0, T_Q5_0)
