@@ -87,8 +87,8 @@ pub struct Device {
     /// once its keys are read (kernels/attention_rows_mma.cu; off with
     /// `FERRITE_CUDA_ATTN_LATE_TRIGGER=0`).
     pub attn_late_trigger: bool,
-    /// Warps the Q4_K tensor-core GEMV aims at (`FERRITE_CUDA_Q4K_WARPS`;
-    /// 0, the default: one wave, see `gemv::q4k_split`).
+    /// Warps the tensor-core GEMVs aim at (`FERRITE_CUDA_Q4K_WARPS`;
+    /// 0, the default: one wave, see `gemv::tile_split`).
     pub q4k_warps: u32,
     /// Finished splits per (row, KV head) block of a split-K attention
     /// launch, which its last split resets to zero (kernels/attention.cu,
