@@ -29,7 +29,9 @@ for ((r = 1; r <= rounds; r++)); do
         [[ $side == B ]] && setting=$b
         bin=$BIN
         for word in $setting; do
-            [[ $word == FERRITE_BIN=* ]] && bin=${word#FERRITE_BIN=}
+            if [[ $word == FERRITE_BIN=* ]]; then
+                bin=${word#FERRITE_BIN=}
+            fi
         done
         # Word splitting of the setting into NAME=value pairs is intended.
         # shellcheck disable=SC2086

@@ -128,8 +128,8 @@ pub fn cuda_attn_late_trigger() -> bool {
     on_unless_zero("FERRITE_CUDA_ATTN_LATE_TRIGGER")
 }
 
-/// `FERRITE_CUDA_Q4K_WARPS=<n>`: warps the tensor-core GEMVs (Q4_K, Q6_K) aim to
-/// run, k split between a tile's warps (0, the default: as many as the GPU
+/// `FERRITE_CUDA_Q4K_WARPS=<n>`: warps the tensor-core GEMVs (Q4_K, Q6_K)
+/// aim to run, k split between a tile's warps (0, the default: as many as the GPU
 /// holds at once); for comparison.
 pub fn cuda_q4k_warps() -> Option<u32> {
     var("FERRITE_CUDA_Q4K_WARPS").and_then(|v| v.to_str()?.parse().ok())

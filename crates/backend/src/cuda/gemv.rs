@@ -55,8 +55,8 @@ impl RopeKvArgs {
 /// k and v in the KV cache (kernels/rope_kv.cuh), so that no kernel runs
 /// between them and attention: q/k/v all Q4_K or all Q6_K (one launch of
 /// the tensor-core GEMV) or Q4_K q and k with a Q6_K v (`gemv_mixed_qkv`'s
-/// launch), the input norm fused. `None` for any other group (the caller checks the rest:
-/// one row, interleaved RoPE, an f16 cache).
+/// launch), the input norm fused. `None` for any other group (the caller
+/// checks the rest: one row, interleaved RoPE, an f16 cache).
 pub fn gemv_qkv_rope_kv(
     dev: &Device,
     x: &CudaTensor,
@@ -408,10 +408,7 @@ pub fn gemv_mixed_qkv(
     {
         return Ok(None);
     }
-    if x8[TILE_ORDER].is_none() {
-        x8[TILE_ORDER] = Some(quantize_x8(dev, x, TILE_ORDER, norm, None)?);
-    }
-    let Some(q) = x8[TILE_ORDER].as_ref() else { return Ok(None) };
+    let q = x8_of(dev, x, x8, TILE_ORDER, norm, None)?;
     let s = &dev.stream;
     let mut out: Vec<CudaSlice<f32>> = ws.iter().map(|w| alloc_out(dev, n, w.rows)).collect::<Result<_>>()?;
     let qk_tiles = (wq.rows.div_ceil(16) + wk.rows.div_ceil(16)) as u32;
@@ -480,6 +477,21 @@ fn quantize_x8(
 
 /// The quantized inputs of one matmul group, by `input_order` (made once).
 pub type X8Cache = [Option<X8>; 3];
+
+/// x quantized in `order` as `x8` holds it, made there at its first use.
+fn x8_of<'a>(
+    dev: &Device,
+    x: &CudaTensor,
+    x8: &'a mut X8Cache,
+    order: usize,
+    norm: Option<Norm>,
+    glu: Option<(&CudaTensor, i32)>,
+) -> Result<&'a X8> {
+    Ok(match &mut x8[order] {
+        Some(q) => q,
+        slot => slot.insert(quantize_x8(dev, x, order, norm, glu)?),
+    })
+}
 
 /// Decode batches: our memory-bound kernels, up to three weights of one
 /// storage per launch, input rows in chunks of eight; 16-bit weights take the
@@ -570,13 +582,7 @@ fn gemv_in(
     // Blocks: the input quantized to 8 bits (`input_order`), with each
     // group's scale and sums (kernels/quant.cu).
     let quant = match ws[0].storage {
-        Storage::Quant(q) => {
-            let order = input_order(q);
-            if x8[order].is_none() {
-                x8[order] = Some(quantize_x8(dev, x, order, norm, glu)?);
-            }
-            x8[order].as_ref()
-        }
+        Storage::Quant(q) => Some(x8_of(dev, x, x8, input_order(q), norm, glu)?),
         _ if glu.is_some() => return Err(Error::Shape("gemv: a gated input needs quantized weights".into())),
         _ => None,
     };

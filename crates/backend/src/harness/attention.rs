@@ -179,8 +179,8 @@ impl<B: Backend> Harness<'_, B> {
     }
 
     /// `norm_qkv_rope_kv` on GGUF k-quant blocks (Q4_K_M's: Q4_K q and k, a
-    /// Q4_K or Q6_K v; or all Q6_K) with interleaved RoPE: a 36-token prompt, then one decode row
-    /// at position 36 (a GPU turns q and k and writes the cache in the
+    /// Q4_K or Q6_K v; or all Q6_K) with interleaved RoPE: a 36-token
+    /// prompt, then one decode row at position 36 (a GPU turns q and k and writes the cache in the
     /// GEMVs' epilogue unless `FERRITE_CUDA_QKV_ROPE=0`), then attention
     /// over all 37 keys and its projection.
     fn attention_inputs_decode(&mut self, hd: usize, qk_type: DType, v_type: DType) -> Result<()> {

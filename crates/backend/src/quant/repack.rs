@@ -70,23 +70,32 @@ pub fn q6_k_tile_scales(rr: usize) -> (usize, usize) {
 /// times 4, as an i8 (the kernel's operand); the last tile's missing rows
 /// are zeros.
 pub fn q6_k_tiles(src: &[u8], k: usize) -> Vec<u8> {
-    let row_bytes = k / 256 * 210;
+    regroup_in_tiles(src, k, 210, |blk, rr, b| {
+        for v in 0..256 {
+            let q = q6_k_value(b, v);
+            let (lo, ls, hi, hs) = q6_k_tile_bits(rr, v);
+            blk[lo] |= (q & 0xF) << ls;
+            blk[hi] |= ((q >> 4) ^ 2) << hs;
+        }
+        let (sc, d) = q6_k_tile_scales(rr);
+        blk[sc..sc + 16].copy_from_slice(&b[192..208]);
+        blk[d..d + 2].copy_from_slice(&b[208..210]);
+    })
+}
+
+/// Rows of k-quant super-blocks (`block` bytes per 256 values) regrouped in
+/// tiles of 16 rows: per tile, its super-block columns in order, each
+/// `16 * block` bytes that `place(column, row in the tile, the row's block)`
+/// fills (from zeros; the last tile's missing rows stay zeros).
+fn regroup_in_tiles(src: &[u8], k: usize, block: usize, place: impl Fn(&mut [u8], usize, &[u8]) + Sync) -> Vec<u8> {
+    let row_bytes = k / 256 * block;
     let rows = src.len().checked_div(row_bytes).unwrap_or(0);
     let tile_bytes = 16 * row_bytes;
     let mut out = vec![0u8; rows.div_ceil(16) * tile_bytes];
     out.par_chunks_mut(tile_bytes.max(1)).enumerate().for_each(|(t, tile)| {
-        for (sb, blk) in tile.chunks_exact_mut(Q6K_TILE_BLOCK).enumerate() {
+        for (sb, column) in tile.chunks_exact_mut(16 * block).enumerate() {
             for rr in 0..16.min(rows - 16 * t) {
-                let b = &src[(16 * t + rr) * row_bytes + 210 * sb..][..210];
-                for v in 0..256 {
-                    let q = q6_k_value(b, v);
-                    let (lo, ls, hi, hs) = q6_k_tile_bits(rr, v);
-                    blk[lo] |= (q & 0xF) << ls;
-                    blk[hi] |= ((q >> 4) ^ 2) << hs;
-                }
-                let (sc, d) = q6_k_tile_scales(rr);
-                blk[sc..sc + 16].copy_from_slice(&b[192..208]);
-                blk[d..d + 2].copy_from_slice(&b[208..210]);
+                place(column, rr, &src[(16 * t + rr) * row_bytes + block * sb..][..block]);
             }
         }
     });
@@ -108,8 +117,8 @@ pub fn q4_k_tile_word(rr: usize, w: usize) -> usize {
 
 /// Q4_K rows (blocks of 144 bytes: d, dmin, 12 scale bytes, 128 of 4-bit
 /// values; `k` values a row) in the layout of the GPU's tensor-core decode
-/// GEMV (kernels/gemv_tile.cu, `gemv_tile_body`): the same bytes, in tiles of 16
-/// rows (the last padded with zero rows). A tile is its super-block columns
+/// GEMV (kernels/gemv_tile.cu, `gemv_tile_body`): the same bytes, in tiles
+/// of 16 rows (the last padded with zero rows). A tile is its super-block columns
 /// in order, each 2,304 contiguous bytes, which one warp reads at once:
 /// the 16 rows' heads (16 bytes each), then four units of 32 lanes x 16
 /// bytes, unit `u` holding for lane (g, i) (g = lane / 4, i = lane % 4) the
@@ -118,23 +127,13 @@ pub fn q4_k_tile_word(rr: usize, w: usize) -> usize {
 /// ([`q4_k_tile_word`]). Each of a warp's 16-byte loads then reads 512
 /// contiguous bytes, and a warp walks its tile's bytes in order.
 pub fn q4_k_tiles(src: &[u8], k: usize) -> Vec<u8> {
-    let row_bytes = k / 256 * 144;
-    let rows = src.len().checked_div(row_bytes).unwrap_or(0);
-    let tile_bytes = 16 * row_bytes;
-    let mut out = vec![0u8; rows.div_ceil(16) * tile_bytes];
-    out.par_chunks_mut(tile_bytes.max(1)).enumerate().for_each(|(t, tile)| {
-        for (sb, blk) in tile.chunks_exact_mut(Q4K_TILE_BLOCK).enumerate() {
-            for rr in 0..16.min(rows - 16 * t) {
-                let b = &src[(16 * t + rr) * row_bytes + 144 * sb..][..144];
-                blk[16 * rr..16 * rr + 16].copy_from_slice(&b[..16]);
-                for w in 0..32 {
-                    let to = q4_k_tile_word(rr, w);
-                    blk[to..to + 4].copy_from_slice(&b[16 + 4 * w..20 + 4 * w]);
-                }
-            }
+    regroup_in_tiles(src, k, 144, |blk, rr, b| {
+        blk[16 * rr..16 * rr + 16].copy_from_slice(&b[..16]);
+        for w in 0..32 {
+            let to = q4_k_tile_word(rr, w);
+            blk[to..to + 4].copy_from_slice(&b[16 + 4 * w..20 + 4 * w]);
         }
-    });
-    out
+    })
 }
 
 /// The 6-bit value (0..63, before subtracting 32) of value `v` of a Q6_K block.

@@ -9,7 +9,7 @@
 // are only 2-byte aligned, so multi-byte fields are read as halves. Q4_K
 // and Q6_K rows are regrouped at upload in tiles of 16 (quant/repack.rs,
 // `q4_k_tiles`, `q6_k_tiles`; see `q4k_sub`, `q6k_sub`) for the tensor-core
-// GEMVs at the end.
+// GEMVs (kernels/gemv_tile.cu, compiled after this file).
 
 typedef unsigned char u8;
 
@@ -265,7 +265,7 @@ extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, 
 // weight bytes, contiguous per super-block, each read once (a sub-block per
 // lane read every byte twice and kept L1 busy). The input is quantized in piece order for
 // it (`kperm`), so a lane's 32 inputs are contiguous as well. (Q4_K and
-// Q6_K have tensor-core kernels of their own, at the end.)
+// Q6_K have tensor-core kernels of their own, kernels/gemv_tile.cu.)
 
 // The input (`quantize_group`, kernels/quantize_x8.cuh), a warp per group.
 // Launched with programmatic dependent launch: it lets the GEMV after it in
