@@ -60,8 +60,14 @@ pub fn cuda_pdl() -> bool {
 /// `FERRITE_CUDA_TRACE=1`: CUDA kernels are built to record when each one
 /// was released to run (cuda/trace.rs) and `ferrite bench` prints the
 /// decode steps' timeline kernel by kernel; for finding where time goes.
+/// `=2` also marks stages inside some kernels (`trace_mark`).
 pub fn cuda_trace() -> bool {
-    var("FERRITE_CUDA_TRACE").is_some_and(|v| v == "1")
+    var("FERRITE_CUDA_TRACE").is_some_and(|v| v == "1" || v == "2")
+}
+
+/// `FERRITE_CUDA_TRACE=2`: the trace also splits kernels at their stages.
+pub fn cuda_trace_marks() -> bool {
+    var("FERRITE_CUDA_TRACE").is_some_and(|v| v == "2")
 }
 
 /// `FERRITE_CUDA_DEFINES=NAME,NAME=VALUE`: preprocessor definitions added

@@ -197,8 +197,10 @@ __device__ void combine_warps(const float (*wm)[GM], const float (*wl)[GM], cons
             store_out(out, half, bf16, (u64)row * n_heads * hd + (u64)(kvh * G + g) * hd + d, num / den);
         }
     }
+    trace_mark("attn.out");
     if (parts > 1) merge_if_last(part, out, done, row, kvh, G, n_heads, hd, half, bf16, parts, x8);
     else quantize_heads(out, row, kvh, G, n_heads, hd, x8);
+    trace_mark("attn.end");
 }
 
 // Split-K (flash decoding): with `split` > 0, block z of gridDim.z takes the

@@ -107,6 +107,7 @@ __device__ void rows_mma_body(const float* q, const u16* kc, const u16* vc, floa
         }
         asm volatile("cp.async.commit_group;");
     };
+    trace_mark("attn.q");
     float o[HD / 16][4];
 #pragma unroll
     for (int mt = 0; mt < HD / 16; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.f;
@@ -182,6 +183,7 @@ __device__ void rows_mma_body(const float* q, const u16* kc, const u16* vc, floa
         stage(h + 4);
     }
     asm volatile("cp.async.wait_group 0;");
+    trace_mark("attn.keys");
     if (late) pdl_trigger();
 #pragma unroll
     for (int x = 4; x < 32; x <<= 1) {

@@ -313,6 +313,7 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
             if (sb + 3 * nw < nsb) wb = KT::fetch(tw, sb + 3 * nw, lane);
         }
     }
+    trace_mark("tile.loop");
     pdl_trigger();
     if (nw > 1) {
         __shared__ float4 part[16][32];
@@ -341,6 +342,7 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
     }
     if (RKV) {  // lanes i = 0 hold rows g and g + 8 of the one column
         rope_kv_rows2(rk, rl, which, 16 * tile + g, m, acc[0] * f[0], acc[2] * f[0], i == 0, y);
+        trace_mark("tile.end");
         return;
     }
 #pragma unroll
@@ -351,6 +353,7 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
             *p = (add ? (N == 1 ? base_early[q >> 1] : *p) : 0.f) + acc[q] * f[q & 1];
         }
     }
+    trace_mark("tile.end");
 }
 
 #define GEMV_TILE(STEM, KT, N)                                                                                 \

@@ -517,6 +517,7 @@ extern "C" __global__ void quantize_x8_sb(const float* x, signed char* xq, u32* 
     for (u64 g = (blockIdx.x * (u64)blockDim.x + threadIdx.x) >> 5; g < groups;
          g += ((u64)gridDim.x * blockDim.x) >> 5)
         quantize_sb(g, lane, x, xq, meta, nw, k, ss, up, act);
+    trace_mark("quant.end");
 }
 
 // Both inputs of a matmul group that mixes the tensor-core GEMVs' types with
