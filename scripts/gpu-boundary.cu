@@ -51,15 +51,21 @@ __global__ void step_kernel(const float* x, float* y) {
     if (LATE) pdl_trigger();
 }
 
+// Step s of a persistent kernel's block b: its word, from the one block
+// b + 1 wrote in step s - 1 (the two halves of buf in turn).
+__device__ __forceinline__ void step_word(float* buf, int s) {
+    const unsigned nb = gridDim.x, b = blockIdx.x;
+    const float* x = buf + (s & 1) * nb;
+    buf[((s + 1) & 1) * nb + b] = __ldcg(x + (b + 1) % nb) + 1.f;
+}
+
 // All steps in one kernel, a grid-wide barrier between them (a counter
 // and a generation word; the last block to arrive opens the next step).
 __global__ void barrier_kernel(float* buf, int steps, unsigned* count, unsigned* gen) {
-    const unsigned nb = gridDim.x, b = blockIdx.x;
+    const unsigned nb = gridDim.x;
     for (int s = 0; s < steps; s++) {
-        const float* x = buf + (s & 1) * nb;
-        float* y = buf + ((s + 1) & 1) * nb;
         if (threadIdx.x == 0) {
-            y[b] = __ldcg(x + (b + 1) % nb) + 1.f;
+            step_word(buf, s);
             const unsigned g = *(volatile unsigned*)gen;
             __threadfence();
             if (atomicAdd(count, 1u) == nb - 1) {
@@ -79,12 +85,10 @@ __global__ void barrier_kernel(float* buf, int steps, unsigned* count, unsigned*
 // All steps in one kernel, each block counting its arrival in one
 // monotonic counter and waiting until every block of the step has.
 __global__ void counter_kernel(float* buf, int steps, unsigned* count) {
-    const unsigned nb = gridDim.x, b = blockIdx.x;
+    const unsigned nb = gridDim.x;
     for (int s = 0; s < steps; s++) {
-        const float* x = buf + (s & 1) * nb;
-        float* y = buf + ((s + 1) & 1) * nb;
         if (threadIdx.x == 0) {
-            y[b] = __ldcg(x + (b + 1) % nb) + 1.f;
+            step_word(buf, s);
             __threadfence();
             atomicAdd(count, 1u);
             while (*(volatile unsigned*)count < nb * (s + 1)) {
