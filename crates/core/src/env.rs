@@ -62,12 +62,21 @@ pub fn cuda_pdl() -> bool {
 /// decode steps' timeline kernel by kernel; for finding where time goes.
 /// `=2` also marks stages inside some kernels (`trace_mark`).
 pub fn cuda_trace() -> bool {
-    var("FERRITE_CUDA_TRACE").is_some_and(|v| v == "1" || v == "2")
+    cuda_trace_level() > 0
 }
 
 /// `FERRITE_CUDA_TRACE=2`: the trace also splits kernels at their stages.
 pub fn cuda_trace_marks() -> bool {
-    var("FERRITE_CUDA_TRACE").is_some_and(|v| v == "2")
+    cuda_trace_level() == 2
+}
+
+/// The trace's level: 0 (off), 1 (kernels) or 2 (their stages too).
+fn cuda_trace_level() -> u8 {
+    match var("FERRITE_CUDA_TRACE").as_deref().and_then(|v| v.to_str()) {
+        Some("1") => 1,
+        Some("2") => 2,
+        _ => 0,
+    }
 }
 
 /// `FERRITE_CUDA_DEFINES=NAME,NAME=VALUE`: preprocessor definitions added

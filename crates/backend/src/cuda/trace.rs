@@ -6,7 +6,9 @@
 //! on the step's critical path is from its release to the next kernel's;
 //! its lead, how long it waited released by nothing but the kernel before
 //! (a kernel that starts early can prefetch). Recording costs the first
-//! thread an atomic, so steps run a little slower than untraced.
+//! thread an atomic, so steps run a little slower than untraced. With
+//! `FERRITE_CUDA_TRACE=2` some kernels also record marks at their stages
+//! (`trace_mark`), which split their spans here like releases.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

@@ -105,6 +105,10 @@ __device__ __forceinline__ unsigned long long global_ns() {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
     return t;
 }
+// Whether this thread records (the first of the first block).
+__device__ __forceinline__ bool trace_first() {
+    return (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0;
+}
 // One record: (arrived, left, name in two words).
 __device__ __forceinline__ void trace_put(unsigned long long arrived, unsigned long long left, const char* who) {
     // (A ring: the latest records are kept.)
@@ -117,7 +121,7 @@ __device__ __forceinline__ void trace_put(unsigned long long arrived, unsigned l
 #endif
 __device__ __forceinline__ void pdl_wait_at(const char* who) {
 #ifdef FERRITE_TRACE
-    const bool first = (threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0;
+    const bool first = trace_first();
     const unsigned long long arrived = first ? global_ns() : 0;
 #endif
 #if __CUDA_ARCH__ >= 900
@@ -136,13 +140,11 @@ __device__ __forceinline__ void pdl_wait_at(const char* who) {
 // Each mark costs that thread an atomic's round trip (about 0.6 us on the
 // H200), which the stage after it carries.
 #if defined(FERRITE_TRACE) && defined(FERRITE_TRACE_MARKS)
-#define trace_mark(label)                                                                                  \
-    do {                                                                                                   \
-        if ((threadIdx.x | threadIdx.y | threadIdx.z | blockIdx.x | blockIdx.y | blockIdx.z) == 0) {     \
-            const unsigned long long now = global_ns();                                                    \
-            trace_put(now, now, label);                                                                    \
-        }                                                                                                  \
-    } while (0)
+__device__ __forceinline__ void trace_mark(const char* label) {
+    if (!trace_first()) return;
+    const unsigned long long now = global_ns();
+    trace_put(now, now, label);
+}
 #else
 #define trace_mark(label) ((void)0)
 #endif

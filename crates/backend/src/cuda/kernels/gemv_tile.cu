@@ -342,15 +342,14 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
     }
     if (RKV) {  // lanes i = 0 hold rows g and g + 8 of the one column
         rope_kv_rows2(rk, rl, which, 16 * tile + g, m, acc[0] * f[0], acc[2] * f[0], i == 0, y);
-        trace_mark("tile.end");
-        return;
-    }
+    } else {
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
-        const u32 row = 16 * tile + g + 8 * (q >> 1), n = 2 * i + (q & 1);
-        if (row < m && n < (u32)N) {
-            float* p = y + (u64)n * m + row;
-            *p = (add ? (N == 1 ? base_early[q >> 1] : *p) : 0.f) + acc[q] * f[q & 1];
+        for (int q = 0; q < 4; q++) {
+            const u32 row = 16 * tile + g + 8 * (q >> 1), n = 2 * i + (q & 1);
+            if (row < m && n < (u32)N) {
+                float* p = y + (u64)n * m + row;
+                *p = (add ? (N == 1 ? base_early[q >> 1] : *p) : 0.f) + acc[q] * f[q & 1];
+            }
         }
     }
     trace_mark("tile.end");
