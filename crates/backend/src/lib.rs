@@ -5,6 +5,7 @@ pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 pub mod harness;
+pub mod picks;
 pub mod quant;
 pub mod sampling;
 
@@ -477,6 +478,16 @@ pub trait Backend: Send + Sync {
     /// The logits are overwritten. `None` when this backend does not sample.
     fn sample(&self, _logits: &mut Self::Tensor, _rows: &[RowSampling]) -> Result<Option<Vec<(u32, f32)>>> {
         Ok(None)
+    }
+    /// `sample`, without waiting for the picks to come back: a backend that
+    /// `feeds_tokens` keeps them on the device for the next step too.
+    fn sample_begin(&self, logits: &mut Self::Tensor, rows: &[RowSampling]) -> Result<Option<picks::Picks>> {
+        Ok(self.sample(logits, rows)?.map(picks::Picks::ready))
+    }
+    /// Whether token ids may be fed ids (`picks::FED_TOKEN`): the tokens the
+    /// last `sample_begin` drew, read on the device.
+    fn feeds_tokens(&self) -> bool {
+        false
     }
 
     /// Bidirectional attention inside each sequence of a flat batch, for

@@ -10,6 +10,7 @@ use std::time::Instant;
 use clap::Args;
 use ferrite_backend::cuda::profile::{self, Profile};
 use ferrite_backend::cuda::trace;
+use ferrite_backend::picks::{fed, Picks};
 use ferrite_core::Result;
 use ferrite_engine::{Logits, Runner, Sequence};
 use ferrite_models::{LmConfig, RowSampling};
@@ -91,8 +92,11 @@ fn fold_pick(digest: u64, pick: u32) -> u64 {
 }
 
 /// Generated tokens per second over all streams (untimed context first), and
-/// the digest of every stream's greedy picks. The input tokens are fixed
-/// (teacher-forced), so the picks only witness the arithmetic.
+/// the digest of every stream's greedy picks. Each stream's first input is a
+/// fixed token and every later one its own last pick, as in generation;
+/// where the device feeds its picks to the next step, that step is launched
+/// before the picks are read, as `run` does (`FERRITE_FEED_AHEAD=0`: after).
+/// Both orders compute the same tokens, so their digests match.
 fn decode(r: &mut Runner, a: &BenchArgs, n: usize, seed: u64) -> Result<(f64, u64)> {
     let mut s = seqs(r, a.batch, a.decode_context.max(1), seed);
     let res = (|| {
@@ -100,27 +104,53 @@ fn decode(r: &mut Runner, a: &BenchArgs, n: usize, seed: u64) -> Result<(f64, u6
         // The context's prefill is not part of the decode profile.
         let _ = profile::take();
         let _ = trace::take();
-        let vocab = r.config().vocab_size;
-        let next = tokens(n, vocab, seed + 7);
+        let first = tokens(1, r.config().vocab_size, seed + 7)[0];
+        s.iter_mut().for_each(|q| q.tokens.push(first));
+        let ahead = r.samples_on_device() && r.feeds_tokens() && ferrite_core::env::feed_ahead();
         let mut digest = 0xcbf2_9ce4_8422_2325u64;
         let t = Instant::now();
-        // As serving does: greedy picks on the device where the model samples
-        // there, else the logits come to the host.
-        let greedy = vec![RowSampling { top_p: 1.0, ..Default::default() }; s.len()];
-        for &tok in &next {
-            s.iter_mut().for_each(|q| q.tokens.push(tok));
-            let mut refs: Vec<&mut Sequence> = s.iter_mut().collect();
-            if r.samples_on_device() {
-                digest = r.step_sampled(&mut refs, 1, &greedy)?.iter().fold(digest, |d, &(p, _)| fold_pick(d, p));
+        // The last step launched, when its picks are not read yet (ahead).
+        let mut pending: Option<Picks> = None;
+        for i in 0..n {
+            let launched = greedy_step(r, &mut s, ahead)?;
+            if let Some(prev) = pending.take() {
+                // Fed to the step just launched: its input, each stream's last token.
+                let picks = prev.wait()?;
+                s.iter_mut().zip(&picks).for_each(|(q, &(p, _))| *q.tokens.last_mut().expect("fed") = p);
+                digest = picks.iter().fold(digest, |d, &(p, _)| fold_pick(d, p));
+            }
+            if i + 1 == n {
+                digest = launched.wait()?.iter().fold(digest, |d, &(p, _)| fold_pick(d, p));
+            } else if ahead {
+                s.iter_mut().enumerate().for_each(|(j, q)| q.tokens.push(fed(j)));
+                pending = Some(launched);
             } else {
-                let logits = r.step(&mut refs, 1, Logits::Last)?;
-                digest = logits.chunks(vocab).fold(digest, |d, row| fold_pick(d, argmax(row) as u32));
+                let picks = launched.wait()?;
+                s.iter_mut().zip(&picks).for_each(|(q, &(p, _))| q.tokens.push(p));
+                digest = picks.iter().fold(digest, |d, &(p, _)| fold_pick(d, p));
             }
         }
         Ok(((a.batch * n) as f64 / t.elapsed().as_secs_f64(), digest))
     })();
     release(r, &mut s);
     res
+}
+
+/// One decode step of every stream and its greedy picks: drawn on the device
+/// where the model samples there (as serving does; `ahead`: not waited for),
+/// else from the logits.
+fn greedy_step(r: &mut Runner, s: &mut [Sequence], ahead: bool) -> Result<Picks> {
+    let mut refs: Vec<&mut Sequence> = s.iter_mut().collect();
+    if r.samples_on_device() {
+        let greedy = vec![RowSampling { top_p: 1.0, ..Default::default() }; refs.len()];
+        return match ahead {
+            true => r.step_sampled_begin(&mut refs, 1, &greedy),
+            false => r.step_sampled(&mut refs, 1, &greedy).map(Picks::ready),
+        };
+    }
+    let vocab = r.config().vocab_size;
+    let logits = r.step(&mut refs, 1, Logits::Last)?;
+    Ok(Picks::ready(logits.chunks(vocab).map(|row| (argmax(row) as u32, 0.0)).collect()))
 }
 
 fn mean(v: &[f64]) -> f64 {

@@ -11,6 +11,7 @@ use common::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use ferrite_backend::picks::fed_row;
 use ferrite_backend::sampling;
 use ferrite_core::Result;
 use ferrite_engine::sampling::SamplingParams;
@@ -22,10 +23,14 @@ use ferrite_models::{CausalLm, Checkpoint, ForwardBatch, KvDtype, LmConfig, RowS
 const CTX: usize = 256;
 const NEW: usize = 10;
 
-/// The real CPU model, sampling "on the device" by the reference rules.
+/// The real CPU model, sampling "on the device" by the reference rules;
+/// with `feeds`, a batch's token ids may name its last picks (fed ids), as
+/// a GPU's may.
 struct DeviceLike {
     inner: Box<dyn CausalLm>,
     draws: Arc<AtomicUsize>,
+    feeds: bool,
+    last: Vec<u32>,
 }
 
 impl CausalLm for DeviceLike {
@@ -47,9 +52,21 @@ impl CausalLm for DeviceLike {
     fn forward_sample(&mut self, batch: &ForwardBatch, rows: &[RowSampling]) -> Result<Vec<(u32, f32)>> {
         assert_eq!(rows.len(), batch.logit_rows.len());
         let vocab = self.config().vocab_size;
-        let logits = self.inner.forward(batch)?;
+        let mut batch = batch.clone();
+        for t in &mut batch.tokens {
+            if let Some(j) = fed_row(*t) {
+                assert!(self.feeds, "a fed id given to a model that does not feed");
+                *t = self.last[j];
+            }
+        }
+        let logits = self.inner.forward(&batch)?;
         self.draws.fetch_add(rows.len(), Ordering::SeqCst);
-        Ok(logits.chunks(vocab).zip(rows).map(|(row, r)| draw(row, r)).collect())
+        let picks: Vec<(u32, f32)> = logits.chunks(vocab).zip(rows).map(|(row, r)| draw(row, r)).collect();
+        self.last = picks.iter().map(|p| p.0).collect();
+        Ok(picks)
+    }
+    fn feeds_tokens(&self) -> bool {
+        self.feeds
     }
 }
 
@@ -74,7 +91,11 @@ fn model() -> Box<dyn CausalLm> {
 }
 
 fn device_runner(draws: &Arc<AtomicUsize>, n_blocks: Option<usize>) -> Runner {
-    let lm = Box::new(DeviceLike { inner: model(), draws: draws.clone() });
+    feeding_runner(draws, n_blocks, true)
+}
+
+fn feeding_runner(draws: &Arc<AtomicUsize>, n_blocks: Option<usize>, feeds: bool) -> Runner {
+    let lm = Box::new(DeviceLike { inner: model(), draws: draws.clone(), feeds, last: Vec::new() });
     match n_blocks {
         Some(n) => Runner::with_pool(lm, CTX, n, 16, KvDtype::F16).unwrap(),
         None => Runner::new(lm, CTX, 16, KvDtype::F16).unwrap(),
@@ -190,4 +211,35 @@ fn bias_and_min_tokens_reach_the_device_and_logprobs_keep_the_host_path() {
     assert!(tops.iter().all(|&n| n == 2));
     assert_eq!(draws.load(Ordering::SeqCst), before, "no device draw for a top-logprobs request");
     engine.shutdown();
+}
+
+/// `run` launches each decode step before the last one's pick is read, fed
+/// from the device: the same tokens as waiting for each pick, for greedy and
+/// seeded draws, whether generation ends by length (1, 2 and NEW tokens) or
+/// at a stop id mid-way, and no more than one draw past the end.
+#[test]
+fn steps_fed_from_the_device_give_the_tokens_of_steps_that_wait() {
+    let tok = tokenizer();
+    let prompt = tok.encode("The river", true).unwrap();
+    let seeded = SamplingParams { temperature: 0.9, seed: Some(7), ..SamplingParams::greedy() };
+    let (waits, fed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut waiting = feeding_runner(&waits, None, false);
+    let mut feeding = feeding_runner(&fed, None, true);
+    for sampling in [SamplingParams::greedy(), seeded] {
+        for (max_tokens, stop_at) in [(1, None), (2, None), (NEW, None), (NEW, Some(3))] {
+            let mut req = GenerateRequest { max_tokens, ..request(&prompt, sampling.clone()) };
+            if let Some(k) = stop_at {
+                let free = generate(&mut waiting, &tok, &req, &mut |_| true).unwrap().tokens;
+                req.stop_ids = vec![free[k]];
+            }
+            let (w0, f0) = (waits.load(Ordering::SeqCst), fed.load(Ordering::SeqCst));
+            let want = generate(&mut waiting, &tok, &req, &mut |_| true).unwrap();
+            let got = generate(&mut feeding, &tok, &req, &mut |_| true).unwrap();
+            assert_eq!(got.tokens, want.tokens, "max_tokens {max_tokens}, stop at {stop_at:?}");
+            assert_eq!(got.finish, want.finish);
+            let (w, f) = (waits.load(Ordering::SeqCst) - w0, fed.load(Ordering::SeqCst) - f0);
+            assert_eq!(w, want.tokens.len());
+            assert!(f == w || (f == w + 1 && stop_at.is_some()), "{f} draws fed against {w} waiting");
+        }
+    }
 }

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use crate::detokenizer::IncrementalDetokenizer;
 use crate::runner::{Logits, Runner, Sequence};
 use crate::sampling::{Sampled, Sampler, SamplingParams, StopChecker};
+use ferrite_backend::picks::{fed, Picks};
 use ferrite_core::{Error, Result};
 use ferrite_loader::tokenizer::Tokenizer;
 
@@ -106,6 +107,23 @@ fn step_and_pick(
     Ok(sampler.sample(&logits[..vocab], prompt, generated))
 }
 
+/// Whether decode steps go out one ahead of the host (`Runner::step_sampled_begin`):
+/// where the device samples and feeds its picks to the next step, and the
+/// draw does not depend on earlier picks.
+fn feeds_ahead(runner: &Runner, sampler: &Sampler) -> bool {
+    runner.samples_on_device()
+        && runner.feeds_tokens()
+        && !sampler.reads_history()
+        && !sampler.wants_host()
+        && ferrite_core::env::feed_ahead()
+}
+
+/// Launches the next decode step of `seq`, its token drawn on the device.
+fn begin(runner: &mut Runner, seq: &mut Sequence, sampler: &mut Sampler, prompt: &[u32]) -> Result<Picks> {
+    let row = sampler.device_request(prompt, &[], &[]).expect("checked by feeds_ahead");
+    runner.step_sampled_begin(&mut [seq], 1, &[row])
+}
+
 fn run(
     runner: &mut Runner,
     tok: &Tokenizer,
@@ -120,7 +138,7 @@ fn run(
     while seq.tokens.len() - seq.n_cached > PREFILL_CHUNK {
         runner.step(&mut [&mut *seq], PREFILL_CHUNK, Logits::Last)?;
     }
-    let mut next = Some(step_and_pick(runner, seq, PREFILL_CHUNK, &mut sampler, &req.prompt, &[])?);
+    let first = step_and_pick(runner, seq, PREFILL_CHUNK, &mut sampler, &req.prompt, &[])?;
     let prefill_time = t0.elapsed();
     let t1 = Instant::now();
     let mut detok = IncrementalDetokenizer::new();
@@ -128,11 +146,12 @@ fn run(
     let mut generated: Vec<u32> = Vec::new();
     let mut text = String::new();
     let mut finish = FinishReason::Length;
+    let feed = feeds_ahead(runner, &sampler);
+    // The step after the one that drew `s`, launched before `s` was read;
+    // its input, the last of `seq.tokens`, is then the fed id of `s`.
+    let mut ahead: Option<Picks> = None;
+    let mut s = first;
     while generated.len() < max_tokens {
-        let s = match next.take() {
-            Some(s) => s,
-            None => step_and_pick(runner, seq, 1, &mut sampler, &req.prompt, &generated)?,
-        };
         generated.push(s.token);
         let eog = (!req.ignore_eos && tok.eos_ids().contains(&s.token)) || req.stop_ids.contains(&s.token);
         let (piece, stopped) =
@@ -149,7 +168,29 @@ fn run(
         if generated.len() == max_tokens {
             break;
         }
-        seq.tokens.push(s.token);
+        let step = match ahead.take() {
+            Some(step) => {
+                *seq.tokens.last_mut().expect("a fed step has an input") = s.token;
+                step
+            }
+            None if feed => {
+                seq.tokens.push(s.token);
+                begin(runner, seq, &mut sampler, &req.prompt)?
+            }
+            None => {
+                seq.tokens.push(s.token);
+                s = step_and_pick(runner, seq, 1, &mut sampler, &req.prompt, &generated)?;
+                continue;
+            }
+        };
+        // While `step` runs, the one after it is launched, fed its pick,
+        // unless that pick will be the last token.
+        if feed && generated.len() + 1 < max_tokens {
+            seq.tokens.push(fed(0));
+            ahead = Some(begin(runner, seq, &mut sampler, &req.prompt)?);
+        }
+        let (token, logprob) = step.wait()?.first().copied().unwrap_or((0, f32::NEG_INFINITY));
+        s = Sampled { token, logprob, top: Vec::new() };
     }
     if finish == FinishReason::Length {
         let tail = stops.push(&detok.flush()).0 + &stops.flush();

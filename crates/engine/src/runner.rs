@@ -3,6 +3,7 @@
 
 use crate::blocks::BlockManager;
 use crate::scheduler::ScheduledSeq;
+use ferrite_backend::picks::Picks;
 use ferrite_backend::{RowSampling, SeqSlice};
 use ferrite_core::{Error, Result};
 use ferrite_models::{CausalLm, ForwardBatch, KvDtype, LmConfig};
@@ -91,6 +92,12 @@ impl Runner {
         self.model.samples_on_device()
     }
 
+    /// Whether a step's token ids may be fed ids (`ferrite_backend::picks`):
+    /// tokens `step_sampled_begin` drew, still on the device.
+    pub fn feeds_tokens(&self) -> bool {
+        self.model.feeds_tokens()
+    }
+
     /// Runs a scheduler's plan in one forward pass. Block tables come from the
     /// scheduler (which then owns the KV pool; don't mix with `step`). Returns
     /// the logits of the last row of each sequence marked `sample`, in order.
@@ -171,6 +178,24 @@ impl Runner {
         let picked = picked?;
         Self::advance(seqs, chunk);
         Ok(picked)
+    }
+
+    /// `step_sampled` without waiting for the picks: where `feeds_tokens`,
+    /// the next step may be run first, each sequence's new token the fed id
+    /// of its row here (`ferrite_backend::picks::fed`), and the picks read
+    /// while it runs. Fed ids in `tokens` stay until replaced by the picks.
+    pub fn step_sampled_begin(
+        &mut self,
+        seqs: &mut [&mut Sequence],
+        chunk: usize,
+        rows: &[RowSampling],
+    ) -> Result<Picks> {
+        let batch = self.step_batch(seqs, chunk, Logits::Last)?;
+        let picks = self.model.forward_sample_begin(&batch, rows);
+        self.batch = batch;
+        let picks = picks?;
+        Self::advance(seqs, chunk);
+        Ok(picks)
     }
 
     fn advance(seqs: &mut [&mut Sequence], chunk: usize) {

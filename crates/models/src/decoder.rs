@@ -8,6 +8,7 @@
 use crate::checkpoint::Checkpoint;
 use crate::config::{inv_freq, Family, LmConfig};
 use crate::{CausalLm, ForwardBatch};
+use ferrite_backend::picks::Picks;
 use ferrite_backend::{AttnParams, Backend, DecodeStep, KvDtype, KvSpec, Rope, RowSampling};
 use ferrite_core::{Error, Result};
 
@@ -211,6 +212,23 @@ impl<B: Backend> CausalLm for Decoder<B> {
     }
 
     fn forward_sample(&mut self, batch: &ForwardBatch, rows: &[RowSampling]) -> Result<Vec<(u32, f32)>> {
+        let Some(mut logits) = self.sampled_logits(batch, rows)? else { return Ok(Vec::new()) };
+        self.backend.sample(&mut logits, rows)?.ok_or_else(|| self.no_sampling())
+    }
+
+    fn forward_sample_begin(&mut self, batch: &ForwardBatch, rows: &[RowSampling]) -> Result<Picks> {
+        let Some(mut logits) = self.sampled_logits(batch, rows)? else { return Ok(Picks::ready(Vec::new())) };
+        self.backend.sample_begin(&mut logits, rows)?.ok_or_else(|| self.no_sampling())
+    }
+
+    fn feeds_tokens(&self) -> bool {
+        self.backend.feeds_tokens()
+    }
+}
+
+impl<B: Backend> Decoder<B> {
+    /// The logits `forward_sample` draws from (`None`: no row wants any).
+    fn sampled_logits(&mut self, batch: &ForwardBatch, rows: &[RowSampling]) -> Result<Option<B::Tensor>> {
         if rows.len() != batch.logit_rows.len() {
             return Err(Error::InvalidInput(format!(
                 "forward_sample: {} sampling rows for {} logit rows",
@@ -218,14 +236,13 @@ impl<B: Backend> CausalLm for Decoder<B> {
                 batch.logit_rows.len()
             )));
         }
-        let Some(mut logits) = self.with_kv(|d, kv| d.logits(batch, kv))? else { return Ok(Vec::new()) };
-        self.backend
-            .sample(&mut logits, rows)?
-            .ok_or_else(|| Error::Unsupported(format!("sampling on {}", self.backend.name())))
+        self.with_kv(|d, kv| d.logits(batch, kv))
     }
-}
 
-impl<B: Backend> Decoder<B> {
+    fn no_sampling(&self) -> Error {
+        Error::Unsupported(format!("sampling on {}", self.backend.name()))
+    }
+
     fn with_kv<T>(&mut self, f: impl FnOnce(&Self, &mut B::KvPool) -> Result<T>) -> Result<T> {
         let mut kv = self.kv.take().ok_or_else(|| Error::InvalidInput("KV cache not allocated".into()))?;
         let result = f(self, &mut kv);

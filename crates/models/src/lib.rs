@@ -16,6 +16,7 @@ pub use checkpoint::Checkpoint;
 pub use config::LmConfig;
 pub use registry::load_causal_lm;
 
+use ferrite_backend::picks::Picks;
 use ferrite_backend::AttnBatch;
 pub use ferrite_backend::KvDtype;
 pub use ferrite_backend::{LogitEdit, RowSampling};
@@ -56,5 +57,15 @@ pub trait CausalLm: Send {
     fn forward_sample(&mut self, batch: &ForwardBatch, rows: &[RowSampling]) -> Result<Vec<(u32, f32)>> {
         let _ = (batch, rows);
         Err(ferrite_core::Error::Unsupported(format!("sampling on {}", self.backend_name())))
+    }
+    /// `forward_sample` without waiting for the picks: where `feeds_tokens`,
+    /// the next batch may be run before they are back, its token ids naming
+    /// them (`ferrite_backend::picks::fed`).
+    fn forward_sample_begin(&mut self, batch: &ForwardBatch, rows: &[RowSampling]) -> Result<Picks> {
+        self.forward_sample(batch, rows).map(Picks::ready)
+    }
+    /// Whether batches may hold fed token ids (see `forward_sample_begin`).
+    fn feeds_tokens(&self) -> bool {
+        false
     }
 }

@@ -97,6 +97,8 @@ pub struct Device {
     /// Finished shares per row of a `sample_split` launch, which its last
     /// block resets to zero (kernels/sample.cu); `SAMPLE_ROWS` of them.
     pub sample_done: cudarc::driver::CudaSlice<u32>,
+    /// The sampling kernels' output, which fed token ids read (picks.rs).
+    pub picks: super::picks::PickBuffers,
 }
 
 /// Rows a `sample_split` launch takes at most (more: `sample_rows`).
@@ -296,9 +298,11 @@ impl Device {
         let side = ctx.new_stream().map_err(|e| device_err("creating a stream", e))?;
         let split_done = stream.alloc_zeros::<u32>(super::kv::SPLIT_BLOCKS).map_err(|e| device_err("alloc", e))?;
         let sample_done = stream.alloc_zeros::<u32>(SAMPLE_ROWS).map_err(|e| device_err("alloc", e))?;
+        let picks = super::picks::PickBuffers::new(&stream)?;
         Ok(Device {
             split_done,
             sample_done,
+            picks,
             ctx,
             stream,
             blas,

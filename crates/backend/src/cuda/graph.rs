@@ -26,10 +26,11 @@ use cudarc::driver::{sys, CudaGraph, CudaSlice, CudaView, DevicePtr};
 use ferrite_core::{Error, Result};
 
 use super::capture_alloc::{new_pool, own_pool_pays, Pool};
-use super::device::{device_err, Device};
+use super::device::{device_err, Device, SAMPLE_ROWS};
 use super::encode_graph::{self, EncodeInputs};
 use super::kv::paged_meta;
 use super::CudaTensor;
+use crate::picks::fed_row;
 use crate::{DecodeStep, EncodeStep};
 
 /// Batches of more rows than this always run eagerly.
@@ -470,14 +471,28 @@ fn is_bad_input(e: &Error) -> bool {
 
 /// Replays skip the ops' own checks: the same ones, on the host.
 fn check(step: &DecodeStep, l: &Limits) -> Result<()> {
-    if let Some(id) = step.tokens.iter().find(|&&id| id as usize >= l.vocab) {
-        return Err(Error::InvalidInput(format!("token id {id} is outside the vocabulary ({} tokens)", l.vocab)));
-    }
+    check_ids(step.tokens, l.vocab)?;
     step.attn.validate(step.tokens.len(), l.kv_blocks, l.block_size)?;
     if let Some(s) = step.attn.slots.iter().find(|&&s| s >= l.kv_blocks * l.block_size) {
         return Err(Error::Shape(format!("KV slot {s} outside the pool")));
     }
     Ok(())
+}
+
+/// Token ids are rows of a table of `vocab` rows, or fed ids naming a row
+/// of the last sampling launch (picks.rs).
+pub fn check_ids(ids: &[u32], vocab: usize) -> Result<()> {
+    let bad = |id: u32| match fed_row(id) {
+        Some(row) => row >= SAMPLE_ROWS,
+        None => id as usize >= vocab,
+    };
+    match ids.iter().find(|&&id| bad(id)) {
+        Some(&id) if fed_row(id).is_some() => {
+            Err(Error::InvalidInput(format!("fed token id {id:#x}: sampling launches draw at most {SAMPLE_ROWS} rows")))
+        }
+        Some(id) => Err(Error::InvalidInput(format!("token id {id} is outside the vocabulary ({vocab} tokens)"))),
+        None => Ok(()),
+    }
 }
 
 fn write_words(dev: &Device, buf: &CudaSlice<u32>, words: &[u32]) -> Result<()> {

@@ -13,6 +13,7 @@ mod graph;
 mod kv;
 mod launch;
 mod lt;
+mod picks;
 pub mod profile;
 mod tensor;
 pub mod trace;
@@ -30,6 +31,7 @@ use std::sync::Arc;
 use cudarc::driver::{CudaSlice, DevicePtr, LaunchConfig};
 use ferrite_core::{Error, Result};
 
+use crate::picks::Picks;
 use crate::{
     check_encoder_attention, check_segments, Activation, AttnBatch, AttnParams, Backend, DecodeStep, EncodeStep,
     KvSpec, RawWeight, Reduce, Rope, RowSampling,
@@ -38,6 +40,7 @@ use device::{device_err, elementwise, per_row, Device};
 use gemv::Norm;
 use graph::{Field, Graphs, Words, MAX_GRAPH_ROWS};
 use kv::{KvBuf, MetaCache, Source};
+use sample::Drawn;
 use tensor::{half_args, HalfCopy, HalfOut};
 
 /// Launches kernel `$name` with the given arguments, in the kernel's order.
@@ -49,8 +52,9 @@ macro_rules! launch {
     }};
 }
 
-// After `launch!`, which it uses.
+// After `launch!`, which they use.
 mod rope;
+mod sample;
 
 pub struct CudaBackend {
     dev: Arc<Device>,
@@ -82,26 +86,6 @@ fn act_code(a: Activation) -> i32 {
         Activation::GeluTanh => 1,
         Activation::Gelu => 2,
     }
-}
-
-/// Rows' parameters (8 words each) and their edits (4 words each), as
-/// kernels/sample.cu reads them.
-fn pack_sampling(rows: &[RowSampling]) -> (Vec<u32>, Vec<u32>) {
-    let mut params = Vec::with_capacity(8 * rows.len());
-    let mut edits = Vec::new();
-    for r in rows {
-        let first = (edits.len() / 4) as u32;
-        for e in &r.edits {
-            edits.extend([e.token, e.bias.to_bits(), e.rep.to_bits(), e.sub.to_bits()]);
-        }
-        let end = (edits.len() / 4) as u32;
-        let (t, p, m) = (r.temperature.to_bits(), r.top_p.to_bits(), r.min_p.to_bits());
-        params.extend([t, r.top_k, p, m, r.seed as u32, (r.seed >> 32) as u32, first, end]);
-    }
-    if edits.is_empty() {
-        edits.push(0);
-    }
-    (params, edits)
 }
 
 fn same_shape(a: &CudaTensor, b: &CudaTensor, op: &str) -> Result<()> {
@@ -440,12 +424,7 @@ impl Backend for CudaBackend {
 
     fn embedding(&self, table: &CudaWeight, ids: &[u32]) -> Result<CudaTensor> {
         let _span = profile::span(&self.dev.stream, "embedding");
-        if let Some(id) = ids.iter().find(|&&id| id as usize >= table.rows) {
-            return Err(Error::InvalidInput(format!(
-                "token id {id} is outside the vocabulary ({} tokens)",
-                table.rows
-            )));
-        }
+        graph::check_ids(ids, table.rows)?;
         let d = table.cols;
         let mut out = self.alloc(ids.len() * d)?;
         self.graphs.note(|l| l.vocab = table.rows);
@@ -453,13 +432,13 @@ impl Backend for CudaBackend {
             let ids = self.step_words(Field::Ids, || ids.to_vec())?;
             self.graphs.note(|l| l.bounds.push((ids.range(), table.rows)));
             let ids = ids.view();
-            let (cols, code) = (d as u32, table.storage.code());
+            let (cols, code, picks) = (d as u32, table.storage.code(), &self.dev.picks.device);
             if let Storage::Quant(_) = table.storage {
                 let row_bytes = table.row_bytes();
                 let cfg = per_row(ids.len(), d / 32);
-                launch!(self, "embedding_q", cfg, &table.data, &ids, &mut out, &code, &row_bytes, &cols)?;
+                launch!(self, "embedding_q", cfg, &table.data, &ids, picks, &mut out, &code, &row_bytes, &cols)?;
             } else {
-                launch!(self, "embedding", per_row(ids.len(), d), &table.data, &ids, &mut out, &cols, &code)?;
+                launch!(self, "embedding", per_row(ids.len(), d), &table.data, &ids, picks, &mut out, &cols, &code)?;
             }
         }
         Ok(self.tensor(out, ids.len(), d))
@@ -710,41 +689,25 @@ impl Backend for CudaBackend {
 
     fn sample(&self, logits: &mut CudaTensor, rows: &[RowSampling]) -> Result<Option<Vec<(u32, f32)>>> {
         let _span = profile::span(&self.dev.stream, "sample");
-        if rows.len() != logits.rows {
-            return Err(Error::Shape(format!("sampling {} rows of {} logits rows", rows.len(), logits.rows)));
+        match self.launch_sample(logits, rows)? {
+            Drawn::Nothing => Ok(Some(Vec::new())),
+            Drawn::Picks => self.dev.picks.read(&self.dev.stream, rows.len()).map(Some),
+            Drawn::Own(out) => self.dev.picks.read_own(&self.dev.stream, &out).map(Some),
         }
-        if rows.is_empty() {
-            return Ok(Some(Vec::new()));
+    }
+
+    fn sample_begin(&self, logits: &mut CudaTensor, rows: &[RowSampling]) -> Result<Option<Picks>> {
+        let _span = profile::span(&self.dev.stream, "sample");
+        match self.launch_sample(logits, rows)? {
+            Drawn::Nothing => Ok(Some(Picks::ready(Vec::new()))),
+            Drawn::Picks => self.dev.picks.copy_back(&self.dev.stream, rows.len()).map(Some),
+            // (Too many rows for fed ids to name: the picks come back now.)
+            Drawn::Own(out) => self.dev.picks.read_own(&self.dev.stream, &out).map(|p| Some(Picks::ready(p))),
         }
-        if logits.cols == 0 {
-            return Err(Error::Shape("sampling from an empty vocabulary".into()));
-        }
-        let (params, edits) = pack_sampling(rows);
-        let params = self.dev.stream.clone_htod(&params).map_err(|e| device_err("upload", e))?;
-        let edits = self.dev.stream.clone_htod(&edits).map_err(|e| device_err("upload", e))?;
-        // SAFETY: every row's thread 0 writes both of its words.
-        let mut out = unsafe { self.dev.alloc::<u32>(2 * rows.len()) }.map_err(|e| device_err("alloc", e))?;
-        let vocab = logits.cols as u32;
-        // Greedy rows: shares of at least 1,024 tokens, at most 32 a row
-        // (kernels/sample.cu); not with --deterministic, whose rows keep one
-        // kernel (and one summation order) whatever the batch holds.
-        let shares = logits.cols.div_ceil(1024).min(32) as u32;
-        let greedy = rows.iter().all(|r| !(r.temperature > 0.0 && (1.0 / r.temperature).is_finite()));
-        if greedy && shares > 1 && rows.len() <= device::SAMPLE_ROWS && !self.dev.deterministic {
-            // SAFETY: every share's block writes its 4 words before the row's last reads them.
-            let mut part = unsafe { self.dev.alloc::<f32>(4 * rows.len() * shares as usize) }
-                .map_err(|e| device_err("alloc", e))?;
-            let cfg =
-                LaunchConfig { grid_dim: (rows.len() as u32, shares, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
-            let (x, done) = (logits.f32_mut(&self.dev)?, &self.dev.sample_done);
-            launch!(self, "sample_split", cfg, x, &vocab, &params, &edits, &mut out, &mut part, done)?;
-        } else {
-            let cfg =
-                LaunchConfig { grid_dim: (rows.len() as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
-            launch!(self, "sample_rows", cfg, logits.f32_mut(&self.dev)?, &vocab, &params, &edits, &mut out)?;
-        }
-        let words = self.dev.stream.clone_dtoh(&out).map_err(|e| device_err("download", e))?;
-        Ok(Some(words.chunks_exact(2).map(|w| (w[0], f32::from_bits(w[1]))).collect()))
+    }
+
+    fn feeds_tokens(&self) -> bool {
+        true
     }
 
     fn encoder_attention(

@@ -98,15 +98,28 @@ impl Sampler {
         Sampled { token, logprob, top }
     }
 
+    /// Whether draws need the logits on the host (top logprobs).
+    pub fn wants_host(&self) -> bool {
+        self.params.logprobs.is_some_and(|n| n > 0)
+    }
+
+    /// Whether `device_request`'s edits depend on the tokens generated so
+    /// far (penalties): the next step's request must then wait for the pick.
+    pub fn reads_history(&self) -> bool {
+        let p = &self.params;
+        let rep = p.repetition_penalty;
+        (rep != 1.0 && !rep.is_nan() && rep > 0.0) || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0
+    }
+
     /// The same draw described for a device that holds the logits, with
     /// `banned` tokens (e.g. end of generation before `min_tokens`) set to
     /// -inf first; `None` when the request needs the logits on the host
     /// (top logprobs). Draws the row's seed from this sampler's RNG.
     pub fn device_request(&mut self, prompt: &[u32], generated: &[u32], banned: &[u32]) -> Option<RowSampling> {
-        let p = &self.params;
-        if p.logprobs.is_some_and(|n| n > 0) {
+        if self.wants_host() {
             return None;
         }
+        let p = &self.params;
         let mut edits: HashMap<u32, LogitEdit> = HashMap::new();
         fn edit(edits: &mut HashMap<u32, LogitEdit>, t: u32) -> &mut LogitEdit {
             edits.entry(t).or_insert(LogitEdit { token: t, bias: 0.0, rep: 1.0, sub: 0.0 })

@@ -498,10 +498,11 @@ extern "C" __global__ void reduce_segments(const float* x, const u32* segs, floa
 }
 
 // Embedding rows of a table stored as f32 (dtype 0), f16 (1) or bf16 (2).
-extern "C" __global__ void embedding(const void* table, const u32* ids, float* out, u32 cols, int dtype) {
+extern "C" __global__ void embedding(const void* table, const u32* ids, const u32* picks, float* out, u32 cols,
+                                     int dtype) {
     pdl_trigger();
     pdl_wait();
-    const u64 base = (u64)ids[blockIdx.x] * cols;
+    const u64 base = (u64)token_id(ids[blockIdx.x], picks) * cols;
     float* dst = out + (u64)blockIdx.x * cols;
     for (u32 i = threadIdx.x; i < cols; i += blockDim.x) {
         float v;

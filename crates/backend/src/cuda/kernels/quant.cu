@@ -233,10 +233,11 @@ extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_byt
 }
 
 // Embedding rows of a quantized table: block per id, thread per chunk.
-extern "C" __global__ void embedding_q(const u8* w, const u32* ids, float* out, int t, u64 row_bytes, u32 k) {
+extern "C" __global__ void embedding_q(const u8* w, const u32* ids, const u32* picks, float* out, int t,
+                                       u64 row_bytes, u32 k) {
     pdl_trigger();
     pdl_wait();
-    const u64 r = ids[blockIdx.x];
+    const u64 r = token_id(ids[blockIdx.x], picks);
     float* dst = out + (u64)blockIdx.x * k;
     for (u32 c = threadIdx.x; c < k / 32; c += blockDim.x) {
         float v[32];

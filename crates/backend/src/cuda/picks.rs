@@ -1,0 +1,94 @@
+//! Where the sampling kernels leave their picks: one device buffer, which
+//! the next step's embedding reads through fed ids (`picks::FED_TOKEN`),
+//! copied back to the host into a ring of page-locked buffers so that the
+//! host can wait for them while that step runs.
+
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, PinnedHostSlice};
+use ferrite_core::{Error, Result};
+
+use super::device::{device_err, SAMPLE_ROWS};
+use crate::picks::Picks;
+
+/// Host buffers in the ring: picks may be waited for up to this many
+/// sampling launches later.
+const RING: usize = 4;
+
+/// A page-locked copy of the picks, the launch it holds, and the event
+/// recorded after its copy (the stream's own bookkeeping is off).
+struct Slot {
+    words: PinnedHostSlice<u32>,
+    launch: u64,
+    copied: CudaEvent,
+}
+
+pub struct PickBuffers {
+    /// (token, logprob bits) per row of the last sampling launch:
+    /// `2 * SAMPLE_ROWS` words.
+    pub device: CudaSlice<u32>,
+    ring: Mutex<Ring>,
+}
+
+#[derive(Default)]
+struct Ring {
+    /// Made at the first `copy_back` (most runs never ask).
+    slots: Vec<Arc<Mutex<Slot>>>,
+    launches: u64,
+}
+
+impl PickBuffers {
+    pub fn new(stream: &Arc<CudaStream>) -> Result<PickBuffers> {
+        let device = stream.alloc_zeros::<u32>(2 * SAMPLE_ROWS).map_err(|e| device_err("alloc", e))?;
+        Ok(PickBuffers { device, ring: Mutex::default() })
+    }
+
+    /// The picks of `rows` rows, copied back now, waiting for them.
+    pub fn read(&self, stream: &Arc<CudaStream>, rows: usize) -> Result<Vec<(u32, f32)>> {
+        let words = stream.clone_dtoh(&self.device.slice(..2 * rows)).map_err(|e| device_err("download", e))?;
+        Ok(pairs(&words))
+    }
+
+    /// The picks a launch left in a buffer of its own, copied back now.
+    pub fn read_own(&self, stream: &Arc<CudaStream>, own: &CudaSlice<u32>) -> Result<Vec<(u32, f32)>> {
+        Ok(pairs(&stream.clone_dtoh(own).map_err(|e| device_err("download", e))?))
+    }
+
+    /// The picks of `rows` rows, copied back in stream order; `wait` blocks
+    /// until they are on the host.
+    pub fn copy_back(&self, stream: &Arc<CudaStream>, rows: usize) -> Result<Picks> {
+        let mut ring = self.ring.lock().unwrap_or_else(|p| p.into_inner());
+        if ring.slots.is_empty() {
+            for _ in 0..RING {
+                // SAFETY: only the words a copy wrote are read (`pairs` below).
+                let words = unsafe { stream.context().alloc_pinned_with_flags::<u32>(2 * SAMPLE_ROWS, 0) }
+                    .map_err(|e| device_err("page-locked alloc", e))?;
+                let copied = stream.context().new_event(None).map_err(|e| device_err("event", e))?;
+                ring.slots.push(Arc::new(Mutex::new(Slot { words, launch: 0, copied })));
+            }
+        }
+        ring.launches += 1;
+        let launch = ring.launches;
+        let slot = ring.slots[launch as usize % RING].clone();
+        drop(ring);
+        {
+            let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
+            stream.memcpy_dtoh(&self.device.slice(..2 * rows), &mut s.words).map_err(|e| device_err("download", e))?;
+            s.copied.record(stream).map_err(|e| device_err("event", e))?;
+            s.launch = launch;
+        }
+        Ok(Picks::later(move || {
+            let s = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if s.launch != launch {
+                return Err(Error::Device(format!("sampled tokens overwritten before read (more than {RING} ahead)")));
+            }
+            s.copied.synchronize().map_err(|e| device_err("download", e))?;
+            let words = s.words.as_slice().map_err(|e| device_err("download", e))?;
+            Ok(pairs(&words[..2 * rows]))
+        }))
+    }
+}
+
+fn pairs(words: &[u32]) -> Vec<(u32, f32)> {
+    words.chunks_exact(2).map(|w| (w[0], f32::from_bits(w[1]))).collect()
+}

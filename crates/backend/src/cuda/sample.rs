@@ -1,0 +1,87 @@
+//! Sampling on the device: the launches `Backend::sample` and `sample_begin`
+//! share (kernels/sample.cu).
+
+use cudarc::driver::{CudaSlice, LaunchConfig};
+use ferrite_core::{Error, Result};
+
+use super::device::{self, device_err};
+use super::{CudaBackend, CudaTensor};
+use crate::RowSampling;
+
+/// Where a sampling launch left its (token, logprob bits) words.
+pub(super) enum Drawn {
+    /// No rows: nothing launched.
+    Nothing,
+    /// In the device's pick buffer (`Device::picks`), which fed ids read.
+    Picks,
+    /// More rows than that buffer holds: a buffer of their own.
+    Own(CudaSlice<u32>),
+}
+
+impl CudaBackend {
+    /// One token per row of `logits` by `rows` (the logits are overwritten).
+    pub(super) fn launch_sample(&self, logits: &mut CudaTensor, rows: &[RowSampling]) -> Result<Drawn> {
+        if rows.len() != logits.rows {
+            return Err(Error::Shape(format!("sampling {} rows of {} logits rows", rows.len(), logits.rows)));
+        }
+        if rows.is_empty() {
+            return Ok(Drawn::Nothing);
+        }
+        if logits.cols == 0 {
+            return Err(Error::Shape("sampling from an empty vocabulary".into()));
+        }
+        let (params, edits) = pack_sampling(rows);
+        let params = self.dev.stream.clone_htod(&params).map_err(|e| device_err("upload", e))?;
+        let edits = self.dev.stream.clone_htod(&edits).map_err(|e| device_err("upload", e))?;
+        let mut own = match rows.len() <= device::SAMPLE_ROWS {
+            true => None,
+            // SAFETY: every row's thread 0 writes both of its words.
+            false => Some(unsafe { self.dev.alloc::<u32>(2 * rows.len()) }.map_err(|e| device_err("alloc", e))?),
+        };
+        let vocab = logits.cols as u32;
+        // Greedy rows: shares of at least 1,024 tokens, at most 32 a row
+        // (kernels/sample.cu); not with --deterministic, whose rows keep one
+        // kernel (and one summation order) whatever the batch holds.
+        let shares = logits.cols.div_ceil(1024).min(32) as u32;
+        let greedy = rows.iter().all(|r| !(r.temperature > 0.0 && (1.0 / r.temperature).is_finite()));
+        if greedy && shares > 1 && own.is_none() && !self.dev.deterministic {
+            // SAFETY: every share's block writes its 4 words before the row's last reads them.
+            let mut part = unsafe { self.dev.alloc::<f32>(4 * rows.len() * shares as usize) }
+                .map_err(|e| device_err("alloc", e))?;
+            let cfg =
+                LaunchConfig { grid_dim: (rows.len() as u32, shares, 1), block_dim: (256, 1, 1), shared_mem_bytes: 0 };
+            let (x, done) = (logits.f32_mut(&self.dev)?, &self.dev.sample_done);
+            let out = &self.dev.picks.device;
+            launch!(self, "sample_split", cfg, x, &vocab, &params, &edits, out, &mut part, done)?;
+        } else {
+            let cfg =
+                LaunchConfig { grid_dim: (rows.len() as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
+            let x = logits.f32_mut(&self.dev)?;
+            match &mut own {
+                Some(out) => launch!(self, "sample_rows", cfg, x, &vocab, &params, &edits, out)?,
+                None => launch!(self, "sample_rows", cfg, x, &vocab, &params, &edits, &self.dev.picks.device)?,
+            }
+        }
+        Ok(own.map_or(Drawn::Picks, Drawn::Own))
+    }
+}
+
+/// Rows' parameters (8 words each) and their edits (4 words each), as
+/// kernels/sample.cu reads them.
+fn pack_sampling(rows: &[RowSampling]) -> (Vec<u32>, Vec<u32>) {
+    let mut params = Vec::with_capacity(8 * rows.len());
+    let mut edits = Vec::new();
+    for r in rows {
+        let first = (edits.len() / 4) as u32;
+        for e in &r.edits {
+            edits.extend([e.token, e.bias.to_bits(), e.rep.to_bits(), e.sub.to_bits()]);
+        }
+        let end = (edits.len() / 4) as u32;
+        let (t, p, m) = (r.temperature.to_bits(), r.top_p.to_bits(), r.min_p.to_bits());
+        params.extend([t, r.top_k, p, m, r.seed as u32, (r.seed >> 32) as u32, first, end]);
+    }
+    if edits.is_empty() {
+        edits.push(0);
+    }
+    (params, edits)
+}
