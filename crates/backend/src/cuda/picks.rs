@@ -1,7 +1,10 @@
 //! Where the sampling kernels leave their picks: one device buffer, which
 //! the next step's embedding reads through fed ids (`picks::FED_TOKEN`),
 //! copied back to the host into a ring of page-locked buffers so that the
-//! host can wait for them while that step runs.
+//! host can wait for them while that step runs. The copies back run on a
+//! stream of their own and the sampling arguments are uploaded only when
+//! they change: each copy between a step's last kernel and the next step's
+//! first costs the device a few microseconds.
 
 use std::sync::{Arc, Mutex};
 
@@ -27,7 +30,16 @@ pub struct PickBuffers {
     /// (token, logprob bits) per row of the last sampling launch:
     /// `2 * SAMPLE_ROWS` words.
     pub device: CudaSlice<u32>,
+    /// Copies back run here, so that the next step need not wait for them:
+    /// after `drawn` (recorded on the main stream after the sampling
+    /// launch), before `back_done`, which the next sampling launch waits for.
+    back: Arc<CudaStream>,
+    drawn: CudaEvent,
+    back_done: CudaEvent,
     ring: Mutex<Ring>,
+    /// The last sampling arguments uploaded (kernels/sample.cu's params and
+    /// edits), reused while they stay the same (greedy rows without edits).
+    args: Mutex<Option<(Vec<u32>, Arc<CudaSlice<u32>>)>>,
 }
 
 #[derive(Default)]
@@ -40,7 +52,29 @@ struct Ring {
 impl PickBuffers {
     pub fn new(stream: &Arc<CudaStream>) -> Result<PickBuffers> {
         let device = stream.alloc_zeros::<u32>(2 * SAMPLE_ROWS).map_err(|e| device_err("alloc", e))?;
-        Ok(PickBuffers { device, ring: Mutex::default() })
+        let ctx = stream.context();
+        let back = ctx.new_stream().map_err(|e| device_err("creating a stream", e))?;
+        let event = || ctx.new_event(None).map_err(|e| device_err("event", e));
+        let (drawn, back_done) = (event()?, event()?);
+        Ok(PickBuffers { device, back, drawn, back_done, ring: Mutex::default(), args: Mutex::default() })
+    }
+
+    /// `words` on the device: the last upload when they are the same.
+    pub fn args(&self, stream: &Arc<CudaStream>, words: Vec<u32>) -> Result<Arc<CudaSlice<u32>>> {
+        let mut last = self.args.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((w, buf)) = last.as_ref() {
+            if *w == words {
+                return Ok(buf.clone());
+            }
+        }
+        let buf = Arc::new(stream.clone_htod(&words).map_err(|e| device_err("upload", e))?);
+        *last = Some((words, buf.clone()));
+        Ok(buf)
+    }
+
+    /// Orders a sampling launch after the last copy back of the picks it overwrites.
+    pub fn before_sample(&self, stream: &Arc<CudaStream>) -> Result<()> {
+        stream.wait(&self.back_done).map_err(|e| device_err("event wait", e))
     }
 
     /// The picks of `rows` rows, copied back now, waiting for them.
@@ -73,8 +107,12 @@ impl PickBuffers {
         drop(ring);
         {
             let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
-            stream.memcpy_dtoh(&self.device.slice(..2 * rows), &mut s.words).map_err(|e| device_err("download", e))?;
-            s.copied.record(stream).map_err(|e| device_err("event", e))?;
+            let back = &self.back;
+            self.drawn.record(stream).map_err(|e| device_err("event", e))?;
+            back.wait(&self.drawn).map_err(|e| device_err("event wait", e))?;
+            back.memcpy_dtoh(&self.device.slice(..2 * rows), &mut s.words).map_err(|e| device_err("download", e))?;
+            s.copied.record(back).map_err(|e| device_err("event", e))?;
+            self.back_done.record(back).map_err(|e| device_err("event", e))?;
             s.launch = launch;
         }
         Ok(Picks::later(move || {

@@ -30,14 +30,16 @@ impl CudaBackend {
         if logits.cols == 0 {
             return Err(Error::Shape("sampling from an empty vocabulary".into()));
         }
-        let (params, edits) = pack_sampling(rows);
-        let params = self.dev.stream.clone_htod(&params).map_err(|e| device_err("upload", e))?;
-        let edits = self.dev.stream.clone_htod(&edits).map_err(|e| device_err("upload", e))?;
+        let (words, n_params) = pack_sampling(rows);
+        let args = self.dev.picks.args(&self.dev.stream, words)?;
+        let (params, edits) = (args.slice(..n_params), args.slice(n_params..));
         let mut own = match rows.len() <= device::SAMPLE_ROWS {
             true => None,
             // SAFETY: every row's thread 0 writes both of its words.
             false => Some(unsafe { self.dev.alloc::<u32>(2 * rows.len()) }.map_err(|e| device_err("alloc", e))?),
         };
+        // The last launch's picks may still be on their way back (picks.rs).
+        self.dev.picks.before_sample(&self.dev.stream)?;
         let vocab = logits.cols as u32;
         // Greedy rows: shares of at least 1,024 tokens, at most 32 a row
         // (kernels/sample.cu); not with --deterministic, whose rows keep one
@@ -66,9 +68,9 @@ impl CudaBackend {
     }
 }
 
-/// Rows' parameters (8 words each) and their edits (4 words each), as
-/// kernels/sample.cu reads them.
-fn pack_sampling(rows: &[RowSampling]) -> (Vec<u32>, Vec<u32>) {
+/// Rows' parameters (8 words each), then their edits (4 words each), as
+/// kernels/sample.cu reads them; and where the edits start.
+fn pack_sampling(rows: &[RowSampling]) -> (Vec<u32>, usize) {
     let mut params = Vec::with_capacity(8 * rows.len());
     let mut edits = Vec::new();
     for r in rows {
@@ -83,5 +85,7 @@ fn pack_sampling(rows: &[RowSampling]) -> (Vec<u32>, Vec<u32>) {
     if edits.is_empty() {
         edits.push(0);
     }
-    (params, edits)
+    let n = params.len();
+    params.extend(edits);
+    (params, n)
 }
