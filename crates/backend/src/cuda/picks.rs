@@ -26,6 +26,9 @@ struct Slot {
     copied: CudaEvent,
 }
 
+/// Words on the host and their copy on the device.
+type Uploaded = (Vec<u32>, Arc<CudaSlice<u32>>);
+
 pub struct PickBuffers {
     /// (token, logprob bits) per row of the last sampling launch:
     /// `2 * SAMPLE_ROWS` words.
@@ -39,7 +42,7 @@ pub struct PickBuffers {
     ring: Mutex<Ring>,
     /// The last sampling arguments uploaded (kernels/sample.cu's params and
     /// edits), reused while they stay the same (greedy rows without edits).
-    args: Mutex<Option<(Vec<u32>, Arc<CudaSlice<u32>>)>>,
+    args: Mutex<Option<Uploaded>>,
 }
 
 #[derive(Default)]
