@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use clap::Args;
 use ferrite_backend::cuda::{CudaBackend, CudaOptions};
 use ferrite_backend::harness::{check_backend, TOL_BF16, TOL_F32};
+use ferrite_backend::picks::{fed, Picks};
 use ferrite_core::{Error, Result};
 use ferrite_engine::{Logits, Runner, Sequence};
 use ferrite_models::{KvDtype, RowSampling};
@@ -98,6 +99,13 @@ pub fn main(a: GpuCheckArgs) -> Result<()> {
             inv.device_not_after_tie
         );
         failed += usize::from(!ok);
+        let ok = inv.fed_differ == 0;
+        println!(
+            "  {:4} {SEQS} streams batched, each step fed its greedy picks on the device before they are read vs after ({mode}): {} streams differ",
+            if ok { "ok" } else { "FAIL" },
+            inv.fed_differ
+        );
+        failed += usize::from(!ok);
     }
     // Quantized weights: the graphs take their memory from a pool of their
     // own, so their kernels start early (cuda/capture_alloc.rs).
@@ -182,6 +190,9 @@ struct Invariance {
     /// The same for the batched run with greedy picks made on the device.
     device_differ: usize,
     device_not_after_tie: usize,
+    /// Streams whose tokens differ between device picks read after each
+    /// step and device picks fed to the next step before they are read.
+    fed_differ: usize,
 }
 
 /// The random-weight model of the invariance and graph checks, and its
@@ -249,7 +260,44 @@ fn invariance(gpu: usize, deterministic: bool) -> Result<Invariance> {
     }
     let (device_differ, device_not_after_tie) = compare_streams(&seqs, &alone, &prompts);
     seqs.iter_mut().for_each(|s| r.release(s));
-    Ok(Invariance { differ, total: SEQS * STEPS, worst, not_after_tie, device_differ, device_not_after_tie })
+    let fed = fed_ahead(&mut r, &prompts, STEPS)?;
+    let fed_differ = fed.iter().zip(&seqs).filter(|(f, s)| f.tokens != s.tokens).count();
+    Ok(Invariance {
+        differ,
+        total: SEQS * STEPS,
+        worst,
+        not_after_tie,
+        device_differ,
+        device_not_after_tie,
+        fed_differ,
+    })
+}
+
+/// Greedy decoding of `prompts` together, each step launched before the
+/// last one's picks are read, its inputs fed from the device (as `run` does).
+fn fed_ahead(r: &mut Runner, prompts: &[Vec<u32>], steps: usize) -> Result<Vec<Sequence>> {
+    let mut seqs: Vec<Sequence> = prompts.iter().map(|p| Sequence::new(p.clone())).collect();
+    let greedy = vec![RowSampling { top_p: 1.0, ..Default::default() }; seqs.len()];
+    let mut pending: Option<Picks> = None;
+    for step in 0..steps {
+        let mut refs: Vec<&mut Sequence> = seqs.iter_mut().collect();
+        let launched = r.step_sampled_begin(&mut refs, 512, &greedy)?;
+        if let Some(prev) = pending.take() {
+            for (s, (t, _)) in seqs.iter_mut().zip(prev.wait()?) {
+                *s.tokens.last_mut().expect("fed") = t;
+            }
+        }
+        if step + 1 < steps {
+            seqs.iter_mut().enumerate().for_each(|(j, s)| s.tokens.push(fed(j)));
+        }
+        pending = Some(launched);
+    }
+    let last = pending.map(Picks::wait).transpose()?.unwrap_or_default();
+    for (s, (t, _)) in seqs.iter_mut().zip(last) {
+        s.tokens.push(t);
+    }
+    seqs.iter_mut().for_each(|s| r.release(s));
+    Ok(seqs)
 }
 
 /// Greedy decoding of batches of 1, 3 and 5 streams with CUDA graphs (captured at
