@@ -200,7 +200,9 @@ fn bias_and_min_tokens_reach_the_device_and_logprobs_keep_the_host_path() {
     assert_eq!(tokens.len(), 5, "four tokens, then end of generation: {tokens:?}");
     assert!(tokens[..4].iter().all(|&t| t != eos) && tokens[4] == eos, "{tokens:?}");
     let before = draws.load(Ordering::SeqCst);
-    assert_eq!(before, NEW + 5);
+    // Once end of generation may be drawn (after min_tokens), each step goes
+    // out before the last pick is read: one step past the end, discarded.
+    assert_eq!(before, NEW + 5 + 1);
 
     // Top logprobs need the logits on the host.
     let wants_top = SamplingParams { logprobs: Some(2), ..SamplingParams::greedy() };
@@ -242,4 +244,58 @@ fn steps_fed_from_the_device_give_the_tokens_of_steps_that_wait() {
             assert!(f == w || (f == w + 1 && stop_at.is_some()), "{f} draws fed against {w} waiting");
         }
     }
+}
+
+/// `serve` launches each step before the last one's picks are read where the
+/// device feeds them: the same tokens as steps that wait, for requests that
+/// arrive together or while others decode, greedy or seeded, ending by
+/// length or at a stop id; a client gone mid-stream does not stop the rest.
+#[test]
+fn serving_fed_from_the_device_gives_the_tokens_of_steps_that_wait() {
+    let tok = tokenizer();
+    let prompts = prompts(&tok);
+    let seeded = |i: usize| SamplingParams { temperature: 0.8, seed: Some(i as u64), ..SamplingParams::greedy() };
+    let requests: Vec<Request> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let sampling = if i % 2 == 0 { SamplingParams::greedy() } else { seeded(i) };
+            let mut r = Request::new(p.clone(), sampling, NEW - i);
+            r.ignore_eos = true;
+            r
+        })
+        .collect();
+    // Each request alone, every step waiting for its pick: the reference.
+    let draws = Arc::new(AtomicUsize::new(0));
+    let engine = Engine::start(feeding_runner(&draws, Some(64), false), tok.clone(), EngineConfig::default()).unwrap();
+    let mut want: Vec<Vec<u32>> = requests.iter().map(|r| drain(engine.submit(r.clone()).unwrap()).0).collect();
+    // A stop id mid-way for the first request.
+    let mut requests = requests;
+    requests[0].stop_ids = vec![want[0][3]];
+    let cut = want[0].iter().position(|&t| t == want[0][3]).unwrap();
+    want[0].truncate(cut + 1);
+    engine.shutdown();
+
+    let draws = Arc::new(AtomicUsize::new(0));
+    let engine = Engine::start(feeding_runner(&draws, Some(64), true), tok.clone(), EngineConfig::default()).unwrap();
+    // Two together, the rest while they decode.
+    let mut streams: Vec<_> = requests[..2].iter().map(|r| engine.submit(r.clone()).unwrap()).collect();
+    let first = streams.remove(0);
+    let (got0, _) = drain(first);
+    streams.extend(requests[2..].iter().map(|r| engine.submit(r.clone()).unwrap()));
+    assert_eq!(got0, want[0], "stopped at a stop id");
+    for (i, s) in streams.into_iter().enumerate() {
+        assert_eq!(drain(s).0, want[i + 1], "request {}", i + 1);
+    }
+    let sum: usize = want.iter().map(Vec::len).sum();
+    let n = draws.load(Ordering::SeqCst);
+    assert!(n == sum || n == sum + 1, "{n} draws for {sum} tokens (one more at most, after the stop id)");
+    // A client that goes away mid-stream, then another request.
+    let mut r = requests[1].clone();
+    r.max_tokens = 64;
+    drop(engine.submit(r).unwrap());
+    let mut again = Request::new(prompts[2].clone(), SamplingParams::greedy(), 3);
+    again.ignore_eos = true;
+    assert_eq!(drain(engine.submit(again).unwrap()).0, want[2][..3]);
+    engine.shutdown();
 }

@@ -117,6 +117,14 @@ impl Runner {
         picked
     }
 
+    /// `execute_sampled` without waiting for the picks (see `step_sampled_begin`).
+    pub fn execute_sampled_begin(&mut self, plan: &[ScheduledSeq], rows: &[RowSampling]) -> Result<Picks> {
+        let batch = self.plan_batch(plan)?;
+        let picked = self.model.forward_sample_begin(&batch, rows);
+        self.batch = batch;
+        picked
+    }
+
     /// The kept batch, emptied (its lists keep their capacity).
     fn take_batch(&mut self) -> ForwardBatch {
         let mut batch = std::mem::take(&mut self.batch);

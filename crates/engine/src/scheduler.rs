@@ -19,6 +19,8 @@
 
 use std::collections::VecDeque;
 
+use ferrite_backend::picks::fed_row;
+
 use crate::blocks::{block_hash, BlockManager, ROOT_HASH};
 
 #[derive(Clone, Debug)]
@@ -142,6 +144,17 @@ impl Scheduler {
     pub fn append_token(&mut self, id: u64, token: u32) {
         if let Some(s) = self.running.iter_mut().find(|s| s.id == id) {
             s.tokens.push(token);
+        }
+    }
+
+    /// A sampled token: in place of the sequence's last token where that is
+    /// a fed id (`ferrite_backend::picks`: a step already took it from the
+    /// device), else appended; running or preempted.
+    pub fn put_token(&mut self, id: u64, token: u32) {
+        let Some(s) = self.running.iter_mut().chain(self.waiting.iter_mut()).find(|s| s.id == id) else { return };
+        match s.tokens.last_mut() {
+            Some(last) if fed_row(*last).is_some() => *last = token,
+            _ => s.tokens.push(token),
         }
     }
 

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
+use ferrite_backend::picks::{fed, Picks};
 use ferrite_backend::RowSampling;
 use ferrite_core::Result;
 use ferrite_loader::tokenizer::Tokenizer;
@@ -24,6 +25,12 @@ use crate::FinishReason;
 enum Picked {
     Logits(Vec<f32>),
     Device(Vec<(u32, f32)>),
+}
+
+/// A step just launched: its logits, or its device draws on their way back.
+enum Launched {
+    Logits(Vec<f32>),
+    Device(Picks),
 }
 
 struct Active {
@@ -46,6 +53,9 @@ pub(super) struct Worker {
     active: HashMap<u64, Active>,
     json_vocab: Option<Arc<JsonVocab>>,
     vocab: usize,
+    /// A step launched before its picks were read: the next step's
+    /// sequences end with their fed ids (`Scheduler::put_token` fills them).
+    ahead: Option<(StepPlan, Picks)>,
 }
 
 impl Worker {
@@ -62,7 +72,16 @@ impl Worker {
         };
         let scheduler = Scheduler::new(sc, runner.n_blocks(), runner.block_size());
         let vocab = runner.config().vocab_size;
-        let w = Worker { runner, tokenizer, scheduler, shared, active: HashMap::new(), json_vocab: None, vocab };
+        let w = Worker {
+            runner,
+            tokenizer,
+            scheduler,
+            shared,
+            active: HashMap::new(),
+            json_vocab: None,
+            vocab,
+            ahead: None,
+        };
         w.publish_metrics();
         Ok(w)
     }
@@ -70,7 +89,7 @@ impl Worker {
     pub(super) fn run(mut self, rx: mpsc::Receiver<Command>) {
         loop {
             // Block only when there is nothing to run.
-            let first = if self.scheduler.is_idle() {
+            let first = if self.idle() {
                 match rx.recv() {
                     Ok(c) => Some(c),
                     Err(_) => break,
@@ -87,12 +106,17 @@ impl Worker {
                 break;
             }
             self.drop_disconnected();
-            if !self.scheduler.is_idle() {
+            if !self.idle() {
                 self.step();
             }
             self.publish_metrics();
         }
         self.publish_metrics();
+    }
+
+    /// Nothing to run, and no picks on their way back to stream.
+    fn idle(&self) -> bool {
+        self.scheduler.is_idle() && self.ahead.is_none()
     }
 
     /// Returns true on shutdown.
@@ -147,9 +171,13 @@ impl Worker {
         }
     }
 
+    /// Plans and runs one step. Where the device feeds its picks to the
+    /// next step (`feeds_ahead`), that step is launched before this one's
+    /// picks are read: they are read, and streamed, while it runs.
     fn step(&mut self) {
         let plan = self.scheduler.schedule();
         if plan.seqs.is_empty() {
+            self.read_ahead();
             return;
         }
         for s in &plan.seqs {
@@ -159,23 +187,73 @@ impl Worker {
                 }
             }
         }
-        let result = match self.device_rows(&plan) {
-            Some(rows) => self.runner.execute_sampled(&plan.seqs, &rows).map(Picked::Device),
-            None => self.runner.execute(&plan.seqs).map(Picked::Logits),
+        let rows = self.device_rows(&plan);
+        let feed = rows.is_some() && self.feeds_ahead(&plan);
+        let launched = match rows {
+            Some(rows) => self.runner.execute_sampled_begin(&plan.seqs, &rows).map(Launched::Device),
+            None => self.runner.execute(&plan.seqs).map(Launched::Logits),
         };
-        match result {
-            Ok(picked) => {
+        // The step before, whose picks this one took from the device.
+        self.read_ahead();
+        match launched {
+            Ok(Launched::Device(picks)) if feed => {
                 self.scheduler.step_done(&plan);
-                self.sample_all(&plan, &picked);
+                // The next step's input: each sampled row's pick, fed on the
+                // device; not for a sequence whose pick is its last token.
+                for (j, s) in plan.seqs.iter().filter(|s| s.sample).enumerate() {
+                    if self.active.get(&s.id).is_some_and(|a| a.generated.len() + 1 < a.req.max_tokens) {
+                        self.scheduler.append_token(s.id, fed(j));
+                    }
+                }
+                self.ahead = Some((plan, picks));
             }
-            Err(e) => {
-                let msg = e.to_string();
-                for s in &plan.seqs {
-                    self.finish(s.id, FinishReason::Error, Some(msg.clone()));
+            Ok(launched) => {
+                let picked = match launched {
+                    Launched::Device(picks) => picks.wait().map(Picked::Device),
+                    Launched::Logits(l) => Ok(Picked::Logits(l)),
+                };
+                match picked {
+                    Ok(picked) => {
+                        self.scheduler.step_done(&plan);
+                        self.sample_all(&plan, &picked);
+                    }
+                    Err(e) => self.fail(&plan, &e),
                 }
             }
+            Err(e) => self.fail(&plan, &e),
         }
         self.metric(|m| m.steps += 1);
+    }
+
+    /// Streams the picks of the step launched ahead, if any.
+    fn read_ahead(&mut self) {
+        let Some((plan, picks)) = self.ahead.take() else { return };
+        match picks.wait() {
+            Ok(p) => self.sample_all(&plan, &Picked::Device(p)),
+            Err(e) => self.fail(&plan, &e),
+        }
+    }
+
+    /// Ends every request of `plan` with the step's error.
+    fn fail(&mut self, plan: &StepPlan, e: &ferrite_core::Error) {
+        let msg = e.to_string();
+        for s in &plan.seqs {
+            self.finish(s.id, FinishReason::Error, Some(msg.clone()));
+        }
+    }
+
+    /// Whether the step after `plan` may go out before `plan`'s picks are
+    /// read: the device feeds them, and no sampled request's next draw
+    /// depends on them (penalties, or end of generation still banned
+    /// before `min_tokens`).
+    fn feeds_ahead(&self, plan: &StepPlan) -> bool {
+        self.runner.feeds_tokens()
+            && ferrite_core::env::feed_ahead()
+            && plan.seqs.iter().filter(|s| s.sample).all(|s| {
+                self.active.get(&s.id).is_some_and(|a| {
+                    !a.sampler.reads_history() && a.json.is_none() && a.generated.len() >= a.req.min_tokens
+                })
+            })
     }
 
     /// Each sampled sequence's draw, for the device, when the model samples
@@ -279,7 +357,7 @@ impl Worker {
             self.metric(|m| m.generation_tokens += 1);
             match finish {
                 Some(reason) => self.finish(s.id, reason, None),
-                None => self.scheduler.append_token(s.id, token),
+                None => self.scheduler.put_token(s.id, token),
             }
         }
     }
