@@ -200,8 +200,8 @@ fn bias_and_min_tokens_reach_the_device_and_logprobs_keep_the_host_path() {
     assert_eq!(tokens.len(), 5, "four tokens, then end of generation: {tokens:?}");
     assert!(tokens[..4].iter().all(|&t| t != eos) && tokens[4] == eos, "{tokens:?}");
     let before = draws.load(Ordering::SeqCst);
-    // Once end of generation may be drawn (after min_tokens), each step goes
-    // out before the last pick is read: one step past the end, discarded.
+    // Each step goes out before the last pick is read (the ban counts the
+    // picks on their way back): one step past the end, discarded.
     assert_eq!(before, NEW + 5 + 1);
 
     // Top logprobs need the logits on the host.

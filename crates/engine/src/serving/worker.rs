@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
-use ferrite_backend::picks::{fed, Picks};
+use ferrite_backend::picks::{fed, fed_row, Picks};
 use ferrite_backend::RowSampling;
 use ferrite_core::Result;
 use ferrite_loader::tokenizer::Tokenizer;
@@ -244,16 +244,15 @@ impl Worker {
 
     /// Whether the step after `plan` may go out before `plan`'s picks are
     /// read: the device feeds them, and no sampled request's next draw
-    /// depends on them (penalties, or end of generation still banned
-    /// before `min_tokens`).
+    /// depends on their values (penalties, a JSON constraint).
     fn feeds_ahead(&self, plan: &StepPlan) -> bool {
         self.runner.feeds_tokens()
             && ferrite_core::env::feed_ahead()
-            && plan.seqs.iter().filter(|s| s.sample).all(|s| {
-                self.active.get(&s.id).is_some_and(|a| {
-                    !a.sampler.reads_history() && a.json.is_none() && a.generated.len() >= a.req.min_tokens
-                })
-            })
+            && plan
+                .seqs
+                .iter()
+                .filter(|s| s.sample)
+                .all(|s| self.active.get(&s.id).is_some_and(|a| !a.sampler.reads_history() && a.json.is_none()))
     }
 
     /// Each sampled sequence's draw, for the device, when the model samples
@@ -270,7 +269,9 @@ impl Worker {
         let mut rows = Vec::new();
         for s in plan.seqs.iter().filter(|s| s.sample) {
             let a = self.active.get_mut(&s.id)?;
-            let banned: Vec<u32> = if a.generated.len() < a.req.min_tokens {
+            // A fed input is a pick not yet read: it counts as generated.
+            let fed_input = s.tokens.last().is_some_and(|&t| fed_row(t).is_some());
+            let banned: Vec<u32> = if a.generated.len() + usize::from(fed_input) < a.req.min_tokens {
                 self.tokenizer.eos_ids().iter().chain(&a.req.stop_ids).copied().collect()
             } else {
                 Vec::new()
