@@ -87,7 +87,7 @@ impl Runner {
         self.blocks.block_size()
     }
 
-    /// Whether `execute_sampled` and `step_sampled` draw tokens on the device.
+    /// Whether `execute_sampled_begin` and `step_sampled` draw tokens on the device.
     pub fn samples_on_device(&self) -> bool {
         self.model.samples_on_device()
     }
@@ -109,15 +109,8 @@ impl Runner {
     }
 
     /// `execute`, drawing the token of each sequence marked `sample` on the
-    /// device by its entry of `rows`: (token, logprob) in order.
-    pub fn execute_sampled(&mut self, plan: &[ScheduledSeq], rows: &[RowSampling]) -> Result<Vec<(u32, f32)>> {
-        let batch = self.plan_batch(plan)?;
-        let picked = self.model.forward_sample(&batch, rows);
-        self.batch = batch;
-        picked
-    }
-
-    /// `execute_sampled` without waiting for the picks (see `step_sampled_begin`).
+    /// device by its entry of `rows`: (token, logprob) in order, once waited
+    /// for (`Picks::wait`; see `step_sampled_begin`).
     pub fn execute_sampled_begin(&mut self, plan: &[ScheduledSeq], rows: &[RowSampling]) -> Result<Picks> {
         let batch = self.plan_batch(plan)?;
         let picked = self.model.forward_sample_begin(&batch, rows);
@@ -164,12 +157,7 @@ impl Runner {
     /// Processes up to `chunk` uncached tokens of every sequence in one forward
     /// pass; returns the requested logits, `vocab` floats per row.
     pub fn step(&mut self, seqs: &mut [&mut Sequence], chunk: usize, which: Logits) -> Result<Vec<f32>> {
-        let batch = self.step_batch(seqs, chunk, which)?;
-        let logits = self.model.forward(&batch);
-        self.batch = batch;
-        let logits = logits?;
-        Self::advance(seqs, chunk);
-        Ok(logits)
+        self.run_step(seqs, chunk, which, |m, b| m.forward(b))
     }
 
     /// `step` with each sequence's last row's token drawn on the device by its
@@ -180,12 +168,7 @@ impl Runner {
         chunk: usize,
         rows: &[RowSampling],
     ) -> Result<Vec<(u32, f32)>> {
-        let batch = self.step_batch(seqs, chunk, Logits::Last)?;
-        let picked = self.model.forward_sample(&batch, rows);
-        self.batch = batch;
-        let picked = picked?;
-        Self::advance(seqs, chunk);
-        Ok(picked)
+        self.run_step(seqs, chunk, Logits::Last, |m, b| m.forward_sample(b, rows))
     }
 
     /// `step_sampled` without waiting for the picks: where `feeds_tokens`,
@@ -198,12 +181,23 @@ impl Runner {
         chunk: usize,
         rows: &[RowSampling],
     ) -> Result<Picks> {
-        let batch = self.step_batch(seqs, chunk, Logits::Last)?;
-        let picks = self.model.forward_sample_begin(&batch, rows);
+        self.run_step(seqs, chunk, Logits::Last, |m, b| m.forward_sample_begin(b, rows))
+    }
+
+    /// One forward pass of `seqs` by `run`; their cached counts advance when it succeeds.
+    fn run_step<T>(
+        &mut self,
+        seqs: &mut [&mut Sequence],
+        chunk: usize,
+        which: Logits,
+        run: impl FnOnce(&mut dyn CausalLm, &ForwardBatch) -> Result<T>,
+    ) -> Result<T> {
+        let batch = self.step_batch(seqs, chunk, which)?;
+        let out = run(self.model.as_mut(), &batch);
         self.batch = batch;
-        let picks = picks?;
+        let out = out?;
         Self::advance(seqs, chunk);
-        Ok(picks)
+        Ok(out)
     }
 
     fn advance(seqs: &mut [&mut Sequence], chunk: usize) {
