@@ -52,7 +52,7 @@ awk -F'|' '{ side = substr($1, 1, 1); test = $5; gsub(/ /, "", test); split($6, 
      END { for (t in tests) if (n[t, "A"] && n[t, "B"]) {
                a = sum[t, "A"] / n[t, "A"]; b = sum[t, "B"] / n[t, "B"];
                printf "%s: A %.2f, B %.2f tokens/s (B/A %.4f)\n", t, a, b, b / a } }' "$log"
-# The digests of the greedy picks (teacher-forced decode): one per side
+# The digests of the greedy picks (each stream fed its own): one per side
 # when each side's arithmetic is repeatable, equal when B picks as A does.
 for side in A B; do
     echo "$side picks: $(sed -n "s/^$side //p" "$picks" | sort -u | tr '\n' ' ')"

@@ -12,6 +12,10 @@ use ferrite_core::Result;
 /// token drawn for row `j` by the backend's last sampling launch.
 pub const FED_TOKEN: u32 = 0x8000_0000;
 
+/// Rows of a sampling launch that fed ids may name: a launch of more rows
+/// leaves its picks where the next step cannot read them.
+pub const MAX_FED_ROWS: usize = 16384;
+
 /// The fed id of the token drawn for row `j` of the last sampling launch.
 pub fn fed(j: usize) -> u32 {
     FED_TOKEN | j as u32

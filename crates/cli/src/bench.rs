@@ -10,7 +10,7 @@ use std::time::Instant;
 use clap::Args;
 use ferrite_backend::cuda::profile::{self, Profile};
 use ferrite_backend::cuda::trace;
-use ferrite_backend::picks::{fed, Picks};
+use ferrite_backend::picks::{fed, Picks, MAX_FED_ROWS};
 use ferrite_core::Result;
 use ferrite_engine::{Logits, Runner, Sequence};
 use ferrite_models::{LmConfig, RowSampling};
@@ -106,7 +106,8 @@ fn decode(r: &mut Runner, a: &BenchArgs, n: usize, seed: u64) -> Result<(f64, u6
         let _ = trace::take();
         let first = tokens(1, r.config().vocab_size, seed + 7)[0];
         s.iter_mut().for_each(|q| q.tokens.push(first));
-        let ahead = r.samples_on_device() && r.feeds_tokens() && ferrite_core::env::feed_ahead();
+        let ahead =
+            r.samples_on_device() && r.feeds_tokens() && ferrite_core::env::feed_ahead() && s.len() <= MAX_FED_ROWS;
         let mut digest = 0xcbf2_9ce4_8422_2325u64;
         let t = Instant::now();
         // The last step launched, when its picks are not read yet (ahead).

@@ -44,7 +44,8 @@ impl CausalLm for DeviceLike {
         self.inner.alloc_kv(n_blocks, block_size, dtype)
     }
     fn forward(&mut self, batch: &ForwardBatch) -> Result<Vec<f32>> {
-        self.inner.forward(batch)
+        let batch = self.resolve(batch);
+        self.inner.forward(&batch)
     }
     fn samples_on_device(&self) -> bool {
         true
@@ -52,13 +53,7 @@ impl CausalLm for DeviceLike {
     fn forward_sample(&mut self, batch: &ForwardBatch, rows: &[RowSampling]) -> Result<Vec<(u32, f32)>> {
         assert_eq!(rows.len(), batch.logit_rows.len());
         let vocab = self.config().vocab_size;
-        let mut batch = batch.clone();
-        for t in &mut batch.tokens {
-            if let Some(j) = fed_row(*t) {
-                assert!(self.feeds, "a fed id given to a model that does not feed");
-                *t = self.last[j];
-            }
-        }
+        let batch = self.resolve(batch);
         let logits = self.inner.forward(&batch)?;
         self.draws.fetch_add(rows.len(), Ordering::SeqCst);
         let picks: Vec<(u32, f32)> = logits.chunks(vocab).zip(rows).map(|(row, r)| draw(row, r)).collect();
@@ -67,6 +62,20 @@ impl CausalLm for DeviceLike {
     }
     fn feeds_tokens(&self) -> bool {
         self.feeds
+    }
+}
+
+impl DeviceLike {
+    /// The batch with its fed ids replaced by the last picks they name.
+    fn resolve(&self, batch: &ForwardBatch) -> ForwardBatch {
+        let mut batch = batch.clone();
+        for t in &mut batch.tokens {
+            if let Some(j) = fed_row(*t) {
+                assert!(self.feeds, "a fed id given to a model that does not feed");
+                *t = self.last[j];
+            }
+        }
+        batch
     }
 }
 
@@ -290,6 +299,26 @@ fn serving_fed_from_the_device_gives_the_tokens_of_steps_that_wait() {
     let sum: usize = want.iter().map(Vec::len).sum();
     let n = draws.load(Ordering::SeqCst);
     assert!(n == sum || n == sum + 1, "{n} draws for {sum} tokens (one more at most, after the stop id)");
+    // A request whose logits go to the host (top logprobs) joins steps that
+    // are fed ahead: the fed ids of the others are read on the device then.
+    let mut streams: Vec<_> = requests[1..3].iter().map(|r| engine.submit(r.clone()).unwrap()).collect();
+    // (Their first two tokens out: the steps are being fed ahead.)
+    let mut early = Vec::new();
+    for _ in 0..2 {
+        match streams[0].next_blocking() {
+            Some(Event::Token { token, .. }) => early.push(token),
+            _ => panic!("a token expected"),
+        }
+    }
+    let mut tops =
+        Request::new(prompts[2].clone(), SamplingParams { logprobs: Some(2), ..SamplingParams::greedy() }, 5);
+    tops.ignore_eos = true;
+    streams.push(engine.submit(tops).unwrap());
+    let mut got: Vec<Vec<u32>> = streams.into_iter().map(|s| drain(s).0).collect();
+    early.append(&mut got[0]);
+    got[0] = early;
+    assert_eq!((&got[0], &got[1]), (&want[1], &want[2]), "beside a request sampled on the host");
+    assert_eq!(got[2], want[2][..5], "sampled on the host beside requests fed ahead");
     // A client that goes away mid-stream, then another request.
     let mut r = requests[1].clone();
     r.max_tokens = 64;

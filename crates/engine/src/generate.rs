@@ -78,6 +78,10 @@ pub fn generate(
         return Err(Error::InvalidInput(format!("prompt is {} tokens, the context holds {ctx}", req.prompt.len())));
     }
     req.sampling.validate().map_err(Error::InvalidInput)?;
+    let vocab = runner.config().vocab_size;
+    if let Some(t) = req.prompt.iter().find(|&&t| t as usize >= vocab) {
+        return Err(Error::InvalidInput(format!("token id {t} is outside the vocabulary ({vocab} tokens)")));
+    }
     let mut seq = Sequence::new(req.prompt.clone());
     let result = run(runner, tok, req, &mut seq, on_token);
     runner.release(&mut seq);

@@ -102,7 +102,7 @@ pub struct Device {
 }
 
 /// Rows a `sample_split` launch takes at most (more: `sample_rows`).
-pub const SAMPLE_ROWS: usize = 16384;
+pub const SAMPLE_ROWS: usize = crate::picks::MAX_FED_ROWS;
 
 /// Kernel entry points of each module (`extern "C"` names in kernels/*.cu).
 const FUNCTIONS: &[(&str, &[&str])] = &[

@@ -41,7 +41,9 @@ pub struct PickBuffers {
     back_done: CudaEvent,
     ring: Mutex<Ring>,
     /// The last sampling arguments uploaded (kernels/sample.cu's params and
-    /// edits), reused while they stay the same (greedy rows without edits).
+    /// edits), reused while they stay the same: rows with fixed seeds, as
+    /// `bench`'s (generation draws a seed a step, so it uploads each step,
+    /// once).
     args: Mutex<Option<Uploaded>>,
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
-use ferrite_backend::picks::{fed, fed_row, Picks};
+use ferrite_backend::picks::{fed, fed_row, Picks, MAX_FED_ROWS};
 use ferrite_backend::RowSampling;
 use ferrite_core::Result;
 use ferrite_loader::tokenizer::Tokenizer;
@@ -248,6 +248,7 @@ impl Worker {
     fn feeds_ahead(&self, plan: &StepPlan) -> bool {
         self.runner.feeds_tokens()
             && ferrite_core::env::feed_ahead()
+            && plan.seqs.iter().filter(|s| s.sample).count() <= MAX_FED_ROWS
             && plan
                 .seqs
                 .iter()
