@@ -191,7 +191,12 @@ impl Worker {
         let feed = rows.is_some() && self.feeds_ahead(&plan);
         let launched = match rows {
             Some(rows) => self.runner.execute_sampled_begin(&plan.seqs, &rows).map(Launched::Device),
-            None => self.runner.execute(&plan.seqs).map(Launched::Logits),
+            None => {
+                // (This step returns only once it has run: the step before's
+                // tokens go out first.)
+                self.read_ahead();
+                self.runner.execute(&plan.seqs).map(Launched::Logits)
+            }
         };
         // The step before, whose picks this one took from the device.
         self.read_ahead();
