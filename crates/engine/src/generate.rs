@@ -124,7 +124,9 @@ fn feeds_ahead(runner: &Runner, sampler: &Sampler) -> bool {
 
 /// Launches the next decode step of `seq`, its token drawn on the device.
 fn begin(runner: &mut Runner, seq: &mut Sequence, sampler: &mut Sampler, prompt: &[u32]) -> Result<Picks> {
-    let row = sampler.device_request(prompt, &[], &[]).expect("checked by feeds_ahead");
+    let Some(row) = sampler.device_request(prompt, &[], &[]) else {
+        return Err(Error::Unsupported("this request samples on the host (checked by feeds_ahead)".into()));
+    };
     runner.step_sampled_begin(&mut [seq], 1, &[row])
 }
 
