@@ -10,7 +10,7 @@ use std::time::Instant;
 use clap::Args;
 use ferrite_backend::cuda::profile::{self, Profile};
 use ferrite_backend::cuda::trace;
-use ferrite_backend::picks::{fed, Picks, MAX_FED_ROWS};
+use ferrite_backend::picks::{fed, Picks};
 use ferrite_core::Result;
 use ferrite_engine::{Logits, Runner, Sequence};
 use ferrite_models::{LmConfig, RowSampling};
@@ -106,51 +106,67 @@ fn decode(r: &mut Runner, a: &BenchArgs, n: usize, seed: u64) -> Result<(f64, u6
         let _ = trace::take();
         let first = tokens(1, r.config().vocab_size, seed + 7)[0];
         s.iter_mut().for_each(|q| q.tokens.push(first));
-        let ahead =
-            r.samples_on_device() && r.feeds_tokens() && ferrite_core::env::feed_ahead() && s.len() <= MAX_FED_ROWS;
+        let ahead = r.feeds_ahead(s.len());
         let mut digest = 0xcbf2_9ce4_8422_2325u64;
         let t = Instant::now();
-        // The last step launched, when its picks are not read yet (ahead).
-        let mut pending: Option<Picks> = None;
-        for i in 0..n {
-            let launched = greedy_step(r, &mut s, ahead)?;
-            if let Some(prev) = pending.take() {
-                // Fed to the step just launched: its input, each stream's last token.
-                let picks = prev.wait()?;
-                s.iter_mut().zip(&picks).for_each(|(q, &(p, _))| *q.tokens.last_mut().expect("fed") = p);
-                digest = picks.iter().fold(digest, |d, &(p, _)| fold_pick(d, p));
-            }
-            if i + 1 == n {
-                digest = launched.wait()?.iter().fold(digest, |d, &(p, _)| fold_pick(d, p));
-            } else if ahead {
-                s.iter_mut().enumerate().for_each(|(j, q)| q.tokens.push(fed(j)));
-                pending = Some(launched);
-            } else {
-                let picks = launched.wait()?;
-                s.iter_mut().zip(&picks).for_each(|(q, &(p, _))| q.tokens.push(p));
-                digest = picks.iter().fold(digest, |d, &(p, _)| fold_pick(d, p));
-            }
-        }
+        greedy_steps(r, &mut s, n, 1, ahead, |picks| {
+            digest = picks.iter().fold(digest, |d, &(p, _)| fold_pick(d, p));
+        })?;
         Ok(((a.batch * n) as f64 / t.elapsed().as_secs_f64(), digest))
     })();
     release(r, &mut s);
     res
 }
 
-/// One decode step of every stream and its greedy picks: drawn on the device
-/// where the model samples there (as serving does; `ahead`: not waited for),
-/// else from the logits.
-fn greedy_step(r: &mut Runner, s: &mut [Sequence], ahead: bool) -> Result<Picks> {
+/// `steps` greedy steps of every stream (up to `chunk` new tokens each),
+/// each step's picks appended to the streams and handed to `each`, in order.
+/// With `ahead` (where the runner `feeds_ahead`), each step is launched
+/// before the last one's picks are read, its inputs fed on the device, as
+/// `run` does; the picks are the same either way.
+pub(crate) fn greedy_steps(
+    r: &mut Runner,
+    s: &mut [Sequence],
+    steps: usize,
+    chunk: usize,
+    ahead: bool,
+    mut each: impl FnMut(&[(u32, f32)]),
+) -> Result<()> {
+    // The last step launched, when its picks are not read yet (ahead).
+    let mut pending: Option<Picks> = None;
+    for i in 0..steps {
+        let launched = greedy_step(r, s, chunk, ahead)?;
+        if let Some(prev) = pending.take() {
+            // Fed to the step just launched: its input, each stream's last token.
+            let picks = prev.wait()?;
+            s.iter_mut().zip(&picks).for_each(|(q, &(p, _))| *q.tokens.last_mut().expect("fed") = p);
+            each(&picks);
+        }
+        if ahead && i + 1 < steps {
+            s.iter_mut().enumerate().for_each(|(j, q)| q.tokens.push(fed(j)));
+            pending = Some(launched);
+        } else {
+            let picks = launched.wait()?;
+            s.iter_mut().zip(&picks).for_each(|(q, &(p, _))| q.tokens.push(p));
+            each(&picks);
+        }
+    }
+    Ok(())
+}
+
+/// One step of every stream and its greedy picks: drawn on the device where
+/// the model samples there (as serving does; `ahead`: not waited for), else
+/// from the logits.
+fn greedy_step(r: &mut Runner, s: &mut [Sequence], chunk: usize, ahead: bool) -> Result<Picks> {
     let mut refs: Vec<&mut Sequence> = s.iter_mut().collect();
     if r.samples_on_device() {
         let greedy = vec![RowSampling { top_p: 1.0, ..Default::default() }; refs.len()];
         return match ahead {
-            true => r.step_sampled_begin(&mut refs, 1, &greedy),
-            false => r.step_sampled(&mut refs, 1, &greedy).map(Picks::ready),
+            true => r.step_sampled_begin(&mut refs, chunk, &greedy),
+            false => r.step_sampled(&mut refs, chunk, &greedy).map(Picks::ready),
         };
     }
     let vocab = r.config().vocab_size;
-    let logits = r.step(&mut refs, 1, Logits::Last)?;
+    let logits = r.step(&mut refs, chunk, Logits::Last)?;
     Ok(Picks::ready(logits.chunks(vocab).map(|row| (argmax(row) as u32, 0.0)).collect()))
 }
 

@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use clap::Args;
 use ferrite_backend::cuda::{CudaBackend, CudaOptions};
 use ferrite_backend::harness::{check_backend, TOL_BF16, TOL_F32};
-use ferrite_backend::picks::{fed, Picks};
 use ferrite_core::{Error, Result};
 use ferrite_engine::{Logits, Runner, Sequence};
-use ferrite_models::{KvDtype, RowSampling};
+use ferrite_models::KvDtype;
 
+use crate::bench::greedy_steps;
 use crate::device::{DeviceArgs, DeviceChoice};
 use crate::load::{load, load_with_pool, KvPool};
 use crate::ModelArgs;
@@ -248,20 +248,17 @@ fn invariance(gpu: usize, deterministic: bool) -> Result<Invariance> {
     }
     let (differ, not_after_tie) = compare_streams(&seqs, &alone, &prompts);
     seqs.iter_mut().for_each(|s| r.release(s));
-    // All together, greedy picks on the device.
-    let mut seqs: Vec<Sequence> = prompts.iter().map(|p| Sequence::new(p.clone())).collect();
-    let greedy = vec![RowSampling { top_p: 1.0, ..Default::default() }; SEQS];
-    for _ in 0..STEPS {
-        let mut refs: Vec<&mut Sequence> = seqs.iter_mut().collect();
-        let picked = r.step_sampled(&mut refs, 512, &greedy)?;
-        for (s, (t, _)) in seqs.iter_mut().zip(picked) {
-            s.tokens.push(t);
-        }
+    // All together, greedy picks on the device: read after each step, then
+    // fed to the next step before they are read (as `run` does).
+    let mut device = Vec::new();
+    for ahead in [false, true] {
+        let mut seqs: Vec<Sequence> = prompts.iter().map(|p| Sequence::new(p.clone())).collect();
+        greedy_steps(&mut r, &mut seqs, STEPS, 512, ahead, |_| {})?;
+        seqs.iter_mut().for_each(|s| r.release(s));
+        device.push(seqs);
     }
-    let (device_differ, device_not_after_tie) = compare_streams(&seqs, &alone, &prompts);
-    seqs.iter_mut().for_each(|s| r.release(s));
-    let fed = fed_ahead(&mut r, &prompts, STEPS)?;
-    let fed_differ = fed.iter().zip(&seqs).filter(|(f, s)| f.tokens != s.tokens).count();
+    let (device_differ, device_not_after_tie) = compare_streams(&device[0], &alone, &prompts);
+    let fed_differ = device[1].iter().zip(&device[0]).filter(|(f, s)| f.tokens != s.tokens).count();
     Ok(Invariance {
         differ,
         total: SEQS * STEPS,
@@ -271,33 +268,6 @@ fn invariance(gpu: usize, deterministic: bool) -> Result<Invariance> {
         device_not_after_tie,
         fed_differ,
     })
-}
-
-/// Greedy decoding of `prompts` together, each step launched before the
-/// last one's picks are read, its inputs fed from the device (as `run` does).
-fn fed_ahead(r: &mut Runner, prompts: &[Vec<u32>], steps: usize) -> Result<Vec<Sequence>> {
-    let mut seqs: Vec<Sequence> = prompts.iter().map(|p| Sequence::new(p.clone())).collect();
-    let greedy = vec![RowSampling { top_p: 1.0, ..Default::default() }; seqs.len()];
-    let mut pending: Option<Picks> = None;
-    for step in 0..steps {
-        let mut refs: Vec<&mut Sequence> = seqs.iter_mut().collect();
-        let launched = r.step_sampled_begin(&mut refs, 512, &greedy)?;
-        if let Some(prev) = pending.take() {
-            for (s, (t, _)) in seqs.iter_mut().zip(prev.wait()?) {
-                *s.tokens.last_mut().expect("fed") = t;
-            }
-        }
-        if step + 1 < steps {
-            seqs.iter_mut().enumerate().for_each(|(j, s)| s.tokens.push(fed(j)));
-        }
-        pending = Some(launched);
-    }
-    let last = pending.map(Picks::wait).transpose()?.unwrap_or_default();
-    for (s, (t, _)) in seqs.iter_mut().zip(last) {
-        s.tokens.push(t);
-    }
-    seqs.iter_mut().for_each(|s| r.release(s));
-    Ok(seqs)
 }
 
 /// Greedy decoding of batches of 1, 3 and 5 streams with CUDA graphs (captured at

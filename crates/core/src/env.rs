@@ -192,7 +192,7 @@ pub fn cuda_qkv_rope() -> bool {
     on_unless_zero("FERRITE_CUDA_QKV_ROPE")
 }
 
-/// `FERRITE_FEED_AHEAD=0`: generation waits for each step's sampled token
+/// `FERRITE_FEED_AHEAD=0`: `run`, `serve` and `bench` wait for each step's sampled token
 /// before launching the next step, instead of launching it fed from the
 /// device (`ferrite_backend::picks`); for measuring what feeding saves.
 pub fn feed_ahead() -> bool {

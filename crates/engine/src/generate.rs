@@ -115,11 +115,7 @@ fn step_and_pick(
 /// where the device samples and feeds its picks to the next step, and the
 /// draw does not depend on earlier picks.
 fn feeds_ahead(runner: &Runner, sampler: &Sampler) -> bool {
-    runner.samples_on_device()
-        && runner.feeds_tokens()
-        && !sampler.reads_history()
-        && !sampler.wants_host()
-        && ferrite_core::env::feed_ahead()
+    runner.feeds_ahead(1) && !sampler.reads_history() && !sampler.wants_host()
 }
 
 /// Launches the next decode step of `seq`, its token drawn on the device.

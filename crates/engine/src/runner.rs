@@ -3,7 +3,7 @@
 
 use crate::blocks::BlockManager;
 use crate::scheduler::ScheduledSeq;
-use ferrite_backend::picks::Picks;
+use ferrite_backend::picks::{Picks, MAX_FED_ROWS};
 use ferrite_backend::{RowSampling, SeqSlice};
 use ferrite_core::{Error, Result};
 use ferrite_models::{CausalLm, ForwardBatch, KvDtype, LmConfig};
@@ -92,10 +92,16 @@ impl Runner {
         self.model.samples_on_device()
     }
 
-    /// Whether a step's token ids may be fed ids (`ferrite_backend::picks`):
-    /// tokens `step_sampled_begin` drew, still on the device.
-    pub fn feeds_tokens(&self) -> bool {
-        self.model.feeds_tokens()
+    /// Whether steps may go out before the last one's picks are read, their
+    /// token ids fed ids (`ferrite_backend::picks`) naming the tokens
+    /// `step_sampled_begin` drew, still on the device: where the model
+    /// samples there and feeds them, for steps that sample `rows` rows,
+    /// unless `FERRITE_FEED_AHEAD=0`.
+    pub fn feeds_ahead(&self, rows: usize) -> bool {
+        rows <= MAX_FED_ROWS
+            && self.model.samples_on_device()
+            && self.model.feeds_tokens()
+            && ferrite_core::env::feed_ahead()
     }
 
     /// Runs a scheduler's plan in one forward pass. Block tables come from the

@@ -482,17 +482,17 @@ fn check(step: &DecodeStep, l: &Limits) -> Result<()> {
 /// Token ids are rows of a table of `vocab` rows, or fed ids naming a row
 /// of the last sampling launch (picks.rs).
 pub fn check_ids(ids: &[u32], vocab: usize) -> Result<()> {
-    let bad = |id: u32| match fed_row(id) {
-        Some(row) => row >= SAMPLE_ROWS,
-        None => id as usize >= vocab,
-    };
-    match ids.iter().find(|&&id| bad(id)) {
-        Some(&id) if fed_row(id).is_some() => {
-            Err(Error::InvalidInput(format!("fed token id {id:#x}: sampling launches draw at most {SAMPLE_ROWS} rows")))
-        }
-        Some(id) => Err(Error::InvalidInput(format!("token id {id} is outside the vocabulary ({vocab} tokens)"))),
-        None => Ok(()),
+    for &id in ids {
+        let bad = match fed_row(id) {
+            Some(row) if row >= SAMPLE_ROWS => {
+                format!("fed token id {id:#x}: sampling launches draw at most {SAMPLE_ROWS} rows")
+            }
+            None if id as usize >= vocab => format!("token id {id} is outside the vocabulary ({vocab} tokens)"),
+            _ => continue,
+        };
+        return Err(Error::InvalidInput(bad));
     }
+    Ok(())
 }
 
 fn write_words(dev: &Device, buf: &CudaSlice<u32>, words: &[u32]) -> Result<()> {

@@ -692,7 +692,7 @@ impl Backend for CudaBackend {
         match self.launch_sample(logits, rows)? {
             Drawn::Nothing => Ok(Some(Vec::new())),
             Drawn::Picks => self.dev.picks.read(&self.dev.stream, rows.len()).map(Some),
-            Drawn::Own(out) => self.dev.picks.read_own(&self.dev.stream, &out).map(Some),
+            Drawn::Own(out) => picks::download(&self.dev.stream, &out).map(Some),
         }
     }
 
@@ -702,7 +702,7 @@ impl Backend for CudaBackend {
             Drawn::Nothing => Ok(Some(Picks::ready(Vec::new()))),
             Drawn::Picks => self.dev.picks.copy_back(&self.dev.stream, rows.len()).map(Some),
             // (Too many rows for fed ids to name: the picks come back now.)
-            Drawn::Own(out) => self.dev.picks.read_own(&self.dev.stream, &out).map(|p| Some(Picks::ready(p))),
+            Drawn::Own(out) => picks::download(&self.dev.stream, &out).map(|p| Some(Picks::ready(p))),
         }
     }
 

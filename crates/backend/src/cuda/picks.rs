@@ -8,7 +8,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, PinnedHostSlice};
+use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlice};
 use ferrite_core::{Error, Result};
 
 use super::device::{device_err, SAMPLE_ROWS};
@@ -84,13 +84,7 @@ impl PickBuffers {
 
     /// The picks of `rows` rows, copied back now, waiting for them.
     pub fn read(&self, stream: &Arc<CudaStream>, rows: usize) -> Result<Vec<(u32, f32)>> {
-        let words = stream.clone_dtoh(&self.device.slice(..2 * rows)).map_err(|e| device_err("download", e))?;
-        Ok(pairs(&words))
-    }
-
-    /// The picks a launch left in a buffer of its own, copied back now.
-    pub fn read_own(&self, stream: &Arc<CudaStream>, own: &CudaSlice<u32>) -> Result<Vec<(u32, f32)>> {
-        Ok(pairs(&stream.clone_dtoh(own).map_err(|e| device_err("download", e))?))
+        download(stream, &self.device.slice(..2 * rows))
     }
 
     /// The picks of `rows` rows, copied back in stream order; `wait` blocks
@@ -130,6 +124,11 @@ impl PickBuffers {
             Ok(pairs(&words[..2 * rows]))
         }))
     }
+}
+
+/// Picks (token, logprob bits words) copied back now, waiting for them.
+pub fn download(stream: &Arc<CudaStream>, words: &impl DevicePtr<u32>) -> Result<Vec<(u32, f32)>> {
+    Ok(pairs(&stream.clone_dtoh(words).map_err(|e| device_err("download", e))?))
 }
 
 fn pairs(words: &[u32]) -> Vec<(u32, f32)> {

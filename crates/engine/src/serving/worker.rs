@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 
-use ferrite_backend::picks::{fed, fed_row, Picks, MAX_FED_ROWS};
+use ferrite_backend::picks::{fed, fed_row, Picks};
 use ferrite_backend::RowSampling;
 use ferrite_core::Result;
 use ferrite_loader::tokenizer::Tokenizer;
@@ -251,9 +251,7 @@ impl Worker {
     /// read: the device feeds them, and no sampled request's next draw
     /// depends on their values (penalties, a JSON constraint).
     fn feeds_ahead(&self, plan: &StepPlan) -> bool {
-        self.runner.feeds_tokens()
-            && ferrite_core::env::feed_ahead()
-            && plan.seqs.iter().filter(|s| s.sample).count() <= MAX_FED_ROWS
+        self.runner.feeds_ahead(plan.seqs.iter().filter(|s| s.sample).count())
             && plan
                 .seqs
                 .iter()

@@ -26,13 +26,13 @@ __device__ __forceinline__ u16 f32_to_f16(float f) {
 // v in 16 bits: bf16 when `bf16`, else f16 (activations copied for a GEMM).
 __device__ __forceinline__ u16 f32_to_half(float v, int bf16) { return bf16 ? f32_to_bf16(v) : f32_to_f16(v); }
 
-// Loads of cached keys and values, f32 or f16 (stored as raw bits).
 // A token id, or a fed id (from 0x80000000: host picks.rs `FED_TOKEN`)
 // naming row id - 0x80000000 of the last sampling launch's picks, (token,
 // logprob) word pairs: the next decode step launched before the host reads them.
 __device__ __forceinline__ u32 token_id(u32 id, const u32* picks) {
     return id >= 0x80000000u ? picks[2 * (id - 0x80000000u)] : id;
 }
+// Loads of cached keys and values, f32 or f16 (stored as raw bits).
 __device__ __forceinline__ float load_kv(const float* p, u64 i) { return p[i]; }
 __device__ __forceinline__ float load_kv(const u16* p, u64 i) { return f16_to_f32(p[i]); }
 
