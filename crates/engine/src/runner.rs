@@ -177,7 +177,7 @@ impl Runner {
         self.run_step(seqs, chunk, Logits::Last, |m, b| m.forward_sample(b, rows))
     }
 
-    /// `step_sampled` without waiting for the picks: where `feeds_tokens`,
+    /// `step_sampled` without waiting for the picks: where `feeds_ahead`,
     /// the next step may be run first, each sequence's new token the fed id
     /// of its row here (`ferrite_backend::picks::fed`), and the picks read
     /// while it runs. Fed ids in `tokens` stay until replaced by the picks.
