@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::detokenizer::IncrementalDetokenizer;
-use crate::runner::{Logits, Runner, Sequence};
+use crate::runner::{check_token_ids, Logits, Runner, Sequence};
 use crate::sampling::{Sampled, Sampler, SamplingParams, StopChecker};
 use ferrite_backend::picks::{fed, Picks};
 use ferrite_core::{Error, Result};
@@ -78,10 +78,7 @@ pub fn generate(
         return Err(Error::InvalidInput(format!("prompt is {} tokens, the context holds {ctx}", req.prompt.len())));
     }
     req.sampling.validate().map_err(Error::InvalidInput)?;
-    let vocab = runner.config().vocab_size;
-    if let Some(t) = req.prompt.iter().find(|&&t| t as usize >= vocab) {
-        return Err(Error::InvalidInput(format!("token id {t} is outside the vocabulary ({vocab} tokens)")));
-    }
+    check_token_ids(&req.prompt, runner.config().vocab_size)?;
     let mut seq = Sequence::new(req.prompt.clone());
     let result = run(runner, tok, req, &mut seq, on_token);
     runner.release(&mut seq);

@@ -10,6 +10,16 @@ use ferrite_models::{CausalLm, ForwardBatch, KvDtype, LmConfig};
 
 pub const DEFAULT_BLOCK_SIZE: usize = 16;
 
+/// A request's token ids, which must be rows of the vocabulary: ids from
+/// `ferrite_backend::picks::FED_TOKEN` up name a device's picks, which only
+/// the engine may put in a sequence.
+pub fn check_token_ids(ids: &[u32], vocab: usize) -> Result<()> {
+    match ids.iter().find(|&&t| t as usize >= vocab) {
+        Some(t) => Err(Error::InvalidInput(format!("token id {t} is outside the vocabulary of {vocab}"))),
+        None => Ok(()),
+    }
+}
+
 /// A sequence's tokens and its share of the KV cache.
 #[derive(Default, Debug, Clone)]
 pub struct Sequence {

@@ -26,11 +26,10 @@ use cudarc::driver::{sys, CudaGraph, CudaSlice, CudaView, DevicePtr};
 use ferrite_core::{Error, Result};
 
 use super::capture_alloc::{new_pool, own_pool_pays, Pool};
-use super::device::{device_err, Device, SAMPLE_ROWS};
+use super::device::{device_err, Device};
 use super::encode_graph::{self, EncodeInputs};
 use super::kv::paged_meta;
 use super::CudaTensor;
-use crate::picks::fed_row;
 use crate::{DecodeStep, EncodeStep};
 
 /// Batches of more rows than this always run eagerly.
@@ -471,26 +470,10 @@ fn is_bad_input(e: &Error) -> bool {
 
 /// Replays skip the ops' own checks: the same ones, on the host.
 fn check(step: &DecodeStep, l: &Limits) -> Result<()> {
-    check_ids(step.tokens, l.vocab)?;
+    super::picks::check_ids(step.tokens, l.vocab)?;
     step.attn.validate(step.tokens.len(), l.kv_blocks, l.block_size)?;
     if let Some(s) = step.attn.slots.iter().find(|&&s| s >= l.kv_blocks * l.block_size) {
         return Err(Error::Shape(format!("KV slot {s} outside the pool")));
-    }
-    Ok(())
-}
-
-/// Token ids are rows of a table of `vocab` rows, or fed ids naming a row
-/// of the last sampling launch (picks.rs).
-pub fn check_ids(ids: &[u32], vocab: usize) -> Result<()> {
-    for &id in ids {
-        let bad = match fed_row(id) {
-            Some(row) if row >= SAMPLE_ROWS => {
-                format!("fed token id {id:#x}: sampling launches draw at most {SAMPLE_ROWS} rows")
-            }
-            None if id as usize >= vocab => format!("token id {id} is outside the vocabulary ({vocab} tokens)"),
-            _ => continue,
-        };
-        return Err(Error::InvalidInput(bad));
     }
     Ok(())
 }

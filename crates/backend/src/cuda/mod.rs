@@ -424,7 +424,7 @@ impl Backend for CudaBackend {
 
     fn embedding(&self, table: &CudaWeight, ids: &[u32]) -> Result<CudaTensor> {
         let _span = profile::span(&self.dev.stream, "embedding");
-        graph::check_ids(ids, table.rows)?;
+        picks::check_ids(ids, table.rows)?;
         let d = table.cols;
         let mut out = self.alloc(ids.len() * d)?;
         self.graphs.note(|l| l.vocab = table.rows);

@@ -12,7 +12,7 @@ use cudarc::driver::{CudaEvent, CudaSlice, CudaStream, DevicePtr, PinnedHostSlic
 use ferrite_core::{Error, Result};
 
 use super::device::{device_err, SAMPLE_ROWS};
-use crate::picks::Picks;
+use crate::picks::{fed_row, Picks};
 
 /// Host buffers in the ring: picks may be waited for up to this many
 /// sampling launches later.
@@ -124,6 +124,22 @@ impl PickBuffers {
             Ok(pairs(&words[..2 * rows]))
         }))
     }
+}
+
+/// Token ids are rows of a table of `vocab` rows, or fed ids naming a row
+/// of the last sampling launch (picks.rs).
+pub fn check_ids(ids: &[u32], vocab: usize) -> Result<()> {
+    for &id in ids {
+        let bad = match fed_row(id) {
+            Some(row) if row >= SAMPLE_ROWS => {
+                format!("fed token id {id:#x}: sampling launches draw at most {SAMPLE_ROWS} rows")
+            }
+            None if id as usize >= vocab => format!("token id {id} is outside the vocabulary ({vocab} tokens)"),
+            _ => continue,
+        };
+        return Err(Error::InvalidInput(bad));
+    }
+    Ok(())
 }
 
 /// Picks (token, logprob bits words) copied back now, waiting for them.

@@ -33,7 +33,7 @@ impl CudaBackend {
         let (words, n_params) = pack_sampling(rows);
         let args = self.dev.picks.args(&self.dev.stream, words)?;
         let (params, edits) = (args.slice(..n_params), args.slice(n_params..));
-        let mut own = match rows.len() <= device::SAMPLE_ROWS {
+        let own = match rows.len() <= device::SAMPLE_ROWS {
             true => None,
             // SAFETY: every row's thread 0 writes both of its words.
             false => Some(unsafe { self.dev.alloc::<u32>(2 * rows.len()) }.map_err(|e| device_err("alloc", e))?),
@@ -59,10 +59,8 @@ impl CudaBackend {
             let cfg =
                 LaunchConfig { grid_dim: (rows.len() as u32, 1, 1), block_dim: (1024, 1, 1), shared_mem_bytes: 0 };
             let x = logits.f32_mut(&self.dev)?;
-            match &mut own {
-                Some(out) => launch!(self, "sample_rows", cfg, x, &vocab, &params, &edits, out)?,
-                None => launch!(self, "sample_rows", cfg, x, &vocab, &params, &edits, &self.dev.picks.device)?,
-            }
+            let out = own.as_ref().unwrap_or(&self.dev.picks.device);
+            launch!(self, "sample_rows", cfg, x, &vocab, &params, &edits, out)?;
         }
         Ok(own.map_or(Drawn::Picks, Drawn::Own))
     }

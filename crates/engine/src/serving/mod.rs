@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use ferrite_core::{Error, Result};
 use ferrite_loader::tokenizer::Tokenizer;
 
-use crate::runner::Runner;
+use crate::runner::{check_token_ids, Runner};
 use crate::sampling::{SamplingParams, TokenLogprob};
 pub use crate::FinishReason;
 
@@ -240,9 +240,7 @@ impl Engine {
         if req.prompt.is_empty() {
             return Err(Error::InvalidInput("the prompt is empty".into()));
         }
-        if let Some(&t) = req.prompt.iter().find(|&&t| t as usize >= self.vocab_size) {
-            return Err(Error::InvalidInput(format!("token id {t} is outside the vocabulary of {}", self.vocab_size)));
-        }
+        check_token_ids(&req.prompt, self.vocab_size)?;
         if req.max_tokens == 0 {
             return Err(Error::InvalidInput("max_tokens must be at least 1".into()));
         }
