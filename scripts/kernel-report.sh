@@ -3,6 +3,7 @@
 # machine without a GPU: NVRTC (scripts/nvrtc.sh's venv) and nvdisasm from
 # their pip wheels (nvdisasm 13.2 reads the cubins of NVRTC 13.0).
 #   scripts/kernel-report.sh quant 'gemv_q4_k_\d' --loop
+#   (-D NAME=VALUE compiles with a definition, as FERRITE_CUDA_DEFINES does)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lib=$(scripts/nvrtc.sh)

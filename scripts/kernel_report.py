@@ -29,7 +29,7 @@ PARTS = {
 }
 
 
-def compile_cubin(lib_dir, module, arch):
+def compile_cubin(lib_dir, module, arch, defines=()):
     nvrtc = ctypes.CDLL(sorted(glob.glob(os.path.join(lib_dir, "libnvrtc.so*")))[0])
     with open(os.path.join(KERNELS, "common.cuh")) as f:
         src = f.read() + "\n"
@@ -41,6 +41,7 @@ def compile_cubin(lib_dir, module, arch):
     if nvrtc.nvrtcCreateProgram(ctypes.byref(prog), src.encode(), f"{module}.cu".encode(), 0, None, None):
         sys.exit("nvrtcCreateProgram failed")
     opts = [f"--gpu-architecture={arch}".encode(), b"--std=c++17", b"--ptxas-options=-v"]
+    opts += [f"-D{d}".encode() for d in defines]
     status = nvrtc.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
     size = ctypes.c_size_t()
     nvrtc.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
@@ -79,9 +80,10 @@ def main():
     p.add_argument("patterns", nargs="*", default=[".*"])
     p.add_argument("--arch", default="sm_90a")
     p.add_argument("--loop", action="store_true", help="also list the main loop's opcodes")
+    p.add_argument("-D", dest="defines", action="append", default=[], help="a preprocessor definition, NAME or NAME=VALUE")
     p.add_argument("--sass", action="store_true", help="also print the main loop's instructions")
     a = p.parse_args()
-    cubin, log = compile_cubin(a.lib_dir, a.module, a.arch)
+    cubin, log = compile_cubin(a.lib_dir, a.module, a.arch, a.defines)
     info = ptxas_info(log)
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)

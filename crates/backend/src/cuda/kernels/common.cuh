@@ -164,14 +164,35 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
-// 16 bytes of weights streamed past L1 (read once; the small input the
-// GEMVs read again and again keeps L1 to itself).
+// 16 bytes of 16-bit weights streamed past L1 (read once; the small input
+// the GEMVs read again and again keeps L1 to itself).
 __device__ __forceinline__ uint4 load_stream(const uint4* p) {
     uint4 v;
     asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
     return v;
+}
+
+// 16 bytes of quantized blocks (the tile GEMVs), read once a step as "last
+// use" (`ld.global.lu`, evicted first): the streamed lines leave L2 before
+// the activations, the KV cache and the step's small tensors that the
+// latency-bound kernels between the GEMVs read. Q4_K_M decode +4.0% at batch
+// 1 and +4.1% at 4 (H200, thirty-second session); the same load made the
+// bf16 GEMV 2.8% slower, so 16-bit weights keep `load_stream`. `-D
+// WEIGHT_LOAD_NC` restores the read-only path for an A/B. An L2 eviction
+// policy through `createpolicy` cost more than it saved (a uniform register
+// made per load).
+__device__ __forceinline__ uint4 load_blocks(const uint4* p) {
+#ifdef WEIGHT_LOAD_NC
+    return load_stream(p);
+#else
+    uint4 v;
+    asm volatile("ld.global.lu.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+#endif
 }
 
 // Starts fetching bytes [p, p + bytes) into L2 (the copy engine's bulk

@@ -59,9 +59,9 @@ struct Q4kW {
 __device__ __forceinline__ Q4kW q4k_fetch(const u8* tile, u32 sb, u32 lane) {
     const uint4* blk = (const uint4*)(tile + 2304 * (u64)sb);
     Q4kW w;
-    w.ha = load_stream(blk + (lane >> 2)), w.hb = load_stream(blk + 8 + (lane >> 2));
-    w.a01 = load_stream(blk + 16 + lane), w.a23 = load_stream(blk + 48 + lane);
-    w.b01 = load_stream(blk + 80 + lane), w.b23 = load_stream(blk + 112 + lane);
+    w.ha = load_blocks(blk + (lane >> 2)), w.hb = load_blocks(blk + 8 + (lane >> 2));
+    w.a01 = load_blocks(blk + 16 + lane), w.a23 = load_blocks(blk + 48 + lane);
+    w.b01 = load_blocks(blk + 80 + lane), w.b23 = load_blocks(blk + 112 + lane);
     return w;
 }
 
@@ -156,10 +156,10 @@ __device__ __forceinline__ Q6kW q6k_fetch(const u8* tile, u32 sb, u32 lane) {
     const uint4* blk = (const uint4*)(tile + 3360 * (u64)sb);
     Q6kW w;
 #pragma unroll
-    for (int j = 0; j < 4; j++) w.lo[j] = load_stream(blk + 32 * j + lane);
+    for (int j = 0; j < 4; j++) w.lo[j] = load_blocks(blk + 32 * j + lane);
 #pragma unroll
-    for (int j = 0; j < 2; j++) w.hi[j] = load_stream(blk + 128 + 32 * j + lane);
-    w.sa = load_stream(blk + 192 + (lane >> 2)), w.sb = load_stream(blk + 200 + (lane >> 2));
+    for (int j = 0; j < 2; j++) w.hi[j] = load_blocks(blk + 128 + 32 * j + lane);
+    w.sa = load_blocks(blk + 192 + (lane >> 2)), w.sb = load_blocks(blk + 200 + (lane >> 2));
     w.d = __ldg((const u32*)(blk + 208) + (lane >> 2));
     return w;
 }
