@@ -9,7 +9,7 @@ and the instructions of its longest backward-branch loop (the main loop of a
 GEMV), by opcode. Run it through scripts/kernel-report.sh, which provides both
 libraries from their pip wheels.
 
-  kernel_report.py NVRTC_LIB_DIR NVDISASM MODULE [REGEX ...] [--arch sm_90a] [--loop]
+  kernel_report.py NVRTC_LIB_DIR NVDISASM MODULE [REGEX ...] [--arch sm_90a] [--loop] [--sass] [-D NAME=VALUE ...]
 """
 import argparse
 import collections

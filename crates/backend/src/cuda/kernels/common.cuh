@@ -175,14 +175,11 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
 }
 
 // 16 bytes of quantized blocks (the tile GEMVs), read once a step as "last
-// use" (`ld.global.lu`, evicted first): the streamed lines leave L2 before
-// the activations, the KV cache and the step's small tensors that the
-// latency-bound kernels between the GEMVs read. Q4_K_M decode +4.0% at batch
-// 1 and +4.1% at 4 (H200, thirty-second session); the same load made the
-// bf16 GEMV 2.8% slower, so 16-bit weights keep `load_stream`. `-D
-// WEIGHT_LOAD_NC` restores the read-only path for an A/B. An L2 eviction
-// policy through `createpolicy` cost more than it saved (a uniform register
-// made per load).
+// use" (`ld.global.lu`, evicted first): the streamed lines leave L2 before the
+// activations and the KV cache that the latency-bound kernels between the
+// GEMVs read (Q4_K_M decode +4%; the README's thirty-second session has the
+// variants measured). 16-bit weights keep `load_stream`: this load made the
+// bf16 GEMV 2.8% slower. `-D WEIGHT_LOAD_NC` restores it here for an A/B.
 __device__ __forceinline__ uint4 load_blocks(const uint4* p) {
 #ifdef WEIGHT_LOAD_NC
     return load_stream(p);
