@@ -253,7 +253,7 @@ struct Q6kTile {
 // dropped: one in flight, a ring of four in shared memory by cp.async or
 // by the copy engine, more warps per tile, the next 1-8 super-blocks asked
 // of L2 ahead of the loads, and each block quantizing the input itself
-// instead of `quantize_x8_sb`; see the README.)
+// instead of `quantize_x8_sb`; see docs/cuda-journal.md.)
 // `bx`: the block's index among the launch's blocks of this type. With RKV
 // (N = 1, q/k/v): RoPE and the KV write in the epilogue instead of the
 // stores (rope_kv.cuh); `which0`: the index (q 0, k 1, v 2) of w0.
