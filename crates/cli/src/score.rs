@@ -3,6 +3,7 @@
 
 use clap::Args;
 use ferrite_core::{Error, Result};
+use ferrite_engine::runner::check_token_ids;
 use ferrite_engine::{Logits, Sequence};
 use serde_json::json;
 
@@ -53,9 +54,7 @@ pub fn main(mut a: ScoreArgs) -> Result<()> {
     a.model.ctx_size = Some(a.model.ctx_size.unwrap_or(ids.len()).max(ids.len()));
     let mut l = load(&a.model, false)?;
     let vocab = l.runner.config().vocab_size;
-    if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
-        return Err(Error::InvalidInput(format!("token id {bad} is outside the vocabulary ({vocab})")));
-    }
+    check_token_ids(&ids, vocab)?;
     let mut seq = Sequence::new(ids.clone());
     let mut pos = 0;
     while seq.n_cached < seq.tokens.len() {

@@ -15,6 +15,7 @@ use ferrite_core::{Error, Result};
 use tokio::sync::oneshot;
 
 use super::{l2_normalize, Embedder};
+use crate::runner::check_token_ids;
 
 /// Most inputs in one request (OpenAI's limit).
 pub const MAX_INPUTS: usize = 2048;
@@ -154,11 +155,7 @@ impl EmbedEngine {
                     e.max_length
                 )));
             }
-            if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
-                return Err(Error::InvalidInput(format!(
-                    "input {i}: token id {bad} is outside the vocabulary of {vocab}"
-                )));
-            }
+            check_token_ids(ids, vocab).map_err(|e| Error::InvalidInput(format!("input {i}: {e}")))?;
         }
         Ok(())
     }

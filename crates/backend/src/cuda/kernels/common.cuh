@@ -177,9 +177,10 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
 // 16 bytes of quantized blocks (the tile GEMVs), read once a step as "last
 // use" (`ld.global.lu`, evicted first): the streamed lines leave L2 before the
 // activations and the KV cache that the latency-bound kernels between the
-// GEMVs read (Q4_K_M decode +4%; docs/cuda-journal.md's thirty-second session has the
-// variants measured). 16-bit weights keep `load_stream`: this load made the
-// bf16 GEMV 2.8% slower. `-D WEIGHT_LOAD_NC` restores it here for an A/B.
+// GEMVs read (Q4_K_M decode +4%; the variants measured are in
+// docs/cuda-journal.md, thirty-second session). 16-bit weights keep
+// `load_stream`: this load made the bf16 GEMV 2.8% slower.
+// `-D WEIGHT_LOAD_NC` restores it here for an A/B.
 __device__ __forceinline__ uint4 load_blocks(const uint4* p) {
 #ifdef WEIGHT_LOAD_NC
     return load_stream(p);
