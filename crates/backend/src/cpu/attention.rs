@@ -261,9 +261,30 @@ fn softmax(row: &mut [f32], base: usize, pair: &Pair, softcap: Option<f32>) -> f
     if let Some(cap) = softcap {
         vis.iter_mut().for_each(|x| *x = cap * (*x / cap).tanh());
     }
-    let max = vis.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+    let max = lanes8(vis, f32::NEG_INFINITY, f32::max);
     vis.iter_mut().for_each(|x| *x = exp(*x - max));
-    1.0 / vis.iter().sum::<f32>()
+    1.0 / lanes8(vis, 0.0, |a, b| a + b)
+}
+
+/// `f` over `xs` in eight interleaved lanes (element i in lane i % 8), the
+/// lanes then combined pairwise: one vector operation per eight elements
+/// where a plain fold is a chain of dependent scalar ones. The order depends
+/// on the slice alone, so a (row, head) pair's softmax stays the same in any
+/// tile or batch.
+#[inline(always)]
+fn lanes8(xs: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut acc = [init; 8];
+    let mut chunks = xs.chunks_exact(8);
+    for c in chunks.by_ref() {
+        for j in 0..8 {
+            acc[j] = f(acc[j], c[j]);
+        }
+    }
+    for (j, &x) in chunks.remainder().iter().enumerate() {
+        acc[j] = f(acc[j], x);
+    }
+    let quad = [f(acc[0], acc[4]), f(acc[1], acc[5]), f(acc[2], acc[6]), f(acc[3], acc[7])];
+    f(f(quad[0], quad[2]), f(quad[1], quad[3]))
 }
 
 /// Tile of R pairs with AVX2: scores of eight keys per vector from the
@@ -331,15 +352,24 @@ unsafe fn tile_avx2<E: Elem, const R: usize>(
     while d0 < hd {
         let w = if d0 + 16 <= hd { 2 } else { 1 };
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
-        for t in ulo..uhi {
+        // A cache block at a time: its slot looked up once, then a row of
+        // values a key (a division and a table load per key cost more than
+        // the key's multiplies).
+        let mut t = ulo;
+        while t < uhi {
+            let end = ((t / bs + 1) * bs).min(uhi);
             let slot = *seq.block_table.get_unchecked(t / bs) as usize * bs + t % bs;
-            let at = vp.add(slot * kvd + kv_head * hd + d0);
-            let vv = [E::load8(at), E::load8(at.add(8 * (w - 1)))];
-            for r in 0..R {
-                let s = _mm256_set1_ps(*scores.get_unchecked(r * len + t - vlo));
-                acc[r][0] = _mm256_fmadd_ps(s, vv[0], acc[r][0]);
-                acc[r][1] = _mm256_fmadd_ps(s, vv[1], acc[r][1]);
+            let mut at = vp.add(slot * kvd + kv_head * hd + d0);
+            for t in t..end {
+                let vv = [E::load8(at), E::load8(at.add(8 * (w - 1)))];
+                for r in 0..R {
+                    let s = _mm256_set1_ps(*scores.get_unchecked(r * len + t - vlo));
+                    acc[r][0] = _mm256_fmadd_ps(s, vv[0], acc[r][0]);
+                    acc[r][1] = _mm256_fmadd_ps(s, vv[1], acc[r][1]);
+                }
+                at = at.add(kvd);
             }
+            t = end;
         }
         for (r, t) in tile.iter().enumerate() {
             for h in 0..w {

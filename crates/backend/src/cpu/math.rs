@@ -15,8 +15,16 @@ pub fn exp(x: f32) -> f32 {
     }
     // 2^n as two factors, so n = 128 (x near 88.5) does not overflow the exponent.
     let half = (n * 0.5).floor();
-    let pow = |e: f32| f32::from_bits(((e as i32 + 127) as u32) << 23);
-    p * pow(half) * pow(n - half)
+    p * pow2(half) * pow2(n - half)
+}
+
+/// 2^e for an integer e, |e| <= 127, as its bits: e is read from the low
+/// mantissa bits of 1.5 * 2^23 + e rather than converted (`as i32`
+/// saturates, which kept `exp` from vectorizing: a scalar conversion per lane).
+#[inline(always)]
+fn pow2(e: f32) -> f32 {
+    let bits = (e + 12_582_912.0).to_bits().wrapping_sub(0x4B40_0000);
+    f32::from_bits(bits.wrapping_add(127) << 23)
 }
 
 /// erf as a rational function of x^2 on [-4, 4] (beyond, erf is +-1 in f32).
@@ -50,6 +58,9 @@ mod tests {
         assert!(worst.0 < 5e-7, "exp relative error {}", worst.0);
         assert!(worst.1 < 5e-7, "erf absolute error {}", worst.1);
         assert!(super::exp(-100.0) < 2e-38 && super::exp(100.0).is_finite());
+        for e in -126..=127 {
+            assert_eq!(super::pow2(e as f32), 2f32.powi(e), "2^{e}");
+        }
     }
 
     /// erf by its Taylor series (|x| < 3) or continued fraction, in f64.
