@@ -263,6 +263,49 @@ fn paged_attention_matches_contiguous_reference_in_mixed_batches() {
     }
 }
 
+/// Rows with keys in several of the attention kernel's key chunks (512
+/// keys): a decode row alone (its chunks split over the threads, merged
+/// after) against the reference, and against the same row computed in a
+/// prefill (its chunks in turn by one unit): the same bits.
+#[test]
+fn long_rows_match_reference_split_or_not() {
+    let be = CpuBackend::F32;
+    let mut rng = Rng(7);
+    let cases = [(16, None), (16, Some(700)), (4, None), (4, Some(600))];
+    for ((bs, window), dtype) in cases.into_iter().flat_map(|c| [(c, KvDtype::F16), (c, KvDtype::F32)]) {
+        let p = AttnParams { n_heads: 4, n_kv_heads: 2, head_dim: 16, scale: 0.25, window, softcap: None };
+        let (kvd, qd, len, pre) = (p.n_kv_heads * p.head_dim, p.n_heads * p.head_dim, 1300usize, 20usize);
+        let blocks = len.div_ceil(bs);
+        let spec = KvSpec { n_layers: 1, n_blocks: blocks + 1, block_size: bs, kv_dim: kvd, dtype };
+        let mut pool = be.kv_pool(spec).unwrap();
+        // Blocks in reverse order, so the table matters.
+        let table: Vec<u32> = (0..blocks as u32).rev().collect();
+        let slot = |pos: usize| table[pos / bs] as usize * bs + pos % bs;
+        let (k, v) = (rng.vec(len * kvd, 1.0), rng.vec(len * kvd, 1.0));
+        let all = AttnBatch { seqs: vec![], block_size: bs, slots: (0..len).map(slot).collect() };
+        let t = |d: &[f32]| CpuTensor { data: d.to_vec(), rows: len, cols: kvd };
+        be.write_kv(&mut pool, 0, &t(&k), &t(&v), &all).unwrap();
+        let q = rng.vec(pre * qd, 1.0);
+        let seq = |q_len| SeqSlice { q_start: 0, q_len, ctx_len: len, block_table: table.clone() };
+        let batch = |q_len: usize| AttnBatch {
+            seqs: vec![seq(q_len)],
+            block_size: bs,
+            slots: (len - q_len..len).map(slot).collect(),
+        };
+        let prefill = be.attention(&CpuTensor { data: q.clone(), rows: pre, cols: qd }, &pool, 0, &batch(pre), &p);
+        let last = q[(pre - 1) * qd..].to_vec();
+        let decode = be.attention(&CpuTensor { data: last.clone(), rows: 1, cols: qd }, &pool, 0, &batch(1), &p);
+        let (prefill, decode) = (prefill.unwrap().data.clone(), decode.unwrap().data.clone());
+        let f16 = dtype == KvDtype::F16;
+        let r =
+            |v: &[f32]| v.iter().map(|&x| if f16 { half::f16::from_f32(x).to_f32() } else { x }).collect::<Vec<_>>();
+        let ctx = format!("block size {bs}, window {window:?}, {dtype:?} cache");
+        let want = naive_attention(&q, &r(&k), &r(&v), &p, pre, len - pre);
+        assert!(rel_err(&prefill, &want) < 1e-5, "{ctx}: prefill {}", rel_err(&prefill, &want));
+        assert_eq!(decode, prefill[(pre - 1) * qd..], "{ctx}: the decode row differs from its prefill row");
+    }
+}
+
 const QUANTIZED: [DType; 8] =
     [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q4K, DType::Q5K, DType::Q6K];
 
