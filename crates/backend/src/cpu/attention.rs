@@ -27,7 +27,7 @@
 use super::fork::{for_each_chunk, SendPtr};
 use super::math::exp;
 #[cfg(target_arch = "x86_64")]
-use super::simd::{has_avx2, has_f16c};
+use super::simd::{has_avx2, has_avx512, has_f16c};
 use crate::{AttnBatch, AttnParams, SeqSlice};
 use ferrite_core::{Error, Result};
 use std::cell::{Cell, RefCell};
@@ -89,6 +89,12 @@ trait Elem: Copy + Send + Sync {
     /// AVX2 and F16C present; eight elements readable at `p`.
     #[cfg(target_arch = "x86_64")]
     unsafe fn load8(p: *const Self) -> std::arch::x86_64::__m256;
+    /// Sixteen, likewise.
+    ///
+    /// # Safety
+    /// AVX-512F present; sixteen elements readable at `p`.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn load16(p: *const Self) -> std::arch::x86_64::__m512;
 }
 
 impl Elem for f32 {
@@ -100,6 +106,11 @@ impl Elem for f32 {
     #[inline(always)]
     unsafe fn load8(p: *const f32) -> std::arch::x86_64::__m256 {
         std::arch::x86_64::_mm256_loadu_ps(p)
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(p: *const f32) -> std::arch::x86_64::__m512 {
+        std::arch::x86_64::_mm512_loadu_ps(p)
     }
 }
 
@@ -113,6 +124,12 @@ impl Elem for u16 {
     unsafe fn load8(p: *const u16) -> std::arch::x86_64::__m256 {
         use std::arch::x86_64::*;
         _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i))
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn load16(p: *const u16) -> std::arch::x86_64::__m512 {
+        use std::arch::x86_64::*;
+        _mm512_cvtph_ps(_mm256_loadu_si256(p as *const __m256i))
     }
 }
 
@@ -375,15 +392,20 @@ fn chunk_partials<E: Elem>(
 ) {
     #[cfg(target_arch = "x86_64")]
     if has_avx2() && has_f16c() && c.bs.is_multiple_of(8) && c.p.head_dim.is_multiple_of(8) {
-        // SAFETY: AVX2, FMA and F16C are present (checked at run time);
-        // shapes and block tables were validated by `attention`; each
-        // destination holds a partial.
+        let wide = has_avx512() && c.bs.is_multiple_of(16) && c.p.head_dim.is_multiple_of(16);
+        // SAFETY: AVX2, FMA and F16C (and AVX-512F where `wide`) are present
+        // (checked at run time); shapes and block tables were validated by
+        // `attention`; each destination holds a partial.
         unsafe {
-            match tile.len() {
-                4 => tile_avx2::<E, 4>(c, seq, kv_head, tile, dst, scores),
-                3 => tile_avx2::<E, 3>(c, seq, kv_head, tile, dst, scores),
-                2 => tile_avx2::<E, 2>(c, seq, kv_head, tile, dst, scores),
-                1 => tile_avx2::<E, 1>(c, seq, kv_head, tile, dst, scores),
+            match (tile.len(), wide) {
+                (4, true) => tile_avx512::<E, 4>(c, seq, kv_head, tile, dst, scores),
+                (3, true) => tile_avx512::<E, 3>(c, seq, kv_head, tile, dst, scores),
+                (2, true) => tile_avx512::<E, 2>(c, seq, kv_head, tile, dst, scores),
+                (1, true) => tile_avx512::<E, 1>(c, seq, kv_head, tile, dst, scores),
+                (4, false) => tile_avx2::<E, 4>(c, seq, kv_head, tile, dst, scores),
+                (3, false) => tile_avx2::<E, 3>(c, seq, kv_head, tile, dst, scores),
+                (2, false) => tile_avx2::<E, 2>(c, seq, kv_head, tile, dst, scores),
+                (1, false) => tile_avx2::<E, 1>(c, seq, kv_head, tile, dst, scores),
                 _ => {}
             }
         }
@@ -476,8 +498,78 @@ fn lanes8(xs: &[f32], init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
     f(f(quad[0], quad[2]), f(quad[1], quad[3]))
 }
 
-/// Tile of R pairs with AVX2: scores of eight keys per vector from the
-/// transposed key blocks, then values eight dimensions at a time.
+/// A vector width for the attention tile: AVX2's eight lanes or AVX-512's
+/// sixteen. Each lane computes what it would in the other (a score sums its
+/// dimensions in order, an output its keys), so the two give the same bits.
+#[cfg(target_arch = "x86_64")]
+trait Lanes {
+    type V: Copy;
+    const N: usize;
+    unsafe fn zero() -> Self::V;
+    unsafe fn splat(x: f32) -> Self::V;
+    /// a * b + c.
+    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V;
+    unsafe fn store(p: *mut f32, v: Self::V);
+    unsafe fn load<E: Elem>(p: *const E) -> Self::V;
+}
+
+#[cfg(target_arch = "x86_64")]
+struct Avx2;
+#[cfg(target_arch = "x86_64")]
+struct Avx512;
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for Avx2 {
+    type V = std::arch::x86_64::__m256;
+    const N: usize = 8;
+    #[inline(always)]
+    unsafe fn zero() -> Self::V {
+        std::arch::x86_64::_mm256_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self::V {
+        std::arch::x86_64::_mm256_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+        std::arch::x86_64::_mm256_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: Self::V) {
+        std::arch::x86_64::_mm256_storeu_ps(p, v)
+    }
+    #[inline(always)]
+    unsafe fn load<E: Elem>(p: *const E) -> Self::V {
+        E::load8(p)
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Lanes for Avx512 {
+    type V = std::arch::x86_64::__m512;
+    const N: usize = 16;
+    #[inline(always)]
+    unsafe fn zero() -> Self::V {
+        std::arch::x86_64::_mm512_setzero_ps()
+    }
+    #[inline(always)]
+    unsafe fn splat(x: f32) -> Self::V {
+        std::arch::x86_64::_mm512_set1_ps(x)
+    }
+    #[inline(always)]
+    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+        std::arch::x86_64::_mm512_fmadd_ps(a, b, c)
+    }
+    #[inline(always)]
+    unsafe fn store(p: *mut f32, v: Self::V) {
+        std::arch::x86_64::_mm512_storeu_ps(p, v)
+    }
+    #[inline(always)]
+    unsafe fn load<E: Elem>(p: *const E) -> Self::V {
+        E::load16(p)
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_avx2<E: Elem, const R: usize>(
@@ -488,12 +580,40 @@ unsafe fn tile_avx2<E: Elem, const R: usize>(
     dst: &[*mut f32],
     scores: &mut Vec<f32>,
 ) {
-    use std::arch::x86_64::*;
-    let (p, hd, bs, kvd) = (c.p, c.p.head_dim, c.bs, c.kv_dim);
+    tile_lanes::<Avx2, E, R>(c, seq, kv_head, tile, dst, scores)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f")]
+unsafe fn tile_avx512<E: Elem, const R: usize>(
+    c: &Call<E>,
+    seq: &SeqSlice,
+    kv_head: usize,
+    tile: &[Pair],
+    dst: &[*mut f32],
+    scores: &mut Vec<f32>,
+) {
+    tile_lanes::<Avx512, E, R>(c, seq, kv_head, tile, dst, scores)
+}
+
+/// Tile of R pairs, N = L::N lanes: scores of N keys per vector from the
+/// transposed key blocks, then values N dimensions at a time. Inlined into
+/// the functions above, which enable the instructions.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn tile_lanes<L: Lanes, E: Elem, const R: usize>(
+    c: &Call<E>,
+    seq: &SeqSlice,
+    kv_head: usize,
+    tile: &[Pair],
+    dst: &[*mut f32],
+    scores: &mut Vec<f32>,
+) {
+    let (p, hd, bs, kvd, n) = (c.p, c.p.head_dim, c.bs, c.kv_dim, L::N);
     let qd = p.n_heads * hd;
-    // Keys any pair sees, widened to whole vectors (never across a block: bs % 8 == 0).
+    // Keys any pair sees, widened to whole vectors (never across a block: bs % N == 0).
     let (ulo, uhi) = (tile.iter().map(|t| t.lo).min().unwrap(), tile.iter().map(|t| t.hi).max().unwrap());
-    let (vlo, vhi) = (ulo / 8 * 8, uhi.next_multiple_of(8));
+    let (vlo, vhi) = (ulo / n * n, uhi.next_multiple_of(n));
     let len = vhi - vlo;
     scores.resize(R * len, 0.0);
     let mut qs = [[0f32; R]; 512];
@@ -503,32 +623,32 @@ unsafe fn tile_avx2<E: Elem, const R: usize>(
         }
     }
     let kp = c.k.as_ptr();
-    // The eight keys from t0 (one cache block: bs % 8 == 0), transposed.
+    // The N keys from t0 (one cache block: bs % N == 0), transposed.
     let keys = |t0: usize| {
         let block = *seq.block_table.get_unchecked(t0 / bs) as usize;
         kp.add((block * kvd + kv_head * hd) * bs + t0 % bs)
     };
-    // Sixteen keys at a time where there are: each broadcast q value feeds
-    // two vectors of keys. Every score still sums its dimensions in order.
+    // 2N keys at a time where there are: each broadcast q value feeds two
+    // vectors of keys. Every score still sums its dimensions in order.
     let mut t0 = vlo;
     while t0 < vhi {
-        let w = if t0 + 16 <= vhi { 2 } else { 1 };
-        let base = [keys(t0), if w == 2 { keys(t0 + 8) } else { keys(t0) }];
-        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        let w = if t0 + 2 * n <= vhi { 2 } else { 1 };
+        let base = [keys(t0), if w == 2 { keys(t0 + n) } else { keys(t0) }];
+        let mut acc = [[L::zero(); 2]; R];
         for (d, qd) in qs[..hd].iter().enumerate() {
-            let kv = [E::load8(base[0].add(d * bs)), E::load8(base[1].add(d * bs))];
+            let kv = [L::load(base[0].add(d * bs)), L::load(base[1].add(d * bs))];
             for r in 0..R {
-                let q = _mm256_set1_ps(qd[r]);
-                acc[r][0] = _mm256_fmadd_ps(q, kv[0], acc[r][0]);
-                acc[r][1] = _mm256_fmadd_ps(q, kv[1], acc[r][1]);
+                let q = L::splat(qd[r]);
+                acc[r][0] = L::fma(q, kv[0], acc[r][0]);
+                acc[r][1] = L::fma(q, kv[1], acc[r][1]);
             }
         }
         for r in 0..R {
             for h in 0..w {
-                _mm256_storeu_ps(scores.as_mut_ptr().add(r * len + t0 + 8 * h - vlo), acc[r][h]);
+                L::store(scores.as_mut_ptr().add(r * len + t0 + n * h - vlo), acc[r][h]);
             }
         }
-        t0 += 8 * w;
+        t0 += n * w;
     }
     for r in 0..R {
         let (max, sum) = softmax(&mut scores[r * len..(r + 1) * len], vlo, &tile[r], p.softcap);
@@ -536,12 +656,12 @@ unsafe fn tile_avx2<E: Elem, const R: usize>(
         *dst[r].add(1) = sum;
     }
     let vp = c.v.as_ptr();
-    // Sixteen dimensions at a time where there are: each broadcast weight
-    // feeds two vectors of values. Every output still sums its keys in order.
+    // 2N dimensions at a time where there are: each broadcast weight feeds
+    // two vectors of values. Every output still sums its keys in order.
     let mut d0 = 0;
     while d0 < hd {
-        let w = if d0 + 16 <= hd { 2 } else { 1 };
-        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        let w = if d0 + 2 * n <= hd { 2 } else { 1 };
+        let mut acc = [[L::zero(); 2]; R];
         // A cache block at a time: its slot looked up once, then a row of
         // values a key (a division and a table load per key cost more than
         // the key's multiplies).
@@ -551,11 +671,11 @@ unsafe fn tile_avx2<E: Elem, const R: usize>(
             let slot = *seq.block_table.get_unchecked(t / bs) as usize * bs + t % bs;
             let mut at = vp.add(slot * kvd + kv_head * hd + d0);
             for t in t..end {
-                let vv = [E::load8(at), E::load8(at.add(8 * (w - 1)))];
+                let vv = [L::load(at), L::load(at.add(n * (w - 1)))];
                 for r in 0..R {
-                    let s = _mm256_set1_ps(*scores.get_unchecked(r * len + t - vlo));
-                    acc[r][0] = _mm256_fmadd_ps(s, vv[0], acc[r][0]);
-                    acc[r][1] = _mm256_fmadd_ps(s, vv[1], acc[r][1]);
+                    let s = L::splat(*scores.get_unchecked(r * len + t - vlo));
+                    acc[r][0] = L::fma(s, vv[0], acc[r][0]);
+                    acc[r][1] = L::fma(s, vv[1], acc[r][1]);
                 }
                 at = at.add(kvd);
             }
@@ -563,10 +683,10 @@ unsafe fn tile_avx2<E: Elem, const R: usize>(
         }
         for r in 0..R {
             for h in 0..w {
-                _mm256_storeu_ps(dst[r].add(2 + d0 + 8 * h), acc[r][h]);
+                L::store(dst[r].add(2 + d0 + n * h), acc[r][h]);
             }
         }
-        d0 += 8 * w;
+        d0 += n * w;
     }
 }
 
@@ -601,5 +721,59 @@ fn pair_generic<E: Elem>(
         for (a, &x) in acc.iter_mut().zip(&c.v[s * kvd + kv_head * hd..][..hd]) {
             *a = w.mul_add(x.f32(), *a);
         }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// The sixteen-lane tile gives the eight-lane tile's bits: the same
+    /// partials for pairs with different key ranges, f16 and f32 caches.
+    #[test]
+    fn avx512_tile_gives_the_avx2_bits() {
+        if !(has_avx2() && has_f16c() && has_avx512()) {
+            eprintln!("no AVX-512 here: the sixteen-lane tile is not run");
+            return;
+        }
+        let (bs, hd, n_kv) = (16usize, 32usize, 2usize);
+        let p =
+            AttnParams { n_heads: 4, n_kv_heads: n_kv, head_dim: hd, scale: 0.2, window: None, softcap: Some(30.0) };
+        let (kvd, len) = (n_kv * hd, 90usize);
+        let blocks = len.div_ceil(bs);
+        let mut x = 1u32;
+        let mut rand = move || {
+            x = x.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (x >> 8) as f32 / (1 << 24) as f32 * 2.0 - 1.0
+        };
+        let q: Vec<f32> = (0..4 * hd).map(|_| rand()).collect();
+        let kf: Vec<f32> = (0..blocks * bs * kvd).map(|_| rand()).collect();
+        let vf: Vec<f32> = (0..blocks * bs * kvd).map(|_| rand()).collect();
+        let seq = SeqSlice { q_start: 0, q_len: 1, ctx_len: len, block_table: (0..blocks as u32).rev().collect() };
+        let batch = AttnBatch { seqs: vec![seq.clone()], block_size: bs, slots: vec![] };
+        let tile = [
+            Pair { row: 0, head: 0, lo: 0, hi: 90 },
+            Pair { row: 0, head: 1, lo: 5, hi: 61 },
+            Pair { row: 0, head: 0, lo: 33, hi: 34 },
+        ];
+        fn run<E: Elem>(c: &Call<E>, seq: &SeqSlice, tile: &[Pair], wide: bool) -> Vec<u32> {
+            let mut out = vec![0f32; 3 * (c.p.head_dim + 2)];
+            let dst: Vec<*mut f32> = (0..3).map(|r| out[r * (c.p.head_dim + 2)..].as_mut_ptr()).collect();
+            let mut scores = Vec::new();
+            // SAFETY: AVX2, FMA, F16C and AVX-512F checked above; shapes as built.
+            unsafe {
+                match wide {
+                    true => tile_avx512::<E, 3>(c, seq, 1, tile, &dst, &mut scores),
+                    false => tile_avx2::<E, 3>(c, seq, 1, tile, &dst, &mut scores),
+                }
+            }
+            out.iter().map(|x| x.to_bits()).collect()
+        }
+        let f16 = |v: &[f32]| v.iter().map(|&x| half::f16::from_f32(x).to_bits()).collect::<Vec<u16>>();
+        let (kh, vh) = (f16(&kf), f16(&vf));
+        let c32 = Call { q: &q, k: &kf, v: &vf, kv_dim: kvd, bs, batch: &batch, p: &p };
+        let c16 = Call { q: &q, k: &kh, v: &vh, kv_dim: kvd, bs, batch: &batch, p: &p };
+        assert_eq!(run(&c32, &seq, &tile, true), run(&c32, &seq, &tile, false), "f32 cache");
+        assert_eq!(run(&c16, &seq, &tile, true), run(&c16, &seq, &tile, false), "f16 cache");
     }
 }

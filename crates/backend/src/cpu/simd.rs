@@ -15,17 +15,28 @@ pub fn has_f16c() -> bool {
     *F16C.get_or_init(|| is_x86_feature_detected!("f16c"))
 }
 
+/// AVX-512F (the attention tile's sixteen-lane vectors), unless
+/// `FERRITE_CPU_AVX512=0` (to compare: the results are the same).
+#[cfg(target_arch = "x86_64")]
+pub fn has_avx512() -> bool {
+    use std::sync::OnceLock;
+    static AVX512: OnceLock<bool> = OnceLock::new();
+    *AVX512.get_or_init(|| {
+        is_x86_feature_detected!("avx512f") && std::env::var("FERRITE_CPU_AVX512").map_or(true, |v| v != "0")
+    })
+}
+
 /// The instruction set the kernels use on this machine, for logs and `inspect`.
 pub fn describe() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
-        if has_avx2() && super::qdot::vnni() {
-            return "avx2+fma, avx512-vnni dots";
+        match (has_avx2(), super::qdot::vnni(), has_avx512()) {
+            (true, true, true) => "avx2+fma, avx512-vnni dots, avx512 attention",
+            (true, true, false) => "avx2+fma, avx512-vnni dots",
+            (true, false, true) => "avx2+fma, avx512 attention",
+            (true, false, false) => "avx2+fma",
+            _ => "scalar (sse2)",
         }
-        if has_avx2() {
-            return "avx2+fma";
-        }
-        "scalar (sse2)"
     }
     #[cfg(target_arch = "aarch64")]
     {
