@@ -264,9 +264,10 @@ fn paged_attention_matches_contiguous_reference_in_mixed_batches() {
 }
 
 /// Rows with keys in several of the attention kernel's key chunks (512
-/// keys): a decode row alone (its chunks split over the threads, merged
-/// after) against the reference, and against the same row computed in a
-/// prefill (its chunks in turn by one unit): the same bits.
+/// keys): a prefill on one thread (each unit takes its chunks in turn)
+/// against the reference, and a decode row alone on two threads (its chunks
+/// split over them, merged after) against the same row of the prefill: the
+/// same bits.
 #[test]
 fn long_rows_match_reference_split_or_not() {
     let be = CpuBackend::F32;
@@ -292,9 +293,12 @@ fn long_rows_match_reference_split_or_not() {
             block_size: bs,
             slots: (len - q_len..len).map(slot).collect(),
         };
-        let prefill = be.attention(&CpuTensor { data: q.clone(), rows: pre, cols: qd }, &pool, 0, &batch(pre), &p);
+        let threads = |n| rayon::ThreadPoolBuilder::new().num_threads(n).build().unwrap();
+        let prefill = threads(1)
+            .install(|| be.attention(&CpuTensor { data: q.clone(), rows: pre, cols: qd }, &pool, 0, &batch(pre), &p));
         let last = q[(pre - 1) * qd..].to_vec();
-        let decode = be.attention(&CpuTensor { data: last.clone(), rows: 1, cols: qd }, &pool, 0, &batch(1), &p);
+        let decode = threads(2)
+            .install(|| be.attention(&CpuTensor { data: last.clone(), rows: 1, cols: qd }, &pool, 0, &batch(1), &p));
         let (prefill, decode) = (prefill.unwrap().data.clone(), decode.unwrap().data.clone());
         let f16 = dtype == KvDtype::F16;
         let r =
@@ -304,6 +308,18 @@ fn long_rows_match_reference_split_or_not() {
         assert!(rel_err(&prefill, &want) < 1e-5, "{ctx}: prefill {}", rel_err(&prefill, &want));
         assert_eq!(decode, prefill[(pre - 1) * qd..], "{ctx}: the decode row differs from its prefill row");
     }
+    // A window of no keys is refused, not computed.
+    let p = AttnParams { n_heads: 2, n_kv_heads: 1, head_dim: 8, scale: 1.0, window: Some(0), softcap: None };
+    let mut pool =
+        be.kv_pool(KvSpec { n_layers: 1, n_blocks: 1, block_size: 16, kv_dim: 8, dtype: KvDtype::F32 }).unwrap();
+    let one = AttnBatch {
+        seqs: vec![SeqSlice { q_start: 0, q_len: 1, ctx_len: 1, block_table: vec![0] }],
+        block_size: 16,
+        slots: vec![0],
+    };
+    let t = |cols| CpuTensor { data: vec![0.5; cols], rows: 1, cols };
+    be.write_kv(&mut pool, 0, &t(8), &t(8), &one).unwrap();
+    assert!(be.attention(&t(16), &pool, 0, &one, &p).is_err(), "a window of 0 keys");
 }
 
 const QUANTIZED: [DType; 8] =

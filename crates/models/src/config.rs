@@ -89,6 +89,9 @@ impl LmConfig {
         if self.layers.len() != self.n_layers {
             return bad("per-layer settings do not cover every layer".into());
         }
+        if self.layers.iter().any(|l| l.window == Some(0)) {
+            return bad("a sliding window of 0 tokens".into());
+        }
         Ok(())
     }
 }

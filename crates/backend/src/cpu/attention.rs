@@ -2,8 +2,9 @@
 //!
 //! Keys are cached transposed within each block, `[block][kv_dim][block_size]`,
 //! so the keys of a block lie contiguous for every dimension: scores for eight
-//! keys accumulate in one vector without horizontal sums. Values stay row-major,
-//! `[slot][kv_dim]`, to be added eight dimensions at a time.
+//! (AVX2) or sixteen (AVX-512) keys accumulate in one vector without
+//! horizontal sums. Values stay row-major, `[slot][kv_dim]`, to be added as
+//! many dimensions at a time.
 //!
 //! Work is split into units of (sequence, KV head, block of query rows); within
 //! a unit, tiles of up to four (row, head) pairs that share the KV head are
@@ -181,7 +182,7 @@ struct Unit {
 #[derive(Clone)]
 struct Split {
     chunks: Range<usize>,
-    /// Where the unit's group of rows keeps its partials (`Parts`).
+    /// Where the unit's group of rows keeps its partials (in `PARTS`).
     part: usize,
 }
 
@@ -215,6 +216,9 @@ pub fn attention(
     {
         return Err(Error::Shape("attention: q or KV shapes do not match the layer".into()));
     }
+    if p.window == Some(0) {
+        return Err(Error::InvalidInput("attention: a sliding window of 0 keys sees nothing".into()));
+    }
     batch.validate(n, pool.slots / pool.block_size, pool.block_size)?;
     let mut units = UNITS.take();
     units.clear();
@@ -226,12 +230,14 @@ pub fn attention(
             }
         }
     }
-    // Too few units to keep every thread busy and keys enough to split
-    // (decoding one or a few long sequences): a unit a key chunk instead,
-    // merged after. The same arithmetic either way.
+    // Too few units to keep every thread busy, keys enough to split, and
+    // one row a unit (decoding one or a few long sequences; the partials
+    // then take a few MB at most): a unit a key chunk instead, merged after.
+    // The same arithmetic either way.
     let mut parts = 0;
     let span = |u: &Unit| chunk_span(&batch.seqs[u.seq], &u.rows, p.window);
-    if units.len() < 2 * rayon::current_num_threads() && units.iter().any(|u| span(u).len() > 1) {
+    let few = units.len() < 2 * rayon::current_num_threads();
+    if few && units.iter().all(|u| u.rows.len() == 1) && units.iter().any(|u| span(u).len() > 1) {
         let (whole, group) = (units.len(), p.n_heads / p.n_kv_heads);
         for i in 0..whole {
             let chunks = span(&units[i]);
@@ -346,6 +352,9 @@ fn run_unit<E: Elem>(c: &Call<E>, u: &Unit, o: Out, parts: Out, scores: &mut Vec
         if u.split.is_none() {
             local.resize(chunks.len() * 4 * part_len(hd), 0.0);
         }
+        // (One pointer for every slot: an index into `local` would borrow it
+        // anew and void the pointers taken before.)
+        let lp = local.as_mut_ptr();
         for ch in chunks.clone() {
             // The tile's pairs with keys in this chunk, and where their partials go.
             let mut sub = [Pair::default(); 4];
@@ -362,7 +371,8 @@ fn run_unit<E: Elem>(c: &Call<E>, u: &Unit, o: Out, parts: Out, scores: &mut Vec
                         // SAFETY: each (pair, chunk) slot belongs to one unit.
                         unsafe { parts.get().add(slot) }
                     }
-                    None => local[((ch - chunks.start) * 4 + r) * part_len(hd)..].as_mut_ptr(),
+                    // SAFETY: within `local`, sized for the tile's chunks above.
+                    None => unsafe { lp.add(((ch - chunks.start) * 4 + r) * part_len(hd)) },
                 };
                 sub[n] = t;
                 n += 1;
@@ -461,7 +471,7 @@ fn merge_split(units: &[Unit], batch: &AttnBatch, p: &AttnParams, store: &[f32],
 }
 
 /// Turns raw scores[lo..hi] (relative to `base`) into e^(score - max) for
-/// the pair's visible keys, zero elsewhere in `span`; returns the max and
+/// the pair's visible keys, zero elsewhere in `row`; returns the max and
 /// the sum.
 #[inline(always)]
 fn softmax(row: &mut [f32], base: usize, pair: &Pair, softcap: Option<f32>) -> (f32, f32) {
@@ -758,7 +768,9 @@ mod tests {
         ];
         fn run<E: Elem>(c: &Call<E>, seq: &SeqSlice, tile: &[Pair], wide: bool) -> Vec<u32> {
             let mut out = vec![0f32; 3 * (c.p.head_dim + 2)];
-            let dst: Vec<*mut f32> = (0..3).map(|r| out[r * (c.p.head_dim + 2)..].as_mut_ptr()).collect();
+            let base = out.as_mut_ptr();
+            // SAFETY: three partials of head_dim + 2 floats fit in `out`.
+            let dst: Vec<*mut f32> = (0..3).map(|r| unsafe { base.add(r * (c.p.head_dim + 2)) }).collect();
             let mut scores = Vec::new();
             // SAFETY: AVX2, FMA, F16C and AVX-512F checked above; shapes as built.
             unsafe {

@@ -18,7 +18,7 @@ pub fn exp(x: f32) -> f32 {
     p * pow2(half) * pow2(n - half)
 }
 
-/// 2^e for an integer e, |e| <= 127, as its bits: e is read from the low
+/// 2^e for an integer e, -126 <= e <= 127, as its bits: e is read from the low
 /// mantissa bits of 1.5 * 2^23 + e rather than converted (`as i32`
 /// saturates, which kept `exp` from vectorizing: a scalar conversion per lane).
 #[inline(always)]
