@@ -528,58 +528,43 @@ struct Avx2;
 #[cfg(target_arch = "x86_64")]
 struct Avx512;
 
+/// `Lanes` for one vector type: its intrinsics and the `Elem` load of its width.
 #[cfg(target_arch = "x86_64")]
-impl Lanes for Avx2 {
-    type V = std::arch::x86_64::__m256;
-    const N: usize = 8;
-    #[inline(always)]
-    unsafe fn zero() -> Self::V {
-        std::arch::x86_64::_mm256_setzero_ps()
-    }
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> Self::V {
-        std::arch::x86_64::_mm256_set1_ps(x)
-    }
-    #[inline(always)]
-    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
-        std::arch::x86_64::_mm256_fmadd_ps(a, b, c)
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: Self::V) {
-        std::arch::x86_64::_mm256_storeu_ps(p, v)
-    }
-    #[inline(always)]
-    unsafe fn load<E: Elem>(p: *const E) -> Self::V {
-        E::load8(p)
-    }
+macro_rules! lanes {
+    ($name:ident, $v:ident, $n:expr, $zero:ident, $set1:ident, $fma:ident, $store:ident, $load:ident) => {
+        impl Lanes for $name {
+            type V = std::arch::x86_64::$v;
+            const N: usize = $n;
+            #[inline(always)]
+            unsafe fn zero() -> Self::V {
+                std::arch::x86_64::$zero()
+            }
+            #[inline(always)]
+            unsafe fn splat(x: f32) -> Self::V {
+                std::arch::x86_64::$set1(x)
+            }
+            #[inline(always)]
+            unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
+                std::arch::x86_64::$fma(a, b, c)
+            }
+            #[inline(always)]
+            unsafe fn store(p: *mut f32, v: Self::V) {
+                std::arch::x86_64::$store(p, v)
+            }
+            #[inline(always)]
+            unsafe fn load<E: Elem>(p: *const E) -> Self::V {
+                E::$load(p)
+            }
+        }
+    };
 }
-
 #[cfg(target_arch = "x86_64")]
-impl Lanes for Avx512 {
-    type V = std::arch::x86_64::__m512;
-    const N: usize = 16;
-    #[inline(always)]
-    unsafe fn zero() -> Self::V {
-        std::arch::x86_64::_mm512_setzero_ps()
-    }
-    #[inline(always)]
-    unsafe fn splat(x: f32) -> Self::V {
-        std::arch::x86_64::_mm512_set1_ps(x)
-    }
-    #[inline(always)]
-    unsafe fn fma(a: Self::V, b: Self::V, c: Self::V) -> Self::V {
-        std::arch::x86_64::_mm512_fmadd_ps(a, b, c)
-    }
-    #[inline(always)]
-    unsafe fn store(p: *mut f32, v: Self::V) {
-        std::arch::x86_64::_mm512_storeu_ps(p, v)
-    }
-    #[inline(always)]
-    unsafe fn load<E: Elem>(p: *const E) -> Self::V {
-        E::load16(p)
-    }
-}
+lanes!(Avx2, __m256, 8, _mm256_setzero_ps, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_storeu_ps, load8);
+#[cfg(target_arch = "x86_64")]
+lanes!(Avx512, __m512, 16, _mm512_setzero_ps, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_storeu_ps, load16);
 
+/// `tile_lanes` on eight lanes, its instructions enabled (the two wrappers
+/// differ in their target features alone, which cannot be generic).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn tile_avx2<E: Elem, const R: usize>(
@@ -593,6 +578,7 @@ unsafe fn tile_avx2<E: Elem, const R: usize>(
     tile_lanes::<Avx2, E, R>(c, seq, kv_head, tile, dst, scores)
 }
 
+/// `tile_lanes` on sixteen lanes.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c,avx512f")]
 unsafe fn tile_avx512<E: Elem, const R: usize>(
