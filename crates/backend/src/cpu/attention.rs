@@ -170,8 +170,8 @@ const QUERY_BLOCK: usize = 16;
 /// then go to different threads and give what one thread computes.
 const KEY_CHUNK: usize = 512;
 
-/// (sequence, KV head, query rows) of the flat batch; `split`: only these
-/// key chunks, their partials stored at `part` (see `attention`).
+/// (sequence, KV head, query rows) of the flat batch; `split`: only this
+/// key chunk of its one row, its partials stored in `PARTS` (see `attention`).
 struct Unit {
     seq: usize,
     kv_head: usize,
@@ -179,10 +179,9 @@ struct Unit {
     split: Option<Split>,
 }
 
-#[derive(Clone)]
 struct Split {
-    chunks: Range<usize>,
-    /// Where the unit's group of rows keeps its partials (in `PARTS`).
+    chunk: usize,
+    /// Where the row's partials start: per head, one per chunk it sees.
     part: usize,
 }
 
@@ -243,9 +242,8 @@ pub fn attention(
             let chunks = span(&units[i]);
             let (seq, kv_head, rows, part) = (units[i].seq, units[i].kv_head, units[i].rows.clone(), parts);
             parts += rows.len() * group * chunks.len() * part_len(hd);
-            for c in chunks {
-                let split = Some(Split { chunks: c..c + 1, part });
-                units.push(Unit { seq, kv_head, rows: rows.clone(), split });
+            for chunk in chunks {
+                units.push(Unit { seq, kv_head, rows: rows.clone(), split: Some(Split { chunk, part }) });
             }
         }
         units.drain(..whole);
@@ -333,7 +331,6 @@ fn run_unit<E: Elem>(c: &Call<E>, u: &Unit, o: Out, parts: Out, scores: &mut Vec
     let seq = &c.batch.seqs[u.seq];
     let (hd, group) = (c.p.head_dim, c.p.n_heads / c.p.n_kv_heads);
     let heads = u.kv_head * group..(u.kv_head + 1) * group;
-    let span = chunk_span(seq, &u.rows, c.p.window);
     let mut all = pairs(seq, &u.rows, heads, c.p.window).enumerate();
     loop {
         let mut buf = [(0, Pair::default()); 4];
@@ -343,7 +340,7 @@ fn run_unit<E: Elem>(c: &Call<E>, u: &Unit, o: Out, parts: Out, scores: &mut Vec
         }
         let tile = &buf[..len];
         let chunks = match &u.split {
-            Some(s) => s.chunks.clone(),
+            Some(s) => s.chunk..s.chunk + 1,
             None => {
                 let lo = tile.iter().map(|(_, t)| t.lo).min().unwrap_or(0) / KEY_CHUNK;
                 lo..tile.iter().map(|(_, t)| t.hi).max().unwrap_or(0).div_ceil(KEY_CHUNK)
@@ -361,20 +358,17 @@ fn run_unit<E: Elem>(c: &Call<E>, u: &Unit, o: Out, parts: Out, scores: &mut Vec
             let mut dst = [std::ptr::null_mut::<f32>(); 4];
             let mut n = 0;
             for (r, &(i, t)) in tile.iter().enumerate() {
-                let t = t.in_chunk(ch);
-                if t.lo == t.hi {
+                let seen = t.in_chunk(ch);
+                if seen.lo == seen.hi {
                     continue;
                 }
                 dst[n] = match &u.split {
-                    Some(s) => {
-                        let slot = s.part + (i * span.len() + (ch - span.start)) * part_len(hd);
-                        // SAFETY: each (pair, chunk) slot belongs to one unit.
-                        unsafe { parts.get().add(slot) }
-                    }
+                    // SAFETY: each (pair, chunk) slot belongs to one unit.
+                    Some(s) => unsafe { parts.get().add(s.part + split_slot(i, &t, ch) * part_len(hd)) },
                     // SAFETY: within `local`, sized for the tile's chunks above.
                     None => unsafe { lp.add(((ch - chunks.start) * 4 + r) * part_len(hd)) },
                 };
-                sub[n] = t;
+                sub[n] = seen;
                 n += 1;
             }
             chunk_partials(c, seq, u.kv_head, &sub[..n], &dst[..n], scores);
@@ -451,20 +445,25 @@ fn merge<'a>(mut parts: impl Iterator<Item = &'a [f32]> + Clone, dst: &mut [f32]
     dst.iter_mut().for_each(|d| *d *= inv);
 }
 
+/// Where a split row's head `i` (pair `t`) keeps its partial of chunk
+/// `ch`, in partials from the row's `part`.
+fn split_slot(i: usize, t: &Pair, ch: usize) -> usize {
+    let chunks = t.chunks();
+    i * chunks.len() + ch - chunks.start
+}
+
 /// The outputs of split units' pairs from their stored partials.
 fn merge_split(units: &[Unit], batch: &AttnBatch, p: &AttnParams, store: &[f32], out: &mut [f32]) {
     let (hd, group) = (p.head_dim, p.n_heads / p.n_kv_heads);
-    // Each group of rows once (its first chunk's unit).
     for u in units {
         let Some(s) = &u.split else { continue };
-        let seq = &batch.seqs[u.seq];
-        let span = chunk_span(seq, &u.rows, p.window);
-        if s.chunks.start != span.start {
-            continue;
-        }
         let heads = u.kv_head * group..(u.kv_head + 1) * group;
-        for (i, t) in pairs(seq, &u.rows, heads, p.window).enumerate() {
-            let at = |ch: usize| &store[s.part + (i * span.len() + (ch - span.start)) * part_len(hd)..][..part_len(hd)];
+        for (i, t) in pairs(&batch.seqs[u.seq], &u.rows, heads, p.window).enumerate() {
+            // Each row once: at the unit of its first chunk.
+            if s.chunk != t.chunks().start {
+                break;
+            }
+            let at = |ch: usize| &store[s.part + split_slot(i, &t, ch) * part_len(hd)..][..part_len(hd)];
             merge(t.chunks().map(at), &mut out[(t.row * p.n_heads + t.head) * hd..][..hd]);
         }
     }
