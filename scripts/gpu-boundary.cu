@@ -17,28 +17,7 @@
 //   barrier      one kernel, all blocks meeting at a grid-wide barrier
 //   counter      one kernel, each block adding its arrival to one counter
 //                and waiting until the whole step has
-#include <cstdio>
-#include <cuda_runtime.h>
-
-#define CHECK(x)                                                                         \
-    do {                                                                                 \
-        cudaError_t e = (x);                                                             \
-        if (e != cudaSuccess) {                                                          \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-            return 1;                                                                    \
-        }                                                                                \
-    } while (0)
-
-__device__ __forceinline__ void pdl_wait() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_trigger() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
+#include "gpu-bench.cuh"
 
 // One step as a kernel: block b reads the word block b + 1 wrote. With
 // LATE the next kernel may start only after that (as ferrite's GEMVs let

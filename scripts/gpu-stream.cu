@@ -30,22 +30,12 @@
 // On a GPU machine with the CUDA toolkit:
 //   nvcc -O3 -arch=sm_90 -o /tmp/gpu-stream scripts/gpu-stream.cu && /tmp/gpu-stream
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
-#include <cuda_runtime.h>
+#include "gpu-bench.cuh"
 #include <vector>
 
 typedef uint32_t u32;
 typedef uint64_t u64;
-
-#define CHECK(x)                                                                              \
-    do {                                                                                      \
-        cudaError_t e = (x);                                                                  \
-        if (e != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-            return 1;                                                                         \
-        }                                                                                     \
-    } while (0)
 
 // ------------------------------------------------------------------ shapes
 constexpr int LAYERS = 32, HIDDEN = 4096, QKV = 6144, INTER = 14336;
@@ -90,8 +80,6 @@ struct Run {
 
 // ------------------------------------------------------------------ primitives
 __device__ __forceinline__ u32 smem_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
-__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void mbar_init(u64* bar, u32 count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
