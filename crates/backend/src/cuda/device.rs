@@ -90,6 +90,9 @@ pub struct Device {
     /// Warps the tensor-core GEMVs aim at (`FERRITE_CUDA_Q4K_WARPS`;
     /// 0, the default: one wave, see `gemv::tile_split`).
     pub q4k_warps: u32,
+    /// The persistent decode kernel's shape, where it is switched on
+    /// (decode_layers.rs).
+    pub persistent: Option<super::decode_layers::Persistent>,
     /// Finished splits per (row, KV head) block of a split-K attention
     /// launch, which its last split resets to zero (kernels/attention.cu,
     /// `merge_if_last`); `kv::SPLIT_BLOCKS` of them.
@@ -185,6 +188,8 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "gemv_q4_k_rkv_1",
             "gemv_q6_k_rkv_1",
             "gemv_q4k_q6k_rkv_1",
+            "decode_layers_8",
+            "decode_layers_16",
         ],
     ),
     ("sample", &["sample_rows", "sample_split"]),
@@ -289,7 +294,9 @@ impl Device {
         // Kernels with more than the default 48 KiB of dynamic shared memory.
         let flash = super::kv::FLASH_KERNELS.iter().map(|&(f, hd, keys)| (f, super::kv::flash_smem(hd, keys)));
         let rows = super::kv::ROWS_MMA.iter().map(|&(hd, f)| (f, super::kv::rows_mma_smem(hd)));
-        for (f, bytes) in rows.chain(flash) {
+        let max_ring = super::decode_layers::smem_bytes(super::decode_layers::MAX_RING);
+        let persistent = super::decode_layers::KERNELS.iter().map(|&(_, f)| (f, max_ring));
+        for (f, bytes) in rows.chain(flash).chain(persistent) {
             let bytes = bytes as i32;
             funcs[f]
                 .set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
@@ -323,6 +330,7 @@ impl Device {
             attn_x8: ferrite_core::env::cuda_attn_x8(),
             attn_late_trigger: ferrite_core::env::cuda_attn_late_trigger(),
             q4k_warps: ferrite_core::env::cuda_q4k_warps().unwrap_or(0),
+            persistent: super::decode_layers::Persistent::from_env(),
             arch,
             funcs,
             capture: super::capture_alloc::CaptureAlloc::new(side),
