@@ -179,7 +179,9 @@ impl CudaBackend {
         let (layers, sh) = match (layers, shape) {
             (Some(l), Ok(sh)) => (l, sh),
             (_, Err(why)) if p.required => {
-                return Err(Error::Unsupported(format!("the persistent decode kernel (FERRITE_CUDA_PERSISTENT=require): {why}")))
+                return Err(Error::Unsupported(format!(
+                    "the persistent decode kernel (FERRITE_CUDA_PERSISTENT=require): {why}"
+                )))
             }
             _ => return Ok(false),
         };
