@@ -7,7 +7,10 @@
 //! computing warps a block) and `FERRITE_CUDA_PERSISTENT_RING` (2-5 slots)
 //! shape it. Anything else runs the layers op by op.
 
-use cudarc::driver::{DevicePtr, LaunchConfig};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
 use ferrite_core::{DType, Error, Result};
 
 use super::device::{device_err, Device};
@@ -27,6 +30,8 @@ const MAX_WARPS: usize = 16;
 const STAGES: usize = 5;
 /// Attention's parts of the context per KV head at most.
 const MAX_PARTS: usize = 32;
+/// The kernel's counters (`n_layers x (STAGES + n_kv)` of them) at most.
+const COUNT_WORDS: usize = 8192;
 
 /// The kernel's dynamic shared memory with `ring` slots (its `dl_layout`):
 /// barriers, the ring, the 8-bit input and its metadata and sums of
@@ -63,6 +68,52 @@ impl Persistent {
     }
 }
 
+/// The persistent kernel on one device: its shape, why this GPU cannot run
+/// it (if so), and its counters, zero between launches (the kernel's last
+/// block zeroes them).
+pub struct PersistentState {
+    pub shape: Persistent,
+    unfit: Option<String>,
+    count: CudaSlice<u32>,
+}
+
+/// Where `FERRITE_CUDA_PERSISTENT` is set: the kernel's shared memory asked
+/// of the driver (only then: it is more than GPUs before Hopper give a
+/// block) and its counters.
+pub fn open(
+    ctx: &CudaContext,
+    stream: &Arc<CudaStream>,
+    funcs: &HashMap<String, CudaFunction>,
+    arch: u32,
+) -> Result<Option<PersistentState>> {
+    let Some(shape) = Persistent::from_env() else { return Ok(None) };
+    let smem = smem_bytes(shape.ring);
+    let optin = ctx
+        .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+        .map_err(|e| device_err("shared memory per block", e))? as u32;
+    let func = &funcs[kernel(shape)];
+    let unfit = if arch < 90 {
+        Some("a GPU before Hopper (bulk copies)".to_string())
+    } else if optin < smem {
+        Some(format!("{smem} bytes of shared memory a block, more than this GPU's {optin}"))
+    } else {
+        func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem as i32)
+            .map_err(|e| device_err("kernel shared memory", e))?;
+        let threads = 32 * (shape.warps as u32 + 1);
+        let per_sm = func
+            .occupancy_max_active_blocks_per_multiprocessor(threads, smem as usize, None)
+            .map_err(|e| device_err("occupancy", e))?;
+        (per_sm == 0).then(|| "its blocks do not fit an SM".to_string())
+    };
+    let count = stream.alloc_zeros::<u32>(COUNT_WORDS).map_err(|e| device_err("alloc", e))?;
+    Ok(Some(PersistentState { shape, unfit, count }))
+}
+
+/// The kernel for a shape's computing warps.
+fn kernel(p: Persistent) -> &'static str {
+    KERNELS.iter().find(|k| k.0 == p.warps).map_or(KERNELS[0].1, |k| k.1)
+}
+
 type Layer<'a> = PlainLayer<'a, CudaWeight, CudaTensor>;
 
 /// The model's shape as the kernel takes it.
@@ -78,14 +129,13 @@ struct Shape {
 /// one shape), else why not.
 fn fits(dev: &Device, p: Persistent, layers: &[Layer], pool: &CudaKvPool) -> std::result::Result<Shape, &'static str> {
     let first = layers.first().ok_or("no layers")?;
+    if layers.len() * (STAGES + first.attn.n_kv_heads) > COUNT_WORDS {
+        return Err("more layers and KV heads than its counters");
+    }
     let (a, hidden, ffn) = (first.attn, first.wo.rows, first.gate.rows);
     let (n_heads, n_kv, hd) = (a.n_heads, a.n_kv_heads, a.head_dim);
     let (q_dim, kv_dim) = (n_heads * hd, n_kv * hd);
     let group = n_heads.checked_div(n_kv).ok_or("no KV heads")?;
-    let arch = dev.arch.trim_start_matches("sm_").trim_end_matches('a').parse::<u32>().unwrap_or(0);
-    if arch < 90 {
-        return Err("a GPU before Hopper (bulk copies)");
-    }
     if dev.deterministic {
         return Err("the batch-invariant mode");
     }
@@ -127,6 +177,9 @@ fn fits(dev: &Device, p: Persistent, layers: &[Layer], pool: &CudaKvPool) -> std
     if !layers.iter().all(|y| y.attn.window.is_none() && y.attn.softcap.is_none() && y.rope.interleaved && same(y)) {
         return Err("sliding windows, soft caps, half-split RoPE or layers of different kinds");
     }
+    if first.rope.head_dim != hd || first.rope.inv_freq.len() * 2 != hd {
+        return Err("RoPE over part of a head");
+    }
     Ok(Shape { hidden, n_heads, n_kv, hd, ffn })
 }
 
@@ -166,15 +219,17 @@ impl CudaBackend {
         batch: &AttnBatch,
     ) -> Result<bool> {
         let dev = &self.dev;
-        let Some(p) = dev.persistent else { return Ok(false) };
+        let Some(state) = &dev.persistent else { return Ok(false) };
+        let p = state.shape;
         if x.rows != 1 || positions.len() != 1 || batch.slots.len() != 1 || batch.seqs.len() != 1 {
             return Ok(false);
         }
         let layers = (0..n_layers).map(layer).collect::<Option<Vec<_>>>();
-        let shape = match &layers {
-            Some(l) if l.len() == pool.k.len() => fits(dev, p, l, pool),
-            Some(_) => Err("a KV pool of another depth"),
-            None => Err("layers with biases, head norms or post-norms"),
+        let shape = match (&layers, &state.unfit) {
+            (_, Some(why)) => Err(why.as_str()),
+            (Some(l), None) if l.len() == pool.k.len() => fits(dev, p, l, pool),
+            (Some(_), None) => Err("a KV pool of another depth"),
+            (None, None) => Err("layers with biases, head norms or post-norms"),
         };
         let (layers, sh) = match (layers, shape) {
             (Some(l), Ok(sh)) => (l, sh),
@@ -206,11 +261,7 @@ impl CudaBackend {
         };
         let (q, attn, h) = (alloc(q_dim)?, alloc(q_dim)?, alloc(sh.ffn)?);
         let parts = alloc(nparts * sh.n_heads * (sh.hd + 2))?;
-        // SAFETY: zeroed next, on the same stream.
-        let mut count =
-            unsafe { dev.alloc::<u32>(n_layers * (STAGES + sh.n_kv)) }.map_err(|e| device_err("alloc", e))?;
-        dev.stream.memset_zeros(&mut count).map_err(|e| device_err("memset", e))?;
-        let name = KERNELS.iter().find(|k| k.0 == p.warps).map_or(KERNELS[0].1, |k| k.1);
+        let name = kernel(p);
         let (pos, slots, meta, tables) = (pos.view(), slots.view(), meta.view(), tables.view());
         let u = |v: usize| v as u32;
         let cfg = LaunchConfig {
@@ -219,7 +270,7 @@ impl CudaBackend {
             shared_mem_bytes: smem_bytes(p.ring),
         };
         let mut b = dev.launch(name);
-        b.arg(&*table).arg(u(n_layers)).arg(x.f32_mut(dev)?).arg(&q).arg(&attn).arg(&parts).arg(&h).arg(&count);
+        b.arg(&*table).arg(u(n_layers)).arg(x.f32_mut(dev)?).arg(&q).arg(&attn).arg(&parts).arg(&h).arg(&state.count);
         b.arg(&pos).arg(&slots).arg(&meta).arg(&tables).arg(&*freq);
         b.arg(u(sh.hidden)).arg(u(sh.n_heads)).arg(u(sh.n_kv)).arg(u(sh.hd)).arg(u(sh.ffn));
         b.arg(u(pool.block_size)).arg(u(nparts)).arg(u(p.ring));

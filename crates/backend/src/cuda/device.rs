@@ -92,7 +92,7 @@ pub struct Device {
     pub q4k_warps: u32,
     /// The persistent decode kernel's shape, where it is switched on
     /// (decode_layers.rs).
-    pub persistent: Option<super::decode_layers::Persistent>,
+    pub persistent: Option<super::decode_layers::PersistentState>,
     /// Finished splits per (row, KV head) block of a split-K attention
     /// launch, which its last split resets to zero (kernels/attention.cu,
     /// `merge_if_last`); `kv::SPLIT_BLOCKS` of them.
@@ -294,14 +294,13 @@ impl Device {
         // Kernels with more than the default 48 KiB of dynamic shared memory.
         let flash = super::kv::FLASH_KERNELS.iter().map(|&(f, hd, keys)| (f, super::kv::flash_smem(hd, keys)));
         let rows = super::kv::ROWS_MMA.iter().map(|&(hd, f)| (f, super::kv::rows_mma_smem(hd)));
-        let max_ring = super::decode_layers::smem_bytes(super::decode_layers::MAX_RING);
-        let persistent = super::decode_layers::KERNELS.iter().map(|&(_, f)| (f, max_ring));
-        for (f, bytes) in rows.chain(flash).chain(persistent) {
+        for (f, bytes) in rows.chain(flash) {
             let bytes = bytes as i32;
             funcs[f]
                 .set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
                 .map_err(|e| device_err("kernel shared memory", e))?;
         }
+        let persistent = super::decode_layers::open(&ctx, &stream, &funcs, major as u32 * 10 + minor as u32)?;
         let side = ctx.new_stream().map_err(|e| device_err("creating a stream", e))?;
         let split_done = stream.alloc_zeros::<u32>(super::kv::SPLIT_BLOCKS).map_err(|e| device_err("alloc", e))?;
         let sample_done = stream.alloc_zeros::<u32>(SAMPLE_ROWS).map_err(|e| device_err("alloc", e))?;
@@ -330,7 +329,7 @@ impl Device {
             attn_x8: ferrite_core::env::cuda_attn_x8(),
             attn_late_trigger: ferrite_core::env::cuda_attn_late_trigger(),
             q4k_warps: ferrite_core::env::cuda_q4k_warps().unwrap_or(0),
-            persistent: super::decode_layers::Persistent::from_env(),
+            persistent,
             arch,
             funcs,
             capture: super::capture_alloc::CaptureAlloc::new(side),

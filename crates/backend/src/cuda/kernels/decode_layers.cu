@@ -51,7 +51,8 @@ struct DlArgs {
     const DlLayer* layers;
     u32 n_layers;
     float *x, *q, *attn, *parts, *h;
-    u32* count;  // n_layers x (DL_STAGES + n_kv): stage arrivals, then attention parts done
+    u32* count;  // n_layers x (DL_STAGES + n_kv): stage arrivals, then attention parts done; zero at
+                 // the start, zeroed again by the last block
     const u32 *pos, *slots, *meta, *tables;
     const float* inv_freq;
     u32 hidden, n_heads, n_kv, hd, ffn, bs, nparts, ring;
@@ -421,7 +422,11 @@ __device__ __forceinline__ void dl_attention(const DlArgs& a, const DlSmem& S, u
     __threadfence();
     dl_sync();
     u32* done = a.count + (u64)a.n_layers * DL_STAGES + (u64)l * a.n_kv + kvh;
-    if (threadIdx.x == 0) S.small[2 * DL_MAX_WARPS] = atomicAdd(done, 1u) + 1 == a.nparts ? 1.f : 0.f;
+    if (threadIdx.x == 0) {
+        __threadfence();
+        S.small[2 * DL_MAX_WARPS] = atomicAdd(done, 1u) + 1 == a.nparts ? 1.f : 0.f;
+        __threadfence();
+    }
     dl_sync();
     if (S.small[2 * DL_MAX_WARPS] != 0.f) {  // the KV head's last part: merge all of them
         __threadfence();
@@ -454,6 +459,7 @@ __device__ __forceinline__ void dl_compute(const DlArgs& a) {
                 if (threadIdx.x == 0 && (l > 0 || s > 0)) {
                     const u32 prev = s > 0 ? l * DL_STAGES + s - 1 : (l - 1) * DL_STAGES + DL_DOWN;
                     dl_wait_count(a.count + prev, gridDim.x);
+                    __threadfence();
                 }
                 dl_sync();
                 if (s == DL_ATTN) {
@@ -467,7 +473,15 @@ __device__ __forceinline__ void dl_compute(const DlArgs& a) {
                 __threadfence();
                 dl_sync();
             }
-            if (threadIdx.x == 0) atomicAdd(a.count + l * DL_STAGES + s, 1u);
+            if (threadIdx.x == 0) {
+                __threadfence();
+                const u32 arrived = atomicAdd(a.count + l * DL_STAGES + s, 1u) + 1;
+                // The last block at the last stage: no block reads a counter
+                // any more, so it zeroes them for the next step (no memset
+                // between the kernel and the one before it).
+                if (l + 1 == a.n_layers && s == DL_DOWN && arrived == gridDim.x)
+                    for (u32 i = 0; i < a.n_layers * (DL_STAGES + a.n_kv); i++) a.count[i] = 0;
+            }
         }
     }
 }
