@@ -468,10 +468,11 @@ pub trait Backend: Send + Sync {
         forward()
     }
 
-    /// Every layer of a decode step on the residual stream `x` at once,
-    /// where a backend can (one persistent kernel on CUDA): `n_layers`
-    /// layers, `layer(l)` each (`None`: not a plain layer). Returns false,
-    /// having done nothing, where it cannot; the caller then runs the layers.
+    /// The first layers of a decode step on the residual stream `x` at
+    /// once, where a backend can (one persistent kernel on CUDA): of
+    /// `n_layers` layers, `layer(l)` each (`None`: not a plain layer).
+    /// Returns how many it ran (0: none, nothing done); the caller runs the
+    /// rest.
     fn decode_layers<'l>(
         &self,
         x: &mut Self::Tensor,
@@ -480,9 +481,9 @@ pub trait Backend: Send + Sync {
         positions: &[u32],
         kv: &mut Self::KvPool,
         batch: &AttnBatch,
-    ) -> Result<bool> {
+    ) -> Result<usize> {
         let _ = (x, n_layers, layer, positions, kv, batch);
-        Ok(false)
+        Ok(0)
     }
 
     /// The rows an encoder batch of `n` tokens is padded to: more than `n`

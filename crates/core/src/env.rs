@@ -161,6 +161,13 @@ pub fn cuda_persistent_warps() -> Option<usize> {
     var("FERRITE_CUDA_PERSISTENT_WARPS").and_then(|v| v.to_str()?.parse().ok())
 }
 
+/// `FERRITE_CUDA_PERSISTENT_LAYERS=<n>`: the persistent kernel runs only
+/// a step's first n layers, the chain of kernels the rest (to find where
+/// the two part).
+pub fn cuda_persistent_layers() -> Option<usize> {
+    var("FERRITE_CUDA_PERSISTENT_LAYERS").and_then(|v| v.to_str()?.parse().ok())
+}
+
 /// `FERRITE_CUDA_PERSISTENT_RING=<2..5>`: the persistent kernel's weight
 /// slots in shared memory a block (4, the default).
 pub fn cuda_persistent_ring() -> Option<usize> {

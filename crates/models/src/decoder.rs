@@ -278,10 +278,11 @@ impl<B: Backend> Decoder<B> {
         }
         let one_row_decode = batch.tokens.len() == 1 && batch.attn.seqs.iter().all(|s| s.q_len == 1);
         let plain = |l: usize| self.plain_layer(l);
-        if one_row_decode && b.decode_layers(&mut x, self.layers.len(), &plain, &batch.positions, kv, &batch.attn)? {
-            return Ok(x);
-        }
-        for l in 0..self.layers.len() {
+        let done = match one_row_decode {
+            true => b.decode_layers(&mut x, self.layers.len(), &plain, &batch.positions, kv, &batch.attn)?,
+            false => 0,
+        };
+        for l in done..self.layers.len() {
             self.layer_forward(l, &mut x, batch, kv)?;
         }
         Ok(x)

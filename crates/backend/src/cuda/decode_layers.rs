@@ -5,7 +5,8 @@
 //! `FERRITE_CUDA_PERSISTENT=1` turns it on (off by default until measured,
 //! docs/cuda-journal.md), `FERRITE_CUDA_PERSISTENT_WARPS` (8 or 16
 //! computing warps a block) and `FERRITE_CUDA_PERSISTENT_RING` (2-5 slots)
-//! shape it. Anything else runs the layers op by op.
+//! shape it, `FERRITE_CUDA_PERSISTENT_LAYERS=<n>` limits it to a step's
+//! first n layers. Anything else runs the layers op by op.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -56,6 +57,8 @@ pub struct Persistent {
     pub ring: usize,
     /// A one-row decode step the kernel cannot take is an error.
     pub required: bool,
+    /// Only a step's first this many layers (the chain runs the rest).
+    pub layers: usize,
 }
 
 impl Persistent {
@@ -64,7 +67,8 @@ impl Persistent {
         let required = ferrite_core::env::cuda_persistent()?;
         let warps = ferrite_core::env::cuda_persistent_warps().unwrap_or(8);
         let ring = ferrite_core::env::cuda_persistent_ring().unwrap_or(4).clamp(2, MAX_RING);
-        Some(Persistent { warps: if warps > 8 { 16 } else { 8 }, ring, required })
+        let layers = ferrite_core::env::cuda_persistent_layers().unwrap_or(usize::MAX);
+        Some(Persistent { warps: if warps > 8 { 16 } else { 8 }, ring, required, layers })
     }
 }
 
@@ -217,17 +221,19 @@ impl CudaBackend {
         positions: &[u32],
         pool: &mut CudaKvPool,
         batch: &AttnBatch,
-    ) -> Result<bool> {
+    ) -> Result<usize> {
         let dev = &self.dev;
-        let Some(state) = &dev.persistent else { return Ok(false) };
+        let Some(state) = &dev.persistent else { return Ok(0) };
         let p = state.shape;
         if x.rows != 1 || positions.len() != 1 || batch.slots.len() != 1 || batch.seqs.len() != 1 {
-            return Ok(false);
+            return Ok(0);
         }
+        let total = n_layers;
+        let n_layers = n_layers.min(p.layers);
         let layers = (0..n_layers).map(layer).collect::<Option<Vec<_>>>();
         let shape = match (&layers, &state.unfit) {
             (_, Some(why)) => Err(why.as_str()),
-            (Some(l), None) if l.len() == pool.k.len() => fits(dev, p, l, pool),
+            (Some(l), None) if total == pool.k.len() => fits(dev, p, l, pool),
             (Some(_), None) => Err("a KV pool of another depth"),
             (None, None) => Err("layers with biases, head norms or post-norms"),
         };
@@ -238,7 +244,7 @@ impl CudaBackend {
                     "the persistent decode kernel (FERRITE_CUDA_PERSISTENT=require): {why}"
                 )))
             }
-            _ => return Ok(false),
+            _ => return Ok(0),
         };
         if x.cols != sh.hidden {
             return Err(Error::Shape(format!("decode_layers: x has {} columns, the model {}", x.cols, sh.hidden)));
@@ -276,7 +282,7 @@ impl CudaBackend {
         b.arg(u(pool.block_size)).arg(u(nparts)).arg(u(p.ring));
         b.arg(first.eps).arg(first.attn.scale).arg(act_code(first.act));
         b.run(cfg)?;
-        Ok(true)
+        Ok(n_layers)
     }
 }
 

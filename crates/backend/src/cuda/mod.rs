@@ -827,7 +827,7 @@ impl Backend for CudaBackend {
         positions: &[u32],
         kv: &mut CudaKvPool,
         batch: &AttnBatch,
-    ) -> Result<bool> {
+    ) -> Result<usize> {
         self.decode_layers_fused(x, n_layers, layer, positions, kv, batch)
     }
 
