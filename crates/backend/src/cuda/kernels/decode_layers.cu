@@ -31,6 +31,8 @@
 #define DL_MAX_WARPS 16  // computing warps (the streaming warp is one more)
 #define DL_MAX_K 16384   // the longest input a stage quantizes
 #define DL_MAX_HD 128
+#define DL_IN_BATCH 4    // super-blocks of a stage's input a warp loads at once
+#define DL_KEYS 4        // keys a warp of attention loads at once
 
 enum { DL_QKV, DL_ATTN, DL_OPROJ, DL_GATEUP, DL_DOWN };
 enum { M_Q, M_K, M_V, M_O, M_GATE, M_UP, M_DOWN, M_COUNT };
@@ -233,29 +235,45 @@ __device__ __forceinline__ void dl_stream(const DlArgs& a) {
 // src, times the norm's weights where `nw` (their sums of squares in S.ss);
 // returns the norm's factor (1 without), the same in every thread.
 __device__ __forceinline__ float dl_input(const DlSmem& S, const float* src, const float* nw, u32 n, float eps) {
-    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (u32 g = warp; g < n / 256; g += dl_warps()) {
-        const float* p = src + 256 * g + 8 * lane;
-        const float4 a = __ldcg((const float4*)p), b = __ldcg((const float4*)(p + 4));
-        float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-        if (nw) {
-            float sq = 0.f;
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nsb = n / 256, step = dl_warps();
+    // Up to DL_IN_BATCH super-blocks a warp at a time, their loads all out
+    // before the first is quantized: one L2 round trip a batch, not one a
+    // super-block (the down projection's input is 56 super-blocks).
+    for (u32 g0 = warp; g0 < nsb; g0 += DL_IN_BATCH * step) {
+        float4 x[DL_IN_BATCH][2], w[DL_IN_BATCH][2];
 #pragma unroll
-            for (int e = 0; e < 8; e++) sq += v[e] * v[e];
-            sq = warp_sum(sq);
-            if (lane == 0) S.ss[g] = sq;
-            const float4 na = __ldg((const float4*)(nw + 256 * g + 8 * lane));
-            const float4 nb = __ldg((const float4*)(nw + 256 * g + 8 * lane + 4));
-            const float wr[8] = {na.x, na.y, na.z, na.w, nb.x, nb.y, nb.z, nb.w};
-#pragma unroll
-            for (int e = 0; e < 8; e++) v[e] *= wr[e];
+        for (int b = 0; b < DL_IN_BATCH; b++) {
+            const u32 g = min(g0 + b * step, nsb - 1);
+            const float* p = src + 256 * g + 8 * lane;
+            x[b][0] = __ldcg((const float4*)p), x[b][1] = __ldcg((const float4*)(p + 4));
+            if (nw) {
+                w[b][0] = __ldg((const float4*)(nw + 256 * g + 8 * lane));
+                w[b][1] = __ldg((const float4*)(nw + 256 * g + 8 * lane + 4));
+            }
         }
-        store_sb(g, lane, v, S.xq, S.meta);
+#pragma unroll
+        for (int b = 0; b < DL_IN_BATCH; b++) {
+            const u32 g = g0 + b * step;
+            if (g >= nsb) break;
+            float v[8] = {x[b][0].x, x[b][0].y, x[b][0].z, x[b][0].w, x[b][1].x, x[b][1].y, x[b][1].z, x[b][1].w};
+            if (nw) {
+                float sq = 0.f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) sq += v[e] * v[e];
+                sq = warp_sum(sq);
+                if (lane == 0) S.ss[g] = sq;
+                const float wr[8] = {w[b][0].x, w[b][0].y, w[b][0].z, w[b][0].w,
+                                     w[b][1].x, w[b][1].y, w[b][1].z, w[b][1].w};
+#pragma unroll
+                for (int e = 0; e < 8; e++) v[e] *= wr[e];
+            }
+            store_sb(g, lane, v, S.xq, S.meta);
+        }
     }
     dl_sync();
     if (!nw) return 1.f;
     float sq = 0.f;  // (the same order in every thread)
-    for (u32 g = 0; g < n / 256; g++) sq += S.ss[g];
+    for (u32 g = 0; g < nsb; g++) sq += S.ss[g];
     return rsqrtf(sq / n + eps);
 }
 
@@ -345,6 +363,27 @@ __device__ __forceinline__ void dl_weights(const DlArgs& a, const DlSmem& S, u32
 }
 
 // ------------------------------------------------------------------ attention
+// A lane's E values (2 or 4, the rest zero) of a cached key and value at
+// element `at` of the layer's caches. The step's own key was written by this
+// kernel (`fresh`: read past L1); older ones by earlier steps.
+__device__ __forceinline__ void dl_kv(const DlLayer& L, u64 at, bool fresh, u32 E, float (&k)[4], float (&v)[4]) {
+    if (E == 4) {
+        const uint2 kb = fresh ? __ldcg((const uint2*)(L.kc + at)) : *(const uint2*)(L.kc + at);
+        const uint2 vb = fresh ? __ldcg((const uint2*)(L.vc + at)) : *(const uint2*)(L.vc + at);
+        const u32 kw[2] = {kb.x, kb.y}, vw[2] = {vb.x, vb.y};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            k[e] = f16_to_f32((u16)(kw[e / 2] >> (16 * (e & 1))));
+            v[e] = f16_to_f32((u16)(vw[e / 2] >> (16 * (e & 1))));
+        }
+    } else {
+        const u32 kb = fresh ? __ldcg((const u32*)(L.kc + at)) : *(const u32*)(L.kc + at);
+        const u32 vb = fresh ? __ldcg((const u32*)(L.vc + at)) : *(const u32*)(L.vc + at);
+        k[0] = f16_to_f32((u16)kb), k[1] = f16_to_f32((u16)(kb >> 16)), k[2] = k[3] = 0.f;
+        v[0] = f16_to_f32((u16)vb), v[1] = f16_to_f32((u16)(vb >> 16)), v[2] = v[3] = 0.f;
+    }
+}
+
 // Item (KV head kvh, part p) of layer l: the G query heads of the KV head
 // over the part's keys, warp w taking head w % G and keys r, r + R, ... of
 // the part (r = w / G, R = warps / G); each head's R states merged in order
@@ -358,41 +397,37 @@ __device__ __forceinline__ void dl_attention(const DlArgs& a, const DlSmem& S, u
     const u32 lo = a.meta[0], hi = a.meta[1], off = a.meta[2], len = hi - lo;
     const u32 t0 = lo + (u32)((u64)len * p / a.nparts), t1 = lo + (u32)((u64)len * (p + 1) / a.nparts);
     float q[4] = {0.f, 0.f, 0.f, 0.f}, o[4] = {0.f, 0.f, 0.f, 0.f}, m = -1e30f, sum = 0.f;
-    #pragma unroll
+#pragma unroll
     for (u32 e = 0; e < 4; e++)
         if (e < E) q[e] = __ldcg(a.q + h * hd + E * lane + e) * a.scale;
     if (warp < G * R) {
-        for (u32 t = t0 + warp / G; t < t1; t += R) {
-            const u64 slot = (u64)a.tables[off + t / a.bs] * a.bs + t % a.bs;
-            const u64 at = slot * kv_dim + kvh * hd + E * lane;
-            float k[4], v[4];
-            // The step's own key was written by this kernel (past L1); older
-            // ones by earlier steps.
-            const bool fresh = t + 1 == hi;
-            if (E == 4) {
-                const uint2 kb = fresh ? __ldcg((const uint2*)(L.kc + at)) : *(const uint2*)(L.kc + at);
-                const uint2 vb = fresh ? __ldcg((const uint2*)(L.vc + at)) : *(const uint2*)(L.vc + at);
-                const u32 kw[2] = {kb.x, kb.y}, vw[2] = {vb.x, vb.y};
+        // DL_KEYS keys a round: their cache rows (the block table) first,
+        // then their values, then the math, so that a round waits on two
+        // round trips rather than two a key.
+        for (u32 t = t0 + warp / G; t < t1; t += DL_KEYS * R) {
+            u64 at[DL_KEYS];
 #pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    k[e] = f16_to_f32((u16)(kw[e / 2] >> (16 * (e & 1))));
-                    v[e] = f16_to_f32((u16)(vw[e / 2] >> (16 * (e & 1))));
-                }
-            } else {
-                const u32 kb = fresh ? __ldcg((const u32*)(L.kc + at)) : *(const u32*)(L.kc + at);
-                const u32 vb = fresh ? __ldcg((const u32*)(L.vc + at)) : *(const u32*)(L.vc + at);
-                k[0] = f16_to_f32((u16)kb), k[1] = f16_to_f32((u16)(kb >> 16)), k[2] = k[3] = 0.f;
-                v[0] = f16_to_f32((u16)vb), v[1] = f16_to_f32((u16)(vb >> 16)), v[2] = v[3] = 0.f;
+            for (int b = 0; b < DL_KEYS; b++) {
+                const u32 tb = min(t + b * R, t1 - 1);
+                const u64 slot = (u64)a.tables[off + tb / a.bs] * a.bs + tb % a.bs;
+                at[b] = slot * kv_dim + kvh * hd + E * lane;
             }
-            float dot = 0.f;
+            float k[DL_KEYS][4], v[DL_KEYS][4];
 #pragma unroll
-            for (int e = 0; e < 4; e++) dot += q[e] * k[e];  // (zeros past E)
-            dot = warp_sum(dot);
-            const float mn = fmaxf(m, dot), c = __expf(m - mn), pr = __expf(dot - mn);
-            sum = sum * c + pr;
+            for (int b = 0; b < DL_KEYS; b++) dl_kv(L, at[b], min(t + b * R, t1 - 1) + 1 == hi, E, k[b], v[b]);
 #pragma unroll
-            for (int e = 0; e < 4; e++) o[e] = o[e] * c + pr * v[e];
-            m = mn;
+            for (int b = 0; b < DL_KEYS; b++) {
+                if (t + b * R >= t1) break;
+                float dot = 0.f;
+#pragma unroll
+                for (int e = 0; e < 4; e++) dot += q[e] * k[b][e];  // (zeros past E)
+                dot = warp_sum(dot);
+                const float mn = fmaxf(m, dot), c = __expf(m - mn), pr = __expf(dot - mn);
+                sum = sum * c + pr;
+#pragma unroll
+                for (int e = 0; e < 4; e++) o[e] = o[e] * c + pr * v[b][e];
+                m = mn;
+            }
         }
     }
     float* st = (float*)S.red;  // warps x hd outputs
