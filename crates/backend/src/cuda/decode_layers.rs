@@ -250,7 +250,10 @@ impl CudaBackend {
             return Err(Error::Shape(format!("decode_layers: x has {} columns, the model {}", x.cols, sh.hidden)));
         }
         kv::check_slots(pool, batch)?;
-        batch.validate(1, pool.slots / pool.block_size, pool.block_size)?;
+        let (kv_blocks, block_size) = (pool.slots / pool.block_size, pool.block_size);
+        batch.validate(1, kv_blocks, block_size)?;
+        // What a replay checks its step against (as attention notes it).
+        self.graphs.note(|l| (l.kv_blocks, l.block_size) = (kv_blocks, block_size));
         let _span = super::profile::span(&dev.stream, "decode_layers (persistent)");
         let table = self.meta.constant(dev, layer_words(dev, &layers, pool)?, self.graphs.is_capturing())?;
         let first = &layers[0];
