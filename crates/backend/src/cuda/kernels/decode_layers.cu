@@ -482,6 +482,19 @@ __device__ __forceinline__ void dl_attention(const DlArgs& a, const DlSmem& S, u
     dl_sync();
 }
 
+// Block 0's waits for stage s and the stages themselves on the decode
+// timeline (`FERRITE_CUDA_TRACE=2`, cuda/trace.rs).
+__device__ __forceinline__ void dl_mark(int s, bool wait) {
+#if defined(FERRITE_TRACE) && defined(FERRITE_TRACE_MARKS)
+    const char* const waits[DL_STAGES] = {"dl.wait.qkv", "dl.wait.attn", "dl.wait.oproj", "dl.wait.gateup",
+                                          "dl.wait.down"};
+    const char* const stages[DL_STAGES] = {"dl.qkv", "dl.attn", "dl.oproj", "dl.gateup", "dl.down"};
+    trace_mark(wait ? waits[s] : stages[s]);
+#else
+    (void)s, (void)wait;
+#endif
+}
+
 // ------------------------------------------------------------------ the computing warps
 __device__ __forceinline__ void dl_compute(const DlArgs& a) {
     const DlSmem S = dl_layout(a.ring);
@@ -491,11 +504,13 @@ __device__ __forceinline__ void dl_compute(const DlArgs& a) {
         for (int s = 0; s < DL_STAGES; s++) {
             const u32 mine = dl_mine(dl_items(a, L, s));
             if (mine > 0) {
+                dl_mark(s, true);
                 if (threadIdx.x == 0 && (l > 0 || s > 0)) {
                     const u32 prev = s > 0 ? l * DL_STAGES + s - 1 : (l - 1) * DL_STAGES + DL_DOWN;
                     dl_wait_count(a.count + prev, gridDim.x);
                     __threadfence();
                 }
+                dl_mark(s, false);
                 dl_sync();
                 if (s == DL_ATTN) {
                     for (u32 j = 0; j < mine; j++) dl_attention(a, S, l, blockIdx.x + j * gridDim.x);
