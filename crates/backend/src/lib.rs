@@ -193,6 +193,23 @@ impl AttnBatch {
 
 /// A decode step's inputs: one new token per sequence (row i belongs to the
 /// i-th sequence of `attn`), every row's logits wanted, in order.
+/// A decoder layer with nothing between its matmuls but RMS norms, RoPE,
+/// attention and a gated MLP (no biases, head norms or post-norms): what
+/// `Backend::decode_layers` may run as a whole.
+pub struct PlainLayer<'a, W, T> {
+    pub attn_norm: &'a T,
+    pub wqkv: [&'a W; 3],
+    pub wo: &'a W,
+    pub ffn_norm: &'a T,
+    pub gate: &'a W,
+    pub up: &'a W,
+    pub down: &'a W,
+    pub rope: &'a Rope,
+    pub attn: &'a AttnParams,
+    pub eps: f32,
+    pub act: Activation,
+}
+
 pub struct DecodeStep<'a> {
     pub tokens: &'a [u32],
     pub positions: &'a [u32],
@@ -449,6 +466,24 @@ pub trait Backend: Send + Sync {
     ) -> Result<Self::Tensor> {
         let _ = step;
         forward()
+    }
+
+    /// The first layers of a decode step on the residual stream `x` at
+    /// once, where a backend can (one persistent kernel on CUDA): of
+    /// `n_layers` layers, `layer(l)` each (`None`: not a plain layer).
+    /// Returns how many it ran (0: none, nothing done); the caller runs the
+    /// rest.
+    fn decode_layers<'l>(
+        &self,
+        x: &mut Self::Tensor,
+        n_layers: usize,
+        layer: &dyn Fn(usize) -> Option<PlainLayer<'l, Self::Weight, Self::Tensor>>,
+        positions: &[u32],
+        kv: &mut Self::KvPool,
+        batch: &AttnBatch,
+    ) -> Result<usize> {
+        let _ = (x, n_layers, layer, positions, kv, batch);
+        Ok(0)
     }
 
     /// The rows an encoder batch of `n` tokens is padded to: more than `n`

@@ -37,6 +37,14 @@ pub struct GpuCheckArgs {
     /// Skip measuring copy bandwidth and GEMM rate.
     #[arg(long)]
     pub no_ceilings: bool,
+    /// Random-weight Q4_K_M models (`random:<preset>:q4_k_m`) to decode one
+    /// stream at a time with the persistent decode kernel against the chain of
+    /// kernels, teacher-forced (repeatable; default: random:llama-3.2-1b:q4_k_m).
+    #[arg(long)]
+    pub persistent: Vec<String>,
+    /// Run only the persistent-kernel check.
+    #[arg(long)]
+    pub persistent_only: bool,
 }
 
 /// Our top logit may beat the reference's token by at most this (a near-tie).
@@ -44,6 +52,31 @@ const NEAR_TIE: f32 = 0.5;
 
 pub fn main(a: GpuCheckArgs) -> Result<()> {
     crate::load::init_threads(None)?;
+    let mut failed = 0;
+    if !a.persistent_only {
+        failed += main_checks(&a)?;
+    }
+    // Last: a kernel that traps leaves the process no GPU.
+    let persistent = if a.persistent.is_empty() { vec![PERSISTENT.to_string()] } else { a.persistent.clone() };
+    for model in &persistent {
+        let (worst, flips) = persistent_vs_chain(a.gpu, model)?;
+        let ok = flips == 0 && worst < 1e-2;
+        println!(
+            "  {:4} {model}: decode steps by the persistent kernel vs the chain of kernels: largest logit difference {worst:.2e} of the largest logit, {flips} top tokens differ beyond a near-tie",
+            if ok { "ok" } else { "FAIL" }
+        );
+        failed += usize::from(!ok);
+    }
+    if failed > 0 {
+        return Err(Error::Device(format!("{failed} check(s) failed")));
+    }
+    println!("\nall checks passed");
+    Ok(())
+}
+
+/// The op harness, the ceilings, the models, batching and graphs: the
+/// checks that failed.
+fn main_checks(a: &GpuCheckArgs) -> Result<usize> {
     let mut failed = 0;
     for (exact, dense_tol, label) in [(true, TOL_F32, "f32 weights in f32"), (false, TOL_BF16, "f32 weights in bf16")] {
         let opts = CudaOptions { ordinal: a.gpu, exact_f32: exact, ..Default::default() };
@@ -128,11 +161,7 @@ pub fn main(a: GpuCheckArgs) -> Result<()> {
     for dir in &a.hf_golden {
         failed += compare_hf(dir, a.gpu)?;
     }
-    if failed > 0 {
-        return Err(Error::Device(format!("{failed} check(s) failed")));
-    }
-    println!("\nall checks passed");
-    Ok(())
+    Ok(failed)
 }
 
 /// Rows of the GPU's logits whose cosine to transformers' is under 0.999.
@@ -314,6 +343,64 @@ fn graphs_vs_eager(gpu: usize, model: &str, deterministic: bool) -> Result<(f32,
         }
         a.iter_mut().for_each(|s| eager.release(s));
         b.iter_mut().for_each(|s| graphs.release(s));
+    }
+    Ok((worst, flips))
+}
+
+/// The default model of the persistent-kernel check.
+const PERSISTENT: &str = "random:llama-3.2-1b:q4_k_m";
+
+/// One stream at a time (prompts of 5 and 300 tokens, 16 decode steps each:
+/// eager, captured, replayed) with the persistent decode kernel required
+/// (`FERRITE_CUDA_PERSISTENT=require`) against the chain of kernels,
+/// teacher-forced on the chain's picks: (largest logit difference relative
+/// to the largest logit, top tokens that differ beyond a near-tie).
+fn persistent_vs_chain(gpu: usize, model: &str) -> Result<(f32, usize)> {
+    const STEPS: usize = 16;
+    const KEY: &str = "FERRITE_CUDA_PERSISTENT";
+    let open = |setting: Option<&str>| -> Result<Runner> {
+        let before = std::env::var_os(KEY);
+        match setting {
+            Some(v) => std::env::set_var(KEY, v),
+            None => std::env::remove_var(KEY),
+        }
+        let args = ModelArgs {
+            model: model.into(),
+            threads: None,
+            ctx_size: Some(512),
+            kv_cache: Some(KvDtype::F16),
+            device: DeviceArgs {
+                device: Some(DeviceChoice::Cuda(gpu)),
+                gpu_memory_utilization: 0.45,
+                deterministic: false,
+                enforce_eager: false,
+            },
+        };
+        let r = load_with_pool(&args, false, &KvPool::Blocks(64));
+        match before {
+            Some(v) => std::env::set_var(KEY, v),
+            None => std::env::remove_var(KEY),
+        }
+        Ok(r?.runner)
+    };
+    let (mut chain, mut fused) = (open(None)?, open(Some("require"))?);
+    let vocab = chain.config().vocab_size;
+    let (mut worst, mut flips) = (0f32, 0);
+    for len in [5usize, 300] {
+        let prompt: Vec<u32> = (0..len).map(|j| ((j * 7919 + 13) % (vocab - 10) + 5) as u32).collect();
+        let (mut a, mut b) = (Sequence::new(prompt.clone()), Sequence::new(prompt));
+        for _ in 0..STEPS {
+            let la = chain.step(&mut [&mut a], 512, Logits::Last)?;
+            let lb = fused.step(&mut [&mut b], 512, Logits::Last)?;
+            let top = la.iter().fold(0f32, |m, x| m.max(x.abs())).max(1e-6);
+            worst = worst.max(la.iter().zip(&lb).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / top);
+            let (ta, tb) = (argmax(&la), argmax(&lb));
+            flips += usize::from(la[ta] - la[tb] > NEAR_TIE);
+            a.tokens.push(ta as u32);
+            b.tokens.push(ta as u32);
+        }
+        chain.release(&mut a);
+        fused.release(&mut b);
     }
     Ok((worst, flips))
 }

@@ -143,6 +143,37 @@ pub fn cuda_attn_late_trigger() -> bool {
     on_unless_zero("FERRITE_CUDA_ATTN_LATE_TRIGGER")
 }
 
+/// `FERRITE_CUDA_PERSISTENT=1`: a one-row decode step of a Q4_K_M Llama
+/// runs all its layers as one persistent kernel (cuda/decode_layers.rs);
+/// off by default until measured faster. `=require`: a one-row decode step
+/// it cannot take is an error that says why (for checks).
+pub fn cuda_persistent() -> Option<bool> {
+    match var("FERRITE_CUDA_PERSISTENT")?.to_str()? {
+        "1" => Some(false),
+        "require" => Some(true),
+        _ => None,
+    }
+}
+
+/// `FERRITE_CUDA_PERSISTENT_WARPS=<8|16>`: the persistent kernel's computing
+/// warps a block (8, the default).
+pub fn cuda_persistent_warps() -> Option<usize> {
+    var("FERRITE_CUDA_PERSISTENT_WARPS").and_then(|v| v.to_str()?.parse().ok())
+}
+
+/// `FERRITE_CUDA_PERSISTENT_LAYERS=<n>`: the persistent kernel runs only
+/// a step's first n layers, the chain of kernels the rest (to find where
+/// the two part).
+pub fn cuda_persistent_layers() -> Option<usize> {
+    var("FERRITE_CUDA_PERSISTENT_LAYERS").and_then(|v| v.to_str()?.parse().ok())
+}
+
+/// `FERRITE_CUDA_PERSISTENT_RING=<2..5>`: the persistent kernel's weight
+/// slots in shared memory a block (4, the default).
+pub fn cuda_persistent_ring() -> Option<usize> {
+    var("FERRITE_CUDA_PERSISTENT_RING").and_then(|v| v.to_str()?.parse().ok())
+}
+
 /// `FERRITE_CUDA_Q4K_WARPS=<n>`: warps the tensor-core GEMVs (Q4_K, Q6_K)
 /// aim to run, k split between a tile's warps (0, the default: as many as the GPU
 /// holds at once); for comparison.

@@ -9,7 +9,7 @@ use crate::checkpoint::Checkpoint;
 use crate::config::{inv_freq, Family, LmConfig};
 use crate::{CausalLm, ForwardBatch};
 use ferrite_backend::picks::Picks;
-use ferrite_backend::{AttnParams, Backend, DecodeStep, KvDtype, KvSpec, Rope, RowSampling};
+use ferrite_backend::{AttnParams, Backend, DecodeStep, KvDtype, KvSpec, PlainLayer, Rope, RowSampling};
 use ferrite_core::{Error, Result};
 
 struct Layer<B: Backend> {
@@ -276,10 +276,35 @@ impl<B: Backend> Decoder<B> {
         if let Some(s) = self.cfg.embed_scale {
             b.scale(&mut x, s)?;
         }
-        for l in 0..self.layers.len() {
+        let one_row_decode = batch.tokens.len() == 1 && batch.attn.seqs.iter().all(|s| s.q_len == 1);
+        let plain = |l: usize| self.plain_layer(l);
+        let done = match one_row_decode {
+            true => b.decode_layers(&mut x, self.layers.len(), &plain, &batch.positions, kv, &batch.attn)?,
+            false => 0,
+        };
+        for l in done..self.layers.len() {
             self.layer_forward(l, &mut x, batch, kv)?;
         }
         Ok(x)
+    }
+
+    /// Layer l as `Backend::decode_layers` takes it, if it is plain.
+    fn plain_layer(&self, l: usize) -> Option<PlainLayer<'_, B::Weight, B::Tensor>> {
+        let (c, y) = (&self.cfg, &self.layers[l]);
+        let plain = y.bias.is_none() && y.q_norm.is_none() && y.post_attn_norm.is_none() && y.post_ffw_norm.is_none();
+        plain.then_some(PlainLayer {
+            attn_norm: &y.attn_norm,
+            wqkv: [&y.wq, &y.wk, &y.wv],
+            wo: &y.wo,
+            ffn_norm: &y.ffn_norm,
+            gate: &y.gate,
+            up: &y.up,
+            down: &y.down,
+            rope: &y.rope,
+            attn: &y.attn,
+            eps: c.norm_eps,
+            act: c.activation,
+        })
     }
 
     /// The logits of `batch.logit_rows` of the residual stream `x`, through

@@ -15,7 +15,8 @@ const COMMON: &str = include_str!("kernels/common.cuh");
 /// needs the wgmma wrappers (kernels/wgmma.cuh) in front and its decode
 /// kernel on tensor cores follows (kernels/attention_rows_mma.cu); the
 /// block-type kernels end with the tensor-core GEMVs (kernels/gemv_tile.cu),
-/// whose q/k/v launches need the RoPE epilogue (kernels/rope_kv.cuh); both
+/// whose q/k/v launches need the RoPE epilogue (kernels/rope_kv.cuh), and the
+/// persistent decode kernel that runs them (kernels/decode_layers.cu); both
 /// modules quantize GEMV inputs (kernels/quantize_x8.cuh).
 pub const MODULES: &[(&str, &str)] = &[
     ("ops", include_str!("kernels/ops.cu")),
@@ -36,7 +37,8 @@ pub const MODULES: &[(&str, &str)] = &[
             include_str!("kernels/rope_kv.cuh"),
             include_str!("kernels/quantize_x8.cuh"),
             include_str!("kernels/quant.cu"),
-            include_str!("kernels/gemv_tile.cu")
+            include_str!("kernels/gemv_tile.cu"),
+            include_str!("kernels/decode_layers.cu")
         ),
     ),
     ("sample", include_str!("kernels/sample.cu")),

@@ -90,6 +90,9 @@ pub struct Device {
     /// Warps the tensor-core GEMVs aim at (`FERRITE_CUDA_Q4K_WARPS`;
     /// 0, the default: one wave, see `gemv::tile_split`).
     pub q4k_warps: u32,
+    /// The persistent decode kernel's shape, where it is switched on
+    /// (decode_layers.rs).
+    pub persistent: Option<super::decode_layers::PersistentState>,
     /// Finished splits per (row, KV head) block of a split-K attention
     /// launch, which its last split resets to zero (kernels/attention.cu,
     /// `merge_if_last`); `kv::SPLIT_BLOCKS` of them.
@@ -185,6 +188,8 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "gemv_q4_k_rkv_1",
             "gemv_q6_k_rkv_1",
             "gemv_q4k_q6k_rkv_1",
+            "decode_layers_8",
+            "decode_layers_16",
         ],
     ),
     ("sample", &["sample_rows", "sample_split"]),
@@ -295,6 +300,7 @@ impl Device {
                 .set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
                 .map_err(|e| device_err("kernel shared memory", e))?;
         }
+        let persistent = super::decode_layers::open(&ctx, &stream, &funcs, major as u32 * 10 + minor as u32)?;
         let side = ctx.new_stream().map_err(|e| device_err("creating a stream", e))?;
         let split_done = stream.alloc_zeros::<u32>(super::kv::SPLIT_BLOCKS).map_err(|e| device_err("alloc", e))?;
         let sample_done = stream.alloc_zeros::<u32>(SAMPLE_ROWS).map_err(|e| device_err("alloc", e))?;
@@ -323,6 +329,7 @@ impl Device {
             attn_x8: ferrite_core::env::cuda_attn_x8(),
             attn_late_trigger: ferrite_core::env::cuda_attn_late_trigger(),
             q4k_warps: ferrite_core::env::cuda_q4k_warps().unwrap_or(0),
+            persistent,
             arch,
             funcs,
             capture: super::capture_alloc::CaptureAlloc::new(side),

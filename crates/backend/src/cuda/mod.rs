@@ -34,7 +34,7 @@ use ferrite_core::{Error, Result};
 use crate::picks::Picks;
 use crate::{
     check_encoder_attention, check_segments, Activation, AttnBatch, AttnParams, Backend, DecodeStep, EncodeStep,
-    KvSpec, RawWeight, Reduce, Rope, RowSampling,
+    KvSpec, PlainLayer, RawWeight, Reduce, Rope, RowSampling,
 };
 use device::{device_err, elementwise, per_row, Device};
 use gemv::Norm;
@@ -53,6 +53,7 @@ macro_rules! launch {
 }
 
 // After `launch!`, which they use.
+mod decode_layers;
 mod rope;
 mod sample;
 
@@ -816,6 +817,18 @@ impl Backend for CudaBackend {
         batch: &AttnBatch,
     ) -> Result<()> {
         self.rope_kv((q, k, v), rope, positions, pool, batch)
+    }
+
+    fn decode_layers<'l>(
+        &self,
+        x: &mut CudaTensor,
+        n_layers: usize,
+        layer: &dyn Fn(usize) -> Option<PlainLayer<'l, CudaWeight, CudaTensor>>,
+        positions: &[u32],
+        kv: &mut CudaKvPool,
+        batch: &AttnBatch,
+    ) -> Result<usize> {
+        self.decode_layers_fused(x, n_layers, layer, positions, kv, batch)
     }
 
     fn norm_qkv_rope_kv(

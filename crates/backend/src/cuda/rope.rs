@@ -64,7 +64,7 @@ impl CudaBackend {
 
     /// The rotary kernels' device inputs: positions (the step's, while a
     /// decode step is captured) and the inverse frequencies.
-    fn rope_inputs(&self, rope: &Rope, positions: &[u32]) -> Result<(Words, Arc<CudaSlice<u32>>)> {
+    pub(super) fn rope_inputs(&self, rope: &Rope, positions: &[u32]) -> Result<(Words, Arc<CudaSlice<u32>>)> {
         let pos = self.step_words(Field::Positions, || positions.to_vec())?;
         let freq = rope.inv_freq.iter().map(|f| f.to_bits()).collect();
         Ok((pos, self.meta.constant(&self.dev, freq, self.graphs.is_capturing())?))

@@ -54,31 +54,7 @@ __device__ __forceinline__ void quantize_group(u64 g, u32 lane, const float* x, 
 // two words), a zero word, the bsums (i16 pairs, four words).
 // The 8-bit values are in fragment order: lane i of a quad reads 64 bytes,
 // for each sub-block s its values 4i..4i+3 and 16+4i..16+4i+3.
-__device__ __forceinline__ void quantize_sb(u64 g, u32 lane, const float* x, signed char* xq, u32* meta,
-                                            const float* nw, u32 k, float* ss, const float* up, int act) {
-    const u64 src = 256 * g + 8 * lane;  // values 8 lane .. + 7 of the super-block
-    // (The norm's weights are loaded with x, as in `quantize_group`; 16-byte
-    // aligned: a buffer's start plus a multiple of 8 values.)
-    float4 na = make_float4(1.f, 1.f, 1.f, 1.f), nb = na;
-    if (nw) na = *(const float4*)(nw + src % k), nb = *(const float4*)(nw + src % k + 4);
-    const float4 a = *(const float4*)(x + src), b = *(const float4*)(x + src + 4);
-    float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    if (up) {
-        const float4 ua = *(const float4*)(up + src), ub = *(const float4*)(up + src + 4);
-        const float u[8] = {ua.x, ua.y, ua.z, ua.w, ub.x, ub.y, ub.z, ub.w};
-#pragma unroll
-        for (int e = 0; e < 8; e++) v[e] = act_fn(v[e], act) * u[e];
-    }
-    if (nw) {
-        float sq = 0.f;
-#pragma unroll
-        for (int e = 0; e < 8; e++) sq += v[e] * v[e];
-        sq = warp_sum(sq);
-        if (lane == 0) ss[g] = sq;
-        const float wr[8] = {na.x, na.y, na.z, na.w, nb.x, nb.y, nb.z, nb.w};
-#pragma unroll
-        for (int e = 0; e < 8; e++) v[e] *= wr[e];
-    }
+__device__ __forceinline__ void store_sb(u64 g, u32 lane, const float (&v)[8], signed char* xq, u32* meta) {
     float sub = 0.f;
 #pragma unroll
     for (int e = 0; e < 8; e++) sub = fmaxf(sub, fabsf(v[e]));
@@ -113,6 +89,37 @@ __device__ __forceinline__ void quantize_sb(u64 g, u32 lane, const float* x, sig
     }
     if (lane == 0) mg[0] = __float_as_uint(amax / 127.f / 8.f), mg[3] = 0;
 }
+
+// Super-block g of x (values 8 lane .. + 7 a lane) quantized as `store_sb`
+// does, normed or gated first (see `quantize_group`).
+__device__ __forceinline__ void quantize_sb(u64 g, u32 lane, const float* x, signed char* xq, u32* meta,
+                                            const float* nw, u32 k, float* ss, const float* up, int act) {
+    const u64 src = 256 * g + 8 * lane;  // values 8 lane .. + 7 of the super-block
+    // (The norm's weights are loaded with x, as in `quantize_group`; 16-byte
+    // aligned: a buffer's start plus a multiple of 8 values.)
+    float4 na = make_float4(1.f, 1.f, 1.f, 1.f), nb = na;
+    if (nw) na = *(const float4*)(nw + src % k), nb = *(const float4*)(nw + src % k + 4);
+    const float4 a = *(const float4*)(x + src), b = *(const float4*)(x + src + 4);
+    float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    if (up) {
+        const float4 ua = *(const float4*)(up + src), ub = *(const float4*)(up + src + 4);
+        const float u[8] = {ua.x, ua.y, ua.z, ua.w, ub.x, ub.y, ub.z, ub.w};
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = act_fn(v[e], act) * u[e];
+    }
+    if (nw) {
+        float sq = 0.f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) sq += v[e] * v[e];
+        sq = warp_sum(sq);
+        if (lane == 0) ss[g] = sq;
+        const float wr[8] = {na.x, na.y, na.z, na.w, nb.x, nb.y, nb.z, nb.w};
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] *= wr[e];
+    }
+    store_sb(g, lane, v, xq, meta);
+}
+
 // Where a kernel also writes its output as a quantized GEMV's input: the
 // 8-bit values and their metadata in `order` (gemv.rs `input_order`: 0
 // groups of 32 in place, 1 in k-quant piece order, 2 Q4_K's super-blocks);
