@@ -36,11 +36,11 @@ const COUNT_WORDS: usize = 8192;
 
 /// The kernel's dynamic shared memory with `ring` slots (its `dl_layout`):
 /// barriers, the ring, the 8-bit input and its metadata and sums of
-/// squares, the warps' partial sums, attention's scalars; at least more
+/// squares, the warps' partial sums (two buffers), attention's scalars; at least more
 /// than half an SM's, so that no SM holds two blocks (the grid is one an SM).
 pub fn smem_bytes(ring: usize) -> u32 {
     let sbs = MAX_K / 256;
-    let used = 128 + ring * SLOT + MAX_K + sbs * 32 + sbs * 4 + MAX_WARPS * 32 * 16 + 64 * 4;
+    let used = 128 + ring * SLOT + MAX_K + sbs * 32 + sbs * 4 + 2 * MAX_WARPS * 32 * 16 + 64 * 4;
     used.max(HALF_SM + 1024) as u32
 }
 

@@ -137,7 +137,7 @@ struct DlSmem {
     signed char* xq;    // the stage's input, 8-bit (`store_sb`)
     u32* meta;          // its super-blocks' steps, shifts and sums
     float* ss;          // its super-blocks' sums of squares (normed inputs)
-    float4* red;        // the warps' partial sums (a float4 a lane), or attention's states
+    float4* red;        // the warps' partial sums (a float4 a lane; two buffers), or attention's states
     float* small;       // attention's maxima, sums and flags
 };
 __device__ __forceinline__ DlSmem dl_layout(u32 ring) {
@@ -149,7 +149,7 @@ __device__ __forceinline__ DlSmem dl_layout(u32 ring) {
     s.meta = (u32*)(s.xq + DL_MAX_K);
     s.ss = (float*)(s.meta + DL_MAX_K / 256 * 8);
     s.red = (float4*)(s.ss + DL_MAX_K / 256);
-    s.small = (float*)(s.red + DL_MAX_WARPS * 32);
+    s.small = (float*)(s.red + 2 * DL_MAX_WARPS * 32);
     return s;
 }
 
@@ -298,58 +298,97 @@ __device__ __forceinline__ Q6kW dl_q6k(const unsigned char* sb, u32 lane) {
     return w;
 }
 
+// Super-block sb of the stage's input as a lane's fragments: 64 bytes of
+// 8-bit values, the step and shifts (h), the sums (bs).
+struct DlIn {
+    uint4 x[4], h, bs;
+};
+__device__ __forceinline__ DlIn dl_in(const DlSmem& S, u32 sb, u32 i) {
+    const uint4* xs = (const uint4*)(S.xq + 256 * sb + 64 * i);
+    const uint4* meta = (const uint4*)S.meta;
+    return DlIn{{xs[0], xs[1], xs[2], xs[3]}, meta[2 * sb], meta[2 * sb + 1]};
+}
+
+// Super-blocks j and j2 (when `two`) of a slot's chunk of type T, whose first
+// is super-block sb0 of the tile, into the lane's sums: both read from shared
+// memory before either's products (two in flight, as the chain's registers).
+template <int T>
+__device__ __forceinline__ void dl_pair(const DlSmem& S, const unsigned char* base, u32 sb0, u32 j, u32 j2, bool two,
+                                        u32 lane, float (&acc)[4]) {
+    const u32 block = dl_block(T), i = lane & 3;
+    const u32 jb = two ? j2 : j;
+    const DlIn xa = dl_in(S, sb0 + j, i), xb = dl_in(S, sb0 + jb, i);
+    if (T == 0) {
+        const Q4kW wa = dl_q4k(base + j * block, lane), wb = dl_q4k(base + jb * block, lane);
+        q4k_step<1>(wa, xa.x, xa.h, xa.bs, xa.h, xa.bs, acc);
+        if (two) q4k_step<1>(wb, xb.x, xb.h, xb.bs, xb.h, xb.bs, acc);
+    } else {
+        const Q6kW wa = dl_q6k(base + j * block, lane), wb = dl_q6k(base + jb * block, lane);
+        q6k_step<1>(wa, xa.x, xa.h, xa.h, acc);
+        if (two) q6k_step<1>(wb, xb.x, xb.h, xb.h, acc);
+    }
+}
+
 // One tile of matrix M against the stage's input: its chunks from the ring
 // (`n`: the block's chunks consumed so far), each warp taking super-blocks
 // w, w + warps, ... of each; warp 0 returns the tile's sums (lane (g, i):
 // rows g and g + 8 in [0] and [2]), summed over the warps in a fixed order.
-__device__ __forceinline__ void dl_tile(const DlSmem& S, const DlMat& M, u32 nsb, u32 ring, u32& n, float (&out)[4]) {
-    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = dl_warps(), i = lane & 3;
-    const u32 block = dl_block(M.type), per = dl_chunk_sbs(M.type);
+// The warps' partial sums go to one of two buffers by the tile's parity
+// (`tiles`: the block's tiles so far), so that one barrier a tile serves:
+// a buffer is written again only two tiles later, past the next barrier,
+// which warp 0 reaches once it has read it.
+__device__ __forceinline__ void dl_tile(const DlSmem& S, const DlMat& M, u32 nsb, u32 ring, u32& n, u32& tiles,
+                                        float (&out)[4]) {
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = dl_warps();
+    const u32 per = dl_chunk_sbs(M.type);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
-    const uint4* meta = (const uint4*)S.meta;
     for (u32 c = 0; c * per < nsb; c++, n++) {
         const u32 slot = n % ring, cnt = min(per, nsb - c * per);
         dl_mbar_wait(S.full + slot, (n / ring) & 1);
         const unsigned char* base = S.ring + (u64)slot * DL_SLOT;
-        for (u32 j = warp; j < cnt; j += nw) {
-            const u32 sb = c * per + j;
-            const uint4* xs = (const uint4*)(S.xq + 256 * sb + 64 * i);
-            const uint4 x[4] = {xs[0], xs[1], xs[2], xs[3]};
-            const uint4 h = meta[2 * sb], bs = meta[2 * sb + 1];
-            if (M.type == 0) q4k_step<1>(dl_q4k(base + j * block, lane), x, h, bs, h, bs, acc);
-            else q6k_step<1>(dl_q6k(base + j * block, lane), x, h, h, acc);
+        for (u32 j = warp; j < cnt; j += 2 * nw) {
+            if (M.type == 0) dl_pair<0>(S, base, c * per, j, j + nw, j + nw < cnt, lane, acc);
+            else dl_pair<1>(S, base, c * per, j, j + nw, j + nw < cnt, lane, acc);
         }
         __syncwarp();
         if (lane == 0) dl_mbar_arrive(S.empty + slot);
     }
-    S.red[warp * 32 + lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
+    float4* red = S.red + (tiles++ & 1) * DL_MAX_WARPS * 32;
+    red[warp * 32 + lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     dl_sync();
     if (warp == 0) {
         for (u32 w = 1; w < nw; w++) {
-            const float4 p = S.red[w * 32 + lane];
+            const float4 p = red[w * 32 + lane];
             acc[0] += p.x, acc[1] += p.y, acc[2] += p.z, acc[3] += p.w;
         }
 #pragma unroll
         for (int e = 0; e < 4; e++) out[e] = acc[e];
     }
-    dl_sync();
 }
 
 // Item `item` of weight stage s of layer l (`f`: the input norm's factor).
-__device__ __forceinline__ void dl_weights(const DlArgs& a, const DlSmem& S, u32 l, int s, u32 item, float f, u32& n) {
+// What warp 0's epilogue reads (the residual's rows, RoPE's angles) is
+// asked for before the tile, so that no round trip follows its products.
+__device__ __forceinline__ void dl_weights(const DlArgs& a, const DlSmem& S, u32 l, int s, u32 item, float f, u32& n,
+                                           u32& tiles) {
     const DlLayer& L = a.layers[l];
     const u32 lane = threadIdx.x & 31, g = lane >> 2, nsb = dl_k(a, s) / 256;
+    u32 tile = 0;
+    const u32 mi = dl_mat(L, s, item, 0, tile), row = 16 * tile + g, m = L.m[mi].rows;
+    const bool lead = threadIdx.x < 32;  // warp 0: the epilogue
+    const u32 kv_dim = a.n_kv * a.hd, which = mi;  // M_Q, M_K, M_V are 0, 1, 2
+    const RopeKv rk{a.pos, a.inv_freq, a.slots, L.kc, L.vc, a.hd, kv_dim};
+    RopeKvLane rl{};
+    float base[2] = {0.f, 0.f};
+    if (lead && s == DL_QKV) rl = rope_kv_lane(rk, which, row, m);
+    if (lead && (s == DL_OPROJ || s == DL_DOWN) && (lane & 3) == 0)
+        base[0] = __ldcg(a.x + row), base[1] = __ldcg(a.x + row + 8);
     float r[2][4];
-    u32 tile = 0, mi = dl_mat(L, s, item, 0, tile);
-    dl_tile(S, L.m[mi], nsb, a.ring, n, r[0]);
-    if (s == DL_GATEUP) dl_tile(S, L.m[M_UP], nsb, a.ring, n, r[1]);
-    if (threadIdx.x >= 32) return;  // warp 0 holds the sums
-    const u32 row = 16 * tile + g;
+    dl_tile(S, L.m[mi], nsb, a.ring, n, tiles, r[0]);
+    if (s == DL_GATEUP) dl_tile(S, L.m[M_UP], nsb, a.ring, n, tiles, r[1]);
+    if (!lead) return;
     if (s == DL_QKV) {
-        const u32 kv_dim = a.n_kv * a.hd, which = mi;  // M_Q, M_K, M_V are 0, 1, 2
-        const RopeKv rk{a.pos, a.inv_freq, a.slots, L.kc, L.vc, a.hd, kv_dim};
-        const RopeKvLane rl = rope_kv_lane(rk, which, row, L.m[mi].rows);
-        rope_kv_rows2(rk, rl, which, row, L.m[mi].rows, r[0][0] * f, r[0][2] * f, (lane & 3) == 0, a.q);
+        rope_kv_rows2(rk, rl, which, row, m, r[0][0] * f, r[0][2] * f, (lane & 3) == 0, a.q);
         return;
     }
     if ((lane & 3) != 0) return;
@@ -358,7 +397,7 @@ __device__ __forceinline__ void dl_weights(const DlArgs& a, const DlSmem& S, u32
         const u32 rr = row + 8 * h;
         const float v = r[0][2 * h];
         if (s == DL_GATEUP) a.h[rr] = act_fn(v * f, a.act) * (r[1][2 * h] * f);
-        else a.x[rr] = __ldcg(a.x + rr) + v;  // oproj, down: added to the residual
+        else a.x[rr] = base[h] + v;  // oproj, down: added to the residual
     }
 }
 
@@ -498,7 +537,7 @@ __device__ __forceinline__ void dl_mark(int s, bool wait) {
 // ------------------------------------------------------------------ the computing warps
 __device__ __forceinline__ void dl_compute(const DlArgs& a) {
     const DlSmem S = dl_layout(a.ring);
-    u32 n = 0;
+    u32 n = 0, tiles = 0;
     for (u32 l = 0; l < a.n_layers; l++) {
         const DlLayer& L = a.layers[l];
         for (int s = 0; s < DL_STAGES; s++) {
@@ -518,7 +557,7 @@ __device__ __forceinline__ void dl_compute(const DlArgs& a) {
                     const float* src = s == DL_OPROJ ? a.attn : s == DL_DOWN ? a.h : a.x;
                     const float* nw = s == DL_QKV ? L.attn_norm : s == DL_GATEUP ? L.ffn_norm : nullptr;
                     const float f = dl_input(S, src, nw, dl_k(a, s), a.eps);
-                    for (u32 j = 0; j < mine; j++) dl_weights(a, S, l, s, blockIdx.x + j * gridDim.x, f, n);
+                    for (u32 j = 0; j < mine; j++) dl_weights(a, S, l, s, blockIdx.x + j * gridDim.x, f, n, tiles);
                 }
                 __threadfence();
                 dl_sync();
