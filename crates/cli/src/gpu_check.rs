@@ -188,19 +188,26 @@ fn compare_hf(dir: &std::path::Path, gpu: usize) -> Result<usize> {
     Ok(bad)
 }
 
-fn runner(model: &str, device: DeviceChoice) -> Result<Runner> {
-    let args = ModelArgs {
+/// A model on `device` with an f16 KV cache of `ctx` tokens and `util` of
+/// the GPU's memory, in the batch-invariant mode and eagerly as asked.
+fn model_args(
+    model: &str,
+    device: DeviceChoice,
+    ctx: usize,
+    util: f64,
+    (deterministic, enforce_eager): (bool, bool),
+) -> ModelArgs {
+    ModelArgs {
         model: model.into(),
         threads: None,
-        ctx_size: Some(512),
+        ctx_size: Some(ctx),
         kv_cache: Some(KvDtype::F16),
-        device: DeviceArgs {
-            device: Some(device),
-            gpu_memory_utilization: 0.9,
-            deterministic: false,
-            enforce_eager: false,
-        },
-    };
+        device: DeviceArgs { device: Some(device), gpu_memory_utilization: util, deterministic, enforce_eager },
+    }
+}
+
+fn runner(model: &str, device: DeviceChoice) -> Result<Runner> {
+    let args = model_args(model, device, 512, 0.9, (false, false));
     Ok(load(&args, false)?.runner)
 }
 
@@ -233,18 +240,7 @@ const SMALL_Q8: &str = "random:smollm2-135m:q8_0";
 /// picks) against one at a time, on a random-weight model.
 fn invariance(gpu: usize, deterministic: bool) -> Result<Invariance> {
     const STEPS: usize = 12;
-    let args = ModelArgs {
-        model: SMALL.into(),
-        threads: None,
-        ctx_size: Some(128),
-        kv_cache: Some(KvDtype::F16),
-        device: DeviceArgs {
-            device: Some(DeviceChoice::Cuda(gpu)),
-            gpu_memory_utilization: 0.9,
-            deterministic,
-            enforce_eager: false,
-        },
-    };
+    let args = model_args(SMALL, DeviceChoice::Cuda(gpu), 128, 0.9, (deterministic, false));
     let mut r = load_with_pool(&args, false, &KvPool::Blocks(SEQS * 8 + 8))?.runner;
     let vocab = r.config().vocab_size;
     let prompts: Vec<Vec<u32>> = (0..SEQS)
@@ -306,18 +302,7 @@ fn invariance(gpu: usize, deterministic: bool) -> Result<Invariance> {
 fn graphs_vs_eager(gpu: usize, model: &str, deterministic: bool) -> Result<(f32, usize)> {
     const STEPS: usize = 16;
     let open = |enforce_eager| -> Result<Runner> {
-        let args = ModelArgs {
-            model: model.into(),
-            threads: None,
-            ctx_size: Some(256),
-            kv_cache: Some(KvDtype::F16),
-            device: DeviceArgs {
-                device: Some(DeviceChoice::Cuda(gpu)),
-                gpu_memory_utilization: 0.45,
-                deterministic,
-                enforce_eager,
-            },
-        };
+        let args = model_args(model, DeviceChoice::Cuda(gpu), 256, 0.45, (deterministic, enforce_eager));
         Ok(load_with_pool(&args, false, &KvPool::Blocks(64))?.runner)
     };
     let (mut eager, mut graphs) = (open(true)?, open(false)?);
@@ -364,18 +349,7 @@ fn persistent_vs_chain(gpu: usize, model: &str) -> Result<(f32, usize)> {
             Some(v) => std::env::set_var(KEY, v),
             None => std::env::remove_var(KEY),
         }
-        let args = ModelArgs {
-            model: model.into(),
-            threads: None,
-            ctx_size: Some(512),
-            kv_cache: Some(KvDtype::F16),
-            device: DeviceArgs {
-                device: Some(DeviceChoice::Cuda(gpu)),
-                gpu_memory_utilization: 0.45,
-                deterministic: false,
-                enforce_eager: false,
-            },
-        };
+        let args = model_args(model, DeviceChoice::Cuda(gpu), 512, 0.45, (false, false));
         let r = load_with_pool(&args, false, &KvPool::Blocks(64));
         match before {
             Some(v) => std::env::set_var(KEY, v),
