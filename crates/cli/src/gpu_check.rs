@@ -342,20 +342,11 @@ const PERSISTENT: &str = "random:llama-3.2-1b:q4_k_m";
 /// to the largest logit, top tokens that differ beyond a near-tie).
 fn persistent_vs_chain(gpu: usize, model: &str) -> Result<(f32, usize)> {
     const STEPS: usize = 16;
-    const KEY: &str = "FERRITE_CUDA_PERSISTENT";
     let open = |setting: Option<&str>| -> Result<Runner> {
-        let before = std::env::var_os(KEY);
-        match setting {
-            Some(v) => std::env::set_var(KEY, v),
-            None => std::env::remove_var(KEY),
-        }
         let args = model_args(model, DeviceChoice::Cuda(gpu), 512, 0.45, (false, false));
-        let r = load_with_pool(&args, false, &KvPool::Blocks(64));
-        match before {
-            Some(v) => std::env::set_var(KEY, v),
-            None => std::env::remove_var(KEY),
-        }
-        Ok(r?.runner)
+        let loaded =
+            ferrite_core::env::with_cuda_persistent(setting, || load_with_pool(&args, false, &KvPool::Blocks(64)));
+        Ok(loaded?.runner)
     };
     let (mut chain, mut fused) = (open(None)?, open(Some("require"))?);
     let vocab = chain.config().vocab_size;

@@ -155,6 +155,30 @@ pub fn cuda_persistent() -> Option<bool> {
     }
 }
 
+/// Runs `f` with `FERRITE_CUDA_PERSISTENT` set to `setting` (`None`:
+/// unset), then restores it: a check that opens the chain and the
+/// persistent kernel side by side (devices read it as they open).
+pub fn with_cuda_persistent<T>(setting: Option<&str>, f: impl FnOnce() -> T) -> T {
+    const KEY: &str = "FERRITE_CUDA_PERSISTENT";
+    let before = std::env::var_os(KEY);
+    match setting {
+        Some(v) => std::env::set_var(KEY, v),
+        None => std::env::remove_var(KEY),
+    }
+    let out = f();
+    match before {
+        Some(v) => std::env::set_var(KEY, v),
+        None => std::env::remove_var(KEY),
+    }
+    out
+}
+
+/// `FERRITE_CPU_AVX512=0`: the CPU kernels keep to AVX2 where AVX-512 is
+/// there too; for comparison.
+pub fn cpu_avx512() -> bool {
+    on_unless_zero("FERRITE_CPU_AVX512")
+}
+
 /// `FERRITE_CUDA_PERSISTENT_WARPS=<8|16>`: the persistent kernel's computing
 /// warps a block (8, the default).
 pub fn cuda_persistent_warps() -> Option<usize> {

@@ -21,9 +21,7 @@ pub fn has_f16c() -> bool {
 pub fn has_avx512() -> bool {
     use std::sync::OnceLock;
     static AVX512: OnceLock<bool> = OnceLock::new();
-    *AVX512.get_or_init(|| {
-        is_x86_feature_detected!("avx512f") && std::env::var("FERRITE_CPU_AVX512").map_or(true, |v| v != "0")
-    })
+    *AVX512.get_or_init(|| is_x86_feature_detected!("avx512f") && ferrite_core::env::cpu_avx512())
 }
 
 /// The instruction set the kernels use on this machine, for logs and `inspect`.
