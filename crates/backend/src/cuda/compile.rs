@@ -133,6 +133,17 @@ pub fn cached(dir: Option<&Path>, name: &str, source: &str, arch: &str, driver: 
     Ok(bytes)
 }
 
+/// Every module's cubin (`cached`), in the order of `MODULES`, compiled at
+/// the same time on threads of their own: NVRTC takes a minute or more for
+/// all of them on one core, the first time a model loads on a machine.
+pub fn cached_all(dir: Option<&Path>, arch: &str, driver: i32) -> Vec<Result<Vec<u8>, String>> {
+    std::thread::scope(|s| {
+        let jobs: Vec<_> =
+            MODULES.iter().map(|&(name, source)| s.spawn(move || cached(dir, name, source, arch, driver))).collect();
+        jobs.into_iter().map(|j| j.join().unwrap_or_else(|_| Err("the kernel compiler failed".into()))).collect()
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -151,9 +162,11 @@ mod tests {
             eprintln!("NVRTC not found: kernel compilation not checked here");
             return;
         }
-        for (name, src) in MODULES {
-            compile(name, src, "sm_80").unwrap_or_else(|e| panic!("{e}"));
-            let cubin = compile(name, src, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
+        for r in cached_all(None, "sm_80", 0) {
+            r.unwrap_or_else(|e| panic!("{e}"));
+        }
+        for ((name, _), cubin) in MODULES.iter().zip(cached_all(None, "sm_90a", 0)) {
+            let cubin = cubin.unwrap_or_else(|e| panic!("{e}"));
             assert!(cubin.starts_with(b"\x7fELF"), "{name}: not a cubin");
             // Every entry point the device loads is in the module's symbols.
             for f in super::super::device::functions(name) {

@@ -281,9 +281,10 @@ impl Device {
         // SAFETY: writes one int.
         unsafe { sys::cuDriverGetVersion(&mut driver) };
         let mut funcs = HashMap::new();
-        for (module, src) in compile::MODULES {
-            let cubin =
-                compile::cached(opts.kernel_cache.as_deref(), module, src, &arch, driver).map_err(Error::Device)?;
+        for ((module, _), cubin) in
+            compile::MODULES.iter().zip(compile::cached_all(opts.kernel_cache.as_deref(), &arch, driver))
+        {
+            let cubin = cubin.map_err(Error::Device)?;
             let m = ctx.load_module(Ptx::from_binary(cubin)).map_err(|e| device_err("loading kernels", e))?;
             super::trace::watch(&m, &stream);
             for f in functions(module) {
