@@ -223,7 +223,12 @@ __device__ __forceinline__ void dl_stream(const DlArgs& a) {
                         const u32 slot = n % a.ring;
                         if (n >= a.ring) dl_mbar_wait(S.empty + slot, (n / a.ring - 1) & 1);
                         const u32 bytes = min(per, nsb - c * per) * block;
+#ifndef DL_NO_COPY
                         dl_copy(S.ring + (u64)slot * DL_SLOT, src + (u64)c * per * block, bytes, S.full + slot);
+#else  // (measurement aid: the computing side on stale slots, no weights read)
+                        (void)bytes, (void)src;
+                        dl_mbar_arrive(S.full + slot);
+#endif
                     }
                 }
         }
@@ -346,10 +351,14 @@ __device__ __forceinline__ void dl_tile(const DlSmem& S, const DlMat& M, u32 nsb
         const u32 slot = n % ring, cnt = min(per, nsb - c * per);
         dl_mbar_wait(S.full + slot, (n / ring) & 1);
         const unsigned char* base = S.ring + (u64)slot * DL_SLOT;
+#ifndef DL_NO_MATH  // (measurement aid: the stream and the schedule without the tiles' arithmetic)
         for (u32 j = warp; j < cnt; j += 2 * nw) {
             if (M.type == 0) dl_pair<0>(S, base, c * per, j, j + nw, j + nw < cnt, lane, acc);
             else dl_pair<1>(S, base, c * per, j, j + nw, j + nw < cnt, lane, acc);
         }
+#else
+        (void)base;
+#endif
         __syncwarp();
         if (lane == 0) dl_mbar_arrive(S.empty + slot);
     }
@@ -534,6 +543,16 @@ __device__ __forceinline__ void dl_mark(int s, bool wait) {
 #endif
 }
 
+// Block 0's tiles of weight stage s, its input built (`FERRITE_CUDA_TRACE=2`).
+__device__ __forceinline__ void dl_mark_tiles(int s) {
+#if defined(FERRITE_TRACE) && defined(FERRITE_TRACE_MARKS)
+    const char* const tiles[DL_STAGES] = {"dl.tiles.qkv", "", "dl.tiles.oproj", "dl.tiles.gateup", "dl.tiles.down"};
+    trace_mark(tiles[s]);
+#else
+    (void)s;
+#endif
+}
+
 // ------------------------------------------------------------------ the computing warps
 __device__ __forceinline__ void dl_compute(const DlArgs& a) {
     const DlSmem S = dl_layout(a.ring);
@@ -557,6 +576,7 @@ __device__ __forceinline__ void dl_compute(const DlArgs& a) {
                     const float* src = s == DL_OPROJ ? a.attn : s == DL_DOWN ? a.h : a.x;
                     const float* nw = s == DL_QKV ? L.attn_norm : s == DL_GATEUP ? L.ffn_norm : nullptr;
                     const float f = dl_input(S, src, nw, dl_k(a, s), a.eps);
+                    dl_mark_tiles(s);
                     for (u32 j = 0; j < mine; j++) dl_weights(a, S, l, s, blockIdx.x + j * gridDim.x, f, n, tiles);
                 }
                 __threadfence();
