@@ -160,16 +160,14 @@ pub fn cuda_persistent() -> Option<bool> {
 /// persistent kernel side by side (devices read it as they open).
 pub fn with_cuda_persistent<T>(setting: Option<&str>, f: impl FnOnce() -> T) -> T {
     const KEY: &str = "FERRITE_CUDA_PERSISTENT";
+    let put = |v: Option<&std::ffi::OsStr>| match v {
+        Some(v) => std::env::set_var(KEY, v),
+        None => std::env::remove_var(KEY),
+    };
     let before = std::env::var_os(KEY);
-    match setting {
-        Some(v) => std::env::set_var(KEY, v),
-        None => std::env::remove_var(KEY),
-    }
+    put(setting.map(std::ffi::OsStr::new));
     let out = f();
-    match before {
-        Some(v) => std::env::set_var(KEY, v),
-        None => std::env::remove_var(KEY),
-    }
+    put(before.as_deref());
     out
 }
 

@@ -530,26 +530,19 @@ __device__ __forceinline__ void dl_attention(const DlArgs& a, const DlSmem& S, u
     dl_sync();
 }
 
-// Block 0's waits for stage s and the stages themselves on the decode
-// timeline (`FERRITE_CUDA_TRACE=2`, cuda/trace.rs).
-__device__ __forceinline__ void dl_mark(int s, bool wait) {
+// Block 0's phases of stage s on the decode timeline (`FERRITE_CUDA_TRACE=2`,
+// cuda/trace.rs): its wait for the stage before, the stage (a weight
+// stage's input build), a weight stage's tiles.
+enum { DL_MARK_WAIT, DL_MARK_STAGE, DL_MARK_TILES };
+__device__ __forceinline__ void dl_mark(int s, int phase) {
 #if defined(FERRITE_TRACE) && defined(FERRITE_TRACE_MARKS)
-    const char* const waits[DL_STAGES] = {"dl.wait.qkv", "dl.wait.attn", "dl.wait.oproj", "dl.wait.gateup",
-                                          "dl.wait.down"};
-    const char* const stages[DL_STAGES] = {"dl.qkv", "dl.attn", "dl.oproj", "dl.gateup", "dl.down"};
-    trace_mark(wait ? waits[s] : stages[s]);
+    const char* const names[3][DL_STAGES] = {
+        {"dl.wait.qkv", "dl.wait.attn", "dl.wait.oproj", "dl.wait.gateup", "dl.wait.down"},
+        {"dl.qkv", "dl.attn", "dl.oproj", "dl.gateup", "dl.down"},
+        {"dl.tiles.qkv", "", "dl.tiles.oproj", "dl.tiles.gateup", "dl.tiles.down"}};
+    trace_mark(names[phase][s]);
 #else
-    (void)s, (void)wait;
-#endif
-}
-
-// Block 0's tiles of weight stage s, its input built (`FERRITE_CUDA_TRACE=2`).
-__device__ __forceinline__ void dl_mark_tiles(int s) {
-#if defined(FERRITE_TRACE) && defined(FERRITE_TRACE_MARKS)
-    const char* const tiles[DL_STAGES] = {"dl.tiles.qkv", "", "dl.tiles.oproj", "dl.tiles.gateup", "dl.tiles.down"};
-    trace_mark(tiles[s]);
-#else
-    (void)s;
+    (void)s, (void)phase;
 #endif
 }
 
@@ -562,13 +555,13 @@ __device__ __forceinline__ void dl_compute(const DlArgs& a) {
         for (int s = 0; s < DL_STAGES; s++) {
             const u32 mine = dl_mine(dl_items(a, L, s));
             if (mine > 0) {
-                dl_mark(s, true);
+                dl_mark(s, DL_MARK_WAIT);
                 if (threadIdx.x == 0 && (l > 0 || s > 0)) {
                     const u32 prev = s > 0 ? l * DL_STAGES + s - 1 : (l - 1) * DL_STAGES + DL_DOWN;
                     dl_wait_count(a.count + prev, gridDim.x);
                     __threadfence();
                 }
-                dl_mark(s, false);
+                dl_mark(s, DL_MARK_STAGE);
                 dl_sync();
                 if (s == DL_ATTN) {
                     for (u32 j = 0; j < mine; j++) dl_attention(a, S, l, blockIdx.x + j * gridDim.x);
@@ -576,7 +569,7 @@ __device__ __forceinline__ void dl_compute(const DlArgs& a) {
                     const float* src = s == DL_OPROJ ? a.attn : s == DL_DOWN ? a.h : a.x;
                     const float* nw = s == DL_QKV ? L.attn_norm : s == DL_GATEUP ? L.ffn_norm : nullptr;
                     const float f = dl_input(S, src, nw, dl_k(a, s), a.eps);
-                    dl_mark_tiles(s);
+                    dl_mark(s, DL_MARK_TILES);
                     for (u32 j = 0; j < mine; j++) dl_weights(a, S, l, s, blockIdx.x + j * gridDim.x, f, n, tiles);
                 }
                 __threadfence();
