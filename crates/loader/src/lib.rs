@@ -5,4 +5,6 @@ pub mod chat_template;
 pub mod gguf;
 pub mod safetensors;
 pub mod source;
+#[cfg(test)]
+mod test_dir;
 pub mod tokenizer;

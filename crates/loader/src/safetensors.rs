@@ -280,31 +280,7 @@ fn entry_info(entry: &Json) -> std::result::Result<EntryInfo, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(tag: &str) -> TempDir {
-            static N: AtomicUsize = AtomicUsize::new(0);
-            let n = N.fetch_add(1, Ordering::Relaxed);
-            let dir = std::env::temp_dir().join(format!("ferrite-st-{}-{tag}-{n}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
-            TempDir(dir)
-        }
-        fn write(&self, name: &str, bytes: &[u8]) -> PathBuf {
-            let path = self.0.join(name);
-            std::fs::write(&path, bytes).unwrap();
-            path
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use crate::test_dir::TempDir;
 
     /// A safetensors file from (name, dtype, shape, bytes), laid out in order.
     fn build(tensors: &[(&str, &str, &[usize], &[u8])]) -> Vec<u8> {
@@ -347,7 +323,7 @@ mod tests {
     #[test]
     fn reads_float_tensors_and_skips_others() {
         let dir = TempDir::new("ok");
-        let path = dir.write("x.safetensors", &sample());
+        let path = dir.file("x.safetensors", &sample());
         let st = SafeTensors::open_file(&path).unwrap();
         let names: Vec<&str> = st.names().collect();
         assert_eq!(names, ["w", "h", "b", "s"]);
@@ -367,7 +343,7 @@ mod tests {
 
     fn open_err(bytes: &[u8]) -> String {
         let dir = TempDir::new("bad");
-        let path = dir.write("bad.safetensors", bytes);
+        let path = dir.file("bad.safetensors", bytes);
         match SafeTensors::open_file(&path) {
             Ok(_) => panic!("corrupt file accepted"),
             Err(e) => {
@@ -415,7 +391,7 @@ mod tests {
         let good = sample();
         let dir = TempDir::new("fuzz");
         for cut in 0..good.len() {
-            let path = dir.write("t.safetensors", &good[..cut]);
+            let path = dir.file("t.safetensors", &good[..cut]);
             assert!(SafeTensors::open_file(&path).is_err(), "truncated at {cut} accepted");
         }
         let mut seed = 0x2545_f491_4f6c_dd1du64;
@@ -428,7 +404,7 @@ mod tests {
                 let at = (seed % bytes.len() as u64) as usize;
                 bytes[at] ^= 1 << (seed >> 60 & 7);
             }
-            let path = dir.write("f.safetensors", &bytes);
+            let path = dir.file("f.safetensors", &bytes);
             if let Ok(st) = SafeTensors::open_file(&path) {
                 for name in st.names() {
                     let t = st.tensor(name).unwrap();
@@ -441,8 +417,8 @@ mod tests {
     #[test]
     fn directory_with_model_safetensors() {
         let dir = TempDir::new("single");
-        dir.write(SINGLE_FILE, &sample());
-        dir.write("other.safetensors", b"junk that is never opened");
+        dir.file(SINGLE_FILE, &sample());
+        dir.file("other.safetensors", b"junk that is never opened");
         let st = SafeTensors::open_dir(&dir.0).unwrap();
         assert!(st.tensor("w").is_some());
     }
@@ -451,12 +427,12 @@ mod tests {
     fn directory_without_index_takes_all_files() {
         let dir = TempDir::new("loose");
         assert!(matches!(SafeTensors::open_dir(&dir.0), Err(Error::Format(_))));
-        dir.write("b.safetensors", &build(&[("y", "F32", &[1], &f32_bytes(&[2.0]))]));
-        dir.write("a.safetensors", &build(&[("x", "F32", &[1], &f32_bytes(&[1.0]))]));
+        dir.file("b.safetensors", &build(&[("y", "F32", &[1], &f32_bytes(&[2.0]))]));
+        dir.file("a.safetensors", &build(&[("x", "F32", &[1], &f32_bytes(&[1.0]))]));
         let st = SafeTensors::open_dir(&dir.0).unwrap();
         assert_eq!(st.names().collect::<Vec<_>>(), ["x", "y"]);
         assert_eq!(st.tensor("y").unwrap().file, 1);
-        dir.write("c.safetensors", &build(&[("x", "F32", &[1], &f32_bytes(&[3.0]))]));
+        dir.file("c.safetensors", &build(&[("x", "F32", &[1], &f32_bytes(&[3.0]))]));
         let err = SafeTensors::open_dir(&dir.0).err().unwrap().to_string();
         assert!(err.contains("also in an earlier file"), "{err}");
         assert!(SafeTensors::open_dir(&dir.0.join("missing")).is_err());
@@ -465,16 +441,16 @@ mod tests {
     #[test]
     fn sharded_directory_through_index() {
         let dir = TempDir::new("shards");
-        dir.write(
+        dir.file(
             "model-00001-of-00002.safetensors",
             &build(&[("a", "F32", &[2], &f32_bytes(&[1.0, 2.0])), ("ids", "I64", &[1], &[0; 8])]),
         );
-        dir.write("model-00002-of-00002.safetensors", &build(&[("b", "F16", &[1], &[0, 0x3c])]));
+        dir.file("model-00002-of-00002.safetensors", &build(&[("b", "F16", &[1], &[0, 0x3c])]));
         let index = |map: &str| format!(r#"{{"metadata": {{"total_size": 10}}, "weight_map": {map}}}"#);
         let ok = r#"{"a": "model-00001-of-00002.safetensors", "ids": "model-00001-of-00002.safetensors",
                      "b": "model-00002-of-00002.safetensors"}"#;
-        dir.write(INDEX_FILE, index(ok).as_bytes());
-        dir.write(SINGLE_FILE, b"the index takes precedence");
+        dir.file(INDEX_FILE, index(ok).as_bytes());
+        dir.file(SINGLE_FILE, b"the index takes precedence");
         let st = SafeTensors::open_dir(&dir.0).unwrap();
         assert_eq!(st.names().collect::<Vec<_>>(), ["a", "b"]);
         let b = st.tensor("b").unwrap();
@@ -482,19 +458,19 @@ mod tests {
         assert_eq!(st.mmaps().len(), 2);
 
         let wrong = r#"{"a": "model-00002-of-00002.safetensors"}"#;
-        dir.write(INDEX_FILE, index(wrong).as_bytes());
+        dir.file(INDEX_FILE, index(wrong).as_bytes());
         let err = SafeTensors::open_dir(&dir.0).err().unwrap().to_string();
         assert!(err.contains("no such tensor"), "{err}");
 
         let missing = r#"{"a": "model-00009-of-00009.safetensors"}"#;
-        dir.write(INDEX_FILE, index(missing).as_bytes());
+        dir.file(INDEX_FILE, index(missing).as_bytes());
         assert!(matches!(SafeTensors::open_dir(&dir.0), Err(Error::Io { .. })));
 
         for bad in [r#"{"a": "../x.safetensors"}"#, r#"{"a": "/etc/passwd"}"#, r#"{"a": 3}"#, "{}", "[]"] {
-            dir.write(INDEX_FILE, index(bad).as_bytes());
+            dir.file(INDEX_FILE, index(bad).as_bytes());
             assert!(matches!(SafeTensors::open_dir(&dir.0), Err(Error::Format(_))), "{bad}");
         }
-        dir.write(INDEX_FILE, b"{ nope");
+        dir.file(INDEX_FILE, b"{ nope");
         assert!(matches!(SafeTensors::open_dir(&dir.0), Err(Error::Format(_))));
     }
 }

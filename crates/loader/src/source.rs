@@ -346,33 +346,11 @@ fn dir_bytes(dir: &Path, depth: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    struct TempDir(PathBuf);
+    use crate::test_dir::TempDir;
 
     impl TempDir {
-        fn new(tag: &str) -> TempDir {
-            static N: AtomicUsize = AtomicUsize::new(0);
-            let n = N.fetch_add(1, Ordering::Relaxed);
-            let dir = std::env::temp_dir().join(format!("ferrite-src-{}-{tag}-{n}", std::process::id()));
-            let _ = fs::remove_dir_all(&dir);
-            fs::create_dir_all(&dir).unwrap();
-            TempDir(dir)
-        }
-        fn file(&self, rel: &str, bytes: &[u8]) -> PathBuf {
-            let path = self.0.join(rel);
-            fs::create_dir_all(path.parent().unwrap()).unwrap();
-            fs::write(&path, bytes).unwrap();
-            path
-        }
         fn roots(&self) -> Roots {
             Roots { models_dir: self.0.join("models"), hf_hub: self.0.join("hub") }
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
         }
     }
 
