@@ -61,9 +61,15 @@ pub async fn collect(mut stream: EventStream, keep_tokens: bool) -> Output {
     Output { text, tokens, summary: vanished(0) }
 }
 
-/// Drains all streams concurrently, choices in order.
-pub async fn collect_all(streams: Vec<EventStream>, keep_tokens: bool) -> Vec<Output> {
-    futures_util::future::join_all(streams.into_iter().map(|s| collect(s, keep_tokens))).await
+/// Drains all streams concurrently, choices in order; the first choice
+/// that did not end normally makes the whole response its error
+/// (`finish_error`).
+pub async fn collect_all(streams: Vec<EventStream>, keep_tokens: bool) -> Result<Vec<Output>, ApiError> {
+    let outputs = futures_util::future::join_all(streams.into_iter().map(|s| collect(s, keep_tokens))).await;
+    match outputs.iter().find_map(|o| finish_error(&o.summary)) {
+        Some(e) => Err(e),
+        None => Ok(outputs),
+    }
 }
 
 /// The summary of a stream that ended without `Done` (the engine went away).

@@ -36,10 +36,7 @@ pub async fn chat_completions(
         let opts = sse::Options { logprobs: want_logprobs, include_usage: settings.include_usage };
         return Ok(sse::response(streams, ChatFormat { meta, state: state.clone(), logprobs: want_logprobs }, opts));
     }
-    let outputs = generate::collect_all(streams, want_logprobs).await;
-    if let Some(e) = outputs.iter().find_map(|o| generate::finish_error(&o.summary)) {
-        return Err(e);
-    }
+    let outputs = generate::collect_all(streams, want_logprobs).await?;
     let tok = backend.tokenizer();
     let choices = outputs
         .iter()

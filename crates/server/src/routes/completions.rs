@@ -35,10 +35,7 @@ pub async fn completions(
         let format = CompletionFormat { meta, state: state.clone(), logprobs: want_logprobs, offsets };
         return Ok(sse::response(streams, format, opts));
     }
-    let outputs = generate::collect_all(streams, want_logprobs).await;
-    if let Some(e) = outputs.iter().find_map(|o| generate::finish_error(&o.summary)) {
-        return Err(e);
-    }
+    let outputs = generate::collect_all(streams, want_logprobs).await?;
     let tok = backend.tokenizer();
     let choices = outputs
         .iter()
