@@ -6,7 +6,7 @@
 //!              x = LN(x + act(x·Wi + bi)·Wo2 + bo2)
 //! Weight names mirror the checkpoint (`encoder.layer.N.attention.self.query`).
 
-use super::{EncodeBatch, EncoderArch, EncoderConfig, EncoderModel, Pooling, Weights};
+use super::{EncodeBatch, EncoderArch, EncoderConfig, EncoderNet, Weights};
 use crate::checkpoint::HfCheckpoint;
 use crate::hf::HfConfig;
 use ferrite_backend::{Activation, AttnParams, Backend};
@@ -125,25 +125,17 @@ impl<B: Backend> Bert<B> {
     }
 }
 
-impl<B: Backend> EncoderModel for Bert<B> {
-    fn config(&self) -> &EncoderConfig {
+impl<B: Backend> EncoderNet for Bert<B> {
+    type B = B;
+
+    fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    fn cfg(&self) -> &EncoderConfig {
         &self.cfg
     }
 
-    fn backend_name(&self) -> String {
-        self.backend.name()
-    }
-
-    fn forward(&self, batch: &EncodeBatch) -> Result<Vec<f32>> {
-        self.backend.to_host(&self.hidden(batch)?)
-    }
-
-    fn forward_pooled(&self, batch: &EncodeBatch, pooling: Pooling) -> Result<Vec<f32>> {
-        super::forward_pooled(&self.backend, &self.cfg, batch, pooling, &|b| self.hidden(b))
-    }
-}
-
-impl<B: Backend> Bert<B> {
     fn hidden(&self, batch: &EncodeBatch) -> Result<B::Tensor> {
         batch.check(&self.cfg)?;
         let be = &self.backend;

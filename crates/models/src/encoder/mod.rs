@@ -115,6 +115,34 @@ pub trait EncoderModel: Send + Sync {
     fn forward_pooled(&self, batch: &EncodeBatch, pooling: Pooling) -> Result<Vec<f32>>;
 }
 
+/// What an encoder architecture provides; `EncoderModel` follows from it
+/// (the same checks, padding and pooling for every architecture).
+trait EncoderNet: Send + Sync {
+    type B: Backend;
+    fn backend(&self) -> &Self::B;
+    fn cfg(&self) -> &EncoderConfig;
+    /// The last hidden states of `batch`'s rows, on the backend.
+    fn hidden(&self, batch: &EncodeBatch) -> Result<<Self::B as Backend>::Tensor>;
+}
+
+impl<T: EncoderNet> EncoderModel for T {
+    fn config(&self) -> &EncoderConfig {
+        self.cfg()
+    }
+
+    fn backend_name(&self) -> String {
+        self.backend().name()
+    }
+
+    fn forward(&self, batch: &EncodeBatch) -> Result<Vec<f32>> {
+        self.backend().to_host(&self.hidden(batch)?)
+    }
+
+    fn forward_pooled(&self, batch: &EncodeBatch, pooling: Pooling) -> Result<Vec<f32>> {
+        forward_pooled(self.backend(), self.cfg(), batch, pooling, &|b| self.hidden(b))
+    }
+}
+
 /// The HF `model_type`s with an encoder implementation.
 const ENCODERS: &[&str] = &["bert", "modernbert"];
 

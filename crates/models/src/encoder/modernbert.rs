@@ -9,7 +9,7 @@
 //! Weight names mirror the checkpoint (`layers.N.attn.Wqkv`), under an optional
 //! `model.` prefix (masked-LM checkpoints).
 
-use super::{EncodeBatch, EncoderArch, EncoderConfig, EncoderModel, Pooling, Weights};
+use super::{EncodeBatch, EncoderArch, EncoderConfig, EncoderNet, Weights};
 use crate::checkpoint::HfCheckpoint;
 use crate::config::{inv_freq, LayerKind, RopeScaling};
 use crate::hf::HfConfig;
@@ -200,25 +200,17 @@ impl<B: Backend> ModernBert<B> {
     }
 }
 
-impl<B: Backend> EncoderModel for ModernBert<B> {
-    fn config(&self) -> &EncoderConfig {
+impl<B: Backend> EncoderNet for ModernBert<B> {
+    type B = B;
+
+    fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    fn cfg(&self) -> &EncoderConfig {
         &self.cfg
     }
 
-    fn backend_name(&self) -> String {
-        self.backend.name()
-    }
-
-    fn forward(&self, batch: &EncodeBatch) -> Result<Vec<f32>> {
-        self.backend.to_host(&self.hidden(batch)?)
-    }
-
-    fn forward_pooled(&self, batch: &EncodeBatch, pooling: Pooling) -> Result<Vec<f32>> {
-        super::forward_pooled(&self.backend, &self.cfg, batch, pooling, &|b| self.hidden(b))
-    }
-}
-
-impl<B: Backend> ModernBert<B> {
     fn hidden(&self, batch: &EncodeBatch) -> Result<B::Tensor> {
         batch.check(&self.cfg)?;
         let positions = batch.positions();
