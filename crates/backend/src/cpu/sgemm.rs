@@ -156,6 +156,16 @@ unsafe fn kernel_avx2<const R: usize>(a: &[f32], b: &[f32], k: usize, c: *mut f3
             acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
         }
     }
+    store_rows(&acc, c, ldc, cols);
+}
+
+/// A kernel's R x NR accumulators (two vectors a row) into the first `cols`
+/// columns of R rows of c, `ldc` apart; inlined into the kernels, whose
+/// target features it takes.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub(super) unsafe fn store_rows(acc: &[[std::arch::x86_64::__m256; 2]], c: *mut f32, ldc: usize, cols: usize) {
+    use std::arch::x86_64::_mm256_storeu_ps;
     for (i, acc) in acc.iter().enumerate() {
         let dst = c.add(i * ldc);
         if cols == NR {

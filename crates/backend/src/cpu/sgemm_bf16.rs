@@ -138,18 +138,7 @@ unsafe fn kernel<const R: usize>(a: &[u32], b: &[u16], kp: usize, c: *mut f32, l
             acc[i][1] = _mm256_dpbf16_ps(acc[i][1], av, b1);
         }
     }
-    for (i, acc) in acc.iter().enumerate() {
-        let dst = c.add(i * ldc);
-        if cols == NR {
-            _mm256_storeu_ps(dst, acc[0]);
-            _mm256_storeu_ps(dst.add(8), acc[1]);
-        } else {
-            let mut tmp = [0f32; NR];
-            _mm256_storeu_ps(tmp.as_mut_ptr(), acc[0]);
-            _mm256_storeu_ps(tmp.as_mut_ptr().add(8), acc[1]);
-            std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, cols);
-        }
-    }
+    super::sgemm::store_rows(&acc, c, ldc, cols);
 }
 
 #[cfg(test)]
