@@ -248,7 +248,10 @@ __device__ __forceinline__ float dl_input(const DlSmem& S, const float* src, con
         float4 x[DL_IN_BATCH][2], w[DL_IN_BATCH][2];
 #pragma unroll
         for (int b = 0; b < DL_IN_BATCH; b++) {
-            const u32 g = min(g0 + b * step, nsb - 1);
+            // Past the input, the warp's first super-block again: clamped
+            // to the last one, each warp would ask L2 for that one KB up to
+            // three times more, thousands of times over the grid at once.
+            const u32 g = g0 + b * step < nsb ? g0 + b * step : g0;
             const float* p = src + 256 * g + 8 * lane;
             x[b][0] = __ldcg((const float4*)p), x[b][1] = __ldcg((const float4*)(p + 4));
             if (nw) {
