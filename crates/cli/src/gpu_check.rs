@@ -38,7 +38,8 @@ pub struct GpuCheckArgs {
     #[arg(long)]
     pub no_ceilings: bool,
     /// Random-weight Q4_K_M models (`random:<preset>:q4_k_m`) to decode one
-    /// stream at a time with the persistent decode kernel against the chain of
+    /// stream at a time with the persistent decode kernel (the window kernel
+    /// where `FERRITE_CUDA_PERSISTENT_WINDOW=1`) against the chain of
     /// kernels, teacher-forced (repeatable; default: random:llama-3.2-1b:q4_k_m).
     #[arg(long)]
     pub persistent: Vec<String>,
@@ -61,8 +62,9 @@ pub fn main(a: GpuCheckArgs) -> Result<()> {
     for model in &persistent {
         let (worst, flips) = persistent_vs_chain(a.gpu, model)?;
         let ok = flips == 0 && worst < 1e-2;
+        let kind = if ferrite_core::env::cuda_persistent_window() { "window" } else { "persistent" };
         println!(
-            "  {:4} {model}: decode steps by the persistent kernel vs the chain of kernels: largest logit difference {worst:.2e} of the largest logit, {flips} top tokens differ beyond a near-tie",
+            "  {:4} {model}: decode steps by the {kind} kernel vs the chain of kernels: largest logit difference {worst:.2e} of the largest logit, {flips} top tokens differ beyond a near-tie",
             if ok { "ok" } else { "FAIL" }
         );
         failed += usize::from(!ok);

@@ -190,6 +190,15 @@ pub fn cuda_persistent_layers() -> Option<usize> {
     var("FERRITE_CUDA_PERSISTENT_LAYERS").and_then(|v| v.to_str()?.parse().ok())
 }
 
+/// `FERRITE_CUDA_PERSISTENT_WINDOW=1` (with `FERRITE_CUDA_PERSISTENT`): a
+/// one-row decode step runs each layer's attention half (input norm, q/k/v,
+/// attention, output projection) as one launch, the window kernel
+/// (cuda/decode_window.rs), and its MLP as the chain runs it; off by
+/// default until measured.
+pub fn cuda_persistent_window() -> bool {
+    var("FERRITE_CUDA_PERSISTENT_WINDOW").is_some_and(|v| v == "1")
+}
+
 /// `FERRITE_CUDA_PERSISTENT_RING=<2..5>`: the persistent kernel's weight
 /// slots in shared memory a block (4, the default).
 pub fn cuda_persistent_ring() -> Option<usize> {

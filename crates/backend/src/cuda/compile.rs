@@ -38,7 +38,8 @@ pub const MODULES: &[(&str, &str)] = &[
             include_str!("kernels/quantize_x8.cuh"),
             include_str!("kernels/quant.cu"),
             include_str!("kernels/gemv_tile.cu"),
-            include_str!("kernels/decode_layers.cu")
+            include_str!("kernels/decode_layers.cu"),
+            include_str!("kernels/decode_window.cu")
         ),
     ),
     ("sample", include_str!("kernels/sample.cu")),

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
 use ferrite_core::{DType, Error, Result};
 
+use super::decode_window::{self, Plan};
 use super::device::{device_err, Device};
 use super::graph::Field;
 use super::kv::{self, CudaKvPool, KvBuf};
@@ -59,6 +60,9 @@ pub struct Persistent {
     pub required: bool,
     /// Only a step's first this many layers (the chain runs the rest).
     pub layers: usize,
+    /// Each layer's attention half as the window kernel, its MLP as the
+    /// chain (decode_window.rs), rather than all in one launch.
+    pub window: bool,
 }
 
 impl Persistent {
@@ -68,7 +72,8 @@ impl Persistent {
         let warps = ferrite_core::env::cuda_persistent_warps().unwrap_or(8);
         let ring = ferrite_core::env::cuda_persistent_ring().unwrap_or(4).clamp(2, MAX_RING);
         let layers = ferrite_core::env::cuda_persistent_layers().unwrap_or(usize::MAX);
-        Some(Persistent { warps: if warps > 8 { 16 } else { 8 }, ring, required, layers })
+        let window = ferrite_core::env::cuda_persistent_window();
+        Some(Persistent { warps: if warps > 8 { 16 } else { 8 }, ring, required, layers, window })
     }
 }
 
@@ -78,7 +83,9 @@ impl Persistent {
 pub struct PersistentState {
     pub shape: Persistent,
     unfit: Option<String>,
-    count: CudaSlice<u32>,
+    pub(super) count: CudaSlice<u32>,
+    /// Shared memory a block may have on this GPU.
+    optin: u32,
 }
 
 /// Where `FERRITE_CUDA_PERSISTENT` is set: the kernel's shared memory asked
@@ -96,7 +103,9 @@ pub fn open(
         .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         .map_err(|e| device_err("shared memory per block", e))? as u32;
     let func = &funcs[kernel(shape)];
-    let unfit = if arch < 90 {
+    let unfit = if shape.window {
+        decode_window::open(&funcs[decode_window::KERNEL], arch, optin)?
+    } else if arch < 90 {
         Some("a GPU before Hopper (bulk copies)".to_string())
     } else if optin < smem {
         Some(format!("{smem} bytes of shared memory a block, more than this GPU's {optin}"))
@@ -110,7 +119,7 @@ pub fn open(
         (per_sm == 0).then(|| "its blocks do not fit an SM".to_string())
     };
     let count = stream.alloc_zeros::<u32>(COUNT_WORDS).map_err(|e| device_err("alloc", e))?;
-    Ok(Some(PersistentState { shape, unfit, count }))
+    Ok(Some(PersistentState { shape, unfit, count, optin }))
 }
 
 /// The kernel for a shape's computing warps.
@@ -118,15 +127,15 @@ fn kernel(p: Persistent) -> &'static str {
     KERNELS.iter().find(|k| k.0 == p.warps).map_or(KERNELS[0].1, |k| k.1)
 }
 
-type Layer<'a> = PlainLayer<'a, CudaWeight, CudaTensor>;
+pub(super) type Layer<'a> = PlainLayer<'a, CudaWeight, CudaTensor>;
 
 /// The model's shape as the kernel takes it.
-struct Shape {
-    hidden: usize,
-    n_heads: usize,
-    n_kv: usize,
-    hd: usize,
-    ffn: usize,
+pub(super) struct Shape {
+    pub hidden: usize,
+    pub n_heads: usize,
+    pub n_kv: usize,
+    pub hd: usize,
+    pub ffn: usize,
 }
 
 /// The shape of these layers where the kernel can run them (all of them, as
@@ -187,6 +196,12 @@ fn fits(dev: &Device, p: Persistent, layers: &[Layer], pool: &CudaKvPool) -> std
     Ok(Shape { hidden, n_heads, n_kv, hd, ffn })
 }
 
+/// The window kernel's plan for these layers on this GPU, else why not.
+fn window_plan(dev: &Device, sh: &Shape, layers: &[Layer], optin: u32) -> std::result::Result<Plan, String> {
+    let types: Vec<[bool; 4]> = layers.iter().map(decode_window::layer_types).collect();
+    decode_window::plan(decode_window::Dims::of(sh), sh.n_kv, &types, dev.sms as usize, optin as usize)
+}
+
 /// The layers as the kernel reads them (its `DlLayer`): per matrix its
 /// address, type (0 Q4_K, 1 Q6_K) and rows; the norms' addresses, then the
 /// layer's K and V caches'.
@@ -232,17 +247,23 @@ impl CudaBackend {
         let n_layers = n_layers.min(p.layers);
         let layers = (0..n_layers).map(layer).collect::<Option<Vec<_>>>();
         let shape = match (&layers, &state.unfit) {
-            (_, Some(why)) => Err(why.as_str()),
-            (Some(l), None) if total == pool.k.len() => fits(dev, p, l, pool),
-            (Some(_), None) => Err("a KV pool of another depth"),
-            (None, None) => Err("layers with biases, head norms or post-norms"),
+            (_, Some(why)) => Err(why.clone()),
+            (Some(l), None) if total == pool.k.len() => fits(dev, p, l, pool).map_err(String::from),
+            (Some(_), None) => Err("a KV pool of another depth".into()),
+            (None, None) => Err("layers with biases, head norms or post-norms".into()),
         };
-        let (layers, sh) = match (layers, shape) {
+        // The window kernel: its plan, or why the layers' stretch does not fit it.
+        let shape = match (shape, &layers) {
+            (Ok(sh), Some(l)) if p.window => window_plan(dev, &sh, l, state.optin).map(|w| (sh, Some(w))),
+            (shape, _) => shape.map(|sh| (sh, None)),
+        };
+        let (layers, (sh, window)) = match (layers, shape) {
             (Some(l), Ok(sh)) => (l, sh),
             (_, Err(why)) if p.required => {
+                let kind = if p.window { "window" } else { "persistent" };
                 return Err(Error::Unsupported(format!(
-                    "the persistent decode kernel (FERRITE_CUDA_PERSISTENT=require): {why}"
-                )))
+                    "the {kind} decode kernel (FERRITE_CUDA_PERSISTENT=require): {why}"
+                )));
             }
             _ => return Ok(0),
         };
@@ -254,7 +275,7 @@ impl CudaBackend {
         batch.validate(1, kv_blocks, block_size)?;
         // What a replay checks its step against (as attention notes it).
         self.graphs.note(|l| (l.kv_blocks, l.block_size) = (kv_blocks, block_size));
-        let _span = super::profile::span(&dev.stream, "decode_layers (persistent)");
+        let _span = (!p.window).then(|| super::profile::span(&dev.stream, "decode_layers (persistent)"));
         let table = self.meta.constant(dev, layer_words(dev, &layers, pool)?, self.graphs.is_capturing())?;
         let first = &layers[0];
         let (pos, freq) = self.rope_inputs(first.rope, positions)?;
@@ -262,16 +283,27 @@ impl CudaBackend {
         let (meta_host, _) = kv::paged_meta(batch, 1);
         let meta = self.step_words(Field::AttnMeta, || meta_host[..3].to_vec())?;
         let tables = self.step_words(Field::Tables, || meta_host[3..].to_vec())?;
+        let (pos, slots, meta, tables) = (pos.view(), slots.view(), meta.view(), tables.view());
+        if let Some(plan) = window {
+            let block_size = pool.block_size;
+            let step = decode_window::Step {
+                table: &table,
+                pos: &pos,
+                slots: &slots,
+                meta: &meta,
+                tables: &tables,
+                freq: &freq,
+                block_size,
+            };
+            self.window_layers(x, &layers, &sh, plan, &step)?;
+            return Ok(n_layers);
+        }
         let nparts = (dev.sms as usize / sh.n_kv).clamp(1, MAX_PARTS);
         let q_dim = sh.n_heads * sh.hd;
-        let alloc = |n: usize| {
-            // SAFETY: scratch the kernel writes before it reads.
-            unsafe { dev.alloc::<f32>(n) }.map_err(|e| device_err("alloc", e))
-        };
+        let alloc = |n: usize| decode_window::scratch::<f32>(dev, n);
         let (q, attn, h) = (alloc(q_dim)?, alloc(q_dim)?, alloc(sh.ffn)?);
         let parts = alloc(nparts * sh.n_heads * (sh.hd + 2))?;
         let name = kernel(p);
-        let (pos, slots, meta, tables) = (pos.view(), slots.view(), meta.view(), tables.view());
         let u = |v: usize| v as u32;
         let cfg = LaunchConfig {
             grid_dim: (dev.sms, 1, 1),

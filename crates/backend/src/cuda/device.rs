@@ -190,6 +190,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "gemv_q4k_q6k_rkv_1",
             "decode_layers_8",
             "decode_layers_16",
+            "decode_window",
         ],
     ),
     ("sample", &["sample_rows", "sample_split"]),

@@ -54,6 +54,7 @@ macro_rules! launch {
 
 // After `launch!`, which they use.
 mod decode_layers;
+mod decode_window;
 mod rope;
 mod sample;
 

@@ -236,11 +236,12 @@ __device__ __forceinline__ void dl_stream(const DlArgs& a) {
 }
 
 // ------------------------------------------------------------------ inputs
-// The stage's input into S.xq / S.meta (every computing warp): n values of
-// src, times the norm's weights where `nw` (their sums of squares in S.ss);
-// returns the norm's factor (1 without), the same in every thread.
-__device__ __forceinline__ float dl_input(const DlSmem& S, const float* src, const float* nw, u32 n, float eps) {
-    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nsb = n / 256, step = dl_warps();
+// n values of src as an 8-bit input (`store_sb`) into xq / meta, times the
+// norm's weights where `nw` (their sums of squares in ss), by warp `warp` of
+// `step` (every lane of each); the caller syncs before reading them.
+__device__ __forceinline__ void dl_input_warps(signed char* xq, u32* meta, float* ss, const float* src, const float* nw,
+                                               u32 n, u32 warp, u32 step) {
+    const u32 lane = threadIdx.x & 31, nsb = n / 256;
     // Up to DL_IN_BATCH super-blocks a warp at a time, their loads all out
     // before the first is quantized: one L2 round trip a batch, not one a
     // super-block (the down projection's input is 56 super-blocks).
@@ -269,20 +270,30 @@ __device__ __forceinline__ float dl_input(const DlSmem& S, const float* src, con
 #pragma unroll
                 for (int e = 0; e < 8; e++) sq += v[e] * v[e];
                 sq = warp_sum(sq);
-                if (lane == 0) S.ss[g] = sq;
+                if (lane == 0) ss[g] = sq;
                 const float wr[8] = {w[b][0].x, w[b][0].y, w[b][0].z, w[b][0].w,
                                      w[b][1].x, w[b][1].y, w[b][1].z, w[b][1].w};
 #pragma unroll
                 for (int e = 0; e < 8; e++) v[e] *= wr[e];
             }
-            store_sb(g, lane, v, S.xq, S.meta);
+            store_sb(g, lane, v, xq, meta);
         }
     }
-    dl_sync();
-    if (!nw) return 1.f;
-    float sq = 0.f;  // (the same order in every thread)
-    for (u32 g = 0; g < nsb; g++) sq += S.ss[g];
+}
+// The RMS norm's factor of n values from their super-blocks' sums of
+// squares (the same order, so the same value, in every thread).
+__device__ __forceinline__ float dl_norm_factor(const float* ss, u32 n, float eps) {
+    float sq = 0.f;
+    for (u32 g = 0; g < n / 256; g++) sq += ss[g];
     return rsqrtf(sq / n + eps);
+}
+// The stage's input into S.xq / S.meta (every computing warp): n values of
+// src, times the norm's weights where `nw`; returns the norm's factor (1
+// without), the same in every thread.
+__device__ __forceinline__ float dl_input(const DlSmem& S, const float* src, const float* nw, u32 n, float eps) {
+    dl_input_warps(S.xq, S.meta, S.ss, src, nw, n, threadIdx.x >> 5, dl_warps());
+    dl_sync();
+    return nw ? dl_norm_factor(S.ss, n, eps) : 1.f;
 }
 
 // ------------------------------------------------------------------ weight stages
@@ -311,11 +322,12 @@ __device__ __forceinline__ Q6kW dl_q6k(const unsigned char* sb, u32 lane) {
 struct DlIn {
     uint4 x[4], h, bs;
 };
-__device__ __forceinline__ DlIn dl_in(const DlSmem& S, u32 sb, u32 i) {
-    const uint4* xs = (const uint4*)(S.xq + 256 * sb + 64 * i);
-    const uint4* meta = (const uint4*)S.meta;
-    return DlIn{{xs[0], xs[1], xs[2], xs[3]}, meta[2 * sb], meta[2 * sb + 1]};
+__device__ __forceinline__ DlIn dl_in_at(const signed char* xq, const u32* meta, u32 sb, u32 i) {
+    const uint4* xs = (const uint4*)(xq + 256 * sb + 64 * i);
+    const uint4* m = (const uint4*)meta;
+    return DlIn{{xs[0], xs[1], xs[2], xs[3]}, m[2 * sb], m[2 * sb + 1]};
 }
+__device__ __forceinline__ DlIn dl_in(const DlSmem& S, u32 sb, u32 i) { return dl_in_at(S.xq, S.meta, sb, i); }
 
 // Super-blocks j and j2 (when `two`) of a slot's chunk of type T, whose first
 // is super-block sb0 of the tile, into the lane's sums: both read from shared
