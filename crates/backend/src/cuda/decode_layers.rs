@@ -288,6 +288,7 @@ impl CudaBackend {
             let block_size = pool.block_size;
             let step = decode_window::Step {
                 table: &table,
+                count: &state.count,
                 pos: &pos,
                 slots: &slots,
                 meta: &meta,

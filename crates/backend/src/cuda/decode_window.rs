@@ -145,10 +145,11 @@ pub fn layer_types(y: &Layer) -> [bool; 4] {
     [wq, wk, wv, y.wo].map(|w: &CudaWeight| w.storage == Storage::Quant(DType::Q6K))
 }
 
-/// What every layer's launch shares: the layer table, the step's inputs,
-/// the scratch buffers.
+/// What every layer's launch shares: the layer table, the counters (zero
+/// between launches), the step's inputs.
 pub(super) struct Step<'a> {
     pub table: &'a CudaSlice<u32>,
+    pub count: &'a CudaSlice<u32>,
     pub pos: &'a CudaView<'a, u32>,
     pub slots: &'a CudaView<'a, u32>,
     pub meta: &'a CudaView<'a, u32>,
@@ -169,7 +170,6 @@ impl CudaBackend {
         step: &Step,
     ) -> Result<()> {
         let dev = &self.dev;
-        let Some(state) = &dev.persistent else { return Ok(()) };
         let d = Dims::of(sh);
         let grid = dev.sms as usize;
         let nparts = (grid / sh.n_kv).clamp(1, MAX_PARTS);
@@ -189,7 +189,7 @@ impl CudaBackend {
                 let _span = super::profile::span(&dev.stream, "decode_window");
                 let mut b = dev.launch(KERNEL);
                 b.arg(step.table).arg(u(l)).arg(x.f32_mut(dev)?).arg(&q).arg(&parts).arg(&oq).arg(&ometa);
-                b.arg(&state.count).arg(step.pos).arg(step.slots).arg(step.meta).arg(step.tables).arg(step.freq);
+                b.arg(step.count).arg(step.pos).arg(step.slots).arg(step.meta).arg(step.tables).arg(step.freq);
                 b.arg(u(sh.hidden)).arg(u(sh.n_heads)).arg(u(sh.n_kv)).arg(u(sh.hd)).arg(u(step.block_size));
                 b.arg(u(nparts)).arg(u(plan.tile_bytes)).arg(y.eps).arg(y.attn.scale);
                 b.run(cfg)?;
