@@ -447,6 +447,52 @@ __device__ __forceinline__ void dl_kv(const DlLayer& L, u64 at, bool fresh, u32 
     }
 }
 
+// Head `warp`'s states from its R warps (warps warp, warp + G, ...: their
+// outputs in st, hd apart, their maxima and sums in small[w] and
+// small[DL_MAX_WARPS + w]) merged in order: the maximum, the sum and the
+// lane's E = hd / 32 outputs (the rest zero).
+__device__ __forceinline__ void dl_merge_states(const float* st, const float* small, u32 warp, u32 G, u32 R, u32 hd,
+                                                float& mx, float& tot, float (&out)[4]) {
+    const u32 lane = threadIdx.x & 31, E = hd / 32;
+    mx = -1e30f, tot = 0.f;
+    for (u32 r = 0; r < R; r++) mx = fmaxf(mx, small[r * G + warp]);
+#pragma unroll
+    for (u32 e = 0; e < 4; e++) out[e] = 0.f;
+    for (u32 r = 0; r < R; r++) {
+        const u32 w = r * G + warp;
+        const float c = __expf(small[w] - mx);
+        tot += small[DL_MAX_WARPS + w] * c;
+#pragma unroll
+        for (u32 e = 0; e < 4; e++)
+            if (e < E) out[e] += st[w * hd + E * lane + e] * c;
+    }
+}
+// Head h's state of part p (a warp's: its lane's E = hd / 32 outputs) into
+// `parts` for `dl_merge_parts`.
+__device__ __forceinline__ void dl_store_part(float* parts, u32 p, u32 n_heads, u32 h, u32 hd, float mx, float tot,
+                                              const float (&out)[4]) {
+    const u32 lane = threadIdx.x & 31, E = hd / 32;
+    float* dst = parts + ((u64)p * n_heads + h) * (hd + 2);
+    if (lane == 0) dst[0] = mx, dst[1] = tot;
+#pragma unroll
+    for (u32 e = 0; e < 4; e++)
+        if (e < E) dst[2 + E * lane + e] = out[e];
+}
+// Output d of head hh merged over the np parts' states in `parts` (per part
+// and head: the maximum, the sum, hd outputs; written by other blocks).
+__device__ __forceinline__ float dl_merge_parts(const float* parts, u32 np, u32 n_heads, u32 hh, u32 hd, u32 d) {
+    float mx = -1e30f;
+    for (u32 j = 0; j < np; j++) mx = fmaxf(mx, __ldcg(parts + ((u64)j * n_heads + hh) * (hd + 2)));
+    float den = 0.f, num = 0.f;
+    for (u32 j = 0; j < np; j++) {
+        const float* src = parts + ((u64)j * n_heads + hh) * (hd + 2);
+        const float c = __expf(__ldcg(src) - mx);
+        den += __ldcg(src + 1) * c;
+        num += __ldcg(src + 2 + d) * c;
+    }
+    return num / den;
+}
+
 // Item (KV head kvh, part p) of layer l: the G query heads of the KV head
 // over the part's keys, warp w taking head w % G and keys r, r + R, ... of
 // the part (r = w / G, R = warps / G); each head's R states merged in order
@@ -500,22 +546,9 @@ __device__ __forceinline__ void dl_attention(const DlArgs& a, const DlSmem& S, u
     if (lane == 0) S.small[warp] = m, S.small[DL_MAX_WARPS + warp] = sum;
     dl_sync();
     if (warp < G) {  // head kvh * G + warp: its R states in order
-        float mx = -1e30f;
-        for (u32 r = 0; r < R; r++) mx = fmaxf(mx, S.small[r * G + warp]);
-        float tot = 0.f, out[4] = {0.f, 0.f, 0.f, 0.f};
-        for (u32 r = 0; r < R; r++) {
-            const u32 w = r * G + warp;
-            const float c = __expf(S.small[w] - mx);
-            tot += S.small[DL_MAX_WARPS + w] * c;
-#pragma unroll
-            for (u32 e = 0; e < 4; e++)
-                if (e < E) out[e] += st[w * hd + E * lane + e] * c;
-        }
-        float* dst = a.parts + ((u64)p * a.n_heads + h) * (hd + 2);
-        if (lane == 0) dst[0] = mx, dst[1] = tot;
-#pragma unroll
-        for (u32 e = 0; e < 4; e++)
-            if (e < E) dst[2 + E * lane + e] = out[e];
+        float mx, tot, out[4];
+        dl_merge_states(st, S.small, warp, G, R, hd, mx, tot, out);
+        dl_store_part(a.parts, p, a.n_heads, h, hd, mx, tot, out);
     }
     __threadfence();
     dl_sync();
@@ -528,19 +561,8 @@ __device__ __forceinline__ void dl_attention(const DlArgs& a, const DlSmem& S, u
     dl_sync();
     if (S.small[2 * DL_MAX_WARPS] != 0.f) {  // the KV head's last part: merge all of them
         __threadfence();
-        for (u32 t = threadIdx.x; t < G * hd; t += 32 * nw) {
-            const u32 hh = kvh * G + t / hd, d = t % hd;
-            float mx = -1e30f;
-            for (u32 j = 0; j < a.nparts; j++) mx = fmaxf(mx, __ldcg(a.parts + ((u64)j * a.n_heads + hh) * (hd + 2)));
-            float den = 0.f, num = 0.f;
-            for (u32 j = 0; j < a.nparts; j++) {
-                const float* src = a.parts + ((u64)j * a.n_heads + hh) * (hd + 2);
-                const float c = __expf(__ldcg(src) - mx);
-                den += __ldcg(src + 1) * c;
-                num += __ldcg(src + 2 + d) * c;
-            }
-            a.attn[hh * hd + d] = num / den;
-        }
+        for (u32 t = threadIdx.x; t < G * hd; t += 32 * nw)
+            a.attn[kvh * G * hd + t] = dl_merge_parts(a.parts, a.nparts, a.n_heads, kvh * G + t / hd, hd, t % hd);
     }
     dl_sync();
 }

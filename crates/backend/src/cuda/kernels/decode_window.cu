@@ -283,30 +283,17 @@ __device__ __forceinline__ void dw_attention(const DwArgs& a, const DwSmem& S, u
 #pragma unroll
     for (u32 e = 0; e < 4; e++)
         if (e < E) st[warp * hd + E * lane + e] = o[e];
-    if (lane == 0) S.small[warp] = m, S.small[DW_WARPS + warp] = sum;
+    if (lane == 0) S.small[warp] = m, S.small[DL_MAX_WARPS + warp] = sum;  // (`dl_merge_states`)
     __syncthreads();
     if (warp < G) {  // head kvh G + warp: its R states in order
-        float mx = -1e30f;
-        for (u32 j = 0; j < R; j++) mx = fmaxf(mx, S.small[j * G + warp]);
-        float tot = 0.f, acc[4] = {0.f, 0.f, 0.f, 0.f};
-        for (u32 j = 0; j < R; j++) {
-            const u32 w = j * G + warp;
-            const float c = __expf(S.small[w] - mx);
-            tot += S.small[DW_WARPS + w] * c;
-#pragma unroll
-            for (u32 e = 0; e < 4; e++)
-                if (e < E) acc[e] += st[w * hd + E * lane + e] * c;
-        }
+        float mx, tot, acc[4];
+        dl_merge_states(st, S.small, warp, G, R, hd, mx, tot, acc);
         if (np == 1) {
 #pragma unroll
             for (u32 e = 0; e < 4; e++)
                 if (e < E) out[warp * hd + E * lane + e] = acc[e] / tot;
         } else {
-            float* dst = a.parts + ((u64)p * a.n_heads + h) * (hd + 2);
-            if (lane == 0) dst[0] = mx, dst[1] = tot;
-#pragma unroll
-            for (u32 e = 0; e < 4; e++)
-                if (e < E) dst[2 + E * lane + e] = acc[e];
+            dl_store_part(a.parts, p, a.n_heads, h, hd, mx, tot, acc);
         }
     }
     __syncthreads();
@@ -318,19 +305,8 @@ __device__ __forceinline__ void dw_attention(const DwArgs& a, const DwSmem& S, u
         }
         __syncthreads();
         if (S.small[2 * DW_WARPS] == 0.f) return;  // not the last part
-        for (u32 t = threadIdx.x; t < G * hd; t += 32 * DW_WARPS) {
-            const u32 hh = kvh * G + t / hd, d = t % hd;
-            float mx = -1e30f;
-            for (u32 j = 0; j < np; j++) mx = fmaxf(mx, __ldcg(a.parts + ((u64)j * a.n_heads + hh) * (hd + 2)));
-            float den = 0.f, num = 0.f;
-            for (u32 j = 0; j < np; j++) {
-                const float* src = a.parts + ((u64)j * a.n_heads + hh) * (hd + 2);
-                const float c = __expf(__ldcg(src) - mx);
-                den += __ldcg(src + 1) * c;
-                num += __ldcg(src + 2 + d) * c;
-            }
-            out[t] = num / den;
-        }
+        for (u32 t = threadIdx.x; t < G * hd; t += 32 * DW_WARPS)
+            out[t] = dl_merge_parts(a.parts, np, a.n_heads, kvh * G + t / hd, hd, t % hd);
         __syncthreads();
     }
     dw_publish(a, out, kvh);
