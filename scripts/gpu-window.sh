@@ -9,8 +9,12 @@
 #   ab      against the chain, alternating (tg128, 3 rounds), with the two
 #           sides' greedy digests
 #   trace   the decode timeline with block 0's stage marks (dw.*)
-# Usage: scripts/gpu-window.sh [check|ab|trace|all]   (default: all; each
-# case after a failed check is skipped)
+#   variants  the kernel against its variants (kernels/decode_window.cu,
+#           FERRITE_CUDA_DEFINES): each q/k/v tile counted done at once, and
+#           parts of the context of one or four rounds of keys a warp
+#           (not in `all`: each variant compiles the kernels anew, ~40 s)
+# Usage: scripts/gpu-window.sh [check|ab|trace|variants|all]   (default:
+# all; a failed check stops it)
 # FERRITE_BIN: the binary (default target/release/ferrite).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,4 +41,12 @@ fi
 if [[ $what == trace || $what == all ]]; then
     echo "== trace: the decode timeline with the window kernel's marks"
     FERRITE_CUDA_TRACE=2 FERRITE_CUDA_PERSISTENT=require "$BIN" bench "${bench[@]}" --device cuda --repetitions 1
+fi
+
+if [[ $what == variants ]]; then
+    for d in DW_COUNT_EACH DW_PART_ROUNDS=1 DW_PART_ROUNDS=4; do
+        echo "== variants: the window kernel (A) against it with $d (B)"
+        FERRITE_BIN=$BIN scripts/gpu-ab.sh 'FERRITE_CUDA_PERSISTENT=require' \
+            "FERRITE_CUDA_PERSISTENT=require FERRITE_CUDA_DEFINES=$d" 3 "${bench[@]}"
+    done
 fi

@@ -30,6 +30,14 @@
 #define DW_WARPS 16
 #define DW_MAX_TILES 16
 #define DW_KEYS 4  // keys a warp of attention loads at once
+// Variants to measure (`FERRITE_CUDA_DEFINES`, scripts/gpu-window.sh):
+// rounds of keys a warp a part of the context takes (more parts, more merges
+// the fewer), and DW_COUNT_EACH: each q/k/v tile counted done for its KV
+// head as soon as warp 0 has stored it (a fence a tile), not all of the
+// block's after one fence.
+#ifndef DW_PART_ROUNDS
+#define DW_PART_ROUNDS 2
+#endif
 
 // The counters (3 n_kv + 2 words, zero at the start): per KV head its q/k/v
 // tiles done, its attention parts done and its output ready; then the
@@ -136,9 +144,16 @@ __device__ __forceinline__ void dw_reduce(const DwSmem& S, u32 t, float (&acc)[4
     }
 }
 
+// The KV head whose attention reads tile `tile` of q, k or v (matrix mi).
+__device__ __forceinline__ u32 dw_tile_kv_head(const DwArgs& a, u32 mi, u32 tile) {
+    const u32 head = 16 * tile / a.hd;
+    return mi == M_Q ? head / (a.n_heads / a.n_kv) : head;
+}
+
 // The block's q/k/v tiles against the normed input (factor f), RoPE and the
 // KV write in warp 0's epilogue; then, after one fence, each counted done
-// for its KV head. `off`: the tiles' bytes so far.
+// for its KV head (DW_COUNT_EACH: each at once). `off`: the tiles' bytes
+// so far.
 __device__ __forceinline__ void dw_qkv(const DwArgs& a, const DwSmem& S, u32 nqkv, float f, u64& off) {
     const DlLayer& L = *a.L;
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
@@ -155,19 +170,27 @@ __device__ __forceinline__ void dw_qkv(const DwArgs& a, const DwSmem& S, u32 nqk
             dw_sb(S.tiles + off + (u64)sb * block, type, dl_in_at(S.xq, S.meta, sb, lane & 3), lane, acc);
         off += (u64)nsb * block;
         dw_reduce(S, t, acc);
-        if (warp == 0) rope_kv_rows2(rk, rl, mi, row, m, acc[0] * f, acc[2] * f, (lane & 3) == 0, a.q);
+        if (warp != 0) continue;
+        rope_kv_rows2(rk, rl, mi, row, m, acc[0] * f, acc[2] * f, (lane & 3) == 0, a.q);
+#ifdef DW_COUNT_EACH
+        __syncwarp();
+        if (lane == 0) {
+            __threadfence();
+            atomicAdd(a.c.qkv + dw_tile_kv_head(a, mi, tile), 1u);
+        }
+#endif
     }
     __syncthreads();
+#ifndef DW_COUNT_EACH
     if (threadIdx.x == 0 && nqkv > 0) {
         __threadfence();
-        const u32 G = a.n_heads / a.n_kv;
         for (u32 t = 0; t < nqkv; t++) {
             u32 tile, nsb;
             const u32 mi = dw_tile(a, t, nqkv, tile, nsb);
-            const u32 head = 16 * tile / a.hd;
-            atomicAdd(a.c.qkv + (mi == M_Q ? head / G : head), 1u);
+            atomicAdd(a.c.qkv + dw_tile_kv_head(a, mi, tile), 1u);
         }
     }
+#endif
 }
 
 // ------------------------------------------------------------------ attention
@@ -184,10 +207,10 @@ __device__ __forceinline__ void dw_kv_raw(const DlLayer& L, u64 at, bool fresh, 
 }
 __device__ __forceinline__ float dw_half(uint2 w, int e) { return f16_to_f32((u16)((e < 2 ? w.x : w.y) >> (16 * (e & 1)))); }
 
-// Parts of the context a step's attention takes: enough for about two
+// Parts of the context a step's attention takes: enough for DW_PART_ROUNDS
 // rounds of keys a warp, at most `nparts` (the blocks set aside a KV head).
 __device__ __forceinline__ u32 dw_active_parts(const DwArgs& a, u32 len) {
-    const u32 R = DW_WARPS / (a.n_heads / a.n_kv), per = 2 * DW_KEYS * R;
+    const u32 R = DW_WARPS / (a.n_heads / a.n_kv), per = DW_PART_ROUNDS * DW_KEYS * R;
     return min(a.nparts, (len + per - 1) / per);
 }
 
