@@ -4,10 +4,12 @@
 # with an NVIDIA GPU, in one go:
 #   check   against the chain of kernels, teacher-forced (Llama-3.2-1B and
 #           3.1-8B shapes, random Q4_K_M weights, prompts of 5 and 300
-#           tokens: one part of attention and a merge of several); a
-#           failure runs again with the first layer alone in the kernel
+#           tokens: one part of attention and a merge of several), without
+#           and with the MLP's input (=1, =2); a failure runs again with the
+#           first layer alone in the kernel
 #   ab      against the chain, alternating (tg128, 3 rounds), with the two
-#           sides' greedy digests
+#           sides' greedy digests; then the kernel (=1) against it writing
+#           the MLP's input too (=2, no quantization kernel before gate/up)
 #   trace   the decode timeline with block 0's stage marks (dw.*)
 #   variants  the kernel against its variants (kernels/decode_window.cu,
 #           FERRITE_CUDA_DEFINES): each q/k/v tile counted done at once, and
@@ -25,17 +27,23 @@ models=(--persistent random:llama-3.2-1b:q4_k_m --persistent random:llama-3.1-8b
 bench=(random:llama-3.1-8b:q4_k_m --prompt-tokens 0 --gen-tokens 128)
 
 if [[ $what == check || $what == all ]]; then
-    echo "== check: the window kernel against the chain"
-    if ! "$BIN" gpu-check --persistent-only "${models[@]}"; then
-        echo "== check failed: again with the first layer alone in the window kernel"
-        FERRITE_CUDA_PERSISTENT_LAYERS=1 "$BIN" gpu-check --persistent-only "${models[@]}" || true
-        exit 1
-    fi
+    for level in 1 2; do
+        echo "== check: the window kernel (FERRITE_CUDA_PERSISTENT_WINDOW=$level) against the chain"
+        if ! FERRITE_CUDA_PERSISTENT_WINDOW=$level "$BIN" gpu-check --persistent-only "${models[@]}"; then
+            echo "== check failed: again with the first layer alone in the window kernel"
+            FERRITE_CUDA_PERSISTENT_WINDOW=$level FERRITE_CUDA_PERSISTENT_LAYERS=1 \
+                "$BIN" gpu-check --persistent-only "${models[@]}" || true
+            exit 1
+        fi
+    done
 fi
 
 if [[ $what == ab || $what == all ]]; then
     echo "== ab: the chain (A) against the window kernel (B)"
     FERRITE_BIN=$BIN scripts/gpu-ab.sh '' 'FERRITE_CUDA_PERSISTENT=require' 3 "${bench[@]}"
+    echo "== ab: the window kernel (A) against it writing the MLP's input (B)"
+    FERRITE_BIN=$BIN scripts/gpu-ab.sh 'FERRITE_CUDA_PERSISTENT=require' \
+        'FERRITE_CUDA_PERSISTENT=require FERRITE_CUDA_PERSISTENT_WINDOW=2' 3 "${bench[@]}"
 fi
 
 if [[ $what == trace || $what == all ]]; then

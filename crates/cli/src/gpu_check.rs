@@ -62,7 +62,11 @@ pub fn main(a: GpuCheckArgs) -> Result<()> {
     for model in &persistent {
         let (worst, flips) = persistent_vs_chain(a.gpu, model)?;
         let ok = flips == 0 && worst < 1e-2;
-        let kind = if ferrite_core::env::cuda_persistent_window() { "window" } else { "persistent" };
+        let kind = match ferrite_core::env::cuda_persistent_window() {
+            0 => "persistent",
+            1 => "window",
+            _ => "window (with the MLP's input)",
+        };
         println!(
             "  {:4} {model}: decode steps by the {kind} kernel vs the chain of kernels: largest logit difference {worst:.2e} of the largest logit, {flips} top tokens differ beyond a near-tie",
             if ok { "ok" } else { "FAIL" }

@@ -193,10 +193,15 @@ pub fn cuda_persistent_layers() -> Option<usize> {
 /// `FERRITE_CUDA_PERSISTENT_WINDOW=1` (with `FERRITE_CUDA_PERSISTENT`): a
 /// one-row decode step runs each layer's attention half (input norm, q/k/v,
 /// attention, output projection) as one launch, the window kernel
-/// (cuda/decode_window.rs), and its MLP as the chain runs it; off by
-/// default until measured.
-pub fn cuda_persistent_window() -> bool {
-    var("FERRITE_CUDA_PERSISTENT_WINDOW").is_some_and(|v| v == "1")
+/// (cuda/decode_window.rs), and its MLP as the chain runs it; `=2`: the
+/// window kernel also writes the MLP's normed 8-bit input (no quantization
+/// kernel before gate/up). 0 (unset): off, the default until measured.
+pub fn cuda_persistent_window() -> usize {
+    match var("FERRITE_CUDA_PERSISTENT_WINDOW").as_ref().and_then(|v| v.to_str()) {
+        Some("1") => 1,
+        Some("2") => 2,
+        _ => 0,
+    }
 }
 
 /// `FERRITE_CUDA_PERSISTENT_RING=<2..5>`: the persistent kernel's weight

@@ -63,6 +63,8 @@ pub struct Persistent {
     /// Each layer's attention half as the window kernel, its MLP as the
     /// chain (decode_window.rs), rather than all in one launch.
     pub window: bool,
+    /// The window kernel also writes the MLP's 8-bit input.
+    pub window_ffn_input: bool,
 }
 
 impl Persistent {
@@ -72,8 +74,9 @@ impl Persistent {
         let warps = ferrite_core::env::cuda_persistent_warps().unwrap_or(8);
         let ring = ferrite_core::env::cuda_persistent_ring().unwrap_or(4).clamp(2, MAX_RING);
         let layers = ferrite_core::env::cuda_persistent_layers().unwrap_or(usize::MAX);
-        let window = ferrite_core::env::cuda_persistent_window();
-        Some(Persistent { warps: if warps > 8 { 16 } else { 8 }, ring, required, layers, window })
+        let level = ferrite_core::env::cuda_persistent_window();
+        let (window, window_ffn_input) = (level > 0, level > 1);
+        Some(Persistent { warps: if warps > 8 { 16 } else { 8 }, ring, required, layers, window, window_ffn_input })
     }
 }
 
@@ -295,6 +298,7 @@ impl CudaBackend {
                 tables: &tables,
                 freq: &freq,
                 block_size,
+                ffn_input: p.window_ffn_input,
             };
             self.window_layers(x, &layers, &sh, plan, &step)?;
             return Ok(n_layers);

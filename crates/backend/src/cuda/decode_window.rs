@@ -15,7 +15,8 @@ use ferrite_core::{DType, Result};
 
 use super::decode_layers::{Layer, Shape};
 use super::device::{device_err, Device};
-use super::{CudaBackend, CudaTensor, CudaWeight, Storage};
+use super::gemv::{self, GemvOut};
+use super::{act_code, CudaBackend, CudaTensor, CudaWeight, Storage};
 use crate::Backend;
 
 pub const KERNEL: &str = "decode_window";
@@ -156,6 +157,9 @@ pub(super) struct Step<'a> {
     pub tables: &'a CudaView<'a, u32>,
     pub freq: &'a CudaSlice<u32>,
     pub block_size: usize,
+    /// The kernel writes the MLP's normed 8-bit input where the chain's
+    /// gate/up GEMVs can read it (`FERRITE_CUDA_PERSISTENT_WINDOW=2`).
+    pub ffn_input: bool,
 }
 
 impl CudaBackend {
@@ -185,18 +189,60 @@ impl CudaBackend {
             shared_mem_bytes: u(plan.smem),
         };
         for (l, y) in layers.iter().enumerate() {
+            // The MLP's input from the kernel, where the chain's GEMVs take it.
+            let mut ffn_in = match step.ffn_input && gemv::fuses_glu(dev, 1, y.down) {
+                true => gemv::x8_normed_room(dev, sh.hidden, &[y.gate, y.up])?,
+                false => None,
+            };
             {
+                let ([fq, fmeta, fss], _guards) = match &mut ffn_in {
+                    Some(x8) => {
+                        let (p, g) = x8.normed_target(&dev.stream)?;
+                        (p, Some(g))
+                    }
+                    None => ([0; 3], None),
+                };
                 let _span = super::profile::span(&dev.stream, "decode_window");
                 let mut b = dev.launch(KERNEL);
                 b.arg(step.table).arg(u(l)).arg(x.f32_mut(dev)?).arg(&q).arg(&parts).arg(&oq).arg(&ometa);
                 b.arg(step.count).arg(step.pos).arg(step.slots).arg(step.meta).arg(step.tables).arg(step.freq);
                 b.arg(u(sh.hidden)).arg(u(sh.n_heads)).arg(u(sh.n_kv)).arg(u(sh.hd)).arg(u(step.block_size));
                 b.arg(u(nparts)).arg(u(plan.tile_bytes)).arg(y.eps).arg(y.attn.scale);
+                b.arg(fq).arg(fmeta).arg(fss);
                 b.run(cfg)?;
             }
-            self.mlp_add(x, y.ffn_norm, y.eps, y.gate, y.up, y.down, y.act)?;
+            match ffn_in {
+                Some(x8) => self.mlp_add_from_x8(x, x8, y)?,
+                None => self.mlp_add(x, y.ffn_norm, y.eps, y.gate, y.up, y.down, y.act)?,
+            }
         }
         Ok(())
+    }
+
+    /// `mlp_add` whose gate/up GEMVs take their normed input as the window
+    /// kernel wrote it (no quantization kernel), then the chain's down GEMV
+    /// with the gated activation in its input (`gemv_add_glu`).
+    fn mlp_add_from_x8(&self, x: &mut CudaTensor, x8: gemv::X8, y: &Layer) -> Result<()> {
+        let dev = &self.dev;
+        let norm = gemv::Norm { w: y.ffn_norm, eps: y.eps };
+        let mut cache = x8.into_cache();
+        let (gate, up) = (y.gate, y.up);
+        let [g, u] = {
+            let _span = super::profile::span(&dev.stream, "norm_matmul_many (window's input)");
+            // One launch for both where they are of one storage, as the chain's.
+            let mut out = match gate.storage == up.storage {
+                true => gemv::gemv(dev, x, &[gate, up], &mut cache, Some(norm), GemvOut::New)?,
+                false => {
+                    let mut g = gemv::gemv(dev, x, &[gate], &mut cache, Some(norm), GemvOut::New)?;
+                    g.extend(gemv::gemv(dev, x, &[up], &mut cache, Some(norm), GemvOut::New)?);
+                    g
+                }
+            };
+            let (u, g) = (out.pop(), out.pop());
+            [g, u].map(|t| t.ok_or_else(|| ferrite_core::Error::Shape("gate/up: no output".into())))
+        };
+        let _span = super::profile::span(&dev.stream, "matmul_add (+ glu)");
+        gemv::gemv_add_glu(dev, x, (&g?, &u?, act_code(y.act)), y.down)
     }
 }
 

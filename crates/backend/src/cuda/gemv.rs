@@ -250,6 +250,17 @@ impl X8 {
         ([xq, meta], self.order as i32, [g1, g2])
     }
 
+    /// Where a kernel other than `quantize_x8` writes it normed (the window
+    /// decode kernel, `x8_normed_room`): the 8-bit values', the metadata's
+    /// and the squares' addresses.
+    pub fn normed_target<'a>(&'a mut self, s: &'a Arc<CudaStream>) -> Result<([u64; 3], [SyncOnDrop<'a>; 3])> {
+        let squares = self.squares.as_mut().ok_or_else(|| Error::Shape("an 8-bit input without squares".into()))?;
+        let (ss, g3) = squares.device_ptr_mut(s);
+        let (xq, g1) = self.xq.device_ptr_mut(s);
+        let (meta, g2) = self.meta.device_ptr_mut(s);
+        Ok(([xq, meta, ss], [g1, g2, g3]))
+    }
+
     /// A matmul group's inputs holding this one alone.
     pub fn into_cache(self) -> X8Cache {
         let mut cache: X8Cache = [None, None, None];
@@ -341,6 +352,15 @@ pub fn x8_room(dev: &Device, n: usize, k: usize, w: &CudaWeight, span: usize) ->
         }
         _ => Ok(None),
     }
+}
+
+/// Room for the normed 8-bit input of the GEMVs of `ws` over one row of k
+/// values, for another kernel to write (`X8::normed_target`): `None` unless
+/// all of them are tensor-core GEMVs at that size (super-blocks, with
+/// squares).
+pub fn x8_normed_room(dev: &Device, k: usize, ws: &[&CudaWeight]) -> Result<Option<X8>> {
+    let all = ws.iter().all(|w| tiled(w.storage) && w.cols == k && uses_gemv(dev, 1, k, w.storage));
+    (all && !ws.is_empty() && k.is_multiple_of(256)).then(|| alloc_x8(dev, k, TILE_ORDER, true)).transpose()
 }
 
 /// Quantizes x for a matmul group `ws` ahead of its GEMVs where they read it

@@ -24,7 +24,11 @@
 //     multiple of 256), then flags the KV head ready;
 //   - output-projection tiles go from the grid's other end (blocks with a
 //     q/k/v tile fewer take one more); each warp waits only for the KV
-//     heads its super-blocks read.
+//     heads its super-blocks read;
+//   - where asked (`fq`), the MLP's input: each super-block of x, once its
+//     16 output tiles are added, normed and quantized by a warp as the
+//     chain's gate/up GEMV reads it (with its sum of squares), so that no
+//     kernel of its own stands between this one and that GEMV.
 // No wait is grid-wide; the last block to finish zeroes the counters.
 
 #define DW_WARPS 16
@@ -39,15 +43,17 @@
 #define DW_PART_ROUNDS 2
 #endif
 
-// The counters (3 n_kv + 2 words, zero at the start): per KV head its q/k/v
-// tiles done, its attention parts done and its output ready; then the
-// blocks that have read x and the blocks done.
+// The counters (3 n_kv + 2 + hidden / 256 words, zero at the start): per KV
+// head its q/k/v tiles done, its attention parts done and its output ready;
+// the blocks that have read x and the blocks done; per super-block of x its
+// output tiles added.
 struct DwCount {
-    u32 *qkv, *parts, *ready, *xread, *done;
+    u32 *qkv, *parts, *ready, *xread, *done, *ffn;
 };
 __device__ __forceinline__ DwCount dw_count(u32* c, u32 n_kv) {
-    return DwCount{c, c + n_kv, c + 2 * n_kv, c + 3 * n_kv, c + 3 * n_kv + 1};
+    return DwCount{c, c + n_kv, c + 2 * n_kv, c + 3 * n_kv, c + 3 * n_kv + 1, c + 3 * n_kv + 2};
 }
+__device__ __forceinline__ u32 dw_count_words(u32 n_kv, u32 hidden) { return 3 * n_kv + 2 + hidden / 256; }
 
 struct DwArgs {
     const DlLayer* L;
@@ -59,6 +65,9 @@ struct DwArgs {
     const float* inv_freq;
     u32 hidden, n_heads, n_kv, hd, bs, nparts, tile_bytes;
     float eps, scale;
+    signed char* fq;  // the MLP's input (`store_sb`, with its squares), or null: not made here
+    u32* fmeta;
+    float* fss;
 };
 
 // Offsets of the dynamic shared memory (decode_window.rs `fixed_bytes`
@@ -387,6 +396,31 @@ __device__ __forceinline__ void dw_oproj(const DwArgs& a, const DwSmem& S, u32 n
             x_free = true;
         }
         if ((lane & 3) == 0) a.x[row] = base[0] + acc[0], a.x[row + 8] = base[1] + acc[2];
+        if (a.fq) {  // (the tile's rows counted added to their super-block)
+            __syncwarp();
+            if (lane == 0) {
+                __threadfence();
+                atomicAdd(a.c.ffn + tile / 16, 1u);
+            }
+        }
+    }
+}
+
+// The MLP's input where asked: super-block sb of x (256 rows, 16 output
+// tiles) by warp w of block b, sb = b + w grid, once its tiles are added;
+// normed by ffn_norm and quantized with its sum of squares, as the chain's
+// `quantize_x8_sb` writes it.
+__device__ __forceinline__ void dw_ffn_input(const DwArgs& a) {
+    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nsb = a.hidden / 256;
+    if (!a.fq) return;
+    for (u32 sb = blockIdx.x + warp * gridDim.x; sb < nsb; sb += DW_WARPS * gridDim.x) {
+        if (lane == 0) {
+            dl_wait_count(a.c.ffn + sb, 16);
+            __threadfence();
+        }
+        __syncwarp();
+        dl_input_warps(a.fq + 256 * sb, a.fmeta + 8 * sb, a.fss + sb, a.x + 256 * sb, a.L->ffn_norm + 256 * sb, 256,
+                       0, 1);
     }
 }
 
@@ -424,13 +458,14 @@ __device__ __forceinline__ void dw_run(const DwArgs& a, const DwSmem& S, const D
     __syncthreads();  // (attention's use of the reduction buffers over)
     trace_mark("dw.oproj");
     dw_oproj(a, S, my.nqkv, my.ntiles, my.readers, off);
+    dw_ffn_input(a);
     __syncthreads();
     if (threadIdx.x == 0) {
         __threadfence();
         // The last block: no block reads a counter any more, so it zeroes
         // them for the next launch (no memset before it).
         if (atomicAdd(a.c.done, 1u) + 1 == gridDim.x)
-            for (u32 i = 0; i < 3 * a.n_kv + 2; i++) a.c.qkv[i] = 0;
+            for (u32 i = 0; i < dw_count_words(a.n_kv, a.hidden); i++) a.c.qkv[i] = 0;
     }
 }
 
@@ -438,9 +473,10 @@ __device__ __forceinline__ void decode_window_body(const DlLayer* layers, u32 l,
                                                    signed char* oq, u32* ometa, u32* count, const u32* pos,
                                                    const u32* slots, const u32* meta, const u32* tables,
                                                    const float* inv_freq, u32 hidden, u32 n_heads, u32 n_kv, u32 hd,
-                                                   u32 bs, u32 nparts, u32 tile_bytes, float eps, float scale) {
+                                                   u32 bs, u32 nparts, u32 tile_bytes, float eps, float scale,
+                                                   signed char* fq, u32* fmeta, float* fss) {
     const DwArgs a{layers + l, x,      q,       parts, oq, ometa,  dw_count(count, n_kv), pos,  slots, meta, tables,
-                   inv_freq,   hidden, n_heads, n_kv,  hd, bs,     nparts,                tile_bytes, eps, scale};
+                   inv_freq,   hidden, n_heads, n_kv,  hd, bs,     nparts, tile_bytes,    eps,  scale, fq,   fmeta, fss};
     const DwSmem S = dw_layout(a);
     const DwShare my = dw_share(a);
     dw_request(a, S, my.ntiles, my.nqkv);  // (weights and the layer table only: no kernel writes them)
@@ -452,7 +488,7 @@ extern "C" __global__ void __launch_bounds__(32 * DW_WARPS, 1)
     decode_window(const DlLayer* layers, u32 l, float* x, float* q, float* parts, signed char* oq, u32* ometa,
                   u32* count, const u32* pos, const u32* slots, const u32* meta, const u32* tables,
                   const float* inv_freq, u32 hidden, u32 n_heads, u32 n_kv, u32 hd, u32 bs, u32 nparts,
-                  u32 tile_bytes, float eps, float scale) {
+                  u32 tile_bytes, float eps, float scale, signed char* fq, u32* fmeta, float* fss) {
     decode_window_body(layers, l, x, q, parts, oq, ometa, count, pos, slots, meta, tables, inv_freq, hidden, n_heads,
-                       n_kv, hd, bs, nparts, tile_bytes, eps, scale);
+                       n_kv, hd, bs, nparts, tile_bytes, eps, scale, fq, fmeta, fss);
 }
