@@ -407,11 +407,12 @@ __device__ __forceinline__ void dw_oproj(const DwArgs& a, const DwSmem& S, u32 n
 }
 
 // The MLP's input where asked: super-block sb of x (256 rows, 16 output
-// tiles) by warp w of block b, sb = b + w grid, once its tiles are added;
-// normed by ffn_norm and quantized with its sum of squares, as the chain's
+// tiles) by warp w of block b, sb = b + (15 - w) grid (the last warp first:
+// warp 0 ends the output tiles), once its tiles are added; normed by
+// ffn_norm and quantized with its sum of squares, as the chain's
 // `quantize_x8_sb` writes it.
 __device__ __forceinline__ void dw_ffn_input(const DwArgs& a) {
-    const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nsb = a.hidden / 256;
+    const u32 lane = threadIdx.x & 31, warp = DW_WARPS - 1 - (threadIdx.x >> 5), nsb = a.hidden / 256;
     if (!a.fq) return;
     for (u32 sb = blockIdx.x + warp * gridDim.x; sb < nsb; sb += DW_WARPS * gridDim.x) {
         if (lane == 0) {
