@@ -5,16 +5,18 @@
 #   check   against the chain of kernels, teacher-forced (Llama-3.2-1B and
 #           3.1-8B shapes, random Q4_K_M weights, prompts of 5 and 300
 #           tokens: one part of attention and a merge of several), without
-#           and with the MLP's input (=1, =2); a failure runs again with the
-#           first layer alone in the kernel
+#           and with the MLP's input (=1, =2), and at 8 warps a block; a
+#           failure runs again with the first layer alone in the kernel
 #   ab      against the chain, alternating (tg128, 3 rounds), with the two
 #           sides' greedy digests; then the kernel (=1) against it writing
 #           the MLP's input too (=2, no quantization kernel before gate/up)
 #   trace   the decode timeline with block 0's stage marks (dw.*)
-#   variants  the kernel against its variants (kernels/decode_window.cu,
-#           FERRITE_CUDA_DEFINES): each q/k/v tile counted done at once, and
-#           parts of the context of one or four rounds of keys a warp
-#           (not in `all`: each variant compiles the kernels anew, ~40 s)
+#   variants  the kernel against its variants: 8 warps a block
+#           (FERRITE_CUDA_PERSISTENT_WARPS=8: half an SM's registers), then
+#           (FERRITE_CUDA_DEFINES, kernels/decode_window.cu) each q/k/v tile
+#           counted done at once, and parts of the context of one or four
+#           rounds of keys a warp (not in `all`: each define compiles the
+#           kernels anew, ~40 s)
 # Usage: scripts/gpu-window.sh [check|ab|trace|variants|all]   (default:
 # all; a failed check stops it)
 # FERRITE_BIN: the binary (default target/release/ferrite).
@@ -27,12 +29,14 @@ models=(--persistent random:llama-3.2-1b:q4_k_m --persistent random:llama-3.1-8b
 bench=(random:llama-3.1-8b:q4_k_m --prompt-tokens 0 --gen-tokens 128)
 
 if [[ $what == check || $what == all ]]; then
-    for level in 1 2; do
-        echo "== check: the window kernel (FERRITE_CUDA_PERSISTENT_WINDOW=$level) against the chain"
-        if ! FERRITE_CUDA_PERSISTENT_WINDOW=$level "$BIN" gpu-check --persistent-only "${models[@]}"; then
+    # (level, warps a block): the kernel, with the MLP's input, at 8 warps.
+    for setting in "1 16" "2 16" "1 8"; do
+        read -r level warps <<<"$setting"
+        vars=(FERRITE_CUDA_PERSISTENT_WINDOW="$level" FERRITE_CUDA_PERSISTENT_WARPS="$warps")
+        echo "== check: the window kernel (${vars[*]}) against the chain"
+        if ! env "${vars[@]}" "$BIN" gpu-check --persistent-only "${models[@]}"; then
             echo "== check failed: again with the first layer alone in the window kernel"
-            FERRITE_CUDA_PERSISTENT_WINDOW=$level FERRITE_CUDA_PERSISTENT_LAYERS=1 \
-                "$BIN" gpu-check --persistent-only "${models[@]}" || true
+            env "${vars[@]}" FERRITE_CUDA_PERSISTENT_LAYERS=1 "$BIN" gpu-check --persistent-only "${models[@]}" || true
             exit 1
         fi
     done
@@ -52,6 +56,9 @@ if [[ $what == trace || $what == all ]]; then
 fi
 
 if [[ $what == variants ]]; then
+    echo "== variants: the window kernel (A) against it at 8 warps a block (B)"
+    FERRITE_BIN=$BIN scripts/gpu-ab.sh 'FERRITE_CUDA_PERSISTENT=require' \
+        'FERRITE_CUDA_PERSISTENT=require FERRITE_CUDA_PERSISTENT_WARPS=8' 3 "${bench[@]}"
     for d in DW_COUNT_EACH DW_PART_ROUNDS=1 DW_PART_ROUNDS=4; do
         echo "== variants: the window kernel (A) against it with $d (B)"
         FERRITE_BIN=$BIN scripts/gpu-ab.sh 'FERRITE_CUDA_PERSISTENT=require' \

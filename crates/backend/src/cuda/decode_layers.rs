@@ -65,6 +65,9 @@ pub struct Persistent {
     pub window: bool,
     /// The window kernel also writes the MLP's 8-bit input.
     pub window_ffn_input: bool,
+    /// The window kernel's warps a block (16, or 8 by
+    /// `FERRITE_CUDA_PERSISTENT_WARPS`).
+    pub window_warps: usize,
 }
 
 impl Persistent {
@@ -76,7 +79,9 @@ impl Persistent {
         let layers = ferrite_core::env::cuda_persistent_layers().unwrap_or(usize::MAX);
         let level = ferrite_core::env::cuda_persistent_window();
         let (window, window_ffn_input) = (level > 0, level > 1);
-        Some(Persistent { warps: if warps > 8 { 16 } else { 8 }, ring, required, layers, window, window_ffn_input })
+        let window_warps = if ferrite_core::env::cuda_persistent_warps().unwrap_or(16) > 8 { 16 } else { 8 };
+        let warps = if warps > 8 { 16 } else { 8 };
+        Some(Persistent { warps, ring, required, layers, window, window_ffn_input, window_warps })
     }
 }
 
@@ -107,7 +112,8 @@ pub fn open(
         .map_err(|e| device_err("shared memory per block", e))? as u32;
     let func = &funcs[kernel(shape)];
     let unfit = if shape.window {
-        decode_window::open(&funcs[decode_window::KERNEL], arch, optin)?
+        let warps = shape.window_warps;
+        decode_window::open(&funcs[decode_window::kernel(warps)], warps, arch, optin)?
     } else if arch < 90 {
         Some("a GPU before Hopper (bulk copies)".to_string())
     } else if optin < smem {
@@ -299,6 +305,7 @@ impl CudaBackend {
                 freq: &freq,
                 block_size,
                 ffn_input: p.window_ffn_input,
+                warps: p.window_warps,
             };
             self.window_layers(x, &layers, &sh, plan, &step)?;
             return Ok(n_layers);

@@ -19,9 +19,17 @@ use super::gemv::{self, GemvOut};
 use super::{act_code, CudaBackend, CudaTensor, CudaWeight, Storage};
 use crate::Backend;
 
-pub const KERNEL: &str = "decode_window";
-/// Warps a block, the most tiles a block takes (DW_WARPS, DW_MAX_TILES).
-const WARPS: usize = 16;
+/// The kernel's instances by the warps a block runs: 16 (the default), or 8
+/// at the same registers a thread, half an SM's, so that a block may start
+/// beside the kernel before's last blocks (`FERRITE_CUDA_PERSISTENT_WARPS=8`).
+pub const KERNELS: [(usize, &str); 2] = [(16, "decode_window"), (8, "decode_window_8")];
+/// The instance for `warps` a block.
+pub fn kernel(warps: usize) -> &'static str {
+    KERNELS.iter().find(|k| k.0 == warps).map_or(KERNELS[0].1, |k| k.1)
+}
+/// Warps a block at most (the reduction buffers), the most tiles a block
+/// takes (DW_MAX_WARPS, DW_MAX_TILES).
+const MAX_WARPS: usize = 16;
 const MAX_TILES: usize = 16;
 /// Attention's parts of the context per KV head at most.
 const MAX_PARTS: usize = 32;
@@ -85,7 +93,7 @@ pub fn block_tiles(d: Dims, q6: [bool; 4], b: usize, grid: usize) -> Vec<(usize,
 /// scalars.
 pub fn fixed_bytes(hidden: usize) -> usize {
     let nsb = hidden / 256;
-    hidden + 32 * nsb + 16 * nsb.div_ceil(4) + 2 * WARPS * 32 * 16 + 256
+    hidden + 32 * nsb + 16 * nsb.div_ceil(4) + 2 * MAX_WARPS * 32 * 16 + 256
 }
 
 /// How the kernel runs a model: the most tile bytes a block takes over its
@@ -128,14 +136,14 @@ pub fn plan(d: Dims, n_kv: usize, q6: &[[bool; 4]], grid: usize, optin: usize) -
 
 /// Where the window kernel is switched on: its shared memory asked of the
 /// driver (all a block may have), or why this GPU cannot run it.
-pub fn open(func: &CudaFunction, arch: u32, optin: u32) -> Result<Option<String>> {
+pub fn open(func: &CudaFunction, warps: usize, arch: u32, optin: u32) -> Result<Option<String>> {
     if arch < 90 {
         return Ok(Some("a GPU before Hopper (bulk copies)".into()));
     }
     func.set_attribute(sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, optin as i32)
         .map_err(|e| device_err("kernel shared memory", e))?;
     let per_sm = func
-        .occupancy_max_active_blocks_per_multiprocessor(32 * WARPS as u32, optin as usize, None)
+        .occupancy_max_active_blocks_per_multiprocessor(32 * warps as u32, optin as usize, None)
         .map_err(|e| device_err("occupancy", e))?;
     Ok((per_sm == 0).then(|| "its blocks do not fit an SM".to_string()))
 }
@@ -160,6 +168,8 @@ pub(super) struct Step<'a> {
     /// The kernel writes the MLP's normed 8-bit input where the chain's
     /// gate/up GEMVs can read it (`FERRITE_CUDA_PERSISTENT_WINDOW=2`).
     pub ffn_input: bool,
+    /// Warps a block (`KERNELS`).
+    pub warps: usize,
 }
 
 impl CudaBackend {
@@ -185,7 +195,7 @@ impl CudaBackend {
         let u = |v: usize| v as u32;
         let cfg = LaunchConfig {
             grid_dim: (dev.sms, 1, 1),
-            block_dim: (u(32 * WARPS), 1, 1),
+            block_dim: (u(32 * step.warps), 1, 1),
             shared_mem_bytes: u(plan.smem),
         };
         for (l, y) in layers.iter().enumerate() {
@@ -203,7 +213,7 @@ impl CudaBackend {
                     None => ([0; 3], None),
                 };
                 let _span = super::profile::span(&dev.stream, "decode_window");
-                let mut b = dev.launch(KERNEL);
+                let mut b = dev.launch(kernel(step.warps));
                 b.arg(step.table).arg(u(l)).arg(x.f32_mut(dev)?).arg(&q).arg(&parts).arg(&oq).arg(&ometa);
                 b.arg(step.count).arg(step.pos).arg(step.slots).arg(step.meta).arg(step.tables).arg(step.freq);
                 b.arg(u(sh.hidden)).arg(u(sh.n_heads)).arg(u(sh.n_kv)).arg(u(sh.hd)).arg(u(step.block_size));

@@ -191,6 +191,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "decode_layers_8",
             "decode_layers_16",
             "decode_window",
+            "decode_window_8",
         ],
     ),
     ("sample", &["sample_rows", "sample_split"]),

@@ -31,7 +31,7 @@
 //     kernel of its own stands between this one and that GEMV.
 // No wait is grid-wide; the last block to finish zeroes the counters.
 
-#define DW_WARPS 16
+#define DW_MAX_WARPS 16  // warps a block at most (16 or 8: `decode_window_8`, below)
 #define DW_MAX_TILES 16
 #define DW_KEYS 4  // keys a warp of attention loads at once
 // Variants to measure (`FERRITE_CUDA_DEFINES`, scripts/gpu-window.sh):
@@ -90,9 +90,12 @@ __device__ __forceinline__ DwSmem dw_layout(const DwArgs& a) {
     s.meta = (u32*)(s.xq + a.hidden);
     s.ss = (float*)(s.meta + 8 * nsb);
     s.red = (float4*)(s.ss + 4 * ((nsb + 3) / 4));
-    s.small = (float*)(s.red + 2 * DW_WARPS * 32);
+    s.small = (float*)(s.red + 2 * DW_MAX_WARPS * 32);
     return s;
 }
+
+// Warps a block (the instance's: 16 or 8).
+__device__ __forceinline__ u32 dw_warps() { return blockDim.x >> 5; }
 
 // ------------------------------------------------------------------ the block's tiles
 __device__ __forceinline__ u32 dw_qkv_tiles(const DlLayer& L) {
@@ -143,11 +146,13 @@ __device__ __forceinline__ void dw_sb(const unsigned char* sb, u32 type, const D
 // block barrier a tile serves (see `dl_tile`).
 __device__ __forceinline__ void dw_reduce(const DwSmem& S, u32 t, float (&acc)[4]) {
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    float4* red = S.red + (t & 1) * DW_WARPS * 32;
+    float4* red = S.red + (t & 1) * DW_MAX_WARPS * 32;
     red[warp * 32 + lane] = make_float4(acc[0], acc[1], acc[2], acc[3]);
     __syncthreads();
     if (warp != 0) return;
-    for (u32 w = 1; w < DW_WARPS; w++) {
+#pragma unroll
+    for (u32 w = 1; w < DW_MAX_WARPS; w++) {  // (a constant bound: a loop to dw_warps() spills)
+        if (w >= dw_warps()) break;
         const float4 p = red[w * 32 + lane];
         acc[0] += p.x, acc[1] += p.y, acc[2] += p.z, acc[3] += p.w;
     }
@@ -175,7 +180,7 @@ __device__ __forceinline__ void dw_qkv(const DwArgs& a, const DwSmem& S, u32 nqk
         if (warp == 0) rl = rope_kv_lane(rk, mi, row, m);  // (its loads off the tile's tail)
         dl_mbar_wait(S.bar + t, 0);
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
-        for (u32 sb = warp; sb < nsb; sb += DW_WARPS)
+        for (u32 sb = warp; sb < nsb; sb += dw_warps())
             dw_sb(S.tiles + off + (u64)sb * block, type, dl_in_at(S.xq, S.meta, sb, lane & 3), lane, acc);
         off += (u64)nsb * block;
         dw_reduce(S, t, acc);
@@ -219,7 +224,7 @@ __device__ __forceinline__ float dw_half(uint2 w, int e) { return f16_to_f32((u1
 // Parts of the context a step's attention takes: enough for DW_PART_ROUNDS
 // rounds of keys a warp, at most `nparts` (the blocks set aside a KV head).
 __device__ __forceinline__ u32 dw_active_parts(const DwArgs& a, u32 len) {
-    const u32 R = DW_WARPS / (a.n_heads / a.n_kv), per = DW_PART_ROUNDS * DW_KEYS * R;
+    const u32 R = dw_warps() / (a.n_heads / a.n_kv), per = DW_PART_ROUNDS * DW_KEYS * R;
     return min(a.nparts, (len + per - 1) / per);
 }
 
@@ -274,7 +279,7 @@ __device__ __forceinline__ void dw_publish(const DwArgs& a, const float* o, u32 
 // part to finish merges them all.
 __device__ __forceinline__ void dw_attention(const DwArgs& a, const DwSmem& S, u32 kvh, u32 p, u32 np) {
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const u32 G = a.n_heads / a.n_kv, R = DW_WARPS / G, hd = a.hd, E = hd / 32, h = kvh * G + warp % G;
+    const u32 G = a.n_heads / a.n_kv, R = dw_warps() / G, hd = a.hd, E = hd / 32, h = kvh * G + warp % G;
     const u32 lo = a.meta[0], hi = a.meta[1], len = hi - lo;
     const u32 t0 = lo + (u32)((u64)len * p / np), t1 = lo + (u32)((u64)len * (p + 1) / np);
     DwRound r{};
@@ -311,7 +316,7 @@ __device__ __forceinline__ void dw_attention(const DwArgs& a, const DwSmem& S, u
     // The warps' states (16 x hd floats), then the heads' merged outputs
     // (G x hd) after them, in the reduction buffers (free since the tiles).
     float* st = (float*)S.red;
-    float* out = st + DW_WARPS * hd;
+    float* out = st + DW_MAX_WARPS * hd;
 #pragma unroll
     for (u32 e = 0; e < 4; e++)
         if (e < E) st[warp * hd + E * lane + e] = o[e];
@@ -332,12 +337,12 @@ __device__ __forceinline__ void dw_attention(const DwArgs& a, const DwSmem& S, u
     if (np > 1) {
         if (threadIdx.x == 0) {
             __threadfence();
-            S.small[2 * DW_WARPS] = atomicAdd(a.c.parts + kvh, 1u) + 1 == np ? 1.f : 0.f;
+            S.small[2 * DW_MAX_WARPS] = atomicAdd(a.c.parts + kvh, 1u) + 1 == np ? 1.f : 0.f;
             __threadfence();
         }
         __syncthreads();
-        if (S.small[2 * DW_WARPS] == 0.f) return;  // not the last part
-        for (u32 t = threadIdx.x; t < G * hd; t += 32 * DW_WARPS)
+        if (S.small[2 * DW_MAX_WARPS] == 0.f) return;  // not the last part
+        for (u32 t = threadIdx.x; t < G * hd; t += blockDim.x)
             out[t] = dl_merge_parts(a.parts, np, a.n_heads, kvh * G + t / hd, hd, t % hd);
         __syncthreads();
     }
@@ -370,7 +375,7 @@ __device__ __forceinline__ void dw_oproj(const DwArgs& a, const DwSmem& S, u32 n
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
     const u32 nsb = a.n_heads * a.hd / 256, per_kv = nsb / a.n_kv;
     if (nqkv == ntiles) return;
-    for (u32 sb = warp; sb < nsb; sb += DW_WARPS) dw_wait_ready(a.c.ready + sb / per_kv);
+    for (u32 sb = warp; sb < nsb; sb += dw_warps()) dw_wait_ready(a.c.ready + sb / per_kv);
     bool x_free = false;
     for (u32 t = nqkv; t < ntiles; t++) {
         u32 tile, n;
@@ -383,9 +388,9 @@ __device__ __forceinline__ void dw_oproj(const DwArgs& a, const DwSmem& S, u32 n
         DlIn in = warp < nsb ? dw_oin(a, warp, lane & 3) : DlIn{};
         dl_mbar_wait(S.bar + t, 0);
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
-        for (u32 sb = warp; sb < nsb; sb += DW_WARPS) {
+        for (u32 sb = warp; sb < nsb; sb += dw_warps()) {
             dw_sb(S.tiles + off + (u64)sb * block, type, in, lane, acc);
-            if (sb + DW_WARPS < nsb) in = dw_oin(a, sb + DW_WARPS, lane & 3);
+            if (sb + dw_warps() < nsb) in = dw_oin(a, sb + dw_warps(), lane & 3);
         }
         off += (u64)nsb * block;
         dw_reduce(S, t, acc);
@@ -412,9 +417,9 @@ __device__ __forceinline__ void dw_oproj(const DwArgs& a, const DwSmem& S, u32 n
 // ffn_norm and quantized with its sum of squares, as the chain's
 // `quantize_x8_sb` writes it.
 __device__ __forceinline__ void dw_ffn_input(const DwArgs& a) {
-    const u32 lane = threadIdx.x & 31, warp = DW_WARPS - 1 - (threadIdx.x >> 5), nsb = a.hidden / 256;
+    const u32 lane = threadIdx.x & 31, warp = dw_warps() - 1 - (threadIdx.x >> 5), nsb = a.hidden / 256;
     if (!a.fq) return;
-    for (u32 sb = blockIdx.x + warp * gridDim.x; sb < nsb; sb += DW_WARPS * gridDim.x) {
+    for (u32 sb = blockIdx.x + warp * gridDim.x; sb < nsb; sb += dw_warps() * gridDim.x) {
         if (lane == 0) {
             dl_wait_count(a.c.ffn + sb, 16);
             __threadfence();
@@ -442,7 +447,7 @@ __device__ __forceinline__ void dw_run(const DwArgs& a, const DwSmem& S, const D
     float f = 1.f;
     if (my.nqkv > 0) {
         trace_mark("dw.input");
-        dl_input_warps(S.xq, S.meta, S.ss, a.x, a.L->attn_norm, a.hidden, threadIdx.x >> 5, DW_WARPS);
+        dl_input_warps(S.xq, S.meta, S.ss, a.x, a.L->attn_norm, a.hidden, threadIdx.x >> 5, dw_warps());
         __syncthreads();
         f = dl_norm_factor(S.ss, a.hidden, a.eps);
         if (threadIdx.x == 0) {
@@ -485,11 +490,18 @@ __device__ __forceinline__ void decode_window_body(const DlLayer* layers, u32 l,
     pdl_wait();
     dw_run(a, S, my);
 }
-extern "C" __global__ void __launch_bounds__(32 * DW_WARPS, 1)
-    decode_window(const DlLayer* layers, u32 l, float* x, float* q, float* parts, signed char* oq, u32* ometa,
-                  u32* count, const u32* pos, const u32* slots, const u32* meta, const u32* tables,
-                  const float* inv_freq, u32 hidden, u32 n_heads, u32 n_kv, u32 hd, u32 bs, u32 nparts,
-                  u32 tile_bytes, float eps, float scale, signed char* fq, u32* fmeta, float* fss) {
-    decode_window_body(layers, l, x, q, parts, oq, ometa, count, pos, slots, meta, tables, inv_freq, hidden, n_heads,
-                       n_kv, hd, bs, nparts, tile_bytes, eps, scale, fq, fmeta, fss);
-}
+// Two instances by the warps a block runs: 16, a block holding an SM's
+// whole register file (128 registers a thread); 8 at the same 128, half of
+// it, so that a block can start on an SM where the kernel before still
+// runs blocks (the shared memory of one block an SM is the same).
+#define DECODE_WINDOW(NAME, W, MIN_BLOCKS)                                                                      \
+    extern "C" __global__ void __launch_bounds__(32 * W, MIN_BLOCKS)                                          \
+        NAME(const DlLayer* layers, u32 l, float* x, float* q, float* parts, signed char* oq, u32* ometa,      \
+             u32* count, const u32* pos, const u32* slots, const u32* meta, const u32* tables,                  \
+             const float* inv_freq, u32 hidden, u32 n_heads, u32 n_kv, u32 hd, u32 bs, u32 nparts,             \
+             u32 tile_bytes, float eps, float scale, signed char* fq, u32* fmeta, float* fss) {                 \
+        decode_window_body(layers, l, x, q, parts, oq, ometa, count, pos, slots, meta, tables, inv_freq, hidden, \
+                           n_heads, n_kv, hd, bs, nparts, tile_bytes, eps, scale, fq, fmeta, fss);             \
+    }
+DECODE_WINDOW(decode_window, 16, 1)
+DECODE_WINDOW(decode_window_8, 8, 2)
