@@ -1,6 +1,6 @@
 // A layer's attention half of a one-row decode step in one launch (host:
 // cuda/decode_window.rs; off unless FERRITE_CUDA_PERSISTENT=1 and
-// FERRITE_CUDA_PERSISTENT_WINDOW=1): the input norm and quantization, the
+// FERRITE_CUDA_PERSISTENT_WINDOW=1 or 2): the input norm and quantization, the
 // q/k/v tiles with RoPE and the KV write, decode attention and the output
 // projection added to the residual. The layer's MLP then runs as the chain
 // of kernels runs it. Compiled after decode_layers.cu, whose primitives
@@ -12,8 +12,9 @@
 // and they fit the GPU's shared memory. So every block asks for all of its
 // weight tiles at once, before it waits for the kernel before, and the
 // stages depend on each other per KV head rather than grid-wide:
-//   - every block builds the normed 8-bit input itself, then counts that
-//     it has read x (the output tiles add to x once every block has);
+//   - every block with q/k/v tiles builds the normed 8-bit input itself,
+//     then counts that it has read x (the output tiles add to x once every
+//     such block has);
 //   - q/k/v tiles b, b + grid, ... run with the chain's RoPE/KV epilogue
 //     and are counted done per KV head;
 //   - attention items (KV head, part of the context) go to blocks b <
@@ -101,9 +102,11 @@ __device__ __forceinline__ u32 dw_warps() { return blockDim.x >> 5; }
 __device__ __forceinline__ u32 dw_qkv_tiles(const DlLayer& L) {
     return dl_tiles(L.m[M_Q]) + dl_tiles(L.m[M_K]) + dl_tiles(L.m[M_V]);
 }
-// Of the block's tiles, how many are q/k/v tiles (b, b + grid, ...) and
-// how many output tiles (grid - 1 - b, 2 grid - 1 - b, ...).
-__device__ __forceinline__ u32 dw_mine(u32 tiles, u32 first) { return first < tiles ? (tiles - 1 - first) / gridDim.x + 1 : 0; }
+// How many of `tiles` the block takes from `first` on, a grid apart (its
+// q/k/v tiles from b, its output tiles from grid - 1 - b).
+__device__ __forceinline__ u32 dw_mine(u32 tiles, u32 first) {
+    return first < tiles ? (tiles - 1 - first) / gridDim.x + 1 : 0;
+}
 // The block's t-th tile: its matrix, its tile within it, and its input's
 // super-blocks.
 __device__ __forceinline__ u32 dw_tile(const DwArgs& a, u32 t, u32 nqkv, u32& tile, u32& nsb) {
@@ -219,7 +222,9 @@ __device__ __forceinline__ void dw_kv_raw(const DlLayer& L, u64 at, bool fresh, 
         k.y = v.y = 0;
     }
 }
-__device__ __forceinline__ float dw_half(uint2 w, int e) { return f16_to_f32((u16)((e < 2 ? w.x : w.y) >> (16 * (e & 1)))); }
+__device__ __forceinline__ float dw_half(uint2 w, int e) {
+    return f16_to_f32((u16)((e < 2 ? w.x : w.y) >> (16 * (e & 1))));
+}
 
 // Parts of the context a step's attention takes: enough for DW_PART_ROUNDS
 // rounds of keys a warp, at most `nparts` (the blocks set aside a KV head).
@@ -365,7 +370,8 @@ __device__ __forceinline__ void dw_wait_ready(const u32* flag) {
 __device__ __forceinline__ DlIn dw_oin(const DwArgs& a, u32 sb, u32 i) {
     const uint4* xs = (const uint4*)(a.oq + 256 * (u64)sb + 64 * i);
     const uint4* m = (const uint4*)a.ometa;
-    return DlIn{{__ldcg(xs), __ldcg(xs + 1), __ldcg(xs + 2), __ldcg(xs + 3)}, __ldcg(m + 2 * sb), __ldcg(m + 2 * sb + 1)};
+    return DlIn{{__ldcg(xs), __ldcg(xs + 1), __ldcg(xs + 2), __ldcg(xs + 3)}, __ldcg(m + 2 * sb),
+                __ldcg(m + 2 * sb + 1)};
 }
 
 // The block's output tiles (barriers nqkv ..), each added to x once every
@@ -481,8 +487,8 @@ __device__ __forceinline__ void decode_window_body(const DlLayer* layers, u32 l,
                                                    const float* inv_freq, u32 hidden, u32 n_heads, u32 n_kv, u32 hd,
                                                    u32 bs, u32 nparts, u32 tile_bytes, float eps, float scale,
                                                    signed char* fq, u32* fmeta, float* fss) {
-    const DwArgs a{layers + l, x,      q,       parts, oq, ometa,  dw_count(count, n_kv), pos,  slots, meta, tables,
-                   inv_freq,   hidden, n_heads, n_kv,  hd, bs,     nparts, tile_bytes,    eps,  scale, fq,   fmeta, fss};
+    const DwArgs a{layers + l, x,      q,       parts, oq, ometa, dw_count(count, n_kv), pos, slots, meta, tables,
+                   inv_freq,   hidden, n_heads, n_kv,  hd, bs,    nparts, tile_bytes, eps, scale, fq, fmeta, fss};
     const DwSmem S = dw_layout(a);
     const DwShare my = dw_share(a);
     dw_request(a, S, my.ntiles, my.nqkv);  // (weights and the layer table only: no kernel writes them)
