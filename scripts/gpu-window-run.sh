@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One device call's worth of scripts/gpu-window.sh: the cases named (default
+# check ab trace) in turn from the stripped build carried in target-gpu,
+# each logged to $OUT/<case>.log, stopping at the first that fails; then
+# the lines that matter from each log.
+# Usage (on the GPU machine): scripts/gpu-window-run.sh [CASE...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp}
+zcat target-gpu/ferrite.gz >/tmp/ferrite-gpu && chmod +x /tmp/ferrite-gpu || exit 1
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+cases=("$@")
+[[ ${#cases[@]} -gt 0 ]] || cases=(check ab trace)
+for c in "${cases[@]}"; do
+    start=$SECONDS
+    FERRITE_BIN=/tmp/ferrite-gpu scripts/gpu-window.sh "$c" >"$out/$c.log" 2>&1
+    rc=$?
+    echo "== $c: rc=$rc in $((SECONDS - start)) s"
+    grep -E '^ *(ok|FAIL) |^==|tokens/s \(B/A|picks:|error|panicked|dw\.' "$out/$c.log" | head -60
+    [[ $rc -eq 0 ]] || break
+done
