@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig};
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig};
 use ferrite_core::{DType, Error, Result};
 
 use super::decode_window::{self, Plan};
@@ -62,26 +62,30 @@ pub struct Persistent {
     pub layers: usize,
     /// Each layer's attention half as the window kernel, its MLP as the
     /// chain (decode_window.rs), rather than all in one launch.
-    pub window: bool,
-    /// The window kernel also writes the MLP's 8-bit input.
-    pub window_ffn_input: bool,
-    /// The window kernel's warps a block (16, or 8 by
-    /// `FERRITE_CUDA_PERSISTENT_WARPS`).
-    pub window_warps: usize,
+    pub window: Option<Window>,
+}
+
+/// How the window kernel runs (`FERRITE_CUDA_PERSISTENT_WINDOW`).
+#[derive(Clone, Copy, Debug)]
+pub struct Window {
+    /// It also writes the MLP's 8-bit input (`=2`).
+    pub ffn_input: bool,
+    /// Warps a block: 16, or 8 by `FERRITE_CUDA_PERSISTENT_WARPS`.
+    pub warps: usize,
 }
 
 impl Persistent {
     /// From the environment (`None`: off).
     pub fn from_env() -> Option<Persistent> {
         let required = ferrite_core::env::cuda_persistent()?;
-        let warps = ferrite_core::env::cuda_persistent_warps().unwrap_or(8);
+        let warps_set = ferrite_core::env::cuda_persistent_warps();
         let ring = ferrite_core::env::cuda_persistent_ring().unwrap_or(4).clamp(2, MAX_RING);
         let layers = ferrite_core::env::cuda_persistent_layers().unwrap_or(usize::MAX);
+        // 8 or 16 warps a block: the persistent kernel 8 unless set, the window kernel 16.
+        let warps = |default: usize| if warps_set.unwrap_or(default) > 8 { 16 } else { 8 };
         let level = ferrite_core::env::cuda_persistent_window();
-        let (window, window_ffn_input) = (level > 0, level > 1);
-        let window_warps = if ferrite_core::env::cuda_persistent_warps().unwrap_or(16) > 8 { 16 } else { 8 };
-        let warps = if warps > 8 { 16 } else { 8 };
-        Some(Persistent { warps, ring, required, layers, window, window_ffn_input, window_warps })
+        let window = (level > 0).then(|| Window { ffn_input: level > 1, warps: warps(16) });
+        Some(Persistent { warps: warps(8), ring, required, layers, window })
     }
 }
 
@@ -111,9 +115,8 @@ pub fn open(
         .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         .map_err(|e| device_err("shared memory per block", e))? as u32;
     let func = &funcs[kernel(shape)];
-    let unfit = if shape.window {
-        let warps = shape.window_warps;
-        decode_window::open(&funcs[decode_window::kernel(warps)], warps, arch, optin)?
+    let unfit = if let Some(w) = shape.window {
+        decode_window::open(&funcs[decode_window::kernel(w.warps)], w.warps, arch, optin)?
     } else if arch < 90 {
         Some("a GPU before Hopper (bulk copies)".to_string())
     } else if optin < smem {
@@ -205,6 +208,12 @@ fn fits(dev: &Device, p: Persistent, layers: &[Layer], pool: &CudaKvPool) -> std
     Ok(Shape { hidden, n_heads, n_kv, hd, ffn })
 }
 
+/// Scratch a kernel writes before it reads.
+pub(super) fn scratch<T: DeviceRepr>(dev: &Device, n: usize) -> Result<CudaSlice<T>> {
+    // SAFETY: every element is written by the kernel before it is read.
+    unsafe { dev.alloc::<T>(n) }.map_err(|e| device_err("alloc", e))
+}
+
 /// The window kernel's plan for these layers on this GPU, else why not.
 fn window_plan(dev: &Device, sh: &Shape, layers: &[Layer], optin: u32) -> std::result::Result<Plan, String> {
     let types: Vec<[bool; 4]> = layers.iter().map(decode_window::layer_types).collect();
@@ -262,14 +271,14 @@ impl CudaBackend {
             (None, None) => Err("layers with biases, head norms or post-norms".into()),
         };
         // The window kernel: its plan, or why the layers' stretch does not fit it.
-        let shape = match (shape, &layers) {
-            (Ok(sh), Some(l)) if p.window => window_plan(dev, &sh, l, state.optin).map(|w| (sh, Some(w))),
-            (shape, _) => shape.map(|sh| (sh, None)),
+        let shape = match (shape, &layers, p.window) {
+            (Ok(sh), Some(l), Some(w)) => window_plan(dev, &sh, l, state.optin).map(|plan| (sh, Some((plan, w)))),
+            (shape, _, _) => shape.map(|sh| (sh, None)),
         };
         let (layers, (sh, window)) = match (layers, shape) {
             (Some(l), Ok(sh)) => (l, sh),
             (_, Err(why)) if p.required => {
-                let kind = if p.window { "window" } else { "persistent" };
+                let kind = if p.window.is_some() { "window" } else { "persistent" };
                 return Err(Error::Unsupported(format!(
                     "the {kind} decode kernel (FERRITE_CUDA_PERSISTENT=require): {why}"
                 )));
@@ -284,7 +293,7 @@ impl CudaBackend {
         batch.validate(1, kv_blocks, block_size)?;
         // What a replay checks its step against (as attention notes it).
         self.graphs.note(|l| (l.kv_blocks, l.block_size) = (kv_blocks, block_size));
-        let _span = (!p.window).then(|| super::profile::span(&dev.stream, "decode_layers (persistent)"));
+        let _span = p.window.is_none().then(|| super::profile::span(&dev.stream, "decode_layers (persistent)"));
         let table = self.meta.constant(dev, layer_words(dev, &layers, pool)?, self.graphs.is_capturing())?;
         let first = &layers[0];
         let (pos, freq) = self.rope_inputs(first.rope, positions)?;
@@ -293,7 +302,7 @@ impl CudaBackend {
         let meta = self.step_words(Field::AttnMeta, || meta_host[..3].to_vec())?;
         let tables = self.step_words(Field::Tables, || meta_host[3..].to_vec())?;
         let (pos, slots, meta, tables) = (pos.view(), slots.view(), meta.view(), tables.view());
-        if let Some(plan) = window {
+        if let Some((plan, window)) = window {
             let block_size = pool.block_size;
             let step = decode_window::Step {
                 table: &table,
@@ -304,15 +313,14 @@ impl CudaBackend {
                 tables: &tables,
                 freq: &freq,
                 block_size,
-                ffn_input: p.window_ffn_input,
-                warps: p.window_warps,
+                window,
             };
             self.window_layers(x, &layers, &sh, plan, &step)?;
             return Ok(n_layers);
         }
         let nparts = (dev.sms as usize / sh.n_kv).clamp(1, MAX_PARTS);
         let q_dim = sh.n_heads * sh.hd;
-        let alloc = |n: usize| decode_window::scratch::<f32>(dev, n);
+        let alloc = |n: usize| scratch::<f32>(dev, n);
         let (q, attn, h) = (alloc(q_dim)?, alloc(q_dim)?, alloc(sh.ffn)?);
         let parts = alloc(nparts * sh.n_heads * (sh.hd + 2))?;
         let name = kernel(p);

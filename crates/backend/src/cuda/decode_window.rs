@@ -10,11 +10,11 @@
 //! layers it takes are those the persistent kernel would (decode_layers.rs
 //! `fits`) whose stretch fits (`plan`).
 
-use cudarc::driver::{sys, CudaFunction, CudaSlice, CudaView, DeviceRepr, LaunchConfig};
+use cudarc::driver::{sys, CudaFunction, CudaSlice, CudaView, LaunchConfig};
 use ferrite_core::{DType, Result};
 
-use super::decode_layers::{Layer, Shape};
-use super::device::{device_err, Device};
+use super::decode_layers::{scratch, Layer, Shape, Window};
+use super::device::device_err;
 use super::gemv::{self, GemvOut};
 use super::{act_code, CudaBackend, CudaTensor, CudaWeight, Storage};
 use crate::Backend;
@@ -165,11 +165,9 @@ pub(super) struct Step<'a> {
     pub tables: &'a CudaView<'a, u32>,
     pub freq: &'a CudaSlice<u32>,
     pub block_size: usize,
-    /// The kernel writes the MLP's normed 8-bit input where the chain's
-    /// gate/up GEMVs can read it (`FERRITE_CUDA_PERSISTENT_WINDOW=2`).
-    pub ffn_input: bool,
-    /// Warps a block (`KERNELS`).
-    pub warps: usize,
+    /// The MLP's input too (`FERRITE_CUDA_PERSISTENT_WINDOW=2`), the warps
+    /// a block.
+    pub window: Window,
 }
 
 impl CudaBackend {
@@ -195,12 +193,12 @@ impl CudaBackend {
         let u = |v: usize| v as u32;
         let cfg = LaunchConfig {
             grid_dim: (dev.sms, 1, 1),
-            block_dim: (u(32 * step.warps), 1, 1),
+            block_dim: (u(32 * step.window.warps), 1, 1),
             shared_mem_bytes: u(plan.smem),
         };
         for (l, y) in layers.iter().enumerate() {
             // The MLP's input from the kernel, where the chain's GEMVs take it.
-            let mut ffn_in = match step.ffn_input && gemv::fuses_glu(dev, 1, y.down) {
+            let mut ffn_in = match step.window.ffn_input && gemv::fuses_glu(dev, 1, y.down) {
                 true => gemv::x8_normed_room(dev, sh.hidden, &[y.gate, y.up])?,
                 false => None,
             };
@@ -213,7 +211,7 @@ impl CudaBackend {
                     None => ([0; 3], None),
                 };
                 let _span = super::profile::span(&dev.stream, "decode_window");
-                let mut b = dev.launch(kernel(step.warps));
+                let mut b = dev.launch(kernel(step.window.warps));
                 b.arg(step.table).arg(u(l)).arg(x.f32_mut(dev)?).arg(&q).arg(&parts).arg(&oq).arg(&ometa);
                 b.arg(step.count).arg(step.pos).arg(step.slots).arg(step.meta).arg(step.tables).arg(step.freq);
                 b.arg(u(sh.hidden)).arg(u(sh.n_heads)).arg(u(sh.n_kv)).arg(u(sh.hd)).arg(u(step.block_size));
@@ -254,12 +252,6 @@ impl CudaBackend {
         let _span = super::profile::span(&dev.stream, "matmul_add (+ glu)");
         gemv::gemv_add_glu(dev, x, (&g?, &u?, act_code(y.act)), y.down)
     }
-}
-
-/// Scratch a kernel writes before it reads.
-pub(super) fn scratch<T: DeviceRepr>(dev: &Device, n: usize) -> Result<CudaSlice<T>> {
-    // SAFETY: every element is written by the kernel before it is read.
-    unsafe { dev.alloc::<T>(n) }.map_err(|e| device_err("alloc", e))
 }
 
 #[cfg(test)]
