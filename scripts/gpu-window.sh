@@ -11,13 +11,15 @@
 #           sides' greedy digests; then the kernel (=1) against it writing
 #           the MLP's input too (=2, no quantization kernel before gate/up)
 #   trace   the decode timeline with block 0's stage marks (dw.*)
+#   order   the tiles asked for later (DW_REQUEST_ORDER=1, 2): checked,
+#           against the kernel, and the trace of a step's first layers
 #   variants  the kernel against its variants: 8 warps a block
 #           (FERRITE_CUDA_PERSISTENT_WARPS=8: half an SM's registers), then
 #           (FERRITE_CUDA_DEFINES, kernels/decode_window.cu) each q/k/v tile
 #           counted done at once, and parts of the context of one or four
 #           rounds of keys a warp (not in `all`: each define compiles the
 #           kernels anew, ~40 s)
-# Usage: scripts/gpu-window.sh [check|ab|trace|variants|all]   (default:
+# Usage: scripts/gpu-window.sh [check|ab|trace|order|variants|all]   (default:
 # all; a failed check stops it)
 # FERRITE_BIN: the binary (default target/release/ferrite).
 set -euo pipefail
@@ -53,6 +55,21 @@ fi
 if [[ $what == trace || $what == all ]]; then
     echo "== trace: the decode timeline with the window kernel's marks"
     FERRITE_CUDA_TRACE=2 FERRITE_CUDA_PERSISTENT=require "$BIN" bench "${bench[@]}" --device cuda --repetitions 1
+fi
+
+if [[ $what == order ]]; then
+    # When the tiles are asked for (DW_REQUEST_ORDER, kernels/decode_window.cu).
+    for o in 1 2; do
+        d=FERRITE_CUDA_DEFINES=DW_REQUEST_ORDER=$o
+        echo "== order: the window kernel with DW_REQUEST_ORDER=$o against the chain"
+        env "$d" "$BIN" gpu-check --persistent-only --persistent random:llama-3.1-8b:q4_k_m
+        echo "== order: the window kernel (A) against it with DW_REQUEST_ORDER=$o (B)"
+        FERRITE_BIN=$BIN scripts/gpu-ab.sh 'FERRITE_CUDA_PERSISTENT=require' \
+            "FERRITE_CUDA_PERSISTENT=require $d" 3 "${bench[@]}"
+        echo "== order: trace with DW_REQUEST_ORDER=$o"
+        env "$d" FERRITE_CUDA_TRACE=2 FERRITE_CUDA_PERSISTENT=require "$BIN" bench "${bench[@]}" --device cuda \
+            --repetitions 1 | sed -n '/one step/,+24p'
+    done
 fi
 
 if [[ $what == variants ]]; then
