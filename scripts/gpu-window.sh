@@ -11,15 +11,16 @@
 #           sides' greedy digests; then the kernel (=1) against it writing
 #           the MLP's input too (=2, no quantization kernel before gate/up)
 #   trace   the decode timeline with block 0's stage marks (dw.*)
-#   order   the tiles asked for later (DW_REQUEST_ORDER=1, 2): checked,
-#           against the kernel, and the trace of a step's first layers
+#   order   the tiles asked for later or a few at a time (DW_REQUEST_ORDER,
+#           DW_REQUEST_AHEAD): against the chain, and a step's first layers
+#           traced (`order DEFINE...`: those alone; CHECK=1: checked too)
 #   variants  the kernel against its variants: 8 warps a block
 #           (FERRITE_CUDA_PERSISTENT_WARPS=8: half an SM's registers), then
 #           (FERRITE_CUDA_DEFINES, kernels/decode_window.cu) each q/k/v tile
 #           counted done at once, and parts of the context of one or four
 #           rounds of keys a warp (not in `all`: each define compiles the
 #           kernels anew, ~40 s)
-# Usage: scripts/gpu-window.sh [check|ab|trace|order|variants|all]   (default:
+# Usage: scripts/gpu-window.sh [check|ab|trace|order [DEFINE...]|variants|all]   (default:
 # all; a failed check stops it)
 # FERRITE_BIN: the binary (default target/release/ferrite).
 set -euo pipefail
@@ -58,17 +59,22 @@ if [[ $what == trace || $what == all ]]; then
 fi
 
 if [[ $what == order ]]; then
-    # When the tiles are asked for (DW_REQUEST_ORDER, kernels/decode_window.cu).
-    for o in 1 2; do
-        d=FERRITE_CUDA_DEFINES=DW_REQUEST_ORDER=$o
-        echo "== order: the window kernel with DW_REQUEST_ORDER=$o against the chain"
-        env "$d" "$BIN" gpu-check --persistent-only --persistent random:llama-3.1-8b:q4_k_m
-        echo "== order: the window kernel (A) against it with DW_REQUEST_ORDER=$o (B)"
-        FERRITE_BIN=$BIN scripts/gpu-ab.sh 'FERRITE_CUDA_PERSISTENT=require' \
-            "FERRITE_CUDA_PERSISTENT=require $d" 3 "${bench[@]}"
-        echo "== order: trace with DW_REQUEST_ORDER=$o"
-        env "$d" FERRITE_CUDA_TRACE=2 FERRITE_CUDA_PERSISTENT=require "$BIN" bench "${bench[@]}" --device cuda \
-            --repetitions 1 | sed -n '/one step/,+24p'
+    # When the tiles are asked for (kernels/decode_window.cu): each define
+    # (default all four; or those named after `order`) against the chain, its
+    # step's first layers traced; CHECK=1 checks each against the chain too.
+    shift
+    defs=("$@")
+    [[ ${#defs[@]} -gt 0 ]] || defs=(DW_REQUEST_AHEAD=1 DW_REQUEST_AHEAD=2 DW_REQUEST_ORDER=1 DW_REQUEST_ORDER=2)
+    for d in "${defs[@]}"; do
+        if [[ ${CHECK:-0} == 1 ]]; then
+            echo "== order: the window kernel with $d against the chain"
+            FERRITE_CUDA_DEFINES=$d "$BIN" gpu-check --persistent-only --persistent random:llama-3.1-8b:q4_k_m
+        fi
+        echo "== order: the chain (A) against the window kernel with $d (B)"
+        FERRITE_BIN=$BIN scripts/gpu-ab.sh '' "FERRITE_CUDA_PERSISTENT=require FERRITE_CUDA_DEFINES=$d" 2 "${bench[@]}"
+        echo "== order: trace with $d"
+        FERRITE_CUDA_DEFINES=$d FERRITE_CUDA_TRACE=2 FERRITE_CUDA_PERSISTENT=require "$BIN" bench "${bench[@]}" \
+            --device cuda --repetitions 1 | sed -n '/one step/,+14p'
     done
 fi
 

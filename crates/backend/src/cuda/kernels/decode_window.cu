@@ -51,6 +51,13 @@
 #ifndef DW_REQUEST_ORDER
 #define DW_REQUEST_ORDER 0
 #endif
+// DW_REQUEST_AHEAD=K (instead of an order): K tiles a block in flight at
+// most, tile t + K asked for once tile t has arrived (132 SMs x one 36 KB
+// tile is already about a microsecond of the copy rate: a queue that short
+// delays the stages' own loads by no more than that).
+#ifndef DW_REQUEST_AHEAD
+#define DW_REQUEST_AHEAD 0
+#endif
 
 // The counters (3 n_kv + 2 + hidden / 256 words, zero at the start): per KV
 // head its q/k/v tiles done, its attention parts done and its output ready;
@@ -147,6 +154,21 @@ __device__ __forceinline__ void dw_request(const DwArgs& a, const DwSmem& S, u32
         off += bytes;
     }
 }
+// Thread 0, once tile t has arrived: tile t + DW_REQUEST_AHEAD asked for
+// (at the sum of the bytes of the tiles before it).
+__device__ __forceinline__ void dw_request_next(const DwArgs& a, const DwSmem& S, u32 t, u32 ntiles, u32 nqkv) {
+#if DW_REQUEST_AHEAD > 0
+    const u32 next = t + DW_REQUEST_AHEAD;
+    if (threadIdx.x != 0 || next >= ntiles) return;
+    u64 off = 0;
+    for (u32 i = 0; i < next; i++) {
+        u32 tile, nsb;
+        const u32 mi = dw_tile(a, i, nqkv, tile, nsb);
+        off += (u64)nsb * dl_block(a.L->m[mi].type);
+    }
+    dw_request(a, S, next, next + 1, nqkv, off);
+#endif
+}
 
 // One super-block of a tile in shared memory against an input's fragments.
 __device__ __forceinline__ void dw_sb(const unsigned char* sb, u32 type, const DlIn& in, u32 lane,
@@ -182,7 +204,7 @@ __device__ __forceinline__ u32 dw_tile_kv_head(const DwArgs& a, u32 mi, u32 tile
 // KV write in warp 0's epilogue; then, after one fence, each counted done
 // for its KV head (DW_COUNT_EACH: each at once). `off`: the tiles' bytes
 // so far.
-__device__ __forceinline__ void dw_qkv(const DwArgs& a, const DwSmem& S, u32 nqkv, float f, u64& off) {
+__device__ __forceinline__ void dw_qkv(const DwArgs& a, const DwSmem& S, u32 nqkv, u32 ntiles, float f, u64& off) {
     const DlLayer& L = *a.L;
     const u32 lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2;
     const RopeKv rk{a.pos, a.inv_freq, a.slots, L.kc, L.vc, a.hd, a.n_kv * a.hd};
@@ -193,6 +215,7 @@ __device__ __forceinline__ void dw_qkv(const DwArgs& a, const DwSmem& S, u32 nqk
         RopeKvLane rl{};
         if (warp == 0) rl = rope_kv_lane(rk, mi, row, m);  // (its loads off the tile's tail)
         dl_mbar_wait(S.bar + t, 0);
+        dw_request_next(a, S, t, ntiles, nqkv);
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         for (u32 sb = warp; sb < nsb; sb += dw_warps())
             dw_sb(S.tiles + off + (u64)sb * block, type, dl_in_at(S.xq, S.meta, sb, lane & 3), lane, acc);
@@ -404,6 +427,7 @@ __device__ __forceinline__ void dw_oproj(const DwArgs& a, const DwSmem& S, u32 n
         // held over all the tiles instead, it spills.)
         DlIn in = warp < nsb ? dw_oin(a, warp, lane & 3) : DlIn{};
         dl_mbar_wait(S.bar + t, 0);
+        dw_request_next(a, S, t, ntiles, nqkv);
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         for (u32 sb = warp; sb < nsb; sb += dw_warps()) {
             dw_sb(S.tiles + off + (u64)sb * block, type, in, lane, acc);
@@ -474,11 +498,11 @@ __device__ __forceinline__ void dw_run(const DwArgs& a, const DwSmem& S, const D
         trace_mark("dw.qkv");
     }
     u64 off = 0;
-#if DW_REQUEST_ORDER == 2
+#if DW_REQUEST_ORDER == 2 && DW_REQUEST_AHEAD == 0
     dw_request(a, S, 0, my.nqkv, my.nqkv, 0);
 #endif
-    dw_qkv(a, S, my.nqkv, f, off);
-#if DW_REQUEST_ORDER > 0
+    dw_qkv(a, S, my.nqkv, my.ntiles, f, off);
+#if DW_REQUEST_ORDER > 0 && DW_REQUEST_AHEAD == 0
     dw_request(a, S, my.nqkv, my.ntiles, my.nqkv, off);
 #endif
     const u32 len = a.meta[1] - a.meta[0], np = dw_active_parts(a, len);
@@ -509,7 +533,9 @@ __device__ __forceinline__ void decode_window_body(const DlLayer* layers, u32 l,
     const DwSmem S = dw_layout(a);
     const DwShare my = dw_share(a);
     dw_init_barriers(S, my.ntiles);
-#if DW_REQUEST_ORDER == 0
+#if DW_REQUEST_AHEAD > 0
+    dw_request(a, S, 0, min(my.ntiles, (u32)DW_REQUEST_AHEAD), my.nqkv, 0);
+#elif DW_REQUEST_ORDER == 0
     dw_request(a, S, 0, my.ntiles, my.nqkv, 0);  // (weights and the layer table only: no kernel writes them)
 #elif DW_REQUEST_ORDER == 1
     dw_request(a, S, 0, my.nqkv, my.nqkv, 0);
