@@ -43,8 +43,8 @@
 #ifndef DW_PART_ROUNDS
 #define DW_PART_ROUNDS 2
 #endif
-// When the tiles are asked for (every load that misses L2 waits behind
-// those in flight, H100 trace: the input build 2-7 us, the q/k/v tiles done
+// When the tiles are asked for (the stages' small loads wait behind the
+// tiles in flight, H100 trace: the input build 2-7 us, the q/k/v tiles done
 // 9.5 us after it): 0 all before the wait for the kernel before; 1 the
 // q/k/v tiles then, the output tiles once the block's q/k/v are done; 2 the
 // q/k/v tiles after the input build, the output tiles as 1.
