@@ -195,7 +195,8 @@ pub fn cuda_persistent_layers() -> Option<usize> {
 /// attention, output projection) as one launch, the window kernel
 /// (cuda/decode_window.rs), and its MLP as the chain runs it; `=2`: the
 /// window kernel also writes the MLP's normed 8-bit input (no quantization
-/// kernel before gate/up). 0 (unset): off, the default until measured.
+/// kernel before gate/up). 0 (unset): off, the default (correct but 0.82x
+/// the chain's speed on an H100, docs/cuda-journal.md).
 pub fn cuda_persistent_window() -> usize {
     match var("FERRITE_CUDA_PERSISTENT_WINDOW").as_ref().and_then(|v| v.to_str()) {
         Some("1") => 1,

@@ -142,14 +142,20 @@ __device__ __forceinline__ void dw_init_barriers(const DwSmem& S, u32 ntiles) {
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #endif
 }
+// The block's t-th tile: its matrix, its tile within it and its bytes.
+__device__ __forceinline__ const DlMat& dw_tile_at(const DwArgs& a, u32 t, u32 nqkv, u32& tile, u32& bytes) {
+    u32 nsb;
+    const DlMat& M = a.L->m[dw_tile(a, t, nqkv, tile, nsb)];
+    bytes = nsb * dl_block(M.type);
+    return M;
+}
 // Thread 0: the block's tiles t0 .. t1 asked for (at byte `off` of the
 // tiles; weights only, so it may run before the wait for the kernel before).
 __device__ __forceinline__ void dw_request(const DwArgs& a, const DwSmem& S, u32 t0, u32 t1, u32 nqkv, u64 off) {
     if (threadIdx.x != 0) return;
     for (u32 t = t0; t < t1; t++) {
-        u32 tile, nsb;
-        const DlMat& M = a.L->m[dw_tile(a, t, nqkv, tile, nsb)];
-        const u32 bytes = nsb * dl_block(M.type);
+        u32 tile, bytes;
+        const DlMat& M = dw_tile_at(a, t, nqkv, tile, bytes);
         dl_copy(S.tiles + off, M.w + (u64)tile * bytes, bytes, S.bar + t);
         off += bytes;
     }
@@ -162,9 +168,9 @@ __device__ __forceinline__ void dw_request_next(const DwArgs& a, const DwSmem& S
     if (threadIdx.x != 0 || next >= ntiles) return;
     u64 off = 0;
     for (u32 i = 0; i < next; i++) {
-        u32 tile, nsb;
-        const u32 mi = dw_tile(a, i, nqkv, tile, nsb);
-        off += (u64)nsb * dl_block(a.L->m[mi].type);
+        u32 tile, bytes;
+        dw_tile_at(a, i, nqkv, tile, bytes);
+        off += bytes;
     }
     dw_request(a, S, next, next + 1, nqkv, off);
 #endif
