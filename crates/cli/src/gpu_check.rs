@@ -46,6 +46,10 @@ pub struct GpuCheckArgs {
     /// Run only the persistent-kernel check.
     #[arg(long)]
     pub persistent_only: bool,
+    /// In the persistent-kernel check, the chain with the fused MLP
+    /// (`FERRITE_CUDA_MLP_FUSED=1`) against the chain instead.
+    #[arg(long)]
+    pub mlp_fused: bool,
 }
 
 /// Our top logit may beat the reference's token by at most this (a near-tie).
@@ -60,9 +64,10 @@ pub fn main(a: GpuCheckArgs) -> Result<()> {
     // Last: a kernel that traps leaves the process no GPU.
     let persistent = if a.persistent.is_empty() { vec![PERSISTENT.to_string()] } else { a.persistent.clone() };
     for model in &persistent {
-        let (worst, flips) = persistent_vs_chain(a.gpu, model)?;
+        let (worst, flips) = persistent_vs_chain(a.gpu, model, a.mlp_fused)?;
         let ok = flips == 0 && worst < 1e-2;
         let kind = match ferrite_core::env::cuda_persistent_window() {
+            _ if a.mlp_fused => "fused MLP",
             0 => "persistent",
             1 => "window",
             _ => "window (with the MLP's input)",
@@ -345,16 +350,22 @@ const PERSISTENT: &str = "random:llama-3.2-1b:q4_k_m";
 /// eager, captured, replayed) with the persistent decode kernel required
 /// (`FERRITE_CUDA_PERSISTENT=require`) against the chain of kernels,
 /// teacher-forced on the chain's picks: (largest logit difference relative
-/// to the largest logit, top tokens that differ beyond a near-tie).
-fn persistent_vs_chain(gpu: usize, model: &str) -> Result<(f32, usize)> {
+/// to the largest logit, top tokens that differ beyond a near-tie). With
+/// `mlp_fused`, the chain with the fused MLP instead of the persistent kernel.
+fn persistent_vs_chain(gpu: usize, model: &str, mlp_fused: bool) -> Result<(f32, usize)> {
+    use ferrite_core::env::{with_cuda_mlp_fused, with_cuda_persistent};
     const STEPS: usize = 16;
-    let open = |setting: Option<&str>| -> Result<Runner> {
+    let open = |fused: bool| -> Result<Runner> {
         let args = model_args(model, DeviceChoice::Cuda(gpu), 512, 0.45, (false, false));
-        let loaded =
-            ferrite_core::env::with_cuda_persistent(setting, || load_with_pool(&args, false, &KvPool::Blocks(64)));
+        let load = || load_with_pool(&args, false, &KvPool::Blocks(64));
+        let loaded = match (fused, mlp_fused) {
+            (false, _) => with_cuda_mlp_fused(None, || with_cuda_persistent(None, load)),
+            (true, false) => with_cuda_persistent(Some("require"), load),
+            (true, true) => with_cuda_mlp_fused(Some("1"), || with_cuda_persistent(None, load)),
+        };
         Ok(loaded?.runner)
     };
-    let (mut chain, mut fused) = (open(None)?, open(Some("require"))?);
+    let (mut chain, mut fused) = (open(false)?, open(true)?);
     let vocab = chain.config().vocab_size;
     let (mut worst, mut flips) = (0f32, 0);
     for len in [5usize, 300] {

@@ -159,12 +159,21 @@ pub fn cuda_persistent() -> Option<bool> {
 /// unset), then restores it: a check that opens the chain and the
 /// persistent kernel side by side (devices read it as they open).
 pub fn with_cuda_persistent<T>(setting: Option<&str>, f: impl FnOnce() -> T) -> T {
-    const KEY: &str = "FERRITE_CUDA_PERSISTENT";
+    with_var("FERRITE_CUDA_PERSISTENT", setting, f)
+}
+
+/// Runs `f` with `FERRITE_CUDA_MLP_FUSED` set to `setting` (`None`: unset),
+/// then restores it (as `with_cuda_persistent`).
+pub fn with_cuda_mlp_fused<T>(setting: Option<&str>, f: impl FnOnce() -> T) -> T {
+    with_var("FERRITE_CUDA_MLP_FUSED", setting, f)
+}
+
+fn with_var<T>(key: &str, setting: Option<&str>, f: impl FnOnce() -> T) -> T {
     let put = |v: Option<&std::ffi::OsStr>| match v {
-        Some(v) => std::env::set_var(KEY, v),
-        None => std::env::remove_var(KEY),
+        Some(v) => std::env::set_var(key, v),
+        None => std::env::remove_var(key),
     };
-    let before = std::env::var_os(KEY);
+    let before = std::env::var_os(key);
     put(setting.map(std::ffi::OsStr::new));
     let out = f();
     put(before.as_deref());
@@ -203,6 +212,21 @@ pub fn cuda_persistent_window() -> usize {
         Some("2") => 2,
         _ => 0,
     }
+}
+
+/// `FERRITE_CUDA_MLP_FUSED=1`: a one-row decode step's MLP of Q4_K gate, up
+/// and down runs as one launch (cuda/mlp_fused.rs), down depending on
+/// gate/up per group of 256 intermediate rows; off by default (not yet
+/// measured faster).
+pub fn cuda_mlp_fused() -> bool {
+    var("FERRITE_CUDA_MLP_FUSED").is_some_and(|v| v == "1")
+}
+
+/// `FERRITE_CUDA_MLP_LAG=<groups>`: in the fused MLP's list, how many
+/// groups after its gate/up units a group's down units come (default: a
+/// wave of units and one group more).
+pub fn cuda_mlp_lag() -> Option<usize> {
+    var("FERRITE_CUDA_MLP_LAG").and_then(|v| v.to_str()?.parse().ok())
 }
 
 /// `FERRITE_CUDA_PERSISTENT_RING=<2..5>`: the persistent kernel's weight

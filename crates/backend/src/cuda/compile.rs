@@ -39,7 +39,8 @@ pub const MODULES: &[(&str, &str)] = &[
             include_str!("kernels/quant.cu"),
             include_str!("kernels/gemv_tile.cu"),
             include_str!("kernels/decode_layers.cu"),
-            include_str!("kernels/decode_window.cu")
+            include_str!("kernels/decode_window.cu"),
+            include_str!("kernels/mlp_fused.cu")
         ),
     ),
     ("sample", include_str!("kernels/sample.cu")),

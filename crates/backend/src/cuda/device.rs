@@ -93,6 +93,9 @@ pub struct Device {
     /// The persistent decode kernel's shape, where it is switched on
     /// (decode_layers.rs).
     pub persistent: Option<super::decode_layers::PersistentState>,
+    /// The fused MLP's sums and counters, where it is switched on
+    /// (mlp_fused.rs).
+    pub mlp_fused: Option<super::mlp_fused::MlpFused>,
     /// Finished splits per (row, KV head) block of a split-K attention
     /// launch, which its last split resets to zero (kernels/attention.cu,
     /// `merge_if_last`); `kv::SPLIT_BLOCKS` of them.
@@ -192,6 +195,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "decode_layers_16",
             "decode_window",
             "decode_window_8",
+            "mlp_fused",
         ],
     ),
     ("sample", &["sample_rows", "sample_split"]),
@@ -304,6 +308,7 @@ impl Device {
                 .map_err(|e| device_err("kernel shared memory", e))?;
         }
         let persistent = super::decode_layers::open(&ctx, &stream, &funcs, major as u32 * 10 + minor as u32)?;
+        let mlp_fused = super::mlp_fused::MlpFused::open(&stream)?;
         let side = ctx.new_stream().map_err(|e| device_err("creating a stream", e))?;
         let split_done = stream.alloc_zeros::<u32>(super::kv::SPLIT_BLOCKS).map_err(|e| device_err("alloc", e))?;
         let sample_done = stream.alloc_zeros::<u32>(SAMPLE_ROWS).map_err(|e| device_err("alloc", e))?;
@@ -333,6 +338,7 @@ impl Device {
             attn_late_trigger: ferrite_core::env::cuda_attn_late_trigger(),
             q4k_warps: ferrite_core::env::cuda_q4k_warps().unwrap_or(0),
             persistent,
+            mlp_fused,
             arch,
             funcs,
             capture: super::capture_alloc::CaptureAlloc::new(side),

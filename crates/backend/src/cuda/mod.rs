@@ -55,6 +55,7 @@ macro_rules! launch {
 // After `launch!`, which they use.
 mod decode_layers;
 mod decode_window;
+mod mlp_fused;
 mod rope;
 mod sample;
 
@@ -526,6 +527,9 @@ impl Backend for CudaBackend {
         act: Activation,
     ) -> Result<()> {
         let in_norm = Norm { w: norm, eps };
+        if mlp_fused::takes(&self.dev, x.rows, gate, up, down) {
+            return mlp_fused::mlp_add(&self.dev, x, in_norm, (gate, up, down), act_code(act));
+        }
         // Blocks at GEMV sizes: the gated activation in the down GEMV's
         // input quantization (one kernel a layer fewer).
         let blocks = |w: &CudaWeight| matches!(w.storage, Storage::Quant(_));

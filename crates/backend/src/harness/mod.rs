@@ -376,17 +376,19 @@ impl<B: Backend> Harness<'_, B> {
 
     /// A whole MLP added to the residual stream, at decode and prefill sizes
     /// (GPUs: its inner activations in 16 bits alone where GEMMs read them).
+    /// (The one-row Q4_K case of 1,024 x 768 is one the fused MLP takes
+    /// where switched on: `FERRITE_CUDA_MLP_FUSED=1`.)
     fn mlp_add(&mut self, dense_f32_tol: f32) -> Result<()> {
-        let (k, f) = (256, 512);
-        for (n, dt, act) in [
-            (1, DType::BF16, Activation::Silu),
-            (13, DType::BF16, Activation::Silu),
-            (40, DType::BF16, Activation::GeluTanh),
-            (24, DType::F16, Activation::Silu),
-            (1, DType::Q4K, Activation::Silu),
-            (1, DType::Q6K, Activation::GeluTanh),
-            (3, DType::Q4K, Activation::GeluTanh),
-            (17, DType::Q4K, Activation::Silu),
+        for (n, dt, act, (k, f)) in [
+            (1, DType::BF16, Activation::Silu, (256, 512)),
+            (13, DType::BF16, Activation::Silu, (256, 512)),
+            (40, DType::BF16, Activation::GeluTanh, (256, 512)),
+            (24, DType::F16, Activation::Silu, (256, 512)),
+            (1, DType::Q4K, Activation::Silu, (256, 512)),
+            (1, DType::Q4K, Activation::Silu, (1024, 768)),
+            (1, DType::Q6K, Activation::GeluTanh, (256, 512)),
+            (3, DType::Q4K, Activation::GeluTanh, (256, 512)),
+            (17, DType::Q4K, Activation::Silu, (256, 512)),
         ] {
             let ws = [("gate", f, k), ("up", f, k), ("down", k, f)]
                 .map(|(name, m, c)| raw(name, dt, m, c, self.rng.weight(dt, m, c)));
@@ -398,7 +400,7 @@ impl<B: Backend> Harness<'_, B> {
             self.b.mlp_add(&mut xb, &nb, 1e-6, &gb?, &ub?, &db?, act)?;
             self.cpu.mlp_add(&mut xc, &nc, 1e-6, &gc?, &uc?, &dc?, act)?;
             let tol = if dt.is_quantized() { TOL_X8_TAILED } else { matmul_tol(dt, dense_f32_tol) };
-            self.record(format!("mlp_add {dt} n={n} {act:?}"), &xb, &xc, tol)?;
+            self.record(format!("mlp_add {dt} n={n} {k}x{f} {act:?}"), &xb, &xc, tol)?;
         }
         Ok(())
     }

@@ -1,0 +1,242 @@
+// A one-row decode step's MLP in one launch (host: cuda/mlp_fused.rs; off
+// unless FERRITE_CUDA_MLP_FUSED=1): x += down(act(gate(xn)) * up(xn)) for
+// Q4_K gate, up and down in tiles (gemv_tile.cu), xn the normed 8-bit input
+// `quantize_x8_sb` wrote. Compiled after decode_layers.cu (its waits).
+//
+// Why: the chain runs gate/up, the gated quantization and down as three
+// kernels, each waiting for the whole of the one before, and the weights
+// stop streaming across each boundary (the MLP takes about 47 us a layer on
+// an H100 for bytes the copy rate moves in 33-38, docs/cuda-journal.md).
+// Here down depends on gate/up per group of 256 rows of the intermediate
+// (one of down's super-block columns), not grid-wide:
+//   - A units: a gate or up tile, a part of its super-blocks (MF_PARTS a
+//     tile), summed into `acc` (f32, zero between launches) and counted per
+//     group; the unit that completes a group takes act(gate) * up of its
+//     256 rows, quantizes them as `quantize_x8_sb` would (`store_sb`), zeroes
+//     their sums and flags the group ready;
+//   - B units: MF_DOWN_TILES of down's tiles on one group's super-block
+//     column, once it is ready, each tile's sums added to x (red.add: the
+//     order of a row's 56 additions varies from run to run, so this path is
+//     never the batch-invariant one);
+//   - every warp takes units w, w + W, ... of one list in which group j's B
+//     units come `lag` groups after its A units, so that a group is done
+//     before its B units start and down's weights stream while gate/up's
+//     last groups finish. A unit waits only on units earlier in the list,
+//     and every warp is resident (one block of 16 warps an SM), so the list
+//     always moves. Each warp keeps two super-blocks of weights in flight
+//     across its units, as `gemv_tile_body` does within a tile.
+// The last warp to finish zeroes the counters.
+
+#ifndef MF_PARTS
+#define MF_PARTS 4  // parts of a gate/up tile's super-blocks (units a tile)
+#endif
+#ifndef MF_DOWN_TILES
+#define MF_DOWN_TILES 4  // down tiles a B unit
+#endif
+
+// Where a warp is in its list: unit u, step s of it; what that step reads.
+struct MfShape {
+    u32 groups, ua, ub, lag, sa, total;  // units a group (A, B), steps an A unit, units in all
+    u32 nsb;                             // gate/up's super-blocks a row
+};
+struct MfStep {
+    bool b;     // a B (down) unit
+    u32 group;  // of the intermediate (B: its super-block column)
+    u32 tile;   // in its matrix (A: 0..2F/16, up after gate)
+    u32 sb;     // super-block of the tile's rows
+    bool first, last;
+};
+__device__ __forceinline__ MfStep mf_step(const MfShape& m, u32 u, u32 s) {
+    // The list by rows r: A units of group r (r < groups), then B units of
+    // group r - lag (r >= lag).
+    u32 r, rem;
+    bool b;
+    const u32 n0 = m.lag * m.ua, both = m.ua + m.ub, n1 = (m.groups - m.lag) * both;
+    if (u < n0) {
+        r = u / m.ua, rem = u % m.ua, b = false;
+    } else if (u - n0 < n1) {
+        r = m.lag + (u - n0) / both, rem = (u - n0) % both, b = rem >= m.ua;
+        if (b) rem -= m.ua;
+    } else {
+        r = m.groups + (u - n0 - n1) / m.ub, rem = (u - n0 - n1) % m.ub, b = true;
+    }
+    MfStep st;
+    st.b = b;
+    if (b) {
+        st.group = r - m.lag, st.tile = rem * MF_DOWN_TILES + s, st.sb = st.group;
+        st.first = s == 0, st.last = true;  // (each B step ends a tile's sums)
+    } else {
+        // rem: tile t of the group's 32 (gate 0..15, up 16..31), part p.
+        const u32 t = rem / MF_PARTS, p = rem % MF_PARTS;
+        st.group = r, st.tile = (t >> 4) * (m.groups * 16) + 16 * r + (t & 15), st.sb = p * m.sa + s;
+        st.first = s == 0, st.last = s + 1 == m.sa;
+    }
+    return st;
+}
+__device__ __forceinline__ u32 mf_steps(const MfShape& m, u32 u) {
+    // (B units come after every A unit of their row: units past n0 + ...
+    // are B where mf_step says so; the count is by kind.)
+    return mf_step(m, u, 0).b ? MF_DOWN_TILES : m.sa;
+}
+
+struct MfArgs {
+    const u8 *wg, *wu, *wd;  // tiles (Q4_K): gate, up (F rows of H), down (H rows of F)
+    u64 rb_gu, rb_d;         // bytes a row
+    const signed char* xq;   // xn, 8-bit (quantize_x8_sb)
+    const u32* meta;
+    const float* ss;  // xn's squares per super-block (the norm)
+    float eps;
+    int act;
+    float* x;           // the residual, added to
+    float* acc;         // gate's then up's sums (2F, zero between launches)
+    signed char* xq2;   // down's input, by group
+    u32* meta2;
+    u32* cnt;  // per group: A units done (groups), ready (groups); warps done (1)
+    u32 hidden;
+};
+
+__device__ __forceinline__ const u8* mf_tile(const MfArgs& a, const MfShape& m, const MfStep& st) {
+    if (st.b) return a.wd + (u64)st.tile * 16 * a.rb_d;
+    const u32 f_tiles = m.groups * 16;
+    return st.tile < f_tiles ? a.wg + (u64)st.tile * 16 * a.rb_gu : a.wu + (u64)(st.tile - f_tiles) * 16 * a.rb_gu;
+}
+
+// The warp that completed group j: act(gate) * up of its 256 rows as down's
+// input (8 values a lane), their sums zeroed, then the group flagged ready.
+__device__ __forceinline__ void mf_finish_group(const MfArgs& a, const MfShape& m, u32 j, u32 lane) {
+    __threadfence();
+    const u64 f = (u64)m.groups * 256, at = 256 * (u64)j + 8 * lane;
+    float v[8];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float4 g = __ldcg((const float4*)(a.acc + at + 4 * h));
+        const float4 up = __ldcg((const float4*)(a.acc + f + at + 4 * h));
+        v[4 * h] = act_fn(g.x, a.act) * up.x, v[4 * h + 1] = act_fn(g.y, a.act) * up.y;
+        v[4 * h + 2] = act_fn(g.z, a.act) * up.z, v[4 * h + 3] = act_fn(g.w, a.act) * up.w;
+        __stcg((float4*)(a.acc + at + 4 * h), make_float4(0.f, 0.f, 0.f, 0.f));
+        __stcg((float4*)(a.acc + f + at + 4 * h), make_float4(0.f, 0.f, 0.f, 0.f));
+    }
+    store_sb(j, lane, v, a.xq2, a.meta2);
+    __threadfence();
+    __syncwarp();
+    if (lane == 0) asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(a.cnt + m.groups + j), "r"(1u) : "memory");
+}
+
+// An A unit's sums (rows g and g + 8 of its tile, lanes i = 0) into `acc`,
+// counted for its group; the warp that counts the group's last finishes it.
+__device__ __forceinline__ void mf_end_a(const MfArgs& a, const MfShape& m, const MfStep& st, float (&acc)[4],
+                                         float norm, u32 lane) {
+    if ((lane & 3) == 0) {
+        const u32 row = 16 * st.tile + (lane >> 2);
+        atomicAdd(a.acc + row, acc[0] * norm);
+        atomicAdd(a.acc + row + 8, acc[2] * norm);
+    }
+    acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+    __threadfence();
+    __syncwarp();
+    u32 done = 0;
+    if (lane == 0) done = atomicAdd(a.cnt + st.group, 1u) + 1;
+    if (__shfl_sync(0xffffffffu, done, 0) == m.ua) mf_finish_group(a, m, st.group, lane);
+}
+
+// A B step's input: its group's 8-bit values (the lane's 64 bytes) and
+// metadata, once the group is ready (written in this launch: read past L1).
+__device__ __forceinline__ void mf_wait_group(const MfArgs& a, const MfShape& m, u32 j, u32 lane, uint4 (&x)[4],
+                                              uint4& h, uint4& s) {
+    if (lane == 0) dl_wait_count(a.cnt + m.groups + j, 1u);
+    __syncwarp();
+    const uint4* xs = (const uint4*)(a.xq2 + 256 * (u64)j + 64 * (lane & 3));
+#pragma unroll
+    for (int e = 0; e < 4; e++) x[e] = __ldcg(xs + e);
+    h = __ldcg((const uint4*)(a.meta2 + 8 * (u64)j)), s = __ldcg((const uint4*)(a.meta2 + 8 * (u64)j + 4));
+}
+
+// Rows g and g + 8 of a down tile's sums (lanes i = 0) added to x.
+__device__ __forceinline__ void mf_end_b(const MfArgs& a, const MfStep& st, float (&acc)[4], u32 lane) {
+    if ((lane & 3) == 0) {
+        const u32 row = 16 * st.tile + (lane >> 2);
+        if (row < a.hidden) atomicAdd(a.x + row, acc[0]);
+        if (row + 8 < a.hidden) atomicAdd(a.x + row + 8, acc[2]);
+    }
+    acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
+}
+
+// The next step of a warp's list (unit u, step s; `warps` apart).
+__device__ __forceinline__ void mf_advance(const MfShape& m, u32& u, u32& s, u32 warps) {
+    if (++s == mf_steps(m, u)) s = 0, u += warps;
+}
+__device__ __forceinline__ Q4kW mf_fetch(const MfArgs& a, const MfShape& m, u32 u, u32 s, u32 lane) {
+    const bool live = u < m.total;
+    const MfStep st = mf_step(m, live ? u : 0, live ? s : 0);
+    return q4k_fetch(mf_tile(a, m, st), st.sb, lane);
+}
+
+// One step of the list: its input (A: xn's super-block, from L1; B: the
+// group's, once at its unit's start), the product, the unit's end.
+__device__ __forceinline__ void mf_compute(const MfArgs& a, const MfShape& m, const Q4kW& cur, u32 u, u32 s,
+                                           float norm, u32 lane, uint4 (&x)[4], uint4& h, uint4& sums,
+                                           float (&acc)[4]) {
+    const MfStep st = mf_step(m, u, s);
+    if (st.b) {
+        if (st.first) mf_wait_group(a, m, st.group, lane, x, h, sums);
+        q4k_step<1>(cur, x, h, sums, h, sums, acc);
+        mf_end_b(a, st, acc, lane);
+        return;
+    }
+    const uint4* xs = (const uint4*)(a.xq + 64 * (lane & 3) + 256 * (u64)st.sb);
+#pragma unroll
+    for (int e = 0; e < 4; e++) x[e] = xs[e];
+    const uint4* mp = (const uint4*)a.meta + 2 * st.sb;
+    h = mp[0], sums = mp[1];
+    q4k_step<1>(cur, x, h, sums, h, sums, acc);
+    if (st.last) mf_end_a(a, m, st, acc, norm, lane);
+}
+
+__device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_gu, u64 rb_d, const signed char* xq,
+                               const u32* meta, const float* ss, float eps, int act, float* x, float* acc,
+                               signed char* xq2, u32* meta2, u32* cnt, u32 hidden, u32 ffn, u32 lag) {
+    const u32 groups = ffn / 256, nsb = hidden / 256;
+    const u32 ua = 32 * MF_PARTS, ub = hidden / 16 / MF_DOWN_TILES;
+    const MfShape m{groups, ua, ub, lag, nsb / MF_PARTS, groups * (ua + ub), nsb};
+    const MfArgs a{wg, wu, wd, rb_gu, rb_d, xq, meta, ss, eps, act, x, acc, xq2, meta2, cnt, hidden};
+    const u32 lane = threadIdx.x & 31, warps = gridDim.x * (blockDim.x >> 5);
+    const u32 w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    // Two steps' weights in flight: one computes while the other and the
+    // fetch after it load (cursors: compute cu/cs, fetch fu/fs). The weights
+    // are not the kernel before's output: the first loads go out before
+    // waiting for it.
+    u32 cu = w, cs = 0, fu = w, fs = 0;
+    Q4kW wa = mf_fetch(a, m, fu, fs, lane);
+    mf_advance(m, fu, fs, warps);
+    Q4kW wb = mf_fetch(a, m, fu, fs, lane);
+    mf_advance(m, fu, fs, warps);
+    pdl_wait();
+    // xn's norm (every A unit's sums scale by it).
+    float sq = 0.f;
+    for (u32 c = lane; c < m.nsb; c += 32) sq += a.ss[c];
+    const float norm = rsqrtf(warp_sum(sq) / a.hidden + a.eps);
+    float sums[4] = {0.f, 0.f, 0.f, 0.f};
+    uint4 xv[4], h, bs;  // a step's input (a B unit's kept over its steps)
+    while (cu < m.total) {
+        mf_compute(a, m, wa, cu, cs, norm, lane, xv, h, bs, sums);
+        mf_advance(m, cu, cs, warps);
+        if (fu < m.total) wa = mf_fetch(a, m, fu, fs, lane), mf_advance(m, fu, fs, warps);
+        if (cu >= m.total) break;
+        mf_compute(a, m, wb, cu, cs, norm, lane, xv, h, bs, sums);
+        mf_advance(m, cu, cs, warps);
+        if (fu < m.total) wb = mf_fetch(a, m, fu, fs, lane), mf_advance(m, fu, fs, warps);
+    }
+    // The last warp out zeroes the counters for the next launch.
+    __syncwarp();
+    u32 out = 0;
+    if (lane == 0) out = atomicAdd(a.cnt + 2 * m.groups, 1u) + 1;
+    if (__shfl_sync(0xffffffffu, out, 0) == warps)
+        for (u32 c = lane; c <= 2 * m.groups; c += 32) a.cnt[c] = 0;
+}
+
+extern "C" __global__ void __launch_bounds__(512)
+    mlp_fused(const u8* wg, const u8* wu, const u8* wd, u64 rb_gu, u64 rb_d, const signed char* xq, const u32* meta,
+              const float* ss, float eps, int act, float* x, float* acc, signed char* xq2, u32* meta2, u32* cnt,
+              u32 hidden, u32 ffn, u32 lag) {
+    mlp_fused_body(wg, wu, wd, rb_gu, rb_d, xq, meta, ss, eps, act, x, acc, xq2, meta2, cnt, hidden, ffn, lag);
+}

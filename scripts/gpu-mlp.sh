@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The fused MLP (FERRITE_CUDA_MLP_FUSED=1: a one-row decode step's Q4_K
+# gate/up and down in one launch, cuda/mlp_fused.rs) on a machine with an
+# NVIDIA GPU, in one go, from the stripped build carried in target-gpu
+# (or FERRITE_BIN), each part logged to $OUT/mlp-<part>.log:
+#   check  against the chain of kernels, teacher-forced (Llama-3.2-1B and
+#          3.1-8B shapes, random Q4_K_M weights, prompts of 5 and 300 tokens)
+#   ab     against the chain, alternating (tg128, 3 rounds), with the two
+#          sides' greedy digests; then with the down units 6 and 24 groups
+#          behind (FERRITE_CUDA_MLP_LAG) against the default
+#   trace  the decode timeline of one step
+#   ops    the op harness with it on (its one-row Q4_K MLP of 1,024 x 768
+#          against the CPU; not in the default: a whole `gpu-check`)
+# Usage: scripts/gpu-mlp.sh [check|ab|trace|ops ...]   (default: the first three; a
+# failed check stops it)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-/tmp}
+BIN=${FERRITE_BIN:-}
+if [[ -z $BIN ]]; then
+    zcat target-gpu/ferrite.gz >/tmp/ferrite-gpu && chmod +x /tmp/ferrite-gpu || exit 1
+    BIN=/tmp/ferrite-gpu
+fi
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+parts=("$@")
+[[ ${#parts[@]} -gt 0 ]] || parts=(check ab trace)
+bench=(random:llama-3.1-8b:q4_k_m --prompt-tokens 0 --gen-tokens 128)
+for p in "${parts[@]}"; do
+    start=$SECONDS
+    log=$out/mlp-$p.log
+    case $p in
+        check)
+            "$BIN" gpu-check --persistent-only --mlp-fused \
+                --persistent random:llama-3.2-1b:q4_k_m --persistent random:llama-3.1-8b:q4_k_m >"$log" 2>&1 ;;
+        ab)
+            {
+                echo "== ab: the chain (A) against the fused MLP (B)"
+                FERRITE_BIN=$BIN scripts/gpu-ab.sh '' 'FERRITE_CUDA_MLP_FUSED=1' 3 "${bench[@]}"
+                for lag in 6 24; do
+                    echo "== ab: the fused MLP (A) against it with FERRITE_CUDA_MLP_LAG=$lag (B)"
+                    FERRITE_BIN=$BIN scripts/gpu-ab.sh 'FERRITE_CUDA_MLP_FUSED=1' \
+                        "FERRITE_CUDA_MLP_FUSED=1 FERRITE_CUDA_MLP_LAG=$lag" 2 "${bench[@]}"
+                done
+            } >"$log" 2>&1 ;;
+        trace)
+            FERRITE_CUDA_TRACE=2 FERRITE_CUDA_MLP_FUSED=1 "$BIN" bench "${bench[@]}" --device cuda \
+                --repetitions 1 >"$log" 2>&1 ;;
+        ops)
+            FERRITE_CUDA_MLP_FUSED=1 "$BIN" gpu-check --no-ceilings >"$log" 2>&1 ;;
+        *) echo "unknown part $p" >&2; exit 2 ;;
+    esac
+    rc=$?
+    echo "== $p: rc=$rc in $((SECONDS - start)) s"
+    grep -E '^ *(ok|FAIL) |^==|tokens/s \(B/A|picks:|error|panicked' "$log" | grep -E "$([[ $p == ops ]] && echo 'FAIL|mlp_add|fused' || echo .)" | head -40
+    [[ $p == trace ]] && sed -n '/one step/,+40p' "$log"
+    [[ $rc -eq 0 ]] || break
+done
