@@ -17,10 +17,9 @@ use super::CudaTensor;
 
 /// The widest intermediate it takes (its sums' room, allocated once).
 const MAX_FFN: usize = 1 << 16;
-/// The kernel's units (`MF_PARTS`, `MF_DOWN_TILES`): parts of a gate/up
-/// tile's super-blocks, down tiles a unit.
-const PARTS: usize = 4;
-const DOWN_TILES: usize = 4;
+/// Steps a unit of the kernel (`MF_STEPS`): super-blocks of a gate/up tile,
+/// or down tiles.
+const STEPS: usize = 4;
 /// Warps a block: one block an SM, so that every warp is resident.
 const WARPS: u32 = 16;
 
@@ -62,18 +61,13 @@ pub fn takes(dev: &Device, rows: usize, gate: &CudaWeight, up: &CudaWeight, down
 
 /// Whether the kernel's units divide a hidden size and an intermediate.
 fn shapes_fit(hidden: usize, ffn: usize) -> bool {
-    hidden.is_multiple_of(256)
-        && (hidden / 256).is_multiple_of(PARTS)
-        && hidden.is_multiple_of(16 * DOWN_TILES)
-        && ffn.is_multiple_of(256)
-        && ffn > 0
-        && ffn <= MAX_FFN
+    hidden.is_multiple_of(256 * STEPS) && ffn.is_multiple_of(256) && ffn > 0 && ffn <= MAX_FFN
 }
 
 /// Groups between a group's gate/up units and its down units: the units
 /// one wave of warps takes, and one group more (at most all groups).
 fn default_lag(warps: usize, hidden: usize, ffn: usize) -> usize {
-    let per_group = 32 * PARTS + hidden / 16 / DOWN_TILES;
+    let per_group = 32 * (hidden / 256 / STEPS) + hidden / 16 / STEPS;
     (warps.div_ceil(per_group) + 1).min(ffn / 256)
 }
 

@@ -9,12 +9,11 @@
 // an H100 for bytes the copy rate moves in 33-38, docs/cuda-journal.md).
 // Here down depends on gate/up per group of 256 rows of the intermediate
 // (one of down's super-block columns), not grid-wide:
-//   - A units: a gate or up tile, a part of its super-blocks (MF_PARTS a
-//     tile), summed into `acc` (f32, zero between launches) and counted per
+//   - A units: a gate or up tile, MF_STEPS of its super-blocks, summed into `acc` (f32, zero between launches) and counted per
 //     group; the unit that completes a group takes act(gate) * up of its
 //     256 rows, quantizes them as `quantize_x8_sb` would (`store_sb`), zeroes
 //     their sums and flags the group ready;
-//   - B units: MF_DOWN_TILES of down's tiles on one group's super-block
+//   - B units: MF_STEPS of down's tiles on one group's super-block
 //     column, once it is ready, each tile's sums added to x (red.add: the
 //     order of a row's 56 additions varies from run to run, so this path is
 //     never the batch-invariant one);
@@ -27,17 +26,14 @@
 //     across its units, as `gemv_tile_body` does within a tile.
 // The last warp to finish zeroes the counters.
 
-#ifndef MF_PARTS
-#define MF_PARTS 4  // parts of a gate/up tile's super-blocks (units a tile)
-#endif
-#ifndef MF_DOWN_TILES
-#define MF_DOWN_TILES 4  // down tiles a B unit
-#endif
+// Steps a unit, each a tile's super-block (A: of one tile, B: of as many
+// tiles); every unit of one length keeps a warp's cursor cheap.
+#define MF_STEPS 4
 
 // Where a warp is in its list: unit u, step s of it; what that step reads.
 struct MfShape {
-    u32 groups, ua, ub, lag, sa, total;  // units a group (A, B), steps an A unit, units in all
-    u32 nsb;                             // gate/up's super-blocks a row
+    u32 groups, ua, ub, lag, total;  // units a group (A, B), units in all
+    u32 nsb, parts;                  // gate/up's super-blocks a row, A units a tile
 };
 struct MfStep {
     bool b;     // a B (down) unit
@@ -63,20 +59,15 @@ __device__ __forceinline__ MfStep mf_step(const MfShape& m, u32 u, u32 s) {
     MfStep st;
     st.b = b;
     if (b) {
-        st.group = r - m.lag, st.tile = rem * MF_DOWN_TILES + s, st.sb = st.group;
+        st.group = r - m.lag, st.tile = rem * MF_STEPS + s, st.sb = st.group;
         st.first = s == 0, st.last = true;  // (each B step ends a tile's sums)
     } else {
         // rem: tile t of the group's 32 (gate 0..15, up 16..31), part p.
-        const u32 t = rem / MF_PARTS, p = rem % MF_PARTS;
-        st.group = r, st.tile = (t >> 4) * (m.groups * 16) + 16 * r + (t & 15), st.sb = p * m.sa + s;
-        st.first = s == 0, st.last = s + 1 == m.sa;
+        const u32 t = rem / m.parts, p = rem % m.parts;
+        st.group = r, st.tile = (t >> 4) * (m.groups * 16) + 16 * r + (t & 15), st.sb = p * MF_STEPS + s;
+        st.first = s == 0, st.last = s + 1 == MF_STEPS;
     }
     return st;
-}
-__device__ __forceinline__ u32 mf_steps(const MfShape& m, u32 u) {
-    // (B units come after every A unit of their row: units past n0 + ...
-    // are B where mf_step says so; the count is by kind.)
-    return mf_step(m, u, 0).b ? MF_DOWN_TILES : m.sa;
 }
 
 struct MfArgs {
@@ -162,8 +153,8 @@ __device__ __forceinline__ void mf_end_b(const MfArgs& a, const MfStep& st, floa
 }
 
 // The next step of a warp's list (unit u, step s; `warps` apart).
-__device__ __forceinline__ void mf_advance(const MfShape& m, u32& u, u32& s, u32 warps) {
-    if (++s == mf_steps(m, u)) s = 0, u += warps;
+__device__ __forceinline__ void mf_advance(u32& u, u32& s, u32 warps) {
+    if (++s == MF_STEPS) s = 0, u += warps;
 }
 __device__ __forceinline__ Q4kW mf_fetch(const MfArgs& a, const MfShape& m, u32 u, u32 s, u32 lane) {
     const bool live = u < m.total;
@@ -196,8 +187,8 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
                                const u32* meta, const float* ss, float eps, int act, float* x, float* acc,
                                signed char* xq2, u32* meta2, u32* cnt, u32 hidden, u32 ffn, u32 lag) {
     const u32 groups = ffn / 256, nsb = hidden / 256;
-    const u32 ua = 32 * MF_PARTS, ub = hidden / 16 / MF_DOWN_TILES;
-    const MfShape m{groups, ua, ub, lag, nsb / MF_PARTS, groups * (ua + ub), nsb};
+    const u32 parts = nsb / MF_STEPS, ua = 32 * parts, ub = hidden / 16 / MF_STEPS;
+    const MfShape m{groups, ua, ub, lag, groups * (ua + ub), nsb, parts};
     const MfArgs a{wg, wu, wd, rb_gu, rb_d, xq, meta, ss, eps, act, x, acc, xq2, meta2, cnt, hidden};
     const u32 lane = threadIdx.x & 31, warps = gridDim.x * (blockDim.x >> 5);
     const u32 w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -207,9 +198,9 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
     // waiting for it.
     u32 cu = w, cs = 0, fu = w, fs = 0;
     Q4kW wa = mf_fetch(a, m, fu, fs, lane);
-    mf_advance(m, fu, fs, warps);
+    mf_advance(fu, fs, warps);
     Q4kW wb = mf_fetch(a, m, fu, fs, lane);
-    mf_advance(m, fu, fs, warps);
+    mf_advance(fu, fs, warps);
     pdl_wait();
     // xn's norm (every A unit's sums scale by it).
     float sq = 0.f;
@@ -219,12 +210,12 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
     uint4 xv[4], h, bs;  // a step's input (a B unit's kept over its steps)
     while (cu < m.total) {
         mf_compute(a, m, wa, cu, cs, norm, lane, xv, h, bs, sums);
-        mf_advance(m, cu, cs, warps);
-        if (fu < m.total) wa = mf_fetch(a, m, fu, fs, lane), mf_advance(m, fu, fs, warps);
+        mf_advance(cu, cs, warps);
+        if (fu < m.total) wa = mf_fetch(a, m, fu, fs, lane), mf_advance(fu, fs, warps);
         if (cu >= m.total) break;
         mf_compute(a, m, wb, cu, cs, norm, lane, xv, h, bs, sums);
-        mf_advance(m, cu, cs, warps);
-        if (fu < m.total) wb = mf_fetch(a, m, fu, fs, lane), mf_advance(m, fu, fs, warps);
+        mf_advance(cu, cs, warps);
+        if (fu < m.total) wb = mf_fetch(a, m, fu, fs, lane), mf_advance(fu, fs, warps);
     }
     // The last warp out zeroes the counters for the next launch.
     __syncwarp();
