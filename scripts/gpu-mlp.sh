@@ -6,12 +6,13 @@
 #   check  against the chain of kernels, teacher-forced (Llama-3.2-1B and
 #          3.1-8B shapes, random Q4_K_M weights, prompts of 5 and 300 tokens)
 #   ab     against the chain, alternating (tg128, 3 rounds), with the two
-#          sides' greedy digests; then with the down units 6 and 24 groups
-#          behind (FERRITE_CUDA_MLP_LAG) against the default
+#          sides' greedy digests
 #   trace  the decode timeline of one step
+#   lags   the down units 6 and 24 groups behind (FERRITE_CUDA_MLP_LAG)
+#          against the default (not in the default)
 #   ops    the op harness with it on (its one-row Q4_K MLP of 1,024 x 768
 #          against the CPU; not in the default: a whole `gpu-check`)
-# Usage: scripts/gpu-mlp.sh [check|ab|trace|ops ...]   (default: the first three; a
+# Usage: scripts/gpu-mlp.sh [check|ab|trace|lags|ops ...]   (default: the first three; a
 # failed check stops it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,9 +34,10 @@ for p in "${parts[@]}"; do
             "$BIN" gpu-check --persistent-only --mlp-fused \
                 --persistent random:llama-3.2-1b:q4_k_m --persistent random:llama-3.1-8b:q4_k_m >"$log" 2>&1 ;;
         ab)
+            echo "== ab: the chain (A) against the fused MLP (B)" >"$log"
+            FERRITE_BIN=$BIN scripts/gpu-ab.sh '' 'FERRITE_CUDA_MLP_FUSED=1' 3 "${bench[@]}" >>"$log" 2>&1 ;;
+        lags)
             {
-                echo "== ab: the chain (A) against the fused MLP (B)"
-                FERRITE_BIN=$BIN scripts/gpu-ab.sh '' 'FERRITE_CUDA_MLP_FUSED=1' 3 "${bench[@]}"
                 for lag in 6 24; do
                     echo "== ab: the fused MLP (A) against it with FERRITE_CUDA_MLP_LAG=$lag (B)"
                     FERRITE_BIN=$BIN scripts/gpu-ab.sh 'FERRITE_CUDA_MLP_FUSED=1' \
