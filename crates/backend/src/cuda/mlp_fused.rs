@@ -64,11 +64,29 @@ fn shapes_fit(hidden: usize, ffn: usize) -> bool {
     hidden.is_multiple_of(256 * STEPS) && ffn.is_multiple_of(256) && ffn > 0 && ffn <= MAX_FFN
 }
 
-/// Groups between a group's gate/up units and its down units: the units
-/// one wave of warps takes, and one group more (at most all groups).
+/// A group's units (gate/up, down) and all of them.
+fn units(hidden: usize, ffn: usize) -> (usize, usize, usize) {
+    let (ua, ub) = (32 * (hidden / 256 / STEPS), hidden / 16 / STEPS);
+    (ua, ub, ffn / 256 * (ua + ub))
+}
+
+/// Groups between a group's gate/up units and its down units, so that a
+/// group's last gate/up unit comes a wave of `warps` units before its
+/// first down unit (the list's first rows hold gate/up units alone): at
+/// most all groups.
 fn default_lag(warps: usize, hidden: usize, ffn: usize) -> usize {
-    let per_group = 32 * (hidden / 256 / STEPS) + hidden / 16 / STEPS;
-    (warps.div_ceil(per_group) + 1).min(ffn / 256)
+    let (ua, _, _) = units(hidden, ffn);
+    (warps.div_ceil(ua) + 1).min(ffn / 256)
+}
+
+/// Warps a block (of one block an SM) that share the units out evenly:
+/// as many rounds of units as 16 warps an SM need, over as few warps as
+/// take them in that many (a last round that leaves most warps idle would
+/// cost a unit's time with little of the copy rate).
+fn block_warps(sms: usize, hidden: usize, ffn: usize) -> usize {
+    let (_, _, total) = units(hidden, ffn);
+    let rounds = total.div_ceil(sms * WARPS as usize);
+    total.div_ceil(rounds).div_ceil(sms).clamp(1, WARPS as usize)
 }
 
 /// x += down(act(gate(xn)) * up(xn)), xn = x normed by `norm` (`takes` has
@@ -85,8 +103,9 @@ pub fn mlp_add(
     let mut xn = gemv::x8_tile_normed(dev, x, norm)?;
     let mut mid = gemv::x8_tile_room(dev, ffn)?;
     let s = &dev.stream;
-    let warps = dev.sms * WARPS;
-    let lag = state.lag.unwrap_or_else(|| default_lag(warps as usize, hidden, ffn)).min(ffn / 256);
+    let per_block = block_warps(dev.sms as usize, hidden, ffn);
+    let warps = dev.sms as usize * per_block;
+    let lag = state.lag.unwrap_or_else(|| default_lag(warps, hidden, ffn)).min(ffn / 256);
     let ([xq, meta, ss], _g1) = xn.normed_target(s)?;
     let ([xq2, meta2], _, _g2) = mid.target(s);
     let _span = super::profile::span(s, "mlp_fused");
@@ -95,7 +114,7 @@ pub fn mlp_add(
     a.arg(xq).arg(meta).arg(ss).arg(norm.eps).arg(act).arg(x.f32_mut(dev)?);
     a.arg(&state.acc).arg(xq2).arg(meta2).arg(&state.cnt);
     a.arg(hidden as u32).arg(ffn as u32).arg(lag as u32);
-    let cfg = LaunchConfig { grid_dim: (dev.sms, 1, 1), block_dim: (32 * WARPS, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig { grid_dim: (dev.sms, 1, 1), block_dim: (32 * per_block as u32, 1, 1), shared_mem_bytes: 0 };
     // The weights, x and the sums as `takes` checked them; the 8-bit
     // buffers of the sizes their kernels write.
     a.run(cfg)
@@ -116,12 +135,17 @@ mod tests {
         assert!(!shapes_fit(4096, 2 * MAX_FFN));
     }
 
-    /// On 132 SMs of 16 warps, Llama-3.1-8B's down units of a group start
-    /// about a wave after its gate/up units: 192 units a group, 11 groups a
-    /// wave, so 12 groups apart; never more than the groups there are.
+    /// Llama-3.1-8B on 132 SMs: 10,752 units, six rounds of 14 warps a
+    /// block (1,848 warps; 16 would leave a last round of 192 units); a
+    /// group's down units 16 groups after its gate/up units (128 of those a
+    /// group: 1,848 units, a wave, between them); never more than the
+    /// groups there are.
     #[test]
-    fn lag_is_a_wave_of_units() {
-        assert_eq!(default_lag(132 * 16, 4096, 14336), 12);
-        assert_eq!(default_lag(132 * 16, 4096, 256 * 4), 4);
+    fn units_spread_over_the_warps() {
+        assert_eq!(units(4096, 14336), (128, 64, 10_752));
+        assert_eq!(block_warps(132, 4096, 14336), 14);
+        assert_eq!(default_lag(132 * 14, 4096, 14336), 16);
+        assert_eq!(default_lag(132 * 14, 4096, 256 * 4), 4);
+        assert_eq!(block_warps(132, 1024, 768), 2, "144 units: a round");
     }
 }
