@@ -9,8 +9,9 @@
 // an H100 for bytes the copy rate moves in 33-38, docs/cuda-journal.md).
 // Here down depends on gate/up per group of 256 rows of the intermediate
 // (one of down's super-block columns), not grid-wide:
-//   - A units: a gate or up tile, MF_STEPS of its super-blocks, summed into `acc` (f32, zero between launches) and counted per
-//     group; the unit that completes a group takes act(gate) * up of its
+//   - A units: a gate or up tile, MF_STEPS of its super-blocks, summed
+//     into `acc` (f32, zero between launches) and counted per group; the
+//     unit that completes a group takes act(gate) * up of its
 //     256 rows, quantizes them as `quantize_x8_sb` would (`store_sb`), zeroes
 //     their sums and flags the group ready;
 //   - B units: MF_STEPS of down's tiles on one group's super-block
@@ -163,24 +164,28 @@ __device__ __forceinline__ Q4kW mf_fetch(const MfArgs& a, const MfShape& m, u32 
 }
 
 // One step of the list: its input (A: xn's super-block, from L1; B: the
-// group's, once at its unit's start), the product, the unit's end.
-__device__ __forceinline__ void mf_compute(const MfArgs& a, const MfShape& m, const Q4kW& cur, u32 u, u32 s,
-                                           float norm, u32 lane, uint4 (&x)[4], uint4& h, uint4& sums,
-                                           float (&acc)[4]) {
+// group's, once at its unit's start) and the product. Its end (`mf_end`)
+// comes after the next fetch has gone out, so that a unit's atomics and
+// fence never leave the warp with fewer than two steps' weights in flight.
+__device__ __forceinline__ MfStep mf_product(const MfArgs& a, const MfShape& m, const Q4kW& cur, u32 u, u32 s,
+                                             u32 lane, uint4 (&x)[4], uint4& h, uint4& sums, float (&acc)[4]) {
     const MfStep st = mf_step(m, u, s);
     if (st.b) {
         if (st.first) mf_wait_group(a, m, st.group, lane, x, h, sums);
-        q4k_step<1>(cur, x, h, sums, h, sums, acc);
-        mf_end_b(a, st, acc, lane);
-        return;
-    }
-    const uint4* xs = (const uint4*)(a.xq + 64 * (lane & 3) + 256 * (u64)st.sb);
+    } else {
+        const uint4* xs = (const uint4*)(a.xq + 64 * (lane & 3) + 256 * (u64)st.sb);
 #pragma unroll
-    for (int e = 0; e < 4; e++) x[e] = xs[e];
-    const uint4* mp = (const uint4*)a.meta + 2 * st.sb;
-    h = mp[0], sums = mp[1];
+        for (int e = 0; e < 4; e++) x[e] = xs[e];
+        const uint4* mp = (const uint4*)a.meta + 2 * st.sb;
+        h = mp[0], sums = mp[1];
+    }
     q4k_step<1>(cur, x, h, sums, h, sums, acc);
-    if (st.last) mf_end_a(a, m, st, acc, norm, lane);
+    return st;
+}
+__device__ __forceinline__ void mf_end(const MfArgs& a, const MfShape& m, const MfStep& st, float (&acc)[4],
+                                       float norm, u32 lane) {
+    if (st.b) mf_end_b(a, st, acc, lane);
+    else if (st.last) mf_end_a(a, m, st, acc, norm, lane);
 }
 
 __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_gu, u64 rb_d, const signed char* xq,
@@ -209,13 +214,15 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
     float sums[4] = {0.f, 0.f, 0.f, 0.f};
     uint4 xv[4], h, bs;  // a step's input (a B unit's kept over its steps)
     while (cu < m.total) {
-        mf_compute(a, m, wa, cu, cs, norm, lane, xv, h, bs, sums);
-        mf_advance(cu, cs, warps);
+        MfStep st = mf_product(a, m, wa, cu, cs, lane, xv, h, bs, sums);
         if (fu < m.total) wa = mf_fetch(a, m, fu, fs, lane), mf_advance(fu, fs, warps);
-        if (cu >= m.total) break;
-        mf_compute(a, m, wb, cu, cs, norm, lane, xv, h, bs, sums);
+        mf_end(a, m, st, sums, norm, lane);
         mf_advance(cu, cs, warps);
+        if (cu >= m.total) break;
+        st = mf_product(a, m, wb, cu, cs, lane, xv, h, bs, sums);
         if (fu < m.total) wb = mf_fetch(a, m, fu, fs, lane), mf_advance(fu, fs, warps);
+        mf_end(a, m, st, sums, norm, lane);
+        mf_advance(cu, cs, warps);
     }
     // The last warp out zeroes the counters for the next launch.
     __syncwarp();
