@@ -22,7 +22,7 @@
 //     units come `lag` groups after its A units, so that a group is done
 //     before its B units start and down's weights stream while gate/up's
 //     last groups finish. A unit waits only on units earlier in the list,
-//     and every warp is resident (one block of 16 warps an SM), so the list
+//     and every warp is resident (one block of up to 16 warps an SM), so the list
 //     always moves. Each warp keeps two super-blocks of weights in flight
 //     across its units, as `gemv_tile_body` does within a tile.
 // The last warp to finish zeroes the counters.
