@@ -8,7 +8,7 @@
 #   ab     against the chain, alternating (tg128, 3 rounds), with the two
 #          sides' greedy digests
 #   trace  the decode timeline of one step
-#   lags   the down units 8 and 24 groups behind (FERRITE_CUDA_MLP_LAG)
+#   lags   the down units 16 and 32 groups behind (FERRITE_CUDA_MLP_LAG)
 #          against the default (not in the default)
 #   ops    the op harness with it on (its one-row Q4_K MLP of 1,024 x 768
 #          against the CPU; not in the default: a whole `gpu-check`)
@@ -38,7 +38,7 @@ for p in "${parts[@]}"; do
             FERRITE_BIN=$BIN scripts/gpu-ab.sh '' 'FERRITE_CUDA_MLP_FUSED=1' 3 "${bench[@]}" >>"$log" 2>&1 ;;
         lags)
             {
-                for lag in 8 24; do
+                for lag in 16 32; do
                     echo "== ab: the fused MLP (A) against it with FERRITE_CUDA_MLP_LAG=$lag (B)"
                     FERRITE_BIN=$BIN scripts/gpu-ab.sh 'FERRITE_CUDA_MLP_FUSED=1' \
                         "FERRITE_CUDA_MLP_FUSED=1 FERRITE_CUDA_MLP_LAG=$lag" 2 "${bench[@]}"

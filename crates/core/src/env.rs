@@ -223,8 +223,8 @@ pub fn cuda_mlp_fused() -> bool {
 }
 
 /// `FERRITE_CUDA_MLP_LAG=<groups>`: in the fused MLP's list, how many
-/// groups after its gate/up units a group's down units come (default: a
-/// wave of units and one group more).
+/// groups after its gate/up units a group's down units come (default: all
+/// groups, every gate/up unit first).
 pub fn cuda_mlp_lag() -> Option<usize> {
     var("FERRITE_CUDA_MLP_LAG").and_then(|v| v.to_str()?.parse().ok())
 }

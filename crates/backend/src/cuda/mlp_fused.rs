@@ -29,7 +29,7 @@ pub struct MlpFused {
     acc: CudaSlice<f32>,
     cnt: CudaSlice<u32>,
     /// Groups between a group's gate/up units and its down units in the
-    /// list (`FERRITE_CUDA_MLP_LAG`; default: a wave of units and one more).
+    /// list (`FERRITE_CUDA_MLP_LAG`; default: all, `default_lag`).
     lag: Option<usize>,
 }
 
@@ -70,23 +70,30 @@ fn units(hidden: usize, ffn: usize) -> (usize, usize, usize) {
     (ua, ub, ffn / 256 * (ua + ub))
 }
 
-/// Groups between a group's gate/up units and its down units, so that a
-/// group's last gate/up unit comes a wave of `warps` units before its
-/// first down unit (the list's first rows hold gate/up units alone): at
-/// most all groups.
-fn default_lag(warps: usize, hidden: usize, ffn: usize) -> usize {
-    let (ua, _, _) = units(hidden, ffn);
-    (warps.div_ceil(ua) + 1).min(ffn / 256)
+/// Groups between a group's gate/up units and its down units in the list:
+/// all of them, so that every gate/up unit comes first and a warp goes on
+/// to down units as soon as it runs out of gate/up ones, with no wait for
+/// the rest of the grid. A group's down units then come more than a wave
+/// of units after its last gate/up unit wherever down has a wave of units
+/// or more (Llama-3.1-8B: 3,584 of them, 1,848 warps on 132 SMs); a
+/// shorter lag brings them within a wave at the list's end, where down
+/// units of the last groups follow gate/up units only a few rows earlier.
+fn default_lag(ffn: usize) -> usize {
+    ffn / 256
 }
 
-/// Warps a block (of one block an SM) that share the units out evenly:
-/// as many rounds of units as 16 warps an SM need, over as few warps as
-/// take them in that many (a last round that leaves most warps idle would
-/// cost a unit's time with little of the copy rate).
+/// Warps a block (of one block an SM): the most, 16 down to 8, whose last
+/// round of units keeps at least half of them busy (a last round that
+/// leaves most warps idle costs a unit's time with little of the copy
+/// rate), else 16.
 fn block_warps(sms: usize, hidden: usize, ffn: usize) -> usize {
     let (_, _, total) = units(hidden, ffn);
-    let rounds = total.div_ceil(sms * WARPS as usize);
-    total.div_ceil(rounds).div_ceil(sms).clamp(1, WARPS as usize)
+    let even = |per_block: usize| {
+        let warps = sms * per_block;
+        let last = total - (total.div_ceil(warps) - 1) * warps;
+        total <= warps || 2 * last >= warps
+    };
+    (8..=WARPS as usize).rev().find(|&b| even(b)).unwrap_or(WARPS as usize)
 }
 
 /// x += down(act(gate(xn)) * up(xn)), xn = x normed by `norm` (`takes` has
@@ -105,7 +112,7 @@ pub fn mlp_add(
     let s = &dev.stream;
     let per_block = block_warps(dev.sms as usize, hidden, ffn);
     let warps = dev.sms as usize * per_block;
-    let lag = state.lag.unwrap_or_else(|| default_lag(warps, hidden, ffn)).min(ffn / 256);
+    let lag = state.lag.unwrap_or_else(|| default_lag(ffn)).min(ffn / 256);
     let ([xq, meta, ss], _g1) = xn.normed_target(s)?;
     let ([xq2, meta2], _, _g2) = mid.target(s);
     let _span = super::profile::span(s, "mlp_fused");
@@ -136,16 +143,69 @@ mod tests {
     }
 
     /// Llama-3.1-8B on 132 SMs: 10,752 units, six rounds of 14 warps a
-    /// block (1,848 warps; 16 would leave a last round of 192 units); a
-    /// group's down units 16 groups after its gate/up units (128 of those a
-    /// group: 1,848 units, a wave, between them); never more than the
-    /// groups there are.
+    /// block (1,848 warps; 16 would leave a last round of 192 units).
     #[test]
     fn units_spread_over_the_warps() {
         assert_eq!(units(4096, 14336), (128, 64, 10_752));
         assert_eq!(block_warps(132, 4096, 14336), 14);
-        assert_eq!(default_lag(132 * 14, 4096, 14336), 16);
-        assert_eq!(default_lag(132 * 14, 4096, 256 * 4), 4);
-        assert_eq!(block_warps(132, 1024, 768), 2, "144 units: a round");
+        assert_eq!(block_warps(132, 4096 * 2, 28672), 15, "Llama-3.1-70B: 21.7 rounds of 1,980");
+        assert_eq!(block_warps(132, 1024, 768), 16, "144 units: one round");
+    }
+
+    /// Unit `u` of the kernel's list as `mf_step` lays it out: (a down
+    /// unit, its group). Rows r: group r's gate/up units (r < groups),
+    /// then group r - lag's down units (r >= lag).
+    fn list_unit(ua: usize, ub: usize, groups: usize, lag: usize, u: usize) -> (bool, usize) {
+        let (n0, both) = (lag * ua, ua + ub);
+        let n1 = (groups - lag) * both;
+        if u < n0 {
+            (false, u / ua)
+        } else if u - n0 < n1 {
+            let (r, rem) = (lag + (u - n0) / both, (u - n0) % both);
+            if rem < ua {
+                (false, r)
+            } else {
+                (true, r - lag)
+            }
+        } else {
+            (true, groups + (u - n0 - n1) / ub - lag)
+        }
+    }
+
+    /// The list in lockstep (warp w takes units w, w + W, ... one a
+    /// round): every group has all its units, its gate/up units before
+    /// its down units, and with the default lag and warps no down unit
+    /// shares a round with the last gate/up unit of its group (none
+    /// waits), while the last round keeps most warps busy: Llama-3.1-8B
+    /// on an H200 or H100 SXM (132 SMs) and PCIe (114), Llama-3.1-70B.
+    /// (The lag that placed down units a wave of gate/up units behind, 16
+    /// groups, fails here at the list's end: `list_unit` shows why.)
+    #[test]
+    fn no_down_unit_waits_in_lockstep() {
+        for (sms, hidden, ffn) in [(132, 4096, 14336), (114, 4096, 14336), (132, 8192, 28672)] {
+            let (ua, ub, total) = units(hidden, ffn);
+            let groups = ffn / 256;
+            let warps = sms * block_warps(sms, hidden, ffn);
+            let lag = default_lag(ffn);
+            let mut count = vec![(0, 0); groups];
+            let mut last_a = vec![0; groups];
+            let mut first_b = vec![usize::MAX; groups];
+            for u in 0..total {
+                let (b, g) = list_unit(ua, ub, groups, lag, u);
+                let round = u / warps;
+                if b {
+                    count[g].1 += 1;
+                    first_b[g] = first_b[g].min(round);
+                } else {
+                    count[g].0 += 1;
+                    last_a[g] = last_a[g].max(round);
+                }
+            }
+            let shape = format!("{hidden} x {ffn} on {sms} SMs, {warps} warps, lag {lag}");
+            assert!(count.iter().all(|&c| c == (ua, ub)), "{shape}: {count:?}");
+            assert!((0..groups).all(|g| first_b[g] > last_a[g]), "{shape}: a down unit waits");
+            let last_round = total - (total - 1) / warps * warps;
+            assert!(2 * last_round > warps, "{shape}: a last round of {last_round} units");
+        }
     }
 }

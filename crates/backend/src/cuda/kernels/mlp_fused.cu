@@ -19,12 +19,14 @@
 //     order of a row's 56 additions varies from run to run, so this path is
 //     never the batch-invariant one);
 //   - every warp takes units w, w + W, ... of one list in which group j's B
-//     units come `lag` groups after its A units, so that a group is done
-//     before its B units start and down's weights stream while gate/up's
-//     last groups finish. A unit waits only on units earlier in the list,
-//     and every warp is resident (one block of up to 16 warps an SM), so the list
-//     always moves. Each warp keeps two super-blocks of weights in flight
-//     across its units, as `gemv_tile_body` does within a tile.
+//     units come `lag` groups after its A units (by default all A units
+//     first), so that a group is done before its B units start and a warp
+//     goes on to down's weights as soon as it runs out of gate/up's, with
+//     no wait for the rest of the grid. A unit waits only on units earlier
+//     in the list, and every warp is resident (one block of up to 16 warps
+//     an SM), so the list always moves. Each warp keeps two super-blocks of
+//     weights in flight across its units, as `gemv_tile_body` does within
+//     a tile.
 // The last warp to finish zeroes the counters.
 
 // Steps a unit, each a tile's super-block (A: of one tile, B: of as many
