@@ -111,7 +111,6 @@ pub fn mlp_add(
     let mut mid = gemv::x8_tile_room(dev, ffn)?;
     let s = &dev.stream;
     let per_block = block_warps(dev.sms as usize, hidden, ffn);
-    let warps = dev.sms as usize * per_block;
     let lag = state.lag.unwrap_or_else(|| default_lag(ffn)).min(ffn / 256);
     let ([xq, meta, ss], _g1) = xn.normed_target(s)?;
     let ([xq2, meta2], _, _g2) = mid.target(s);
