@@ -7,7 +7,7 @@
 #          3.1-8B shapes, random Q4_K_M weights, prompts of 5 and 300 tokens)
 #   ab     against the chain, alternating (tg128, 3 rounds), with the two
 #          sides' greedy digests
-#   trace  the decode timeline of one step
+#   trace  the decode timeline of one step (the first warp's units marked)
 #   lags   the down units 16 and 32 groups behind (FERRITE_CUDA_MLP_LAG)
 #          against the default (not in the default)
 #   ops    the op harness with it on (its one-row Q4_K MLP of 1,024 x 768
@@ -54,6 +54,6 @@ for p in "${parts[@]}"; do
     rc=$?
     echo "== $p: rc=$rc in $((SECONDS - start)) s"
     grep -E '^ *(ok|FAIL) |^==|tokens/s \(B/A|picks:|error|panicked' "$log" | grep -E "$([[ $p == ops ]] && echo 'FAIL|mlp_add|fused' || echo .)" | head -40
-    [[ $p == trace ]] && sed -n '/one step/,+40p' "$log"
+    [[ $p == trace ]] && sed -n '/one step/,+60p' "$log"
     [[ $rc -eq 0 ]] || break
 done

@@ -27,7 +27,9 @@
 //     an SM), so the list always moves. Each warp keeps two super-blocks of
 //     weights in flight across its units, as `gemv_tile_body` does within
 //     a tile.
-// The last warp to finish zeroes the counters.
+// The last warp to finish zeroes the counters. With FERRITE_CUDA_TRACE=2
+// the first warp marks each of its units' ends (mf.unit.gu, mf.unit.down)
+// and each wait for a group (mf.ready) on the decode timeline.
 
 // Steps a unit, each a tile's super-block (A: of one tile, B: of as many
 // tiles); every unit of one length keeps a warp's cursor cheap.
@@ -139,6 +141,7 @@ __device__ __forceinline__ void mf_wait_group(const MfArgs& a, const MfShape& m,
                                               uint4& h, uint4& s) {
     if (lane == 0) dl_wait_count(a.cnt + m.groups + j, 1u);
     __syncwarp();
+    trace_mark("mf.ready");
     const uint4* xs = (const uint4*)(a.xq2 + 256 * (u64)j + 64 * (lane & 3));
 #pragma unroll
     for (int e = 0; e < 4; e++) x[e] = __ldcg(xs + e);
@@ -220,11 +223,13 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
         if (fu < m.total) wa = mf_fetch(a, m, fu, fs, lane), mf_advance(fu, fs, warps);
         mf_end(a, m, st, sums, norm, lane);
         mf_advance(cu, cs, warps);
+        if (cs == 0) trace_mark(st.b ? "mf.unit.down" : "mf.unit.gu");
         if (cu >= m.total) break;
         st = mf_product(a, m, wb, cu, cs, lane, xv, h, bs, sums);
         if (fu < m.total) wb = mf_fetch(a, m, fu, fs, lane), mf_advance(fu, fs, warps);
         mf_end(a, m, st, sums, norm, lane);
         mf_advance(cu, cs, warps);
+        if (cs == 0) trace_mark(st.b ? "mf.unit.down" : "mf.unit.gu");
     }
     // The last warp out zeroes the counters for the next launch.
     __syncwarp();
