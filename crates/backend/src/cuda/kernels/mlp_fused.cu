@@ -38,7 +38,7 @@
 // Where a warp is in its list: unit u, step s of it; what that step reads.
 struct MfShape {
     u32 groups, ua, ub, lag, total;  // units a group (A, B), units in all
-    u32 nsb, parts;                  // gate/up's super-blocks a row, A units a tile
+    u32 parts;                       // A units a tile
 };
 struct MfStep {
     bool b;     // a B (down) unit
@@ -198,7 +198,7 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
                                signed char* xq2, u32* meta2, u32* cnt, u32 hidden, u32 ffn, u32 lag) {
     const u32 groups = ffn / 256, nsb = hidden / 256;
     const u32 parts = nsb / MF_STEPS, ua = 32 * parts, ub = hidden / 16 / MF_STEPS;
-    const MfShape m{groups, ua, ub, lag, groups * (ua + ub), nsb, parts};
+    const MfShape m{groups, ua, ub, lag, groups * (ua + ub), parts};
     const MfArgs a{wg, wu, wd, rb_gu, rb_d, xq, meta, ss, eps, act, x, acc, xq2, meta2, cnt, hidden};
     const u32 lane = threadIdx.x & 31, warps = gridDim.x * (blockDim.x >> 5);
     const u32 w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -212,24 +212,21 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
     Q4kW wb = mf_fetch(a, m, fu, fs, lane);
     mf_advance(fu, fs, warps);
     pdl_wait();
-    // xn's norm (every A unit's sums scale by it).
-    float sq = 0.f;
-    for (u32 c = lane; c < m.nsb; c += 32) sq += a.ss[c];
-    const float norm = rsqrtf(warp_sum(sq) / a.hidden + a.eps);
+    const float norm = dl_norm_factor(a.ss, hidden, eps);  // xn's (every A unit's sums scale by it)
     float sums[4] = {0.f, 0.f, 0.f, 0.f};
     uint4 xv[4], h, bs;  // a step's input (a B unit's kept over its steps)
+    // A step on the weights in `buf`, which then loads the step two on.
+    // (Called on wa and wb by name: both stay in registers.)
+    auto turn = [&](Q4kW& buf) {
+        const MfStep st = mf_product(a, m, buf, cu, cs, lane, xv, h, bs, sums);
+        if (fu < m.total) buf = mf_fetch(a, m, fu, fs, lane), mf_advance(fu, fs, warps);
+        mf_end(a, m, st, sums, norm, lane);
+        mf_advance(cu, cs, warps);
+        if (cs == 0) trace_mark(st.b ? "mf.unit.down" : "mf.unit.gu");
+    };
     while (cu < m.total) {
-        MfStep st = mf_product(a, m, wa, cu, cs, lane, xv, h, bs, sums);
-        if (fu < m.total) wa = mf_fetch(a, m, fu, fs, lane), mf_advance(fu, fs, warps);
-        mf_end(a, m, st, sums, norm, lane);
-        mf_advance(cu, cs, warps);
-        if (cs == 0) trace_mark(st.b ? "mf.unit.down" : "mf.unit.gu");
-        if (cu >= m.total) break;
-        st = mf_product(a, m, wb, cu, cs, lane, xv, h, bs, sums);
-        if (fu < m.total) wb = mf_fetch(a, m, fu, fs, lane), mf_advance(fu, fs, warps);
-        mf_end(a, m, st, sums, norm, lane);
-        mf_advance(cu, cs, warps);
-        if (cs == 0) trace_mark(st.b ? "mf.unit.down" : "mf.unit.gu");
+        turn(wa);
+        if (cu < m.total) turn(wb);
     }
     // The last warp out zeroes the counters for the next launch.
     __syncwarp();
