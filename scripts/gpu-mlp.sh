@@ -8,11 +8,13 @@
 #   ab     against the chain, alternating (tg128, 3 rounds), with the two
 #          sides' greedy digests
 #   trace  the decode timeline of one step (the first warp's units marked)
-#   lags   the down units 16 and 32 groups behind (FERRITE_CUDA_MLP_LAG)
-#          against the default (not in the default)
+#   variants  the kernel as built by default against each variant
+#          (FERRITE_CUDA_DEFINES: MF_STATIC, each warp a fixed share of the
+#          units; MF_A_STEPS=8 and 16, longer gate/up units), each checked
+#          first (`variants DEFINE...`: those alone; not in the default)
 #   ops    the op harness with it on (its one-row Q4_K MLP of 1,024 x 768
 #          against the CPU; not in the default: a whole `gpu-check`)
-# Usage: scripts/gpu-mlp.sh [check|ab|trace|lags|ops ...]   (default: the first three; a
+# Usage: scripts/gpu-mlp.sh [check|ab|trace|variants [DEFINE...]|ops ...]   (default: the first three; a
 # failed check stops it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,8 +25,12 @@ if [[ -z $BIN ]]; then
     BIN=/tmp/ferrite-gpu
 fi
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-parts=("$@")
+parts=() defs=()
+for arg in "$@"; do
+    if [[ $arg == MF_* ]]; then defs+=("$arg"); else parts+=("$arg"); fi
+done
 [[ ${#parts[@]} -gt 0 ]] || parts=(check ab trace)
+[[ ${#defs[@]} -gt 0 ]] || defs=(MF_STATIC MF_A_STEPS=8 MF_A_STEPS=16)
 bench=(random:llama-3.1-8b:q4_k_m --prompt-tokens 0 --gen-tokens 128)
 for p in "${parts[@]}"; do
     start=$SECONDS
@@ -36,12 +42,15 @@ for p in "${parts[@]}"; do
         ab)
             echo "== ab: the chain (A) against the fused MLP (B)" >"$log"
             FERRITE_BIN=$BIN scripts/gpu-ab.sh '' 'FERRITE_CUDA_MLP_FUSED=1' 3 "${bench[@]}" >>"$log" 2>&1 ;;
-        lags)
+        variants)
             {
-                for lag in 16 32; do
-                    echo "== ab: the fused MLP (A) against it with FERRITE_CUDA_MLP_LAG=$lag (B)"
+                for def in "${defs[@]}"; do
+                    echo "== check: FERRITE_CUDA_DEFINES=$def"
+                    FERRITE_CUDA_DEFINES=$def "$BIN" gpu-check --persistent-only --mlp-fused \
+                        --persistent random:llama-3.1-8b:q4_k_m | grep -E '^ *(ok|FAIL) ' || continue
+                    echo "== ab: the fused MLP (A) against it with FERRITE_CUDA_DEFINES=$def (B)"
                     FERRITE_BIN=$BIN scripts/gpu-ab.sh 'FERRITE_CUDA_MLP_FUSED=1' \
-                        "FERRITE_CUDA_MLP_FUSED=1 FERRITE_CUDA_MLP_LAG=$lag" 2 "${bench[@]}"
+                        "FERRITE_CUDA_MLP_FUSED=1 FERRITE_CUDA_DEFINES=$def" 2 "${bench[@]}"
                 done
             } >"$log" 2>&1 ;;
         trace)

@@ -222,13 +222,6 @@ pub fn cuda_mlp_fused() -> bool {
     var("FERRITE_CUDA_MLP_FUSED").is_some_and(|v| v == "1")
 }
 
-/// `FERRITE_CUDA_MLP_LAG=<groups>`: in the fused MLP's list, how many
-/// groups after its gate/up units a group's down units come (default: all
-/// groups, every gate/up unit first).
-pub fn cuda_mlp_lag() -> Option<usize> {
-    var("FERRITE_CUDA_MLP_LAG").and_then(|v| v.to_str()?.parse().ok())
-}
-
 /// `FERRITE_CUDA_PERSISTENT_RING=<2..5>`: the persistent kernel's weight
 /// slots in shared memory a block (4, the default).
 pub fn cuda_persistent_ring() -> Option<usize> {

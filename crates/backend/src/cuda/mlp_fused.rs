@@ -17,20 +17,18 @@ use super::CudaTensor;
 
 /// The widest intermediate it takes (its sums' room, allocated once).
 const MAX_FFN: usize = 1 << 16;
-/// Steps a unit of the kernel (`MF_STEPS`): super-blocks of a gate/up tile,
-/// or down tiles.
+/// Steps a unit of the kernel (`MF_A_STEPS` as built by default,
+/// `MF_B_STEPS`): super-blocks of a gate/up tile, or down tiles.
 const STEPS: usize = 4;
 /// Warps a block: one block an SM, so that every warp is resident.
 const WARPS: u32 = 16;
 
 /// What every launch shares, zero between launches: the gate/up sums and
-/// the counters (per group two, then one).
+/// the counters (per group two, then the warps done and the units handed
+/// out).
 pub struct MlpFused {
     acc: CudaSlice<f32>,
     cnt: CudaSlice<u32>,
-    /// Groups between a group's gate/up units and its down units in the
-    /// list (`FERRITE_CUDA_MLP_LAG`; default: all, `default_lag`).
-    lag: Option<usize>,
 }
 
 impl MlpFused {
@@ -41,8 +39,8 @@ impl MlpFused {
         }
         let alloc = |e| device_err("alloc", e);
         let acc = stream.alloc_zeros::<f32>(2 * MAX_FFN).map_err(alloc)?;
-        let cnt = stream.alloc_zeros::<u32>(2 * MAX_FFN / 256 + 1).map_err(alloc)?;
-        Ok(Some(MlpFused { acc, cnt, lag: ferrite_core::env::cuda_mlp_lag() }))
+        let cnt = stream.alloc_zeros::<u32>(2 * MAX_FFN / 256 + 2).map_err(alloc)?;
+        Ok(Some(MlpFused { acc, cnt }))
     }
 }
 
@@ -68,18 +66,6 @@ fn shapes_fit(hidden: usize, ffn: usize) -> bool {
 fn units(hidden: usize, ffn: usize) -> (usize, usize, usize) {
     let (ua, ub) = (32 * (hidden / 256 / STEPS), hidden / 16 / STEPS);
     (ua, ub, ffn / 256 * (ua + ub))
-}
-
-/// Groups between a group's gate/up units and its down units in the list:
-/// all of them, so that every gate/up unit comes first and a warp goes on
-/// to down units as soon as it runs out of gate/up ones, with no wait for
-/// the rest of the grid. A group's down units then come more than a wave
-/// of units after its last gate/up unit wherever down has a wave of units
-/// or more (Llama-3.1-8B: 3,584 of them, 1,848 warps on 132 SMs); a
-/// shorter lag brings them within a wave at the list's end, where down
-/// units of the last groups follow gate/up units only a few rows earlier.
-fn default_lag(ffn: usize) -> usize {
-    ffn / 256
 }
 
 /// Warps a block (of one block an SM): the most, 16 down to 8, whose last
@@ -111,7 +97,6 @@ pub fn mlp_add(
     let mut mid = gemv::x8_tile_room(dev, ffn)?;
     let s = &dev.stream;
     let per_block = block_warps(dev.sms as usize, hidden, ffn);
-    let lag = state.lag.unwrap_or_else(|| default_lag(ffn)).min(ffn / 256);
     let ([xq, meta, ss], _g1) = xn.normed_target(s)?;
     let ([xq2, meta2], _, _g2) = mid.target(s);
     let _span = super::profile::span(s, "mlp_fused");
@@ -119,7 +104,7 @@ pub fn mlp_add(
     a.arg(&gate.data).arg(&up.data).arg(&down.data).arg(gate.row_bytes()).arg(down.row_bytes());
     a.arg(xq).arg(meta).arg(ss).arg(norm.eps).arg(act).arg(x.f32_mut(dev)?);
     a.arg(&state.acc).arg(xq2).arg(meta2).arg(&state.cnt);
-    a.arg(hidden as u32).arg(ffn as u32).arg(lag as u32);
+    a.arg(hidden as u32).arg(ffn as u32);
     let cfg = LaunchConfig { grid_dim: (dev.sms, 1, 1), block_dim: (32 * per_block as u32, 1, 1), shared_mem_bytes: 0 };
     // The weights, x and the sums as `takes` checked them; the 8-bit
     // buffers of the sizes their kernels write.
@@ -152,45 +137,37 @@ mod tests {
     }
 
     /// Unit `u` of the kernel's list as `mf_step` lays it out: (a down
-    /// unit, its group). Rows r: group r's gate/up units (r < groups),
-    /// then group r - lag's down units (r >= lag).
-    fn list_unit(ua: usize, ub: usize, groups: usize, lag: usize, u: usize) -> (bool, usize) {
-        let (n0, both) = (lag * ua, ua + ub);
-        let n1 = (groups - lag) * both;
-        if u < n0 {
+    /// unit, its group): every gate/up unit, group by group, then every
+    /// down unit.
+    fn list_unit(ua: usize, ub: usize, groups: usize, u: usize) -> (bool, usize) {
+        if u < groups * ua {
             (false, u / ua)
-        } else if u - n0 < n1 {
-            let (r, rem) = (lag + (u - n0) / both, (u - n0) % both);
-            if rem < ua {
-                (false, r)
-            } else {
-                (true, r - lag)
-            }
         } else {
-            (true, groups + (u - n0 - n1) / ub - lag)
+            (true, (u - groups * ua) / ub)
         }
     }
 
     /// The list in lockstep (warp w takes units w, w + W, ... one a
-    /// round): every group has all its units, its gate/up units before
-    /// its down units, and with the default lag and warps no down unit
-    /// shares a round with the last gate/up unit of its group (none
-    /// waits), while the last round keeps most warps busy: Llama-3.1-8B
-    /// on an H200 or H100 SXM (132 SMs) and PCIe (114), Llama-3.1-70B.
-    /// (The lag that placed down units a wave of gate/up units behind, 16
-    /// groups, fails here at the list's end: `list_unit` shows why.)
+    /// round, as the kernel built with MF_STATIC hands them out; the
+    /// counter hands them out in the same order): every group has all its
+    /// units, its gate/up units before its down units, and with the
+    /// default warps no down unit shares a round with the last gate/up
+    /// unit of its group (none waits), while the last round keeps most
+    /// warps busy: Llama-3.1-8B on an H200 or H100 SXM (132 SMs) and PCIe
+    /// (114), Llama-3.1-70B. (A list with down units a wave of gate/up
+    /// units behind their group's, tried first, left the last groups'
+    /// down units waiting.)
     #[test]
     fn no_down_unit_waits_in_lockstep() {
         for (sms, hidden, ffn) in [(132, 4096, 14336), (114, 4096, 14336), (132, 8192, 28672)] {
             let (ua, ub, total) = units(hidden, ffn);
             let groups = ffn / 256;
             let warps = sms * block_warps(sms, hidden, ffn);
-            let lag = default_lag(ffn);
             let mut count = vec![(0, 0); groups];
             let mut last_a = vec![0; groups];
             let mut first_b = vec![usize::MAX; groups];
             for u in 0..total {
-                let (b, g) = list_unit(ua, ub, groups, lag, u);
+                let (b, g) = list_unit(ua, ub, groups, u);
                 let round = u / warps;
                 if b {
                     count[g].1 += 1;
@@ -200,7 +177,7 @@ mod tests {
                     last_a[g] = last_a[g].max(round);
                 }
             }
-            let shape = format!("{hidden} x {ffn} on {sms} SMs, {warps} warps, lag {lag}");
+            let shape = format!("{hidden} x {ffn} on {sms} SMs, {warps} warps");
             assert!(count.iter().all(|&c| c == (ua, ub)), "{shape}: {count:?}");
             assert!((0..groups).all(|g| first_b[g] > last_a[g]), "{shape}: a down unit waits");
             let last_round = total - (total - 1) / warps * warps;

@@ -9,36 +9,40 @@
 // an H100 for bytes the copy rate moves in 33-38, docs/cuda-journal.md).
 // Here down depends on gate/up per group of 256 rows of the intermediate
 // (one of down's super-block columns), not grid-wide:
-//   - A units: a gate or up tile, MF_STEPS of its super-blocks, summed
+//   - A units: a gate or up tile, MF_A_STEPS of its super-blocks, summed
 //     into `acc` (f32, zero between launches) and counted per group; the
 //     unit that completes a group takes act(gate) * up of its
 //     256 rows, quantizes them as `quantize_x8_sb` would (`store_sb`), zeroes
 //     their sums and flags the group ready;
-//   - B units: MF_STEPS of down's tiles on one group's super-block
+//   - B units: MF_B_STEPS of down's tiles on one group's super-block
 //     column, once it is ready, each tile's sums added to x (red.add: the
 //     order of a row's 56 additions varies from run to run, so this path is
 //     never the batch-invariant one);
-//   - every warp takes units w, w + W, ... of one list in which group j's B
-//     units come `lag` groups after its A units (by default all A units
-//     first), so that a group is done before its B units start and a warp
-//     goes on to down's weights as soon as it runs out of gate/up's, with
-//     no wait for the rest of the grid. A unit waits only on units earlier
-//     in the list, and every warp is resident (one block of up to 16 warps
-//     an SM), so the list always moves. Each warp keeps two super-blocks of
-//     weights in flight across its units, as `gemv_tile_body` does within
-//     a tile.
+//   - one list, every A unit before every B unit, handed out in its order
+//     (`mf_advance`), so that a group is done before its B units start and a
+//     warp goes on to down's weights as soon as gate/up's run out, with
+//     no wait for the rest of the grid. Every warp is resident (one block
+//     of up to 16 warps an SM). Each warp keeps two super-blocks of weights
+//     in flight across its units, as `gemv_tile_body` does within a tile.
 // The last warp to finish zeroes the counters. With FERRITE_CUDA_TRACE=2
 // the first warp marks each of its units' ends (mf.unit.gu, mf.unit.down)
 // and each wait for a group (mf.ready) on the decode timeline.
 
 // Steps a unit, each a tile's super-block (A: of one tile, B: of as many
-// tiles); every unit of one length keeps a warp's cursor cheap.
-#define MF_STEPS 4
+// tiles). An A unit takes MF_A_STEPS (a power of 2) super-blocks, halved
+// until they divide a row's (at least 4: `takes` checks); fewer, longer A
+// units mean fewer of their fences and counts, which stall the warp (its
+// weights in flight too) for a round trip each.
+#ifndef MF_A_STEPS
+#define MF_A_STEPS 4
+#endif
+#define MF_B_STEPS 4
 
-// Where a warp is in its list: unit u, step s of it; what that step reads.
+// The list: every A unit (gate/up) first, group by group, then every B
+// unit (down), group by group.
 struct MfShape {
-    u32 groups, ua, ub, lag, total;  // units a group (A, B), units in all
-    u32 parts;                       // A units a tile
+    u32 groups, ua, ub, na, total;  // units a group (A, B); A units, all units
+    u32 sa, parts;                  // steps an A unit; A units a tile
 };
 struct MfStep {
     bool b;     // a B (down) unit
@@ -47,30 +51,19 @@ struct MfStep {
     u32 sb;     // super-block of the tile's rows
     bool first, last;
 };
+__device__ __forceinline__ u32 mf_len(const MfShape& m, u32 u) { return u < m.na ? m.sa : MF_B_STEPS; }
 __device__ __forceinline__ MfStep mf_step(const MfShape& m, u32 u, u32 s) {
-    // The list by rows r: A units of group r (r < groups), then B units of
-    // group r - lag (r >= lag).
-    u32 r, rem;
-    bool b;
-    const u32 n0 = m.lag * m.ua, both = m.ua + m.ub, n1 = (m.groups - m.lag) * both;
-    if (u < n0) {
-        r = u / m.ua, rem = u % m.ua, b = false;
-    } else if (u - n0 < n1) {
-        r = m.lag + (u - n0) / both, rem = (u - n0) % both, b = rem >= m.ua;
-        if (b) rem -= m.ua;
-    } else {
-        r = m.groups + (u - n0 - n1) / m.ub, rem = (u - n0 - n1) % m.ub, b = true;
-    }
     MfStep st;
-    st.b = b;
-    if (b) {
-        st.group = r - m.lag, st.tile = rem * MF_STEPS + s, st.sb = st.group;
+    st.b = u >= m.na;
+    if (st.b) {
+        const u32 v = u - m.na;
+        st.group = v / m.ub, st.tile = (v % m.ub) * MF_B_STEPS + s, st.sb = st.group;
         st.first = s == 0, st.last = true;  // (each B step ends a tile's sums)
     } else {
         // rem: tile t of the group's 32 (gate 0..15, up 16..31), part p.
-        const u32 t = rem / m.parts, p = rem % m.parts;
-        st.group = r, st.tile = (t >> 4) * (m.groups * 16) + 16 * r + (t & 15), st.sb = p * MF_STEPS + s;
-        st.first = s == 0, st.last = s + 1 == MF_STEPS;
+        const u32 r = u / m.ua, rem = u % m.ua, t = rem / m.parts, p = rem % m.parts;
+        st.group = r, st.tile = (t >> 4) * (m.groups * 16) + 16 * r + (t & 15), st.sb = p * m.sa + s;
+        st.first = s == 0, st.last = s + 1 == m.sa;
     }
     return st;
 }
@@ -87,7 +80,7 @@ struct MfArgs {
     float* acc;         // gate's then up's sums (2F, zero between launches)
     signed char* xq2;   // down's input, by group
     u32* meta2;
-    u32* cnt;  // per group: A units done (groups), ready (groups); warps done (1)
+    u32* cnt;  // per group: A units done, ready (2 x groups); warps done, units handed out (2)
     u32 hidden;
 };
 
@@ -158,9 +151,24 @@ __device__ __forceinline__ void mf_end_b(const MfArgs& a, const MfStep& st, floa
     acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
 }
 
-// The next step of a warp's list (unit u, step s; `warps` apart).
-__device__ __forceinline__ void mf_advance(u32& u, u32& s, u32 warps) {
-    if (++s == MF_STEPS) s = 0, u += warps;
+// The fetch cursor's next step (unit u, step s). Units are handed out in
+// the list's order by a counter (each warp's first: its index), so that an
+// SM that streams slower than the rest takes fewer of them instead of
+// holding the launch's end (a fixed share, units w, w + W, ..., left a
+// tail of 13 us on an H100; MF_STATIC builds that share). Lane 0 asks for
+// the unit after u when u begins (`next`): the answer has a unit's steps
+// to arrive. A unit waits only on units earlier in the list, and every
+// warp's units come in the list's order, so the list always moves.
+__device__ __forceinline__ void mf_advance(const MfShape& m, u32& u, u32& s, u32& next, u32* handed, u32 warps) {
+    if (++s < mf_len(m, u)) return;
+    s = 0;
+#ifdef MF_STATIC
+    (void)next, (void)handed;
+    u += warps;
+#else
+    u = __shfl_sync(0xffffffffu, next, 0);
+    if ((threadIdx.x & 31) == 0 && u < m.total) next = warps + atomicAdd(handed, 1u);
+#endif
 }
 __device__ __forceinline__ Q4kW mf_fetch(const MfArgs& a, const MfShape& m, u32 u, u32 s, u32 lane) {
     const bool live = u < m.total;
@@ -195,23 +203,29 @@ __device__ __forceinline__ void mf_end(const MfArgs& a, const MfShape& m, const 
 
 __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_gu, u64 rb_d, const signed char* xq,
                                const u32* meta, const float* ss, float eps, int act, float* x, float* acc,
-                               signed char* xq2, u32* meta2, u32* cnt, u32 hidden, u32 ffn, u32 lag) {
+                               signed char* xq2, u32* meta2, u32* cnt, u32 hidden, u32 ffn) {
     const u32 groups = ffn / 256, nsb = hidden / 256;
-    const u32 parts = nsb / MF_STEPS, ua = 32 * parts, ub = hidden / 16 / MF_STEPS;
-    const MfShape m{groups, ua, ub, lag, groups * (ua + ub), parts};
+    const u32 sa = min((u32)MF_A_STEPS, nsb & (0u - nsb));  // (nsb's largest power-of-2 factor)
+    const u32 parts = nsb / sa, ua = 32 * parts, ub = hidden / 16 / MF_B_STEPS;
+    const MfShape m{groups, ua, ub, groups * ua, groups * (ua + ub), sa, parts};
     const MfArgs a{wg, wu, wd, rb_gu, rb_d, xq, meta, ss, eps, act, x, acc, xq2, meta2, cnt, hidden};
     const u32 lane = threadIdx.x & 31, warps = gridDim.x * (blockDim.x >> 5);
     const u32 w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    u32* handed = cnt + 2 * groups + 1;
     // Two steps' weights in flight: one computes while the other and the
-    // fetch after it load (cursors: compute cu/cs, fetch fu/fs). The weights
-    // are not the kernel before's output: the first loads go out before
-    // waiting for it.
-    u32 cu = w, cs = 0, fu = w, fs = 0;
+    // fetch after it load (cursors: compute cu/cs, fetch fu/fs, two steps
+    // on, so in the same unit or the next: a unit has 4 steps or more).
+    // The weights are not the kernel before's output: the first loads go
+    // out before waiting for it (and stay in the warp's first unit).
+    u32 cu = w, cs = 0, fu = w, fs = 0, next = w + warps;
     Q4kW wa = mf_fetch(a, m, fu, fs, lane);
-    mf_advance(fu, fs, warps);
+    mf_advance(m, fu, fs, next, handed, warps);
     Q4kW wb = mf_fetch(a, m, fu, fs, lane);
-    mf_advance(fu, fs, warps);
+    mf_advance(m, fu, fs, next, handed, warps);
     pdl_wait();
+#ifndef MF_STATIC
+    if (lane == 0) next = warps + atomicAdd(handed, 1u);
+#endif
     const float norm = dl_norm_factor(a.ss, hidden, eps);  // xn's (every A unit's sums scale by it)
     float sums[4] = {0.f, 0.f, 0.f, 0.f};
     uint4 xv[4], h, bs;  // a step's input (a B unit's kept over its steps)
@@ -219,10 +233,12 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
     // (Called on wa and wb by name: both stay in registers.)
     auto turn = [&](Q4kW& buf) {
         const MfStep st = mf_product(a, m, buf, cu, cs, lane, xv, h, bs, sums);
-        if (fu < m.total) buf = mf_fetch(a, m, fu, fs, lane), mf_advance(fu, fs, warps);
+        if (fu < m.total) buf = mf_fetch(a, m, fu, fs, lane), mf_advance(m, fu, fs, next, handed, warps);
         mf_end(a, m, st, sums, norm, lane);
-        mf_advance(cu, cs, warps);
-        if (cs == 0) trace_mark(st.b ? "mf.unit.down" : "mf.unit.gu");
+        if (++cs == mf_len(m, cu)) {
+            cs = 0, cu = fu;
+            trace_mark(st.b ? "mf.unit.down" : "mf.unit.gu");
+        }
     };
     while (cu < m.total) {
         turn(wa);
@@ -233,12 +249,12 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
     u32 out = 0;
     if (lane == 0) out = atomicAdd(a.cnt + 2 * m.groups, 1u) + 1;
     if (__shfl_sync(0xffffffffu, out, 0) == warps)
-        for (u32 c = lane; c <= 2 * m.groups; c += 32) a.cnt[c] = 0;
+        for (u32 c = lane; c <= 2 * m.groups + 1; c += 32) a.cnt[c] = 0;
 }
 
 extern "C" __global__ void __launch_bounds__(512)
     mlp_fused(const u8* wg, const u8* wu, const u8* wd, u64 rb_gu, u64 rb_d, const signed char* xq, const u32* meta,
               const float* ss, float eps, int act, float* x, float* acc, signed char* xq2, u32* meta2, u32* cnt,
-              u32 hidden, u32 ffn, u32 lag) {
-    mlp_fused_body(wg, wu, wd, rb_gu, rb_d, xq, meta, ss, eps, act, x, acc, xq2, meta2, cnt, hidden, ffn, lag);
+              u32 hidden, u32 ffn) {
+    mlp_fused_body(wg, wu, wd, rb_gu, rb_d, xq, meta, ss, eps, act, x, acc, xq2, meta2, cnt, hidden, ffn);
 }
