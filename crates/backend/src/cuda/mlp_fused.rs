@@ -17,15 +17,19 @@ use super::CudaTensor;
 
 /// The widest intermediate it takes (its sums' room, allocated once).
 const MAX_FFN: usize = 1 << 16;
+/// The sums of one launch: gate's then up's.
+const ROOM: usize = 2 * MAX_FFN;
 /// Steps a unit of the kernel (`MF_A_STEPS` as built by default,
 /// `MF_B_STEPS`): super-blocks of a gate/up tile, or down tiles.
 const STEPS: usize = 4;
 /// Warps a block: one block an SM, so that every warp is resident.
 const WARPS: u32 = 16;
 
-/// What every launch shares, zero between launches: the gate/up sums and
-/// the counters (per group two, then the warps done and the units handed
-/// out).
+/// What every launch shares: the gate/up sums, two halves of `ROOM` that
+/// launches take in turn (the one a launch takes zeroed by the launch
+/// before), and the counters (per group one, zero between launches; then
+/// the warps done and the units handed out, zero between launches; the
+/// launches).
 pub struct MlpFused {
     acc: CudaSlice<f32>,
     cnt: CudaSlice<u32>,
@@ -38,8 +42,8 @@ impl MlpFused {
             return Ok(None);
         }
         let alloc = |e| device_err("alloc", e);
-        let acc = stream.alloc_zeros::<f32>(2 * MAX_FFN).map_err(alloc)?;
-        let cnt = stream.alloc_zeros::<u32>(2 * MAX_FFN / 256 + 2).map_err(alloc)?;
+        let acc = stream.alloc_zeros::<f32>(2 * ROOM).map_err(alloc)?;
+        let cnt = stream.alloc_zeros::<u32>(MAX_FFN / 256 + 3).map_err(alloc)?;
         Ok(Some(MlpFused { acc, cnt }))
     }
 }
@@ -94,20 +98,18 @@ pub fn mlp_add(
     let state = dev.mlp_fused.as_ref().ok_or_else(|| ferrite_core::Error::Device("fused MLP not open".into()))?;
     let (hidden, ffn) = (gate.cols, gate.rows);
     let mut xn = gemv::x8_tile_normed(dev, x, norm)?;
-    let mut mid = gemv::x8_tile_room(dev, ffn)?;
     let s = &dev.stream;
     let per_block = block_warps(dev.sms as usize, hidden, ffn);
     let ([xq, meta, ss], _g1) = xn.normed_target(s)?;
-    let ([xq2, meta2], _, _g2) = mid.target(s);
     let _span = super::profile::span(s, "mlp_fused");
     let mut a = dev.launch("mlp_fused");
     a.arg(&gate.data).arg(&up.data).arg(&down.data).arg(gate.row_bytes()).arg(down.row_bytes());
     a.arg(xq).arg(meta).arg(ss).arg(norm.eps).arg(act).arg(x.f32_mut(dev)?);
-    a.arg(&state.acc).arg(xq2).arg(meta2).arg(&state.cnt);
+    a.arg(&state.acc).arg(ROOM as u32).arg(&state.cnt);
     a.arg(hidden as u32).arg(ffn as u32);
     let cfg = LaunchConfig { grid_dim: (dev.sms, 1, 1), block_dim: (32 * per_block as u32, 1, 1), shared_mem_bytes: 0 };
     // The weights, x and the sums as `takes` checked them; the 8-bit
-    // buffers of the sizes their kernels write.
+    // input of the size its kernel writes.
     a.run(cfg)
 }
 

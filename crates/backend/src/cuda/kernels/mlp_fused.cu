@@ -10,12 +10,10 @@
 // Here down depends on gate/up per group of 256 rows of the intermediate
 // (one of down's super-block columns), not grid-wide:
 //   - A units: a gate or up tile, MF_A_STEPS of its super-blocks, summed
-//     into `acc` (f32, zero between launches) and counted per group; the
-//     unit that completes a group takes act(gate) * up of its
-//     256 rows, quantizes them as `quantize_x8_sb` would (`store_sb`), zeroes
-//     their sums and flags the group ready;
+//     into `acc` (f32, zeroed by the launch before) and counted per group;
 //   - B units: MF_B_STEPS of down's tiles on one group's super-block
-//     column, once it is ready, each tile's sums added to x (red.add: the
+//     column, once its A units are all counted: act(gate) * up of its 256
+//     rows quantized as `quantize_x8_sb` would, each tile's sums added to x (red.add: the
 //     order of a row's 56 additions varies from run to run, so this path is
 //     never the batch-invariant one);
 //   - one list, every A unit before every B unit, handed out in its order
@@ -76,11 +74,9 @@ struct MfArgs {
     const float* ss;  // xn's squares per super-block (the norm)
     float eps;
     int act;
-    float* x;           // the residual, added to
-    float* acc;         // gate's then up's sums (2F, zero between launches)
-    signed char* xq2;   // down's input, by group
-    u32* meta2;
-    u32* cnt;  // per group: A units done, ready (2 x groups); warps done, units handed out (2)
+    float* x;    // the residual, added to
+    float* acc;  // this launch's gate then up sums (2F, zero when it starts)
+    u32* cnt;    // per group: A units done (groups); warps done, units handed out, launches (3)
     u32 hidden;
 };
 
@@ -90,31 +86,10 @@ __device__ __forceinline__ const u8* mf_tile(const MfArgs& a, const MfShape& m, 
     return st.tile < f_tiles ? a.wg + (u64)st.tile * 16 * a.rb_gu : a.wu + (u64)(st.tile - f_tiles) * 16 * a.rb_gu;
 }
 
-// The warp that completed group j: act(gate) * up of its 256 rows as down's
-// input (8 values a lane), their sums zeroed, then the group flagged ready.
-__device__ __forceinline__ void mf_finish_group(const MfArgs& a, const MfShape& m, u32 j, u32 lane) {
-    __threadfence();
-    const u64 f = (u64)m.groups * 256, at = 256 * (u64)j + 8 * lane;
-    float v[8];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const float4 g = __ldcg((const float4*)(a.acc + at + 4 * h));
-        const float4 up = __ldcg((const float4*)(a.acc + f + at + 4 * h));
-        v[4 * h] = act_fn(g.x, a.act) * up.x, v[4 * h + 1] = act_fn(g.y, a.act) * up.y;
-        v[4 * h + 2] = act_fn(g.z, a.act) * up.z, v[4 * h + 3] = act_fn(g.w, a.act) * up.w;
-        __stcg((float4*)(a.acc + at + 4 * h), make_float4(0.f, 0.f, 0.f, 0.f));
-        __stcg((float4*)(a.acc + f + at + 4 * h), make_float4(0.f, 0.f, 0.f, 0.f));
-    }
-    store_sb(j, lane, v, a.xq2, a.meta2);
-    __threadfence();
-    __syncwarp();
-    if (lane == 0) asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(a.cnt + m.groups + j), "r"(1u) : "memory");
-}
-
-// An A unit's sums (rows g and g + 8 of its tile, lanes i = 0) into `acc`,
-// counted for its group; the warp that counts the group's last finishes it.
-__device__ __forceinline__ void mf_end_a(const MfArgs& a, const MfShape& m, const MfStep& st, float (&acc)[4],
-                                         float norm, u32 lane) {
+// An A unit's sums (rows g and g + 8 of its tile, lanes i = 0) added into
+// `acc`, then counted for its group (fenced: the adds first). No answer is
+// waited for: the B units finish the group.
+__device__ __forceinline__ void mf_end_a(const MfArgs& a, const MfStep& st, float (&acc)[4], float norm, u32 lane) {
     if ((lane & 3) == 0) {
         const u32 row = 16 * st.tile + (lane >> 2);
         atomicAdd(a.acc + row, acc[0] * norm);
@@ -123,22 +98,74 @@ __device__ __forceinline__ void mf_end_a(const MfArgs& a, const MfShape& m, cons
     acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
     __threadfence();
     __syncwarp();
-    u32 done = 0;
-    if (lane == 0) done = atomicAdd(a.cnt + st.group, 1u) + 1;
-    if (__shfl_sync(0xffffffffu, done, 0) == m.ua) mf_finish_group(a, m, st.group, lane);
+    if (lane == 0) atomicAdd(a.cnt + st.group, 1u);
 }
 
-// A B step's input: its group's 8-bit values (the lane's 64 bytes) and
-// metadata, once the group is ready (written in this launch: read past L1).
-__device__ __forceinline__ void mf_wait_group(const MfArgs& a, const MfShape& m, u32 j, u32 lane, uint4 (&x)[4],
-                                              uint4& h, uint4& s) {
-    if (lane == 0) dl_wait_count(a.cnt + m.groups + j, 1u);
+// A B unit's input, once every A unit of group j has added its sums (read
+// past L1: written in this launch): act(gate) * up of the group's 256 rows
+// (8 a lane) quantized as `store_sb` does, kept in registers in the order
+// `q4k_step` reads (lane i of a quad: the 16 words `store_sb` stores at
+// 16 i .., x; the super-block's metadata, h and s). Every B unit of the
+// group does this itself rather than one warp storing it for the rest: a
+// store, a fence and a flag fewer on the path from the group's last A unit
+// to its B units, which at the list's end wait on that path.
+__device__ __forceinline__ void mf_group_input(const MfArgs& a, const MfShape& m, u32 j, u32 lane, uint4 (&x)[4],
+                                               uint4& h, uint4& s) {
+    if (lane == 0) dl_wait_count(a.cnt + j, m.ua);
     __syncwarp();
     trace_mark("mf.ready");
-    const uint4* xs = (const uint4*)(a.xq2 + 256 * (u64)j + 64 * (lane & 3));
+    const u64 f = (u64)m.groups * 256, at = 256 * (u64)j + 8 * lane;
+    float v[8];
 #pragma unroll
-    for (int e = 0; e < 4; e++) x[e] = __ldcg(xs + e);
-    h = __ldcg((const uint4*)(a.meta2 + 8 * (u64)j)), s = __ldcg((const uint4*)(a.meta2 + 8 * (u64)j + 4));
+    for (int e = 0; e < 2; e++) {
+        const float4 g = __ldcg((const float4*)(a.acc + at + 4 * e));
+        const float4 up = __ldcg((const float4*)(a.acc + f + at + 4 * e));
+        v[4 * e] = act_fn(g.x, a.act) * up.x, v[4 * e + 1] = act_fn(g.y, a.act) * up.y;
+        v[4 * e + 2] = act_fn(g.z, a.act) * up.z, v[4 * e + 3] = act_fn(g.w, a.act) * up.w;
+    }
+    float sub = 0.f;
+#pragma unroll
+    for (int e = 0; e < 8; e++) sub = fmaxf(sub, fabsf(v[e]));
+    sub = fmaxf(sub, __shfl_xor_sync(0xffffffffu, sub, 1));
+    sub = fmaxf(sub, __shfl_xor_sync(0xffffffffu, sub, 2));
+    float amax = sub;
+    for (int o = 4; o < 32; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    int t = 3;
+    while (t > 0 && sub * (float)(16 >> t) <= amax) t--;
+    const float inv = 8.f / (amax / 127.f * (float)(1 << t));
+    u32 lo = 0, hi = 0;
+    int sum = 0;
+#pragma unroll
+    for (int e = 0; e < 8; e++) {
+        const int q = amax > 0.f ? max(-127, min(127, __float2int_rn(v[e] * inv))) : 0;
+        sum += q;
+        if (e < 4) lo |= ((u32)q & 0xffu) << (8 * e);
+        else hi |= ((u32)q & 0xffu) << (8 * (e - 4));
+    }
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    // Word w of lane i's 16 is `store_sb`'s lo (i even) or hi (i odd) of
+    // lane 2 w + i / 2.
+    const u32 i = lane & 3;
+    u32 wd[16];
+#pragma unroll
+    for (int w = 0; w < 16; w++) {
+        const u32 from = 2 * w + (i >> 1);
+        const u32 l = __shfl_sync(0xffffffffu, lo, from), u = __shfl_sync(0xffffffffu, hi, from);
+        wd[w] = i & 1 ? u : l;
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) x[e] = make_uint4(wd[4 * e], wd[4 * e + 1], wd[4 * e + 2], wd[4 * e + 3]);
+    // Sub-block b's shift and bsum from its first lane (4 b).
+    u32 tw[2] = {0u, 0u}, bw[4] = {0u, 0u, 0u, 0u};
+    const u32 bsum = (u32)(sum << t) & 0xffffu;
+#pragma unroll
+    for (int b = 0; b < 8; b++) {
+        tw[b >> 2] |= (u32)__shfl_sync(0xffffffffu, t, 4 * b) << (8 * (b & 3));
+        bw[b >> 1] |= __shfl_sync(0xffffffffu, bsum, 4 * b) << (16 * (b & 1));
+    }
+    h = make_uint4(__float_as_uint(amax / 127.f / 8.f), tw[0], tw[1], 0u);
+    s = make_uint4(bw[0], bw[1], bw[2], bw[3]);
 }
 
 // Rows g and g + 8 of a down tile's sums (lanes i = 0) added to x.
@@ -184,7 +211,7 @@ __device__ __forceinline__ MfStep mf_product(const MfArgs& a, const MfShape& m, 
                                              u32 lane, uint4 (&x)[4], uint4& h, uint4& sums, float (&acc)[4]) {
     const MfStep st = mf_step(m, u, s);
     if (st.b) {
-        if (st.first) mf_wait_group(a, m, st.group, lane, x, h, sums);
+        if (st.first) mf_group_input(a, m, st.group, lane, x, h, sums);
     } else {
         const uint4* xs = (const uint4*)(a.xq + 64 * (lane & 3) + 256 * (u64)st.sb);
 #pragma unroll
@@ -198,20 +225,20 @@ __device__ __forceinline__ MfStep mf_product(const MfArgs& a, const MfShape& m, 
 __device__ __forceinline__ void mf_end(const MfArgs& a, const MfShape& m, const MfStep& st, float (&acc)[4],
                                        float norm, u32 lane) {
     if (st.b) mf_end_b(a, st, acc, lane);
-    else if (st.last) mf_end_a(a, m, st, acc, norm, lane);
+    else if (st.last) mf_end_a(a, st, acc, norm, lane);
 }
 
 __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_gu, u64 rb_d, const signed char* xq,
-                               const u32* meta, const float* ss, float eps, int act, float* x, float* acc,
-                               signed char* xq2, u32* meta2, u32* cnt, u32 hidden, u32 ffn) {
+                               const u32* meta, const float* ss, float eps, int act, float* x, float* acc, u32 room,
+                               u32* cnt, u32 hidden, u32 ffn) {
     const u32 groups = ffn / 256, nsb = hidden / 256;
     const u32 sa = min((u32)MF_A_STEPS, nsb & (0u - nsb));  // (nsb's largest power-of-2 factor)
     const u32 parts = nsb / sa, ua = 32 * parts, ub = hidden / 16 / MF_B_STEPS;
     const MfShape m{groups, ua, ub, groups * ua, groups * (ua + ub), sa, parts};
-    const MfArgs a{wg, wu, wd, rb_gu, rb_d, xq, meta, ss, eps, act, x, acc, xq2, meta2, cnt, hidden};
+    MfArgs a{wg, wu, wd, rb_gu, rb_d, xq, meta, ss, eps, act, x, acc, cnt, hidden};
     const u32 lane = threadIdx.x & 31, warps = gridDim.x * (blockDim.x >> 5);
     const u32 w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    u32* handed = cnt + 2 * groups + 1;
+    u32* handed = cnt + groups + 1;
     // Two steps' weights in flight: one computes while the other and the
     // fetch after it load (cursors: compute cu/cs, fetch fu/fs, two steps
     // on, so in the same unit or the next: a unit has 4 steps or more).
@@ -226,6 +253,14 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
 #ifndef MF_STATIC
     if (lane == 0) next = warps + atomicAdd(handed, 1u);
 #endif
+    // The sums alternate between two halves of `acc` (`room` floats each)
+    // by launch: this one's was zeroed by the launch before, and it zeroes
+    // the other (whole: launches of other shapes share it) for the next.
+    const u32 launch = __ldcg(cnt + groups + 2);
+    a.acc = acc + (u64)(launch & 1) * room;
+    float* other = acc + (u64)(~launch & 1) * room;
+    for (u32 c = 4 * (32 * w + lane); c < room; c += 128 * warps)
+        __stcg((float4*)(other + c), make_float4(0.f, 0.f, 0.f, 0.f));
     const float norm = dl_norm_factor(a.ss, hidden, eps);  // xn's (every A unit's sums scale by it)
     float sums[4] = {0.f, 0.f, 0.f, 0.f};
     uint4 xv[4], h, bs;  // a step's input (a B unit's kept over its steps)
@@ -244,17 +279,19 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
         turn(wa);
         if (cu < m.total) turn(wb);
     }
-    // The last warp out zeroes the counters for the next launch.
+    // The last warp out zeroes the counters for the next launch and counts
+    // this one.
     __syncwarp();
     u32 out = 0;
-    if (lane == 0) out = atomicAdd(a.cnt + 2 * m.groups, 1u) + 1;
-    if (__shfl_sync(0xffffffffu, out, 0) == warps)
-        for (u32 c = lane; c <= 2 * m.groups + 1; c += 32) a.cnt[c] = 0;
+    if (lane == 0) out = atomicAdd(a.cnt + m.groups, 1u) + 1;
+    if (__shfl_sync(0xffffffffu, out, 0) == warps) {
+        for (u32 c = lane; c <= m.groups + 1; c += 32) a.cnt[c] = 0;
+        if (lane == 0) a.cnt[m.groups + 2] = launch + 1;
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(512)
     mlp_fused(const u8* wg, const u8* wu, const u8* wd, u64 rb_gu, u64 rb_d, const signed char* xq, const u32* meta,
-              const float* ss, float eps, int act, float* x, float* acc, signed char* xq2, u32* meta2, u32* cnt,
-              u32 hidden, u32 ffn) {
-    mlp_fused_body(wg, wu, wd, rb_gu, rb_d, xq, meta, ss, eps, act, x, acc, xq2, meta2, cnt, hidden, ffn);
+              const float* ss, float eps, int act, float* x, float* acc, u32 room, u32* cnt, u32 hidden, u32 ffn) {
+    mlp_fused_body(wg, wu, wd, rb_gu, rb_d, xq, meta, ss, eps, act, x, acc, room, cnt, hidden, ffn);
 }
