@@ -368,11 +368,6 @@ pub fn x8_tile_normed(dev: &Device, x: &CudaTensor, norm: Norm) -> Result<X8> {
     quantize_x8(dev, x, TILE_ORDER, Some(norm), None)
 }
 
-/// Room for `len` inputs of the tensor-core GEMVs, which a kernel writes.
-pub fn x8_tile_room(dev: &Device, len: usize) -> Result<X8> {
-    alloc_x8(dev, len, TILE_ORDER, false)
-}
-
 /// Quantizes x for a matmul group `ws` ahead of its GEMVs where they read it
 /// in two orders, the tensor-core GEMVs' super-blocks and Q5_K's pieces
 /// (Q5_K_M's layers whose value projection is Q6_K): both in one launch

@@ -22,8 +22,9 @@ const ROOM: usize = 2 * MAX_FFN;
 /// Steps a unit of the kernel (`MF_A_STEPS` as built by default,
 /// `MF_B_STEPS`): super-blocks of a gate/up tile, or down tiles.
 const STEPS: usize = 4;
-/// Warps a block: one block an SM, so that every warp is resident.
-const WARPS: u32 = 16;
+/// Warps a block (the kernel's `MF_WARPS`): one block an SM, so that
+/// every warp is resident.
+const WARPS: u32 = 14;
 
 /// What every launch shares: the gate/up sums, two halves of `ROOM` that
 /// launches take in turn (the one a launch takes zeroed by the launch
@@ -66,26 +67,6 @@ fn shapes_fit(hidden: usize, ffn: usize) -> bool {
     hidden.is_multiple_of(256 * STEPS) && ffn.is_multiple_of(256) && ffn > 0 && ffn <= MAX_FFN
 }
 
-/// A group's units (gate/up, down) and all of them.
-fn units(hidden: usize, ffn: usize) -> (usize, usize, usize) {
-    let (ua, ub) = (32 * (hidden / 256 / STEPS), hidden / 16 / STEPS);
-    (ua, ub, ffn / 256 * (ua + ub))
-}
-
-/// Warps a block (of one block an SM): the most, 16 down to 8, whose last
-/// round of units keeps at least half of them busy (a last round that
-/// leaves most warps idle costs a unit's time with little of the copy
-/// rate), else 16.
-fn block_warps(sms: usize, hidden: usize, ffn: usize) -> usize {
-    let (_, _, total) = units(hidden, ffn);
-    let even = |per_block: usize| {
-        let warps = sms * per_block;
-        let last = total - (total.div_ceil(warps) - 1) * warps;
-        total <= warps || 2 * last >= warps
-    };
-    (8..=WARPS as usize).rev().find(|&b| even(b)).unwrap_or(WARPS as usize)
-}
-
 /// x += down(act(gate(xn)) * up(xn)), xn = x normed by `norm` (`takes` has
 /// been checked): the normed quantization, then the one launch.
 pub fn mlp_add(
@@ -99,7 +80,6 @@ pub fn mlp_add(
     let (hidden, ffn) = (gate.cols, gate.rows);
     let mut xn = gemv::x8_tile_normed(dev, x, norm)?;
     let s = &dev.stream;
-    let per_block = block_warps(dev.sms as usize, hidden, ffn);
     let ([xq, meta, ss], _g1) = xn.normed_target(s)?;
     let _span = super::profile::span(s, "mlp_fused");
     let mut a = dev.launch("mlp_fused");
@@ -107,7 +87,7 @@ pub fn mlp_add(
     a.arg(xq).arg(meta).arg(ss).arg(norm.eps).arg(act).arg(x.f32_mut(dev)?);
     a.arg(&state.acc).arg(ROOM as u32).arg(&state.cnt);
     a.arg(hidden as u32).arg(ffn as u32);
-    let cfg = LaunchConfig { grid_dim: (dev.sms, 1, 1), block_dim: (32 * per_block as u32, 1, 1), shared_mem_bytes: 0 };
+    let cfg = LaunchConfig { grid_dim: (dev.sms, 1, 1), block_dim: (32 * WARPS, 1, 1), shared_mem_bytes: 0 };
     // The weights, x and the sums as `takes` checked them; the 8-bit
     // input of the size its kernel writes.
     a.run(cfg)
@@ -116,6 +96,12 @@ pub fn mlp_add(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A group's units (gate/up, down) and all of them.
+    fn units(hidden: usize, ffn: usize) -> (usize, usize, usize) {
+        let (ua, ub) = (32 * (hidden / 256 / STEPS), hidden / 16 / STEPS);
+        (ua, ub, ffn / 256 * (ua + ub))
+    }
 
     /// Llama-3.1-8B and 3.2-1B shapes fit; sizes the units do not divide fall
     /// back to the chain.
@@ -128,14 +114,11 @@ mod tests {
         assert!(!shapes_fit(4096, 2 * MAX_FFN));
     }
 
-    /// Llama-3.1-8B on 132 SMs: 10,752 units, six rounds of 14 warps a
-    /// block (1,848 warps; 16 would leave a last round of 192 units).
+    /// Llama-3.1-8B: 10,752 units (7,168 gate/up, 3,584 down).
     #[test]
-    fn units_spread_over_the_warps() {
+    fn units_of_llama_shapes() {
         assert_eq!(units(4096, 14336), (128, 64, 10_752));
-        assert_eq!(block_warps(132, 4096, 14336), 14);
-        assert_eq!(block_warps(132, 4096 * 2, 28672), 15, "Llama-3.1-70B: 21.7 rounds of 1,980");
-        assert_eq!(block_warps(132, 1024, 768), 16, "144 units: one round");
+        assert_eq!(units(1024, 768), (32, 16, 144));
     }
 
     /// Unit `u` of the kernel's list as `mf_step` lays it out: (a down
@@ -152,10 +135,9 @@ mod tests {
     /// The list in lockstep (warp w takes units w, w + W, ... one a
     /// round, as the kernel built with MF_STATIC hands them out; the
     /// counter hands them out in the same order): every group has all its
-    /// units, its gate/up units before its down units, and with the
-    /// default warps no down unit shares a round with the last gate/up
-    /// unit of its group (none waits), while the last round keeps most
-    /// warps busy: Llama-3.1-8B on an H200 or H100 SXM (132 SMs) and PCIe
+    /// units, its gate/up units before its down units, and no down unit
+    /// shares a round with the last gate/up unit of its group (none
+    /// waits): Llama-3.1-8B on an H200 or H100 SXM (132 SMs) and PCIe
     /// (114), Llama-3.1-70B. (A list with down units a wave of gate/up
     /// units behind their group's, tried first, left the last groups'
     /// down units waiting.)
@@ -164,7 +146,7 @@ mod tests {
         for (sms, hidden, ffn) in [(132, 4096, 14336), (114, 4096, 14336), (132, 8192, 28672)] {
             let (ua, ub, total) = units(hidden, ffn);
             let groups = ffn / 256;
-            let warps = sms * block_warps(sms, hidden, ffn);
+            let warps = sms * WARPS as usize;
             let mut count = vec![(0, 0); groups];
             let mut last_a = vec![0; groups];
             let mut first_b = vec![usize::MAX; groups];
@@ -182,8 +164,6 @@ mod tests {
             let shape = format!("{hidden} x {ffn} on {sms} SMs, {warps} warps");
             assert!(count.iter().all(|&c| c == (ua, ub)), "{shape}: {count:?}");
             assert!((0..groups).all(|g| first_b[g] > last_a[g]), "{shape}: a down unit waits");
-            let last_round = total - (total - 1) / warps * warps;
-            assert!(2 * last_round > warps, "{shape}: a last round of {last_round} units");
         }
     }
 }

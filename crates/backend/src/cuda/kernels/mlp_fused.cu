@@ -20,7 +20,7 @@
 //     (`mf_advance`), so that a group is done before its B units start and a
 //     warp goes on to down's weights as soon as gate/up's run out, with
 //     no wait for the rest of the grid. Every warp is resident (one block
-//     of up to 16 warps an SM). Each warp keeps two super-blocks of weights
+//     of MF_WARPS an SM). Each warp keeps two super-blocks of weights
 //     in flight across its units, as `gemv_tile_body` does within a tile.
 // The last warp to finish zeroes the counters. With FERRITE_CUDA_TRACE=2
 // the first warp marks each of its units' ends (mf.unit.gu, mf.unit.down)
@@ -35,6 +35,8 @@
 #define MF_A_STEPS 4
 #endif
 #define MF_B_STEPS 4
+// Warps a block, at most (mlp_fused.rs `WARPS`).
+#define MF_WARPS 14
 
 // The list: every A unit (gate/up) first, group by group, then every B
 // unit (down), group by group.
@@ -103,14 +105,14 @@ __device__ __forceinline__ void mf_end_a(const MfArgs& a, const MfStep& st, floa
 
 // A B unit's input, once every A unit of group j has added its sums (read
 // past L1: written in this launch): act(gate) * up of the group's 256 rows
-// (8 a lane) quantized as `store_sb` does, kept in registers in the order
-// `q4k_step` reads (lane i of a quad: the 16 words `store_sb` stores at
-// 16 i .., x; the super-block's metadata, h and s). Every B unit of the
-// group does this itself rather than one warp storing it for the rest: a
-// store, a fence and a flag fewer on the path from the group's last A unit
-// to its B units, which at the list's end wait on that path.
-__device__ __forceinline__ void mf_group_input(const MfArgs& a, const MfShape& m, u32 j, u32 lane, uint4 (&x)[4],
-                                               uint4& h, uint4& s) {
+// (8 a lane) quantized by `store_sb` into the warp's own room in shared
+// memory (`xs`, `ms`), which the unit's steps then read as an A step reads
+// xn. Every B unit of the group does this itself rather than one warp
+// storing it for the rest: a store, a fence and a flag fewer on the path
+// from the group's last A unit to its B units, which at the list's end
+// wait on that path.
+__device__ __forceinline__ void mf_group_input(const MfArgs& a, const MfShape& m, u32 j, u32 lane, signed char* xs,
+                                               u32* ms) {
     if (lane == 0) dl_wait_count(a.cnt + j, m.ua);
     __syncwarp();
     trace_mark("mf.ready");
@@ -123,49 +125,8 @@ __device__ __forceinline__ void mf_group_input(const MfArgs& a, const MfShape& m
         v[4 * e] = act_fn(g.x, a.act) * up.x, v[4 * e + 1] = act_fn(g.y, a.act) * up.y;
         v[4 * e + 2] = act_fn(g.z, a.act) * up.z, v[4 * e + 3] = act_fn(g.w, a.act) * up.w;
     }
-    float sub = 0.f;
-#pragma unroll
-    for (int e = 0; e < 8; e++) sub = fmaxf(sub, fabsf(v[e]));
-    sub = fmaxf(sub, __shfl_xor_sync(0xffffffffu, sub, 1));
-    sub = fmaxf(sub, __shfl_xor_sync(0xffffffffu, sub, 2));
-    float amax = sub;
-    for (int o = 4; o < 32; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    int t = 3;
-    while (t > 0 && sub * (float)(16 >> t) <= amax) t--;
-    const float inv = 8.f / (amax / 127.f * (float)(1 << t));
-    u32 lo = 0, hi = 0;
-    int sum = 0;
-#pragma unroll
-    for (int e = 0; e < 8; e++) {
-        const int q = amax > 0.f ? max(-127, min(127, __float2int_rn(v[e] * inv))) : 0;
-        sum += q;
-        if (e < 4) lo |= ((u32)q & 0xffu) << (8 * e);
-        else hi |= ((u32)q & 0xffu) << (8 * (e - 4));
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    // Word w of lane i's 16 is `store_sb`'s lo (i even) or hi (i odd) of
-    // lane 2 w + i / 2.
-    const u32 i = lane & 3;
-    u32 wd[16];
-#pragma unroll
-    for (int w = 0; w < 16; w++) {
-        const u32 from = 2 * w + (i >> 1);
-        const u32 l = __shfl_sync(0xffffffffu, lo, from), u = __shfl_sync(0xffffffffu, hi, from);
-        wd[w] = i & 1 ? u : l;
-    }
-#pragma unroll
-    for (int e = 0; e < 4; e++) x[e] = make_uint4(wd[4 * e], wd[4 * e + 1], wd[4 * e + 2], wd[4 * e + 3]);
-    // Sub-block b's shift and bsum from its first lane (4 b).
-    u32 tw[2] = {0u, 0u}, bw[4] = {0u, 0u, 0u, 0u};
-    const u32 bsum = (u32)(sum << t) & 0xffffu;
-#pragma unroll
-    for (int b = 0; b < 8; b++) {
-        tw[b >> 2] |= (u32)__shfl_sync(0xffffffffu, t, 4 * b) << (8 * (b & 3));
-        bw[b >> 1] |= __shfl_sync(0xffffffffu, bsum, 4 * b) << (16 * (b & 1));
-    }
-    h = make_uint4(__float_as_uint(amax / 127.f / 8.f), tw[0], tw[1], 0u);
-    s = make_uint4(bw[0], bw[1], bw[2], bw[3]);
+    store_sb(0, lane, v, xs, ms);
+    __syncwarp();
 }
 
 // Rows g and g + 8 of a down tile's sums (lanes i = 0) added to x.
@@ -186,8 +147,8 @@ __device__ __forceinline__ void mf_end_b(const MfArgs& a, const MfStep& st, floa
 // the unit after u when u begins (`next`): the answer has a unit's steps
 // to arrive. A unit waits only on units earlier in the list, and every
 // warp's units come in the list's order, so the list always moves.
-__device__ __forceinline__ void mf_advance(const MfShape& m, u32& u, u32& s, u32& next, u32* handed, u32 warps) {
-    if (++s < mf_len(m, u)) return;
+__device__ __forceinline__ bool mf_advance(const MfShape& m, u32& u, u32& s, u32& next, u32* handed, u32 warps) {
+    if (++s < mf_len(m, u)) return false;
     s = 0;
 #ifdef MF_STATIC
     (void)next, (void)handed;
@@ -196,29 +157,46 @@ __device__ __forceinline__ void mf_advance(const MfShape& m, u32& u, u32& s, u32
     u = __shfl_sync(0xffffffffu, next, 0);
     if ((threadIdx.x & 31) == 0 && u < m.total) next = warps + atomicAdd(handed, 1u);
 #endif
+    return true;
 }
-__device__ __forceinline__ Q4kW mf_fetch(const MfArgs& a, const MfShape& m, u32 u, u32 s, u32 lane) {
-    const bool live = u < m.total;
-    const MfStep st = mf_step(m, live ? u : 0, live ? s : 0);
-    return q4k_fetch(mf_tile(a, m, st), st.sb, lane);
+// Where a unit's weights are: step s's at `at + s * stride` (A: the tile's
+// next super-block; B: the next tile), and its first step. Worked out once
+// a unit (a step's own is a few adds: the list's divisions once a step cost
+// as much as its product).
+struct MfUnit {
+    MfStep st;
+    const u8* at;
+    u32 stride;
+};
+__device__ __forceinline__ MfUnit mf_unit(const MfArgs& a, const MfShape& m, u32 u) {
+    MfUnit n;
+    n.st = mf_step(m, u < m.total ? u : 0, 0);
+    n.at = mf_tile(a, m, n.st) + 2304 * (u64)n.st.sb;
+    n.stride = n.st.b ? 16 * (u32)a.rb_d : 2304;
+    return n;
+}
+// Step s of the unit whose first step is `st`.
+__device__ __forceinline__ MfStep mf_nth(const MfShape& m, MfStep st, u32 s) {
+    if (st.b) st.tile += s;
+    else st.sb += s, st.last = s + 1 == m.sa;
+    st.first = s == 0;
+    return st;
 }
 
 // One step of the list: its input (A: xn's super-block, from L1; B: the
-// group's, once at its unit's start) and the product. Its end (`mf_end`)
-// comes after the next fetch has gone out, so that a unit's atomics and
-// fence never leave the warp with fewer than two steps' weights in flight.
-__device__ __forceinline__ MfStep mf_product(const MfArgs& a, const MfShape& m, const Q4kW& cur, u32 u, u32 s,
-                                             u32 lane, uint4 (&x)[4], uint4& h, uint4& sums, float (&acc)[4]) {
-    const MfStep st = mf_step(m, u, s);
-    if (st.b) {
-        if (st.first) mf_group_input(a, m, st.group, lane, x, h, sums);
-    } else {
-        const uint4* xs = (const uint4*)(a.xq + 64 * (lane & 3) + 256 * (u64)st.sb);
-#pragma unroll
-        for (int e = 0; e < 4; e++) x[e] = xs[e];
-        const uint4* mp = (const uint4*)a.meta + 2 * st.sb;
-        h = mp[0], sums = mp[1];
-    }
+// group's, made at its unit's start, from shared memory) and the product.
+// Its end (`mf_end`) comes after the next fetch has gone out, so that a
+// unit's atomics and fence never leave the warp with fewer than two steps'
+// weights in flight.
+__device__ __forceinline__ MfStep mf_product(const MfArgs& a, const MfShape& m, const Q4kW& cur, const MfStep& st0,
+                                             u32 s, u32 lane, signed char* xs, u32* ms, float (&acc)[4]) {
+    const MfStep st = mf_nth(m, st0, s);
+    if (st.b && st.first) mf_group_input(a, m, st.group, lane, xs, ms);
+    const signed char* src = st.b ? xs : a.xq + 256 * (u64)st.sb;
+    const uint4* mp = (const uint4*)(st.b ? ms : a.meta + 8 * (u64)st.sb);
+    const uint4* xp = (const uint4*)(src + 64 * (lane & 3));
+    const uint4 x[4] = {xp[0], xp[1], xp[2], xp[3]};
+    const uint4 h = mp[0], sums = mp[1];
     q4k_step<1>(cur, x, h, sums, h, sums, acc);
     return st;
 }
@@ -245,9 +223,11 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
     // The weights are not the kernel before's output: the first loads go
     // out before waiting for it (and stay in the warp's first unit).
     u32 cu = w, cs = 0, fu = w, fs = 0, next = w + warps;
-    Q4kW wa = mf_fetch(a, m, fu, fs, lane);
+    MfUnit fun = mf_unit(a, m, fu);  // the fetch cursor's unit
+    MfStep cst = fun.st;             // the compute cursor's unit's first step
+    Q4kW wa = q4k_fetch(fun.at, 0, lane);
     mf_advance(m, fu, fs, next, handed, warps);
-    Q4kW wb = mf_fetch(a, m, fu, fs, lane);
+    Q4kW wb = q4k_fetch(fun.at + fun.stride, 0, lane);
     mf_advance(m, fu, fs, next, handed, warps);
     pdl_wait();
 #ifndef MF_STATIC
@@ -263,15 +243,22 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
         __stcg((float4*)(other + c), make_float4(0.f, 0.f, 0.f, 0.f));
     const float norm = dl_norm_factor(a.ss, hidden, eps);  // xn's (every A unit's sums scale by it)
     float sums[4] = {0.f, 0.f, 0.f, 0.f};
-    uint4 xv[4], h, bs;  // a step's input (a B unit's kept over its steps)
+    // A B unit's input, a warp's own.
+    __shared__ __align__(16) signed char b_x[MF_WARPS][256];
+    __shared__ __align__(16) u32 b_meta[MF_WARPS][8];
+    signed char* xs = b_x[threadIdx.x >> 5];
+    u32* ms = b_meta[threadIdx.x >> 5];
     // A step on the weights in `buf`, which then loads the step two on.
     // (Called on wa and wb by name: both stay in registers.)
     auto turn = [&](Q4kW& buf) {
-        const MfStep st = mf_product(a, m, buf, cu, cs, lane, xv, h, bs, sums);
-        if (fu < m.total) buf = mf_fetch(a, m, fu, fs, lane), mf_advance(m, fu, fs, next, handed, warps);
+        const MfStep st = mf_product(a, m, buf, cst, cs, lane, xs, ms, sums);
+        if (fu < m.total) {
+            buf = q4k_fetch(fun.at + (u64)fs * fun.stride, 0, lane);
+            if (mf_advance(m, fu, fs, next, handed, warps)) fun = mf_unit(a, m, fu);
+        }
         mf_end(a, m, st, sums, norm, lane);
         if (++cs == mf_len(m, cu)) {
-            cs = 0, cu = fu;
+            cs = 0, cu = fu, cst = fun.st;
             trace_mark(st.b ? "mf.unit.down" : "mf.unit.gu");
         }
     };
@@ -290,7 +277,7 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
     }
 }
 
-extern "C" __global__ void __launch_bounds__(512)
+extern "C" __global__ void __launch_bounds__(32 * MF_WARPS, 1)
     mlp_fused(const u8* wg, const u8* wu, const u8* wd, u64 rb_gu, u64 rb_d, const signed char* xq, const u32* meta,
               const float* ss, float eps, int act, float* x, float* acc, u32 room, u32* cnt, u32 hidden, u32 ffn) {
     mlp_fused_body(wg, wu, wd, rb_gu, rb_d, xq, meta, ss, eps, act, x, acc, room, cnt, hidden, ffn);
