@@ -25,7 +25,15 @@ KERNELS = os.path.join(os.path.dirname(__file__), "..", "crates", "backend", "sr
 # Each module's files in order (compile.rs MODULES); others are MODULE.cu alone.
 PARTS = {
     "attention": ["wgmma.cuh", "quantize_x8.cuh", "attention.cu", "attention_rows_mma.cu"],
-    "quant": ["rope_kv.cuh", "quantize_x8.cuh", "quant.cu", "gemv_tile.cu"],
+    "quant": [
+        "rope_kv.cuh",
+        "quantize_x8.cuh",
+        "quant.cu",
+        "gemv_tile.cu",
+        "decode_layers.cu",
+        "decode_window.cu",
+        "mlp_fused.cu",
+    ],
 }
 
 

@@ -216,8 +216,8 @@ pub fn cuda_persistent_window() -> usize {
 
 /// `FERRITE_CUDA_MLP_FUSED=1`: a one-row decode step's MLP of Q4_K gate, up
 /// and down runs as one launch (cuda/mlp_fused.rs), down depending on
-/// gate/up per group of 256 intermediate rows; off by default (0.86x the
-/// chain's speed on an H100 as first run, docs/cuda-journal.md).
+/// gate/up per group of 256 intermediate rows; off by default (0.94x the
+/// chain's speed on an H100, docs/cuda-journal.md).
 pub fn cuda_mlp_fused() -> bool {
     var("FERRITE_CUDA_MLP_FUSED").is_some_and(|v| v == "1")
 }

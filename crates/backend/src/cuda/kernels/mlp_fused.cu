@@ -22,6 +22,11 @@
 //     no wait for the rest of the grid. Every warp is resident (one block
 //     of MF_WARPS an SM). Each warp keeps two super-blocks of weights
 //     in flight across its units, as `gemv_tile_body` does within a tile.
+// Measured on an H100 (docs/cuda-journal.md, forty-first session): 0.94x
+// the chain's speed; under `ncu` 49-52 us for the 99 MB its two GEMVs read
+// in 44, at about 290 instructions a super-block against their 187 (the
+// list's and the group's work), so at best it would match the chain: off
+// by default, kept as the record.
 // The last warp to finish zeroes the counters. With FERRITE_CUDA_TRACE=2
 // the first warp marks each of its units' ends (mf.unit.gu, mf.unit.down)
 // and each wait for a group (mf.ready) on the decode timeline.
