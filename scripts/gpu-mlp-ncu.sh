@@ -5,6 +5,8 @@
 # the stripped build carried in target-gpu. Output: $OUT/ncu-*.txt and a
 # summary on stdout.
 # Usage: scripts/gpu-mlp-ncu.sh [DEFINE ...]   (each: the fused MLP built with it too)
+#        scripts/gpu-mlp-ncu.sh --layer        (instead: every kernel of a
+#        decode step's layer and a half, the chain's, each alone)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
@@ -20,10 +22,14 @@ profile() {  # name, kernel regex, skip, count, env...
         /tmp/ferrite-gpu "${bench[@]}" >"$out/ncu-$name.txt" 2>&1
     echo "== $name: rc=$?"
     # Each kernel: its launch line, then the metrics that matter (stalls of 0.5 or more a issue).
-    awk '/^  [a-z_0-9]+ \(/ {print "  " $1, $2, $3} /duration|bytes_read|inst_executed|warps_active/ {print "    " $1, $(NF-1), $NF}
+    awk '/^  [a-z_0-9]+ \(/ {print substr($0, 1, 60)} /duration|bytes_read|inst_executed|warps_active/ {print "    " $1, $(NF-1), $NF}
          /issue_stalled/ && $NF + 0 >= 0.5 {sub("smsp__average_warps_issue_stalled_", "", $1); print "    stall", $1, $NF}' \
         "$out/ncu-$name.txt"
 }
+if [[ ${1:-} == --layer ]]; then
+    profile layer '.' 400 14
+    exit
+fi
 profile chain '^gemv_q' 300 5
 profile fused '^mlp_fused' 40 2 FERRITE_CUDA_MLP_FUSED=1
 for def in "$@"; do
