@@ -19,6 +19,8 @@ use super::CudaTensor;
 const MAX_FFN: usize = 1 << 16;
 /// The sums of one launch: gate's then up's.
 const ROOM: usize = 2 * MAX_FFN;
+/// The counters before the groups' (the kernel's `MF_CNT`).
+const HEAD_COUNTERS: usize = 3;
 /// Steps a unit of the kernel (`MF_A_STEPS` as built by default,
 /// `MF_B_STEPS`): super-blocks of a gate/up tile, or down tiles.
 const STEPS: usize = 4;
@@ -26,10 +28,10 @@ const STEPS: usize = 4;
 /// every warp is resident.
 const WARPS: u32 = 14;
 
-/// What every launch shares: the gate/up sums, two halves of `ROOM` that
-/// launches take in turn (the one a launch takes zeroed by the launch
-/// before), and the counters (per group one, zero between launches; then
-/// the warps done and the units handed out, zero between launches; the
+/// What every launch shares, whatever its shape: the gate/up sums, two
+/// halves of `ROOM` that launches take in turn (the one a launch takes
+/// zeroed by the launch before), and the counters (the launches; the warps
+/// done and the units handed out, then one a group, zero between
 /// launches).
 pub struct MlpFused {
     acc: CudaSlice<f32>,
@@ -44,7 +46,7 @@ impl MlpFused {
         }
         let alloc = |e| device_err("alloc", e);
         let acc = stream.alloc_zeros::<f32>(2 * ROOM).map_err(alloc)?;
-        let cnt = stream.alloc_zeros::<u32>(MAX_FFN / 256 + 3).map_err(alloc)?;
+        let cnt = stream.alloc_zeros::<u32>(HEAD_COUNTERS + MAX_FFN / 256).map_err(alloc)?;
         Ok(Some(MlpFused { acc, cnt }))
     }
 }

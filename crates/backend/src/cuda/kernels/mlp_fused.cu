@@ -42,6 +42,10 @@
 #define MF_B_STEPS 4
 // Warps a block, at most (mlp_fused.rs `WARPS`).
 #define MF_WARPS 14
+// The counters before the groups' (at fixed places, whatever a launch's
+// shape: launches of other shapes share them): launches, warps done, units
+// handed out.
+#define MF_CNT 3
 
 // The list: every A unit (gate/up) first, group by group, then every B
 // unit (down), group by group.
@@ -83,7 +87,7 @@ struct MfArgs {
     int act;
     float* x;    // the residual, added to
     float* acc;  // this launch's gate then up sums (2F, zero when it starts)
-    u32* cnt;    // per group: A units done (groups); warps done, units handed out, launches (3)
+    u32* cnt;    // launches, warps done, units handed out; then per group its A units done (MF_CNT)
     u32 hidden;
 };
 
@@ -105,7 +109,7 @@ __device__ __forceinline__ void mf_end_a(const MfArgs& a, const MfStep& st, floa
     acc[0] = acc[1] = acc[2] = acc[3] = 0.f;
     __threadfence();
     __syncwarp();
-    if (lane == 0) atomicAdd(a.cnt + st.group, 1u);
+    if (lane == 0) atomicAdd(a.cnt + MF_CNT + st.group, 1u);
 }
 
 // A B unit's input, once every A unit of group j has added its sums (read
@@ -118,7 +122,7 @@ __device__ __forceinline__ void mf_end_a(const MfArgs& a, const MfStep& st, floa
 // wait on that path.
 __device__ __forceinline__ void mf_group_input(const MfArgs& a, const MfShape& m, u32 j, u32 lane, signed char* xs,
                                                u32* ms) {
-    if (lane == 0) dl_wait_count(a.cnt + j, m.ua);
+    if (lane == 0) dl_wait_count(a.cnt + MF_CNT + j, m.ua);
     __syncwarp();
     trace_mark("mf.ready");
     const u64 f = (u64)m.groups * 256, at = 256 * (u64)j + 8 * lane;
@@ -221,7 +225,7 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
     MfArgs a{wg, wu, wd, rb_gu, rb_d, xq, meta, ss, eps, act, x, acc, cnt, hidden};
     const u32 lane = threadIdx.x & 31, warps = gridDim.x * (blockDim.x >> 5);
     const u32 w = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    u32* handed = cnt + groups + 1;
+    u32* handed = cnt + 2;
     // Two steps' weights in flight: one computes while the other and the
     // fetch after it load (cursors: compute cu/cs, fetch fu/fs, two steps
     // on, so in the same unit or the next: a unit has 4 steps or more).
@@ -239,9 +243,9 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
     if (lane == 0) next = warps + atomicAdd(handed, 1u);
 #endif
     // The sums alternate between two halves of `acc` (`room` floats each)
-    // by launch: this one's was zeroed by the launch before, and it zeroes
-    // the other (whole: launches of other shapes share it) for the next.
-    const u32 launch = __ldcg(cnt + groups + 2);
+    // by launch, of whatever shape: this one's was zeroed by the launch
+    // before, and it zeroes the other (whole) for the next.
+    const u32 launch = __ldcg(cnt);
     a.acc = acc + (u64)(launch & 1) * room;
     float* other = acc + (u64)(~launch & 1) * room;
     for (u32 c = 4 * (32 * w + lane); c < room; c += 128 * warps)
@@ -275,10 +279,10 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
     // this one.
     __syncwarp();
     u32 out = 0;
-    if (lane == 0) out = atomicAdd(a.cnt + m.groups, 1u) + 1;
+    if (lane == 0) out = atomicAdd(a.cnt + 1, 1u) + 1;
     if (__shfl_sync(0xffffffffu, out, 0) == warps) {
-        for (u32 c = lane; c <= m.groups + 1; c += 32) a.cnt[c] = 0;
-        if (lane == 0) a.cnt[m.groups + 2] = launch + 1;
+        for (u32 c = 1 + lane; c < MF_CNT + m.groups; c += 32) a.cnt[c] = 0;
+        if (lane == 0) a.cnt[0] = launch + 1;
     }
 }
 
