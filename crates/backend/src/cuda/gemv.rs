@@ -261,6 +261,16 @@ impl X8 {
         Ok(([xq, meta, ss], [g1, g2, g3]))
     }
 
+    /// Where a kernel reads it: the 8-bit values', the metadata's and the
+    /// squares' addresses (0: none).
+    pub fn source<'a>(&'a self, dev: &'a Device) -> ([u64; 3], impl Sized + 'a) {
+        let s = &dev.stream;
+        let (xq, g1) = self.xq.device_ptr(s);
+        let (meta, g2) = self.meta.device_ptr(s);
+        let (ss, g3) = opt_ptr(dev, self.squares.as_ref());
+        ([xq, meta, ss], (g1, g2, g3))
+    }
+
     /// A matmul group's inputs holding this one alone.
     pub fn into_cache(self) -> X8Cache {
         let mut cache: X8Cache = [None, None, None];
@@ -444,9 +454,7 @@ pub fn gemv_mixed_qkv(
     let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (32 * per_tile, per_block, 1), shared_mem_bytes: 0 };
     let (yp, yg): (Vec<u64>, Vec<_>) = out.iter_mut().map(|y| y.device_ptr_mut(s)).unzip();
     let (wp, wg): (Vec<u64>, Vec<_>) = ws.iter().map(|w| w.data.device_ptr(s)).unzip();
-    let (xp, g1) = q.xq.device_ptr(s);
-    let (mp, g2) = q.meta.device_ptr(s);
-    let (sp, g3) = opt_ptr(dev, q.squares.as_ref());
+    let ([xp, mp, sp], _gx) = q.source(dev);
     let mut a = dev.launch(if rkv.is_some() { "gemv_q4k_q6k_rkv_1" } else { "gemv_q4k_q6k_1" });
     a.arg(wp[0]).arg(wp[1]).arg(wp[2]).arg(yp[0]).arg(yp[1]).arg(yp[2]);
     a.arg(wq.rows as u32).arg(wk.rows as u32).arg(wv.rows as u32);
@@ -459,7 +467,7 @@ pub fn gemv_mixed_qkv(
     // Buffers of the sizes given: outputs [1, m], weights and the input as
     // their own launches take them.
     a.run(cfg)?;
-    drop((yg, wg, g1, g2, g3));
+    drop((yg, wg, _gx));
     Ok(Some(out.into_iter().zip(ws).map(|(y, w)| CudaTensor::new(y, n, w.rows)).collect()))
 }
 

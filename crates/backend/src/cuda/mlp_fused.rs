@@ -80,9 +80,9 @@ pub fn mlp_add(
 ) -> Result<()> {
     let state = dev.mlp_fused.as_ref().ok_or_else(|| ferrite_core::Error::Device("fused MLP not open".into()))?;
     let (hidden, ffn) = (gate.cols, gate.rows);
-    let mut xn = gemv::x8_tile_normed(dev, x, norm)?;
+    let xn = gemv::x8_tile_normed(dev, x, norm)?;
     let s = &dev.stream;
-    let ([xq, meta, ss], _g1) = xn.normed_target(s)?;
+    let ([xq, meta, ss], _gx) = xn.source(dev);
     let _span = super::profile::span(s, "mlp_fused");
     let mut a = dev.launch("mlp_fused");
     a.arg(&gate.data).arg(&up.data).arg(&down.data).arg(gate.row_bytes()).arg(down.row_bytes());

@@ -61,18 +61,20 @@ struct MfStep {
     bool first, last;
 };
 __device__ __forceinline__ u32 mf_len(const MfShape& m, u32 u) { return u < m.na ? m.sa : MF_B_STEPS; }
-__device__ __forceinline__ MfStep mf_step(const MfShape& m, u32 u, u32 s) {
+// Unit u's first step (`mf_nth` gives the others).
+__device__ __forceinline__ MfStep mf_first(const MfShape& m, u32 u) {
     MfStep st;
     st.b = u >= m.na;
+    st.first = true;
     if (st.b) {
         const u32 v = u - m.na;
-        st.group = v / m.ub, st.tile = (v % m.ub) * MF_B_STEPS + s, st.sb = st.group;
-        st.first = s == 0, st.last = true;  // (each B step ends a tile's sums)
+        st.group = v / m.ub, st.tile = (v % m.ub) * MF_B_STEPS, st.sb = st.group;
+        st.last = true;  // (each B step ends a tile's sums)
     } else {
         // rem: tile t of the group's 32 (gate 0..15, up 16..31), part p.
         const u32 r = u / m.ua, rem = u % m.ua, t = rem / m.parts, p = rem % m.parts;
-        st.group = r, st.tile = (t >> 4) * (m.groups * 16) + 16 * r + (t & 15), st.sb = p * m.sa + s;
-        st.first = s == 0, st.last = s + 1 == m.sa;
+        st.group = r, st.tile = (t >> 4) * (m.groups * 16) + 16 * r + (t & 15), st.sb = p * m.sa;
+        st.last = m.sa == 1;
     }
     return st;
 }
@@ -170,8 +172,8 @@ __device__ __forceinline__ bool mf_advance(const MfShape& m, u32& u, u32& s, u32
 }
 // Where a unit's weights are: step s's at `at + s * stride` (A: the tile's
 // next super-block; B: the next tile), and its first step. Worked out once
-// a unit (a step's own is a few adds: the list's divisions once a step cost
-// as much as its product).
+// a unit, a step's own by a few adds (the list's divisions once a step
+// measured no slower on an H100, but they were most of a step's cursor).
 struct MfUnit {
     MfStep st;
     const u8* at;
@@ -179,7 +181,7 @@ struct MfUnit {
 };
 __device__ __forceinline__ MfUnit mf_unit(const MfArgs& a, const MfShape& m, u32 u) {
     MfUnit n;
-    n.st = mf_step(m, u < m.total ? u : 0, 0);
+    n.st = mf_first(m, u < m.total ? u : 0);
     n.at = mf_tile(a, m, n.st) + 2304 * (u64)n.st.sb;
     n.stride = n.st.b ? 16 * (u32)a.rb_d : 2304;
     return n;
@@ -209,8 +211,7 @@ __device__ __forceinline__ MfStep mf_product(const MfArgs& a, const MfShape& m, 
     q4k_step<1>(cur, x, h, sums, h, sums, acc);
     return st;
 }
-__device__ __forceinline__ void mf_end(const MfArgs& a, const MfShape& m, const MfStep& st, float (&acc)[4],
-                                       float norm, u32 lane) {
+__device__ __forceinline__ void mf_end(const MfArgs& a, const MfStep& st, float (&acc)[4], float norm, u32 lane) {
     if (st.b) mf_end_b(a, st, acc, lane);
     else if (st.last) mf_end_a(a, st, acc, norm, lane);
 }
@@ -265,7 +266,7 @@ __device__ void mlp_fused_body(const u8* wg, const u8* wu, const u8* wd, u64 rb_
             buf = q4k_fetch(fun.at + (u64)fs * fun.stride, 0, lane);
             if (mf_advance(m, fu, fs, next, handed, warps)) fun = mf_unit(a, m, fu);
         }
-        mf_end(a, m, st, sums, norm, lane);
+        mf_end(a, st, sums, norm, lane);
         if (++cs == mf_len(m, cu)) {
             cs = 0, cu = fu, cst = fun.st;
             trace_mark(st.b ? "mf.unit.down" : "mf.unit.gu");
