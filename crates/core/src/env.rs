@@ -235,6 +235,13 @@ pub fn cuda_q4k_warps() -> Option<u32> {
     var("FERRITE_CUDA_Q4K_WARPS").and_then(|v| v.to_str()?.parse().ok())
 }
 
+/// `FERRITE_CUDA_SM_BUSY=0`: the tile GEMVs load their first weights ahead
+/// of their wait on every SM, decode attention's too (cuda/sm_busy.rs); for
+/// comparison.
+pub fn cuda_sm_busy() -> bool {
+    on_unless_zero("FERRITE_CUDA_SM_BUSY")
+}
+
 /// `FERRITE_CUDA_GLU_X8=0`: a gated MLP on quantized blocks at decode sizes
 /// runs its activation as a kernel of its own instead of in the down
 /// projection's input quantization; for comparison.

@@ -61,6 +61,9 @@ fn options(arch: &str) -> Vec<String> {
     if ferrite_core::env::cuda_trace_marks() {
         o.push("-DFERRITE_TRACE_MARKS".into());
     }
+    if ferrite_core::env::cuda_sm_busy() {
+        o.push("-DSM_BUSY".into());
+    }
     o.extend(ferrite_core::env::cuda_defines().into_iter().map(|d| format!("-D{d}")));
     o
 }

@@ -43,6 +43,8 @@ pub struct Device {
     /// cuBLASLt for dense GEMMs, when its library is present (else GemmEx).
     pub lt: Option<super::lt::Lt>,
     _workspace: cudarc::driver::CudaSlice<u8>,
+    /// The SM_BUSY experiment's counts (cuda/sm_busy.rs), kept while the kernels run.
+    _sm_busy: super::sm_busy::SmBusy,
     pub deterministic: bool,
     /// Multiprocessors: how many warps a launch can hold at once.
     pub sms: u32,
@@ -287,12 +289,14 @@ impl Device {
         // SAFETY: writes one int.
         unsafe { sys::cuDriverGetVersion(&mut driver) };
         let mut funcs = HashMap::new();
+        let sm_busy = super::sm_busy::SmBusy::new(&stream)?;
         for ((module, _), cubin) in
             compile::MODULES.iter().zip(compile::cached_all(opts.kernel_cache.as_deref(), &arch, driver))
         {
             let cubin = cubin.map_err(Error::Device)?;
             let m = ctx.load_module(Ptx::from_binary(cubin)).map_err(|e| device_err("loading kernels", e))?;
             super::trace::watch(&m, &stream);
+            sm_busy.attach(&m, &stream)?;
             for f in functions(module) {
                 let func = m.load_function(&f).map_err(|e| device_err(&f, e))?;
                 funcs.insert(f, func);
@@ -314,6 +318,7 @@ impl Device {
         let sample_done = stream.alloc_zeros::<u32>(SAMPLE_ROWS).map_err(|e| device_err("alloc", e))?;
         let picks = super::picks::PickBuffers::new(&stream)?;
         Ok(Device {
+            _sm_busy: sm_busy,
             split_done,
             sample_done,
             picks,

@@ -58,6 +58,7 @@ mod decode_window;
 mod mlp_fused;
 mod rope;
 mod sample;
+mod sm_busy;
 
 pub struct CudaBackend {
     dev: Arc<Device>,

@@ -61,6 +61,8 @@ __device__ void rows_mma_body(const float* q, const u16* kc, const u16* vc, floa
     u32 hi = step_input(meta, 3 * row + 1), lo = row_lo(meta, row, window);
     u32 parts;
     if (!split_share(lo, hi, split, parts)) return;
+    const bool one_row = gridDim.x == 1;  // (batch 1: kernels/common.cuh `sm_busy`)
+    if (one_row) busy_enter();
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int shift = bs && !(bs & (bs - 1)) ? __ffs(bs) - 1 : -1;
     // (Into L1 ahead of the wait: safe only while no kernel writes tables.)
@@ -208,6 +210,7 @@ __device__ void rows_mma_body(const float* q, const u16* kc, const u16* vc, floa
     }
     __syncthreads();
     combine_warps<RM_HEADS, HD>(wm, wl, wacc, G, HD, row, kvh, n_heads, parts, part, done, out, half, bf16, x8);
+    if (one_row) busy_leave();
 }
 
 // The row kernels' arguments (the host launches both alike); `hd` is HD.

@@ -154,6 +154,44 @@ __device__ __forceinline__ void trace_mark(const char* label) {
 #else
 #define trace_mark(label) ((void)0)
 #endif
+// With SM_BUSY (on unless `FERRITE_CUDA_SM_BUSY=0`, cuda/sm_busy.rs): per
+// SM, how many blocks of a one-row decode attention run there now, so that
+// a batch-1 tile GEMV launched early loads its first weights before its
+// wait only on SMs where none runs. On those, its loads would take the
+// SM's memory requests ahead of attention's last loads and stores (the
+// output projection, launched once attention's keys are read, made them
+// take about 4.5 us on an H100). The look costs the GEMV a round trip
+// before its first loads, which alone measured +0.6% (they then queue less
+// ahead of the input quantization before them); at batch 4 it cost 1.6%.
+// `ferrite_busy` is one buffer that the host gives every module; a hint
+// only, read relaxed (docs/cuda-journal.md, forty-second session).
+#ifdef SM_BUSY
+__device__ unsigned int* ferrite_busy;
+__device__ __forceinline__ unsigned int sm_index() {
+    unsigned int s;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+    return s & 1023u;
+}
+__device__ __forceinline__ void busy_enter() {
+    if (ferrite_busy && threadIdx.x == 0 && threadIdx.y == 0) atomicAdd(ferrite_busy + sm_index(), 1u);
+}
+// (Every thread of the block: it waits for the others first.)
+__device__ __forceinline__ void busy_leave() {
+    if (!ferrite_busy) return;
+    __syncthreads();
+    if (threadIdx.x == 0 && threadIdx.y == 0) atomicSub(ferrite_busy + sm_index(), 1u);
+}
+__device__ __forceinline__ bool sm_busy() {
+    if (!ferrite_busy) return false;
+    unsigned int v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(ferrite_busy + sm_index()));
+    return v != 0;
+}
+#else
+#define busy_enter() ((void)0)
+#define busy_leave() ((void)0)
+#define sm_busy() false
+#endif
 // A decode step's input that the host wrote (attention metadata, block
 // tables): no kernel writes one, so a kernel may read it before pdl_wait.
 __device__ __forceinline__ u32 step_input(const u32* p, u64 i) { return p[i]; }
