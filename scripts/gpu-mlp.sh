@@ -19,12 +19,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
-BIN=${FERRITE_BIN:-}
-if [[ -z $BIN ]]; then
-    zcat target-gpu/ferrite.gz >/tmp/ferrite-gpu && chmod +x /tmp/ferrite-gpu || exit 1
-    BIN=/tmp/ferrite-gpu
-fi
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+# shellcheck source=scripts/gpu-bin.sh
+source scripts/gpu-bin.sh
 parts=() defs=()
 for arg in "$@"; do
     if [[ $arg == MF_* ]]; then defs+=("$arg"); else parts+=("$arg"); fi

@@ -9,11 +9,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
-BIN=${FERRITE_BIN:-}
-if [[ -z $BIN ]]; then
-    zcat target-gpu/ferrite.gz >/tmp/ferrite-gpu && chmod +x /tmp/ferrite-gpu || exit 1
-    BIN=/tmp/ferrite-gpu
-fi
+# shellcheck source=scripts/gpu-bin.sh
+source scripts/gpu-bin.sh
 rounds=3 trace=0 batch=1 defs=()
 while [[ $# -gt 0 ]]; do
     case $1 in
@@ -24,7 +21,6 @@ while [[ $# -gt 0 ]]; do
     esac
 done
 [[ ${#defs[@]} -gt 0 ]] || { sed -n 2,8p "$0" >&2; exit 2; }
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 bench=(random:llama-3.1-8b:q4_k_m --prompt-tokens 0 --gen-tokens 128 --batch "$batch")
 summary() { sed -n '/one step/q;p' "$1" | grep -E '^\|' | head -12; }
 if [[ $trace == 1 ]]; then
