@@ -43,7 +43,7 @@ pub struct Device {
     /// cuBLASLt for dense GEMMs, when its library is present (else GemmEx).
     pub lt: Option<super::lt::Lt>,
     _workspace: cudarc::driver::CudaSlice<u8>,
-    /// The SM_BUSY experiment's counts (cuda/sm_busy.rs), kept while the kernels run.
+    /// Decode attention's blocks per SM (cuda/sm_busy.rs), kept while the kernels run.
     _sm_busy: super::sm_busy::SmBusy,
     pub deterministic: bool,
     /// Multiprocessors: how many warps a launch can hold at once.
