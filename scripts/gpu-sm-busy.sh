@@ -9,15 +9,17 @@
 #            output projection launched at attention's start: its early
 #            loads now stay off attention's SMs)
 #   delay    EARLY_DELAY_NS=300, 1000 (batch-1 early loads later still)
-#   marks    attention's stages on the timeline (FERRITE_CUDA_TRACE=2)
-# Usage: scripts/gpu-sm-busy.sh [ab] [trigger] [delay] [marks]   (default: all)
+#   marks    attention's stages on the timeline (FERRITE_CUDA_TRACE=2),
+#            averaged over the layers (scripts/trace_layers.py)
+#   marks-off  the same with FERRITE_CUDA_SM_BUSY=0
+# Usage: scripts/gpu-sm-busy.sh [ab] [trigger] [delay] [marks] [marks-off]   (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
 # shellcheck source=scripts/gpu-bin.sh
 source scripts/gpu-bin.sh
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(ab trigger delay marks)
+[[ ${#parts[@]} -gt 0 ]] || parts=(ab trigger delay marks marks-off)
 bench=(random:llama-3.1-8b:q4_k_m --prompt-tokens 0 --gen-tokens 128)
 for p in "${parts[@]}"; do
     log=$out/sm-busy-$p.log
@@ -28,13 +30,16 @@ for p in "${parts[@]}"; do
             FERRITE_BIN=$BIN scripts/gpu-ab.sh '' 'FERRITE_CUDA_ATTN_LATE_TRIGGER=0' 2 "${bench[@]}" >"$log" 2>&1 ;;
         delay) FERRITE_BIN=$BIN OUT=$out scripts/gpu-variants.sh --rounds 2 EARLY_DELAY_NS=300 \
             EARLY_DELAY_NS=1000 >"$log" 2>&1 ;;
-        marks)
-            FERRITE_CUDA_TRACE=2 "$BIN" bench "${bench[@]}" --device cuda --repetitions 1 >"$log" 2>&1 ;;
+        marks | marks-off)
+            sw=1
+            [[ $p == marks-off ]] && sw=0
+            FERRITE_CUDA_SM_BUSY=$sw FERRITE_CUDA_TRACE=2 "$BIN" bench "${bench[@]}" --device cuda \
+                --repetitions 1 >"$log" 2>&1 ;;
         *) echo "unknown part $p" >&2; exit 2 ;;
     esac
     echo "== $p: rc=$? in $((SECONDS - start)) s"
-    if [[ $p == marks ]]; then
-        sed -n '/one step/,+20p' "$log"
+    if [[ $p == marks* ]]; then
+        python3 scripts/trace_layers.py "$log"
     else
         grep -E '^round|tokens/s|picks|error|panicked' "$log" | tail -12
     fi
