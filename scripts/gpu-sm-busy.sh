@@ -1,35 +1,27 @@
 #!/usr/bin/env bash
 # The forty-second session's change (batch-1 tile GEMVs keep their early
-# weight loads off decode attention's SMs, kernels/common.cuh `sm_busy`) and
-# what it suggests next, in one call on a machine with an NVIDIA GPU, from
-# the stripped build carried in target-gpu (or FERRITE_BIN); random
-# Llama-3.1-8B Q4_K_M, tg128, logs in $OUT (default /tmp) as sm-busy-*.log:
-#   ab       FERRITE_CUDA_SM_BUSY=0 against the defaults (3 rounds)
-#   trigger  the defaults against FERRITE_CUDA_ATTN_LATE_TRIGGER=0 (the
-#            output projection launched at attention's start: its early
-#            loads now stay off attention's SMs)
-#   delay    EARLY_DELAY_NS=300, 1000 (batch-1 early loads later still)
-#   marks    attention's stages on the timeline (FERRITE_CUDA_TRACE=2),
-#            averaged over the layers (scripts/trace_layers.py)
+# weight loads off decode attention's SMs, kernels/common.cuh `sm_busy`) in
+# one call on a machine with an NVIDIA GPU, from the stripped build carried
+# in target-gpu (or FERRITE_BIN); random Llama-3.1-8B Q4_K_M, tg128, logs in
+# $OUT (default /tmp) as sm-busy-*.log:
+#   ab         FERRITE_CUDA_SM_BUSY=0 against the defaults (3 rounds)
+#   marks      attention's stages on the timeline (FERRITE_CUDA_TRACE=2),
+#              averaged over the layers (scripts/trace_layers.py)
 #   marks-off  the same with FERRITE_CUDA_SM_BUSY=0
-# Usage: scripts/gpu-sm-busy.sh [ab] [trigger] [delay] [marks] [marks-off]   (default: all)
+# Usage: scripts/gpu-sm-busy.sh [ab] [marks] [marks-off]   (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
 # shellcheck source=scripts/gpu-bin.sh
 source scripts/gpu-bin.sh
 parts=("$@")
-[[ ${#parts[@]} -gt 0 ]] || parts=(ab trigger delay marks marks-off)
+[[ ${#parts[@]} -gt 0 ]] || parts=(ab marks marks-off)
 bench=(random:llama-3.1-8b:q4_k_m --prompt-tokens 0 --gen-tokens 128)
 for p in "${parts[@]}"; do
     log=$out/sm-busy-$p.log
     start=$SECONDS
     case $p in
         ab) FERRITE_BIN=$BIN scripts/gpu-ab.sh 'FERRITE_CUDA_SM_BUSY=0' '' 3 "${bench[@]}" >"$log" 2>&1 ;;
-        trigger)
-            FERRITE_BIN=$BIN scripts/gpu-ab.sh '' 'FERRITE_CUDA_ATTN_LATE_TRIGGER=0' 2 "${bench[@]}" >"$log" 2>&1 ;;
-        delay) FERRITE_BIN=$BIN OUT=$out scripts/gpu-variants.sh --rounds 2 EARLY_DELAY_NS=300 \
-            EARLY_DELAY_NS=1000 >"$log" 2>&1 ;;
         marks | marks-off)
             sw=1
             [[ $p == marks-off ]] && sw=0

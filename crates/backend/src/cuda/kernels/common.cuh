@@ -161,8 +161,8 @@ __device__ __forceinline__ void trace_mark(const char* label) {
 // SM's memory requests ahead of attention's last loads and stores (the
 // output projection, launched once attention's keys are read, made them
 // take about 4.5 us on an H100). The look costs the GEMV a round trip
-// before its first loads, which alone measured +0.6% (they then queue less
-// ahead of the input quantization before them); at batch 4 it cost 1.6%.
+// before its first loads, which alone measured +0.6% (a sleep of 300 or
+// 1,000 ns there instead: -0.4% and -1.3%); at batch 4 it cost 1.6%.
 // `ferrite_busy` is one buffer that the host gives every module; a hint
 // only, read relaxed (docs/cuda-journal.md, forty-second session).
 #ifdef SM_BUSY

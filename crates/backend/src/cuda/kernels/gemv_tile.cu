@@ -274,11 +274,7 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
     // The weights are not the kernel before's output: the first loads go
     // out before waiting for it.
     // (At batch 1 not on an SM where decode attention runs: kernels/common.cuh
-    // `sm_busy`. EARLY_DELAY_NS, an experiment: batch-1 early loads a while
-    // later still, so that they queue less ahead of the kernel before.)
-#ifdef EARLY_DELAY_NS
-    if (N == 1) __nanosleep(EARLY_DELAY_NS);
-#endif
+    // `sm_busy`.)
     const bool early = N > 1 || !sm_busy();
     typename KT::W wa, wb;
     if (early) wa = KT::fetch(tw, min(kw, nsb - 1), lane), wb = KT::fetch(tw, min(kw + nw, nsb - 1), lane);
