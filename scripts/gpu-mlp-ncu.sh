@@ -10,7 +10,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
-zcat target-gpu/ferrite.gz >/tmp/ferrite-gpu && chmod +x /tmp/ferrite-gpu || exit 1
+# shellcheck source=scripts/gpu-bin.sh
+source scripts/gpu-bin.sh
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
 bench=(bench random:llama-3.1-8b:q4_k_m --prompt-tokens 0 --gen-tokens 6 --device cuda --repetitions 1)
 metrics=gpu__time_duration.sum,dram__bytes_read.sum,smsp__inst_executed.sum,sm__warps_active.avg.per_cycle_active
@@ -19,7 +20,7 @@ profile() {  # name, kernel regex, skip, count, env...
     local name=$1 regex=$2 skip=$3 count=$4
     shift 4
     env "$@" timeout 200 "$NCU" --clock-control none -k "regex:$regex" -s "$skip" -c "$count" --metrics "$metrics" \
-        /tmp/ferrite-gpu "${bench[@]}" >"$out/ncu-$name.txt" 2>&1
+        "$BIN" "${bench[@]}" >"$out/ncu-$name.txt" 2>&1
     echo "== $name: rc=$?"
     # Each kernel: its launch line, then the metrics that matter (stalls of 0.5 or more a issue).
     awk '/^  [a-z_0-9]+ \(/ {print substr($0, 1, 60)} /duration|bytes_read|inst_executed|warps_active/ {print "    " $1, $(NF-1), $NF}

@@ -8,8 +8,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
-zcat target-gpu/ferrite.gz >/tmp/ferrite-gpu && chmod +x /tmp/ferrite-gpu || exit 1
-nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+# shellcheck source=scripts/gpu-bin.sh
+source scripts/gpu-bin.sh
 cases=("$@") defines=()
 [[ ${#cases[@]} -gt 0 ]] || cases=(check ab trace)
 if [[ ${cases[0]} == order ]]; then  # (the rest: its defines)
@@ -17,7 +17,7 @@ if [[ ${cases[0]} == order ]]; then  # (the rest: its defines)
 fi
 for c in "${cases[@]}"; do
     start=$SECONDS
-    FERRITE_BIN=/tmp/ferrite-gpu scripts/gpu-window.sh "$c" "${defines[@]}" >"$out/$c.log" 2>&1
+    FERRITE_BIN=$BIN scripts/gpu-window.sh "$c" "${defines[@]}" >"$out/$c.log" 2>&1
     rc=$?
     echo "== $c: rc=$rc in $((SECONDS - start)) s"
     grep -E '^ *(ok|FAIL) |^==|tokens/s \(B/A|picks:|error|panicked|dw\.' "$out/$c.log" | head -60

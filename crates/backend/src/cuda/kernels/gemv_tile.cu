@@ -273,13 +273,15 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
     const u8* tw = w + (u64)tile * 16 * row_bytes;
     // The weights are not the kernel before's output: the first loads go
     // out before waiting for it.
-    // (At batch 1 not on an SM where decode attention runs: kernels/common.cuh
-    // `sm_busy`.)
+    // At batch 1 not on an SM where decode attention runs (kernels/common.cuh
+    // `sm_busy`): then after the wait. (Written out twice: the sources'
+    // check allows no lambda before the wait.)
+    const u32 first_a = min(kw, nsb - 1), first_b = min(kw + nw, nsb - 1);
     const bool early = N > 1 || !sm_busy();
     typename KT::W wa, wb;
-    if (early) wa = KT::fetch(tw, min(kw, nsb - 1), lane), wb = KT::fetch(tw, min(kw + nw, nsb - 1), lane);
+    if (early) wa = KT::fetch(tw, first_a, lane), wb = KT::fetch(tw, first_b, lane);
     pdl_wait();
-    if (!early) wa = KT::fetch(tw, min(kw, nsb - 1), lane), wb = KT::fetch(tw, min(kw + nw, nsb - 1), lane);
+    if (!early) wa = KT::fetch(tw, first_a, lane), wb = KT::fetch(tw, first_b, lane);
     // At N = 1 the epilogue's loads (the norm's squares, the sums added to)
     // go out now, their latency hidden under the loop's rather than added
     // after it; their uses stay after the loop.
