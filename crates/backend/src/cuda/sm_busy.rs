@@ -31,10 +31,7 @@ impl SmBusy {
     pub fn attach(&self, module: &Arc<CudaModule>, stream: &Arc<CudaStream>) -> Result<()> {
         let Some(counts) = &self.0 else { return Ok(()) };
         let Ok(mut global) = module.get_global("ferrite_busy", stream) else { return Ok(()) };
-        let ptr = {
-            let (ptr, _guard) = counts.device_ptr(stream);
-            ptr
-        };
+        let ptr = counts.device_ptr(stream).0;
         let err = |e| device_err("the attention SMs' counts", e);
         stream.memcpy_htod(&ptr.to_le_bytes(), &mut global).map_err(err)?;
         stream.synchronize().map_err(err)
