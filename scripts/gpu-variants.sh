@@ -5,7 +5,7 @@
 # (or FERRITE_BIN); then, with --trace, each side's decode timeline
 # (FERRITE_CUDA_TRACE=1). Logs in $OUT (default /tmp) as variants-*.log.
 # Usage: scripts/gpu-variants.sh [--rounds N] [--trace] [--batch B] DEFINE...
-#   e.g. scripts/gpu-variants.sh --trace SM_BUSY=1 SM_BUSY=2
+#   e.g. scripts/gpu-variants.sh --trace WEIGHT_LOAD_NC   (kernels/common.cuh)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp}
