@@ -69,6 +69,11 @@ __device__ void rows_mma_body(const float* q, const u16* kc, const u16* vc, floa
     const u32 ahead = lo + RM_KEYS * (warp + ROW_WARPS * lane);  // lanes 0, 1: the warp's first two tiles
     if (shift >= 0 && lane < 2 && ahead < hi) prefetch_l1(tables + toff + (ahead >> shift));
     pdl_wait();
+#ifdef SKIP_ATTN  // (measurement aid: the step without decode attention; outputs wrong)
+    if (late) pdl_trigger();
+    if (one_row) busy_leave();
+    return;
+#endif
     extern __shared__ __align__(16) unsigned char smem[];
     __shared__ float wm[ROW_WARPS][RM_HEADS], wl[ROW_WARPS][RM_HEADS];
     const u32 G = n_heads / n_kv_heads;

@@ -242,6 +242,18 @@ struct Q6kTile {
     }
 };
 
+#ifdef GEMV_NO_MATH
+// One bit of every loaded word, so that each load is waited for as a product would.
+template <class W>
+__device__ __forceinline__ u32 no_math_use(const W& w) {
+    const u32* p = (const u32*)&w;
+    u32 v = 0;
+#pragma unroll
+    for (u32 i = 0; i < sizeof(W) / 4; i++) v ^= p[i];
+    return v & 1u;
+}
+#endif
+
 // Warp (kw, threadIdx.y) of a block takes tile blockIdx.x * blockDim.y +
 // threadIdx.y of the launch's weights and super-blocks kw, kw + W, ... of
 // it (W = blockDim.x / 32: small launches split k to fill the GPU); the
@@ -277,10 +289,19 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
     // `sm_busy`): then after the wait. (Written out twice: the sources'
     // check allows no lambda before the wait.)
     const u32 first_a = min(kw, nsb - 1), first_b = min(kw + nw, nsb - 1);
-    const bool early = N > 1 || !sm_busy();
+#ifdef SKIP_ADD_GEMV_K  // (measurement aid: no adding GEMV of this k, e.g. 4096: Llama-3.1-8B's output projection)
+    const bool skip = add && k == SKIP_ADD_GEMV_K;
+#else
+    const bool skip = false;
+#endif
+    const bool early = !skip && (N > 1 || !sm_busy());
     typename KT::W wa, wb;
     if (early) wa = KT::fetch(tw, first_a, lane), wb = KT::fetch(tw, first_b, lane);
     pdl_wait();
+    if (skip) {
+        pdl_trigger();
+        return;
+    }
     if (!early) wa = KT::fetch(tw, first_a, lane), wb = KT::fetch(tw, first_b, lane);
     // At N = 1 the epilogue's loads (the norm's squares, the sums added to)
     // go out now, their latency hidden under the loop's rather than added
@@ -312,10 +333,18 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
         KT::template step<N>(cur, x, h0, s0, h1, s1, acc);
     };
     for (u32 sb = kw; sb < nsb; sb += 2 * nw) {
+#ifndef GEMV_NO_MATH
         step(wa, sb);
+#else  // (measurement aid: the weights' loads alone, each used once; outputs wrong)
+        acc[0] += (float)no_math_use(wa);
+#endif
         if (sb + 2 * nw < nsb) wa = KT::fetch(tw, sb + 2 * nw, lane);
         if (sb + nw < nsb) {
+#ifndef GEMV_NO_MATH
             step(wb, sb + nw);
+#else
+            acc[0] += (float)no_math_use(wb);
+#endif
             if (sb + 3 * nw < nsb) wb = KT::fetch(tw, sb + 3 * nw, lane);
         }
     }
