@@ -193,6 +193,8 @@ fn step_weight_bytes(model: &str, c: &LmConfig) -> Result<f64> {
 /// What the GPU's ceilings allow, printed next to the measured rates.
 struct Roofline {
     copy: f64,
+    /// Bytes read alone per second (shown, not used: the roofline is the copy rate's).
+    read: Option<f64>,
     /// The bf16 GEMM rate on random values (the MFU's denominator).
     flops: f64,
     /// The same GEMM on zeros, shown for comparison.
@@ -218,11 +220,21 @@ impl Roofline {
     }
 }
 
+/// " (reading alone N)" in GB/s, where that rate was measured.
+pub(crate) fn read_note(read: Option<f64>) -> String {
+    read.map_or(String::new(), |r| format!(" (reading alone {:.0})", r / 1e9))
+}
+
 fn ceilings(a: &BenchArgs) -> Result<Option<Roofline>> {
     let Some(crate::device::DeviceChoice::Cuda(n)) = a.model.device.device else { return Ok(None) };
     let opts = ferrite_backend::cuda::CudaOptions { ordinal: n, ..Default::default() };
     let c = ferrite_backend::cuda::CudaBackend::open(&opts)?.measure_ceilings()?;
-    Ok(Some(Roofline { copy: c.copy_bytes_per_s, flops: c.bf16_flops, zeros_flops: c.bf16_zeros_flops }))
+    Ok(Some(Roofline {
+        copy: c.copy_bytes_per_s,
+        read: c.read_bytes_per_s,
+        flops: c.bf16_flops,
+        zeros_flops: c.bf16_zeros_flops,
+    }))
 }
 
 pub fn main(mut a: BenchArgs) -> Result<()> {
@@ -298,6 +310,7 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
                 "decode_runs": tg,
                 "decode_picks_digest": picks.map(|d| format!("{d:016x}")),
                 "copy_bytes_per_s": roof.as_ref().map(|r| r.copy),
+                "read_bytes_per_s": roof.as_ref().map(|r| r.read),
                 "bf16_flops": roof.as_ref().map(|r| r.flops),
                 "bf16_zeros_flops": roof.as_ref().map(|r| r.zeros_flops),
                 "prefill_mfu": pp_frac,
@@ -308,8 +321,9 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
     }
     if let Some(r) = &roof {
         println!(
-            "ceilings: copy {:.0} GB/s, bf16 GEMM {:.0} TFLOP/s on random values ({:.0} on zeros)",
+            "ceilings: copy {:.0} GB/s{}, bf16 GEMM {:.0} TFLOP/s on random values ({:.0} on zeros)",
             r.copy / 1e9,
+            read_note(r.read),
             r.flops / 1e12,
             r.zeros_flops / 1e12
         );

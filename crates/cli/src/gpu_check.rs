@@ -105,9 +105,10 @@ fn main_checks(a: &GpuCheckArgs) -> Result<usize> {
         if exact && !a.no_ceilings {
             let c = b.measure_ceilings()?;
             println!(
-                "\nceilings: device copy {:.0} GB/s (read + write), bf16 GEMM {:.0} TFLOP/s on random values \
+                "\nceilings: device copy {:.0} GB/s (read + write){}, bf16 GEMM {:.0} TFLOP/s on random values \
                  ({:.0} with f32 output; {:.0} on zeros)",
                 c.copy_bytes_per_s / 1e9,
+                crate::bench::read_note(c.read_bytes_per_s),
                 c.bf16_flops / 1e12,
                 c.bf16_f32_out_flops / 1e12,
                 c.bf16_zeros_flops / 1e12

@@ -1,6 +1,9 @@
 //! The hardware's ceilings, measured in the same run as a benchmark: device
 //! copy bandwidth (bytes read plus written) and the bf16 GEMM rate (cuBLAS).
 //! Roofline fractions are reported against these, not against data sheets.
+//! The read rate (bytes read alone, loaded as the quantized GEMVs load their
+//! weights) is reported beside the copy rate: how near a decode GEMV's
+//! stream is to what reading alone reaches.
 //!
 //! The GEMM rate is measured on random values: tensor cores fed zeros draw
 //! less power and hold higher clocks, so a GEMM on zeros runs faster than any
@@ -8,7 +11,7 @@
 //! comparison.
 
 use cudarc::cublas::sys::cudaDataType;
-use cudarc::driver::{sys, CudaEvent, DevicePtr, DevicePtrMut};
+use cudarc::driver::{sys, CudaEvent, DevicePtr, DevicePtrMut, LaunchConfig};
 use ferrite_core::Result;
 
 use super::device::{device_err, Device};
@@ -19,6 +22,9 @@ use super::CudaBackend;
 pub struct Ceilings {
     /// Device-to-device copy, bytes read plus written per second.
     pub copy_bytes_per_s: f64,
+    /// Bytes read per second by a kernel that only reads (`read_rate`);
+    /// `None` where its launch failed (a comparison only: never fatal).
+    pub read_bytes_per_s: Option<f64>,
     /// bf16 GEMM (8192³ of random values in ±1, f32 accumulation), FLOP per second.
     pub bf16_flops: f64,
     /// The same GEMM writing f32 (as ferrite's matmuls do).
@@ -71,6 +77,14 @@ impl CudaBackend {
         let src = s.alloc_zeros::<u8>(n).map_err(|e| device_err("alloc", e))?;
         let mut dst = s.alloc_zeros::<u8>(n).map_err(|e| device_err("alloc", e))?;
         let copy = time(dev, 20, || s.memcpy_dtod(&src, &mut dst).map_err(|e| device_err("copy", e)))?;
+        let read = time(dev, 20, || {
+            let mut a = dev.launch("read_rate");
+            a.arg(&src).arg((n / 16) as u64).arg(&mut dst);
+            // Four blocks of 512 an SM: every thread the SM holds, four loads each in flight.
+            a.run(LaunchConfig { grid_dim: (4 * dev.sms, 1, 1), block_dim: (512, 1, 1), shared_mem_bytes: 0 })
+        })
+        .inspect_err(|e| eprintln!("warning: the read rate was not measured: {e}"))
+        .ok();
         drop((src, dst));
         let d = 8192usize;
         let zeros = s.alloc_zeros::<u16>(d * d).map_err(|e| device_err("alloc", e))?;
@@ -105,7 +119,13 @@ impl CudaBackend {
         let bf16_zeros_flops = gemm_rate(false, true)?;
         let bf16_flops = gemm_rate(false, false)?;
         let bf16_f32_out_flops = gemm_rate(true, false)?;
-        Ok(Ceilings { copy_bytes_per_s: 2.0 * n as f64 / copy, bf16_flops, bf16_f32_out_flops, bf16_zeros_flops })
+        Ok(Ceilings {
+            copy_bytes_per_s: 2.0 * n as f64 / copy,
+            read_bytes_per_s: read.map(|t| n as f64 / t),
+            bf16_flops,
+            bf16_f32_out_flops,
+            bf16_zeros_flops,
+        })
     }
 
     /// Seconds per call of `f` on this GPU's stream (CUDA events).

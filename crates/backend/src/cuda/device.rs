@@ -145,6 +145,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "rope_kv_rows",
             "rms_norm4",
             "scale_cols_half",
+            "read_rate",
         ],
     ),
     (

@@ -574,3 +574,27 @@ extern "C" __global__ void __launch_bounds__(1024)
         }
     }
 }
+
+// The read ceiling (cuda/ceilings.rs): the n 16-byte units of p loaded as
+// the quantized GEMVs load their weights (`load_blocks`), four a thread in
+// flight. One word goes out only if the data's XOR is a given value, so
+// that no load is dead (the buffer holds zeros: nothing is written).
+#define READ_AHEAD 4
+extern "C" __global__ void __launch_bounds__(512, 4) read_rate(const uint4* p, u64 n, u32* out) {
+    pdl_wait();
+    const u64 stride = (u64)gridDim.x * blockDim.x;
+    u64 i = blockIdx.x * (u64)blockDim.x + threadIdx.x;
+    u32 acc = 0;
+    for (; i + (READ_AHEAD - 1) * stride < n; i += READ_AHEAD * stride) {
+        uint4 v[READ_AHEAD];
+#pragma unroll
+        for (int j = 0; j < READ_AHEAD; j++) v[j] = load_blocks(p + i + j * stride);
+#pragma unroll
+        for (int j = 0; j < READ_AHEAD; j++) acc ^= v[j].x ^ v[j].y ^ v[j].z ^ v[j].w;
+    }
+    for (; i < n; i += stride) {
+        const uint4 v = load_blocks(p + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) *out = acc;
+}
