@@ -8,7 +8,8 @@
 # Settings are space-separated NAME=value pairs ('' for the defaults);
 # FERRITE_BIN=path among them runs that binary on that side (two builds). Each
 # round runs A then B with `--device cuda --repetitions 1` added, and prints
-# the table rows (tokens/s, % of the roofline) labelled with the setting,
+# the table rows (tokens/s, % of the roofline) labelled with the setting
+# (and the first round's ceilings),
 # then per test the mean tokens/s of each side and their ratio, and whether
 # the two sides' greedy decode picks were the same.
 # FERRITE_BIN: the binary (default target/release/ferrite).
@@ -16,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${FERRITE_BIN:-target/release/ferrite}
 if [[ $# -lt 4 ]]; then
-    sed -n 5,14p "$0" >&2
+    sed -n 5,15p "$0" >&2
     exit 2
 fi
 a=$1 b=$2 rounds=$3
@@ -37,6 +38,11 @@ for ((r = 1; r <= rounds; r++)); do
         # shellcheck disable=SC2086
         out=$(env $setting "$bin" bench "$@" --device cuda --repetitions 1)
         rows=$(grep '^| ' <<<"$out" | grep -v '^| model' || true)
+        # The ceilings measured in the first round (copy, reading alone, GEMM).
+        if [[ $r == 1 ]]; then
+            ceil=$(grep -m1 '^ceilings' <<<"$out" || true)
+            if [[ -n $ceil ]]; then echo "round 1 $side [${setting:-defaults}] $ceil"; fi
+        fi
         digest=$(sed -n 's/^decode picks digest.*: //p' <<<"$out")
         [[ -n $digest ]] && echo "$side $digest" >>"$picks"
         while IFS= read -r row; do

@@ -14,6 +14,8 @@
 # Usage: scripts/gpu-decompose.sh [--rounds N]   (default 1; about 80 s a variant)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-exec scripts/gpu-variants.sh --rounds 1 "$@" \
+scripts/gpu-variants.sh --rounds 1 "$@" \
     SKIP_ATTN SKIP_QUANT SKIP_ADD_GEMV_K=4096 SKIP_ATTN,SKIP_QUANT \
     SKIP_ATTN,SKIP_QUANT,SKIP_ADD_GEMV_K=4096 GEMV_NO_MATH
+# The ceilings of the first run (copy, reading alone, GEMM).
+grep -h -m1 'ceilings' "${OUT:-/tmp}"/variants-SKIP_ATTN.log
