@@ -10,12 +10,11 @@
 # and the combinations below. If the build with attention, the
 # quantizations and the output projection all left out stays under the
 # target's rate, the chain of GEMV kernels alone cannot reach it
-# (docs/cuda-journal.md, forty-fifth session).
+# (docs/cuda-journal.md, forty-fifth session). Each A/B's first round also
+# prints the ceilings (copy, reading alone, GEMM).
 # Usage: scripts/gpu-decompose.sh [--rounds N]   (default 1; about 80 s a variant)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-scripts/gpu-variants.sh --rounds 1 "$@" \
+exec scripts/gpu-variants.sh --rounds 1 "$@" \
     SKIP_ATTN SKIP_QUANT SKIP_ADD_GEMV_K=4096 SKIP_ATTN,SKIP_QUANT \
     SKIP_ATTN,SKIP_QUANT,SKIP_ADD_GEMV_K=4096 GEMV_NO_MATH
-# The ceilings of the first run (copy, reading alone, GEMM).
-grep -h -m1 'ceilings' "${OUT:-/tmp}"/variants-SKIP_ATTN.log

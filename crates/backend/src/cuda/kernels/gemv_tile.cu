@@ -325,6 +325,10 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
     const uint4* mp1 = (const uint4*)(meta + (u64)n1 * nsb * 8);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
     auto step = [&](const typename KT::W& cur, u32 sb) {
+#ifdef GEMV_NO_MATH  // (measurement aid: the weights' loads alone, each used once; outputs wrong)
+        acc[0] += (float)no_math_use(cur);
+        return;
+#endif
         const uint4* xs = (const uint4*)(xr + 256 * (u64)sb);
         const uint4 x[4] = {xs[0], xs[1], xs[2], xs[3]};
         const uint4 h0 = mp0[2 * sb], h1 = N > 1 ? mp1[2 * sb] : h0;
@@ -333,18 +337,10 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
         KT::template step<N>(cur, x, h0, s0, h1, s1, acc);
     };
     for (u32 sb = kw; sb < nsb; sb += 2 * nw) {
-#ifndef GEMV_NO_MATH
         step(wa, sb);
-#else  // (measurement aid: the weights' loads alone, each used once; outputs wrong)
-        acc[0] += (float)no_math_use(wa);
-#endif
         if (sb + 2 * nw < nsb) wa = KT::fetch(tw, sb + 2 * nw, lane);
         if (sb + nw < nsb) {
-#ifndef GEMV_NO_MATH
             step(wb, sb + nw);
-#else
-            acc[0] += (float)no_math_use(wb);
-#endif
             if (sb + 3 * nw < nsb) wb = KT::fetch(tw, sb + 3 * nw, lane);
         }
     }
