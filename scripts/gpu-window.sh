@@ -14,18 +14,13 @@
 #   order   the tiles asked for later or a few at a time (DW_REQUEST_ORDER,
 #           DW_REQUEST_AHEAD): against the chain, and a step's first layers
 #           traced (`order DEFINE...`: those alone; CHECK=1: checked too)
-#   beside  the kernel at 8 warps a block beside the down GEMV before it
-#           (FERRITE_CUDA_WINDOW_BESIDE=1: down on half of each SM, letting
-#           it start at once, so its tiles arrive while down streams):
-#           checked against the chain (=2, =1), timed against the chain and
-#           against the same kernel not beside down, and traced
 #   variants  the kernel against its variants: 8 warps a block
 #           (FERRITE_CUDA_PERSISTENT_WARPS=8: half an SM's registers), then
 #           (FERRITE_CUDA_DEFINES, kernels/decode_window.cu) each q/k/v tile
 #           counted done at once, and parts of the context of one or four
 #           rounds of keys a warp (not in `all`: each define compiles the
 #           kernels anew, ~40 s)
-# Usage: scripts/gpu-window.sh [check|ab|trace|order [DEFINE...]|beside|variants|all]   (default:
+# Usage: scripts/gpu-window.sh [check|ab|trace|order [DEFINE...]|variants|all]   (default:
 # all; a failed check stops it)
 # FERRITE_BIN: the binary (default target/release/ferrite).
 set -euo pipefail
@@ -81,24 +76,6 @@ if [[ $what == order ]]; then
         FERRITE_CUDA_DEFINES=$d FERRITE_CUDA_TRACE=2 FERRITE_CUDA_PERSISTENT=require "$BIN" bench "${bench[@]}" \
             --device cuda --repetitions 1 | sed -n '/one step/,+14p'
     done
-fi
-
-if [[ $what == beside ]]; then
-    beside='FERRITE_CUDA_PERSISTENT=require FERRITE_CUDA_WINDOW_BESIDE=1'
-    for level in 2 1; do
-        echo "== beside: check (FERRITE_CUDA_PERSISTENT_WINDOW=$level) against the chain"
-        FERRITE_CUDA_WINDOW_BESIDE=1 FERRITE_CUDA_PERSISTENT_WINDOW=$level "$BIN" gpu-check --persistent-only \
-            "${models[@]}"
-    done
-    echo "== beside: the chain (A) against the window kernel beside down, =2 (B)"
-    FERRITE_BIN=$BIN scripts/gpu-ab.sh '' "$beside FERRITE_CUDA_PERSISTENT_WINDOW=2" 2 "${bench[@]}"
-    echo "== beside: the window kernel at 8 warps, =2 (A), against it beside down (B)"
-    FERRITE_BIN=$BIN scripts/gpu-ab.sh \
-        'FERRITE_CUDA_PERSISTENT=require FERRITE_CUDA_PERSISTENT_WINDOW=2 FERRITE_CUDA_PERSISTENT_WARPS=8' \
-        "$beside FERRITE_CUDA_PERSISTENT_WINDOW=2" 1 "${bench[@]}"
-    echo "== beside: trace (=2)"
-    env $beside FERRITE_CUDA_PERSISTENT_WINDOW=2 FERRITE_CUDA_TRACE=2 "$BIN" bench "${bench[@]}" --device cuda \
-        --repetitions 1 | sed -n '/one step/,+24p'
 fi
 
 if [[ $what == variants ]]; then

@@ -214,15 +214,6 @@ pub fn cuda_persistent_window() -> usize {
     }
 }
 
-/// `FERRITE_CUDA_WINDOW_BESIDE=1` (with the window kernel): each layer's
-/// window kernel starts beside the down GEMV before it (which then takes
-/// half of each SM and lets it start at once), so its weights arrive while
-/// that GEMV streams; implies 8 warps a block. Off by default until measured
-/// (docs/cuda-journal.md, forty-sixth session).
-pub fn cuda_window_beside() -> bool {
-    var("FERRITE_CUDA_WINDOW_BESIDE").is_some_and(|v| v == "1")
-}
-
 /// `FERRITE_CUDA_MLP_FUSED=1`: a one-row decode step's MLP of Q4_K gate, up
 /// and down runs as one launch (cuda/mlp_fused.rs), down depending on
 /// gate/up per group of 256 intermediate rows; off by default (0.94x the

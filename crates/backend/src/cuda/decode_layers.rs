@@ -72,9 +72,6 @@ pub struct Window {
     pub ffn_input: bool,
     /// Warps a block: 16, or 8 by `FERRITE_CUDA_PERSISTENT_WARPS`.
     pub warps: usize,
-    /// Its blocks start beside the down GEMV before it, asking for their
-    /// weights while it streams (`FERRITE_CUDA_WINDOW_BESIDE`; 8 warps).
-    pub beside: bool,
 }
 
 impl Persistent {
@@ -87,9 +84,7 @@ impl Persistent {
         // 8 or 16 warps a block: the persistent kernel 8 unless set, the window kernel 16.
         let warps = |default: usize| if warps_set.unwrap_or(default) > 8 { 16 } else { 8 };
         let level = ferrite_core::env::cuda_persistent_window();
-        let beside = ferrite_core::env::cuda_window_beside();
-        let window =
-            (level > 0).then(|| Window { ffn_input: level > 1, warps: if beside { 8 } else { warps(16) }, beside });
+        let window = (level > 0).then(|| Window { ffn_input: level > 1, warps: warps(16) });
         Some(Persistent { warps: warps(8), ring, required, layers, window })
     }
 }
@@ -101,8 +96,7 @@ pub struct PersistentState {
     pub shape: Persistent,
     unfit: Option<String>,
     pub(super) count: CudaSlice<u32>,
-    /// Shared memory a block may have on this GPU (the window kernel's
-    /// beside the down GEMV: `decode_window::beside_room`).
+    /// Shared memory a block may have on this GPU.
     optin: u32,
 }
 
@@ -121,11 +115,7 @@ pub fn open(
         .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
         .map_err(|e| device_err("shared memory per block", e))? as u32;
     let func = &funcs[kernel(shape)];
-    let mut optin = optin;
     let unfit = if let Some(w) = shape.window {
-        if w.beside {
-            optin = optin.min(decode_window::beside_room(ctx, funcs)?);
-        }
         decode_window::open(&funcs[decode_window::kernel(w.warps)], w.warps, arch, optin)?
     } else if arch < 90 {
         Some("a GPU before Hopper (bulk copies)".to_string())

@@ -8,16 +8,9 @@
 //! `FERRITE_CUDA_PERSISTENT=1` with `FERRITE_CUDA_PERSISTENT_WINDOW=1`
 //! turns it on (off by default until measured, docs/cuda-journal.md); the
 //! layers it takes are those the persistent kernel would (decode_layers.rs
-//! `fits`) whose stretch fits (`plan`). As first measured its blocks could
-//! start only once the down GEMV before had left their SMs, so its tiles
-//! were asked for no earlier than the chain asks for its weights; with
-//! `FERRITE_CUDA_WINDOW_BESIDE=1` that GEMV takes half of each SM's
-//! registers and lets it start at once (`GemvOut::AddBeside`), so its
-//! blocks, at 8 warps, ask for their tiles while down streams.
+//! `fits`) whose stretch fits (`plan`).
 
-use std::collections::HashMap;
-
-use cudarc::driver::{sys, CudaContext, CudaFunction, CudaSlice, CudaView, LaunchConfig};
+use cudarc::driver::{sys, CudaFunction, CudaSlice, CudaView, LaunchConfig};
 use ferrite_core::{DType, Result};
 
 use super::decode_layers::{scratch, Layer, Shape, Window};
@@ -136,7 +129,7 @@ pub fn plan(d: Dims, n_kv: usize, q6: &[[bool; 4]], grid: usize, optin: usize) -
     }
     let smem = 8 * MAX_TILES + tile_bytes + fixed_bytes(d.hidden);
     if smem > optin {
-        return Err(format!("{smem} bytes of shared memory a block, more than the {optin} a block may have here"));
+        return Err(format!("{smem} bytes of shared memory a block, more than this GPU's {optin}"));
     }
     Ok(Plan { tile_bytes, smem })
 }
@@ -153,32 +146,6 @@ pub fn open(func: &CudaFunction, warps: usize, arch: u32, optin: u32) -> Result<
         .occupancy_max_active_blocks_per_multiprocessor(32 * warps as u32, optin as usize, None)
         .map_err(|e| device_err("occupancy", e))?;
     Ok((per_sm == 0).then(|| "its blocks do not fit an SM".to_string()))
-}
-
-/// Where the window kernel starts beside the down GEMV before it
-/// (`Window::beside`): every kernel set to prefer the most shared memory an
-/// SM has (an SM takes a block of a kernel whose split of L1 and shared
-/// memory differs from its running blocks' only once they have left), and
-/// the shared memory a window block may have beside a one-row tile GEMV's
-/// block (the SM's, less both blocks' reserves and that block's own).
-pub fn beside_room(ctx: &CudaContext, funcs: &HashMap<String, CudaFunction>) -> Result<u32> {
-    use sys::CUfunction_attribute::{
-        CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
-    };
-    let err = |e| device_err("the window kernel beside the down GEMV", e);
-    for f in funcs.values() {
-        f.set_attribute(CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100).map_err(err)?;
-    }
-    let attr = |a| ctx.attribute(a).map_err(err);
-    let per_sm = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR)?;
-    let reserved = attr(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK)?;
-    let mut gemv_smem = 0;
-    for dt in [DType::Q4K, DType::Q6K] {
-        let name = gemv::gemv_name(Storage::Quant(dt), 1);
-        let f = funcs.get(&name).ok_or_else(|| ferrite_core::Error::Unsupported(format!("no kernel {name}")))?;
-        gemv_smem = gemv_smem.max(f.get_attribute(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES).map_err(err)?);
-    }
-    Ok((per_sm - 2 * reserved - gemv_smem).max(0) as u32)
 }
 
 /// Whether each of a layer's q, k, v and output projection is Q6_K.
@@ -253,8 +220,7 @@ impl CudaBackend {
                 b.run(cfg)?;
             }
             match ffn_in {
-                Some(x8) => self.mlp_add_from_x8(x, x8, y, step.window.beside)?,
-                None if step.window.beside => self.mlp_add_beside(x, y)?,
+                Some(x8) => self.mlp_add_from_x8(x, x8, y)?,
                 None => self.mlp_add(x, y.ffn_norm, y.eps, y.gate, y.up, y.down, y.act)?,
             }
         }
@@ -264,9 +230,7 @@ impl CudaBackend {
     /// `mlp_add` whose gate/up GEMVs take their normed input as the window
     /// kernel wrote it (no quantization kernel), then the chain's down GEMV
     /// with the gated activation in its input (`gemv_add_glu`).
-    /// With `beside`, the down GEMV leaves half of each SM to the next
-    /// layer's window kernel and lets it start at once.
-    fn mlp_add_from_x8(&self, x: &mut CudaTensor, x8: gemv::X8, y: &Layer, beside: bool) -> Result<()> {
+    fn mlp_add_from_x8(&self, x: &mut CudaTensor, x8: gemv::X8, y: &Layer) -> Result<()> {
         let dev = &self.dev;
         let norm = gemv::Norm { w: y.ffn_norm, eps: y.eps };
         let mut cache = x8.into_cache();
@@ -286,22 +250,7 @@ impl CudaBackend {
             [g, u].map(|t| t.ok_or_else(|| ferrite_core::Error::Shape("gate/up: no output".into())))
         };
         let _span = super::profile::span(&dev.stream, "matmul_add (+ glu)");
-        gemv::gemv_add_glu(dev, x, (&g?, &u?, act_code(y.act)), y.down, beside)
-    }
-
-    /// The chain's MLP (`mlp_add`), its down GEMV beside the next layer's
-    /// window kernel (`Window::beside`).
-    fn mlp_add_beside(&self, x: &mut CudaTensor, y: &Layer) -> Result<()> {
-        let dev = &self.dev;
-        if !gemv::fuses_glu(dev, 1, y.down) {
-            return Err(ferrite_core::Error::Unsupported(
-                "FERRITE_CUDA_WINDOW_BESIDE: the down GEMV must take the gated activation (FERRITE_CUDA_GLU_X8=1)"
-                    .into(),
-            ));
-        }
-        let [g, u] = self.norm_matmul_many(x, y.ffn_norm, y.eps, [y.gate, y.up])?;
-        let _span = super::profile::span(&dev.stream, "matmul_add (+ glu, beside)");
-        gemv::gemv_add_glu(dev, x, (&g, &u, act_code(y.act)), y.down, true)
+        gemv::gemv_add_glu(dev, x, (&g?, &u?, act_code(y.act)), y.down)
     }
 }
 
@@ -353,17 +302,6 @@ mod tests {
         assert_eq!(p.smem, 128 + p.tile_bytes + 4096 + 16 * 32 + 16 * 4 + 16_384 + 256);
         let one_b = plan(LLAMA_1B, 8, &[[false, false, true, false]], 132, OPTIN).unwrap();
         assert!(one_b.smem < p.smem);
-    }
-
-    /// Beside a one-row tile GEMV's block (`beside_room`: an H100/H200 SM's
-    /// 233,472 bytes, less two blocks' 1 KiB reserves and the GEMV's 8 KiB of
-    /// partial sums) Llama-3.1-8B Q4_K_M's heaviest block still fits, with
-    /// 576 bytes to spare.
-    #[test]
-    fn llama_8b_q4_k_m_fits_beside_down() {
-        let room = 233_472 - 2 * 1024 - 8192;
-        let types = [[false, false, true, false], [false; 4]];
-        assert_eq!(plan(LLAMA_8B, 8, &types, 132, room).unwrap().smem + 576, room);
     }
 
     /// What it cannot hold it refuses, saying why.

@@ -94,17 +94,7 @@ pub fn fuses_qkv_rope(dev: &Device, x: &CudaTensor, ws: [&CudaWeight; 3], norm: 
 pub enum GemvOut<'a> {
     New,
     Add(&'a mut CudaSlice<f32>),
-    /// As `Add`, on half of each SM's registers (tile GEMVs of one row),
-    /// letting the next kernel start at once: the window kernel's blocks
-    /// then sit beside this one's and ask for their weights while it
-    /// streams (`FERRITE_CUDA_WINDOW_BESIDE`, decode_window.rs).
-    AddBeside(&'a mut CudaSlice<f32>),
 }
-
-/// The tile GEMVs' `add` argument: bit 0 adds to the output, bit 1 lets the
-/// next kernel start as soon as this one's wait is over (kernels/gemv_tile.cu).
-const ADD: i32 = 1;
-const TRIGGER_AT_ONCE: i32 = 2;
 
 /// The GEMV kernel for `n` (1..=8) input rows of weights stored as `st`.
 pub fn gemv_name(st: Storage, n: usize) -> String {
@@ -344,14 +334,6 @@ fn tile_split(target: u32, sms: u32, tiles: u32, nsb: u32) -> (u32, u32) {
     (per_tile, (8 / per_tile).max(1))
 }
 
-/// `tile_split` for a GEMV that leaves half of each SM's registers to the
-/// kernel after it (`GemvOut::AddBeside`): blocks of 8 warps, one an SM
-/// where the tiles allow (as many tiles a block as that takes, at most 8).
-fn tile_split_beside(sms: u32, tiles: u32, nsb: u32) -> (u32, u32) {
-    let per_block = tiles.max(1).div_ceil(sms.max(1)).next_power_of_two().min(8);
-    ((8 / per_block).min(nsb.max(1)), per_block)
-}
-
 /// Room for `len` inputs quantized in `order`, with their squares where
 /// normed.
 fn alloc_x8(dev: &Device, len: usize, order: usize, squares: bool) -> Result<X8> {
@@ -575,7 +557,6 @@ pub fn gemv_add_glu(
     x: &mut CudaTensor,
     (g, u, act): (&CudaTensor, &CudaTensor, i32),
     w: &CudaWeight,
-    beside: bool,
 ) -> Result<()> {
     if (g.rows, g.cols) != (u.rows, u.cols) || g.cols != w.cols || (x.rows, x.cols) != (g.rows, w.rows) {
         return Err(Error::Shape(format!(
@@ -583,10 +564,7 @@ pub fn gemv_add_glu(
             w.name, x.rows, x.cols, g.rows, g.cols, u.rows, u.cols, w.rows, w.cols
         )));
     }
-    let y = match beside {
-        true => GemvOut::AddBeside(x.f32_mut(dev)?),
-        false => GemvOut::Add(x.f32_mut(dev)?),
-    };
+    let y = GemvOut::Add(x.f32_mut(dev)?);
     gemv_in(dev, g, &[w], &mut [None, None, None], None, Some((u, act)), y, None)?;
     Ok(())
 }
@@ -607,25 +585,15 @@ fn gemv_in(
 ) -> Result<Vec<CudaTensor>> {
     let (n, k) = (x.rows, x.cols);
     let s = &dev.stream;
-    let (add_flag, beside) = match out {
-        GemvOut::New => (0, false),
-        GemvOut::Add(_) => (ADD, false),
-        GemvOut::AddBeside(_) => (ADD | TRIGGER_AT_ONCE, true),
-    };
-    if beside && !(tiled(ws[0].storage) && n == 1) {
-        return Err(Error::Shape(format!(
-            "gemv {}: beside the next kernel only as a tile GEMV of one row",
-            ws[0].name
-        )));
-    }
+    let add_flag = matches!(out, GemvOut::Add(_)) as i32;
     let mut fresh = Vec::new();
     let targets: Vec<&mut CudaSlice<f32>> = match out {
         GemvOut::New => {
             fresh = ws.iter().map(|w| alloc_out(dev, n, w.rows)).collect::<Result<Vec<_>>>()?;
             fresh.iter_mut().collect()
         }
-        GemvOut::Add(y) | GemvOut::AddBeside(y) if ws.len() == 1 => vec![y],
-        GemvOut::Add(_) | GemvOut::AddBeside(_) => return Err(Error::Shape("matmul_add: one weight at a time".into())),
+        GemvOut::Add(y) if ws.len() == 1 => vec![y],
+        GemvOut::Add(_) => return Err(Error::Shape("matmul_add: one weight at a time".into())),
     };
     // Unused slots repeat the first weight with zero rows.
     let mut wp = [0u64; 3];
@@ -679,10 +647,7 @@ fn gemv_in(
         let cfg = if tiles {
             // Tiles of 16 rows, `tile_split` warps each.
             let tiles: u32 = m.iter().map(|r| r.div_ceil(16)).sum();
-            let (per_tile, per_block) = match beside {
-                true => tile_split_beside(dev.sms, tiles, k32 / 256),
-                false => tile_split(dev.q4k_warps, dev.sms, tiles, k32 / 256),
-            };
+            let (per_tile, per_block) = tile_split(dev.q4k_warps, dev.sms, tiles, k32 / 256);
             let grid = (tiles.div_ceil(per_block), 1, 1);
             LaunchConfig { grid_dim: grid, block_dim: (32 * per_tile, per_block, 1), shared_mem_bytes: 0 }
         } else {
@@ -733,23 +698,7 @@ fn gemv_in(
 
 #[cfg(test)]
 mod tests {
-    use super::{tile_split, tile_split_beside};
-
-    /// Beside the next kernel: 8 warps a block, a block an SM where the
-    /// tiles allow (Llama-3.1-8B's down: 256 tiles of k = 14,336).
-    #[test]
-    fn tile_split_beside_leaves_half_an_sm() {
-        assert_eq!(tile_split_beside(132, 256, 56), (4, 2));
-        assert_eq!(tile_split_beside(114, 256, 56), (2, 4));
-        assert_eq!(tile_split_beside(132, 128, 32), (8, 1));
-        assert_eq!(tile_split_beside(132, 64, 2), (2, 1));
-        assert_eq!(tile_split_beside(132, 5000, 16), (1, 8));
-        for (sms, tiles) in [(132, 256), (114, 256), (132, 128), (78, 512)] {
-            let (per_tile, per_block) = tile_split_beside(sms, tiles, 56);
-            assert!(per_tile * per_block <= 8);
-            assert!(tiles.div_ceil(per_block) <= sms, "{tiles} tiles on {sms} SMs");
-        }
-    }
+    use super::tile_split;
 
     #[test]
     fn tile_split_fills_one_wave() {

@@ -537,7 +537,7 @@ impl Backend for CudaBackend {
         if gemv::fuses_glu(&self.dev, x.rows, down) && blocks(gate) && blocks(up) {
             let [g, u] = self.norm_matmul_many(x, norm, eps, [gate, up])?;
             let _span = profile::span(&self.dev.stream, "matmul_add (+ glu)");
-            return gemv::gemv_add_glu(&self.dev, x, (&g, &u, act_code(act)), down, false);
+            return gemv::gemv_add_glu(&self.dev, x, (&g, &u, act_code(act)), down);
         }
         let m = self.norm_glu_out(x, in_norm, (gate, up), act, self.gemms_read_half(x.rows, &[down]))?;
         self.matmul_add(x, &m, down)

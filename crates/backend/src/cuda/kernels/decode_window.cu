@@ -32,7 +32,10 @@
 //     kernel of its own stands between this one and that GEMV.
 // No wait is grid-wide; the last block to finish zeroes the counters.
 // Measured (H100): correct, but 0.82-0.84x the chain's speed in every
-// request order below; kept, off by default, as the record.
+// request order below; kept, off by default, as the record. Started beside
+// the down GEMV (down on half of each SM, so the tiles arrive before the
+// wait; H200, forty-sixth session) its stages after the wait still took
+// about 30 us a layer: not the tiles but this chain of stages is the cost.
 
 #define DW_MAX_WARPS 16  // warps a block at most (16 or 8: `decode_window_8`, below)
 #define DW_MAX_TILES 16
@@ -226,6 +229,7 @@ __device__ __forceinline__ void dw_qkv(const DwArgs& a, const DwSmem& S, u32 nqk
         RopeKvLane rl{};
         if (warp == 0) rl = rope_kv_lane(rk, mi, row, m);  // (its loads off the tile's tail)
         dl_mbar_wait(S.bar + t, 0);
+        trace_mark("dw.qkv.tile");  // (its wait over: the tile has arrived)
         dw_request_next(a, S, t, ntiles, nqkv);
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         for (u32 sb = warp; sb < nsb; sb += dw_warps())
@@ -427,6 +431,7 @@ __device__ __forceinline__ void dw_oproj(const DwArgs& a, const DwSmem& S, u32 n
     const u32 nsb = a.n_heads * a.hd / 256, per_kv = nsb / a.n_kv;
     if (nqkv == ntiles) return;
     for (u32 sb = warp; sb < nsb; sb += dw_warps()) dw_wait_ready(a.c.ready + sb / per_kv);
+    trace_mark("dw.o.ready");
     bool x_free = false;
     for (u32 t = nqkv; t < ntiles; t++) {
         u32 tile, n;
@@ -438,6 +443,7 @@ __device__ __forceinline__ void dw_oproj(const DwArgs& a, const DwSmem& S, u32 n
         // held over all the tiles instead, it spills.)
         DlIn in = warp < nsb ? dw_oin(a, warp, lane & 3) : DlIn{};
         dl_mbar_wait(S.bar + t, 0);
+        trace_mark("dw.o.tile");
         dw_request_next(a, S, t, ntiles, nqkv);
         float acc[4] = {0.f, 0.f, 0.f, 0.f};
         for (u32 sb = warp; sb < nsb; sb += dw_warps()) {

@@ -298,10 +298,10 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
     typename KT::W wa, wb;
     if (early) wa = KT::fetch(tw, first_a, lane), wb = KT::fetch(tw, first_b, lane);
     pdl_wait();
-    // add & 2 (host: gemv.rs `GemvOut::AddBeside`): the next kernel may
-    // start now, its blocks beside this one's (half of each SM is left).
-    if (skip || (add & 2)) pdl_trigger();
-    if (skip) return;
+    if (skip) {
+        pdl_trigger();
+        return;
+    }
     if (!early) wa = KT::fetch(tw, first_a, lane), wb = KT::fetch(tw, first_b, lane);
     // At N = 1 the epilogue's loads (the norm's squares, the sums added to)
     // go out now, their latency hidden under the loop's rather than added
