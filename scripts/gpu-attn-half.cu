@@ -26,9 +26,11 @@
 // the time from the wait's release to the last block's end (each block
 // stamps %globaltimer), and block 0's stages. Cluster sizes 16 (a KV head a
 // cluster) and 8 (two a KV head, each with the head's k and v), 4, 8 or 16
-// warps a block, contexts of 64 and 512 keys; first how many clusters fit
-// at once (cudaOccupancyMaxActiveClusters: a cluster that does not fit runs
-// in a second wave).
+// warps a block, contexts of 64 and 512 keys, each with its products and
+// without them (work "none": the data moves and barriers alone, the floor
+// of the schedule); first how many clusters fit at once
+// (cudaOccupancyMaxActiveClusters: a cluster that does not fit runs in a
+// second wave).
 //
 // On a GPU machine with the CUDA toolkit:
 //   nvcc -O3 -arch=sm_90a -o /tmp/gpu-attn-half scripts/gpu-attn-half.cu && /tmp/gpu-attn-half
@@ -162,7 +164,7 @@ __global__ void before(float* x, u64* end) {
 }
 
 __global__ void __launch_bounds__(512) attn_half(const unsigned char* weights, const uint16_t* cache, const float* x,
-                                                 float* out, u64* stamps, int C, int ctx) {
+                                                 float* out, u64* stamps, int C, int ctx, int work) {
     extern __shared__ __align__(16) unsigned char sm[];
     cg::cluster_group cl = cg::this_cluster();
     const Shape s = shape_of(C, ctx);
@@ -210,7 +212,7 @@ __global__ void __launch_bounds__(512) attn_half(const unsigned char* weights, c
     __syncthreads();
     mark[m++] = now_ns();
     // q/k/v: the block's rows, sent to every block of the cluster.
-    rows_times(sm + L.w, s.rows, HIDDEN, xq, mine);
+    if (work) rows_times(sm + L.w, s.rows, HIDDEN, xq, mine);
     __syncthreads();
     for (int r = 0; r < C; r++) {
         float* dst = cl.map_shared_rank(rows, r);
@@ -238,7 +240,7 @@ __global__ void __launch_bounds__(512) attn_half(const unsigned char* weights, c
     const int h = warp % s.heads, step = max(1, warps / s.heads);
     float mx = -1e30f, sum = 0.f, o[4] = {0.f, 0.f, 0.f, 0.f}, qv[4];
     for (int e = 0; e < 4; e++) qv[e] = q[h * HD + 4 * lane + e] * 0.0884f;
-    for (int j = k0 + warp / s.heads; j <= k1; j += step) {
+    for (int j = k0 + warp / s.heads; work && j <= k1; j += step) {
         const bool own = j == k1;
         if (own && rank != C - 1) break;
         float dot = 0.f, v[4];
@@ -298,7 +300,7 @@ __global__ void __launch_bounds__(512) attn_half(const unsigned char* weights, c
     mark[m++] = now_ns();
     // The output projection: the block's rows over the cluster's columns,
     // added to the residual.
-    rows_times(sm + L.ow, s.orows, s.ocols, xq, osum);
+    if (work) rows_times(sm + L.ow, s.orows, s.ocols, xq, osum);
     __syncthreads();
     const int head0 = cluster * s.heads;  // (the cluster's columns; rows by rank)
     for (int i = tid; i < s.orows; i += nt) atomicAdd(out + rank * s.orows + i, osum[i] + 1e-9f * head0);
@@ -341,59 +343,68 @@ int main() {
     CHECK(cudaFuncSetAttribute(before, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
     cudaStream_t stream;
     CHECK(cudaStreamCreate(&stream));
-    printf("| cluster | warps | keys | smem KB | clusters at once | median | p90 | release | input | q/k/v + send | "
-           "attention + send | merge | output |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("| cluster | warps | keys | work | smem KB | clusters at once | median | p90 | release | input | "
+           "q/k/v + send | attention + send | merge | output |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    struct Config {
+        int C, warps, ctx, work;  // work 0: the stages' data moves and barriers alone, no products
+    };
+    std::vector<Config> configs;
     for (int C : {16, 8})
         for (int warps : {4, 8, 16})
-            for (int ctx : {64, 512}) {
-                const Shape s = shape_of(C, ctx);
-                const Layout L = layout_of(s);
-                if ((int)L.total > optin || warps < s.heads) continue;
-                cudaLaunchConfig_t cfg = {};
-                cfg.gridDim = dim3(blocks);
-                cfg.blockDim = dim3(32 * warps);
-                cfg.dynamicSmemBytes = L.total;
-                cfg.stream = stream;
-                cudaLaunchAttribute attr[2];
-                attr[0].id = cudaLaunchAttributeClusterDimension;
-                attr[0].val.clusterDim.x = C, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-                attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                attr[1].val.programmaticStreamSerializationAllowed = 1;
-                cfg.attrs = attr;
-                cfg.numAttrs = 1;
-                int fit = 0;
-                CHECK(cudaOccupancyMaxActiveClusters(&fit, attn_half, &cfg));
-                cfg.numAttrs = 2;
-                std::vector<double> total;
-                std::vector<double> stage(STAMPS, 0.0);
-                std::vector<u64> h(blocks * STAMPS);
-                const int runs = 120, warm = 20;
-                for (int it = 0; it < runs; it++) {
-                    CHECK(cudaMemsetAsync(end, 0, 8, stream));
-                    before<<<sms, 32, 0, stream>>>(x, end);
-                    CHECK(cudaGetLastError());
-                    CHECK(cudaLaunchKernelEx(&cfg, attn_half, (const unsigned char*)weights, (const uint16_t*)cache,
-                                             (const float*)x, out, stamps, C, ctx));
-                    CHECK(cudaStreamSynchronize(stream));
-                    u64 e = 0;
-                    CHECK(cudaMemcpy(&e, end, 8, cudaMemcpyDeviceToHost));
-                    CHECK(cudaMemcpy(h.data(), stamps, h.size() * 8, cudaMemcpyDeviceToHost));
-                    if (it == 0 && e == 0) printf("(the kernel before left no end time)\n");
-                    if (it < warm) continue;
-                    u64 last = 0, first = ~0ull;
-                    for (int b = 0; b < blocks; b++) {
-                        last = std::max(last, h[b * STAMPS + 5]);
-                        first = std::min(first, h[b * STAMPS]);
-                    }
-                    total.push_back((double)(last - first) * 1e-3);
-                    stage[0] += (double)((long long)h[0] - (long long)e) * 1e-3;
-                    for (int i = 1; i < 6; i++) stage[i] += (double)(h[i] - h[i - 1]) * 1e-3;
-                }
-                std::sort(total.begin(), total.end());
-                const double n = (double)total.size();
-                printf("| %d | %d | %d | %u | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", C, warps,
-                       ctx, L.total / 1024, fit, total[total.size() / 2], total[total.size() * 9 / 10], stage[0] / n,
-                       stage[1] / n, stage[2] / n, stage[3] / n, stage[4] / n, stage[5] / n);
+            for (int ctx : {64, 512})
+                for (int work : {1, 0}) configs.push_back(Config{C, warps, ctx, work});
+    for (const Config& c : configs) {
+        const int C = c.C, warps = c.warps, ctx = c.ctx, work = c.work;
+        const Shape s = shape_of(C, ctx);
+        const Layout L = layout_of(s);
+        if ((int)L.total > optin || warps < s.heads) continue;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(blocks);
+        cfg.blockDim = dim3(32 * warps);
+        cfg.dynamicSmemBytes = L.total;
+        cfg.stream = stream;
+        cudaLaunchAttribute attr[2];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = C, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[1].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        int fit = 0;
+        CHECK(cudaOccupancyMaxActiveClusters(&fit, attn_half, &cfg));
+        cfg.numAttrs = 2;
+        std::vector<double> total;
+        std::vector<double> stage(STAMPS, 0.0);
+        std::vector<u64> h(blocks * STAMPS);
+        const int runs = 120, warm = 20;
+        for (int it = 0; it < runs; it++) {
+            CHECK(cudaMemsetAsync(end, 0, 8, stream));
+            before<<<sms, 32, 0, stream>>>(x, end);
+            CHECK(cudaGetLastError());
+            CHECK(cudaLaunchKernelEx(&cfg, attn_half, (const unsigned char*)weights, (const uint16_t*)cache,
+                                     (const float*)x, out, stamps, C, ctx, work));
+            CHECK(cudaStreamSynchronize(stream));
+            u64 e = 0;
+            CHECK(cudaMemcpy(&e, end, 8, cudaMemcpyDeviceToHost));
+            CHECK(cudaMemcpy(h.data(), stamps, h.size() * 8, cudaMemcpyDeviceToHost));
+            if (it == 0 && e == 0) printf("(the kernel before left no end time)\n");
+            if (it < warm) continue;
+            u64 last = 0, first = ~0ull;
+            for (int b = 0; b < blocks; b++) {
+                last = std::max(last, h[b * STAMPS + 5]);
+                first = std::min(first, h[b * STAMPS]);
             }
+            total.push_back((double)(last - first) * 1e-3);
+            stage[0] += (double)((long long)h[0] - (long long)e) * 1e-3;
+            for (int i = 1; i < 6; i++) stage[i] += (double)(h[i] - h[i - 1]) * 1e-3;
+        }
+        std::sort(total.begin(), total.end());
+        const double n = (double)total.size();
+        const double median = total[total.size() / 2], p90 = total[total.size() * 9 / 10];
+        printf("| %d | %d | %d | %s | %u | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", C,
+               warps, ctx, work ? "yes" : "none", L.total / 1024, fit, median, p90, stage[0] / n, stage[1] / n,
+               stage[2] / n, stage[3] / n, stage[4] / n, stage[5] / n);
+    }
     return 0;
 }
