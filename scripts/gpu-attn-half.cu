@@ -28,7 +28,11 @@
 // cluster) and 8 (two a KV head, each with the head's k and v), 4, 8 or 16
 // warps a block, contexts of 64 and 512 keys, each with its products and
 // without them (work "none": the data moves and barriers alone, the floor
-// of the schedule); first how many clusters fit at once
+// of the schedule); at 16 warps and 64 keys also with the exchanges
+// through global memory (stores, a fence and a counter, as the chain of
+// kernels and the window kernel exchange) instead of the cluster's shared
+// memory, to show what distributed shared memory saves; first how many
+// clusters fit at once
 // (cudaOccupancyMaxActiveClusters: a cluster that does not fit runs in a
 // second wave).
 //
@@ -151,6 +155,45 @@ __device__ void quantize(const float* v, int n, float f, signed char* q) {
     }
 }
 
+// ------------------------------------------------------------------ exchanges
+// The block's slice [off, off + n) of a buffer of `total` floats in shared
+// memory, given to every block of the cluster, each then holding the whole.
+// Through distributed shared memory (the slice written into every block's
+// copy, one cluster barrier), or (`l2`) through global memory as the chain
+// of kernels and the window kernel exchange: the slice stored to the
+// cluster's buffer, a fence and an arrival counted, every block waiting for
+// the cluster's count and reading the buffer back past L1.
+__device__ __forceinline__ u32 load_acquire(const u32* p) {
+    u32 v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ void publish(cg::cluster_group& cl, float* buf, int off, int n, int total, bool l2, float* gbuf,
+                        u32* count) {
+    const int tid = threadIdx.x, nt = blockDim.x, C = (int)cl.num_blocks();
+    if (!l2) {
+        for (int r = 0; r < C; r++) {
+            if (r == (int)cl.block_rank()) continue;
+            float* dst = cl.map_shared_rank(buf, r);
+            for (int i = tid; i < n; i += nt) dst[off + i] = buf[off + i];
+        }
+        cl.sync();
+        return;
+    }
+    for (int i = tid; i < n; i += nt) gbuf[off + i] = buf[off + i];
+    __syncthreads();
+    if (tid == 0) {
+        __threadfence();
+        atomicAdd(count, 1u);
+        while (load_acquire(count) < (u32)C) {
+        }
+    }
+    __syncthreads();
+    for (int i = tid; i < total; i += nt)
+        if (i < off || i >= off + n) buf[i] = __ldcg(gbuf + i);
+    __syncthreads();
+}
+
 // ------------------------------------------------------------------ the kernels
 // The kernel before: lets the next start at once, waits SPIN_NS, writes x.
 __global__ void before(float* x, u64* end) {
@@ -164,7 +207,8 @@ __global__ void before(float* x, u64* end) {
 }
 
 __global__ void __launch_bounds__(512) attn_half(const unsigned char* weights, const uint16_t* cache, const float* x,
-                                                 float* out, u64* stamps, int C, int ctx, int work) {
+                                                 float* out, u64* stamps, int C, int ctx, int work, int l2,
+                                                 float* gbuf, u32* counts) {
     extern __shared__ __align__(16) unsigned char sm[];
     cg::cluster_group cl = cg::this_cluster();
     const Shape s = shape_of(C, ctx);
@@ -214,11 +258,10 @@ __global__ void __launch_bounds__(512) attn_half(const unsigned char* weights, c
     // q/k/v: the block's rows, sent to every block of the cluster.
     if (work) rows_times(sm + L.w, s.rows, HIDDEN, xq, mine);
     __syncthreads();
-    for (int r = 0; r < C; r++) {
-        float* dst = cl.map_shared_rank(rows, r);
-        for (int i = tid; i < s.rows; i += nt) dst[rank * s.rows + i] = mine[i];
-    }
-    cl.sync();
+    for (int i = tid; i < s.rows; i += nt) rows[rank * s.rows + i] = mine[i];
+    const int nrows = (s.heads + 2) * HD, nparts = C * s.heads * (HD + 2);
+    float* grows = gbuf + (u64)cluster * (nrows + nparts);  // (the cluster's, through L2)
+    publish(cl, rows, rank * s.rows, s.rows, nrows, l2, grows, counts + 2 * cluster);
     mark[m++] = now_ns();
     // RoPE on q and k (rotate-half pairs), the step's position 1000.
     for (int i = tid; i < (s.heads + 1) * HD / 2; i += nt) {
@@ -271,13 +314,13 @@ __global__ void __launch_bounds__(512) attn_half(const unsigned char* weights, c
             O = O * a + st[w * (HD + 2) + d] * b;
             M = nm;
         }
-        for (int r = 0; r < C; r++) {
-            float* dst = cl.map_shared_rank(parts, r) + (rank * s.heads + hh) * (HD + 2);
-            dst[d] = O;
-            if (d == 0) dst[HD] = M, dst[HD + 1] = S;
-        }
+        float* mine_part = parts + (rank * s.heads + hh) * (HD + 2);
+        mine_part[d] = O;
+        if (d == 0) mine_part[HD] = M, mine_part[HD + 1] = S;
     }
-    cl.sync();
+    __syncthreads();
+    const int slice = s.heads * (HD + 2);
+    publish(cl, parts, rank * slice, slice, nparts, l2, grows + nrows, counts + 2 * cluster + 1);
     mark[m++] = now_ns();
     // The cluster's outputs merged over its blocks, quantized.
     float* outs = rows;  // (q/k/v are used)
@@ -335,6 +378,10 @@ int main() {
     CHECK(cudaMalloc(&out, HIDDEN * 4));
     CHECK(cudaMalloc(&stamps, blocks * STAMPS * 8));
     CHECK(cudaMalloc(&end, 8));
+    float* gbuf;  // the clusters' exchange buffers through L2 (at most 16 x 45 KB)
+    u32* counts;
+    CHECK(cudaMalloc(&gbuf, (size_t)blocks * 64 * 1024));
+    CHECK(cudaMalloc(&counts, 2 * blocks * 4));
     CHECK(cudaFuncSetAttribute(attn_half, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
     CHECK(cudaFuncSetAttribute(attn_half, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
     // Both kernels prefer the most shared memory an SM has, so that the
@@ -343,19 +390,23 @@ int main() {
     CHECK(cudaFuncSetAttribute(before, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
     cudaStream_t stream;
     CHECK(cudaStreamCreate(&stream));
-    printf("| cluster | warps | keys | work | smem KB | clusters at once | median | p90 | release | input | "
+    printf("| cluster | warps | keys | work | exchange | smem KB | clusters at once | median | p90 | release | input | "
            "q/k/v + send | attention + send | merge | output |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    // work 0: the stages' data moves and barriers alone, no products; l2:
+    // the exchanges through global memory instead of the cluster's.
     struct Config {
-        int C, warps, ctx, work;  // work 0: the stages' data moves and barriers alone, no products
+        int C, warps, ctx, work, l2;
     };
     std::vector<Config> configs;
     for (int C : {16, 8})
         for (int warps : {4, 8, 16})
             for (int ctx : {64, 512})
-                for (int work : {1, 0}) configs.push_back(Config{C, warps, ctx, work});
+                for (int work : {1, 0}) configs.push_back(Config{C, warps, ctx, work, 0});
+    for (int C : {16, 8})
+        for (int work : {1, 0}) configs.push_back(Config{C, 16, 64, work, 1});
     for (const Config& c : configs) {
-        const int C = c.C, warps = c.warps, ctx = c.ctx, work = c.work;
+        const int C = c.C, warps = c.warps, ctx = c.ctx, work = c.work, l2 = c.l2;
         const Shape s = shape_of(C, ctx);
         const Layout L = layout_of(s);
         if ((int)L.total > optin || warps < s.heads) continue;
@@ -380,10 +431,11 @@ int main() {
         const int runs = 120, warm = 20;
         for (int it = 0; it < runs; it++) {
             CHECK(cudaMemsetAsync(end, 0, 8, stream));
+            CHECK(cudaMemsetAsync(counts, 0, 2 * blocks * 4, stream));
             before<<<sms, 32, 0, stream>>>(x, end);
             CHECK(cudaGetLastError());
             CHECK(cudaLaunchKernelEx(&cfg, attn_half, (const unsigned char*)weights, (const uint16_t*)cache,
-                                     (const float*)x, out, stamps, C, ctx, work));
+                                     (const float*)x, out, stamps, C, ctx, work, l2, gbuf, counts));
             CHECK(cudaStreamSynchronize(stream));
             u64 e = 0;
             CHECK(cudaMemcpy(&e, end, 8, cudaMemcpyDeviceToHost));
@@ -402,9 +454,9 @@ int main() {
         std::sort(total.begin(), total.end());
         const double n = (double)total.size();
         const double median = total[total.size() / 2], p90 = total[total.size() * 9 / 10];
-        printf("| %d | %d | %d | %s | %u | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", C,
-               warps, ctx, work ? "yes" : "none", L.total / 1024, fit, median, p90, stage[0] / n, stage[1] / n,
-               stage[2] / n, stage[3] / n, stage[4] / n, stage[5] / n);
+        printf("| %d | %d | %d | %s | %s | %u | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", C,
+               warps, ctx, work ? "yes" : "none", l2 ? "L2" : "cluster", L.total / 1024, fit, median, p90,
+               stage[0] / n, stage[1] / n, stage[2] / n, stage[3] / n, stage[4] / n, stage[5] / n);
     }
     return 0;
 }
