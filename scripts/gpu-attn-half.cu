@@ -208,7 +208,7 @@ __global__ void before(float* x, u64* end) {
 
 __global__ void __launch_bounds__(512) attn_half(const unsigned char* weights, const uint16_t* cache, const float* x,
                                                  float* out, u64* stamps, int C, int ctx, int work, int l2,
-                                                 float* gbuf, u32* counts) {
+                                                 float* gbuf, u32* counts, const u64* end) {
     extern __shared__ __align__(16) unsigned char sm[];
     cg::cluster_group cl = cg::this_cluster();
     const Shape s = shape_of(C, ctx);
@@ -228,6 +228,9 @@ __global__ void __launch_bounds__(512) attn_half(const unsigned char* weights, c
     }
     cl.sync();
     pdl_wait();
+    // The kernel before's end, as this block sees it after the wait (stamp
+    // 7): the release's reference, and proof that the wait waited for it.
+    const u64 before_end = threadIdx.x == 0 ? *(volatile const u64*)end : 0;
     u64 mark[STAMPS];
     int m = 0;
     mark[m++] = now_ns();
@@ -351,6 +354,7 @@ __global__ void __launch_bounds__(512) attn_half(const unsigned char* weights, c
     if (tid == 0) {
         u64* my = stamps + (u64)blockIdx.x * STAMPS;
         for (int i = 0; i < m; i++) my[i] = mark[i];
+        my[STAMPS - 1] = before_end;
     }
 }
 
@@ -378,7 +382,7 @@ int main() {
     CHECK(cudaMalloc(&out, HIDDEN * 4));
     CHECK(cudaMalloc(&stamps, blocks * STAMPS * 8));
     CHECK(cudaMalloc(&end, 8));
-    float* gbuf;  // the clusters' exchange buffers through L2 (at most 16 x 45 KB)
+    float* gbuf;  // the clusters' exchange buffers through L2 (at most 8 x 36 KB)
     u32* counts;
     CHECK(cudaMalloc(&gbuf, (size_t)blocks * 64 * 1024));
     CHECK(cudaMalloc(&counts, 2 * blocks * 4));
@@ -435,12 +439,15 @@ int main() {
             before<<<sms, 32, 0, stream>>>(x, end);
             CHECK(cudaGetLastError());
             CHECK(cudaLaunchKernelEx(&cfg, attn_half, (const unsigned char*)weights, (const uint16_t*)cache,
-                                     (const float*)x, out, stamps, C, ctx, work, l2, gbuf, counts));
+                                     (const float*)x, out, stamps, C, ctx, work, l2, gbuf, counts,
+                                     (const u64*)end));
             CHECK(cudaStreamSynchronize(stream));
-            u64 e = 0;
-            CHECK(cudaMemcpy(&e, end, 8, cudaMemcpyDeviceToHost));
             CHECK(cudaMemcpy(h.data(), stamps, h.size() * 8, cudaMemcpyDeviceToHost));
-            if (it == 0 && e == 0) printf("(the kernel before left no end time)\n");
+            const u64 e = h[STAMPS - 1];  // (the kernel before's end, as block 0 read it after its wait)
+            if (e == 0) {
+                fprintf(stderr, "the kernel before had not ended when the half's wait returned\n");
+                return 1;
+            }
             if (it < warm) continue;
             u64 last = 0, first = ~0ull;
             for (int b = 0; b < blocks; b++) {
