@@ -144,15 +144,17 @@ __device__ float block_sum(float v, float* red) {
     for (int w = 0; w < warps; w++) s += red[w];
     return s;
 }
-// n floats as 8-bit values, a scale per 32 (the Q8 blocks the GEMVs read).
-__device__ void quantize(const float* v, int n, float f, signed char* q) {
+// A warp's 32 values (one a lane) as 8-bit values scaled by their largest
+// magnitude (the Q8 blocks the GEMVs read).
+__device__ __forceinline__ signed char quantize_lane(float x) {
+    float m = fabsf(x);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    return (signed char)__float2int_rn(m > 0.f ? x * 127.f / m : 0.f);
+}
+// n floats as 8-bit values, a scale per 32.
+__device__ void quantize(const float* v, int n, signed char* q) {
     const int lane = threadIdx.x & 31;
-    for (int c = threadIdx.x >> 5; c < n / 32; c += blockDim.x >> 5) {
-        const float x = v[32 * c + lane] * f;
-        float m = fabsf(x);
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-        q[32 * c + lane] = (signed char)__float2int_rn(m > 0.f ? x * 127.f / m : 0.f);
-    }
+    for (int c = threadIdx.x >> 5; c < n / 32; c += blockDim.x >> 5) q[32 * c + lane] = quantize_lane(v[32 * c + lane]);
 }
 
 // ------------------------------------------------------------------ exchanges
@@ -249,10 +251,7 @@ __global__ void __launch_bounds__(512) attn_half(const unsigned char* weights, c
 #pragma unroll
     for (int j = 0; j < MAX_PER; j++) {
         if (j >= per) break;
-        const float v = xv[j] * f;
-        float mx = fabsf(v);
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        xq[tid + j * nt] = (signed char)__float2int_rn(mx > 0.f ? v * 127.f / mx : 0.f);
+        xq[tid + j * nt] = quantize_lane(xv[j] * f);
     }
     float* mine = osum;  // (the block's q/k/v sums, before the output rows use it)
     for (int i = tid; i < s.rows; i += nt) mine[i] = 0.f;
@@ -340,7 +339,7 @@ __global__ void __launch_bounds__(512) attn_half(const unsigned char* weights, c
         outs[i] = S > 0.f ? O / S : 0.f;
     }
     __syncthreads();
-    quantize(outs, s.ocols, 1.f, xq);
+    quantize(outs, s.ocols, xq);
     for (int i = tid; i < s.orows; i += nt) osum[i] = 0.f;
     __syncthreads();
     mark[m++] = now_ns();

@@ -12,7 +12,7 @@
 # target's rate, the chain of GEMV kernels alone cannot reach it
 # (docs/cuda-journal.md, forty-fifth session). Each A/B's first round also
 # prints the ceilings (copy, reading alone, GEMM).
-# Usage: scripts/gpu-decompose.sh [--rounds N]   (default 1; about 80 s a variant)
+# Usage: scripts/gpu-decompose.sh [--rounds N]   (default 1; about 25 s a variant on an H200)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 exec scripts/gpu-variants.sh --rounds 1 "$@" \

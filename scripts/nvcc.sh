@@ -8,13 +8,15 @@
 # Pinned to 13.0.x, as scripts/nvrtc.sh: later front ends emit PTX the
 # 13.0 assembler refuses.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-venv=target/nvcc-venv
-cuda() { ls -d "$venv"/lib/python3*/site-packages/nvidia/cu13 2>/dev/null; }
-if [[ -z $(cuda) || ! -x $(cuda)/bin/nvcc || ! -d $(cuda)/nvvm || ! -d $(cuda)/include/nv ]]; then
+# (No cd: the arguments' paths are the caller's.)
+venv=$(cd "$(dirname "$0")/.." && pwd)/target/nvcc-venv
+root() { ls -d "$venv"/lib/python3*/site-packages/nvidia/cu13 2>/dev/null; }
+root=$(root || true)
+# (nvvm: the front end; include/nv: the C++ library's headers, cccl)
+if [[ -z $root || ! -x $root/bin/nvcc || ! -d $root/nvvm || ! -d $root/include/nv ]]; then
     python3 -m venv "$venv" >&2
     "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps nvidia-cuda-nvcc==13.0.88 \
         nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85 >&2
+    root=$(root)
 fi
-root=$(cd "$(cuda)" && pwd)
 exec "$root/bin/nvcc" -I"$root/include" -L"$root/lib" "$@"
