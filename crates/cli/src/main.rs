@@ -23,7 +23,7 @@ use clap::{Args, Parser, Subcommand};
 #[command(
     name = "ferrite",
     version,
-    about = "Run and benchmark transformer models (GGUF and Hugging Face safetensors) on the CPU"
+    about = "Run, serve and benchmark transformer models (GGUF and Hugging Face safetensors) on CPUs and NVIDIA GPUs"
 )]
 struct Cli {
     #[command(subcommand)]
