@@ -10,13 +10,13 @@
 set -euo pipefail
 # (No cd: the arguments' paths are the caller's.)
 venv=$(cd "$(dirname "$0")/.." && pwd)/target/nvcc-venv
-root() { ls -d "$venv"/lib/python3*/site-packages/nvidia/cu13 2>/dev/null; }
-root=$(root || true)
+find_root() { ls -d "$venv"/lib/python3*/site-packages/nvidia/cu13 2>/dev/null; }
+root=$(find_root || true)
 # (nvvm: the front end; include/nv: the C++ library's headers, cccl)
 if [[ -z $root || ! -x $root/bin/nvcc || ! -d $root/nvvm || ! -d $root/include/nv ]]; then
     python3 -m venv "$venv" >&2
     "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps nvidia-cuda-nvcc==13.0.88 \
         nvidia-nvvm==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85 >&2
-    root=$(root)
+    root=$(find_root)
 fi
 exec "$root/bin/nvcc" -I"$root/include" -L"$root/lib" "$@"

@@ -13,9 +13,9 @@ LD_LIBRARY_PATH="$nvrtc_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" FERRITE_REQUIR
     cargo test --release -p ferrite-backend cuda::compile
 # The standalone GPU probes compile too (nvcc from its wheels; no GPU needed).
 probes=$(mktemp -d)
+trap 'rm -rf "$probes"' EXIT  # (also when a probe fails to compile)
 for probe in scripts/gpu-*.cu; do
     scripts/nvcc.sh -O2 -arch=sm_90a -c -o "$probes/$(basename "$probe" .cu).o" "$probe"
 done
-rm -rf "$probes"
 # The aarch64 (NEON) kernels under qemu, where the Rust target is installed.
 scripts/test-aarch64.sh
