@@ -45,8 +45,8 @@ pub struct ModelArgs {
     /// of `serve` (default: the model's context, at most 8192).
     #[arg(long)]
     pub ctx_size: Option<usize>,
-    /// KV-cache precision: f16 or f32 (default: f16 for GGUF, like llama.cpp;
-    /// f32 for safetensors checkpoints).
+    /// KV-cache precision: f16 or f32 (default: f16 for GGUF, like llama.cpp,
+    /// and on GPUs; f32 for safetensors checkpoints and random models on the CPU).
     #[arg(long)]
     pub kv_cache: Option<ferrite_models::KvDtype>,
     #[command(flatten)]

@@ -40,8 +40,9 @@ pub struct ServeArgs {
     /// decodes flowing while a long prompt is prefilled.
     #[arg(long, default_value_t = 256, help_heading = GENERATION)]
     pub max_batched_tokens: usize,
-    /// KV-cache size in blocks of 16 tokens, shared by all requests
-    /// (default: 4 contexts' worth, at most 2 GiB).
+    /// KV-cache size in blocks of 16 tokens, shared by all requests (default:
+    /// on a GPU, the share of --gpu-memory-utilization the weights leave; on
+    /// the CPU, 4 contexts' worth, at most 2 GiB, at least one context).
     #[arg(long, conflicts_with = "kv_memory", help_heading = GENERATION)]
     pub kv_blocks: Option<usize>,
     /// KV-cache size in GB (alternative to --kv-blocks).
@@ -62,7 +63,7 @@ pub struct ServeArgs {
     pub max_embed_tokens: usize,
     /// Matmul arithmetic (embedding models): auto (bf16 where the hardware
     /// multiplies bf16 natively: NVIDIA GPUs, CPUs with AVX-512 BF16; else
-    /// f32), f32 (exact), or bf16. bf16 is about twice as fast on such CPUs,
+    /// f32), f32 (exact), or bf16. bf16 is about 1.5x as fast on such CPUs,
     /// cosine ~0.99998 to f32 on all-MiniLM-L6-v2.
     #[arg(long, value_enum, default_value_t = Precision::Auto)]
     pub precision: Precision,

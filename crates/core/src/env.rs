@@ -187,7 +187,7 @@ pub fn cpu_avx512() -> bool {
 }
 
 /// `FERRITE_CUDA_PERSISTENT_WARPS=<8|16>`: the persistent kernel's computing
-/// warps a block (8, the default).
+/// warps a block (default: 8; 16 for the window kernel).
 pub fn cuda_persistent_warps() -> Option<usize> {
     var("FERRITE_CUDA_PERSISTENT_WARPS").and_then(|v| v.to_str()?.parse().ok())
 }
