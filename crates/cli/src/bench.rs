@@ -53,7 +53,9 @@ fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            (100 + x % (vocab as u64 - 100).max(1)) as u32
+            // Past the first 100 ids (often special tokens) where the vocabulary has them.
+            let skip: u64 = if vocab > 200 { 100 } else { 0 };
+            (skip + x % (vocab as u64 - skip).max(1)) as u32
         })
         .collect()
 }

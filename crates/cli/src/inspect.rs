@@ -35,7 +35,9 @@ pub fn main(a: InspectArgs) -> Result<()> {
     if cfg.layers.iter().any(|k| k.window.is_some()) {
         println!("attention:     {}", windows.join(" "));
     }
-    println!("rope theta:    {}", cfg.layers[0].rope_theta);
+    if let Some(first) = cfg.layers.first() {
+        println!("rope theta:    {}", first.rope_theta);
+    }
     println!("tied output:   {}", cfg.tied_embeddings);
     let types: Vec<String> = ck.type_summary().iter().map(|(d, n)| format!("{d} x{n}")).collect();
     println!("tensor types:  {}", types.join(", "));

@@ -224,8 +224,8 @@ fn gpu_kv_blocks(b: &CudaBackend, utilization: f64, block_bytes: f64) -> Result<
 /// An absurd --ctx-size would abort the process inside the allocator; probe the
 /// KV cache's size (f32 K and V per layer, as the CPU backend stores them) first.
 fn check_kv_fits(ctx: usize, n_layers: usize, kv_dim: usize) -> Result<()> {
-    let bytes = ctx.div_ceil(DEFAULT_BLOCK_SIZE) * DEFAULT_BLOCK_SIZE;
-    let bytes = [n_layers, kv_dim, 2, 4].iter().try_fold(bytes, |a, &b| a.checked_mul(b));
+    let blocks = ctx.div_ceil(DEFAULT_BLOCK_SIZE);
+    let bytes = [DEFAULT_BLOCK_SIZE, n_layers, kv_dim, 2, 4].iter().try_fold(blocks, |a, &b| a.checked_mul(b));
     if bytes.is_some_and(|b| Vec::<u8>::new().try_reserve_exact(b).is_ok()) {
         return Ok(());
     }

@@ -402,6 +402,8 @@ fn absurd_context_size() {
         &["score", "smollm2", "--tokens", "1,2", "--ctx-size", "1000000000000"],
         &["ctx-size", "KV cache"],
     );
+    // Rounding up to whole blocks must not wrap around to a small size.
+    fails_after_load(&["score", "smollm2", "--tokens", "1,2", "--ctx-size", &u64::MAX.to_string()], &["ctx-size"]);
     fails_after_load(&["run", "smollm2", "--ctx-size", "0", "--prompt", "hi"], &["context"]);
 }
 
@@ -520,11 +522,15 @@ fn corrupt_hf_config() {
         ("cfg-vocab", Box::new(|c| c["vocab_size"] = 1_000_000_000_000u64.into()), &["shape", "embed_tokens"]),
         ("cfg-heads0", Box::new(|c| c["num_attention_heads"] = 0.into()), &["zero"]),
         ("cfg-kvheads", Box::new(|c| c["num_key_value_heads"] = 3.into()), &["KV heads"]),
-        ("cfg-headdim", Box::new(|c| c["head_dim"] = 1_000_000_000_000u64.into()), &["q_proj"]),
+        ("cfg-headdim", Box::new(|c| c["head_dim"] = 1_000_000_000_000u64.into()), &["head dim", "512"]),
+        ("cfg-layers0", Box::new(|c| c["num_hidden_layers"] = 0.into()), &["zero"]),
     ];
     for (name, edit, needles) in weight_cases {
         let dir = hf_copy(name, edit, |_| {});
         fails(&["score", s(&dir), "--tokens", "1,2"], needles);
+        // `inspect` shows what the config says, odd or not, without panicking.
+        let err = text(&ferrite(&["inspect", s(&dir)]).stderr);
+        assert!(!err.contains("panicked"), "inspect {name}: {err}");
         std::fs::remove_dir_all(&dir).ok();
     }
     for (name, edit, needles) in cases {

@@ -165,6 +165,19 @@ fn ferrite(args: &[&str]) -> (bool, String, String) {
     (o.status.success(), out, err)
 }
 
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let path = entry.unwrap().path();
+        let dest = to.join(path.file_name().unwrap());
+        if path.is_dir() {
+            copy_tree(&path, &dest);
+        } else {
+            std::fs::copy(&path, dest).unwrap();
+        }
+    }
+}
+
 fn fails_with(args: &[&str], needles: &[&str]) {
     let (ok, out, err) = ferrite(args);
     assert!(!ok && out.is_empty(), "ferrite {args:?} should fail: {out} {err}");
@@ -226,6 +239,23 @@ fn embed_command_rejects_bad_input_clearly() {
     let smollm = model_path("smollm2.gguf");
     fails_with(&["embed", smollm.to_str().unwrap(), "hello"], &["not an embedding model"]);
     fails_with(&["run", d, "--prompt", "hi"], &["embedding model", "ferrite embed"]);
+    // Corrupt configs: one error line each, no panic and no huge allocation.
+    let bert = fixture("embed/bert-tiny-cls");
+    let corrupt = |tag: &str, key: &str, value: u64| {
+        let dir = std::env::temp_dir().join(format!("ferrite-embed-cfg-{}-{tag}", std::process::id()));
+        copy_tree(&bert, &dir);
+        let mut cfg: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+        cfg[key] = value.into();
+        std::fs::write(dir.join("config.json"), cfg.to_string()).unwrap();
+        dir
+    };
+    for (tag, key, value, needle) in
+        [("layers", "num_hidden_layers", 1u64 << 60, "layer count"), ("types", "type_vocab_size", 0, "type_vocab_size")]
+    {
+        let dir = corrupt(tag, key, value);
+        fails_with(&["embed", dir.to_str().unwrap(), "hi"], &[needle]);
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }
 
 /// Many inputs (more than one tokenizing group of 1,024): every line comes

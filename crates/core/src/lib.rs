@@ -3,6 +3,7 @@
 pub mod dtype;
 pub mod env;
 pub mod error;
+pub mod quiet_panic;
 
 pub use dtype::DType;
 pub use error::{Error, Result};

@@ -19,6 +19,9 @@ use minijinja::{AutoEscape, Environment, ErrorKind, UndefinedBehavior};
 type JinjaError = minijinja::Error;
 
 const TEMPLATE_NAME: &str = "chat_template";
+/// Template instructions one render may run: a long chat takes thousands,
+/// while nested loops over huge ranges would run for hours.
+const TEMPLATE_FUEL: u64 = 50_000_000;
 
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Message {
@@ -41,6 +44,9 @@ impl ChatTemplate {
         env.set_lstrip_blocks(true);
         env.set_keep_trailing_newline(false);
         env.set_undefined_behavior(UndefinedBehavior::Lenient);
+        // A template is code from the model file: bound its work, so that a
+        // runaway loop is an error instead of a hang.
+        env.set_fuel(Some(TEMPLATE_FUEL));
         env.set_auto_escape_callback(|_| AutoEscape::None);
         env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
         env.set_formatter(python_formatter);
@@ -150,6 +156,11 @@ fn raise_exception(message: String) -> std::result::Result<Value, JinjaError> {
 }
 
 fn render_error(err: JinjaError) -> Error {
+    if err.kind() == ErrorKind::OutOfFuel {
+        return Error::Template(format!(
+            "chat template failed: it ran more than {TEMPLATE_FUEL} steps (a runaway loop in the model's template?)"
+        ));
+    }
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&err);
     while let Some(e) = source {
         if let Some(raised) = e.downcast_ref::<Raised>() {
@@ -588,6 +599,13 @@ mod tests {
 
     fn render(src: &str, messages: &[Message], agp: bool) -> Result<String> {
         ChatTemplate::new(src, "<s>", "</s>")?.render(messages, agp)
+    }
+
+    #[test]
+    fn a_runaway_loop_is_an_error_not_a_hang() {
+        let src = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}";
+        let err = render(src, &[msg("user", "hi")], true).unwrap_err().to_string();
+        assert!(err.contains("runaway loop"), "{err}");
     }
 
     #[test]

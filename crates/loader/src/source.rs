@@ -122,6 +122,10 @@ fn from_path(path: &Path) -> Result<ModelSource> {
     if meta.is_dir() {
         return from_dir(path);
     }
+    // A pipe or device would block the reader forever, or never end.
+    if !meta.is_file() {
+        return Err(Error::InvalidInput(format!("{}: not a regular file or a directory", path.display())));
+    }
     let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
     match ext.as_deref() {
         Some("gguf") => Ok(ModelSource::Gguf(path.to_path_buf())),
@@ -406,6 +410,11 @@ mod tests {
         let txt = t.file("notes.txt", b"hello");
         assert!(matches!(resolve_in(s(&txt), &roots), Err(Error::Unsupported(_))));
         assert!(matches!(resolve_in("  ", &roots), Err(Error::InvalidInput(_))));
+        // A device (or a pipe) would block or never end: refused before it is opened.
+        if Path::new("/dev/null").exists() {
+            let err = resolve_in("/dev/null", &roots).unwrap_err().to_string();
+            assert!(err.contains("not a regular file"), "{err}");
+        }
     }
 
     #[test]

@@ -5,11 +5,16 @@
 use std::fs;
 use std::path::Path;
 
+use ferrite_core::quiet_panic::catch_panic;
 use ferrite_core::{Error, Result};
 use serde_json::Value;
 use tokenizers::{DecoderWrapper, ModelWrapper};
 
 use super::byte_level;
+
+/// How far past the vocabulary's entry count a token id may lie before the
+/// file counts as corrupt (a huge id would make the id-to-text table huge).
+const MAX_ID_GAP: usize = 1 << 16;
 
 /// How one token's text maps to the bytes it contributes.
 #[derive(Clone, Debug, PartialEq)]
@@ -96,7 +101,8 @@ impl HfTokenizer {
         if !path.is_file() {
             return Err(Error::Tokenizer(format!("{}: no tokenizer.json", dir.display())));
         }
-        let mut tok = tokenizers::Tokenizer::from_file(&path)
+        let mut tok = catch_panic(|| tokenizers::Tokenizer::from_file(&path))
+            .map_err(|e| Error::Tokenizer(format!("{}: {e} (corrupt file?)", path.display())))?
             .map_err(|e| Error::Tokenizer(format!("{}: {e}", path.display())))?;
         // Some files ship fixed padding/truncation (MiniLM: 128); callers want the plain ids.
         tok.with_padding(None);
@@ -106,6 +112,13 @@ impl HfTokenizer {
         let mut vocab = vec![String::new(); n];
         for (text, id) in tok.get_vocab(true) {
             let id = id as usize;
+            // Ids may leave small gaps, never millions of missing entries.
+            if id >= n + MAX_ID_GAP {
+                return Err(Error::Tokenizer(format!(
+                    "{}: token {text:?} has id {id}, far past the {n} entries (corrupt file?)",
+                    path.display()
+                )));
+            }
             if id >= vocab.len() {
                 vocab.resize(id + 1, String::new());
             }
@@ -159,7 +172,9 @@ impl HfTokenizer {
     }
 
     pub fn encode(&self, text: &str, add_special: bool) -> Result<Vec<u32>> {
-        let enc = self.tok.encode_fast(text, add_special).map_err(|e| Error::Tokenizer(format!("encode: {e}")))?;
+        let enc = catch_panic(|| self.tok.encode_fast(text, add_special))
+            .map_err(|e| Error::Tokenizer(format!("encode: the tokenizer failed ({e}); is tokenizer.json corrupt?")))?
+            .map_err(|e| Error::Tokenizer(format!("encode: {e}")))?;
         let mut ids = enc.get_ids().to_vec();
         if add_special {
             if let Some(bos) = self.bos.filter(|_| self.add_bos) {
@@ -177,9 +192,10 @@ impl HfTokenizer {
     }
 
     pub fn decode(&self, ids: &[u32], skip_special: bool) -> String {
-        // Out-of-range ids are the only failure; they decode to nothing.
+        // Out-of-range ids decode to nothing, and so does everything where a
+        // corrupt file's decoder panics.
         let known: Vec<u32> = ids.iter().copied().filter(|&id| (id as usize) < self.vocab.len()).collect();
-        self.tok.decode(&known, skip_special).unwrap_or_default()
+        catch_panic(|| self.tok.decode(&known, skip_special)).ok().and_then(|r| r.ok()).unwrap_or_default()
     }
 
     pub fn token_bytes(&self, id: u32) -> Vec<u8> {
@@ -220,5 +236,52 @@ impl HfTokenizer {
 
     pub fn id_to_token(&self, id: u32) -> Option<&str> {
         self.vocab.get(id as usize).map(String::as_str).filter(|s| !s.is_empty())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HfTokenizer;
+    use crate::test_dir::TempDir;
+    use serde_json::{json, Value};
+
+    /// A word-level tokenizer.json with `edit` applied.
+    fn tokenizer_dir(tag: &str, edit: impl FnOnce(&mut Value)) -> TempDir {
+        let mut tok = json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+            "normalizer": null, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": null,
+            "decoder": null,
+            "model": {"type": "WordLevel", "vocab": {"[UNK]": 0, "hi": 1}, "unk_token": "[UNK]"}
+        });
+        edit(&mut tok);
+        let dir = TempDir::new(tag);
+        dir.file("tokenizer.json", tok.to_string().as_bytes());
+        dir
+    }
+
+    #[test]
+    fn corrupt_files_are_errors_not_panics_or_huge_allocations() {
+        let good = tokenizer_dir("good", |_| {});
+        assert_eq!(HfTokenizer::from_dir(&good.0).unwrap().encode("hi", false).unwrap(), vec![1]);
+
+        let huge_id = tokenizer_dir("huge-id", |t| t["model"]["vocab"]["far"] = json!(u32::MAX));
+        let err = HfTokenizer::from_dir(&huge_id.0).err().unwrap().to_string();
+        assert!(err.contains("far past"), "{err}");
+
+        // The tokenizers crate panics on these two; each must be one error.
+        let charsmap = tokenizer_dir("charsmap", |t| {
+            t["normalizer"] = json!({"type": "Precompiled", "precompiled_charsmap": "AAAA"})
+        });
+        let err = HfTokenizer::from_dir(&charsmap.0).err().unwrap().to_string();
+        assert!(err.contains("corrupt file?"), "{err}");
+        let undeclared = tokenizer_dir("undeclared", |t| {
+            t["post_processor"] = json!({"type": "TemplateProcessing",
+                "single": [{"SpecialToken": {"id": "<nope>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [], "special_tokens": {}})
+        });
+        let tok = HfTokenizer::from_dir(&undeclared.0).unwrap();
+        let err = tok.encode("hi", true).unwrap_err().to_string();
+        assert!(err.contains("tokenizer failed"), "{err}");
+        assert_eq!(tok.encode("hi", false).unwrap(), vec![1]);
     }
 }

@@ -8,6 +8,7 @@
 
 use super::{EncodeBatch, EncoderArch, EncoderConfig, EncoderNet, Weights};
 use crate::checkpoint::HfCheckpoint;
+use crate::config::check_layers;
 use crate::hf::HfConfig;
 use ferrite_backend::{Activation, AttnParams, Backend};
 use ferrite_core::{Error, Result};
@@ -46,7 +47,7 @@ impl<B: Backend> Bert<B> {
         let c = HfConfig::new(&ck.config);
         let (h, n_heads, ffn) = (c.req("hidden_size")?, c.req("num_attention_heads")?, c.req("intermediate_size")?);
         let (vocab, n_layers, max_pos) =
-            (c.req("vocab_size")?, c.req("num_hidden_layers")?, c.req("max_position_embeddings")?);
+            (c.req("vocab_size")?, check_layers(c.req("num_hidden_layers")?)?, c.req("max_position_embeddings")?);
         if n_heads == 0 || !h.is_multiple_of(n_heads) {
             return Err(Error::format(format!("bert: hidden size {h} is not a multiple of {n_heads} heads")));
         }
@@ -61,7 +62,11 @@ impl<B: Backend> Bert<B> {
         let lin = |p: &str, rows, cols| -> Result<(B::Weight, B::Tensor)> {
             Ok((w.matrix(&format!("{p}.weight"), rows, cols)?, w.vector(&format!("{p}.bias"), rows)?))
         };
-        let types = w.raw("embeddings.token_type_embeddings.weight", c.opt("type_vocab_size").unwrap_or(2), h)?;
+        let n_types = c.opt("type_vocab_size").unwrap_or(2);
+        if n_types == 0 {
+            return Err(Error::format("bert: type_vocab_size is 0 (inputs need token type 0)"));
+        }
+        let types = w.raw("embeddings.token_type_embeddings.weight", n_types, h)?;
         let mut type0 = vec![0f32; h];
         ferrite_backend::quant::dequantize_row(
             types.dtype,

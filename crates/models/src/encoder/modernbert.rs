@@ -11,7 +11,7 @@
 
 use super::{EncodeBatch, EncoderArch, EncoderConfig, EncoderNet, Weights};
 use crate::checkpoint::HfCheckpoint;
-use crate::config::{inv_freq, LayerKind, RopeScaling};
+use crate::config::{check_layers, inv_freq, LayerKind, RopeScaling};
 use crate::hf::HfConfig;
 use ferrite_backend::{Activation, AttnParams, Backend, Rope};
 use ferrite_core::{Error, Result};
@@ -80,7 +80,7 @@ impl<B: Backend> ModernBert<B> {
     pub fn load(backend: B, ck: &HfCheckpoint) -> Result<Self> {
         let c = HfConfig::new(&ck.config);
         let (h, n_heads, ffn) = (c.req("hidden_size")?, c.req("num_attention_heads")?, c.req("intermediate_size")?);
-        let (vocab, n_layers) = (c.req("vocab_size")?, c.req("num_hidden_layers")?);
+        let (vocab, n_layers) = (c.req("vocab_size")?, check_layers(c.req("num_hidden_layers")?)?);
         let max_pos = c.opt("max_position_embeddings").unwrap_or(8192);
         if n_heads == 0 || !h.is_multiple_of(n_heads) || !(h / n_heads).is_multiple_of(2) {
             return Err(Error::format(format!("modernbert: hidden size {h} does not split into {n_heads} heads")));
