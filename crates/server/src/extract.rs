@@ -7,10 +7,15 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{header, StatusCode};
 use serde::de::DeserializeOwned;
+use std::time::Duration;
 
 use crate::errors::ApiError;
 
 pub struct ApiJson<T>(pub T);
+
+/// How long a request's body may take to arrive once its head has: a client
+/// that declares a body and never sends it must not hold its connection.
+const BODY_TIMEOUT: Duration = Duration::from_secs(60);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
@@ -21,12 +26,19 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
             let shown = if content_type.is_empty() { "none".to_string() } else { format!("`{content_type}`") };
             return Err(ApiError::invalid(format!("Content-Type must be application/json (got {shown})")));
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|r| {
-            let status = r.status();
-            let message = r.body_text();
-            let status = if status.is_client_error() { status } else { StatusCode::BAD_REQUEST };
-            ApiError { status, ..ApiError::invalid(message) }
-        })?;
+        let read = tokio::time::timeout(BODY_TIMEOUT, Bytes::from_request(req, state));
+        let bytes = read
+            .await
+            .map_err(|_| ApiError {
+                status: StatusCode::REQUEST_TIMEOUT,
+                ..ApiError::invalid(format!("the request body did not arrive within {} s", BODY_TIMEOUT.as_secs()))
+            })?
+            .map_err(|r| {
+                let status = r.status();
+                let message = r.body_text();
+                let status = if status.is_client_error() { status } else { StatusCode::BAD_REQUEST };
+                ApiError { status, ..ApiError::invalid(message) }
+            })?;
         parse(&bytes).map(ApiJson)
     }
 }

@@ -7,6 +7,7 @@
 //! - `api`: wire types; `convert`: request -> engine request (pure, tested);
 //!   `prompt`: chat template + tokenization as `ferrite run` does it.
 //! - `generate`: submitting and collecting; `sse`: streaming bodies.
+//! - `listen`: the accept loop, with a deadline on request heads.
 //! - `metrics`: Prometheus text; `errors`/`extract`: OpenAI-shaped errors.
 
 mod api;
@@ -17,6 +18,7 @@ mod embed;
 mod errors;
 mod extract;
 mod generate;
+mod listen;
 mod logprobs;
 mod metrics;
 mod prompt;
@@ -28,7 +30,7 @@ mod state;
 #[cfg(test)]
 mod tests;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -119,7 +121,7 @@ async fn serve_on(
         }
         let _ = stopped_tx.send(true);
     };
-    let server = axum::serve(listener, app).with_graceful_shutdown(graceful).into_future();
+    let server = listen::serve_until(listener, app, graceful);
     let deadline = async {
         if stopped_rx.wait_for(|&s| s).await.is_err() {
             std::future::pending::<()>().await;
@@ -127,7 +129,7 @@ async fn serve_on(
         tokio::time::sleep(GRACE).await;
     };
     tokio::select! {
-        r = server => r.map_err(|e| Error::InvalidInput(format!("server error: {e}")))?,
+        _ = server => {}
         _ = deadline => eprintln!("some connections did not close in time; stopping anyway"),
     }
     let handle = stopper.lock().ok().and_then(|mut h| h.take());

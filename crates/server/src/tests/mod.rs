@@ -6,6 +6,7 @@ mod errors;
 mod routes;
 mod shutdown;
 mod streaming;
+mod timeouts;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
