@@ -103,7 +103,8 @@ impl Settings {
 }
 
 fn sampling(c: &CommonParams, logprobs: Option<usize>, limits: Limits) -> Result<SamplingParams, ApiError> {
-    let temperature = c.temperature.unwrap_or(1.0);
+    // Checked as the f32 the sampler gets: 1e308 is a finite f64 but no f32.
+    let temperature = c.temperature.unwrap_or(1.0) as f32;
     if !(temperature.is_finite() && temperature >= 0.0) {
         return Err(ApiError::param("temperature", format!("temperature must be >= 0, got {temperature}")));
     }
@@ -114,7 +115,7 @@ fn sampling(c: &CommonParams, logprobs: Option<usize>, limits: Limits) -> Result
         -1 => 0,
         k => return Err(ApiError::param("top_k", format!("top_k must be >= 0 (or -1 for off), got {k}"))),
     };
-    let repetition_penalty = c.repetition_penalty.unwrap_or(1.0);
+    let repetition_penalty = c.repetition_penalty.unwrap_or(1.0) as f32;
     if !(repetition_penalty.is_finite() && repetition_penalty > 0.0) {
         return Err(ApiError::param(
             "repetition_penalty",
@@ -131,11 +132,11 @@ fn sampling(c: &CommonParams, logprobs: Option<usize>, limits: Limits) -> Result
         ),
     };
     Ok(SamplingParams {
-        temperature: temperature as f32,
+        temperature,
         top_k,
         top_p,
         min_p,
-        repetition_penalty: repetition_penalty as f32,
+        repetition_penalty,
         penalty_last_n: 64,
         presence_penalty: penalty("presence_penalty", c.presence_penalty)?,
         frequency_penalty: penalty("frequency_penalty", c.frequency_penalty)?,

@@ -20,6 +20,9 @@ async fn health_models_page() {
     assert_eq!(m["data"][0]["max_model_len"], MAX_CONTEXT);
     assert_eq!(get(&app, "/v1/models/tiny").await.json()["id"], MODEL);
     assert_eq!(get(&app, "/v1/models/other").await.status, StatusCode::NOT_FOUND);
+    let bad = get(&app, "/v1/models/%ff%fe").await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert!(bad.json()["error"]["message"].as_str().unwrap().contains("UTF-8"));
     let page = get(&app, "/").await;
     assert_eq!(page.status, StatusCode::OK);
     assert!(page.headers["content-type"].to_str().unwrap().starts_with("text/html"));
