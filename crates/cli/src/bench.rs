@@ -48,13 +48,13 @@ pub struct BenchArgs {
 /// Deterministic pseudo-random token ids (no special meaning needed).
 fn tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    // Past the first 100 ids (often special tokens) where the vocabulary has them.
+    let skip: u64 = if vocab > 200 { 100 } else { 0 };
     (0..n)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            // Past the first 100 ids (often special tokens) where the vocabulary has them.
-            let skip: u64 = if vocab > 200 { 100 } else { 0 };
             (skip + x % (vocab as u64 - skip).max(1)) as u32
         })
         .collect()

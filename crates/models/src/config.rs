@@ -86,8 +86,10 @@ impl LmConfig {
         if !self.head_dim.is_multiple_of(2) {
             return bad(format!("head dim {} is odd", self.head_dim));
         }
-        if self.head_dim > MAX_HEAD_DIM {
-            return bad(format!("head dim {} is over {MAX_HEAD_DIM}, the most attention supports", self.head_dim));
+        // The CPU attention's limit (the CUDA kernels' is lower: 256, checked there).
+        let max = ferrite_backend::cpu::MAX_HEAD_DIM;
+        if self.head_dim > max {
+            return bad(format!("head dim {} is over {max}, the most attention supports", self.head_dim));
         }
         if self.layers.len() != self.n_layers {
             return bad("per-layer settings do not cover every layer".into());
@@ -98,9 +100,6 @@ impl LmConfig {
         Ok(())
     }
 }
-
-/// The CPU attention's limit (the CUDA kernels' is lower: 256, checked there).
-pub const MAX_HEAD_DIM: usize = 512;
 
 /// A layer count beyond any real model's is a corrupt config: refused before the
 /// per-layer settings are allocated (a huge count would abort in the allocator).

@@ -121,7 +121,7 @@ async fn serve_on(
         }
         let _ = stopped_tx.send(true);
     };
-    let server = listen::serve_until(listener, app, graceful);
+    let server = listen::serve_until(listener, app, graceful, listen::HEADER_TIMEOUT);
     let deadline = async {
         if stopped_rx.wait_for(|&s| s).await.is_err() {
             std::future::pending::<()>().await;

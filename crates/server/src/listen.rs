@@ -20,18 +20,10 @@ use tokio::net::TcpListener;
 /// after this long too).
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Serves `app` on `listener` until `stop` resolves; then stops accepting and
-/// waits until every open connection has finished its response and closed.
-pub async fn serve_until(listener: TcpListener, app: Router, stop: impl Future<Output = ()>) {
-    serve_with_timeout(listener, app, stop, HEADER_TIMEOUT).await
-}
-
-pub(crate) async fn serve_with_timeout(
-    listener: TcpListener,
-    app: Router,
-    stop: impl Future<Output = ()>,
-    header_timeout: Duration,
-) {
+/// Serves `app` on `listener` until `stop` resolves, reading request heads
+/// under `header_timeout`; then stops accepting and waits until every open
+/// connection has finished its response and closed.
+pub async fn serve_until(listener: TcpListener, app: Router, stop: impl Future<Output = ()>, header_timeout: Duration) {
     let graceful = GracefulShutdown::new();
     let mut stop = pin!(stop);
     loop {

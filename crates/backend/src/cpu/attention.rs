@@ -170,6 +170,10 @@ const QUERY_BLOCK: usize = 16;
 /// then go to different threads and give what one thread computes.
 const KEY_CHUNK: usize = 512;
 
+/// The largest head dimension attention takes (a tile's queries sit in a
+/// stack array of this many rows).
+pub const MAX_HEAD_DIM: usize = 512;
+
 /// (sequence, KV head, query rows) of the flat batch; `split`: only this
 /// key chunk of its one row, its partials stored in `PARTS` (see `attention`).
 struct Unit {
@@ -211,7 +215,7 @@ pub fn attention(
         || p.n_kv_heads == 0
         || p.n_kv_heads * hd != pool.kv_dim
         || !p.n_heads.is_multiple_of(p.n_kv_heads)
-        || hd > 512
+        || hd > MAX_HEAD_DIM
     {
         return Err(Error::Shape("attention: q or KV shapes do not match the layer".into()));
     }
@@ -611,7 +615,7 @@ unsafe fn tile_lanes<L: Lanes, E: Elem, const R: usize>(
     let (vlo, vhi) = (ulo / n * n, uhi.next_multiple_of(n));
     let len = vhi - vlo;
     scores.resize(R * len, 0.0);
-    let mut qs = [[0f32; R]; 512];
+    let mut qs = [[0f32; R]; MAX_HEAD_DIM];
     for (r, t) in tile.iter().enumerate() {
         for (d, &x) in c.q[t.row * qd + t.head * hd..][..hd].iter().enumerate() {
             qs[d][r] = x * p.scale;

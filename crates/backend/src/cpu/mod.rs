@@ -17,7 +17,7 @@ pub mod simd;
 #[cfg(test)]
 mod test_util;
 
-pub use attention::{CpuKvPool, KvStore};
+pub use attention::{CpuKvPool, KvStore, MAX_HEAD_DIM};
 pub use matmul::dot_f32;
 
 use crate::quant::dequantize_row;

@@ -195,7 +195,7 @@ impl HfTokenizer {
         // Out-of-range ids decode to nothing, and so does everything where a
         // corrupt file's decoder panics.
         let known: Vec<u32> = ids.iter().copied().filter(|&id| (id as usize) < self.vocab.len()).collect();
-        catch_panic(|| self.tok.decode(&known, skip_special)).ok().and_then(|r| r.ok()).unwrap_or_default()
+        catch_panic(|| self.tok.decode(&known, skip_special)).ok().and_then(std::result::Result::ok).unwrap_or_default()
     }
 
     pub fn token_bytes(&self, id: u32) -> Vec<u8> {

@@ -25,7 +25,7 @@ async fn stalled_request_heads_are_closed_on_a_deadline() {
     let stop = async move {
         let _ = stop_rx.await;
     };
-    let server = tokio::spawn(crate::listen::serve_with_timeout(listener, app, stop, Duration::from_millis(300)));
+    let server = tokio::spawn(crate::listen::serve_until(listener, app, stop, Duration::from_millis(300)));
 
     let mut silent = TcpStream::connect(addr).await.unwrap();
     let mut half = TcpStream::connect(addr).await.unwrap();
