@@ -3,6 +3,11 @@
 # formatting and lints. Used by CI (.ci/run) and by hand.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The suite needs about 4 GB of disk (models, venvs, two targets' builds);
+# the free space, for a run that fails short of it.
+df -h . | awk 'NR == 2 { print "disk: " $4 " free of " $2 > "/dev/stderr" }'
+# (pip's wheel cache would only double what the venvs hold.)
+export PIP_NO_CACHE_DIR=1
 scripts/setup-test-models.sh
 cargo fmt --all -- --check
 cargo clippy --release --workspace --all-targets -- -D warnings

@@ -71,7 +71,8 @@ struct Scratch {
     /// The head's keys of the visible span, transposed: [head_dim, span].
     kt: Vec<f32>,
     scores: Vec<f32>,
-    /// Four scaled query rows: [4][head_dim].
+    /// Four scaled query rows: [4][head_dim] (for the x86 kernel).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     qv: Vec<f32>,
 }
 

@@ -108,6 +108,8 @@ fn at_least<T: Clone + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
 /// Quantized weights' matmuls on one input (`targets`: weights of equal
 /// columns and their outputs), on 8-bit activations when `eight` (one target
 /// then, and the `qdot8` kernels must be available), else 16-bit ones.
+// (The 8-bit kernels are x86-only; elsewhere `eight` is never set.)
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
 fn quant_matmul(x: &[f32], n: usize, targets: &mut [(&CpuWeight, &mut [f32])], eight: bool) {
     ACT_BLOCKS.with_borrow_mut(|(xq, x8_buf)| {
         let (nb, k) = (targets[0].0.cols / 32, targets[0].0.cols);

@@ -16,7 +16,8 @@ use std::ops::Range;
 
 /// Output columns per packed panel.
 pub const NR: usize = 16;
-/// Activation rows per micro-kernel call.
+/// Activation rows per micro-kernel call (of the x86 kernels).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(super) const MR: usize = 6;
 /// Activation rows per parallel tile (a multiple of `MR`).
 const MC: usize = 48;
@@ -97,6 +98,7 @@ pub(super) fn tiled(
 /// The loop over weight panels and row blocks of up to MR rows of one tile,
 /// calling `$kernel::<R>(a, panel, k, c, ldc, cols)`. A macro, not a function,
 /// so each caller's kernel inlines under that caller's target features.
+#[cfg(target_arch = "x86_64")]
 macro_rules! panel_loop {
     ($x:expr, $w:expr, $k:expr, $rows:expr, $panels:expr, $o:expr, $kernel:ident) => {
         for p in $panels {
@@ -121,6 +123,7 @@ macro_rules! panel_loop {
         }
     };
 }
+#[cfg(target_arch = "x86_64")]
 pub(super) use panel_loop;
 
 fn tile(x: &[f32], w: &PackedF32, rows: Range<usize>, panels: Range<usize>, o: Out) {

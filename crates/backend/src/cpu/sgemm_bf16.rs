@@ -8,6 +8,9 @@
 //! `[k / 2][NR][2]`; activations are rounded to bf16 pairs per call and a pair
 //! is broadcast to every lane. The tiling is `sgemm`'s; every output element
 //! is one chain over the k pairs in order, so results are batch-invariant.
+//! The kernels are x86-only: elsewhere `available()` is false and nothing
+//! here runs.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_imports, unused_variables))]
 
 use super::fork::for_each_chunk_mut;
 use std::ops::Range;

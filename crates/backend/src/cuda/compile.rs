@@ -113,7 +113,7 @@ unsafe fn cubin(prog: sys::nvrtcProgram) -> Result<Vec<u8>, String> {
 }
 
 fn log_text(log: &[c_char]) -> String {
-    let bytes: Vec<u8> = log.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    let bytes: Vec<u8> = log.iter().take_while(|&&c| c != 0).flat_map(|c| c.to_ne_bytes()).collect();
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
