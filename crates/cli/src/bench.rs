@@ -240,16 +240,26 @@ fn ceilings(a: &BenchArgs) -> Result<Option<Roofline>> {
 }
 
 pub fn main(mut a: BenchArgs) -> Result<()> {
-    if a.batch == 0 || a.prefill_chunk == 0 {
-        return Err(ferrite_core::Error::InvalidInput("--batch and --prefill-chunk must be at least 1".into()));
+    if a.batch == 0 || a.prefill_chunk == 0 || a.repetitions == 0 {
+        return Err(ferrite_core::Error::InvalidInput(
+            "--batch, --prefill-chunk and --repetitions must be at least 1".into(),
+        ));
+    }
+    if a.prompt_tokens == 0 && a.gen_tokens == 0 {
+        return Err(ferrite_core::Error::InvalidInput(
+            "nothing to measure: --prompt-tokens and --gen-tokens are both 0".into(),
+        ));
     }
     // At least the warm-up's 4 tokens.
     let longest = a.prompt_tokens.max(a.decode_context + a.gen_tokens).max(4) + 1;
+    if let Some(given) = a.model.ctx_size.filter(|&c| c < longest) {
+        eprintln!("note: --ctx-size {given} raised to {longest}, what these tests need");
+    }
     a.model.ctx_size = Some(a.model.ctx_size.unwrap_or(0).max(longest));
     let roof = ceilings(&a)?;
     let blocks = a.batch * a.model.ctx_size.unwrap_or(longest).div_ceil(ferrite_engine::runner::DEFAULT_BLOCK_SIZE);
     let mut l = load_with_pool(&a.model, false, &KvPool::Blocks(blocks))?;
-    let reps = a.repetitions.max(1);
+    let reps = a.repetitions;
     // Untimed warm-ups touch the weights and the thread pool (or the GPU),
     // and make what a backend does once per shape (a GPU's GEMM algorithm
     // choice) before the timed prompts.
@@ -290,12 +300,13 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
     let (pp_frac, tg_frac) = match &roof {
         Some(r) => {
             let w = step_weight_bytes(&a.model.model, &cfg)?;
-            (Some(r.prefill(&cfg, &a, mean(&pp))), Some(r.decode(&cfg, &a, mean(&tg), w, kv_bytes)))
+            let pp_frac = (!pp.is_empty()).then(|| r.prefill(&cfg, &a, mean(&pp)));
+            (pp_frac, (!tg.is_empty()).then(|| r.decode(&cfg, &a, mean(&tg), w, kv_bytes)))
         }
         None => (None, None),
     };
     if a.json {
-        println!(
+        outln!(
             "{}",
             json!({
                 "model": a.model.model,
@@ -306,8 +317,8 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
                 "gen_tokens": a.gen_tokens,
                 "decode_context": a.decode_context,
                 "repetitions": reps,
-                "prefill_tokens_per_s": mean(&pp),
-                "decode_tokens_per_s": mean(&tg),
+                "prefill_tokens_per_s": (!pp.is_empty()).then(|| mean(&pp)),
+                "decode_tokens_per_s": (!tg.is_empty()).then(|| mean(&tg)),
                 "prefill_runs": pp,
                 "decode_runs": tg,
                 "decode_picks_digest": picks.map(|d| format!("{d:016x}")),
@@ -318,35 +329,35 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
                 "prefill_mfu": pp_frac,
                 "decode_roofline_fraction": tg_frac,
             })
-        );
+        )?;
         return Ok(());
     }
     if let Some(r) = &roof {
-        println!(
+        outln!(
             "ceilings: copy {:.0} GB/s{}, bf16 GEMM {:.0} TFLOP/s on random values ({:.0} on zeros)",
             r.copy / 1e9,
             read_note(r.read),
             r.flops / 1e12,
             r.zeros_flops / 1e12
-        );
+        )?;
     }
     let pct = |f: Option<f64>| f.map_or(String::new(), |f| format!(" ({:.1}%)", 100.0 * f));
-    println!("| model | threads | batch | test | tokens/s |");
-    println!("|---|---|---|---|---|");
+    outln!("| model | threads | batch | test | tokens/s |")?;
+    outln!("|---|---|---|---|---|")?;
     if !pp.is_empty() {
         let m = &a.model.model;
-        println!("| {m} | {threads} | {} | pp{} | {:.2}{} |", a.batch, a.prompt_tokens, mean(&pp), pct(pp_frac));
+        outln!("| {m} | {threads} | {} | pp{} | {:.2}{} |", a.batch, a.prompt_tokens, mean(&pp), pct(pp_frac))?;
     }
     if !tg.is_empty() {
         let m = &a.model.model;
         let ctx = if a.decode_context > 0 { format!(" @ {}", a.decode_context) } else { String::new() };
-        println!("| {m} | {threads} | {} | tg{}{ctx} | {:.2}{} |", a.batch, a.gen_tokens, mean(&tg), pct(tg_frac));
+        outln!("| {m} | {threads} | {} | tg{}{ctx} | {:.2}{} |", a.batch, a.gen_tokens, mean(&tg), pct(tg_frac))?;
     }
     if roof.is_some() {
-        println!("(pp: % of the bf16 GEMM rate (MFU); tg: % of the memory roofline, weights + KV per step)");
+        outln!("(pp: % of the bf16 GEMM rate (MFU); tg: % of the memory roofline, weights + KV per step)")?;
     }
     if let Some(d) = picks {
-        println!("decode picks digest (last repetition): {d:016x}");
+        outln!("decode picks digest (last repetition): {d:016x}")?;
     }
     Ok(())
 }

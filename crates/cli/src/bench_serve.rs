@@ -609,9 +609,9 @@ async fn run(a: &BenchServeArgs, c: Config) -> Result<()> {
 
     let r = summarize(model, api, duration, &c, prompts, &outcomes);
     if a.json {
-        println!("{}", to_json(&r, &c));
+        outln!("{}", to_json(&r, &c))?;
     } else {
-        print!("{}", to_text(&r, &c));
+        out!("{}", to_text(&r, &c))?;
     }
     if r.completed == 0 {
         let first = r.errors.first().map_or(String::new(), |(e, _)| e.clone());

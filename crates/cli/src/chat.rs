@@ -11,6 +11,9 @@ use ferrite_loader::chat_template::Message;
 use crate::load::Loaded;
 use crate::run::{prompt_ids, request, stream, RunArgs};
 
+const HELP: &str = "/reset clears the history, /exit or /quit (or Ctrl-D) quits, /help shows this; \
+end a line with \\ to go on to the next one; start a message with // to send one that begins with /";
+
 pub fn chat(l: &mut Loaded, a: &RunArgs) -> Result<()> {
     let interrupted = Arc::new(AtomicBool::new(false));
     let flag = interrupted.clone();
@@ -19,46 +22,179 @@ pub fn chat(l: &mut Loaded, a: &RunArgs) -> Result<()> {
     if l.template.is_none() && !a.raw {
         eprintln!("note: the model has no chat template; each message is completed as raw text");
     }
-    eprintln!("chatting with {} — Ctrl-C stops a reply, Ctrl-D or /exit quits, /reset clears history", l.name);
+    eprintln!("chatting with {} — Ctrl-C stops a reply, Ctrl-D or /exit quits, /help lists commands", l.name);
     let mut history: Vec<Message> = Vec::new();
     if let Some(s) = &a.system {
         history.push(Message { role: "system".into(), content: s.clone() });
     }
-    let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
-    loop {
-        eprint!("> ");
-        let _ = std::io::stderr().flush();
+    let mut input = std::io::stdin().lock();
+    while let Some(text) = read_message(&mut input)? {
+        // A Ctrl-C while the user was typing is not meant for the reply.
         interrupted.store(false, Ordering::SeqCst);
-        let Some(line) = lines.next() else { break };
-        let line = line.map_err(|e| Error::InvalidInput(format!("reading stdin: {e}")))?;
-        match line.trim() {
-            "" => continue,
-            "/exit" | "/quit" => break,
-            "/reset" => {
+        let content = match Input::parse(&text) {
+            Input::Empty => continue,
+            Input::Exit => break,
+            Input::Reset => {
                 history.retain(|m| m.role == "system");
+                eprintln!("[history cleared]");
                 continue;
             }
-            _ => {}
-        }
-        history.push(Message { role: "user".into(), content: line });
-        let ids = prompt_ids(l, &history, a.raw)?;
+            Input::Help => {
+                eprintln!("{HELP}");
+                continue;
+            }
+            Input::Unknown(cmd) => {
+                eprintln!("unknown command {cmd} (/help lists them; start with // to send it as text)");
+                continue;
+            }
+            Input::Message(m) => m,
+        };
+        history.push(Message { role: "user".into(), content });
+        let ids = match fit_history(l, &mut history, a) {
+            Ok(ids) => ids,
+            Err(e) => {
+                eprintln!("error: {e}");
+                history.pop();
+                continue;
+            }
+        };
         let req = request(l, ids, &a.sampling);
         let flag = interrupted.clone();
         match stream(l, &req, &move || flag.load(Ordering::SeqCst)) {
             Ok(g) => {
-                println!();
+                outln!()?;
                 if g.finish == FinishReason::Cancelled {
                     eprintln!("[stopped]");
                 }
                 history.push(Message { role: "assistant".into(), content: g.text });
             }
+            // Standard output is gone: nowhere to chat to.
+            Err(e @ Error::Io { .. }) => return Err(e),
             Err(e) => {
-                // A too-long conversation is not fatal: say so and let the user go on.
                 eprintln!("\nerror: {e}");
                 history.pop();
             }
         }
     }
     Ok(())
+}
+
+/// What a line of chat input asks for.
+#[derive(Debug, PartialEq)]
+enum Input {
+    Empty,
+    Exit,
+    Reset,
+    Help,
+    /// A `/word` that is no command.
+    Unknown(String),
+    Message(String),
+}
+
+impl Input {
+    fn parse(text: &str) -> Input {
+        let trimmed = text.trim();
+        if let Some(rest) = trimmed.strip_prefix("//") {
+            return Input::Message(format!("/{rest}"));
+        }
+        let word = trimmed.split_whitespace().next().unwrap_or("");
+        match word {
+            "" => Input::Empty,
+            "/exit" | "/quit" => Input::Exit,
+            "/reset" => Input::Reset,
+            "/help" => Input::Help,
+            w if w.len() > 1 && w.starts_with('/') && w[1..].chars().all(|c| c.is_ascii_alphabetic()) => {
+                Input::Unknown(w.to_string())
+            }
+            _ => Input::Message(text.to_string()),
+        }
+    }
+}
+
+/// One message: a line, or lines joined while they end with a backslash.
+/// None at the end of input. Bytes that are not UTF-8 are replaced, with a note.
+fn read_message(input: &mut impl BufRead) -> Result<Option<String>> {
+    let mut message = String::new();
+    let mut prompt = "> ";
+    loop {
+        eprint!("{prompt}");
+        let _ = std::io::stderr().flush();
+        let mut raw = Vec::new();
+        let n = input.read_until(b'\n', &mut raw).map_err(|e| Error::io("standard input", e))?;
+        if n == 0 {
+            // End of input: a pending continued message is still sent.
+            let message = message.trim_end_matches('\n');
+            return Ok((!message.is_empty()).then(|| message.to_string()));
+        }
+        let line = String::from_utf8_lossy(&raw);
+        if matches!(line, std::borrow::Cow::Owned(_)) {
+            eprintln!("note: the input was not valid UTF-8; the invalid bytes were replaced");
+        }
+        let line = line.trim_end_matches(['\n', '\r']);
+        match line.strip_suffix('\\') {
+            Some(part) => {
+                message.push_str(part);
+                message.push('\n');
+                prompt = ". ";
+            }
+            None => {
+                message.push_str(line);
+                return Ok(Some(message));
+            }
+        }
+    }
+}
+
+/// The conversation's prompt ids, dropping the oldest turns (never the system
+/// message or the new one) until they leave room for a reply: a quarter of
+/// the context, or --max-tokens if less.
+fn fit_history(l: &Loaded, history: &mut Vec<Message>, a: &RunArgs) -> Result<Vec<u32>> {
+    let ctx = l.runner.max_context();
+    let budget = ctx - a.sampling.max_tokens.min(ctx / 4).max(1);
+    let mut dropped = 0;
+    loop {
+        let ids = prompt_ids(l, history, a.raw)?;
+        let oldest = history.iter().position(|m| m.role != "system");
+        match oldest {
+            Some(i) if ids.len() > budget && i + 1 < history.len() => {
+                history.remove(i);
+                dropped += 1;
+            }
+            _ => {
+                if dropped > 0 {
+                    eprintln!("[the {dropped} oldest messages were dropped to fit the context of {ctx} tokens]");
+                }
+                return Ok(ids);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{read_message, Input};
+
+    #[test]
+    fn commands_and_messages() {
+        assert_eq!(Input::parse("  "), Input::Empty);
+        assert_eq!(Input::parse("/quit"), Input::Exit);
+        assert_eq!(Input::parse(" /reset "), Input::Reset);
+        assert_eq!(Input::parse("/help"), Input::Help);
+        assert_eq!(Input::parse("/exti"), Input::Unknown("/exti".into()));
+        assert_eq!(Input::parse("/foo bar"), Input::Unknown("/foo".into()));
+        assert_eq!(Input::parse("//reset is a command"), Input::Message("/reset is a command".into()));
+        assert_eq!(Input::parse("/usr/bin holds programs"), Input::Message("/usr/bin holds programs".into()));
+        assert_eq!(Input::parse("hello /reset"), Input::Message("hello /reset".into()));
+    }
+
+    #[test]
+    fn continued_lines_and_bad_bytes() {
+        let mut input: &[u8] = b"def f():\\\n  return 1\nnext\r\n\xff\xfe bad\nlast\\";
+        assert_eq!(read_message(&mut input).unwrap().as_deref(), Some("def f():\n  return 1"));
+        assert_eq!(read_message(&mut input).unwrap().as_deref(), Some("next"));
+        assert_eq!(read_message(&mut input).unwrap().as_deref(), Some("\u{fffd}\u{fffd} bad"));
+        // A continued line at the end of input is still a message.
+        assert_eq!(read_message(&mut input).unwrap().as_deref(), Some("last"));
+        assert_eq!(read_message(&mut input).unwrap(), None);
+    }
 }

@@ -38,7 +38,7 @@ pub struct DeviceArgs {
     pub gpu_memory_utilization: f64,
     /// Batch-invariant GPU arithmetic: a request's results never depend on
     /// what else is batched with it (about 3x slower prefill and batch-1
-    /// decode; GPU only).
+    /// decode; GPU only: the CPU's arithmetic is batch-invariant always).
     #[arg(long)]
     pub deterministic: bool,
     /// Never capture decode steps or encoder passes as CUDA graphs: every
@@ -94,8 +94,14 @@ impl DeviceArgs {
                 self.gpu_memory_utilization
             )));
         }
+        let on_cpu = |why: Option<String>| {
+            if self.deterministic {
+                eprintln!("note: --deterministic changes nothing on the CPU, whose arithmetic is batch-invariant");
+            }
+            Ok(Backend::Cpu(cpu, why))
+        };
         let ordinal = match self.device {
-            Some(DeviceChoice::Cpu) => return Ok(Backend::Cpu(cpu, None)),
+            Some(DeviceChoice::Cpu) => return on_cpu(None),
             Some(DeviceChoice::Cuda(n)) => n,
             None => 0,
         };
@@ -108,7 +114,7 @@ impl DeviceArgs {
         };
         match CudaBackend::open(&opts) {
             Ok(b) => Ok(Backend::Cuda(b)),
-            Err(e) if self.device.is_none() => Ok(Backend::Cpu(cpu, Some(e.to_string()))),
+            Err(e) if self.device.is_none() => on_cpu(Some(e.to_string())),
             Err(e) => Err(e),
         }
     }

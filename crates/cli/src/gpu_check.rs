@@ -72,16 +72,16 @@ pub fn main(a: GpuCheckArgs) -> Result<()> {
             1 => "window",
             _ => "window (with the MLP's input)",
         };
-        println!(
+        outln!(
             "  {:4} {model}: decode steps by the {kind} kernel vs the chain of kernels: largest logit difference {worst:.2e} of the largest logit, {flips} top tokens differ beyond a near-tie",
             if ok { "ok" } else { "FAIL" }
-        );
+        )?;
         failed += usize::from(!ok);
     }
     if failed > 0 {
         return Err(Error::Device(format!("{failed} check(s) failed")));
     }
-    println!("\nall checks passed");
+    outln!("\nall checks passed")?;
     Ok(())
 }
 
@@ -93,18 +93,18 @@ fn main_checks(a: &GpuCheckArgs) -> Result<usize> {
         let opts = CudaOptions { ordinal: a.gpu, exact_f32: exact, ..Default::default() };
         let b = CudaBackend::open(&opts)?;
         if exact {
-            println!("device: {}", ferrite_backend::Backend::name(&b));
+            outln!("device: {}", ferrite_backend::Backend::name(&b))?;
         }
-        println!("\nop harness ({label}): relative error against the CPU");
+        outln!("\nop harness ({label}): relative error against the CPU")?;
         let mut print = |c: &ferrite_backend::harness::Check| {
             let mark = if c.passed() { "ok" } else { "FAIL" };
-            println!("  {mark:4} {:<62} {:>10.2e}  (limit {:.0e})", c.op, c.rel_err, c.tol);
+            let _ = outln!("  {mark:4} {:<62} {:>10.2e}  (limit {:.0e})", c.op, c.rel_err, c.tol);
             let _ = std::io::Write::flush(&mut std::io::stdout());
         };
         failed += check_backend(&b, dense_tol, &mut print)?.iter().filter(|c| !c.passed()).count();
         if exact && !a.no_ceilings {
             let c = b.measure_ceilings()?;
-            println!(
+            outln!(
                 "\nceilings: device copy {:.0} GB/s (read + write){}, bf16 GEMM {:.0} TFLOP/s on random values \
                  ({:.0} with f32 output; {:.0} on zeros)",
                 c.copy_bytes_per_s / 1e9,
@@ -112,7 +112,7 @@ fn main_checks(a: &GpuCheckArgs) -> Result<usize> {
                 c.bf16_flops / 1e12,
                 c.bf16_f32_out_flops / 1e12,
                 c.bf16_zeros_flops / 1e12
-            );
+            )?;
         }
     }
     if a.model.len() != a.golden.len() {
@@ -126,30 +126,30 @@ fn main_checks(a: &GpuCheckArgs) -> Result<usize> {
         let mode = if deterministic { "--deterministic" } else { "default" };
         // Default: a stream may differ only after a near-tie; deterministic: never.
         let ok = inv.not_after_tie == 0 && (!deterministic || (inv.differ == 0 && inv.worst == 0.0));
-        println!(
+        outln!(
             "  {:4} {SEQS} streams batched vs one at a time ({mode}): {} of {} greedy tokens differ ({} streams not after a near-tie), largest logit difference {:e}",
             if ok { "ok" } else { "FAIL" },
             inv.differ,
             inv.total,
             inv.not_after_tie,
             inv.worst
-        );
+        )?;
         failed += usize::from(!ok);
         let ok = inv.device_not_after_tie == 0;
-        println!(
+        outln!(
             "  {:4} {SEQS} streams batched, greedy picks on the device vs one at a time on the host ({mode}): {} of {} tokens differ ({} streams not after a near-tie)",
             if ok { "ok" } else { "FAIL" },
             inv.device_differ,
             inv.total,
             inv.device_not_after_tie
-        );
+        )?;
         failed += usize::from(!ok);
         let ok = inv.fed_differ == 0;
-        println!(
+        outln!(
             "  {:4} {SEQS} streams batched, each step fed its greedy picks on the device before they are read vs after ({mode}): {} streams differ",
             if ok { "ok" } else { "FAIL" },
             inv.fed_differ
-        );
+        )?;
         failed += usize::from(!ok);
     }
     // Quantized weights: the graphs take their memory from a pool of their
@@ -164,10 +164,10 @@ fn main_checks(a: &GpuCheckArgs) -> Result<usize> {
         // Deterministic: the same kernels, so bit-identical; default: the
         // graph's attention splits differ from eager's, so nearly equal.
         let ok = flips == 0 && if deterministic { worst == 0.0 } else { worst < 1e-3 };
-        println!(
+        outln!(
             "  {:4} decode steps replayed as CUDA graphs vs eager ({mode}): largest logit difference {worst:.2e} of the largest logit, {flips} top tokens differ beyond a near-tie",
             if ok { "ok" } else { "FAIL" }
-        );
+        )?;
         failed += usize::from(!ok);
     }
     for dir in &a.hf_golden {
@@ -196,7 +196,7 @@ fn compare_hf(dir: &std::path::Path, gpu: usize) -> Result<usize> {
     let worst = cos.iter().copied().fold(1f64, f64::min);
     let bad = cos.iter().filter(|&&c| c < 0.999).count();
     let mark = if bad == 0 { "ok" } else { "FAIL" };
-    println!("  {mark:4} {}: {} rows, lowest cosine to transformers {worst:.6}", dir.display(), cos.len());
+    outln!("  {mark:4} {}: {} rows, lowest cosine to transformers {worst:.6}", dir.display(), cos.len())?;
     Ok(bad)
 }
 
@@ -465,17 +465,17 @@ fn compare_model(model: &str, golden: &PathBuf, gpu: usize) -> Result<usize> {
             ties_ref += usize::from(tg != want as usize);
             if gap_cpu > NEAR_TIE {
                 bad += 1;
-                println!("  FAIL {model} position {pos}: GPU top {tg} beats the CPU's {tc} by {gap_cpu:.3}");
+                outln!("  FAIL {model} position {pos}: GPU top {tg} beats the CPU's {tc} by {gap_cpu:.3}")?;
             }
             if gap_ref > NEAR_TIE {
-                println!("  note {model} position {pos}: GPU top {tg} beats the reference's {want} by {gap_ref:.3}");
+                outln!("  note {model} position {pos}: GPU top {tg} beats the reference's {want} by {gap_ref:.3}")?;
             }
         }
     }
-    println!(
+    outln!(
         "\n{model}: {n} positions teacher-forced; top token differs from the CPU's at {ties_cpu} (all near-ties unless FAIL above), \
          from the reference's at {ties_ref}; lowest logits cosine GPU vs CPU {worst_cos:.6}"
-    );
+    )?;
     Ok(bad)
 }
 

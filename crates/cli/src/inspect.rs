@@ -23,34 +23,34 @@ pub fn main(a: InspectArgs) -> Result<()> {
     }
     // Before any output, so an unsupported model prints only the error.
     let cfg = config_of(&ck)?;
-    println!("path:          {}", ck.path().display());
-    println!("architecture:  {} ({:?} family)", cfg.arch_name, cfg.family);
-    println!("layers:        {}", cfg.n_layers);
-    println!("hidden:        {}", cfg.hidden);
-    println!("heads:         {} query / {} KV, head dim {}", cfg.n_heads, cfg.n_kv_heads, cfg.head_dim);
-    println!("ffn:           {}", cfg.ffn);
-    println!("vocab:         {}", cfg.vocab_size);
-    println!("context:       {}", cfg.max_context);
+    outln!("path:          {}", ck.path().display())?;
+    outln!("architecture:  {} ({:?} family)", cfg.arch_name, cfg.family)?;
+    outln!("layers:        {}", cfg.n_layers)?;
+    outln!("hidden:        {}", cfg.hidden)?;
+    outln!("heads:         {} query / {} KV, head dim {}", cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)?;
+    outln!("ffn:           {}", cfg.ffn)?;
+    outln!("vocab:         {}", cfg.vocab_size)?;
+    outln!("context:       {}", cfg.max_context)?;
     let windows: Vec<String> = cfg.layers.iter().map(|k| k.window.map_or("global".into(), |w| w.to_string())).collect();
     if cfg.layers.iter().any(|k| k.window.is_some()) {
-        println!("attention:     {}", windows.join(" "));
+        outln!("attention:     {}", windows.join(" "))?;
     }
     if let Some(first) = cfg.layers.first() {
-        println!("rope theta:    {}", first.rope_theta);
+        outln!("rope theta:    {}", first.rope_theta)?;
     }
-    println!("tied output:   {}", cfg.tied_embeddings);
+    outln!("tied output:   {}", cfg.tied_embeddings)?;
     let types: Vec<String> = ck.type_summary().iter().map(|(d, n)| format!("{d} x{n}")).collect();
-    println!("tensor types:  {}", types.join(", "));
+    outln!("tensor types:  {}", types.join(", "))?;
     match tokenizer_of(&source, &ck) {
         Ok(tok) => {
-            println!("tokenizer:     {}", tok.kind());
+            outln!("tokenizer:     {}", tok.kind())?;
             match template_of(&source, &ck, &tok) {
-                Ok(Some(_)) => println!("chat template: yes"),
-                Ok(None) => println!("chat template: none (raw completion only)"),
-                Err(e) => println!("chat template: unusable ({e})"),
+                Ok(Some(_)) => outln!("chat template: yes")?,
+                Ok(None) => outln!("chat template: none (raw completion only)")?,
+                Err(e) => outln!("chat template: unusable ({e})")?,
             }
         }
-        Err(e) => println!("tokenizer:     unusable ({e})"),
+        Err(e) => outln!("tokenizer:     unusable ({e})")?,
     }
     Ok(())
 }
@@ -59,14 +59,14 @@ pub fn main(a: InspectArgs) -> Result<()> {
 fn inspect_embedder(model: &str, source: &ModelSource, ck: &Checkpoint) -> Result<()> {
     let e = load_embedder_from(model, source, ck, None, Precision::F32, &crate::device::DeviceArgs::cpu())?;
     let c = e.model().config();
-    println!("path:          {}", ck.path().display());
-    println!("architecture:  {:?} encoder (embeddings)", c.arch);
-    println!("layers:        {}", c.n_layers);
-    println!("dimension:     {}", c.hidden);
-    println!("vocab:         {}", c.vocab_size);
-    println!("max input:     {} tokens (model limit {})", e.max_length, c.max_positions);
-    println!("pooling:       {:?}{}", e.pooling, if e.normalize { ", L2-normalized" } else { "" });
-    println!("tokenizer:     {}", e.tokenizer().kind());
+    outln!("path:          {}", ck.path().display())?;
+    outln!("architecture:  {:?} encoder (embeddings)", c.arch)?;
+    outln!("layers:        {}", c.n_layers)?;
+    outln!("dimension:     {}", c.hidden)?;
+    outln!("vocab:         {}", c.vocab_size)?;
+    outln!("max input:     {} tokens (model limit {})", e.max_length, c.max_positions)?;
+    outln!("pooling:       {:?}{}", e.pooling, if e.normalize { ", L2-normalized" } else { "" })?;
+    outln!("tokenizer:     {}", e.tokenizer().kind())?;
     Ok(())
 }
 
@@ -77,7 +77,7 @@ pub fn list() -> Result<()> {
         return Ok(());
     }
     for m in models {
-        println!("{:<24} {:>10.1} MB  {:<12} {}", m.name, m.bytes as f64 / 1e6, m.format, m.path.display());
+        outln!("{:<24} {:>10.1} MB  {:<12} {}", m.name, m.bytes as f64 / 1e6, m.format, m.path.display())?;
     }
     Ok(())
 }

@@ -37,6 +37,12 @@ pub fn init_threads(threads: Option<usize>) -> Result<()> {
     if n == 0 {
         return Err(Error::InvalidInput("--threads must be at least 1".into()));
     }
+    let cpus = std::thread::available_parallelism().map_or(n, |c| c.get());
+    if n > cpus {
+        eprintln!(
+            "warning: --threads {n} is more than the {cpus} CPUs here; threads beyond them only wait on each other"
+        );
+    }
     let mut result = Ok(());
     STARTED.call_once(|| {
         result = rayon::ThreadPoolBuilder::new()
@@ -134,12 +140,18 @@ pub fn load_with_pool(args: &ModelArgs, with_tokenizer: bool, pool: &KvPool) -> 
     };
     bar.finish_and_clear();
     let cfg = model.config();
-    let ctx = args.ctx_size.unwrap_or(cfg.max_context.min(DEFAULT_MAX_CTX));
-    if ctx == 0 {
-        return Err(Error::InvalidInput("--ctx-size must be at least 1 token of context".into()));
-    }
+    let ctx = match args.ctx_size {
+        Some(0) => return Err(Error::InvalidInput("--ctx-size must be at least 1 token of context".into())),
+        Some(ctx) => ctx,
+        None if cfg.max_context == 0 => {
+            return Err(Error::InvalidInput(
+                "the model's context length is 0 (corrupt metadata?); give one with --ctx-size".into(),
+            ))
+        }
+        None => cfg.max_context.min(DEFAULT_MAX_CTX),
+    };
     if ctx > cfg.max_context {
-        eprintln!("warning: --ctx-size {ctx} is beyond the model's trained context of {}", cfg.max_context);
+        eprintln!("warning: a context of {ctx} tokens is beyond the model's trained context of {}", cfg.max_context);
     }
     let name = args.model.clone();
     eprintln!(

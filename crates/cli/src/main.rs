@@ -1,5 +1,22 @@
 //! `ferrite`: run, serve and benchmark transformer models.
 
+/// `println!` for a command's output: a failed write is an error for `?`,
+/// and a closed pipe (`| head`) ends the command quietly (see `main`).
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout(), $($arg)*).map_err(|e| ferrite_core::Error::io("standard output", e))
+    }};
+}
+
+/// `print!` the same way.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        write!(std::io::stdout(), $($arg)*).map_err(|e| ferrite_core::Error::io("standard output", e))
+    }};
+}
+
 mod alloc;
 mod bench;
 mod bench_serve;
@@ -127,6 +144,10 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`| head`): nothing left to say to anyone.
+        Err(ferrite_core::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             // One line, whatever the message holds.
             eprintln!("error: {}", e.to_string().replace('\n', " "));

@@ -34,6 +34,9 @@ pub fn main(mut a: PerplexityArgs) -> Result<()> {
     if a.ctx < 4 {
         return Err(Error::InvalidInput("--ctx must be at least 4".into()));
     }
+    if a.model.ctx_size.is_some_and(|c| c != a.ctx) {
+        eprintln!("note: perplexity's context is its window, --ctx {}; --ctx-size is not used", a.ctx);
+    }
     a.model.ctx_size = Some(a.ctx);
     let mut l = load(&a.model, true)?;
     let tok = l.tokenizer()?;
@@ -75,6 +78,6 @@ pub fn main(mut a: PerplexityArgs) -> Result<()> {
         }
         eprintln!("[{}/{n_chunks}] running perplexity {:.4}", c + 1, (total / count as f64).exp());
     }
-    println!("perplexity: {:.4}", (total / count as f64).exp());
+    outln!("perplexity: {:.4}", (total / count as f64).exp())?;
     Ok(())
 }

@@ -80,20 +80,32 @@ pub fn request(l: &Loaded, prompt: Vec<u32>, s: &SamplingArgs) -> GenerateReques
 }
 
 /// Generates and streams text to stdout; `cancel` is polled between tokens.
+/// A failed write (a closed pipe) stops the generation and is the error.
 pub fn stream(l: &mut Loaded, req: &GenerateRequest, cancel: &dyn Fn() -> bool) -> Result<Generation> {
     let Loaded { runner, tokenizer, .. } = l;
     let tok = tokenizer.as_ref().ok_or_else(|| Error::InvalidInput("no tokenizer".into()))?;
     let mut out = std::io::stdout().lock();
-    generate(runner, tok, req, &mut |ev| {
-        let _ = out.write_all(ev.text.as_bytes());
-        let _ = out.flush();
+    let mut failed = None;
+    let g = generate(runner, tok, req, &mut |ev| {
+        if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|()| out.flush()) {
+            failed = Some(e);
+            return false;
+        }
         !cancel()
-    })
+    })?;
+    match failed {
+        Some(e) => Err(Error::io("standard output", e)),
+        None => Ok(g),
+    }
 }
 
 pub fn main(a: RunArgs) -> Result<()> {
     a.sampling.params().validate().map_err(Error::InvalidInput)?;
     let mut l = load(&a.model, true)?;
+    if a.system.is_some() && (a.raw || l.template.is_none()) {
+        let why = if a.raw { "--raw" } else { "a model without a chat template" };
+        eprintln!("note: --system is not used with {why}");
+    }
     let Some(prompt) = a.prompt.clone() else {
         return crate::chat::chat(&mut l, &a);
     };
@@ -108,7 +120,7 @@ pub fn main(a: RunArgs) -> Result<()> {
     let ids = prompt_ids(&l, &messages, a.raw)?;
     let req = request(&l, ids, &a.sampling);
     let g = stream(&mut l, &req, &|| false)?;
-    println!();
+    outln!()?;
     eprintln!(
         "[{} prompt tokens, {} generated, {:.1} tokens/s, finish: {}]",
         g.prompt_tokens,

@@ -26,9 +26,11 @@ pub struct ScoreArgs {
 }
 
 pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
+    if s.split(',').all(|t| t.trim().is_empty()) {
+        return Ok(Vec::new());
+    }
     s.split(',')
         .map(str::trim)
-        .filter(|t| !t.is_empty())
         .map(|t| t.parse::<u32>().map_err(|_| Error::InvalidInput(format!("--tokens: {t:?} is not a token id"))))
         .collect()
 }
@@ -51,6 +53,9 @@ pub fn main(mut a: ScoreArgs) -> Result<()> {
     if ids.is_empty() {
         return Err(Error::InvalidInput("--tokens is empty".into()));
     }
+    if let Some(given) = a.model.ctx_size.filter(|&c| c < ids.len()) {
+        eprintln!("note: --ctx-size {given} raised to {}, the tokens given", ids.len());
+    }
     a.model.ctx_size = Some(a.model.ctx_size.unwrap_or(ids.len()).max(ids.len()));
     let mut l = load(&a.model, false)?;
     let vocab = l.runner.config().vocab_size;
@@ -66,7 +71,7 @@ pub fn main(mut a: ScoreArgs) -> Result<()> {
                 o["next"] = json!(next);
                 o["next_logit"] = json!(row[next as usize]);
             }
-            println!("{o}");
+            outln!("{o}")?;
             pos += 1;
         }
     }

@@ -210,6 +210,47 @@ fn interactive_chat_two_turns() {
     assert_eq!(format!("{}\n", replies[0]), one_shot);
 }
 
+#[test]
+fn chat_drops_the_oldest_turns_to_fit_the_context() {
+    let mut child = ferrite_cmd(&["run", "smollm2", "--max-tokens", "8", "--temperature", "0", "--ctx-size", "160"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        let line = "Tell me one short fact about the sea, the sky, the hills and the rivers of the north.\n";
+        stdin.write_all(line.repeat(6).as_bytes()).unwrap();
+    }
+    let o = child.wait_with_output().unwrap();
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "chat failed: {err}");
+    assert!(!err.contains("error"), "{err}");
+    assert!(err.contains("oldest messages were dropped"), "{err}");
+    assert_eq!(out.lines().count(), 6, "a reply to every turn: {out:?}");
+}
+
+/// Output to a closed pipe (`| head`) ends the command quietly; to a full
+/// disk, with one error line. Never a panic.
+#[test]
+fn stdout_closed_or_full() {
+    let mut child = ferrite_cmd(&["run", "smollm2", "--prompt", "Write a long essay", "--max-tokens", "64"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    assert!(o.status.success() && !err.contains("panicked") && !err.contains("error"), "{}: {err}", o.status);
+    for args in [&["inspect", "smollm2"][..], &["list"], &["run", "smollm2", "--prompt", "Hi", "--max-tokens", "4"]] {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let o = ferrite_cmd(args).stdout(full).output().unwrap();
+        check_failure(args, &o, &["standard output"]);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // score, perplexity, bench, inspect, list
 
@@ -271,8 +312,13 @@ fn bench_json() {
 
 #[test]
 fn bench_with_nothing_to_time() {
-    // No tests asked for: the warm-up still needs room in the KV cache.
-    ok(&["bench", "smollm2", "--prompt-tokens", "0", "--gen-tokens", "0", "--repetitions", "1", "--json"]);
+    fails(&["bench", "smollm2", "--prompt-tokens", "0", "--gen-tokens", "0"], &["nothing to measure"]);
+    fails(&["bench", "smollm2", "--repetitions", "0"], &["--repetitions"]);
+    // Only decode: no prefill rate, rather than a rate of 0.
+    let (out, _) =
+        ok(&["bench", "smollm2", "--prompt-tokens", "0", "--gen-tokens", "2", "--repetitions", "1", "--json"]);
+    let o: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(o["prefill_tokens_per_s"].is_null() && o["decode_tokens_per_s"].as_f64().unwrap() > 0.0, "{o}");
 }
 
 #[test]
@@ -516,6 +562,10 @@ fn corrupt_hf_config() {
         ("cfg-hidden", Box::new(|c| c["hidden_size"] = (-5).into()), &["hidden_size"]),
         ("cfg-act", Box::new(|c| c["hidden_act"] = "relu7".into()), &["activation", "relu7"]),
         ("cfg-rope", Box::new(|c| c["rope_parameters"]["rope_type"] = "yarn9".into()), &["RoPE", "yarn9"]),
+        // A setting of the wrong type is an error, not the default.
+        ("cfg-eps-str", Box::new(|c| c["rms_norm_eps"] = "x".into()), &["rms_norm_eps", "not a number"]),
+        ("cfg-tied-str", Box::new(|c| c["tie_word_embeddings"] = "yes".into()), &["tie_word_embeddings"]),
+        ("cfg-empty", Box::new(|c| *c = serde_json::json!({})), &["model_type is missing"]),
     ];
     // Caught when the weights load, after `run` has looked for the tokenizer.
     let weight_cases: Vec<(&str, Edit, &[&str])> = vec![
@@ -524,6 +574,9 @@ fn corrupt_hf_config() {
         ("cfg-kvheads", Box::new(|c| c["num_key_value_heads"] = 3.into()), &["KV heads"]),
         ("cfg-headdim", Box::new(|c| c["head_dim"] = 1_000_000_000_000u64.into()), &["head dim", "512"]),
         ("cfg-layers0", Box::new(|c| c["num_hidden_layers"] = 0.into()), &["zero"]),
+        ("cfg-eps-neg", Box::new(|c| c["rms_norm_eps"] = (-1.0).into()), &["epsilon", "-1"]),
+        ("cfg-theta-neg", Box::new(|c| c["rope_parameters"]["rope_theta"] = (-1.0).into()), &["RoPE base", "-1"]),
+        ("cfg-layers-fewer", Box::new(|c| c["num_hidden_layers"] = 1.into()), &["counts 1 layers", "blk.1."]),
     ];
     for (name, edit, needles) in weight_cases {
         let dir = hf_copy(name, edit, |_| {});
@@ -856,6 +909,16 @@ fn crafted_gguf_bad_model() {
         case("norm-shape", false, &["ffn_norm"], |g| g.tensor("blk.0.ffn_norm.weight").dims = vec![4]),
         case("no-down", false, &["missing", "ffn_down"], |g| g.tensors.retain(|t| t.name != "blk.0.ffn_down.weight")),
         case("vocab", false, &["token_embd"], |g| g.set("llama.vocab_size", v_u32(1 << 30))),
+        // Values that would make every logit NaN or noise, and a layer count
+        // short of the weights: refused, not run.
+        case("eps", false, &["epsilon", "-1"], |g| g.set("llama.attention.layer_norm_rms_epsilon", v_f32(-1.0))),
+        case("rope-nan", false, &["RoPE base", "NaN"], |g| g.set("llama.rope.freq_base", v_f32(f32::NAN))),
+        case("rope-neg", false, &["RoPE base", "-1"], |g| g.set("llama.rope.freq_base", v_f32(-1.0))),
+        case("layers-fewer", false, &["counts 1 layers", "blk.1."], |g| {
+            let extra =
+                Tensor { name: "blk.1.attn_norm.weight".into(), dims: vec![HIDDEN], ty: 0, data: f32_data(8, 9) };
+            g.tensors.push(extra);
+        }),
     ];
     for c in cases {
         let mut g = tiny_llama();

@@ -204,3 +204,43 @@ fn cancellation_errors_and_shutdown_free_everything() {
     assert_eq!(sum.finish, FinishReason::Cancelled);
     assert!(e.submit(greedy(&p, 4)).is_err(), "a stopped engine takes no work");
 }
+
+/// A generation that ends on an end-of-generation id releases the text held
+/// back for a stop string that never came, in `generate` and in the engine.
+#[test]
+fn text_held_for_a_stop_string_is_released_at_the_end() {
+    let tok = tokenizer();
+    let prompt = tok.encode("The history of rivers", true).unwrap();
+    let full = reference(&tok, std::slice::from_ref(&prompt)).remove(0);
+    // End on the first token (from the fourth on) not seen before it.
+    let at = (3..full.len()).find(|&i| !full[..i].contains(&full[i])).expect("a new token");
+    let want = tok.decode(&full[..at], false);
+    // A stop string starting with the text's last character: that character
+    // is held back until generation ends.
+    let stop = vec![format!("{}\u{7}", want.chars().last().unwrap())];
+
+    let mut runner = runner_for("smollm2", CTX);
+    let req = GenerateRequest {
+        prompt: prompt.clone(),
+        sampling: SamplingParams::greedy(),
+        max_tokens: NEW,
+        stop: stop.clone(),
+        stop_ids: vec![full[at]],
+        ignore_eos: true,
+    };
+    let g = generate(&mut runner, &tok, &req, &mut |_| true).unwrap();
+    assert_eq!((g.text.as_str(), g.finish), (want.as_str(), FinishReason::Stop));
+
+    let e = engine(&tok, 4 * CTX / 16, EngineConfig::default());
+    let mut r = greedy(&prompt, NEW);
+    (r.stop, r.stop_ids) = (stop, vec![full[at]]);
+    let mut s = e.submit(r).unwrap();
+    let mut text = String::new();
+    let finish = loop {
+        match s.next_blocking().expect("stream ended without Done") {
+            Event::Token { text: t, .. } => text.push_str(&t),
+            Event::Done(sum) => break sum.finish,
+        }
+    };
+    assert_eq!((text.as_str(), finish), (want.as_str(), FinishReason::Stop));
+}

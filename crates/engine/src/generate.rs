@@ -153,8 +153,13 @@ fn run(
     while generated.len() < max_tokens {
         generated.push(s.token);
         let eog = (!req.ignore_eos && tok.eos_ids().contains(&s.token)) || req.stop_ids.contains(&s.token);
-        let (piece, stopped) =
-            if eog { (String::new(), true) } else { stops.push(&detok.push(&tok.token_bytes(s.token))) };
+        // At the end of generation, the text held back for a possible stop
+        // string (and a UTF-8 tail) is the last piece.
+        let (piece, stopped) = if eog {
+            (stops.push(&detok.flush()).0 + &stops.flush(), true)
+        } else {
+            stops.push(&detok.push(&tok.token_bytes(s.token)))
+        };
         text.push_str(&piece);
         if !on_token(&TokenEvent { token: s.token, text: &piece, sampled: &s }) {
             finish = FinishReason::Cancelled;

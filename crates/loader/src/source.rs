@@ -259,7 +259,8 @@ fn list_in(roots: &Roots) -> Result<Vec<ModelEntry>> {
             if let Some(entry) = describe_dir(&name, &path) {
                 out.push(entry);
             }
-        } else if let Some(stem) = name.strip_suffix(".gguf") {
+        } else if let Some(stem) = name.strip_suffix(".gguf").filter(|_| path.is_file()) {
+            // (is_file: not a dangling link)
             out.push(gguf_entry(stem.to_string(), path));
         }
     }

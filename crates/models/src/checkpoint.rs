@@ -115,6 +115,19 @@ impl Checkpoint {
         }
     }
 
+    /// Refuses a checkpoint holding weights of a layer past the `n_layers` its
+    /// config counts (`blk.N.*` by canonical name): such a config is corrupt,
+    /// and running only its layers would be a different model without a word.
+    pub fn check_layer_count(&self, n_layers: usize) -> Result<()> {
+        let extra = match self {
+            Checkpoint::Gguf(g) => past_layers(g.tensors.iter().map(|t| t.name.as_str()), n_layers, &["blk"]),
+            Checkpoint::Hf(h) => past_layers(h.names.keys().map(String::as_str), n_layers, &["blk"]),
+            // Generated from the config itself.
+            Checkpoint::Random(_) => None,
+        };
+        extra.map_or(Ok(()), |name| Err(more_layers(self.path(), n_layers, name)))
+    }
+
     /// Tensor types and counts, for `ferrite inspect`.
     pub fn type_summary(&self) -> Vec<(DType, usize)> {
         let mut counts: HashMap<DType, usize> = HashMap::new();
@@ -150,6 +163,13 @@ impl HfCheckpoint {
         Ok(Some(RawWeight { name: hf.to_string(), dtype: t.dtype, rows, cols, bytes }))
     }
 
+    /// `Checkpoint::check_layer_count` for encoders, by their HF names
+    /// (`encoder.layer.N.*`, `layers.N.*`).
+    pub fn check_layer_count(&self, n_layers: usize) -> Result<()> {
+        past_layers(self.tensors.names(), n_layers, &["layer", "layers"])
+            .map_or(Ok(()), |name| Err(more_layers(&self.dir, n_layers, name)))
+    }
+
     pub(crate) fn open(dir: &Path) -> Result<HfCheckpoint> {
         let cfg_path = dir.join("config.json");
         let text = std::fs::read_to_string(&cfg_path).map_err(|e| Error::io(&cfg_path, e))?;
@@ -161,6 +181,22 @@ impl HfCheckpoint {
             tensors.names().filter_map(|n| canonical_hf_name(n, sandwich).map(|c| (c, n.to_string()))).collect();
         Ok(HfCheckpoint { dir: dir.to_path_buf(), config, tensors, names })
     }
+}
+
+/// The first name with a layer index of `n_layers` or more after one of the
+/// `words` (dot-separated: `blk.31.attn_q.weight`).
+fn past_layers<'a>(names: impl Iterator<Item = &'a str>, n_layers: usize, words: &[&str]) -> Option<&'a str> {
+    names.into_iter().find(|name| {
+        let parts: Vec<&str> = name.split('.').collect();
+        parts.windows(2).any(|w| words.contains(&w[0]) && w[1].parse::<usize>().is_ok_and(|l| l >= n_layers))
+    })
+}
+
+fn more_layers(path: &Path, n_layers: usize, name: &str) -> Error {
+    Error::format(format!(
+        "{}: the config counts {n_layers} layers but the weights hold more ({name}); corrupt config?",
+        path.display()
+    ))
 }
 
 /// Maps an HF tensor name to its canonical (GGUF-style) name. `sandwich`: Gemma's

@@ -97,7 +97,43 @@ impl LmConfig {
         if self.layers.iter().any(|l| l.window == Some(0)) {
             return bad("a sliding window of 0 tokens".into());
         }
+        if let Err(e) = check_eps(self.norm_eps) {
+            return bad(e.to_string());
+        }
+        // Values that would turn every logit into NaN or noise without a word.
+        let positive =
+            |what: &str, v: f32| if v.is_finite() && v > 0.0 { Ok(()) } else { bad(format!("{what} is {v}")) };
+        for l in &self.layers {
+            positive("the RoPE base", l.rope_theta)?;
+            match &l.rope_scaling {
+                RopeScaling::None => {}
+                RopeScaling::Linear { factor } => positive("the RoPE scaling factor", *factor)?,
+                RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position } => {
+                    for v in [factor, low_freq_factor, high_freq_factor, original_max_position] {
+                        positive("a Llama 3 RoPE scaling value", *v)?;
+                    }
+                }
+                RopeScaling::Factors(f) => f.iter().try_for_each(|v| positive("a RoPE frequency factor", *v))?,
+            }
+        }
+        positive("the attention scale", self.attn_scale)?;
+        for cap in [self.attn_softcap, self.final_softcap].into_iter().flatten() {
+            positive("a logit soft-capping value", cap)?;
+        }
+        if let Some(s) = self.embed_scale {
+            positive("the embedding scale", s)?;
+        }
         Ok(())
+    }
+}
+
+/// A norm's epsilon, checked: finite and not negative (a negative one turns
+/// rows of small variance into NaN).
+pub fn check_eps(eps: f32) -> ferrite_core::Result<f32> {
+    if eps.is_finite() && eps >= 0.0 {
+        Ok(eps)
+    } else {
+        Err(ferrite_core::Error::format(format!("the norm epsilon is {eps}; corrupt config?")))
     }
 }
 

@@ -67,6 +67,7 @@ impl<B: Backend> NormLoader<'_, B> {
 impl<B: Backend> Decoder<B> {
     pub fn load(backend: B, cfg: LmConfig, ck: &Checkpoint, progress: &mut dyn FnMut(usize, usize)) -> Result<Self> {
         cfg.validate()?;
+        ck.check_layer_count(cfg.n_layers)?;
         let (h, hd) = (cfg.hidden, cfg.head_dim);
         let (qd, kvd) = (cfg.n_heads * hd, cfg.kv_dim());
         let gemma_hf = cfg.family == Family::Gemma3 && matches!(ck, Checkpoint::Hf(_));

@@ -1,39 +1,64 @@
 //! Typed access to an HF `config.json`.
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use crate::config::RopeScaling;
 use ferrite_backend::Activation;
 use ferrite_core::{Error, Result};
 use serde_json::Value;
 
+/// The accessors read a key that is absent or null as None (the caller's
+/// default applies); a key of the wrong type is noted too, and [`checked`]
+/// turns the notes into the load's error, so that `"rms_norm_eps": "x"`
+/// never quietly becomes the default.
+///
+/// [`checked`]: HfConfig::checked
 pub struct HfConfig<'a> {
     v: &'a Value,
+    /// "key is value, not type" for each key of the wrong type read so far.
+    wrong: Rc<RefCell<Vec<String>>>,
 }
 
 impl<'a> HfConfig<'a> {
     pub fn new(v: &'a Value) -> Self {
-        HfConfig { v }
+        HfConfig { v, wrong: Rc::default() }
     }
     /// Multimodal checkpoints nest the language model's settings in `text_config`.
     pub fn text_config(&self) -> HfConfig<'a> {
-        match self.v.get("text_config") {
-            Some(t) if t.is_object() => HfConfig { v: t },
-            _ => HfConfig { v: self.v },
+        let v = self.v.get("text_config").filter(|t| t.is_object()).unwrap_or(self.v);
+        HfConfig { v, wrong: self.wrong.clone() }
+    }
+    /// `result`, unless a key read on the way had the wrong type.
+    pub fn checked<T>(&self, result: Result<T>) -> Result<T> {
+        let wrong = self.wrong.borrow();
+        match result {
+            Ok(_) if !wrong.is_empty() => Err(Error::format(format!("config.json: {}", wrong.join("; ")))),
+            r => r,
         }
     }
+    fn typed<T>(&self, k: &str, what: &str, read: impl Fn(&'a Value) -> Option<T>) -> Option<T> {
+        let v = self.v.get(k).filter(|v| !v.is_null())?;
+        let r = read(v);
+        if r.is_none() {
+            self.wrong.borrow_mut().push(format!("{k} is {v}, not {what}"));
+        }
+        r
+    }
     pub fn str(&self, k: &str) -> Option<&'a str> {
-        self.v.get(k)?.as_str()
+        self.typed(k, "a string", Value::as_str)
     }
     pub fn opt(&self, k: &str) -> Option<usize> {
-        self.v.get(k)?.as_u64().and_then(|v| usize::try_from(v).ok())
+        self.typed(k, "a whole number", |v| v.as_u64().and_then(|v| usize::try_from(v).ok()))
     }
     pub fn req(&self, k: &str) -> Result<usize> {
         self.opt(k).ok_or_else(|| Error::format(format!("config.json: {k} is missing or not a whole number")))
     }
     pub fn f32(&self, k: &str) -> Option<f32> {
-        self.v.get(k)?.as_f64().map(|v| v as f32)
+        self.typed(k, "a number", |v| v.as_f64().map(|v| v as f32))
     }
     pub fn bool(&self, k: &str) -> Option<bool> {
-        self.v.get(k)?.as_bool()
+        self.typed(k, "true or false", Value::as_bool)
     }
     pub fn str_list(&self, k: &str) -> Option<Vec<String>> {
         let a = self.v.get(k)?.as_array()?;

@@ -43,8 +43,11 @@ pub fn config_of(ck: &Checkpoint) -> Result<LmConfig> {
 
 /// Maps an HF `config.json` by its `model_type`.
 pub(crate) fn config_from_hf_json(config: &serde_json::Value) -> Result<LmConfig> {
-    let arch = config.get("model_type").and_then(|v| v.as_str()).unwrap_or("");
-    (entry(arch)?.2)(&HfConfig::new(config))
+    let arch = config.get("model_type").and_then(|v| v.as_str()).ok_or_else(|| {
+        Error::format("config.json: model_type is missing (it names the architecture, e.g. \"llama\")")
+    })?;
+    let c = HfConfig::new(config);
+    c.checked((entry(arch)?.2)(&c))
 }
 
 fn entry(arch: &str) -> Result<&'static (&'static str, GgufMapper, HfMapper)> {

@@ -339,22 +339,23 @@ impl Worker {
             }
             let eog =
                 (!a.req.ignore_eos && self.tokenizer.eos_ids().contains(&token)) || a.req.stop_ids.contains(&token);
-            let (mut text, stopped) = if eog {
-                (String::new(), true)
+            let (mut text, stop_string) = if eog {
+                (String::new(), false)
             } else {
                 a.stops.push(&a.detok.push(&self.tokenizer.token_bytes(token)))
             };
             let json_done = a.json.as_ref().is_some_and(|c| c.is_complete());
             let length = a.generated.len() >= a.req.max_tokens;
-            let finish = if stopped || json_done {
+            let finish = if eog || stop_string || json_done {
                 Some(FinishReason::Stop)
             } else if length {
                 Some(FinishReason::Length)
             } else {
                 None
             };
-            if finish == Some(FinishReason::Length) || (json_done && !stopped) {
-                // Release text held back for a possible stop string or UTF-8 tail.
+            if finish.is_some() && !stop_string {
+                // Ended, but not by a stop string: release the text held back
+                // for a possible one, and a UTF-8 tail.
                 text += &(a.stops.push(&a.detok.flush()).0 + &a.stops.flush());
             }
             let event = Event::Token { token, text, logprob: sampled.logprob, top_logprobs: sampled.top };

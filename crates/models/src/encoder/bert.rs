@@ -8,7 +8,7 @@
 
 use super::{EncodeBatch, EncoderArch, EncoderConfig, EncoderNet, Weights};
 use crate::checkpoint::HfCheckpoint;
-use crate::config::check_layers;
+use crate::config::{check_eps, check_layers};
 use crate::hf::HfConfig;
 use ferrite_backend::{Activation, AttnParams, Backend};
 use ferrite_core::{Error, Result};
@@ -48,6 +48,8 @@ impl<B: Backend> Bert<B> {
         let (h, n_heads, ffn) = (c.req("hidden_size")?, c.req("num_attention_heads")?, c.req("intermediate_size")?);
         let (vocab, n_layers, max_pos) =
             (c.req("vocab_size")?, check_layers(c.req("num_hidden_layers")?)?, c.req("max_position_embeddings")?);
+        ck.check_layer_count(n_layers)?;
+        let eps = check_eps(c.f32("layer_norm_eps").unwrap_or(1e-12))?;
         if n_heads == 0 || !h.is_multiple_of(n_heads) {
             return Err(Error::format(format!("bert: hidden size {h} is not a multiple of {n_heads} heads")));
         }
@@ -88,6 +90,7 @@ impl<B: Backend> Bert<B> {
             });
         }
         let head_dim = h / n_heads;
+        c.checked(Ok(()))?;
         Ok(Bert {
             word: w.matrix("embeddings.word_embeddings.weight", vocab, h)?,
             position: w.matrix("embeddings.position_embeddings.weight", max_pos, h)?,
@@ -103,7 +106,7 @@ impl<B: Backend> Bert<B> {
                 softcap: None,
             },
             act,
-            eps: c.f32("layer_norm_eps").unwrap_or(1e-12),
+            eps,
             cfg: EncoderConfig {
                 arch: EncoderArch::Bert,
                 hidden: h,

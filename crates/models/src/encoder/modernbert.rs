@@ -11,7 +11,7 @@
 
 use super::{EncodeBatch, EncoderArch, EncoderConfig, EncoderNet, Weights};
 use crate::checkpoint::HfCheckpoint;
-use crate::config::{check_layers, inv_freq, LayerKind, RopeScaling};
+use crate::config::{check_eps, check_layers, inv_freq, LayerKind, RopeScaling};
 use crate::hf::HfConfig;
 use ferrite_backend::{Activation, AttnParams, Backend, Rope};
 use ferrite_core::{Error, Result};
@@ -81,13 +81,14 @@ impl<B: Backend> ModernBert<B> {
         let c = HfConfig::new(&ck.config);
         let (h, n_heads, ffn) = (c.req("hidden_size")?, c.req("num_attention_heads")?, c.req("intermediate_size")?);
         let (vocab, n_layers) = (c.req("vocab_size")?, check_layers(c.req("num_hidden_layers")?)?);
+        ck.check_layer_count(n_layers)?;
         let max_pos = c.opt("max_position_embeddings").unwrap_or(8192);
         if n_heads == 0 || !h.is_multiple_of(n_heads) || !(h / n_heads).is_multiple_of(2) {
             return Err(Error::format(format!("modernbert: hidden size {h} does not split into {n_heads} heads")));
         }
         let hd = h / n_heads;
         let half_window = c.opt("local_attention").unwrap_or(128) / 2;
-        let eps = c.f32("norm_eps").unwrap_or(1e-5);
+        let eps = check_eps(c.f32("norm_eps").unwrap_or(1e-5))?;
         let (norm_bias, attn_bias, mlp_bias) = (
             c.bool("norm_bias").unwrap_or(false),
             c.bool("attention_bias").unwrap_or(false),
@@ -125,6 +126,9 @@ impl<B: Backend> ModernBert<B> {
             let p = |s: &str| format!("layers.{l}.{s}");
             let global = is_global(&c, l)?;
             let kind = LayerKind { window: None, rope_theta: rope_theta(&c, global), rope_scaling: RopeScaling::None };
+            if !(kind.rope_theta.is_finite() && kind.rope_theta > 0.0) {
+                return Err(Error::format(format!("modernbert: the RoPE base is {}", kind.rope_theta)));
+            }
             let [q, k, v]: [Linear<B>; 3] =
                 split(&p("attn.Wqkv"), &[h, h, h], h, attn_bias)?.try_into().ok().expect("three parts");
             let [input, gate]: [Linear<B>; 2] =
@@ -152,6 +156,7 @@ impl<B: Backend> ModernBert<B> {
                 },
             });
         }
+        c.checked(Ok(()))?;
         Ok(ModernBert {
             tok: w.matrix("embeddings.tok_embeddings.weight", vocab, h)?,
             embed_norm: norm("embeddings.norm")?,
