@@ -8,7 +8,7 @@ use clap::Args;
 use ferrite_core::{Error, Result};
 use ferrite_engine::embed::{EmbedEngine, EmbedEngineConfig};
 use ferrite_engine::{Engine, EngineConfig};
-use ferrite_server::ServeConfig;
+use ferrite_server::{AllowedOrigins, ServeConfig};
 
 use crate::load::{init_threads, load_embedder_from, load_with_pool, open_checkpoint, KvPool, Precision};
 use crate::ModelArgs;
@@ -33,6 +33,10 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on the API routes.
     #[arg(long)]
     pub api_key: Option<String>,
+    /// Origins whose browser pages may call the API (CORS): * for any,
+    /// none for none, or a comma-separated list like http://localhost:3000.
+    #[arg(long, default_value = "*")]
+    pub allowed_origins: String,
     /// Most sequences decoded together in one batch.
     #[arg(long, default_value_t = 64, help_heading = GENERATION)]
     pub max_num_seqs: usize,
@@ -109,6 +113,7 @@ pub fn main(args: ServeArgs) -> Result<()> {
         api_key: args.api_key,
         served_model_name: name,
         template: loaded.template,
+        allowed_origins: AllowedOrigins::parse(&args.allowed_origins),
     };
     ferrite_server::serve(engine, serve_config)
 }
@@ -147,6 +152,7 @@ fn serve_embeddings(args: ServeArgs, source: &ModelSource, ck: &Checkpoint) -> R
         api_key: args.api_key,
         served_model_name: name,
         template: None,
+        allowed_origins: AllowedOrigins::parse(&args.allowed_origins),
     };
     ferrite_server::serve_embeddings(engine, serve_config)
 }

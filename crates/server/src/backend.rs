@@ -21,6 +21,11 @@ pub trait Backend: Send + Sync + 'static {
     fn tokenizer(&self) -> &Tokenizer;
     fn max_context(&self) -> usize;
     fn vocab_size(&self) -> usize;
+    /// Most requests the queue holds (`--max-waiting`): a request of more
+    /// choices than that could never be admitted.
+    fn max_waiting(&self) -> usize {
+        usize::MAX
+    }
     /// Cancels every request and stops the engine; blocks until it has.
     fn shutdown(&self);
 }
@@ -47,6 +52,9 @@ impl Backend for Engine {
     }
     fn vocab_size(&self) -> usize {
         Engine::vocab_size(self)
+    }
+    fn max_waiting(&self) -> usize {
+        Engine::max_waiting(self)
     }
     fn shutdown(&self) {
         Engine::shutdown(self)

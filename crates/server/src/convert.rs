@@ -71,6 +71,13 @@ pub fn settings(c: &CommonParams, logprobs: Option<usize>, limits: Limits) -> Re
         },
         json: response_format(c.response_format.as_ref())?,
     })
+    .and_then(|s| match s.max_tokens {
+        Some(max) if s.min_tokens > max => Err(ApiError::param(
+            "min_tokens",
+            format!("min_tokens ({}) must not exceed max_tokens ({max})", s.min_tokens),
+        )),
+        _ => Ok(s),
+    })
 }
 
 impl Settings {
@@ -252,22 +259,32 @@ pub fn completion_logprobs(v: Option<i64>) -> Result<Option<usize>, ApiError> {
     }
 }
 
+/// The roles OpenAI's chat API knows.
+const ROLES: [&str; 6] = ["system", "developer", "user", "assistant", "tool", "function"];
+
 /// Chat messages for the template: string content, text parts joined by
-/// newlines, or null (an assistant turn that only called tools) as "".
+/// newlines, or null (only an assistant turn, one that called tools) as "".
 pub fn messages(list: &[ChatMessage]) -> Result<Vec<Message>, ApiError> {
     if list.is_empty() {
         return Err(ApiError::param("messages", "messages must not be empty"));
     }
     list.iter()
         .enumerate()
-        .map(|(i, m)| Ok(Message { role: m.role.clone(), content: content(i, m.content.as_ref())? }))
+        .map(|(i, m)| {
+            if !ROLES.contains(&m.role.as_str()) {
+                let msg = format!("unknown role {:?} (one of {})", m.role, ROLES.join(", "));
+                return Err(ApiError::param(&format!("messages[{i}].role"), msg));
+            }
+            Ok(Message { role: m.role.clone(), content: content(i, &m.role, m.content.as_ref())? })
+        })
         .collect()
 }
 
-fn content(i: usize, v: Option<&Value>) -> Result<String, ApiError> {
+fn content(i: usize, role: &str, v: Option<&Value>) -> Result<String, ApiError> {
     let bad = |what: &str| ApiError::param(&format!("messages[{i}].content"), what.to_string());
     match v {
-        None | Some(Value::Null) => Ok(String::new()),
+        None | Some(Value::Null) if role == "assistant" => Ok(String::new()),
+        None | Some(Value::Null) => Err(bad(&format!("a {role} message needs content"))),
         Some(Value::String(s)) => Ok(s.clone()),
         Some(Value::Array(parts)) => {
             let mut texts = Vec::with_capacity(parts.len());

@@ -106,6 +106,7 @@ fn bad_values_are_400_naming_the_field() {
         (json!({"response_format": "json"}), "response_format"),
         (json!({"top_logprobs": 21, "logprobs": true}), "top_logprobs"),
         (json!({"top_logprobs": 2}), "top_logprobs"),
+        (json!({"min_tokens": 5, "max_tokens": 2}), "min_tokens"),
     ];
     for (mut body, field) in cases {
         body["messages"] = json!([]);
@@ -152,6 +153,9 @@ fn message_contents() {
         json!([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
         json!([{"role": "user", "content": [{"type": "text"}]}]),
         json!([{"role": "user", "content": [{"text": "a"}]}]),
+        json!([{"role": "wizard", "content": "a"}]),
+        json!([{"role": "user", "content": null}]),
+        json!([{"role": "system"}]),
     ];
     for b in bad {
         let req: ChatRequest = serde_json::from_value(json!({ "messages": b })).unwrap();

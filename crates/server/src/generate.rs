@@ -33,6 +33,11 @@ pub struct Output {
 /// Submits every request, or none: when one fails, the streams already
 /// returned are dropped, which cancels them.
 pub fn submit_all(state: &AppState, reqs: Vec<Request>) -> Result<Vec<EventStream>, ApiError> {
+    let queue = state.generator()?.max_waiting();
+    if reqs.len() > queue {
+        let msg = format!("n = {} is more than this server queues at once (--max-waiting {queue})", reqs.len());
+        return Err(ApiError::param("n", msg));
+    }
     reqs.into_iter()
         .map(|r| {
             let inner = state.generator()?.submit(r)?;

@@ -1,7 +1,8 @@
 //! OpenAI-compatible HTTP server over the engine's public API. It serves one
 //! model: a text generator (`serve`) or an embedding model (`serve_embeddings`).
 //!
-//! - `router`: the route table; `routes/*`: handlers; `auth`: the API key.
+//! - `router`: the route table; `routes/*`: handlers; `auth`: the API key;
+//!   `cors`: cross-origin calls from browser pages.
 //! - `backend`: the engines as traits; `state`: what handlers share.
 //! - `embed`: /v1/embeddings requests -> token ids and options (pure, tested).
 //! - `api`: wire types; `convert`: request -> engine request (pure, tested);
@@ -14,6 +15,7 @@ mod api;
 mod auth;
 mod backend;
 mod convert;
+mod cors;
 mod embed;
 mod errors;
 mod extract;
@@ -42,6 +44,8 @@ use tokio::net::TcpListener;
 
 use crate::state::{AppState, Served};
 
+pub use crate::cors::AllowedOrigins;
+
 /// How long in-flight responses get to finish after the engine has cancelled
 /// them on shutdown, before the server stops regardless.
 const GRACE: Duration = Duration::from_secs(5);
@@ -57,6 +61,8 @@ pub struct ServeConfig {
     /// The model's chat template; without one /v1/chat/completions answers 400.
     /// Unused for an embedding model.
     pub template: Option<ChatTemplate>,
+    /// Origins whose browser pages may call the API (`--allowed-origins`).
+    pub allowed_origins: AllowedOrigins,
 }
 
 /// Serves a text generator until Ctrl-C or SIGTERM, then cancels in-flight
@@ -73,10 +79,10 @@ pub fn serve_embeddings(engine: EmbedEngine, config: ServeConfig) -> Result<()> 
 }
 
 fn serve_model(served: Served, config: ServeConfig) -> Result<()> {
-    let ServeConfig { host, port, api_key, served_model_name, template } = config;
+    let ServeConfig { host, port, api_key, served_model_name, template, allowed_origins } = config;
     let template = if matches!(served, Served::Embedder(_)) { None } else { template };
     let api_key = api_key.filter(|k| !k.is_empty());
-    let state = AppState::new(served, served_model_name, api_key, template);
+    let state = AppState::new(served, served_model_name, api_key, template).with_allowed_origins(allowed_origins);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("ferrite-http")

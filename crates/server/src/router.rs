@@ -5,9 +5,9 @@ use axum::middleware;
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::auth;
 use crate::routes::{chat, completions, embeddings, misc, models, tokenize};
 use crate::state::AppState;
+use crate::{auth, cors};
 
 /// Long prompts are fine; a runaway upload is not.
 const BODY_LIMIT: usize = 32 << 20;
@@ -31,5 +31,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(misc::method_not_allowed)
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(middleware::from_fn_with_state(state.clone(), auth::count_status))
+        // Outermost: preflights are answered before routing and the key check.
+        .layer(middleware::from_fn_with_state(state.clone(), cors::cors))
         .with_state(state)
 }

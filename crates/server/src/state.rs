@@ -9,6 +9,7 @@ use ferrite_loader::chat_template::ChatTemplate;
 use ferrite_loader::tokenizer::Tokenizer;
 
 use crate::backend::{Backend, EmbedBackend};
+use crate::cors::AllowedOrigins;
 use crate::errors::ApiError;
 use crate::metrics::ServerMetrics;
 
@@ -30,12 +31,21 @@ pub struct Shared {
     pub metrics: ServerMetrics,
     /// When the server started, as /v1/models' `created`.
     pub started: u64,
+    /// Origins whose pages may call the API from a browser.
+    pub allowed_origins: AllowedOrigins,
 }
 
 impl AppState {
     pub fn new(served: Served, model: String, api_key: Option<String>, template: Option<ChatTemplate>) -> Self {
         let metrics = ServerMetrics::default();
-        AppState(Arc::new(Shared { served, model, api_key, template, metrics, started: unix_now() }))
+        let allowed_origins = AllowedOrigins::Any;
+        AppState(Arc::new(Shared { served, model, api_key, template, metrics, started: unix_now(), allowed_origins }))
+    }
+
+    /// This state allowing only `origins` (before it is shared).
+    pub fn with_allowed_origins(mut self, origins: AllowedOrigins) -> Self {
+        Arc::get_mut(&mut self.0).expect("a state not yet shared").allowed_origins = origins;
+        self
     }
 
     /// The request's `model` must be ours when given.

@@ -214,6 +214,9 @@ impl Engine {
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
     }
+    pub fn max_waiting(&self) -> usize {
+        self.config.max_waiting
+    }
 
     /// Queues a request. Fails with `Error::InvalidInput` for a request that can
     /// never run (empty prompt, prompt + max_tokens over the context, bad

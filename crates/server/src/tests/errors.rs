@@ -116,6 +116,11 @@ async fn busy_is_429() {
     let r = post(&app, "/v1/completions", json!({"prompt": "a", "n": 3})).await;
     assert_eq!(r.status, StatusCode::TOO_MANY_REQUESTS);
     r.error();
+    // More choices than the queue ever holds: no retry can help, so a 400.
+    fake.busy.store(false, Ordering::SeqCst);
+    let r = post(&app, "/v1/completions", json!({"prompt": "a", "n": MAX_WAITING + 1})).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.error()["param"], "n");
 }
 
 #[tokio::test]

@@ -28,6 +28,8 @@ use crate::state::{AppState, Served};
 
 pub const MODEL: &str = "tiny";
 pub const MAX_CONTEXT: usize = 64;
+/// The fake's queue (`--max-waiting`).
+pub const MAX_WAITING: usize = 8;
 /// The fake model's output: the middle token's text is held (as a partial
 /// character or a possible stop string would be) and released by the next.
 pub const OUTPUT: [(u32, &str); 3] = [(5, "hello"), (6, ""), (7, " world")];
@@ -138,6 +140,9 @@ impl Backend for Fake {
     }
     fn vocab_size(&self) -> usize {
         WORDS.len()
+    }
+    fn max_waiting(&self) -> usize {
+        MAX_WAITING
     }
     fn shutdown(&self) {
         let _ = self.stop.send(true);

@@ -202,3 +202,47 @@ async fn metrics_exposition() {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
 }
+
+/// A page from another origin may call the API: preflights are answered
+/// before the key check, and every response to an allowed origin says so.
+#[tokio::test]
+async fn cross_origin_calls() {
+    let fake = Fake::new();
+    let app = app_with(&fake, Some("sekret"), Some(template()));
+    let page = ("origin", "http://localhost:3000");
+    let preflight = [
+        page,
+        ("access-control-request-method", "POST"),
+        ("access-control-request-headers", "authorization, content-type"),
+    ];
+    let r = send(&app, request(Method::OPTIONS, "/v1/chat/completions", None, &preflight)).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(r.headers["access-control-allow-origin"], "*");
+    assert_eq!(r.headers["access-control-allow-headers"], "authorization, content-type");
+    assert!(r.headers["access-control-allow-methods"].to_str().unwrap().contains("POST"));
+    let body = json!({"messages": user("hello")});
+    let call = [page, ("authorization", "Bearer sekret")];
+    let r = send(&app, request(Method::POST, "/v1/chat/completions", Some(&body), &call)).await;
+    assert_eq!((r.status, &r.headers["access-control-allow-origin"]), (StatusCode::OK, &"*".parse().unwrap()));
+    // Errors carry the header too, so the page can read them.
+    let r = send(&app, request(Method::POST, "/v1/chat/completions", Some(&body), &[page])).await;
+    assert_eq!(
+        (r.status, &r.headers["access-control-allow-origin"]),
+        (StatusCode::UNAUTHORIZED, &"*".parse().unwrap())
+    );
+    // Without an Origin (not a browser's cross-origin call): no CORS headers.
+    let r = send(&app, request(Method::GET, "/health", None, &[])).await;
+    assert!(r.headers.get("access-control-allow-origin").is_none());
+
+    // Only listed origins, echoed back; others get no header (the browser refuses).
+    let only = crate::cors::AllowedOrigins::parse("http://localhost:3000");
+    let state = AppState::new(Served::Generator(fake.clone()), MODEL.into(), None, Some(template()));
+    let app = crate::router::router(state.with_allowed_origins(only));
+    let r = send(&app, request(Method::OPTIONS, "/v1/completions", None, &preflight)).await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT);
+    assert_eq!(r.headers["access-control-allow-origin"], "http://localhost:3000");
+    assert_eq!(r.headers["vary"], "origin");
+    let other = [("origin", "http://elsewhere.example"), ("access-control-request-method", "POST")];
+    let r = send(&app, request(Method::OPTIONS, "/v1/completions", None, &other)).await;
+    assert!(r.headers.get("access-control-allow-origin").is_none());
+}
