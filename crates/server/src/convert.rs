@@ -302,23 +302,27 @@ fn content(i: usize, role: &str, v: Option<&Value>) -> Result<String, ApiError> 
     }
 }
 
-/// A completions prompt: one string or one token list (a list of one is unwrapped).
-pub fn prompt(v: &Value, vocab_size: usize) -> Result<Prompt, ApiError> {
-    let one = "only one prompt per request is supported; send several requests (or use n)";
+/// A completions request's prompts: a string, a list of token ids, or a list
+/// of either (several prompts, each answered with its own `n` choices).
+pub fn prompts(v: &Value, vocab_size: usize) -> Result<Vec<Prompt>, ApiError> {
+    let empty = || ApiError::param("prompt", "prompt must not be empty");
     match v {
-        Value::String(s) => Ok(Prompt::Text(s.clone())),
-        Value::Array(items) if items.is_empty() => Err(ApiError::param("prompt", "prompt must not be empty")),
-        Value::Array(items) if items.iter().all(Value::is_string) => match items.as_slice() {
-            [Value::String(s)] => Ok(Prompt::Text(s.clone())),
-            _ => Err(ApiError::param("prompt", one)),
-        },
-        Value::Array(items) if items.iter().all(Value::is_number) => token_ids(items, vocab_size).map(Prompt::Tokens),
-        Value::Array(items) if items.iter().all(Value::is_array) => match items.as_slice() {
-            [Value::Array(ids)] if !ids.is_empty() => token_ids(ids, vocab_size).map(Prompt::Tokens),
-            [_] => Err(ApiError::param("prompt", "prompt must not be empty")),
-            _ => Err(ApiError::param("prompt", one)),
-        },
-        _ => Err(ApiError::param("prompt", "prompt must be a string, a list of one string or a list of token ids")),
+        Value::String(s) => Ok(vec![Prompt::Text(s.clone())]),
+        Value::Array(items) if items.is_empty() => Err(empty()),
+        Value::Array(items) if items.iter().all(Value::is_string) => {
+            Ok(items.iter().filter_map(Value::as_str).map(|s| Prompt::Text(s.to_string())).collect())
+        }
+        Value::Array(items) if items.iter().all(Value::is_number) => {
+            Ok(vec![Prompt::Tokens(token_ids(items, vocab_size)?)])
+        }
+        Value::Array(items) if items.iter().all(Value::is_array) => items
+            .iter()
+            .map(|ids| match ids.as_array() {
+                Some(ids) if !ids.is_empty() => token_ids(ids, vocab_size).map(Prompt::Tokens),
+                _ => Err(empty()),
+            })
+            .collect(),
+        _ => Err(ApiError::param("prompt", "prompt must be a string, a list of token ids, or a list of either")),
     }
 }
 

@@ -172,25 +172,29 @@ fn missing_messages_is_a_parse_error() {
 }
 
 #[test]
-fn prompts() {
-    assert_eq!(prompt(&json!("hi"), 10).unwrap(), Prompt::Text("hi".into()));
-    assert_eq!(prompt(&json!(["hi"]), 10).unwrap(), Prompt::Text("hi".into()));
-    assert_eq!(prompt(&json!([1, 2, 3]), 10).unwrap(), Prompt::Tokens(vec![1, 2, 3]));
-    assert_eq!(prompt(&json!([[4, 5]]), 10).unwrap(), Prompt::Tokens(vec![4, 5]));
+fn prompt_forms() {
+    let text = |s: &str| Prompt::Text(s.into());
+    assert_eq!(prompts(&json!("hi"), 10).unwrap(), vec![text("hi")]);
+    assert_eq!(prompts(&json!(["hi"]), 10).unwrap(), vec![text("hi")]);
+    assert_eq!(prompts(&json!(["a", "b"]), 10).unwrap(), vec![text("a"), text("b")]);
+    assert_eq!(prompts(&json!([1, 2, 3]), 10).unwrap(), vec![Prompt::Tokens(vec![1, 2, 3])]);
+    assert_eq!(prompts(&json!([[4, 5]]), 10).unwrap(), vec![Prompt::Tokens(vec![4, 5])]);
+    assert_eq!(prompts(&json!([[1], [2]]), 10).unwrap(), vec![Prompt::Tokens(vec![1]), Prompt::Tokens(vec![2])]);
     let bad = [
         json!(null),
         json!(5),
         json!([]),
-        json!(["a", "b"]),
         json!([1, "a"]),
+        json!(["a", 1]),
         json!([10]),
         json!([-1]),
         json!([1.5]),
-        json!([[1], [2]]),
+        json!([[1], []]),
         json!([[]]),
+        json!([[1], [10]]),
         json!({"text": "a"}),
     ];
     for b in bad {
-        assert_eq!(prompt(&b, 10).unwrap_err().param.as_deref(), Some("prompt"), "{b}");
+        assert_eq!(prompts(&b, 10).unwrap_err().param.as_deref(), Some("prompt"), "{b}");
     }
 }

@@ -35,7 +35,10 @@ pub struct Output {
 pub fn submit_all(state: &AppState, reqs: Vec<Request>) -> Result<Vec<EventStream>, ApiError> {
     let queue = state.generator()?.max_waiting();
     if reqs.len() > queue {
-        let msg = format!("n = {} is more than this server queues at once (--max-waiting {queue})", reqs.len());
+        let msg = format!(
+            "{} choices (prompts x n) are more than this server queues at once (--max-waiting {queue})",
+            reqs.len()
+        );
         return Err(ApiError::param("n", msg));
     }
     reqs.into_iter()
@@ -103,14 +106,15 @@ pub fn finish_error(s: &Summary) -> Option<ApiError> {
 }
 
 /// The prompt counts once however many choices; completions add up.
-pub fn usage<'a>(summaries: impl IntoIterator<Item = &'a Summary>) -> Usage {
+pub fn usage<'a>(summaries: impl IntoIterator<Item = &'a Summary>, per_prompt: usize) -> Usage {
     let mut u = Usage::default();
-    for (i, s) in summaries.into_iter().enumerate() {
-        if i == 0 {
-            u.prompt_tokens = s.prompt_tokens;
-        }
-        u.completion_tokens += s.completion_tokens;
-        u.prompt_tokens_details.cached_tokens = u.prompt_tokens_details.cached_tokens.max(s.cached_tokens);
+    let summaries: Vec<&Summary> = summaries.into_iter().collect();
+    // Each prompt's `per_prompt` choices in turn: its tokens count once, and
+    // its cached ones as the most any of its choices found.
+    for choices in summaries.chunks(per_prompt.max(1)) {
+        u.prompt_tokens += choices[0].prompt_tokens;
+        u.prompt_tokens_details.cached_tokens += choices.iter().map(|s| s.cached_tokens).max().unwrap_or(0);
+        u.completion_tokens += choices.iter().map(|s| s.completion_tokens).sum::<usize>();
     }
     u.total_tokens = u.prompt_tokens + u.completion_tokens;
     u

@@ -37,6 +37,8 @@ pub struct Options {
     /// Keep per-token logprobs for the chunks.
     pub logprobs: bool,
     pub include_usage: bool,
+    /// `n`: the streams are each prompt's `n` choices in turn (for usage).
+    pub per_prompt: usize,
 }
 
 pub fn data(v: &impl Serialize) -> Vec<u8> {
@@ -154,7 +156,7 @@ impl<F: Format> Driver<F> {
             *s = Some(lost);
         }
         if self.opts.include_usage {
-            let u = usage(self.summaries.iter().flatten());
+            let u = usage(self.summaries.iter().flatten(), self.opts.per_prompt);
             out.extend(data(&self.format.usage(u)));
         }
         out.extend_from_slice(DONE);

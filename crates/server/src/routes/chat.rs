@@ -33,7 +33,8 @@ pub async fn chat_completions(
     let meta = Meta::new("chatcmpl", &state.model);
     let want_logprobs = top_logprobs.is_some();
     if settings.stream {
-        let opts = sse::Options { logprobs: want_logprobs, include_usage: settings.include_usage };
+        let opts =
+            sse::Options { logprobs: want_logprobs, include_usage: settings.include_usage, per_prompt: settings.n };
         return Ok(sse::response(streams, ChatFormat { meta, state: state.clone(), logprobs: want_logprobs }, opts));
     }
     let outputs = generate::collect_all(streams, want_logprobs).await?;
@@ -48,7 +49,7 @@ pub async fn chat_completions(
             finish_reason: o.summary.finish.as_str(),
         })
         .collect();
-    let usage = generate::usage(outputs.iter().map(|o| &o.summary));
+    let usage = generate::usage(outputs.iter().map(|o| &o.summary), settings.n);
     let body = ChatCompletion {
         id: meta.id,
         object: "chat.completion",

@@ -24,13 +24,18 @@ pub async fn completions(
     let limits = Limits { max_context: backend.max_context(), vocab_size: backend.vocab_size() };
     let top_logprobs = convert::completion_logprobs(req.logprobs)?;
     let settings = convert::settings(&req.common, top_logprobs, limits)?;
-    let input = convert::prompt(&req.prompt, limits.vocab_size)?;
-    let ids = prompt::completion_ids(backend.tokenizer(), input)?;
-    let streams = generate::submit_all(&state, settings.requests(ids, limits.max_context))?;
+    // Several prompts: each one's `n` choices in turn, as OpenAI numbers them.
+    let mut requests = Vec::new();
+    for input in convert::prompts(&req.prompt, limits.vocab_size)? {
+        let ids = prompt::completion_ids(backend.tokenizer(), input)?;
+        requests.extend(settings.requests(ids, limits.max_context));
+    }
+    let streams = generate::submit_all(&state, requests)?;
     let meta = Meta::new("cmpl", &state.model);
     let want_logprobs = top_logprobs.is_some();
     if settings.stream {
-        let opts = sse::Options { logprobs: want_logprobs, include_usage: settings.include_usage };
+        let opts =
+            sse::Options { logprobs: want_logprobs, include_usage: settings.include_usage, per_prompt: settings.n };
         let offsets = vec![0; streams.len()];
         let format = CompletionFormat { meta, state: state.clone(), logprobs: want_logprobs, offsets };
         return Ok(sse::response(streams, format, opts));
@@ -47,7 +52,7 @@ pub async fn completions(
             finish_reason: Some(o.summary.finish.as_str()),
         })
         .collect();
-    let usage = Some(generate::usage(outputs.iter().map(|o| &o.summary)));
+    let usage = Some(generate::usage(outputs.iter().map(|o| &o.summary), settings.n));
     let m = meta;
     let body = Completion { id: m.id, object: "text_completion", created: m.created, model: m.model, choices, usage };
     Ok(Json(body).into_response())

@@ -70,7 +70,7 @@ async fn bad_values_are_400() {
         json!({"prompt": "a", "echo": true}),
         json!({"prompt": "a", "suffix": "b"}),
         json!({"prompt": "a", "best_of": 3}),
-        json!({"prompt": ["a", "b"]}),
+        json!({"prompt": ["a", 5]}),
         json!({"prompt": [100000]}),
         json!({"prompt": "a", "logprobs": 100}),
     ];

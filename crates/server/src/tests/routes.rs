@@ -130,6 +130,39 @@ async fn completion_prompt_forms() {
     assert_eq!(prompts, vec![vec![8, 9], vec![8, 9], vec![0, 8, 10]]);
 }
 
+/// Several prompts in one request (as evaluation harnesses send them): each
+/// prompt's `n` choices in turn, and usage counting each prompt once.
+#[tokio::test]
+async fn several_completion_prompts() {
+    let (fake, app) = app();
+    let one = post(&app, "/v1/completions", json!({"prompt": "sky"})).await.json();
+    let per_choice = one["usage"]["completion_tokens"].as_u64().unwrap();
+    for stream in [false, true] {
+        let body = json!({"prompt": ["the sky", "sky"], "n": 2, "stream": stream,
+                          "stream_options": {"include_usage": true}});
+        let r = post(&app, "/v1/completions", body).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        let (mut indices, usage) = if stream {
+            let events: Vec<Value> =
+                r.events().iter().filter(|e| *e != "[DONE]").map(|e| serde_json::from_str(e).unwrap()).collect();
+            let indices =
+                events.iter().flat_map(|e| e["choices"].as_array().unwrap().clone()).map(|c| c["index"].clone());
+            (indices.collect::<Vec<_>>(), events.last().unwrap()["usage"].clone())
+        } else {
+            let v = r.json();
+            (v["choices"].as_array().unwrap().iter().map(|c| c["index"].clone()).collect(), v["usage"].clone())
+        };
+        indices.sort_by_key(|i| i.as_u64());
+        indices.dedup();
+        assert_eq!(indices, vec![json!(0), json!(1), json!(2), json!(3)]);
+        assert_eq!(usage["prompt_tokens"], 3 + 2, "{usage}");
+        assert_eq!(usage["completion_tokens"].as_u64(), Some(4 * per_choice), "{usage}");
+        assert_eq!(usage["prompt_tokens_details"]["cached_tokens"], 2, "{usage}");
+    }
+    let prompts: Vec<_> = fake.requests().into_iter().skip(1).take(4).map(|r| r.prompt).collect();
+    assert_eq!(prompts, vec![vec![0, 8, 10], vec![0, 8, 10], vec![0, 10], vec![0, 10]]);
+}
+
 #[tokio::test]
 async fn tokenize_and_detokenize() {
     let (_, app) = app();
