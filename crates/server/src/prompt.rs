@@ -8,15 +8,43 @@ use ferrite_loader::tokenizer::Tokenizer;
 use crate::convert::Prompt;
 use crate::errors::ApiError;
 
+/// How a rendered conversation ends.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Ending {
+    /// With the opening of the assistant's reply (the usual).
+    Reply,
+    /// With the last message as the template closes it.
+    Closed,
+    /// Inside the final (assistant) message, right after its text, so that
+    /// the model goes on with it (vLLM's `continue_final_message`).
+    Continue,
+}
+
+impl Ending {
+    /// From the request's `add_generation_prompt` and `continue_final_message`.
+    pub fn from_request(
+        add_generation_prompt: Option<bool>,
+        continue_final: Option<bool>,
+    ) -> std::result::Result<Ending, ApiError> {
+        match (add_generation_prompt, continue_final.unwrap_or(false)) {
+            (Some(true), true) => Err(ApiError::param(
+                "continue_final_message",
+                "continue_final_message and add_generation_prompt cannot both be true",
+            )),
+            (_, true) => Ok(Ending::Continue),
+            (Some(false), false) => Ok(Ending::Closed),
+            (_, false) => Ok(Ending::Reply),
+        }
+    }
+}
+
 /// Renders the conversation and tokenizes it with special tokens; templates
 /// usually print BOS themselves, so a doubled BOS is collapsed to one.
-pub fn chat_ids(
-    tok: &Tokenizer,
-    template: &ChatTemplate,
-    messages: &[Message],
-    add_generation_prompt: bool,
-) -> Result<Vec<u32>> {
-    let text = template.render(messages, add_generation_prompt)?;
+pub fn chat_ids(tok: &Tokenizer, template: &ChatTemplate, messages: &[Message], ending: Ending) -> Result<Vec<u32>> {
+    let mut text = template.render(messages, ending == Ending::Reply)?;
+    if ending == Ending::Continue {
+        text = open_final_message(text, messages)?;
+    }
     let mut ids = tok.encode(&text, true)?;
     if let Some(bos) = tok.bos_id() {
         if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
@@ -24,6 +52,26 @@ pub fn chat_ids(
         }
     }
     Ok(ids)
+}
+
+/// The rendered conversation cut right after the final message's text, which
+/// must be the assistant's and appear in the rendering as given.
+fn open_final_message(text: String, messages: &[Message]) -> Result<String> {
+    let invalid = |m: &str| ferrite_core::Error::InvalidInput(format!("continue_final_message: {m}"));
+    let last = messages
+        .last()
+        .filter(|m| m.role == "assistant")
+        .ok_or_else(|| invalid("the last message must be the assistant's"))?;
+    let content = last.content.trim_end();
+    if content.is_empty() {
+        return Err(invalid("the final message has no text to continue"));
+    }
+    let at = text
+        .rfind(content)
+        .ok_or_else(|| invalid("the chat template does not write the final message's text as given"))?;
+    let mut text = text;
+    text.truncate(at + content.len());
+    Ok(text)
 }
 
 /// A completions prompt: text gets BOS as the model's metadata says; token

@@ -45,6 +45,10 @@ pub struct ChatRequest {
     pub logprobs: Option<bool>,
     pub top_logprobs: Option<i64>,
     pub tools: Option<Value>,
+    /// vLLM's extensions: end with the opening of the assistant's turn
+    /// (default true), or leave the final assistant message open.
+    pub add_generation_prompt: Option<bool>,
+    pub continue_final_message: Option<bool>,
     #[serde(flatten)]
     pub common: CommonParams,
 }
@@ -59,7 +63,7 @@ pub struct ChatMessage {
 
 #[derive(Debug, Deserialize)]
 pub struct CompletionRequest {
-    /// A string, a list of one string, a list of token ids, or a list of one such list.
+    /// A string or a list of token ids, or a list of either (several prompts).
     pub prompt: Value,
     /// How many alternatives to report per token (0..=20).
     pub logprobs: Option<i64>,
@@ -79,6 +83,8 @@ pub struct TokenizeRequest {
     pub add_special_tokens: Option<bool>,
     /// For `messages` (default true).
     pub add_generation_prompt: Option<bool>,
+    /// For `messages`: leave the final assistant message open (default false).
+    pub continue_final_message: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -28,7 +28,8 @@ pub async fn chat_completions(
     let settings = convert::settings(&req.common, top_logprobs, limits)?;
     let messages = convert::messages(&req.messages)?;
     let template = prompt::require_template(state.template.as_ref())?;
-    let ids = prompt::chat_ids(backend.tokenizer(), template, &messages, true)?;
+    let ending = prompt::Ending::from_request(req.add_generation_prompt, req.continue_final_message)?;
+    let ids = prompt::chat_ids(backend.tokenizer(), template, &messages, ending)?;
     let streams = generate::submit_all(&state, settings.requests(ids, limits.max_context))?;
     let meta = Meta::new("chatcmpl", &state.model);
     let want_logprobs = top_logprobs.is_some();

@@ -23,7 +23,8 @@ pub async fn tokenize(
         (None, Some(messages)) => {
             let messages = convert::messages(messages)?;
             let template = prompt::require_template(state.template.as_ref())?;
-            prompt::chat_ids(tok, template, &messages, req.add_generation_prompt.unwrap_or(true))?
+            let ending = prompt::Ending::from_request(req.add_generation_prompt, req.continue_final_message)?;
+            prompt::chat_ids(tok, template, &messages, ending)?
         }
         _ => return Err(ApiError::invalid("send exactly one of `prompt` and `messages`")),
     };

@@ -279,3 +279,32 @@ async fn cross_origin_calls() {
     let r = send(&app, request(Method::OPTIONS, "/v1/completions", None, &other)).await;
     assert!(r.headers.get("access-control-allow-origin").is_none());
 }
+
+/// vLLM's `add_generation_prompt` and `continue_final_message`, the same on
+/// chat and /tokenize.
+#[tokio::test]
+async fn chat_prompt_endings() {
+    let (fake, app) = app();
+    let two = json!([{"role": "user", "content": "the sky"}, {"role": "assistant", "content": "the sky is"}]);
+    let cases = [
+        (json!({"messages": user("the sky")}), vec![0, 3, 8, 10, 4]),
+        (json!({"messages": user("the sky"), "add_generation_prompt": false}), vec![0, 3, 8, 10]),
+        // The reply goes on from "is", inside the assistant's message.
+        (json!({"messages": two, "continue_final_message": true}), vec![0, 3, 8, 10, 4, 8, 10, 11]),
+    ];
+    for (body, want) in cases {
+        let r = post(&app, "/v1/chat/completions", body.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "{body}: {}", r.text());
+        assert_eq!(fake.requests().last().unwrap().prompt, want, "{body}");
+        assert_eq!(post(&app, "/tokenize", body.clone()).await.json()["tokens"], json!(want), "{body}");
+    }
+    let bad = [
+        json!({"messages": two, "continue_final_message": true, "add_generation_prompt": true}),
+        json!({"messages": user("the sky"), "continue_final_message": true}),
+    ];
+    for body in bad {
+        let r = post(&app, "/v1/chat/completions", body.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.text());
+        assert_eq!(post(&app, "/tokenize", body.clone()).await.status, StatusCode::BAD_REQUEST, "{body}");
+    }
+}
