@@ -57,7 +57,12 @@ fn read_lines(path: &PathBuf) -> Result<Vec<String>> {
     };
     let mut out = Vec::new();
     for (i, line) in reader.lines().enumerate() {
-        let line = line.map_err(|e| Error::io(path, e))?;
+        let line = line.map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidData => {
+                Error::InvalidInput(format!("{}: line {} is not valid UTF-8", path.display(), i + 1))
+            }
+            _ => Error::io(path, e),
+        })?;
         if line.trim().is_empty() {
             return Err(Error::InvalidInput(format!(
                 "{}: line {} is empty (each line is one input; remove blank lines first)",

@@ -30,7 +30,11 @@ pub fn nll(row: &[f32], target: u32) -> f64 {
 }
 
 pub fn main(mut a: PerplexityArgs) -> Result<()> {
-    let text = std::fs::read_to_string(&a.file).map_err(|e| Error::io(&a.file, e))?;
+    let bytes = std::fs::read(&a.file).map_err(|e| Error::io(&a.file, e))?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        let line = 1 + e.as_bytes()[..e.utf8_error().valid_up_to()].iter().filter(|&&b| b == b'\n').count();
+        Error::InvalidInput(format!("{}: line {line} is not valid UTF-8", a.file.display()))
+    })?;
     if a.ctx < 4 {
         return Err(Error::InvalidInput("--ctx must be at least 4".into()));
     }

@@ -474,6 +474,8 @@ fn perplexity_bad_files() {
     std::fs::write(&p, "Too short.").unwrap();
     fails_after_load(&["perplexity", "smollm2", "--file", s(&p), "--ctx", "32"], &["fewer than one window"]);
     fails(&["perplexity", "smollm2", "--file", s(&p), "--ctx", "2"], &["--ctx"]);
+    std::fs::write(&p, b"fine\nfine\nnot \xff fine\n").unwrap();
+    fails(&["perplexity", "smollm2", "--file", s(&p), "--ctx", "32"], &["line 3", "UTF-8"]);
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -231,6 +231,19 @@ fn embed_command_rejects_bad_input_clearly() {
     let (ok, out, _) = ferrite(&["embed", d, &long, "--truncate"]);
     assert!(ok && out.lines().count() == 1);
     fails_with(&["embed", d, "x", "--file", "/nonexistent/inputs.txt"], &["/nonexistent/inputs.txt"]);
+    // A file's bad lines are named by number; an empty file is said to be one.
+    let files = std::env::temp_dir().join(format!("ferrite-embed-files-{}", std::process::id()));
+    std::fs::create_dir_all(&files).unwrap();
+    for (name, bytes, needles) in [
+        ("blank.txt", &b"a\nb\n\n"[..], &["line 3 is empty"][..]),
+        ("bytes.txt", b"a\n\xff\n", &["line 2", "utf-8"]),
+        ("none.txt", b"", &["none.txt", "no lines"]),
+    ] {
+        let f = files.join(name);
+        std::fs::write(&f, bytes).unwrap();
+        fails_with(&["embed", d, "--file", f.to_str().unwrap()], needles);
+    }
+    std::fs::remove_dir_all(&files).ok();
     fails_with(&["embed", d, "x", "--batch-size", "0"], &["batch-size"]);
     // `inspect` describes an embedding model.
     let (ok, out, _) = ferrite(&["inspect", d]);
