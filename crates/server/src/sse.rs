@@ -99,7 +99,7 @@ impl<F: Format> Driver<F> {
                     self.phase = Phase::Events;
                     let chunks = self.format.opening(self.pending.len());
                     if !chunks.is_empty() {
-                        return Some(chunks.iter().flat_map(data).collect());
+                        return Some(chunks.into_iter().flat_map(|c| data(&self.usage_field(c))).collect());
                     }
                 }
                 Phase::Events => match self.events.next().await {
@@ -119,6 +119,15 @@ impl<F: Format> Driver<F> {
         }
     }
 
+    /// With `include_usage`, every chunk before the last has `"usage": null`,
+    /// as OpenAI's do.
+    fn usage_field(&self, mut chunk: Value) -> Value {
+        if let (true, Some(o)) = (self.opts.include_usage, chunk.as_object_mut()) {
+            o.entry("usage").or_insert(Value::Null);
+        }
+        chunk
+    }
+
     fn event(&mut self, i: usize, ev: Event) -> Option<Vec<u8>> {
         match ev {
             Event::Token { token, text, logprob, top_logprobs } => {
@@ -129,14 +138,16 @@ impl<F: Format> Driver<F> {
                     return None;
                 }
                 let tokens = std::mem::take(&mut self.pending[i]);
-                Some(data(&self.format.text(i, text, tokens)))
+                let chunk = self.format.text(i, text, tokens);
+                Some(data(&self.usage_field(chunk)))
             }
             Event::Done(s) => {
                 let out = match finish_error(&s) {
                     Some(e) => data(&e.body()),
                     None => {
                         let tokens = std::mem::take(&mut self.pending[i]);
-                        data(&self.format.finish(i, s.finish.as_str(), tokens))
+                        let chunk = self.format.finish(i, s.finish.as_str(), tokens);
+                        data(&self.usage_field(chunk))
                     }
                 };
                 self.summaries[i] = Some(s);

@@ -34,7 +34,8 @@ async fn chat_stream() {
     assert_eq!((finish["delta"].clone(), finish["finish_reason"].as_str()), (json!({}), Some("stop")));
     assert_eq!(chunks[4]["choices"], json!([]));
     assert_eq!(chunks[4]["usage"]["total_tokens"], 7);
-    assert!(chunks[..4].iter().all(|c| c.get("usage").is_none()));
+    // The others carry `"usage": null`, as OpenAI's do.
+    assert!(chunks[..4].iter().all(|c| c.get("usage") == Some(&Value::Null)), "{chunks:?}");
 }
 
 #[tokio::test]
@@ -47,6 +48,8 @@ async fn chat_stream_logprobs_follow_held_tokens() {
     // "hello" with its token; " world" with the held token and its own; the finish chunk with none.
     assert_eq!(per_chunk, vec![1, 2, 0]);
     assert!(chunks[3]["choices"][0]["logprobs"].is_null());
+    // Without include_usage, no chunk has a usage field.
+    assert!(chunks.iter().all(|c| c.get("usage").is_none()));
 }
 
 #[tokio::test]
