@@ -93,10 +93,14 @@ enum Input {
 
 impl Input {
     fn parse(text: &str) -> Input {
-        let trimmed = text.trim();
-        if let Some(rest) = trimmed.strip_prefix("//") {
+        if let Some(rest) = text.trim_start().strip_prefix("//") {
             return Input::Message(format!("/{rest}"));
         }
+        // Several lines are always a message.
+        if text.trim().contains('\n') {
+            return Input::Message(text.to_string());
+        }
+        let trimmed = text.trim();
         let word = trimmed.split_whitespace().next().unwrap_or("");
         match word {
             "" => Input::Empty,
@@ -145,34 +149,54 @@ fn read_message(input: &mut impl BufRead) -> Result<Option<String>> {
     }
 }
 
-/// The conversation's prompt ids, dropping the oldest turns (never the system
-/// message or the new one) until they leave room for a reply: a quarter of
-/// the context, or --max-tokens if less.
+/// The conversation's prompt ids. When they leave too little room for a
+/// reply (a quarter of the context, or --max-tokens if less), the oldest
+/// whole turns (a user message and the replies after it) are dropped, never
+/// the system message or the newest turn; the history changes only when the
+/// shorter one fits. Without a template only the last message is the prompt.
 fn fit_history(l: &Loaded, history: &mut Vec<Message>, a: &RunArgs) -> Result<Vec<u32>> {
     let ctx = l.runner.max_context();
+    if a.raw || l.template.is_none() {
+        return prompt_ids(l, history, a.raw);
+    }
     let budget = ctx - a.sampling.max_tokens.min(ctx / 4).max(1);
-    let mut dropped = 0;
-    loop {
-        let ids = prompt_ids(l, history, a.raw)?;
-        let oldest = history.iter().position(|m| m.role != "system");
-        match oldest {
-            Some(i) if ids.len() > budget && i + 1 < history.len() => {
-                history.remove(i);
-                dropped += 1;
-            }
-            _ => {
-                if dropped > 0 {
-                    eprintln!("[the {dropped} oldest messages were dropped to fit the context of {ctx} tokens]");
-                }
-                return Ok(ids);
-            }
+    let mut ids = Vec::new();
+    let (kept, dropped) = recent_turns(history, |messages| {
+        ids = prompt_ids(l, messages, a.raw)?;
+        Ok(ids.len() <= budget)
+    })?;
+    if ids.len() >= ctx {
+        return Err(Error::InvalidInput(format!("prompt is {} tokens, the context holds {ctx}", ids.len())));
+    }
+    if dropped > 0 {
+        eprintln!("[the {dropped} oldest messages were dropped to fit the context of {ctx} tokens]");
+    }
+    *history = kept;
+    Ok(ids)
+}
+
+/// The longest tail of whole turns of `history` (after its system messages)
+/// that `fits`, or else its newest turn alone; and how many messages that
+/// leaves out.
+fn recent_turns(
+    history: &[Message],
+    mut fits: impl FnMut(&[Message]) -> Result<bool>,
+) -> Result<(Vec<Message>, usize)> {
+    let (system, rest): (Vec<&Message>, Vec<&Message>) = history.iter().partition(|m| m.role == "system");
+    // Where each turn starts: the first message, then every user message.
+    let starts: Vec<usize> = (0..rest.len()).filter(|&i| i == 0 || rest[i].role == "user").collect();
+    for (k, &start) in starts.iter().enumerate() {
+        let candidate: Vec<Message> = system.iter().chain(&rest[start..]).map(|&m| m.clone()).collect();
+        if fits(&candidate)? || k + 1 == starts.len() {
+            return Ok((candidate, start));
         }
     }
+    Ok((history.to_vec(), 0))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{read_message, Input};
+    use super::{read_message, recent_turns, Input, Message};
 
     #[test]
     fn commands_and_messages() {
@@ -196,5 +220,30 @@ mod tests {
         // A continued line at the end of input is still a message.
         assert_eq!(read_message(&mut input).unwrap().as_deref(), Some("last"));
         assert_eq!(read_message(&mut input).unwrap(), None);
+    }
+
+    #[test]
+    fn whole_turns_are_dropped_oldest_first() {
+        let m = |role: &str, content: &str| Message { role: role.into(), content: content.into() };
+        let history = vec![
+            m("system", "s"),
+            m("user", "u1"),
+            m("assistant", "a1"),
+            m("user", "u2"),
+            m("assistant", "a2"),
+            m("user", "u3"),
+        ];
+        let roles = |v: &[Message]| v.iter().map(|m| m.content.clone()).collect::<Vec<_>>().join(" ");
+        // A template that insists on user/assistant turns alternating from a user.
+        let alternating = |v: &[Message]| v.iter().filter(|m| m.role != "system").step_by(2).all(|m| m.role == "user");
+        for (room, want, dropped) in [(9, "s u1 a1 u2 a2 u3", 0), (5, "s u2 a2 u3", 2), (3, "s u3", 4), (1, "s u3", 4)]
+        {
+            let (kept, n) = recent_turns(&history, |v| {
+                assert!(alternating(v), "{}", roles(v));
+                Ok(v.len() <= room)
+            })
+            .unwrap();
+            assert_eq!((roles(&kept).as_str(), n), (want, dropped), "room {room}");
+        }
     }
 }

@@ -173,7 +173,7 @@ fn write_lines(rx: mpsc::Receiver<ToWriter>) -> Result<Written> {
     match result() {
         Ok(()) => Ok(Written::All),
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(Written::Closed),
-        Err(e) => Err(Error::io("standard output", e)),
+        Err(e) => Err(Error::io(crate::STDOUT, e)),
     }
 }
 
@@ -274,7 +274,7 @@ fn embed_batches(
     bar: &ProgressBar,
     phases: &mut Phases,
 ) -> Result<usize> {
-    let closed = || Error::io("standard output", std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+    let closed = || Error::io(crate::STDOUT, std::io::Error::from(std::io::ErrorKind::BrokenPipe));
     let mut backlog: VecDeque<Vec<Vec<u32>>> = VecDeque::new();
     let (mut embedded, mut open) = (0, false);
     let verdict = |v: Result<()>, open: &mut bool| -> Result<()> {

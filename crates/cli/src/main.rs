@@ -1,11 +1,14 @@
 //! `ferrite`: run, serve and benchmark transformer models.
 
+/// The "path" of errors writing a command's output.
+const STDOUT: &str = "standard output";
+
 /// `println!` for a command's output: a failed write is an error for `?`,
 /// and a closed pipe (`| head`) ends the command quietly (see `main`).
 macro_rules! outln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        writeln!(std::io::stdout(), $($arg)*).map_err(|e| ferrite_core::Error::io("standard output", e))
+        writeln!(std::io::stdout(), $($arg)*).map_err(|e| ferrite_core::Error::io(crate::STDOUT, e))
     }};
 }
 
@@ -13,7 +16,7 @@ macro_rules! outln {
 macro_rules! out {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        write!(std::io::stdout(), $($arg)*).map_err(|e| ferrite_core::Error::io("standard output", e))
+        write!(std::io::stdout(), $($arg)*).map_err(|e| ferrite_core::Error::io(crate::STDOUT, e))
     }};
 }
 
@@ -145,7 +148,9 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         // The reader went away (`| head`): nothing left to say to anyone.
-        Err(ferrite_core::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::BrokenPipe => {
+        Err(ferrite_core::Error::Io { path, source })
+            if source.kind() == std::io::ErrorKind::BrokenPipe && path.as_os_str() == STDOUT =>
+        {
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -94,7 +94,7 @@ pub fn stream(l: &mut Loaded, req: &GenerateRequest, cancel: &dyn Fn() -> bool) 
         !cancel()
     })?;
     match failed {
-        Some(e) => Err(Error::io("standard output", e)),
+        Some(e) => Err(Error::io(crate::STDOUT, e)),
         None => Ok(g),
     }
 }

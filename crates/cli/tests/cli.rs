@@ -566,6 +566,7 @@ fn corrupt_hf_config() {
         ("cfg-rope", Box::new(|c| c["rope_parameters"]["rope_type"] = "yarn9".into()), &["RoPE", "yarn9"]),
         // A setting of the wrong type is an error, not the default.
         ("cfg-eps-str", Box::new(|c| c["rms_norm_eps"] = "x".into()), &["rms_norm_eps", "not a number"]),
+        ("cfg-theta-str", Box::new(|c| c["rope_parameters"]["rope_theta"] = "big".into()), &["rope_theta", "number"]),
         ("cfg-tied-str", Box::new(|c| c["tie_word_embeddings"] = "yes".into()), &["tie_word_embeddings"]),
         ("cfg-empty", Box::new(|c| *c = serde_json::json!({})), &["model_type is missing"]),
     ];
@@ -578,7 +579,7 @@ fn corrupt_hf_config() {
         ("cfg-layers0", Box::new(|c| c["num_hidden_layers"] = 0.into()), &["zero"]),
         ("cfg-eps-neg", Box::new(|c| c["rms_norm_eps"] = (-1.0).into()), &["epsilon", "-1"]),
         ("cfg-theta-neg", Box::new(|c| c["rope_parameters"]["rope_theta"] = (-1.0).into()), &["RoPE base", "-1"]),
-        ("cfg-layers-fewer", Box::new(|c| c["num_hidden_layers"] = 1.into()), &["counts 1 layers", "blk.1."]),
+        ("cfg-layers-fewer", Box::new(|c| c["num_hidden_layers"] = 1.into()), &["layer count is 1", "blk.1."]),
     ];
     for (name, edit, needles) in weight_cases {
         let dir = hf_copy(name, edit, |_| {});
@@ -916,7 +917,7 @@ fn crafted_gguf_bad_model() {
         case("eps", false, &["epsilon", "-1"], |g| g.set("llama.attention.layer_norm_rms_epsilon", v_f32(-1.0))),
         case("rope-nan", false, &["RoPE base", "NaN"], |g| g.set("llama.rope.freq_base", v_f32(f32::NAN))),
         case("rope-neg", false, &["RoPE base", "-1"], |g| g.set("llama.rope.freq_base", v_f32(-1.0))),
-        case("layers-fewer", false, &["counts 1 layers", "blk.1."], |g| {
+        case("layers-fewer", false, &["layer count is 1", "blk.1."], |g| {
             let extra =
                 Tensor { name: "blk.1.attn_norm.weight".into(), dims: vec![HIDDEN], ty: 0, data: f32_data(8, 9) };
             g.tensors.push(extra);

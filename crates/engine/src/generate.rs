@@ -155,11 +155,8 @@ fn run(
         let eog = (!req.ignore_eos && tok.eos_ids().contains(&s.token)) || req.stop_ids.contains(&s.token);
         // At the end of generation, the text held back for a possible stop
         // string (and a UTF-8 tail) is the last piece.
-        let (piece, stopped) = if eog {
-            (stops.push(&detok.flush()).0 + &stops.flush(), true)
-        } else {
-            stops.push(&detok.push(&tok.token_bytes(s.token)))
-        };
+        let (piece, stopped) =
+            if eog { (stops.finish(&detok.flush()), true) } else { stops.push(&detok.push(&tok.token_bytes(s.token))) };
         text.push_str(&piece);
         if !on_token(&TokenEvent { token: s.token, text: &piece, sampled: &s }) {
             finish = FinishReason::Cancelled;
@@ -197,7 +194,7 @@ fn run(
         s = Sampled { token, logprob, top: Vec::new() };
     }
     if finish == FinishReason::Length {
-        let tail = stops.push(&detok.flush()).0 + &stops.flush();
+        let tail = stops.finish(&detok.flush());
         if !tail.is_empty() {
             text.push_str(&tail);
             let s = Sampled { token: *generated.last().unwrap_or(&0), logprob: 0.0, top: Vec::new() };

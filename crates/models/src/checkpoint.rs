@@ -120,8 +120,9 @@ impl Checkpoint {
     /// and running only its layers would be a different model without a word.
     pub fn check_layer_count(&self, n_layers: usize) -> Result<()> {
         let extra = match self {
-            Checkpoint::Gguf(g) => past_layers(g.tensors.iter().map(|t| t.name.as_str()), n_layers, &["blk"]),
-            Checkpoint::Hf(h) => past_layers(h.names.keys().map(String::as_str), n_layers, &["blk"]),
+            // (Anchored: a multimodal GGUF's vision tower is `v.blk.N`.)
+            Checkpoint::Gguf(g) => past_layers(g.tensors.iter().map(|t| t.name.as_str()), n_layers, &["blk"], true),
+            Checkpoint::Hf(h) => past_layers(h.names.keys().map(String::as_str), n_layers, &["blk"], true),
             // Generated from the config itself.
             Checkpoint::Random(_) => None,
         };
@@ -166,7 +167,7 @@ impl HfCheckpoint {
     /// `Checkpoint::check_layer_count` for encoders, by their HF names
     /// (`encoder.layer.N.*`, `layers.N.*`).
     pub fn check_layer_count(&self, n_layers: usize) -> Result<()> {
-        past_layers(self.tensors.names(), n_layers, &["layer", "layers"])
+        past_layers(self.tensors.names(), n_layers, &["layer", "layers"], false)
             .map_or(Ok(()), |name| Err(more_layers(&self.dir, n_layers, name)))
     }
 
@@ -184,17 +185,24 @@ impl HfCheckpoint {
 }
 
 /// The first name with a layer index of `n_layers` or more after one of the
-/// `words` (dot-separated: `blk.31.attn_q.weight`).
-fn past_layers<'a>(names: impl Iterator<Item = &'a str>, n_layers: usize, words: &[&str]) -> Option<&'a str> {
+/// `words` (dot-separated: `blk.31.attn_q.weight`), at the name's start only
+/// when `anchored`.
+fn past_layers<'a>(
+    names: impl Iterator<Item = &'a str>,
+    n_layers: usize,
+    words: &[&str],
+    anchored: bool,
+) -> Option<&'a str> {
     names.into_iter().find(|name| {
         let parts: Vec<&str> = name.split('.').collect();
-        parts.windows(2).any(|w| words.contains(&w[0]) && w[1].parse::<usize>().is_ok_and(|l| l >= n_layers))
+        let pairs = parts.windows(2).take(if anchored { 1 } else { usize::MAX });
+        pairs.into_iter().any(|w| words.contains(&w[0]) && w[1].parse::<usize>().is_ok_and(|l| l >= n_layers))
     })
 }
 
 fn more_layers(path: &Path, n_layers: usize, name: &str) -> Error {
     Error::format(format!(
-        "{}: the config counts {n_layers} layers but the weights hold more ({name}); corrupt config?",
+        "{}: the config's layer count is {n_layers}, but the weights hold more ({name}); corrupt config?",
         path.display()
     ))
 }

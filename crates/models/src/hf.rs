@@ -38,12 +38,19 @@ impl<'a> HfConfig<'a> {
         }
     }
     fn typed<T>(&self, k: &str, what: &str, read: impl Fn(&'a Value) -> Option<T>) -> Option<T> {
-        let v = self.v.get(k).filter(|v| !v.is_null())?;
+        self.typed_in(self.v, k, what, read)
+    }
+    /// `typed` for key `k` of `obj`, a part of this config.
+    fn typed_in<T>(&self, obj: &'a Value, k: &str, what: &str, read: impl Fn(&'a Value) -> Option<T>) -> Option<T> {
+        let v = obj.get(k).filter(|v| !v.is_null())?;
         let r = read(v);
         if r.is_none() {
             self.wrong.borrow_mut().push(format!("{k} is {v}, not {what}"));
         }
         r
+    }
+    fn number_in(&self, obj: &'a Value, k: &str) -> Option<f32> {
+        self.typed_in(obj, k, "a number", |v| v.as_f64().map(|v| v as f32))
     }
     pub fn str(&self, k: &str) -> Option<&'a str> {
         self.typed(k, "a string", Value::as_str)
@@ -86,17 +93,13 @@ impl<'a> HfConfig<'a> {
 
     /// RoPE base for layers of `layer_type` ("full_attention" / "sliding_attention").
     pub fn rope_theta(&self, layer_type: &str) -> Option<f32> {
-        self.rope_object(layer_type)
-            .and_then(|o| o.get("rope_theta"))
-            .and_then(|v| v.as_f64())
-            .map(|v| v as f32)
-            .or_else(|| self.f32("rope_theta"))
+        self.rope_object(layer_type).and_then(|o| self.number_in(o, "rope_theta")).or_else(|| self.f32("rope_theta"))
     }
 
     /// RoPE base stored for `layer_type` in `rope_parameters` only (no fallback).
     pub fn rope_object_theta(&self, layer_type: &str) -> Option<f32> {
         let o = self.v.get("rope_parameters")?.get(layer_type)?;
-        o.get("rope_theta")?.as_f64().map(|v| v as f32)
+        self.number_in(o, "rope_theta")
     }
 
     pub fn rope_scaling(&self, layer_type: &str) -> Result<RopeScaling> {
@@ -108,7 +111,7 @@ impl<'a> HfConfig<'a> {
             return Ok(RopeScaling::None);
         };
         let ty = rs.get("rope_type").or_else(|| rs.get("type")).and_then(|v| v.as_str()).unwrap_or("default");
-        let f = |k: &str| rs.get(k).and_then(|v| v.as_f64()).map(|v| v as f32);
+        let f = |k: &str| self.number_in(rs, k);
         Ok(match ty {
             "default" => RopeScaling::None,
             "linear" => RopeScaling::Linear { factor: f("factor").unwrap_or(1.0) },

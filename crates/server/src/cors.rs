@@ -44,22 +44,29 @@ impl AllowedOrigins {
 }
 
 pub async fn cors(State(state): State<AppState>, req: Request, next: Next) -> Response {
-    let allow = req.headers().get(header::ORIGIN).and_then(|o| state.allowed_origins.allow(o));
-    let Some(allow) = allow else { return next.run(req).await };
-    let preflight =
-        req.method() == Method::OPTIONS && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
-    let mut response = if preflight {
-        let mut r = StatusCode::NO_CONTENT.into_response();
-        preflight_headers(req.headers(), r.headers_mut());
-        r
-    } else {
-        next.run(req).await
+    let origins = &state.allowed_origins;
+    // With a list, the answer depends on the Origin: caches must know.
+    let vary = matches!(origins, AllowedOrigins::Only(list) if !list.is_empty());
+    let allow = req.headers().get(header::ORIGIN).and_then(|o| origins.allow(o));
+    let mut response = match allow {
+        None => next.run(req).await,
+        Some(allow) => {
+            let preflight =
+                req.method() == Method::OPTIONS && req.headers().contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+            let mut r = if preflight {
+                let mut r = StatusCode::NO_CONTENT.into_response();
+                preflight_headers(req.headers(), r.headers_mut());
+                r
+            } else {
+                next.run(req).await
+            };
+            r.headers_mut().insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, allow);
+            r
+        }
     };
-    let headers = response.headers_mut();
-    if allow != "*" {
-        headers.append(header::VARY, HeaderValue::from_static("origin"));
+    if vary {
+        response.headers_mut().append(header::VARY, HeaderValue::from_static("origin"));
     }
-    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, allow);
     response
 }
 
@@ -69,6 +76,7 @@ fn preflight_headers(request: &HeaderMap, out: &mut HeaderMap) {
     let asked = request.get(header::ACCESS_CONTROL_REQUEST_HEADERS).cloned();
     let headers = asked.unwrap_or_else(|| HeaderValue::from_static("authorization, content-type"));
     out.insert(header::ACCESS_CONTROL_ALLOW_HEADERS, headers);
+    out.append(header::VARY, HeaderValue::from_static("access-control-request-headers"));
     out.insert(header::ACCESS_CONTROL_MAX_AGE, HeaderValue::from_static("86400"));
 }
 

@@ -112,7 +112,8 @@ pub fn usage<'a>(summaries: impl IntoIterator<Item = &'a Summary>, per_prompt: u
     // Each prompt's `per_prompt` choices in turn: its tokens count once, and
     // its cached ones as the most any of its choices found.
     for choices in summaries.chunks(per_prompt.max(1)) {
-        u.prompt_tokens += choices[0].prompt_tokens;
+        // (The most: a choice lost before it started reports none.)
+        u.prompt_tokens += choices.iter().map(|s| s.prompt_tokens).max().unwrap_or(0);
         u.prompt_tokens_details.cached_tokens += choices.iter().map(|s| s.cached_tokens).max().unwrap_or(0);
         u.completion_tokens += choices.iter().map(|s| s.completion_tokens).sum::<usize>();
     }

@@ -1,11 +1,9 @@
 //! Token logprobs in both OpenAI layouts. Token strings come from the token's
 //! bytes (lossy for a partial UTF-8 character; `bytes` keeps them exact).
 
-use ferrite_loader::tokenizer::Tokenizer;
-use serde_json::{Map, Value};
-
-use crate::api::response::{ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob};
+use crate::api::response::{Alternatives, ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob};
 use crate::generate::TokenInfo;
+use ferrite_loader::tokenizer::Tokenizer;
 
 /// JSON has no -inf; OpenAI reports impossible tokens as -9999.
 fn finite(x: f32) -> f32 {
@@ -19,6 +17,20 @@ fn finite(x: f32) -> f32 {
 fn token(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
     let bytes = tok.token_bytes(id);
     (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+}
+
+/// A token in the legacy layout, which has no `bytes`: its text, or where
+/// that is not whole UTF-8 (part of a character), `bytes:\xe6\x97` as OpenAI
+/// writes it, so distinct partial tokens keep distinct names.
+fn legacy_name(tok: &Tokenizer, id: u32) -> String {
+    legacy_text(tok.token_bytes(id))
+}
+
+fn legacy_text(bytes: Vec<u8>) -> String {
+    match String::from_utf8(bytes) {
+        Ok(text) => text,
+        Err(e) => e.into_bytes().iter().fold("bytes:".to_string(), |s, b| s + &format!("\\x{b:02x}")),
+    }
 }
 
 pub fn chat(tok: &Tokenizer, infos: &[TokenInfo]) -> ChatLogprobs {
@@ -48,14 +60,25 @@ pub fn completion(tok: &Tokenizer, infos: &[TokenInfo], offset: &mut usize) -> C
         let (text, _) = token(tok, i.token);
         out.text_offset.push(*offset);
         *offset += text.chars().count();
-        out.tokens.push(text);
+        out.tokens.push(legacy_name(tok, i.token));
         out.token_logprobs.push(finite(i.logprob));
-        let mut top = Map::new();
-        for t in &i.top {
-            let logprob = serde_json::Number::from_f64(finite(t.logprob) as f64).map(Value::Number);
-            top.insert(token(tok, t.token).0, logprob.unwrap_or(Value::Null));
-        }
-        out.top_logprobs.push(top);
+        let top = i.top.iter().map(|t| (legacy_name(tok, t.token), finite(t.logprob))).collect();
+        out.top_logprobs.push(Alternatives(top));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::legacy_text;
+    use crate::api::response::Alternatives;
+
+    #[test]
+    fn legacy_layout_names_and_order() {
+        assert_eq!(legacy_text(b" world".to_vec()), " world");
+        assert_eq!(legacy_text(vec![0xe6, 0x97]), "bytes:\\xe6\\x97");
+        // Most likely first, whatever the tokens' text.
+        let top = Alternatives(vec![("b".into(), -0.25), ("a".into(), -2.0)]);
+        assert_eq!(serde_json::to_string(&top).unwrap(), r#"{"b":-0.25,"a":-2.0}"#);
+    }
 }

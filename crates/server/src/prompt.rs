@@ -41,10 +41,10 @@ impl Ending {
 /// Renders the conversation and tokenizes it with special tokens; templates
 /// usually print BOS themselves, so a doubled BOS is collapsed to one.
 pub fn chat_ids(tok: &Tokenizer, template: &ChatTemplate, messages: &[Message], ending: Ending) -> Result<Vec<u32>> {
-    let mut text = template.render(messages, ending == Ending::Reply)?;
-    if ending == Ending::Continue {
-        text = open_final_message(text, messages)?;
-    }
+    let text = match ending {
+        Ending::Continue => open_final_message(template, messages)?,
+        _ => template.render(messages, ending == Ending::Reply)?,
+    };
     let mut ids = tok.encode(&text, true)?;
     if let Some(bos) = tok.bos_id() {
         if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
@@ -54,24 +54,20 @@ pub fn chat_ids(tok: &Tokenizer, template: &ChatTemplate, messages: &[Message], 
     Ok(ids)
 }
 
-/// The rendered conversation cut right after the final message's text, which
-/// must be the assistant's and appear in the rendering as given.
-fn open_final_message(text: String, messages: &[Message]) -> Result<String> {
+/// The conversation rendered up to the end of its final message's text,
+/// which must be the assistant's: rendered with a marker after that text, and
+/// cut at the marker (wherever the template puts the text, trimmed or not).
+fn open_final_message(template: &ChatTemplate, messages: &[Message]) -> Result<String> {
+    const MARK: &str = "\u{1}ferrite:continue\u{1}";
     let invalid = |m: &str| ferrite_core::Error::InvalidInput(format!("continue_final_message: {m}"));
-    let last = messages
-        .last()
-        .filter(|m| m.role == "assistant")
-        .ok_or_else(|| invalid("the last message must be the assistant's"))?;
-    let content = last.content.trim_end();
-    if content.is_empty() {
-        return Err(invalid("the final message has no text to continue"));
+    let mut marked = messages.to_vec();
+    match marked.last_mut() {
+        Some(last) if last.role == "assistant" => last.content.push_str(MARK),
+        _ => return Err(invalid("the last message must be the assistant's")),
     }
-    let at = text
-        .rfind(content)
-        .ok_or_else(|| invalid("the chat template does not write the final message's text as given"))?;
-    let mut text = text;
-    text.truncate(at + content.len());
-    Ok(text)
+    let text = template.render(&marked, false)?;
+    let at = text.rfind(MARK).ok_or_else(|| invalid("the chat template does not write the final message's text"))?;
+    Ok(text[..at].to_string())
 }
 
 /// A completions prompt: text gets BOS as the model's metadata says; token

@@ -49,6 +49,12 @@ impl StopChecker {
         std::mem::take(&mut self.pending)
     }
 
+    /// At end of generation, with the detokenizer's last bytes: the text
+    /// still to emit (up to a stop string they complete, if any).
+    pub fn finish(&mut self, tail: &str) -> String {
+        self.push(tail).0 + &self.flush()
+    }
+
     /// Byte offset of the earliest stop string in `pending`. Held-back text
     /// never contains a whole match, so only the new text can complete one.
     fn earliest_match(&self) -> Option<usize> {

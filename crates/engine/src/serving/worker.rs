@@ -356,7 +356,7 @@ impl Worker {
             if finish.is_some() && !stop_string {
                 // Ended, but not by a stop string: release the text held back
                 // for a possible one, and a UTF-8 tail.
-                text += &(a.stops.push(&a.detok.flush()).0 + &a.stops.flush());
+                text += &a.stops.finish(&a.detok.flush());
             }
             let event = Event::Token { token, text, logprob: sampled.logprob, top_logprobs: sampled.top };
             let _ = a.tx.send(event);

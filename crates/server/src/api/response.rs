@@ -1,7 +1,6 @@
 //! Response bodies and stream chunks, shaped like OpenAI's.
 
 use serde::Serialize;
-use serde_json::{Map, Value};
 
 /// Identity shared by a response and all its stream chunks.
 #[derive(Clone, Debug)]
@@ -128,8 +127,24 @@ pub struct CompletionChoice {
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
     pub token_logprobs: Vec<f32>,
-    pub top_logprobs: Vec<Map<String, Value>>,
+    pub top_logprobs: Vec<Alternatives>,
     pub text_offset: Vec<usize>,
+}
+
+/// A position's alternatives as `{token: logprob}`, most likely first (a map
+/// type would sort them by token text).
+#[derive(Clone, Debug, Default)]
+pub struct Alternatives(pub Vec<(String, f32)>);
+
+impl Serialize for Alternatives {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (token, logprob) in &self.0 {
+            map.serialize_entry(token, logprob)?;
+        }
+        map.end()
+    }
 }
 
 /// A /v1/embeddings response.

@@ -274,10 +274,12 @@ async fn cross_origin_calls() {
     let r = send(&app, request(Method::OPTIONS, "/v1/completions", None, &preflight)).await;
     assert_eq!(r.status, StatusCode::NO_CONTENT);
     assert_eq!(r.headers["access-control-allow-origin"], "http://localhost:3000");
-    assert_eq!(r.headers["vary"], "origin");
+    assert!(r.headers.get_all("vary").iter().any(|v| v == "origin"));
     let other = [("origin", "http://elsewhere.example"), ("access-control-request-method", "POST")];
     let r = send(&app, request(Method::OPTIONS, "/v1/completions", None, &other)).await;
     assert!(r.headers.get("access-control-allow-origin").is_none());
+    // Every answer varies with the Origin, those without one included.
+    assert!(get(&app, "/health").await.headers.get_all("vary").iter().any(|v| v == "origin"));
 }
 
 /// vLLM's `add_generation_prompt` and `continue_final_message`, the same on
@@ -291,6 +293,12 @@ async fn chat_prompt_endings() {
         (json!({"messages": user("the sky"), "add_generation_prompt": false}), vec![0, 3, 8, 10]),
         // The reply goes on from "is", inside the assistant's message.
         (json!({"messages": two, "continue_final_message": true}), vec![0, 3, 8, 10, 4, 8, 10, 11]),
+        // Cut where the final message's text ends, not where its text last occurs.
+        (
+            json!({"messages": [{"role": "user", "content": "the sky the sky"}, {"role": "assistant", "content": "the"}],
+                "continue_final_message": true}),
+            vec![0, 3, 8, 10, 8, 10, 4, 8],
+        ),
     ];
     for (body, want) in cases {
         let r = post(&app, "/v1/chat/completions", body.clone()).await;
