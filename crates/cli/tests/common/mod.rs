@@ -67,4 +67,5 @@ pub fn argmax(row: &[f32]) -> usize {
 pub fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
 }
+pub mod cli;
 pub mod server;
