@@ -7,7 +7,6 @@ mod common;
 use common::cli::*;
 use common::*;
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::Stdio;
 
@@ -111,18 +110,7 @@ fn run_base_model_without_template_is_raw() {
 
 #[test]
 fn interactive_chat_two_turns() {
-    let mut child = ferrite_cmd(&["run", "smollm2", "--max-tokens", "8", "--temperature", "0"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(b"Hi\nWhat is 2+2?\n").unwrap();
-        // Dropping stdin is the user's Ctrl-D.
-    }
-    let o = child.wait_with_output().unwrap();
+    let o = with_stdin(&["run", "smollm2", "--max-tokens", "8", "--temperature", "0"], b"Hi\nWhat is 2+2?\n");
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert!(o.status.success(), "chat failed: {err}");
     assert!(!err.contains("error"), "{err}");
@@ -136,18 +124,9 @@ fn interactive_chat_two_turns() {
 
 #[test]
 fn chat_drops_the_oldest_turns_to_fit_the_context() {
-    let mut child = ferrite_cmd(&["run", "smollm2", "--max-tokens", "8", "--temperature", "0", "--ctx-size", "160"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        let mut stdin = child.stdin.take().unwrap();
-        let line = "Tell me one short fact about the sea, the sky, the hills and the rivers of the north.\n";
-        stdin.write_all(line.repeat(6).as_bytes()).unwrap();
-    }
-    let o = child.wait_with_output().unwrap();
+    let line = "Tell me one short fact about the sea, the sky, the hills and the rivers of the north.\n";
+    let args = ["run", "smollm2", "--max-tokens", "8", "--temperature", "0", "--ctx-size", "160"];
+    let o = with_stdin(&args, line.repeat(6).as_bytes());
     let (out, err) = (text(&o.stdout), text(&o.stderr));
     assert!(o.status.success(), "chat failed: {err}");
     assert!(!err.contains("error"), "{err}");
@@ -354,14 +333,8 @@ fn prompt_longer_than_context() {
         fails_after_load(&["run", "smollm2", "--ctx-size", "32", "--prompt", &long, "--max-tokens", "4"], &["prompt"]);
     assert!(e.contains("32"), "{e}");
     // The chat keeps going after a too-long message, and says why.
-    let mut child = ferrite_cmd(&["run", "smollm2", "--ctx-size", "32", "--max-tokens", "4", "--temperature", "0"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(format!("{long}\n").as_bytes()).unwrap();
-    let o = child.wait_with_output().unwrap();
+    let args = ["run", "smollm2", "--ctx-size", "32", "--max-tokens", "4", "--temperature", "0"];
+    let o = with_stdin(&args, format!("{long}\n").as_bytes());
     assert!(o.status.success());
     assert!(text(&o.stderr).contains("error: prompt is"), "{}", text(&o.stderr));
 }

@@ -82,3 +82,12 @@ pub fn scratch(name: &str) -> PathBuf {
 pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// Runs `ferrite ARGS` with `input` on stdin, closed after it (the user's Ctrl-D).
+pub fn with_stdin(args: &[&str], input: &[u8]) -> Output {
+    use std::io::Write;
+    let mut child =
+        ferrite_cmd(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
