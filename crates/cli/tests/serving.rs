@@ -244,3 +244,36 @@ fn text_held_for_a_stop_string_is_released_at_the_end() {
     };
     assert_eq!((text.as_str(), finish), (want.as_str(), FinishReason::Stop));
 }
+
+/// min_tokens: more than a request may generate is refused, and stop strings
+/// are not looked for before it (as vLLM does).
+#[test]
+fn min_tokens_bounds_and_delays_stop_strings() {
+    let tok = tokenizer();
+    let prompt = tok.encode("The history of bread", true).unwrap();
+    let full = reference(&tok, std::slice::from_ref(&prompt)).remove(0);
+    let e = engine(&tok, 4 * CTX / 16, EngineConfig::default());
+    let mut r = greedy(&prompt, 4);
+    r.min_tokens = 5;
+    assert!(matches!(e.submit(r), Err(Error::InvalidInput(m)) if m.contains("min_tokens")));
+
+    // A stop string that the second token's text completes.
+    let second = tok.decode(&full[1..2], false);
+    let stop = second.trim().to_string();
+    assert!(!stop.is_empty(), "{second:?}");
+    let run = |min_tokens: usize| {
+        let mut r = greedy(&prompt, NEW);
+        (r.stop, r.min_tokens) = (vec![stop.clone()], min_tokens);
+        let mut s = e.submit(r).unwrap();
+        let mut n = 0;
+        loop {
+            match s.next_blocking().expect("stream ended without Done") {
+                Event::Token { .. } => n += 1,
+                Event::Done(sum) => return (n, sum.finish),
+            }
+        }
+    };
+    assert_eq!(run(0), (2, FinishReason::Stop));
+    // Not before min_tokens: generation goes on past it.
+    assert!(run(4).0 >= 4);
+}

@@ -57,6 +57,9 @@ pub fn settings(c: &CommonParams, logprobs: Option<usize>, limits: Limits) -> Re
         Some(m) if m >= 1 => Some(usize::try_from(m).unwrap_or(usize::MAX)),
         Some(m) => return Err(ApiError::param("max_tokens", format!("max_tokens must be at least 1, got {m}"))),
     };
+    if c.stream_options.is_some() && c.stream != Some(true) {
+        return Err(ApiError::param("stream_options", "stream_options needs stream: true"));
+    }
     Ok(Settings {
         n,
         stream: c.stream.unwrap_or(false),

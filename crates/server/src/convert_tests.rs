@@ -107,6 +107,7 @@ fn bad_values_are_400_naming_the_field() {
         (json!({"top_logprobs": 21, "logprobs": true}), "top_logprobs"),
         (json!({"top_logprobs": 2}), "top_logprobs"),
         (json!({"min_tokens": 5, "max_tokens": 2}), "min_tokens"),
+        (json!({"stream_options": {"include_usage": true}}), "stream_options"),
     ];
     for (mut body, field) in cases {
         body["messages"] = json!([]);

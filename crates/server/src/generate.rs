@@ -36,7 +36,7 @@ pub fn submit_all(state: &AppState, reqs: Vec<Request>) -> Result<Vec<EventStrea
     let queue = state.generator()?.max_waiting();
     if reqs.len() > queue {
         let msg = format!(
-            "{} choices (prompts x n) are more than this server queues at once (--max-waiting {queue})",
+            "{} choices (n for each prompt) are more than this server queues at once (--max-waiting {queue})",
             reqs.len()
         );
         return Err(ApiError::param("n", msg));

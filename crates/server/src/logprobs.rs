@@ -80,5 +80,7 @@ mod tests {
         // Most likely first, whatever the tokens' text.
         let top = Alternatives(vec![("b".into(), -0.25), ("a".into(), -2.0)]);
         assert_eq!(serde_json::to_string(&top).unwrap(), r#"{"b":-0.25,"a":-2.0}"#);
+        // Streamed chunks go through a JSON value first: the order holds there too.
+        assert_eq!(serde_json::to_value(&top).unwrap().to_string(), r#"{"b":-0.25,"a":-2.0}"#);
     }
 }

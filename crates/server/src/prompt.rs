@@ -62,7 +62,8 @@ fn open_final_message(template: &ChatTemplate, messages: &[Message]) -> Result<S
     let invalid = |m: &str| ferrite_core::Error::InvalidInput(format!("continue_final_message: {m}"));
     let mut marked = messages.to_vec();
     match marked.last_mut() {
-        Some(last) if last.role == "assistant" => last.content.push_str(MARK),
+        // Trailing whitespace goes, as Hugging Face's implementation strips it.
+        Some(last) if last.role == "assistant" => last.content = format!("{}{MARK}", last.content.trim_end()),
         _ => return Err(invalid("the last message must be the assistant's")),
     }
     let text = template.render(&marked, false)?;

@@ -50,7 +50,8 @@ pub struct Request {
     /// Extra stop token ids besides the tokenizer's end-of-generation ids.
     pub stop_ids: Vec<u32>,
     pub ignore_eos: bool,
-    /// End-of-generation and stop ids are masked until this many tokens exist.
+    /// End-of-generation and stop ids are masked, and stop strings not looked
+    /// for, until this many tokens exist.
     pub min_tokens: usize,
     /// Constrain the output to one JSON value (OpenAI `response_format: json_object`).
     pub json: bool,
@@ -256,6 +257,13 @@ impl Engine {
                 total,
                 req.prompt.len(),
                 req.max_tokens
+            )));
+        }
+        if req.min_tokens > req.max_tokens {
+            return Err(Error::InvalidInput(format!(
+                "min_tokens ({}) is more than this request may generate ({}: max_tokens, or the context's room \
+                 after the prompt)",
+                req.min_tokens, req.max_tokens
             )));
         }
         req.sampling.validate().map_err(Error::InvalidInput)

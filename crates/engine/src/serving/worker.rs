@@ -342,7 +342,13 @@ impl Worker {
             let (mut text, stop_string) = if eog {
                 (String::new(), false)
             } else {
-                a.stops.push(&a.detok.push(&self.tokenizer.token_bytes(token)))
+                let piece = a.detok.push(&self.tokenizer.token_bytes(token));
+                // Stop strings, like end-of-generation ids, wait for min_tokens (as vLLM's do).
+                if a.generated.len() < a.req.min_tokens {
+                    (piece, false)
+                } else {
+                    a.stops.push(&piece)
+                }
             };
             let json_done = a.json.as_ref().is_some_and(|c| c.is_complete());
             let length = a.generated.len() >= a.req.max_tokens;

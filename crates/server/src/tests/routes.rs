@@ -138,8 +138,10 @@ async fn several_completion_prompts() {
     let one = post(&app, "/v1/completions", json!({"prompt": "sky"})).await.json();
     let per_choice = one["usage"]["completion_tokens"].as_u64().unwrap();
     for stream in [false, true] {
-        let body = json!({"prompt": ["the sky", "sky"], "n": 2, "stream": stream,
-                          "stream_options": {"include_usage": true}});
+        let mut body = json!({"prompt": ["the sky", "sky"], "n": 2, "stream": stream});
+        if stream {
+            body["stream_options"] = json!({"include_usage": true});
+        }
         let r = post(&app, "/v1/completions", body).await;
         assert_eq!(r.status, StatusCode::OK, "{}", r.text());
         let (mut indices, usage) = if stream {
