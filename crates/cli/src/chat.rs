@@ -1,6 +1,5 @@
 //! Interactive chat: history, streaming, Ctrl-C stops the current reply only.
 
-use std::io::{BufRead, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -8,6 +7,7 @@ use ferrite_core::{Error, Result};
 use ferrite_engine::FinishReason;
 use ferrite_loader::chat_template::Message;
 
+use crate::chat_input::{self, read_message, Input};
 use crate::load::Loaded;
 use crate::run::{prompt_ids, request, stream, RunArgs};
 
@@ -27,8 +27,8 @@ pub fn chat(l: &mut Loaded, a: &RunArgs) -> Result<()> {
     if let Some(s) = &a.system {
         history.push(Message { role: "system".into(), content: s.clone() });
     }
-    let mut input = std::io::stdin().lock();
-    while let Some(text) = read_message(&mut input)? {
+    let mut input = chat_input::open();
+    while let Some(text) = read_message(input.as_mut())? {
         // A Ctrl-C while the user was typing is not meant for the reply.
         interrupted.store(false, Ordering::SeqCst);
         let content = match Input::parse(&text) {
@@ -79,76 +79,6 @@ pub fn chat(l: &mut Loaded, a: &RunArgs) -> Result<()> {
     Ok(())
 }
 
-/// What a line of chat input asks for.
-#[derive(Debug, PartialEq)]
-enum Input {
-    Empty,
-    Exit,
-    Reset,
-    Help,
-    /// A `/word` that is no command.
-    Unknown(String),
-    Message(String),
-}
-
-impl Input {
-    fn parse(text: &str) -> Input {
-        if let Some(rest) = text.trim_start().strip_prefix("//") {
-            return Input::Message(format!("/{rest}"));
-        }
-        // Several lines are always a message.
-        if text.trim().contains('\n') {
-            return Input::Message(text.to_string());
-        }
-        let trimmed = text.trim();
-        let word = trimmed.split_whitespace().next().unwrap_or("");
-        match word {
-            "" => Input::Empty,
-            "/exit" | "/quit" => Input::Exit,
-            "/reset" => Input::Reset,
-            "/help" => Input::Help,
-            w if w.len() > 1 && w.starts_with('/') && w[1..].chars().all(|c| c.is_ascii_alphabetic()) => {
-                Input::Unknown(w.to_string())
-            }
-            _ => Input::Message(text.to_string()),
-        }
-    }
-}
-
-/// One message: a line, or lines joined while they end with a backslash.
-/// None at the end of input. Bytes that are not UTF-8 are replaced, with a note.
-fn read_message(input: &mut impl BufRead) -> Result<Option<String>> {
-    let mut message = String::new();
-    let mut prompt = "> ";
-    loop {
-        eprint!("{prompt}");
-        let _ = std::io::stderr().flush();
-        let mut raw = Vec::new();
-        let n = input.read_until(b'\n', &mut raw).map_err(|e| Error::io("standard input", e))?;
-        if n == 0 {
-            // End of input: a pending continued message is still sent.
-            let message = message.trim_end_matches('\n');
-            return Ok((!message.is_empty()).then(|| message.to_string()));
-        }
-        let line = String::from_utf8_lossy(&raw);
-        if matches!(line, std::borrow::Cow::Owned(_)) {
-            eprintln!("note: the input was not valid UTF-8; the invalid bytes were replaced");
-        }
-        let line = line.trim_end_matches(['\n', '\r']);
-        match line.strip_suffix('\\') {
-            Some(part) => {
-                message.push_str(part);
-                message.push('\n');
-                prompt = ". ";
-            }
-            None => {
-                message.push_str(line);
-                return Ok(Some(message));
-            }
-        }
-    }
-}
-
 /// The conversation's prompt ids. When they leave too little room for a
 /// reply (a quarter of the context, or --max-tokens if less), the oldest
 /// whole turns (a user message and the replies after it) are dropped, never
@@ -196,31 +126,7 @@ fn recent_turns(
 
 #[cfg(test)]
 mod tests {
-    use super::{read_message, recent_turns, Input, Message};
-
-    #[test]
-    fn commands_and_messages() {
-        assert_eq!(Input::parse("  "), Input::Empty);
-        assert_eq!(Input::parse("/quit"), Input::Exit);
-        assert_eq!(Input::parse(" /reset "), Input::Reset);
-        assert_eq!(Input::parse("/help"), Input::Help);
-        assert_eq!(Input::parse("/exti"), Input::Unknown("/exti".into()));
-        assert_eq!(Input::parse("/foo bar"), Input::Unknown("/foo".into()));
-        assert_eq!(Input::parse("//reset is a command"), Input::Message("/reset is a command".into()));
-        assert_eq!(Input::parse("/usr/bin holds programs"), Input::Message("/usr/bin holds programs".into()));
-        assert_eq!(Input::parse("hello /reset"), Input::Message("hello /reset".into()));
-    }
-
-    #[test]
-    fn continued_lines_and_bad_bytes() {
-        let mut input: &[u8] = b"def f():\\\n  return 1\nnext\r\n\xff\xfe bad\nlast\\";
-        assert_eq!(read_message(&mut input).unwrap().as_deref(), Some("def f():\n  return 1"));
-        assert_eq!(read_message(&mut input).unwrap().as_deref(), Some("next"));
-        assert_eq!(read_message(&mut input).unwrap().as_deref(), Some("\u{fffd}\u{fffd} bad"));
-        // A continued line at the end of input is still a message.
-        assert_eq!(read_message(&mut input).unwrap().as_deref(), Some("last"));
-        assert_eq!(read_message(&mut input).unwrap(), None);
-    }
+    use super::{recent_turns, Message};
 
     #[test]
     fn whole_turns_are_dropped_oldest_first() {

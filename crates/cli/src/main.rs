@@ -24,6 +24,7 @@ mod alloc;
 mod bench;
 mod bench_serve;
 mod chat;
+mod chat_input;
 mod cores;
 mod device;
 mod embed;
