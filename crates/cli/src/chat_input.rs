@@ -51,6 +51,12 @@ impl LineSource for DefaultEditor {
             }
             Err(ReadlineError::Interrupted) => Ok(Line::Interrupted),
             Err(ReadlineError::Eof) => Ok(Line::End),
+            // Bytes that are not UTF-8 (as plain input replaces them, but the
+            // editor cannot): the line is dropped, the chat goes on.
+            Err(ReadlineError::Io(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                eprintln!("note: the input was not valid UTF-8; the line was dropped");
+                Ok(Line::Interrupted)
+            }
             Err(e) => Err(Error::InvalidInput(format!("reading the terminal: {e}"))),
         }
     }

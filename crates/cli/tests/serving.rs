@@ -265,15 +265,19 @@ fn min_tokens_bounds_and_delays_stop_strings() {
         let mut r = greedy(&prompt, NEW);
         (r.stop, r.min_tokens) = (vec![stop.clone()], min_tokens);
         let mut s = e.submit(r).unwrap();
-        let mut n = 0;
+        let (mut n, mut text) = (0, String::new());
         loop {
             match s.next_blocking().expect("stream ended without Done") {
-                Event::Token { .. } => n += 1,
-                Event::Done(sum) => return (n, sum.finish),
+                Event::Token { text: t, .. } => (n, text) = (n + 1, text + &t),
+                Event::Done(sum) => return (n, text, sum.finish),
             }
         }
     };
-    assert_eq!(run(0), (2, FinishReason::Stop));
-    // Not before min_tokens: generation goes on past it.
-    assert!(run(4).0 >= 4);
+    let (n, text, finish) = run(0);
+    assert_eq!((n, finish), (2, FinishReason::Stop));
+    assert!(!text.contains(&stop), "{text:?}");
+    // Not before min_tokens: the stop string goes out in the text, and
+    // generation goes on to min_tokens at least.
+    let (n, text, _) = run(4);
+    assert!(n >= 4 && text.contains(&stop), "{n} tokens: {text:?}");
 }

@@ -57,7 +57,7 @@ pub fn settings(c: &CommonParams, logprobs: Option<usize>, limits: Limits) -> Re
         Some(m) if m >= 1 => Some(usize::try_from(m).unwrap_or(usize::MAX)),
         Some(m) => return Err(ApiError::param("max_tokens", format!("max_tokens must be at least 1, got {m}"))),
     };
-    if c.stream_options.is_some() && c.stream != Some(true) {
+    if c.stream_options.as_ref().is_some_and(|o| o.include_usage.is_some()) && c.stream != Some(true) {
         return Err(ApiError::param("stream_options", "stream_options needs stream: true"));
     }
     Ok(Settings {

@@ -108,6 +108,7 @@ fn bad_values_are_400_naming_the_field() {
         (json!({"top_logprobs": 2}), "top_logprobs"),
         (json!({"min_tokens": 5, "max_tokens": 2}), "min_tokens"),
         (json!({"stream_options": {"include_usage": true}}), "stream_options"),
+        (json!({"stream_options": {"include_usage": false}, "stream": false}), "stream_options"),
     ];
     for (mut body, field) in cases {
         body["messages"] = json!([]);
@@ -123,6 +124,8 @@ fn lenient_forms() {
     assert_eq!((s.sampling.top_k, s.sampling.seed, s.json), (0, Some(u64::MAX), false));
     assert_eq!(s.stop, vec!["END"]);
     assert_eq!(stop(Some(&json!(["", "x"]))).unwrap(), vec!["x"]);
+    // An empty stream_options asks for nothing, streamed or not (as in vLLM).
+    assert!(chat(json!({"messages": [], "stream_options": {}})).is_ok());
 }
 
 #[test]

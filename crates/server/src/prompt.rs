@@ -55,20 +55,23 @@ pub fn chat_ids(tok: &Tokenizer, template: &ChatTemplate, messages: &[Message], 
 }
 
 /// The conversation rendered up to the end of its final message's text,
-/// which must be the assistant's: rendered with a marker after that text, and
-/// cut at the marker (wherever the template puts the text, trimmed or not).
+/// which must be the assistant's: rendered with a marker and a space after
+/// that text, and cut at the marker (wherever the template puts the text).
+/// As in Hugging Face's implementation, the text's trailing whitespace stays
+/// where the template keeps spacing as given (the space after the marker
+/// survives) and goes where it trims the message.
 fn open_final_message(template: &ChatTemplate, messages: &[Message]) -> Result<String> {
     const MARK: &str = "\u{1}ferrite:continue\u{1}";
     let invalid = |m: &str| ferrite_core::Error::InvalidInput(format!("continue_final_message: {m}"));
     let mut marked = messages.to_vec();
     match marked.last_mut() {
-        // Trailing whitespace goes, as Hugging Face's implementation strips it.
-        Some(last) if last.role == "assistant" => last.content = format!("{}{MARK}", last.content.trim_end()),
+        Some(last) if last.role == "assistant" => last.content.push_str(&format!("{MARK} ")),
         _ => return Err(invalid("the last message must be the assistant's")),
     }
     let text = template.render(&marked, false)?;
     let at = text.rfind(MARK).ok_or_else(|| invalid("the chat template does not write the final message's text"))?;
-    Ok(text[..at].to_string())
+    let kept_spacing = text[at + MARK.len()..].starts_with(' ');
+    Ok(if kept_spacing { &text[..at] } else { text[..at].trim_end() }.to_string())
 }
 
 /// A completions prompt: text gets BOS as the model's metadata says; token
@@ -83,4 +86,25 @@ pub fn completion_ids(tok: &Tokenizer, prompt: Prompt) -> Result<Vec<u32>> {
 /// The template, or the 400 a model without one answers to chat requests.
 pub fn require_template(t: Option<&ChatTemplate>) -> std::result::Result<&ChatTemplate, ApiError> {
     t.ok_or_else(|| ApiError::invalid("this model has no chat template; use /v1/completions with a plain prompt"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{open_final_message, ChatTemplate, Message};
+
+    #[test]
+    fn a_final_message_is_left_open_as_hugging_face_does() {
+        let m = |role: &str, content: &str| Message { role: role.into(), content: content.into() };
+        let messages = [m("user", "q"), m("assistant", "Sure, here is ")];
+        let keeps = "{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}";
+        let trims = "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</s>{% endfor %}";
+        let open = |src: &str| open_final_message(&ChatTemplate::new(src, "<s>", "</s>").unwrap(), &messages).unwrap();
+        // Spacing kept as given where the template keeps it; trimmed where it trims.
+        assert_eq!(open(keeps), "<user>q</s><assistant>Sure, here is ");
+        assert_eq!(open(trims), "<user>q</s><assistant>Sure, here is");
+        // Cut where the final text ends, even when that text also occurs earlier.
+        let messages = [m("user", "Sure"), m("assistant", "Sure")];
+        let template = ChatTemplate::new(keeps, "<s>", "</s>").unwrap();
+        assert_eq!(open_final_message(&template, &messages).unwrap(), "<user>Sure</s><assistant>Sure");
+    }
 }
