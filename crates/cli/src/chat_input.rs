@@ -132,7 +132,6 @@ pub fn read_message(input: &mut dyn LineSource) -> Result<Option<String>> {
         if matches!(line, std::borrow::Cow::Owned(_)) {
             eprintln!("note: the input was not valid UTF-8; the invalid bytes were replaced");
         }
-        let line = line.trim_end_matches(['\n', '\r']);
         match line.strip_suffix('\\') {
             Some(part) => {
                 message.push_str(part);
@@ -140,7 +139,7 @@ pub fn read_message(input: &mut dyn LineSource) -> Result<Option<String>> {
                 prompt = ". ";
             }
             None => {
-                message.push_str(line);
+                message.push_str(&line);
                 return Ok(Some(message));
             }
         }

@@ -101,8 +101,7 @@ impl LmConfig {
             return bad(e.to_string());
         }
         // Values that would turn every logit into NaN or noise without a word.
-        let positive =
-            |what: &str, v: f32| if v.is_finite() && v > 0.0 { Ok(()) } else { bad(format!("{what} is {v}")) };
+        let positive = |what: &str, v: f32| check_positive(what, v).or_else(|e| bad(e.to_string()));
         for l in &self.layers {
             positive("the RoPE base", l.rope_theta)?;
             match &l.rope_scaling {
@@ -134,6 +133,15 @@ pub fn check_eps(eps: f32) -> ferrite_core::Result<f32> {
         Ok(eps)
     } else {
         Err(ferrite_core::Error::format(format!("the norm epsilon is {eps}; corrupt config?")))
+    }
+}
+
+/// A setting that must be finite and above zero (a RoPE base, a scale).
+pub fn check_positive(what: &str, v: f32) -> ferrite_core::Result<()> {
+    if v.is_finite() && v > 0.0 {
+        Ok(())
+    } else {
+        Err(ferrite_core::Error::format(format!("{what} is {v}; corrupt config?")))
     }
 }
 

@@ -22,10 +22,6 @@ fn token(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
 /// A token in the legacy layout, which has no `bytes`: its text, or where
 /// that is not whole UTF-8 (part of a character), `bytes:\xe6\x97` as OpenAI
 /// writes it, so distinct partial tokens keep distinct names.
-fn legacy_name(tok: &Tokenizer, id: u32) -> String {
-    legacy_text(tok.token_bytes(id))
-}
-
 fn legacy_text(bytes: Vec<u8>) -> String {
     match String::from_utf8(bytes) {
         Ok(text) => text,
@@ -57,12 +53,12 @@ pub fn chat(tok: &Tokenizer, infos: &[TokenInfo]) -> ChatLogprobs {
 pub fn completion(tok: &Tokenizer, infos: &[TokenInfo], offset: &mut usize) -> CompletionLogprobs {
     let mut out = CompletionLogprobs::default();
     for i in infos {
-        let (text, _) = token(tok, i.token);
+        let bytes = tok.token_bytes(i.token);
         out.text_offset.push(*offset);
-        *offset += text.chars().count();
-        out.tokens.push(legacy_name(tok, i.token));
+        *offset += String::from_utf8_lossy(&bytes).chars().count();
+        out.tokens.push(legacy_text(bytes));
         out.token_logprobs.push(finite(i.logprob));
-        let top = i.top.iter().map(|t| (legacy_name(tok, t.token), finite(t.logprob))).collect();
+        let top = i.top.iter().map(|t| (legacy_text(tok.token_bytes(t.token)), finite(t.logprob))).collect();
         out.top_logprobs.push(Alternatives(top));
     }
     out

@@ -11,7 +11,7 @@
 
 use super::{EncodeBatch, EncoderArch, EncoderConfig, EncoderNet, Weights};
 use crate::checkpoint::HfCheckpoint;
-use crate::config::{check_eps, check_layers, inv_freq, LayerKind, RopeScaling};
+use crate::config::{check_eps, check_layers, check_positive, inv_freq, LayerKind, RopeScaling};
 use crate::hf::HfConfig;
 use ferrite_backend::{Activation, AttnParams, Backend, Rope};
 use ferrite_core::{Error, Result};
@@ -126,9 +126,7 @@ impl<B: Backend> ModernBert<B> {
             let p = |s: &str| format!("layers.{l}.{s}");
             let global = is_global(&c, l)?;
             let kind = LayerKind { window: None, rope_theta: rope_theta(&c, global), rope_scaling: RopeScaling::None };
-            if !(kind.rope_theta.is_finite() && kind.rope_theta > 0.0) {
-                return Err(Error::format(format!("modernbert: the RoPE base is {}", kind.rope_theta)));
-            }
+            check_positive("the RoPE base", kind.rope_theta)?;
             let [q, k, v]: [Linear<B>; 3] =
                 split(&p("attn.Wqkv"), &[h, h, h], h, attn_bias)?.try_into().ok().expect("three parts");
             let [input, gate]: [Linear<B>; 2] =
