@@ -2,8 +2,8 @@
 //! driven on the CPU: a model wrapper that says it samples where its logits
 //! are and draws from `ferrite_backend::sampling`'s reference distribution.
 //! Greedy requests give the host path's tokens, batched or alone; logit bias
-//! and min_tokens reach the device as edits; requests that want top logprobs
-//! or a JSON value keep the host path.
+//! and min_tokens reach the device as edits; requests that want top logprobs,
+//! prompt scores or a JSON value keep the host path.
 
 mod common;
 use common::*;
@@ -144,6 +144,7 @@ fn drain(mut s: ferrite_engine::RequestStream) -> (Vec<u32>, Vec<usize>) {
                 tops.push(top_logprobs.len());
             }
             Event::Done(_) => return (tokens, tops),
+            Event::PromptLogprobs(_) => panic!("prompt scores nobody asked for"),
         }
     }
 }
@@ -312,8 +313,14 @@ fn serving_fed_from_the_device_gives_the_tokens_of_steps_that_wait() {
     }
     let mut tops =
         Request::new(prompts[2].clone(), SamplingParams { logprobs: Some(2), ..SamplingParams::greedy() }, 5);
-    tops.ignore_eos = true;
-    streams.push(engine.submit(tops).unwrap());
+    // (It scores its prompt too: those rows' logits go to the host as well.)
+    (tops.ignore_eos, tops.prompt_logprobs) = (true, Some(1));
+    let mut scored = engine.submit(tops).unwrap();
+    match scored.next_blocking() {
+        Some(Event::PromptLogprobs(s)) => assert_eq!(s.len(), prompts[2].len() - 1),
+        _ => panic!("prompt scores expected first"),
+    }
+    streams.push(scored);
     let mut got: Vec<Vec<u32>> = streams.into_iter().map(|s| drain(s).0).collect();
     early.append(&mut got[0]);
     got[0] = early;

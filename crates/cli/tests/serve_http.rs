@@ -158,3 +158,73 @@ fn sigterm_with_streams_in_flight_exits_cleanly_and_bad_startup_fails_clearly() 
         Command::new(env!("CARGO_BIN_EXE_ferrite")).args(["serve", MODEL, "--max-num-seqs", "0"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// `echo` with `logprobs`, as evaluation harnesses score text: each prompt
+/// token's logprob against the exact float64 forward pass of
+/// scripts/golden_exact.py, with `max_tokens` 0 (the prompt alone) and 1
+/// (lm-eval's request, the drawn token last); streamed, the echo is the
+/// first chunk.
+#[test]
+fn echo_scores_the_prompt_as_the_exact_reference_does() {
+    let s = start(&[]);
+    let b = s.base.as_str();
+    let fx = read_json("llamacpp/smollm2_exact.json");
+    let seq = &fx["sequences"][0];
+    let ids: Vec<u64> = seq["ids"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    let ids_json = serde_json::to_string(&ids).unwrap();
+    let request = |max_tokens: usize, extra: &str| {
+        format!(r#"{{"prompt":{ids_json},"echo":true,"max_tokens":{max_tokens},"temperature":0{extra}}}"#)
+    };
+    let mut texts = Vec::new();
+    for max_tokens in [0, 1] {
+        let (code, body) = post(b, "/v1/completions", &request(max_tokens, r#","logprobs":5"#));
+        assert_eq!(code, 200, "{body}");
+        let v = json(&body);
+        let c = &v["choices"][0];
+        let lp = &c["logprobs"];
+        assert_eq!(lp["tokens"].as_array().unwrap().len(), ids.len() + max_tokens, "{body}");
+        assert!(lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null(), "{body}");
+        assert_eq!(v["usage"]["completion_tokens"], max_tokens);
+        let mut checked = 0;
+        for p in 1..ids.len() {
+            let at = &seq["positions"][p - 1];
+            let lse = at["logsumexp"].as_f64().unwrap();
+            let top10: Vec<(u64, f64)> = at["top10"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| (e[0].as_u64().unwrap(), e[1].as_f64().unwrap()))
+                .collect();
+            // The best alternative's logprob, and the prompt token's where the reference lists it.
+            let best = lp["top_logprobs"][p].as_object().unwrap();
+            assert_eq!(best.len(), 5);
+            let got_best = best.values().next().unwrap().as_f64().unwrap();
+            assert!((got_best - (top10[0].1 - lse)).abs() < 1e-2, "position {p}: best {got_best}");
+            if let Some(&(_, logit)) = top10.iter().find(|(id, _)| *id == ids[p]) {
+                let got = lp["token_logprobs"][p].as_f64().unwrap();
+                assert!((got - (logit - lse)).abs() < 1e-2, "position {p}: {got} against {}", logit - lse);
+                checked += 1;
+            }
+        }
+        assert!(checked >= 30, "only {checked} prompt tokens in the reference's top 10");
+        texts.push(c["text"].as_str().unwrap().to_string());
+    }
+    assert!(texts[0].starts_with("The old lighthouse keeper") && texts[1].starts_with(&texts[0]), "{texts:?}");
+
+    // Streamed: the echoed prompt (with its scores) first, then the tokens.
+    let (code, body) = post(b, "/v1/completions", &request(1, r#","logprobs":1,"stream":true"#));
+    assert_eq!(code, 200, "{body}");
+    let chunks: Vec<serde_json::Value> =
+        body.lines().filter_map(|l| l.strip_prefix("data: ")).filter(|d| *d != "[DONE]").map(json).collect();
+    let first = &chunks[0]["choices"][0];
+    assert_eq!(first["text"], texts[0].as_str());
+    assert_eq!(first["logprobs"]["tokens"].as_array().unwrap().len(), ids.len());
+    let streamed: String = chunks.iter().map(|c| c["choices"][0]["text"].as_str().unwrap_or("")).collect();
+    assert_eq!(streamed, texts[1]);
+
+    // Echo without logprobs: the prompt text as sent, then the completion.
+    let (code, body) = post(b, "/v1/completions", r#"{"prompt":"Hi there","echo":true,"max_tokens":2}"#);
+    assert_eq!(code, 200, "{body}");
+    assert!(json(&body)["choices"][0]["text"].as_str().unwrap().starts_with("Hi there"), "{body}");
+    assert!(s.terminate().success());
+}

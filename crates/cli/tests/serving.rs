@@ -85,6 +85,7 @@ fn drain(mut s: RequestStream) -> (Vec<u32>, ferrite_engine::Summary) {
         match s.next_blocking().expect("stream ended without Done") {
             Event::Token { token, .. } => tokens.push(token),
             Event::Done(sum) => return (tokens, sum),
+            Event::PromptLogprobs(_) => panic!("prompt scores nobody asked for"),
         }
     }
 }
@@ -240,6 +241,7 @@ fn text_held_for_a_stop_string_is_released_at_the_end() {
         match s.next_blocking().expect("stream ended without Done") {
             Event::Token { text: t, .. } => text.push_str(&t),
             Event::Done(sum) => break sum.finish,
+            Event::PromptLogprobs(_) => unreachable!(),
         }
     };
     assert_eq!((text.as_str(), finish), (want.as_str(), FinishReason::Stop));
@@ -270,6 +272,7 @@ fn min_tokens_bounds_and_delays_stop_strings() {
             match s.next_blocking().expect("stream ended without Done") {
                 Event::Token { text: t, .. } => (n, text) = (n + 1, text + &t),
                 Event::Done(sum) => return (n, text, sum.finish),
+                Event::PromptLogprobs(_) => unreachable!(),
             }
         }
     };
@@ -280,4 +283,69 @@ fn min_tokens_bounds_and_delays_stop_strings() {
     // generation goes on to min_tokens at least.
     let (n, text, _) = run(4);
     assert!(n >= 4 && text.contains(&stop), "{n} tokens: {text:?}");
+}
+
+/// Prompt logprobs (`Request::prompt_logprobs`) come first, once, one per
+/// prompt token after the first, and equal the log-softmax of the whole
+/// prompt's logits run alone, whether prefills are chunked, sequences
+/// preempted or their openings already in the prefix cache.
+#[test]
+fn prompt_scores_survive_chunks_preemption_and_cached_prefixes() {
+    let tok = tokenizer();
+    let prompts = prompts(&tok);
+    let mut runner = runner_for("smollm2", CTX);
+    let scored: Vec<usize> = (0..prompts.len()).step_by(3).collect();
+    let want: Vec<Vec<f32>> = scored
+        .iter()
+        .map(|&i| {
+            let p = &prompts[i];
+            let rows = score(&mut runner, p, CTX);
+            (1..p.len()).map(|j| log_softmax_at(&rows[j - 1], p[j] as usize)).collect()
+        })
+        .collect();
+    // Twice: the second round finds the shared openings cached (scored
+    // prompts must not take them), and small pools preempt.
+    for (n_blocks, budget) in [(4 * CTX / 16 * 8, 40), (48, 256)] {
+        let config = EngineConfig { max_num_seqs: 32, max_batched_tokens: budget, ..EngineConfig::default() };
+        let e = engine(&tok, n_blocks, config);
+        for round in 0..2 {
+            let streams: Vec<RequestStream> = prompts
+                .iter()
+                .enumerate()
+                .map(|(i, p)| {
+                    let mut r = greedy(p, 4);
+                    r.prompt_logprobs = scored.contains(&i).then_some(2);
+                    e.submit(r).unwrap()
+                })
+                .collect();
+            for (i, mut s) in streams.into_iter().enumerate() {
+                let Some(k) = scored.iter().position(|&x| x == i) else {
+                    drain(s);
+                    continue;
+                };
+                let Some(Event::PromptLogprobs(got)) = s.next_blocking() else { panic!("no prompt scores first") };
+                assert_eq!(got.len(), prompts[i].len() - 1);
+                for (j, (g, &w)) in got.iter().zip(&want[k]).enumerate() {
+                    assert_eq!(g.token, prompts[i][j + 1]);
+                    assert!((g.logprob - w).abs() < 1e-3, "prompt {i} token {j}: {} against {w}", g.logprob);
+                    assert!(g.top.len() == 2 && g.top[0].logprob >= g.top[1].logprob && g.top[0].logprob >= g.logprob);
+                }
+                let (tokens, sum) = drain(s);
+                assert_eq!((tokens.len(), sum.cached_tokens), (4, 0), "round {round}, prompt {i}");
+            }
+        }
+        wait_all_free(&e);
+        if n_blocks == 48 {
+            assert!(e.metrics().preemptions > 0, "the small pool caused no preemption");
+        } else {
+            assert!(e.metrics().prefix_hit_tokens > 0, "no prefix-cache hits");
+        }
+        e.shutdown();
+    }
+}
+
+fn log_softmax_at(row: &[f32], i: usize) -> f32 {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let z: f64 = row.iter().map(|&x| f64::from(x - max).exp()).sum();
+    row[i] - max - z.ln() as f32
 }

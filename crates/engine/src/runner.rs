@@ -116,7 +116,8 @@ impl Runner {
 
     /// Runs a scheduler's plan in one forward pass. Block tables come from the
     /// scheduler (which then owns the KV pool; don't mix with `step`). Returns
-    /// the logits of the last row of each sequence marked `sample`, in order.
+    /// logits, in order: each sequence's first `scored_rows` rows, then its
+    /// last row if it is marked `sample`.
     pub fn execute(&mut self, plan: &[ScheduledSeq]) -> Result<Vec<f32>> {
         let batch = self.plan_batch(plan)?;
         let logits = self.model.forward(&batch);
@@ -162,6 +163,9 @@ impl Runner {
                 batch.attn.slots.push(seq.block_table[pos / bs] as usize * bs + pos % bs);
             }
             set_seq(&mut batch.attn.seqs, &mut n_seqs, q_start, seq.tokens.len(), end, &seq.block_table);
+            // (A sampled chunk's scored rows stop before its last: the
+            // prompt's last row is never scored.)
+            batch.logit_rows.extend(q_start..q_start + seq.scored_rows.min(seq.tokens.len()));
             if seq.sample {
                 batch.logit_rows.push(batch.tokens.len() - 1);
             }

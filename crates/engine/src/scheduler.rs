@@ -7,7 +7,7 @@
 //!   long prompt is split across steps.
 //! - Prefix caching: on admission a prompt's leading full blocks are taken from
 //!   the cache (`BlockManager`), never its last token, which must be computed to
-//!   produce logits.
+//!   produce logits; none for a prompt whose every row's logits are wanted.
 //! - Preemption by recompute: when blocks run out, the newest running sequence
 //!   gives up its blocks and goes back to the front of the queue with all its
 //!   tokens (prompt + generated) as its new prompt. Nothing is dropped.
@@ -42,6 +42,9 @@ pub struct ScheduledSeq {
     /// This chunk reaches the sequence's end: sample the next token from its
     /// last row.
     pub sample: bool,
+    /// Leading rows of this chunk whose logits the request wants (prompt
+    /// logprobs: `Scheduler::add_scored`), besides the sampled row.
+    pub scored_rows: usize,
 }
 
 /// What to run in one forward pass.
@@ -68,6 +71,9 @@ struct SeqState {
     hashes: Vec<u64>,
     /// Prompt tokens served from the prefix cache at first admission.
     cached_tokens: Option<usize>,
+    /// Positions below this want their logits (each scores the token after
+    /// it); 0 once they have all run. Such a sequence takes no cached prefix.
+    scored: usize,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -120,6 +126,18 @@ impl Scheduler {
     /// Queues a new sequence. The caller guarantees `tokens` is non-empty and
     /// that the sequence, fully grown, fits `capacity_tokens`.
     pub fn add(&mut self, id: u64, tokens: Vec<u32>) {
+        self.push(id, tokens, 0);
+    }
+
+    /// `add`, with the logits of every prompt row but the last (which is
+    /// sampled) in the plans (`ScheduledSeq::scored_rows`): the prompt is
+    /// computed whole, not taken from the prefix cache.
+    pub fn add_scored(&mut self, id: u64, tokens: Vec<u32>) {
+        let scored = tokens.len().saturating_sub(1);
+        self.push(id, tokens, scored);
+    }
+
+    fn push(&mut self, id: u64, tokens: Vec<u32>, scored: usize) {
         self.waiting.push_back(SeqState {
             id,
             tokens,
@@ -127,6 +145,7 @@ impl Scheduler {
             block_table: Vec::new(),
             hashes: Vec::new(),
             cached_tokens: None,
+            scored,
         });
     }
 
@@ -211,7 +230,7 @@ impl Scheduler {
         while budget > 0 && self.running.len() < self.config.max_num_seqs {
             let Some(mut s) = self.waiting.pop_front() else { break };
             let first_time = s.cached_tokens.is_none();
-            let hits = if self.config.prefix_caching { self.take_cached_prefix(&mut s) } else { 0 };
+            let hits = if self.config.prefix_caching && s.scored == 0 { self.take_cached_prefix(&mut s) } else { 0 };
             let want = (s.tokens.len() - s.n_computed).min(budget);
             let end = s.n_computed + want;
             if !self.blocks.can_reserve(&s.block_table, end) {
@@ -266,6 +285,10 @@ impl Scheduler {
         for p in &plan.seqs {
             let Some(s) = self.running.iter_mut().find(|s| s.id == p.id) else { continue };
             s.n_computed = p.start + p.tokens.len();
+            if s.n_computed >= s.scored {
+                // (A preemption after this recomputes without scoring again.)
+                s.scored = 0;
+            }
             if !self.config.prefix_caching {
                 continue;
             }
@@ -310,6 +333,7 @@ fn scheduled(s: &SeqState, n: usize) -> ScheduledSeq {
         tokens: s.tokens[s.n_computed..end].to_vec(),
         block_table: s.block_table.clone(),
         sample: end == s.tokens.len(),
+        scored_rows: end.min(s.scored).saturating_sub(s.n_computed),
     }
 }
 

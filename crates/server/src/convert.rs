@@ -105,6 +105,7 @@ impl Settings {
                     stop_ids: Vec::new(),
                     ignore_eos: self.ignore_eos,
                     min_tokens: self.min_tokens,
+                    prompt_logprobs: None,
                     json: self.json,
                 }
             })

@@ -6,7 +6,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
 use axum::http::StatusCode;
-use ferrite_engine::sampling::TokenLogprob;
+use ferrite_engine::sampling::{Sampled, TokenLogprob};
 use ferrite_engine::{Event, FinishReason, Request, Summary};
 use futures_util::{Stream, StreamExt};
 
@@ -15,7 +15,7 @@ use crate::backend::EventStream;
 use crate::errors::ApiError;
 use crate::state::AppState;
 
-/// One generated token as kept for logprobs.
+/// One generated (or scored prompt) token as kept for logprobs.
 #[derive(Clone, Debug)]
 pub struct TokenInfo {
     pub token: u32,
@@ -23,10 +23,18 @@ pub struct TokenInfo {
     pub top: Vec<TokenLogprob>,
 }
 
+impl From<Sampled> for TokenInfo {
+    fn from(s: Sampled) -> Self {
+        TokenInfo { token: s.token, logprob: s.logprob, top: s.top }
+    }
+}
+
 /// One choice, generated to the end.
 pub struct Output {
     pub text: String,
     pub tokens: Vec<TokenInfo>,
+    /// The prompt's scores, when the request asked for them.
+    pub prompt: Vec<TokenInfo>,
     pub summary: Summary,
 }
 
@@ -55,18 +63,20 @@ pub fn submit_all(state: &AppState, reqs: Vec<Request>) -> Result<Vec<EventStrea
 pub async fn collect(mut stream: EventStream, keep_tokens: bool) -> Output {
     let mut text = String::new();
     let mut tokens = Vec::new();
+    let mut prompt = Vec::new();
     while let Some(ev) = stream.next().await {
         match ev {
+            Event::PromptLogprobs(scores) => prompt = scores.into_iter().map(TokenInfo::from).collect(),
             Event::Token { token, text: t, logprob, top_logprobs } => {
                 text.push_str(&t);
                 if keep_tokens {
                     tokens.push(TokenInfo { token, logprob, top: top_logprobs });
                 }
             }
-            Event::Done(summary) => return Output { text, tokens, summary },
+            Event::Done(summary) => return Output { text, tokens, prompt, summary },
         }
     }
-    Output { text, tokens, summary: vanished(0) }
+    Output { text, tokens, prompt, summary: vanished(0) }
 }
 
 /// Drains all streams concurrently, choices in order; the first choice
@@ -155,6 +165,7 @@ impl Stream for Timed {
                 this.done = true;
                 m.request_finished(s.finish);
             }
+            Some(Event::PromptLogprobs(_)) => {}
             None => {
                 this.done = true;
                 m.request_finished(FinishReason::Error);

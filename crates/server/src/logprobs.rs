@@ -53,15 +53,36 @@ pub fn chat(tok: &Tokenizer, infos: &[TokenInfo]) -> ChatLogprobs {
 pub fn completion(tok: &Tokenizer, infos: &[TokenInfo], offset: &mut usize) -> CompletionLogprobs {
     let mut out = CompletionLogprobs::default();
     for i in infos {
-        let bytes = tok.token_bytes(i.token);
-        out.text_offset.push(*offset);
-        *offset += String::from_utf8_lossy(&bytes).chars().count();
-        out.tokens.push(legacy_text(bytes));
-        out.token_logprobs.push(finite(i.logprob));
         let top = i.top.iter().map(|t| (legacy_text(tok.token_bytes(t.token)), finite(t.logprob))).collect();
-        out.top_logprobs.push(Alternatives(top));
+        push_legacy(tok, &mut out, i.token, Some((finite(i.logprob), Alternatives(top))), offset);
     }
     out
+}
+
+/// An echoed prompt's tokens: `first`, which has no logprob (null, as
+/// OpenAI writes it), then each scored token (`Event::PromptLogprobs`).
+/// `offset` advances as in `completion`, from 0: the echo leads the text.
+pub fn echoed_prompt(tok: &Tokenizer, first: u32, scores: &[TokenInfo], offset: &mut usize) -> CompletionLogprobs {
+    let mut out = CompletionLogprobs::default();
+    push_legacy(tok, &mut out, first, None, offset);
+    out.append(completion(tok, scores, offset));
+    out
+}
+
+fn push_legacy(
+    tok: &Tokenizer,
+    out: &mut CompletionLogprobs,
+    id: u32,
+    scored: Option<(f32, Alternatives)>,
+    offset: &mut usize,
+) {
+    let bytes = tok.token_bytes(id);
+    out.text_offset.push(*offset);
+    *offset += String::from_utf8_lossy(&bytes).chars().count();
+    out.tokens.push(legacy_text(bytes));
+    let (logprob, top) = scored.unzip();
+    out.token_logprobs.push(logprob);
+    out.top_logprobs.push(top);
 }
 
 #[cfg(test)]

@@ -24,6 +24,10 @@ use crate::generate::{finish_error, usage, vanished, TokenInfo};
 pub trait Format: Send + 'static {
     /// Chunks before any token (chat: each choice's assistant role).
     fn opening(&mut self, n: usize) -> Vec<Value>;
+    /// The chunk for choice `index`'s prompt scores, if the format shows them.
+    fn prompt(&mut self, _index: usize, _scores: Vec<TokenInfo>) -> Option<Value> {
+        None
+    }
     /// Newly final text of choice `index`, with the tokens since the last chunk.
     fn text(&mut self, index: usize, text: String, tokens: Vec<TokenInfo>) -> Value;
     /// The last chunk of a choice that ended normally.
@@ -130,6 +134,10 @@ impl<F: Format> Driver<F> {
 
     fn event(&mut self, i: usize, ev: Event) -> Option<Vec<u8>> {
         match ev {
+            Event::PromptLogprobs(scores) => {
+                let chunk = self.format.prompt(i, scores.into_iter().map(TokenInfo::from).collect())?;
+                Some(data(&self.usage_field(chunk)))
+            }
             Event::Token { token, text, logprob, top_logprobs } => {
                 if self.opts.logprobs {
                     self.pending[i].push(TokenInfo { token, logprob, top: top_logprobs });

@@ -52,13 +52,13 @@ impl std::fmt::Debug for Sampler {
 }
 
 /// Summary of the penalised logits over the whole vocabulary.
-struct Normalizer {
+pub(super) struct Normalizer {
     max: f32,
     /// First index holding `max`: the greedy choice.
     argmax: u32,
     /// `sum exp(logit - max)`, accumulated in f64.
     z: f64,
-    lse: f32,
+    pub(super) lse: f32,
 }
 
 impl Sampler {
@@ -295,7 +295,7 @@ impl Sampler {
 /// needed (NaN -> -inf, +inf -> f32::MAX; all -inf -> uniform). Clean logits,
 /// the usual case, take two read-only passes: a NaN or +inf shows up as a
 /// non-finite max or sum, and only then is the vector rewritten.
-fn normalize(work: &mut [f32]) -> Normalizer {
+pub(super) fn normalize(work: &mut [f32]) -> Normalizer {
     let (mut max, mut argmax) = max_argmax(work);
     let mut z = if max.is_finite() { sum_exp(work, max) } else { f64::NAN };
     if !z.is_finite() {

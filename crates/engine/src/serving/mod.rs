@@ -16,7 +16,7 @@ use ferrite_core::{Error, Result};
 use ferrite_loader::tokenizer::Tokenizer;
 
 use crate::runner::{check_token_ids, Runner};
-use crate::sampling::{SamplingParams, TokenLogprob};
+use crate::sampling::{Sampled, SamplingParams, TokenLogprob};
 pub use crate::FinishReason;
 
 /// Limits of the scheduler; typed, built once by the CLI.
@@ -55,6 +55,9 @@ pub struct Request {
     pub min_tokens: usize,
     /// Constrain the output to one JSON value (OpenAI `response_format: json_object`).
     pub json: bool,
+    /// Score the prompt: `Event::PromptLogprobs` with this many alternatives
+    /// a position. The prompt is then computed whole (no cached prefix).
+    pub prompt_logprobs: Option<usize>,
 }
 
 impl Request {
@@ -68,13 +71,18 @@ impl Request {
             ignore_eos: false,
             min_tokens: 0,
             json: false,
+            prompt_logprobs: None,
         }
     }
 }
 
-/// What a request's stream yields: tokens, then exactly one `Done`.
+/// What a request's stream yields: with `prompt_logprobs`, one
+/// `PromptLogprobs` first; tokens; then exactly one `Done`.
 #[derive(Clone, Debug)]
 pub enum Event {
+    /// Each prompt token after the first: its log-probability given the
+    /// tokens before it, and the most likely alternatives there.
+    PromptLogprobs(Vec<Sampled>),
     /// One generated token. `text` is the text it made final: empty while a
     /// UTF-8 character or a possible stop string is incomplete, and possibly
     /// several tokens' worth when held text is released.

@@ -15,8 +15,8 @@ use super::{Command, EngineConfig, Event, Request, Shared, Summary};
 use crate::constraint::json::{JsonConstraint, JsonVocab};
 use crate::detokenizer::IncrementalDetokenizer;
 use crate::runner::Runner;
-use crate::sampling::{Sampled, Sampler, StopChecker};
-use crate::scheduler::{Scheduler, SchedulerConfig, StepPlan};
+use crate::sampling::{Sampled, Sampler, Scorer, StopChecker};
+use crate::scheduler::{ScheduledSeq, Scheduler, SchedulerConfig, StepPlan};
 use crate::FinishReason;
 
 /// A request the worker is serving: everything besides its tokens and blocks
@@ -41,6 +41,8 @@ struct Active {
     stops: StopChecker,
     json: Option<JsonConstraint>,
     generated: Vec<u32>,
+    /// Scores of the prompt's tokens so far (`Request::prompt_logprobs`).
+    prompt_scores: Vec<Sampled>,
     /// Waiting for admission (for the waiting gauge).
     queued: bool,
 }
@@ -56,6 +58,7 @@ pub(super) struct Worker {
     /// A step launched before its picks were read: the next step's
     /// sequences end with their fed ids (`Scheduler::put_token` fills them).
     ahead: Option<(StepPlan, Picks)>,
+    scorer: Scorer,
 }
 
 impl Worker {
@@ -81,6 +84,7 @@ impl Worker {
             json_vocab: None,
             vocab,
             ahead: None,
+            scorer: Scorer::default(),
         };
         w.publish_metrics();
         Ok(w)
@@ -124,7 +128,15 @@ impl Worker {
         match cmd {
             Command::Submit { id, req, tx } => {
                 let json = req.json.then(|| JsonConstraint::new(self.json_vocab()));
-                self.scheduler.add(id, req.prompt.clone());
+                if req.prompt_logprobs.is_some() {
+                    self.scheduler.add_scored(id, req.prompt.clone());
+                    if req.prompt.len() == 1 {
+                        // Nothing to score: the event still comes first.
+                        let _ = tx.send(Event::PromptLogprobs(Vec::new()));
+                    }
+                } else {
+                    self.scheduler.add(id, req.prompt.clone());
+                }
                 let a = Active {
                     tx,
                     sampler: Sampler::new(req.sampling.clone()),
@@ -132,6 +144,7 @@ impl Worker {
                     stops: StopChecker::new(req.stop.clone()),
                     json,
                     generated: Vec::new(),
+                    prompt_scores: Vec::new(),
                     queued: true,
                     req,
                 };
@@ -261,9 +274,9 @@ impl Worker {
 
     /// Each sampled sequence's draw, for the device, when the model samples
     /// there and no request of the step needs its logits on the host (a JSON
-    /// constraint or top logprobs).
+    /// constraint, top logprobs or scored prompt rows).
     fn device_rows(&mut self, plan: &StepPlan) -> Option<Vec<RowSampling>> {
-        if !self.runner.samples_on_device() {
+        if !self.runner.samples_on_device() || plan.seqs.iter().any(|s| s.scored_rows > 0) {
             return None;
         }
         let sampled = || plan.seqs.iter().filter(|s| s.sample).filter_map(|s| self.active.get(&s.id));
@@ -292,7 +305,14 @@ impl Worker {
             Picked::Device(t) => (None, Some(t.iter())),
         };
         let mut work = Vec::new();
-        for s in plan.seqs.iter().filter(|s| s.sample) {
+        for s in &plan.seqs {
+            // (Scored rows come only with host logits: `device_rows`.)
+            if let (true, Some(r)) = (s.scored_rows > 0, rows.as_mut()) {
+                self.score_prompt(s, r.by_ref().take(s.scored_rows));
+            }
+            if !s.sample {
+                continue;
+            }
             let device = match tokens.as_mut() {
                 Some(t) => match t.next() {
                     Some(&(token, logprob)) => Some(Sampled { token, logprob, top: Vec::new() }),
@@ -371,6 +391,22 @@ impl Worker {
                 Some(reason) => self.finish(s.id, reason, None),
                 None => self.scheduler.put_token(s.id, token),
             }
+        }
+    }
+
+    /// Scores the prompt tokens after the rows of `s`'s chunk; once every
+    /// one is, sends them (before the request's first token).
+    fn score_prompt<'a>(&mut self, s: &ScheduledSeq, rows: impl Iterator<Item = &'a [f32]>) {
+        let Some(a) = self.active.get_mut(&s.id) else { return };
+        let top = a.req.prompt_logprobs.unwrap_or(0);
+        // A chunk recomputed after a preemption replaces what it covers.
+        a.prompt_scores.truncate(s.start);
+        for (p, row) in (s.start..).zip(rows) {
+            let Some(&next) = a.req.prompt.get(p + 1) else { break };
+            a.prompt_scores.push(self.scorer.score(row, next, top));
+        }
+        if a.prompt_scores.len() + 1 == a.req.prompt.len() {
+            let _ = a.tx.send(Event::PromptLogprobs(std::mem::take(&mut a.prompt_scores)));
         }
     }
 

@@ -126,9 +126,20 @@ pub struct CompletionChoice {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
-    pub token_logprobs: Vec<f32>,
-    pub top_logprobs: Vec<Alternatives>,
+    /// Null for an echoed prompt's first token, which nothing predicts.
+    pub token_logprobs: Vec<Option<f32>>,
+    pub top_logprobs: Vec<Option<Alternatives>>,
     pub text_offset: Vec<usize>,
+}
+
+impl CompletionLogprobs {
+    /// `other`'s tokens after these.
+    pub fn append(&mut self, other: CompletionLogprobs) {
+        self.tokens.extend(other.tokens);
+        self.token_logprobs.extend(other.token_logprobs);
+        self.top_logprobs.extend(other.top_logprobs);
+        self.text_offset.extend(other.text_offset);
+    }
 }
 
 /// A position's alternatives as `{token: logprob}`, most likely first (a map

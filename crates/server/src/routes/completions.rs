@@ -3,53 +3,84 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use ferrite_engine::{Event, FinishReason};
+use ferrite_loader::tokenizer::Tokenizer;
+use futures_util::StreamExt;
 use serde_json::Value;
 
 use crate::api::request::CompletionRequest;
-use crate::api::response::{Completion, CompletionChoice, Meta, Usage};
+use crate::api::response::{Completion, CompletionChoice, CompletionLogprobs, Meta, Usage};
 use crate::convert::{self, Limits};
 use crate::errors::ApiError;
 use crate::extract::ApiJson;
+use crate::backend::EventStream;
 use crate::generate::{self, TokenInfo};
 use crate::state::AppState;
 use crate::{logprobs, prompt, sse};
 
 pub async fn completions(
     State(state): State<AppState>,
-    ApiJson(req): ApiJson<CompletionRequest>,
+    ApiJson(mut req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(req.common.model.as_deref())?;
     unsupported(&req)?;
+    let echo = req.echo == Some(true);
+    // With echo, max_tokens 0 scores the prompt alone: one token is drawn and dropped.
+    let c = &mut req.common;
+    let prompt_only = echo && c.max_completion_tokens.or(c.max_tokens) == Some(0);
+    if prompt_only {
+        (c.max_completion_tokens, c.max_tokens) = (None, Some(1));
+    }
     let backend = state.generator()?;
     let limits = Limits { max_context: backend.max_context(), vocab_size: backend.vocab_size() };
     let top_logprobs = convert::completion_logprobs(req.logprobs)?;
     let settings = convert::settings(&req.common, top_logprobs, limits)?;
+    let want_logprobs = top_logprobs.is_some();
     // Several prompts: each one's `n` choices in turn, as OpenAI numbers them.
     let mut requests = Vec::new();
+    let mut echoes = Vec::new();
+    let tok = backend.tokenizer();
     for input in convert::prompts(&req.prompt, limits.vocab_size)? {
-        let ids = prompt::completion_ids(backend.tokenizer(), input)?;
-        requests.extend(settings.requests(ids, limits.max_context));
+        let text = match (&input, echo) {
+            (_, false) => None,
+            (convert::Prompt::Text(t), true) => Some(t.clone()),
+            (convert::Prompt::Tokens(ids), true) => Some(tok.decode(ids, false)),
+        };
+        let ids = prompt::completion_ids(tok, input)?;
+        for mut r in settings.requests(ids, limits.max_context) {
+            if echo && want_logprobs {
+                r.prompt_logprobs = top_logprobs;
+            }
+            echoes.push(text.clone().map(|text| Echo { text, first: r.prompt[0] }));
+            requests.push(r);
+        }
     }
-    let streams = generate::submit_all(&state, requests)?;
+    let mut streams = generate::submit_all(&state, requests)?;
+    if prompt_only {
+        streams = streams.into_iter().map(prompt_alone).collect();
+    }
     let meta = Meta::new("cmpl", &state.model);
-    let want_logprobs = top_logprobs.is_some();
     if settings.stream {
         let opts =
             sse::Options { logprobs: want_logprobs, include_usage: settings.include_usage, per_prompt: settings.n };
         let offsets = vec![0; streams.len()];
-        let format = CompletionFormat { meta, state: state.clone(), logprobs: want_logprobs, offsets };
+        let format = CompletionFormat { meta, state: state.clone(), logprobs: want_logprobs, offsets, echoes };
         return Ok(sse::response(streams, format, opts));
     }
     let outputs = generate::collect_all(streams, want_logprobs).await?;
-    let tok = backend.tokenizer();
     let choices = outputs
         .iter()
+        .zip(echoes)
         .enumerate()
-        .map(|(index, o)| CompletionChoice {
-            index,
-            text: o.text.clone(),
-            logprobs: want_logprobs.then(|| logprobs::completion(tok, &o.tokens, &mut 0)),
-            finish_reason: Some(o.summary.finish.as_str()),
+        .map(|(index, (o, echo))| {
+            let mut offset = 0;
+            let mut logprobs = echo.as_ref().filter(|_| want_logprobs).map(|e| e.logprobs(tok, &o.prompt, &mut offset));
+            if want_logprobs {
+                let generated = logprobs::completion(tok, &o.tokens, &mut offset);
+                logprobs.get_or_insert_with(Default::default).append(generated);
+            }
+            let text = echo.map_or(String::new(), |e| e.text) + &o.text;
+            CompletionChoice { index, text, logprobs, finish_reason: Some(o.summary.finish.as_str()) }
         })
         .collect();
     let usage = Some(generate::usage(outputs.iter().map(|o| &o.summary), settings.n));
@@ -58,11 +89,35 @@ pub async fn completions(
     Ok(Json(body).into_response())
 }
 
+/// A choice's echoed prompt: its text (as sent, or the ids decoded) and first token.
+struct Echo {
+    text: String,
+    first: u32,
+}
+
+impl Echo {
+    fn logprobs(&self, tok: &Tokenizer, scores: &[TokenInfo], offset: &mut usize) -> CompletionLogprobs {
+        logprobs::echoed_prompt(tok, self.first, scores, offset)
+    }
+}
+
+/// A stream for max_tokens 0 with echo: the one drawn token left out, the
+/// request finished by length with no completion tokens.
+fn prompt_alone(stream: EventStream) -> EventStream {
+    Box::pin(stream.filter_map(|ev| async move {
+        match ev {
+            Event::Token { .. } => None,
+            Event::Done(mut s) if matches!(s.finish, FinishReason::Stop | FinishReason::Length) => {
+                (s.finish, s.completion_tokens) = (FinishReason::Length, 0);
+                Some(Event::Done(s))
+            }
+            ev => Some(ev),
+        }
+    }))
+}
+
 /// Options we do not implement get a clear 400 rather than being ignored.
 fn unsupported(req: &CompletionRequest) -> Result<(), ApiError> {
-    if req.echo == Some(true) {
-        return Err(ApiError::param("echo", "echo is not supported"));
-    }
     if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
         return Err(ApiError::param("suffix", "suffix is not supported"));
     }
@@ -74,11 +129,14 @@ fn unsupported(req: &CompletionRequest) -> Result<(), ApiError> {
 }
 
 /// `text_completion` chunks; `offsets` tracks each choice's `text_offset`.
+/// An echoed prompt is each choice's first chunk: at the start, or with
+/// logprobs once its scores come.
 struct CompletionFormat {
     meta: Meta,
     state: AppState,
     logprobs: bool,
     offsets: Vec<usize>,
+    echoes: Vec<Option<Echo>>,
 }
 
 impl CompletionFormat {
@@ -106,7 +164,18 @@ impl CompletionFormat {
 
 impl sse::Format for CompletionFormat {
     fn opening(&mut self, _n: usize) -> Vec<Value> {
-        Vec::new()
+        if self.logprobs {
+            return Vec::new();
+        }
+        let echoes: Vec<(usize, String)> =
+            self.echoes.iter_mut().enumerate().filter_map(|(i, e)| Some((i, e.take()?.text))).collect();
+        echoes.into_iter().map(|(i, text)| self.chunk(i, text, &[], None)).collect()
+    }
+    fn prompt(&mut self, index: usize, scores: Vec<TokenInfo>) -> Option<Value> {
+        let echo = self.echoes.get_mut(index)?.take()?;
+        let logprobs = echo.logprobs(self.state.tokenizer(), &scores, &mut self.offsets[index]);
+        let choice = CompletionChoice { index, text: echo.text, logprobs: Some(logprobs), finish_reason: None };
+        Some(self.wrap(vec![choice], None))
     }
     fn text(&mut self, index: usize, text: String, tokens: Vec<TokenInfo>) -> Value {
         self.chunk(index, text, &tokens, None)

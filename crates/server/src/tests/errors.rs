@@ -67,7 +67,7 @@ async fn bad_values_are_400() {
         r.error();
     }
     let completions = [
-        json!({"prompt": "a", "echo": true}),
+        json!({"prompt": "a", "echo": true, "max_tokens": -1}),
         json!({"prompt": "a", "suffix": "b"}),
         json!({"prompt": "a", "best_of": 3}),
         json!({"prompt": ["a", 5]}),

@@ -1,0 +1,79 @@
+//! `echo` on /v1/completions: the prompt leads the text and, with
+//! `logprobs`, the token lists (its first token's entries null), plain and
+//! streamed; `max_tokens` 0 returns the prompt alone.
+
+use serde_json::{json, Value};
+
+use super::*;
+
+#[tokio::test]
+async fn echo_leads_text_and_logprobs() {
+    let (fake, app) = app();
+    let r = post(&app, "/v1/completions", json!({"prompt": "the sky", "echo": true, "logprobs": 1})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let v = r.json();
+    let c = &v["choices"][0];
+    assert_eq!(c["text"], "the skyhello world");
+    let lp = &c["logprobs"];
+    // BOS, "the", "sky", then the three generated tokens.
+    assert_eq!(lp["tokens"], json!(["<s>", "the", "sky", "hello", "wor", "ld"]));
+    assert_eq!(lp["token_logprobs"], json!([null, -2.0, -2.0, -0.5, -0.5, -0.5]));
+    assert_eq!(lp["top_logprobs"][0], Value::Null);
+    assert_eq!(lp["top_logprobs"][1], json!({"the": -1.0}));
+    assert_eq!(lp["text_offset"], json!([0, 3, 6, 9, 14, 17]));
+    assert_eq!(fake.requests()[0].prompt_logprobs, Some(1));
+
+    // Without logprobs the prompt is echoed but not scored.
+    let r = post(&app, "/v1/completions", json!({"prompt": [8, 10], "echo": true, "n": 2})).await;
+    let v = r.json();
+    for c in v["choices"].as_array().unwrap() {
+        assert_eq!(c["text"], "the skyhello world");
+        assert!(c["logprobs"].is_null());
+    }
+    assert_eq!(fake.requests()[1].prompt_logprobs, None);
+}
+
+#[tokio::test]
+async fn echo_with_max_tokens_zero_is_the_prompt_alone() {
+    let (fake, app) = app();
+    let body = json!({"prompt": ["the sky", "a"], "echo": true, "logprobs": 0, "max_tokens": 0});
+    let r = post(&app, "/v1/completions", body).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["choices"][0]["text"], "the sky");
+    assert_eq!(v["choices"][0]["logprobs"]["token_logprobs"], json!([null, -2.0, -2.0]));
+    assert_eq!(v["choices"][0]["logprobs"]["top_logprobs"], json!([null, {}, {}]));
+    assert_eq!((&v["choices"][1]["text"], &v["choices"][1]["finish_reason"]), (&json!("a"), &json!("length")));
+    assert_eq!(v["usage"]["completion_tokens"], 0);
+    assert_eq!(v["usage"]["prompt_tokens"], 5);
+    // One token is drawn (and dropped) for each.
+    assert!(fake.requests().iter().all(|r| r.max_tokens == 1));
+    // max_tokens 0 without echo stays an error.
+    let r = post(&app, "/v1/completions", json!({"prompt": "a", "max_tokens": 0})).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+}
+
+#[tokio::test]
+async fn streamed_echo_comes_first() {
+    let (_, app) = app();
+    for logprobs in [json!(null), json!(2)] {
+        let body = json!({"prompt": "the sky", "echo": true, "stream": true, "logprobs": logprobs, "n": 2});
+        let r = post(&app, "/v1/completions", body).await;
+        let events = r.events();
+        let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+        for index in 0..2 {
+            let mine: Vec<&Value> =
+                chunks.iter().map(|c| &c["choices"][0]).filter(|c| c["index"] == index).collect();
+            assert_eq!(mine[0]["text"], "the sky", "{events:?}");
+            let text: String = mine.iter().map(|c| c["text"].as_str().unwrap()).collect();
+            assert_eq!(text, "the skyhello world");
+            if logprobs.is_null() {
+                assert!(mine.iter().all(|c| c["logprobs"].is_null()));
+            } else {
+                assert_eq!(mine[0]["logprobs"]["token_logprobs"], json!([null, -2.0, -2.0]));
+                // The generated tokens' offsets go on from the prompt's.
+                assert_eq!(mine[1]["logprobs"]["text_offset"][0], 9);
+            }
+        }
+    }
+}
