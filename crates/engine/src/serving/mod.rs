@@ -155,7 +155,7 @@ impl Drop for RequestStream {
 }
 
 enum Command {
-    Submit { id: u64, req: Request, tx: tokio::sync::mpsc::UnboundedSender<Event> },
+    Submit { id: u64, req: Box<Request>, tx: tokio::sync::mpsc::UnboundedSender<Event> },
     Cancel(u64),
     Shutdown,
 }
@@ -241,7 +241,7 @@ impl Engine {
         let id = self.shared.next_id.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         self.shared.waiting.fetch_add(1, Ordering::SeqCst);
-        if self.shared.send(Command::Submit { id, req, tx }).is_err() {
+        if self.shared.send(Command::Submit { id, req: Box::new(req), tx }).is_err() {
             self.shared.waiting.fetch_sub(1, Ordering::SeqCst);
             return Err(Error::Busy("the engine has stopped".into()));
         }

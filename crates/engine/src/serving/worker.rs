@@ -146,7 +146,7 @@ impl Worker {
                     generated: Vec::new(),
                     prompt_scores: Vec::new(),
                     queued: true,
-                    req,
+                    req: *req,
                 };
                 self.active.insert(id, a);
                 self.metric(|m| m.requests_submitted += 1);

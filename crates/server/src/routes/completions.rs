@@ -10,10 +10,10 @@ use serde_json::Value;
 
 use crate::api::request::CompletionRequest;
 use crate::api::response::{Completion, CompletionChoice, CompletionLogprobs, Meta, Usage};
+use crate::backend::EventStream;
 use crate::convert::{self, Limits};
 use crate::errors::ApiError;
 use crate::extract::ApiJson;
-use crate::backend::EventStream;
 use crate::generate::{self, TokenInfo};
 use crate::state::AppState;
 use crate::{logprobs, prompt, sse};

@@ -62,8 +62,7 @@ async fn streamed_echo_comes_first() {
         let events = r.events();
         let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
         for index in 0..2 {
-            let mine: Vec<&Value> =
-                chunks.iter().map(|c| &c["choices"][0]).filter(|c| c["index"] == index).collect();
+            let mine: Vec<&Value> = chunks.iter().map(|c| &c["choices"][0]).filter(|c| c["index"] == index).collect();
             assert_eq!(mine[0]["text"], "the sky", "{events:?}");
             let text: String = mine.iter().map(|c| c["text"].as_str().unwrap()).collect();
             assert_eq!(text, "the skyhello world");
