@@ -6,7 +6,8 @@
 #   2. the model goldens: SmolLM2 and Gemma-3-270M teacher-forced on the GPU
 #      against the CPU and llama.cpp's continuations, perplexity on both, the
 #      tiny HF checkpoints (bf16 on the GPU) against transformers' logits, and
-#      `serve` with 64 concurrent greedy requests against one at a time;
+#      `serve` with 64 concurrent greedy requests against one at a time, and
+#      its echoed prompt logprobs against an exact float64 reference;
 #   3. the benchmarks with random bf16 (and Q4_K_M) weights of Llama-3.1-8B's
 #      shape. FERRITE_PROFILE=1 adds GPU time per op to each benchmark.
 #   4. sentence embeddings: the tiny encoder checkpoints against transformers'
@@ -50,7 +51,8 @@ if [[ $what == models || $what == all ]]; then
     done
     # Over HTTP: 64 concurrent greedy requests against one at a time.
     if [[ -f $MODELS/smollm2.gguf ]]; then
-        python3 scripts/serve_equality_check.py --ferrite "$BIN" --model "$MODELS/smollm2.gguf" --device cuda --n 64
+        python3 scripts/serve_equality_check.py --ferrite "$BIN" --model "$MODELS/smollm2.gguf" --device cuda --n 64 \
+            --exact $fx/smollm2_exact.json
     fi
 fi
 

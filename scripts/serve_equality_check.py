@@ -5,10 +5,16 @@ the texts part). The one-at-a-time requests ask for top logprobs, so they are
 sampled on the host; the concurrent ones are not, so on a GPU they take the
 device sampler: the check covers both paths and the batching.
 
+With --exact (a fixture of scripts/golden_exact.py for the same model),
+the prompt logprobs of `echo` requests (the engine's scored prompt rows) are
+checked against its float64 reference too: a position off by one, or rows
+mixed up between requests, would be off by nats; quantized arithmetic is
+off by a few hundredths.
+
 Standard library only (runs on the GPU machine as it is).
 
 Usage: python3 scripts/serve_equality_check.py --ferrite BIN --model FILE
-           [--device cuda] [--n 64] [--tokens 24] [--port 8093]
+           [--device cuda] [--n 64] [--tokens 24] [--port 8093] [--exact FILE]
 Exit status 0 when every request passes.
 """
 
@@ -56,16 +62,54 @@ def wait_ready(base, proc, seconds=300):
     sys.exit("ferrite serve did not become ready")
 
 
+def check_echo(base, exact_file):
+    """Echoed prompt logprobs of each reference sequence, all at once,
+    against the reference's; returns the number of failures."""
+    with open(exact_file) as f:
+        seqs = json.load(f)["sequences"]
+    got = [None] * len(seqs)
+
+    def one(i):
+        body = {"prompt": seqs[i]["ids"], "echo": True, "logprobs": 1, "max_tokens": 0}
+        got[i] = post(base, body)["logprobs"]["token_logprobs"]
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(seqs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    bad = 0
+    for seq, lps in zip(seqs, got):
+        ids, diffs = seq["ids"], []
+        for p in range(1, len(ids)):
+            at = seq["positions"][p - 1]
+            logit = dict((t, x) for t, x in at["top10"]).get(ids[p])
+            if logit is not None and lps is not None:
+                diffs.append(abs(lps[p] - (logit - at["logsumexp"])))
+        ok = lps is not None and lps[0] is None and len(diffs) > 0 and max(diffs) < 0.5
+        ok = ok and sum(diffs) / len(diffs) < 0.1
+        bad += 0 if ok else 1
+        worst = max(diffs) if diffs else float("nan")
+        print(f"echo {seq['name']}: {len(diffs)} prompt logprobs against the exact reference, "
+              f"worst {worst:.4f} ({'ok' if ok else 'FAIL'})")
+    return bad
+
+
 def first_difference(alone, together):
-    """Index of the token of `alone` where `together`'s text leaves it, or None."""
-    if alone["text"] == together:
+    """Index of the token of `alone` where `together`'s text leaves it, or None.
+    (By characters: a token may be a prefix of the other run's, as " " of " The".)"""
+    text = alone["text"]
+    if text == together:
         return None
-    at = 0
-    for i, tok in enumerate(alone["logprobs"]["tokens"]):
-        if not together.startswith(tok, at):
+    d = next((i for i, (x, y) in enumerate(zip(text, together)) if x != y), min(len(text), len(together)))
+    tokens = alone["logprobs"]["tokens"]
+    end = 0
+    for i, tok in enumerate(tokens):
+        end += len(tok)
+        if end > d:
             return i
-        at += len(tok)
-    return len(alone["logprobs"]["tokens"])
+    # `alone` is a prefix of `together`: its last token is where they part.
+    return max(len(tokens) - 1, 0)
 
 
 def main():
@@ -76,6 +120,7 @@ def main():
     ap.add_argument("--n", type=int, default=64)
     ap.add_argument("--tokens", type=int, default=24)
     ap.add_argument("--port", type=int, default=8093)
+    ap.add_argument("--exact", help="scripts/golden_exact.py's fixture for this model: check echo's logprobs")
     a = ap.parse_args()
     base = f"http://127.0.0.1:{a.port}"
     cmd = [a.ferrite, "serve", a.model, "--device", a.device, "--port", str(a.port), "--max-num-seqs", str(a.n)]
@@ -94,6 +139,7 @@ def main():
             t.start()
         for t in threads:
             t.join()
+        echo_bad = check_echo(base, a.exact) if a.exact else 0
     finally:
         proc.terminate()
         proc.wait(timeout=60)
@@ -114,7 +160,7 @@ def main():
         bad += 0 if ok else 1
         print(f"request {i}: differs at token {at}, top-two gap there {gap:.3f} ({'near-tie' if ok else 'FAIL'})")
     print(f"{a.n} concurrent requests against one at a time: {differ} differ, {bad} not after a near-tie")
-    sys.exit(1 if bad else 0)
+    sys.exit(1 if bad or echo_bad else 0)
 
 
 if __name__ == "__main__":
