@@ -162,8 +162,8 @@ fn sigterm_with_streams_in_flight_exits_cleanly_and_bad_startup_fails_clearly() 
 /// `echo` with `logprobs`, as evaluation harnesses score text: each prompt
 /// token's logprob against the exact float64 forward pass of
 /// scripts/golden_exact.py, with `max_tokens` 0 (the prompt alone) and 1
-/// (lm-eval's request, the drawn token last); streamed, the echo is the
-/// first chunk.
+/// (lm-eval's request, the drawn token last); vLLM's `prompt_logprobs`
+/// ranks; streamed, the echo is the first chunk.
 #[test]
 fn echo_scores_the_prompt_as_the_exact_reference_does() {
     let s = start(&[]);
@@ -210,6 +210,28 @@ fn echo_scores_the_prompt_as_the_exact_reference_does() {
         texts.push(c["text"].as_str().unwrap().to_string());
     }
     assert!(texts[0].starts_with("The old lighthouse keeper") && texts[1].starts_with(&texts[0]), "{texts:?}");
+
+    // vLLM's prompt_logprobs: the prompt token's rank too, where the
+    // reference's order is clear (neighbours more than 0.05 apart).
+    let body = format!(r#"{{"prompt":{ids_json},"prompt_logprobs":2,"max_tokens":1}}"#);
+    let (code, body) = post(b, "/v1/completions", &body);
+    assert_eq!(code, 200, "{body}");
+    let ranked = json(&body)["choices"][0]["prompt_logprobs"].clone();
+    let mut ranks = 0;
+    for p in 1..ids.len() {
+        let logits: Vec<f64> =
+            seq["positions"][p - 1]["top10"].as_array().unwrap().iter().map(|e| e[1].as_f64().unwrap()).collect();
+        let at = seq["positions"][p - 1]["top10"].as_array().unwrap().iter().position(|e| e[0] == ids[p]);
+        let entry = &ranked[p][ids[p].to_string()];
+        assert!(entry["logprob"].is_number() && entry["decoded_token"].is_string(), "{entry}");
+        let Some(i) = at else { continue };
+        let clear = |j: usize| logits.get(j).is_none_or(|&x| (x - logits[i]).abs() > 0.05);
+        if (i == 0 || clear(i - 1)) && clear(i + 1) {
+            assert_eq!(entry["rank"], i + 1, "position {p}: {entry}");
+            ranks += 1;
+        }
+    }
+    assert!(ranks >= 25, "only {ranks} ranks checked");
 
     // Streamed: the echoed prompt (with its scores) first, then the tokens.
     let (code, body) = post(b, "/v1/completions", &request(1, r#","logprobs":1,"stream":true"#));

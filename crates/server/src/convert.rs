@@ -37,6 +37,8 @@ pub struct Settings {
     pub ignore_eos: bool,
     pub min_tokens: usize,
     pub json: bool,
+    /// Alternatives per prompt token, when the prompt is to be scored.
+    pub prompt_logprobs: Option<usize>,
 }
 
 /// The prompt of a completions request.
@@ -60,6 +62,17 @@ pub fn settings(c: &CommonParams, logprobs: Option<usize>, limits: Limits) -> Re
     if c.stream_options.as_ref().is_some_and(|o| o.include_usage.is_some()) && c.stream != Some(true) {
         return Err(ApiError::param("stream_options", "stream_options needs stream: true"));
     }
+    let prompt_logprobs = match c.prompt_logprobs {
+        None => None,
+        Some(_) if c.stream == Some(true) => {
+            return Err(ApiError::param("prompt_logprobs", "prompt_logprobs are not available with stream: true"))
+        }
+        Some(t) if (0..=MAX_TOP_LOGPROBS as i64).contains(&t) => Some(t as usize),
+        Some(t) => {
+            let msg = format!("prompt_logprobs must be between 0 and {MAX_TOP_LOGPROBS}, got {t}");
+            return Err(ApiError::param("prompt_logprobs", msg));
+        }
+    };
     Ok(Settings {
         n,
         stream: c.stream.unwrap_or(false),
@@ -73,6 +86,7 @@ pub fn settings(c: &CommonParams, logprobs: Option<usize>, limits: Limits) -> Re
             m => return Err(ApiError::param("min_tokens", format!("min_tokens must be >= 0, got {m}"))),
         },
         json: response_format(c.response_format.as_ref())?,
+        prompt_logprobs,
     })
     .and_then(|s| match s.max_tokens {
         Some(max) if s.min_tokens > max => Err(ApiError::param(
@@ -105,7 +119,7 @@ impl Settings {
                     stop_ids: Vec::new(),
                     ignore_eos: self.ignore_eos,
                     min_tokens: self.min_tokens,
-                    prompt_logprobs: None,
+                    prompt_logprobs: self.prompt_logprobs,
                     json: self.json,
                 }
             })

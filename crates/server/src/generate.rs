@@ -6,7 +6,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
 use axum::http::StatusCode;
-use ferrite_engine::sampling::{Sampled, TokenLogprob};
+use ferrite_engine::sampling::{TokenLogprob, TokenScore};
 use ferrite_engine::{Event, FinishReason, Request, Summary};
 use futures_util::{Stream, StreamExt};
 
@@ -23,18 +23,12 @@ pub struct TokenInfo {
     pub top: Vec<TokenLogprob>,
 }
 
-impl From<Sampled> for TokenInfo {
-    fn from(s: Sampled) -> Self {
-        TokenInfo { token: s.token, logprob: s.logprob, top: s.top }
-    }
-}
-
 /// One choice, generated to the end.
 pub struct Output {
     pub text: String,
     pub tokens: Vec<TokenInfo>,
     /// The prompt's scores, when the request asked for them.
-    pub prompt: Vec<TokenInfo>,
+    pub prompt: Vec<TokenScore>,
     pub summary: Summary,
 }
 
@@ -66,7 +60,7 @@ pub async fn collect(mut stream: EventStream, keep_tokens: bool) -> Output {
     let mut prompt = Vec::new();
     while let Some(ev) = stream.next().await {
         match ev {
-            Event::PromptLogprobs(scores) => prompt = scores.into_iter().map(TokenInfo::from).collect(),
+            Event::PromptLogprobs(scores) => prompt = scores,
             Event::Token { token, text: t, logprob, top_logprobs } => {
                 text.push_str(&t);
                 if keep_tokens {

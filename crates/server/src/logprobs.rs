@@ -1,8 +1,11 @@
 //! Token logprobs in both OpenAI layouts. Token strings come from the token's
 //! bytes (lossy for a partial UTF-8 character; `bytes` keeps them exact).
 
-use crate::api::response::{Alternatives, ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, TopLogprob};
+use crate::api::response::{
+    Alternatives, ChatLogprobs, ChatTokenLogprob, CompletionLogprobs, RankedLogprob, RankedLogprobs, TopLogprob,
+};
 use crate::generate::TokenInfo;
+use ferrite_engine::sampling::TokenScore;
 use ferrite_loader::tokenizer::Tokenizer;
 
 /// JSON has no -inf; OpenAI reports impossible tokens as -9999.
@@ -60,13 +63,40 @@ pub fn completion(tok: &Tokenizer, infos: &[TokenInfo], offset: &mut usize) -> C
 }
 
 /// An echoed prompt's tokens: `first`, which has no logprob (null, as
-/// OpenAI writes it), then each scored token (`Event::PromptLogprobs`).
-/// `offset` advances as in `completion`, from 0: the echo leads the text.
-pub fn echoed_prompt(tok: &Tokenizer, first: u32, scores: &[TokenInfo], offset: &mut usize) -> CompletionLogprobs {
+/// OpenAI writes it), then each scored token (`Event::PromptLogprobs`) with
+/// `top` alternatives. `offset` advances as in `completion`, from 0: the
+/// echo leads the text.
+pub fn echoed_prompt(
+    tok: &Tokenizer,
+    first: u32,
+    scores: &[TokenScore],
+    top: usize,
+    offset: &mut usize,
+) -> CompletionLogprobs {
     let mut out = CompletionLogprobs::default();
     push_legacy(tok, &mut out, first, None, offset);
-    out.append(completion(tok, scores, offset));
+    let infos: Vec<TokenInfo> = scores
+        .iter()
+        .map(|s| TokenInfo { token: s.token, logprob: s.logprob, top: s.top.iter().take(top).copied().collect() })
+        .collect();
+    out.append(completion(tok, &infos, offset));
     out
+}
+
+/// vLLM's `prompt_logprobs`: null for the first token, then each scored
+/// token with its rank and `top` alternatives.
+pub fn ranked_prompt(tok: &Tokenizer, scores: &[TokenScore], top: usize) -> Vec<Option<RankedLogprobs>> {
+    let entry = |id: u32, logprob: f32, rank: usize| {
+        let decoded_token = String::from_utf8_lossy(&tok.token_bytes(id)).into_owned();
+        (id, RankedLogprob { logprob: finite(logprob), rank, decoded_token })
+    };
+    let position = |s: &TokenScore| {
+        let mut entries = vec![entry(s.token, s.logprob, s.rank)];
+        let others = s.top.iter().take(top).enumerate().filter(|(_, t)| t.token != s.token);
+        entries.extend(others.map(|(i, t)| entry(t.token, t.logprob, i + 1)));
+        Some(RankedLogprobs(entries))
+    };
+    std::iter::once(None).chain(scores.iter().map(position)).collect()
 }
 
 fn push_legacy(

@@ -10,6 +10,7 @@ use std::convert::Infallible;
 use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use ferrite_engine::sampling::TokenScore;
 use ferrite_engine::{Event, Summary};
 use futures_util::stream::{self, BoxStream, SelectAll};
 use futures_util::StreamExt;
@@ -25,7 +26,7 @@ pub trait Format: Send + 'static {
     /// Chunks before any token (chat: each choice's assistant role).
     fn opening(&mut self, n: usize) -> Vec<Value>;
     /// The chunk for choice `index`'s prompt scores, if the format shows them.
-    fn prompt(&mut self, _index: usize, _scores: Vec<TokenInfo>) -> Option<Value> {
+    fn prompt(&mut self, _index: usize, _scores: Vec<TokenScore>) -> Option<Value> {
         None
     }
     /// Newly final text of choice `index`, with the tokens since the last chunk.
@@ -135,7 +136,7 @@ impl<F: Format> Driver<F> {
     fn event(&mut self, i: usize, ev: Event) -> Option<Vec<u8>> {
         match ev {
             Event::PromptLogprobs(scores) => {
-                let chunk = self.format.prompt(i, scores.into_iter().map(TokenInfo::from).collect())?;
+                let chunk = self.format.prompt(i, scores)?;
                 Some(data(&self.usage_field(chunk)))
             }
             Event::Token { token, text, logprob, top_logprobs } => {

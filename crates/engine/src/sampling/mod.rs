@@ -17,5 +17,5 @@ mod stop;
 
 pub use params::SamplingParams;
 pub use sampler::{Sampled, Sampler, TokenLogprob};
-pub use score::Scorer;
+pub use score::{Scorer, TokenScore};
 pub use stop::StopChecker;

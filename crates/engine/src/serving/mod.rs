@@ -16,7 +16,7 @@ use ferrite_core::{Error, Result};
 use ferrite_loader::tokenizer::Tokenizer;
 
 use crate::runner::{check_token_ids, Runner};
-use crate::sampling::{Sampled, SamplingParams, TokenLogprob};
+use crate::sampling::{SamplingParams, TokenLogprob, TokenScore};
 pub use crate::FinishReason;
 
 /// Limits of the scheduler; typed, built once by the CLI.
@@ -80,9 +80,9 @@ impl Request {
 /// `PromptLogprobs` first; tokens; then exactly one `Done`.
 #[derive(Clone, Debug)]
 pub enum Event {
-    /// Each prompt token after the first: its log-probability given the
-    /// tokens before it, and the most likely alternatives there.
-    PromptLogprobs(Vec<Sampled>),
+    /// Each prompt token after the first: its score given the tokens
+    /// before it (log-probability, rank) and the most likely alternatives.
+    PromptLogprobs(Vec<TokenScore>),
     /// One generated token. `text` is the text it made final: empty while a
     /// UTF-8 character or a possible stop string is incomplete, and possibly
     /// several tokens' worth when held text is released.

@@ -15,7 +15,7 @@ use super::{Command, EngineConfig, Event, Request, Shared, Summary};
 use crate::constraint::json::{JsonConstraint, JsonVocab};
 use crate::detokenizer::IncrementalDetokenizer;
 use crate::runner::Runner;
-use crate::sampling::{Sampled, Sampler, Scorer, StopChecker};
+use crate::sampling::{Sampled, Sampler, Scorer, StopChecker, TokenScore};
 use crate::scheduler::{ScheduledSeq, Scheduler, SchedulerConfig, StepPlan};
 use crate::FinishReason;
 
@@ -42,7 +42,7 @@ struct Active {
     json: Option<JsonConstraint>,
     generated: Vec<u32>,
     /// Scores of the prompt's tokens so far (`Request::prompt_logprobs`).
-    prompt_scores: Vec<Sampled>,
+    prompt_scores: Vec<TokenScore>,
     /// Waiting for admission (for the waiting gauge).
     queued: bool,
 }

@@ -32,6 +32,9 @@ pub struct CommonParams {
     /// Extension (as vLLM): end-of-sequence tokens are not sampled before this
     /// many tokens.
     pub min_tokens: Option<i64>,
+    /// Extension (as vLLM): each prompt token's logprob and rank, with this
+    /// many alternatives (not with `stream`).
+    pub prompt_logprobs: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

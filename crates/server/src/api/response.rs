@@ -39,6 +39,9 @@ pub struct ChatCompletion {
     pub model: String,
     pub choices: Vec<ChatChoice>,
     pub usage: Usage,
+    /// vLLM's extension, when asked for (the prompt is every choice's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Option<RankedLogprobs>>>,
 }
 
 #[derive(Serialize)]
@@ -120,6 +123,33 @@ pub struct CompletionChoice {
     pub text: String,
     pub logprobs: Option<CompletionLogprobs>,
     pub finish_reason: Option<&'static str>,
+    /// vLLM's extension, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<Option<RankedLogprobs>>>,
+}
+
+/// A prompt position in vLLM's `prompt_logprobs`: `{token id: {logprob,
+/// rank, decoded_token}}`, the prompt's own token first, then the most
+/// likely others.
+#[derive(Clone, Debug, Default)]
+pub struct RankedLogprobs(pub Vec<(u32, RankedLogprob)>);
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RankedLogprob {
+    pub logprob: f32,
+    pub rank: usize,
+    pub decoded_token: String,
+}
+
+impl Serialize for RankedLogprobs {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (id, entry) in &self.0 {
+            map.serialize_entry(&id.to_string(), entry)?;
+        }
+        map.end()
+    }
 }
 
 /// The legacy completions logprobs: parallel lists, alternatives as `{token: logprob}`.

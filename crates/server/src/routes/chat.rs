@@ -51,6 +51,7 @@ pub async fn chat_completions(
         })
         .collect();
     let usage = generate::usage(outputs.iter().map(|o| &o.summary), settings.n);
+    let prompt_logprobs = settings.prompt_logprobs.map(|k| logprobs::ranked_prompt(tok, &outputs[0].prompt, k));
     let body = ChatCompletion {
         id: meta.id,
         object: "chat.completion",
@@ -58,6 +59,7 @@ pub async fn chat_completions(
         model: meta.model,
         choices,
         usage,
+        prompt_logprobs,
     };
     Ok(Json(body).into_response())
 }

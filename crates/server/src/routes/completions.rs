@@ -3,6 +3,7 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use ferrite_engine::sampling::TokenScore;
 use ferrite_engine::{Event, FinishReason};
 use ferrite_loader::tokenizer::Tokenizer;
 use futures_util::StreamExt;
@@ -48,10 +49,12 @@ pub async fn completions(
         };
         let ids = prompt::completion_ids(tok, input)?;
         for mut r in settings.requests(ids, limits.max_context) {
-            if echo && want_logprobs {
-                r.prompt_logprobs = top_logprobs;
+            // (Scored once for both, with the more alternatives.)
+            if echo {
+                r.prompt_logprobs = r.prompt_logprobs.max(top_logprobs);
             }
-            echoes.push(text.clone().map(|text| Echo { text, first: r.prompt[0] }));
+            let top = top_logprobs.unwrap_or(0);
+            echoes.push(text.clone().map(|text| Echo { text, first: r.prompt[0], top }));
             requests.push(r);
         }
     }
@@ -80,7 +83,9 @@ pub async fn completions(
                 logprobs.get_or_insert_with(Default::default).append(generated);
             }
             let text = echo.map_or(String::new(), |e| e.text) + &o.text;
-            CompletionChoice { index, text, logprobs, finish_reason: Some(o.summary.finish.as_str()) }
+            let prompt_logprobs = settings.prompt_logprobs.map(|k| logprobs::ranked_prompt(tok, &o.prompt, k));
+            let finish_reason = Some(o.summary.finish.as_str());
+            CompletionChoice { index, text, logprobs, finish_reason, prompt_logprobs }
         })
         .collect();
     let usage = Some(generate::usage(outputs.iter().map(|o| &o.summary), settings.n));
@@ -89,15 +94,17 @@ pub async fn completions(
     Ok(Json(body).into_response())
 }
 
-/// A choice's echoed prompt: its text (as sent, or the ids decoded) and first token.
+/// A choice's echoed prompt: its text (as sent, or the ids decoded), first
+/// token, and alternatives a position (`logprobs`).
 struct Echo {
     text: String,
     first: u32,
+    top: usize,
 }
 
 impl Echo {
-    fn logprobs(&self, tok: &Tokenizer, scores: &[TokenInfo], offset: &mut usize) -> CompletionLogprobs {
-        logprobs::echoed_prompt(tok, self.first, scores, offset)
+    fn logprobs(&self, tok: &Tokenizer, scores: &[TokenScore], offset: &mut usize) -> CompletionLogprobs {
+        logprobs::echoed_prompt(tok, self.first, scores, self.top, offset)
     }
 }
 
@@ -144,7 +151,7 @@ impl CompletionFormat {
         let tok = self.state.tokenizer();
         let logprobs =
             (self.logprobs && !tokens.is_empty()).then(|| logprobs::completion(tok, tokens, &mut self.offsets[index]));
-        let choice = CompletionChoice { index, text, logprobs, finish_reason: finish };
+        let choice = CompletionChoice { index, text, logprobs, finish_reason: finish, prompt_logprobs: None };
         self.wrap(vec![choice], None)
     }
 
@@ -171,10 +178,10 @@ impl sse::Format for CompletionFormat {
             self.echoes.iter_mut().enumerate().filter_map(|(i, e)| Some((i, e.take()?.text))).collect();
         echoes.into_iter().map(|(i, text)| self.chunk(i, text, &[], None)).collect()
     }
-    fn prompt(&mut self, index: usize, scores: Vec<TokenInfo>) -> Option<Value> {
+    fn prompt(&mut self, index: usize, scores: Vec<TokenScore>) -> Option<Value> {
         let echo = self.echoes.get_mut(index)?.take()?;
-        let logprobs = echo.logprobs(self.state.tokenizer(), &scores, &mut self.offsets[index]);
-        let choice = CompletionChoice { index, text: echo.text, logprobs: Some(logprobs), finish_reason: None };
+        let logprobs = Some(echo.logprobs(self.state.tokenizer(), &scores, &mut self.offsets[index]));
+        let choice = CompletionChoice { index, text: echo.text, logprobs, finish_reason: None, prompt_logprobs: None };
         Some(self.wrap(vec![choice], None))
     }
     fn text(&mut self, index: usize, text: String, tokens: Vec<TokenInfo>) -> Value {

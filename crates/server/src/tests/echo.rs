@@ -76,3 +76,48 @@ async fn streamed_echo_comes_first() {
         }
     }
 }
+
+/// vLLM's `prompt_logprobs`: per prompt token after the first, the token's
+/// logprob and rank, then the most likely others; on completions each
+/// choice's, on chat the response's; not with `stream`.
+#[tokio::test]
+async fn prompt_logprobs_as_vllm_lists_them() {
+    let (fake, app) = app();
+    let body = json!({"prompt": "the sky", "prompt_logprobs": 1, "max_tokens": 1});
+    let r = post(&app, "/v1/completions", body).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let v = r.json();
+    let want = json!([
+        null,
+        {"8": {"logprob": -2.0, "rank": 3, "decoded_token": "the"}},
+        {"10": {"logprob": -2.0, "rank": 3, "decoded_token": "sky"},
+         "8": {"logprob": -1.0, "rank": 1, "decoded_token": "the"}}
+    ]);
+    assert_eq!(v["choices"][0]["prompt_logprobs"], want);
+    assert_eq!(v["choices"][0]["text"], "hello");
+    assert_eq!(fake.requests()[0].prompt_logprobs, Some(1));
+    // Echo's alternatives and prompt_logprobs' differ in number: scored once, with the more.
+    let body = json!({"prompt": "the sky", "prompt_logprobs": 0, "echo": true, "logprobs": 2, "max_tokens": 1});
+    let v = post(&app, "/v1/completions", body).await.json();
+    assert_eq!(fake.requests()[1].prompt_logprobs, Some(2));
+    assert_eq!(v["choices"][0]["prompt_logprobs"][1].as_object().unwrap().len(), 1);
+    assert_eq!(v["choices"][0]["logprobs"]["top_logprobs"][1].as_object().unwrap().len(), 2);
+    // Not asked for: no field.
+    let v = post(&app, "/v1/completions", json!({"prompt": "the sky", "max_tokens": 1})).await.json();
+    assert!(v["choices"][0].get("prompt_logprobs").is_none());
+
+    let msgs = json!([{"role": "user", "content": "the sky"}]);
+    let v = post(&app, "/v1/chat/completions", json!({"messages": msgs, "prompt_logprobs": 0, "n": 2})).await.json();
+    let p = v["prompt_logprobs"].as_array().unwrap();
+    assert!(p[0].is_null() && p.len() == fake.requests()[3].prompt.len(), "{v}");
+
+    for (path, body) in [
+        ("/v1/completions", json!({"prompt": "a", "prompt_logprobs": 1, "stream": true})),
+        ("/v1/completions", json!({"prompt": "a", "prompt_logprobs": 21})),
+        ("/v1/chat/completions", json!({"messages": msgs, "prompt_logprobs": -1})),
+    ] {
+        let r = post(&app, path, body.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.text());
+        assert_eq!(r.error()["param"], "prompt_logprobs");
+    }
+}

@@ -16,7 +16,7 @@ use axum::body::{to_bytes, Body, Bytes};
 use axum::http::{HeaderMap, Method, Request as HttpRequest, StatusCode};
 use axum::Router;
 use ferrite_core::{Error, Result};
-use ferrite_engine::sampling::{Sampled, TokenLogprob};
+use ferrite_engine::sampling::{TokenLogprob, TokenScore};
 use ferrite_engine::{Event, FinishReason, Metrics, Request, Summary};
 use ferrite_loader::chat_template::ChatTemplate;
 use ferrite_loader::tokenizer::Tokenizer;
@@ -91,9 +91,10 @@ impl Fake {
         let finish = if n == req.max_tokens { FinishReason::Length } else { FinishReason::Stop };
         events.push(Event::Done(summary(finish, req.prompt.len(), n)));
         if let Some(top) = req.prompt_logprobs {
-            // Each prompt token after the first scores -2, its alternatives as above.
+            // Each prompt token after the first scores -2 (rank 3), its alternatives as above.
             let alternatives = (0..top as u32).map(|i| TokenLogprob { token: 8 + i, logprob: -1.0 - i as f32 });
-            let score = |&token: &u32| Sampled { token, logprob: -2.0, top: alternatives.clone().collect() };
+            let score =
+                |&token: &u32| TokenScore { token, logprob: -2.0, rank: 3, top: alternatives.clone().collect() };
             events.insert(0, Event::PromptLogprobs(req.prompt[1..].iter().map(score).collect()));
         }
         events
