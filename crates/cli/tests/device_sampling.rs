@@ -332,6 +332,15 @@ fn serving_fed_from_the_device_gives_the_tokens_of_steps_that_wait() {
     drop(engine.submit(r).unwrap());
     let mut again = Request::new(prompts[2].clone(), SamplingParams::greedy(), 3);
     again.ignore_eos = true;
+    // Beside it, requests for the prompt alone (max_tokens 0): their draws
+    // on the device go unused, and nothing is fed ahead for them.
+    let alone: Vec<_> = [prompts[1].clone(), prompts[3][..1].to_vec()]
+        .into_iter()
+        .map(|p| engine.submit(Request::new(p, SamplingParams::greedy(), 0)).unwrap())
+        .collect();
     assert_eq!(drain(engine.submit(again).unwrap()).0, want[2][..3]);
+    for s in alone {
+        assert_eq!(drain(s).0, Vec::<u32>::new());
+    }
     engine.shutdown();
 }

@@ -288,7 +288,8 @@ fn min_tokens_bounds_and_delays_stop_strings() {
 /// Prompt logprobs (`Request::prompt_logprobs`) come first, once, one per
 /// prompt token after the first, and equal the log-softmax of the whole
 /// prompt's logits run alone, whether prefills are chunked, sequences
-/// preempted or their openings already in the prefix cache.
+/// preempted or their openings already in the prefix cache; with
+/// `max_tokens` 0 nothing else comes.
 #[test]
 fn prompt_scores_survive_chunks_preemption_and_cached_prefixes() {
     let tok = tokenizer();
@@ -333,6 +334,16 @@ fn prompt_scores_survive_chunks_preemption_and_cached_prefixes() {
                 let (tokens, sum) = drain(s);
                 assert_eq!((tokens.len(), sum.cached_tokens), (4, 0), "round {round}, prompt {i}");
             }
+        }
+        // max_tokens 0: the scores, then the end, nothing drawn; a one-token
+        // prompt has nothing to score but says so first all the same.
+        for (prompt, scores) in [(&prompts[0], prompts[0].len() - 1), (&prompts[0][..1].to_vec(), 0)] {
+            let mut r = greedy(prompt, 0);
+            r.prompt_logprobs = Some(0);
+            let mut s = e.submit(r).unwrap();
+            assert!(matches!(s.next_blocking(), Some(Event::PromptLogprobs(v)) if v.len() == scores));
+            let (tokens, sum) = drain(s);
+            assert_eq!((tokens.len(), sum.finish, sum.completion_tokens), (0, FinishReason::Length, 0));
         }
         wait_all_free(&e);
         if n_blocks == 48 {

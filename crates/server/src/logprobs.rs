@@ -8,18 +8,29 @@ use crate::generate::TokenInfo;
 use ferrite_engine::sampling::TokenScore;
 use ferrite_loader::tokenizer::Tokenizer;
 
-/// JSON has no -inf; OpenAI reports impossible tokens as -9999.
-fn finite(x: f32) -> f32 {
-    if x.is_finite() {
-        x
-    } else {
-        -9999.0
-    }
+/// A logprob for JSON: -9999 for an impossible token (JSON has no -inf; as
+/// OpenAI reports them), and the f32's shortest decimal as an f64, so a value
+/// prints the same whether a response is written directly or, as streamed
+/// chunks are, through a JSON value (which widens an f32 to its exact f64).
+fn finite(x: f32) -> f64 {
+    let x = if x.is_finite() { x } else { -9999.0 };
+    x.to_string().parse().unwrap_or(f64::from(x))
 }
 
 fn token(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
     let bytes = tok.token_bytes(id);
     (String::from_utf8_lossy(&bytes).into_owned(), bytes)
+}
+
+/// Where a token of these bytes starts in the text, in characters, given
+/// `started`, the characters begun before it (which it advances). A token
+/// that starts inside a character (with a byte continuing one) starts
+/// where that character does.
+fn text_offset(bytes: &[u8], started: &mut usize) -> usize {
+    let continuation = |b: &&u8| **b & 0xc0 == 0x80;
+    let at = started.saturating_sub(usize::from(bytes.first().is_some_and(|b| continuation(&b))));
+    *started += bytes.iter().filter(|b| !continuation(b)).count();
+    at
 }
 
 /// A token in the legacy layout, which has no `bytes`: its text, or where
@@ -51,12 +62,18 @@ pub fn chat(tok: &Tokenizer, infos: &[TokenInfo]) -> ChatLogprobs {
     ChatLogprobs { content }
 }
 
-/// `offset` is the completion's length in characters so far; it advances by
-/// each token's text, giving `text_offset`.
+/// `offset` counts the characters started so far (in the echoed prompt and
+/// the completion); it advances by each token's, giving `text_offset`.
 pub fn completion(tok: &Tokenizer, infos: &[TokenInfo], offset: &mut usize) -> CompletionLogprobs {
     let mut out = CompletionLogprobs::default();
     for i in infos {
-        let top = i.top.iter().map(|t| (legacy_text(tok.token_bytes(t.token)), finite(t.logprob))).collect();
+        let mut top: Vec<(String, f64)> =
+            i.top.iter().map(|t| (legacy_text(tok.token_bytes(t.token)), finite(t.logprob))).collect();
+        // The chosen token is always listed, as OpenAI's legacy layout does
+        // (up to `logprobs` + 1 entries).
+        if !i.top.iter().any(|t| t.token == i.token) {
+            top.push((legacy_text(tok.token_bytes(i.token)), finite(i.logprob)));
+        }
         push_legacy(tok, &mut out, i.token, Some((finite(i.logprob), Alternatives(top))), offset);
     }
     out
@@ -103,12 +120,11 @@ fn push_legacy(
     tok: &Tokenizer,
     out: &mut CompletionLogprobs,
     id: u32,
-    scored: Option<(f32, Alternatives)>,
+    scored: Option<(f64, Alternatives)>,
     offset: &mut usize,
 ) {
     let bytes = tok.token_bytes(id);
-    out.text_offset.push(*offset);
-    *offset += String::from_utf8_lossy(&bytes).chars().count();
+    out.text_offset.push(text_offset(&bytes, offset));
     out.tokens.push(legacy_text(bytes));
     let (logprob, top) = scored.unzip();
     out.token_logprobs.push(logprob);
@@ -117,8 +133,18 @@ fn push_legacy(
 
 #[cfg(test)]
 mod tests {
-    use super::legacy_text;
+    use super::{legacy_text, text_offset};
     use crate::api::response::Alternatives;
+
+    #[test]
+    fn offsets_count_characters_and_fragments_share_theirs() {
+        // "a", then 日 (e6 97 a5) split over two tokens, then "本 b".
+        let tokens: [&[u8]; 4] = [b"a", &[0xe6, 0x97], &[0xa5], "本 b".as_bytes()];
+        let mut started = 0;
+        let offsets: Vec<usize> = tokens.iter().map(|t| text_offset(t, &mut started)).collect();
+        assert_eq!(offsets, [0, 1, 1, 2]);
+        assert_eq!(started, "a日本 b".chars().count());
+    }
 
     #[test]
     fn legacy_layout_names_and_order() {

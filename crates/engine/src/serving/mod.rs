@@ -43,7 +43,8 @@ impl Default for EngineConfig {
 pub struct Request {
     pub prompt: Vec<u32>,
     pub sampling: SamplingParams,
-    /// Most new tokens; prompt + max_tokens must fit the context.
+    /// Most new tokens; prompt + max_tokens must fit the context. 0: the
+    /// prompt is computed (and scored, with `prompt_logprobs`), nothing drawn.
     pub max_tokens: usize,
     /// Stop strings: generation ends before the first occurrence, which is not emitted.
     pub stop: Vec<String>,
@@ -253,9 +254,6 @@ impl Engine {
             return Err(Error::InvalidInput("the prompt is empty".into()));
         }
         check_token_ids(&req.prompt, self.vocab_size)?;
-        if req.max_tokens == 0 {
-            return Err(Error::InvalidInput("max_tokens must be at least 1".into()));
-        }
         let total = req.prompt.len().saturating_add(req.max_tokens);
         if total > self.max_context {
             return Err(Error::InvalidInput(format!(

@@ -328,6 +328,11 @@ impl Worker {
                 _ => &[][..],
             };
             let Some(a) = self.active.get_mut(&s.id) else { continue };
+            if a.req.max_tokens == 0 {
+                // The prompt alone was asked for: its row's draw goes unused.
+                self.finish(s.id, FinishReason::Length, None);
+                continue;
+            }
             let too_short = a.generated.len() < a.req.min_tokens;
             let row = if device.is_some() {
                 row

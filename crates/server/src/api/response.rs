@@ -66,7 +66,7 @@ pub struct ChatLogprobs {
 #[derive(Clone, Debug, Serialize)]
 pub struct ChatTokenLogprob {
     pub token: String,
-    pub logprob: f32,
+    pub logprob: f64,
     pub bytes: Vec<u8>,
     pub top_logprobs: Vec<TopLogprob>,
 }
@@ -74,7 +74,7 @@ pub struct ChatTokenLogprob {
 #[derive(Clone, Debug, Serialize)]
 pub struct TopLogprob {
     pub token: String,
-    pub logprob: f32,
+    pub logprob: f64,
     pub bytes: Vec<u8>,
 }
 
@@ -136,7 +136,7 @@ pub struct RankedLogprobs(pub Vec<(u32, RankedLogprob)>);
 
 #[derive(Clone, Debug, Serialize)]
 pub struct RankedLogprob {
-    pub logprob: f32,
+    pub logprob: f64,
     pub rank: usize,
     pub decoded_token: String,
 }
@@ -157,7 +157,7 @@ impl Serialize for RankedLogprobs {
 pub struct CompletionLogprobs {
     pub tokens: Vec<String>,
     /// Null for an echoed prompt's first token, which nothing predicts.
-    pub token_logprobs: Vec<Option<f32>>,
+    pub token_logprobs: Vec<Option<f64>>,
     pub top_logprobs: Vec<Option<Alternatives>>,
     pub text_offset: Vec<usize>,
 }
@@ -175,7 +175,7 @@ impl CompletionLogprobs {
 /// A position's alternatives as `{token: logprob}`, most likely first (a map
 /// type would sort them by token text).
 #[derive(Clone, Debug, Default)]
-pub struct Alternatives(pub Vec<(String, f32)>);
+pub struct Alternatives(pub Vec<(String, f64)>);
 
 impl Serialize for Alternatives {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {

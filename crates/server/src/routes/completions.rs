@@ -4,14 +4,11 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use ferrite_engine::sampling::TokenScore;
-use ferrite_engine::{Event, FinishReason};
 use ferrite_loader::tokenizer::Tokenizer;
-use futures_util::StreamExt;
 use serde_json::Value;
 
 use crate::api::request::CompletionRequest;
 use crate::api::response::{Completion, CompletionChoice, CompletionLogprobs, Meta, Usage};
-use crate::backend::EventStream;
 use crate::convert::{self, Limits};
 use crate::errors::ApiError;
 use crate::extract::ApiJson;
@@ -26,16 +23,23 @@ pub async fn completions(
     state.check_model(req.common.model.as_deref())?;
     unsupported(&req)?;
     let echo = req.echo == Some(true);
-    // With echo, max_tokens 0 scores the prompt alone: one token is drawn and dropped.
+    // With echo, max_tokens 0 asks for the prompt alone (its scores).
     let c = &mut req.common;
     let prompt_only = echo && c.max_completion_tokens.or(c.max_tokens) == Some(0);
     if prompt_only {
+        if let Some(m @ 1..) = c.min_tokens {
+            return Err(ApiError::param("min_tokens", format!("min_tokens ({m}) must not exceed max_tokens (0)")));
+        }
+        // (Settings take at least 1; the engine takes 0.)
         (c.max_completion_tokens, c.max_tokens) = (None, Some(1));
     }
     let backend = state.generator()?;
     let limits = Limits { max_context: backend.max_context(), vocab_size: backend.vocab_size() };
     let top_logprobs = convert::completion_logprobs(req.logprobs)?;
-    let settings = convert::settings(&req.common, top_logprobs, limits)?;
+    let mut settings = convert::settings(&req.common, top_logprobs, limits)?;
+    if prompt_only {
+        settings.max_tokens = Some(0);
+    }
     let want_logprobs = top_logprobs.is_some();
     // Several prompts: each one's `n` choices in turn, as OpenAI numbers them.
     let mut requests = Vec::new();
@@ -48,6 +52,9 @@ pub async fn completions(
             (convert::Prompt::Tokens(ids), true) => Some(tok.decode(ids, false)),
         };
         let ids = prompt::completion_ids(tok, input)?;
+        if ids.is_empty() {
+            return Err(ApiError::param("prompt", "the prompt is empty"));
+        }
         for mut r in settings.requests(ids, limits.max_context) {
             // (Scored once for both, with the more alternatives.)
             if echo {
@@ -58,10 +65,7 @@ pub async fn completions(
             requests.push(r);
         }
     }
-    let mut streams = generate::submit_all(&state, requests)?;
-    if prompt_only {
-        streams = streams.into_iter().map(prompt_alone).collect();
-    }
+    let streams = generate::submit_all(&state, requests)?;
     let meta = Meta::new("cmpl", &state.model);
     if settings.stream {
         let opts =
@@ -106,21 +110,6 @@ impl Echo {
     fn logprobs(&self, tok: &Tokenizer, scores: &[TokenScore], offset: &mut usize) -> CompletionLogprobs {
         logprobs::echoed_prompt(tok, self.first, scores, self.top, offset)
     }
-}
-
-/// A stream for max_tokens 0 with echo: the one drawn token left out, the
-/// request finished by length with no completion tokens.
-fn prompt_alone(stream: EventStream) -> EventStream {
-    Box::pin(stream.filter_map(|ev| async move {
-        match ev {
-            Event::Token { .. } => None,
-            Event::Done(mut s) if matches!(s.finish, FinishReason::Stop | FinishReason::Length) => {
-                (s.finish, s.completion_tokens) = (FinishReason::Length, 0);
-                Some(Event::Done(s))
-            }
-            ev => Some(ev),
-        }
-    }))
 }
 
 /// Options we do not implement get a clear 400 rather than being ignored.

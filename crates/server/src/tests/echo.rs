@@ -42,15 +42,21 @@ async fn echo_with_max_tokens_zero_is_the_prompt_alone() {
     let v = r.json();
     assert_eq!(v["choices"][0]["text"], "the sky");
     assert_eq!(v["choices"][0]["logprobs"]["token_logprobs"], json!([null, -2.0, -2.0]));
-    assert_eq!(v["choices"][0]["logprobs"]["top_logprobs"], json!([null, {}, {}]));
+    // logprobs 0: only the token's own entry.
+    assert_eq!(v["choices"][0]["logprobs"]["top_logprobs"], json!([null, {"the": -2.0}, {"sky": -2.0}]));
     assert_eq!((&v["choices"][1]["text"], &v["choices"][1]["finish_reason"]), (&json!("a"), &json!("length")));
     assert_eq!(v["usage"]["completion_tokens"], 0);
     assert_eq!(v["usage"]["prompt_tokens"], 5);
-    // One token is drawn (and dropped) for each.
-    assert!(fake.requests().iter().all(|r| r.max_tokens == 1));
-    // max_tokens 0 without echo stays an error.
-    let r = post(&app, "/v1/completions", json!({"prompt": "a", "max_tokens": 0})).await;
-    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(fake.requests().iter().all(|r| r.max_tokens == 0));
+    // max_tokens 0 without echo stays an error, and so does min_tokens over it.
+    for body in [
+        json!({"prompt": "a", "max_tokens": 0}),
+        json!({"prompt": "a", "max_tokens": 0, "echo": true, "min_tokens": 1}),
+    ] {
+        let r = post(&app, "/v1/completions", body.clone()).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.text());
+        assert!(r.error()["message"].as_str().unwrap().contains('0'), "{body}: {}", r.text());
+    }
 }
 
 #[tokio::test]

@@ -111,7 +111,8 @@ async fn completion_with_logprobs() {
     let lp = &c["logprobs"];
     assert_eq!(lp["tokens"], json!(["hello", "wor"]));
     assert_eq!(lp["token_logprobs"], json!([-0.5, -0.5]));
-    assert_eq!(lp["top_logprobs"], json!([{"the": -1.0}, {"the": -1.0}]));
+    // The chosen token too, where it is not among the most likely (as OpenAI).
+    assert_eq!(lp["top_logprobs"], json!([{"the": -1.0, "hello": -0.5}, {"the": -1.0, "wor": -0.5}]));
     assert_eq!(lp["text_offset"], json!([0, 5]));
     assert_eq!(v["usage"]["prompt_tokens"], 3);
     assert_eq!(fake.requests()[0].prompt, vec![0, 8, 10]);
