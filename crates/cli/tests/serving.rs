@@ -314,7 +314,7 @@ fn prompt_scores_survive_chunks_preemption_and_cached_prefixes() {
                 .iter()
                 .enumerate()
                 .map(|(i, p)| {
-                    let mut r = greedy(p, 4);
+                    let mut r = greedy(p, NEW);
                     r.prompt_logprobs = scored.contains(&i).then_some(2);
                     e.submit(r).unwrap()
                 })
@@ -332,7 +332,7 @@ fn prompt_scores_survive_chunks_preemption_and_cached_prefixes() {
                     assert!(g.top.len() == 2 && g.top[0].logprob >= g.top[1].logprob && g.top[0].logprob >= g.logprob);
                 }
                 let (tokens, sum) = drain(s);
-                assert_eq!((tokens.len(), sum.cached_tokens), (4, 0), "round {round}, prompt {i}");
+                assert_eq!((tokens.len(), sum.cached_tokens), (NEW, 0), "round {round}, prompt {i}");
             }
         }
         // max_tokens 0: the scores, then the end, nothing drawn; a one-token
