@@ -129,6 +129,8 @@ impl Runner {
     /// device by its entry of `rows`: (token, logprob) in order, once waited
     /// for (`Picks::wait`; see `step_sampled_begin`).
     pub fn execute_sampled_begin(&mut self, plan: &[ScheduledSeq], rows: &[RowSampling]) -> Result<Picks> {
+        // (Scored rows want their logits on the host: `execute`.)
+        debug_assert!(plan.iter().all(|s| s.scored_rows == 0));
         let batch = self.plan_batch(plan)?;
         let picked = self.model.forward_sample_begin(&batch, rows);
         self.batch = batch;
@@ -163,8 +165,9 @@ impl Runner {
                 batch.attn.slots.push(seq.block_table[pos / bs] as usize * bs + pos % bs);
             }
             set_seq(&mut batch.attn.seqs, &mut n_seqs, q_start, seq.tokens.len(), end, &seq.block_table);
-            // (A sampled chunk's scored rows stop before its last: the
-            // prompt's last row is never scored.)
+            // A sampled chunk's scored rows stop before its last: the
+            // prompt's last row is never scored.
+            debug_assert!(!seq.sample || seq.scored_rows < seq.tokens.len());
             batch.logit_rows.extend(q_start..q_start + seq.scored_rows.min(seq.tokens.len()));
             if seq.sample {
                 batch.logit_rows.push(batch.tokens.len() - 1);

@@ -242,8 +242,11 @@ impl Scheduler {
                 break;
             }
             self.blocks.reserve(&mut s.block_table, end).expect("checked by can_reserve");
-            self.stats.prefix_query_tokens += s.tokens.len() as u64;
-            self.stats.prefix_hit_tokens += hits as u64;
+            if s.scored == 0 {
+                // (A scored prompt never looks.)
+                self.stats.prefix_query_tokens += s.tokens.len() as u64;
+                self.stats.prefix_hit_tokens += hits as u64;
+            }
             if first_time {
                 s.cached_tokens = Some(hits);
             }

@@ -48,7 +48,14 @@ pub enum Prompt {
     Tokens(Vec<u32>),
 }
 
-pub fn settings(c: &CommonParams, logprobs: Option<usize>, limits: Limits) -> Result<Settings, ApiError> {
+/// `prompt_alone`: max_tokens 0 is allowed (completions' echo: the prompt's
+/// scores, nothing generated).
+pub fn settings(
+    c: &CommonParams,
+    logprobs: Option<usize>,
+    limits: Limits,
+    prompt_alone: bool,
+) -> Result<Settings, ApiError> {
     let n = match c.n {
         None => 1,
         Some(n) if (1..=MAX_N as i64).contains(&n) => n as usize,
@@ -56,6 +63,7 @@ pub fn settings(c: &CommonParams, logprobs: Option<usize>, limits: Limits) -> Re
     };
     let max_tokens = match c.max_completion_tokens.or(c.max_tokens) {
         None => None,
+        Some(0) if prompt_alone => Some(0),
         Some(m) if m >= 1 => Some(usize::try_from(m).unwrap_or(usize::MAX)),
         Some(m) => return Err(ApiError::param("max_tokens", format!("max_tokens must be at least 1, got {m}"))),
     };
@@ -111,6 +119,8 @@ impl Settings {
             .map(|i| {
                 let sampling =
                     SamplingParams { seed: base_seed.map(|s| s.wrapping_add(i as u64)), ..self.sampling.clone() };
+                // The prompt is the same for every choice: scored once, by the first.
+                let prompt_logprobs = if i == 0 { self.prompt_logprobs } else { None };
                 Request {
                     prompt: prompt.clone(),
                     sampling,
@@ -119,7 +129,7 @@ impl Settings {
                     stop_ids: Vec::new(),
                     ignore_eos: self.ignore_eos,
                     min_tokens: self.min_tokens,
-                    prompt_logprobs: self.prompt_logprobs,
+                    prompt_logprobs,
                     json: self.json,
                 }
             })

@@ -8,7 +8,7 @@ const LIMITS: Limits = Limits { max_context: 100, vocab_size: 1000 };
 fn chat(body: Value) -> Result<Settings, ApiError> {
     let req: ChatRequest = serde_json::from_value(body).expect("parses");
     let lp = chat_logprobs(req.logprobs, req.top_logprobs)?;
-    settings(&req.common, lp, LIMITS)
+    settings(&req.common, lp, LIMITS, false)
 }
 
 fn err_param(r: Result<Settings, ApiError>) -> Option<String> {

@@ -14,7 +14,7 @@ use ferrite_loader::tokenizer::Tokenizer;
 /// chunks are, through a JSON value (which widens an f32 to its exact f64).
 fn finite(x: f32) -> f64 {
     let x = if x.is_finite() { x } else { -9999.0 };
-    x.to_string().parse().unwrap_or(f64::from(x))
+    ryu::Buffer::new().format_finite(x).parse().unwrap_or(f64::from(x))
 }
 
 fn token(tok: &Tokenizer, id: u32) -> (String, Vec<u8>) {
@@ -62,17 +62,20 @@ pub fn chat(tok: &Tokenizer, infos: &[TokenInfo]) -> ChatLogprobs {
     ChatLogprobs { content }
 }
 
-/// `offset` counts the characters started so far (in the echoed prompt and
-/// the completion); it advances by each token's, giving `text_offset`.
+/// `offset` counts the characters the tokens' texts have started so far
+/// (an echoed prompt's included, its BOS too, as vLLM counts them: so
+/// offsets index the tokens' text, not always the prompt as sent); it
+/// advances by each token's, giving `text_offset`.
 pub fn completion(tok: &Tokenizer, infos: &[TokenInfo], offset: &mut usize) -> CompletionLogprobs {
     let mut out = CompletionLogprobs::default();
     for i in infos {
         let mut top: Vec<(String, f64)> =
             i.top.iter().map(|t| (legacy_text(tok.token_bytes(t.token)), finite(t.logprob))).collect();
         // The chosen token is always listed, as OpenAI's legacy layout does
-        // (up to `logprobs` + 1 entries).
-        if !i.top.iter().any(|t| t.token == i.token) {
-            top.push((legacy_text(tok.token_bytes(i.token)), finite(i.logprob)));
+        // (up to `logprobs` + 1 entries); by its text, the map's key.
+        let chosen = legacy_text(tok.token_bytes(i.token));
+        if !top.iter().any(|(t, _)| *t == chosen) {
+            top.push((chosen, finite(i.logprob)));
         }
         push_legacy(tok, &mut out, i.token, Some((finite(i.logprob), Alternatives(top))), offset);
     }

@@ -246,3 +246,59 @@ fn chunked_prefill_shares_the_budget_with_decodes_fifo() {
     let lens: Vec<(u64, usize, bool)> = p.seqs.iter().map(|q| (q.id, q.tokens.len(), q.sample)).collect();
     assert_eq!(lens, vec![(1, 1, true), (2, 9, false)]);
 }
+
+#[test]
+fn scored_prompts_take_no_cached_prefix_and_score_each_position_once() {
+    let config = SchedulerConfig { max_num_seqs: 8, max_batched_tokens: 5, prefix_caching: true };
+    let mut s = Scheduler::new(config, 8, 4);
+    let prompt: Vec<u32> = (0..11).collect();
+    // Cache the prompt's blocks first.
+    s.add(1, prompt.clone());
+    for _ in 0..3 {
+        let p = s.schedule();
+        s.step_done(&p);
+    }
+    s.remove(1);
+    // Scored: positions 0..10 (each scores the next token), in chunks of 5;
+    // the last row (10) is sampled, not scored.
+    s.add_scored(2, prompt.clone());
+    let mut rows = Vec::new();
+    loop {
+        let p = s.schedule();
+        let q = &p.seqs[0];
+        assert!(q.scored_rows <= q.tokens.len() && !(q.sample && q.scored_rows == q.tokens.len()));
+        rows.push((q.start, q.tokens.len(), q.scored_rows, q.sample));
+        s.step_done(&p);
+        if q.sample {
+            break;
+        }
+    }
+    assert_eq!(rows, [(0, 5, 5, false), (5, 5, 5, false), (10, 1, 0, true)]);
+    assert_eq!(s.cached_tokens(2), 0);
+    assert_eq!((s.stats().prefix_query_tokens, s.stats().prefix_hit_tokens), (11, 0));
+    s.remove(2);
+    s.check().unwrap();
+}
+
+#[test]
+fn a_preempted_scored_prompt_is_scored_again_only_if_it_was_not_yet() {
+    for (budget, first_rows, again_rows) in [(10, 2, 5), (20, 5, 0)] {
+        let config = SchedulerConfig { max_num_seqs: 8, max_batched_tokens: budget, prefix_caching: false };
+        // Four blocks of 4: the older sequence's growth preempts the scored one.
+        let mut s = Scheduler::new(config, 4, 4);
+        s.add(1, (0..8).collect());
+        s.add_scored(2, (0..6).collect());
+        let p = s.schedule();
+        assert_eq!((p.seqs[1].id, p.seqs[1].scored_rows), (2, first_rows));
+        s.step_done(&p);
+        s.append_token(1, 8);
+        let p = s.schedule();
+        assert_eq!(p.preempted, [2]);
+        s.step_done(&p);
+        s.remove(1);
+        let p = s.schedule();
+        assert_eq!((p.seqs[0].id, p.seqs[0].start, p.seqs[0].scored_rows), (2, 0, again_rows), "budget {budget}");
+        s.step_done(&p);
+        s.check().unwrap();
+    }
+}

@@ -57,7 +57,10 @@ pub struct Request {
     /// Constrain the output to one JSON value (OpenAI `response_format: json_object`).
     pub json: bool,
     /// Score the prompt: `Event::PromptLogprobs` with this many alternatives
-    /// a position. The prompt is then computed whole (no cached prefix).
+    /// a position (callers bound it: the server takes at most 20). The
+    /// prompt is then computed whole (no cached prefix), and the steps that
+    /// hold its rows sample on the host, the worker scoring each row (a few
+    /// passes over the vocabulary) while the step's other requests wait.
     pub prompt_logprobs: Option<usize>,
 }
 
@@ -78,7 +81,8 @@ impl Request {
 }
 
 /// What a request's stream yields: with `prompt_logprobs`, one
-/// `PromptLogprobs` first; tokens; then exactly one `Done`.
+/// `PromptLogprobs` first (unless it ends before its prompt has run);
+/// tokens; then exactly one `Done`.
 #[derive(Clone, Debug)]
 pub enum Event {
     /// Each prompt token after the first: its score given the tokens

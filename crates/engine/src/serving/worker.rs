@@ -19,8 +19,6 @@ use crate::sampling::{Sampled, Sampler, Scorer, StopChecker, TokenScore};
 use crate::scheduler::{ScheduledSeq, Scheduler, SchedulerConfig, StepPlan};
 use crate::FinishReason;
 
-/// A request the worker is serving: everything besides its tokens and blocks
-/// (which the scheduler holds).
 /// A step's result: logits to sample on the host, or tokens drawn on the device.
 enum Picked {
     Logits(Vec<f32>),
@@ -33,6 +31,8 @@ enum Launched {
     Device(Picks),
 }
 
+/// A request the worker is serving: everything besides its tokens and blocks
+/// (which the scheduler holds).
 struct Active {
     tx: UnboundedSender<Event>,
     req: Request,
@@ -308,7 +308,9 @@ impl Worker {
         for s in &plan.seqs {
             // (Scored rows come only with host logits: `device_rows`.)
             if let (true, Some(r)) = (s.scored_rows > 0, rows.as_mut()) {
-                self.score_prompt(s, r.by_ref().take(s.scored_rows));
+                // (All taken here, whatever `score_prompt` uses: the next row is the next sequence's.)
+                let scored: Vec<&[f32]> = r.by_ref().take(s.scored_rows).collect();
+                self.score_prompt(s, &scored);
             }
             if !s.sample {
                 continue;
@@ -401,12 +403,13 @@ impl Worker {
 
     /// Scores the prompt tokens after the rows of `s`'s chunk; once every
     /// one is, sends them (before the request's first token).
-    fn score_prompt<'a>(&mut self, s: &ScheduledSeq, rows: impl Iterator<Item = &'a [f32]>) {
+    fn score_prompt(&mut self, s: &ScheduledSeq, rows: &[&[f32]]) {
         let Some(a) = self.active.get_mut(&s.id) else { return };
         let top = a.req.prompt_logprobs.unwrap_or(0);
         // A chunk recomputed after a preemption replaces what it covers.
         a.prompt_scores.truncate(s.start);
-        for (p, row) in (s.start..).zip(rows) {
+        debug_assert_eq!(a.prompt_scores.len(), s.start, "prompt rows scored out of order");
+        for (p, &row) in (s.start..).zip(rows) {
             let Some(&next) = a.req.prompt.get(p + 1) else { break };
             a.prompt_scores.push(self.scorer.score(row, next, top));
         }

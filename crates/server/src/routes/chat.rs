@@ -25,7 +25,7 @@ pub async fn chat_completions(
     let backend = state.generator()?;
     let limits = Limits { max_context: backend.max_context(), vocab_size: backend.vocab_size() };
     let top_logprobs = convert::chat_logprobs(req.logprobs, req.top_logprobs)?;
-    let settings = convert::settings(&req.common, top_logprobs, limits)?;
+    let settings = convert::settings(&req.common, top_logprobs, limits, false)?;
     let messages = convert::messages(&req.messages)?;
     let template = prompt::require_template(state.template.as_ref())?;
     let ending = prompt::Ending::from_request(req.add_generation_prompt, req.continue_final_message)?;

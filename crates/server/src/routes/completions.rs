@@ -18,29 +18,17 @@ use crate::{logprobs, prompt, sse};
 
 pub async fn completions(
     State(state): State<AppState>,
-    ApiJson(mut req): ApiJson<CompletionRequest>,
+    ApiJson(req): ApiJson<CompletionRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(req.common.model.as_deref())?;
     unsupported(&req)?;
     let echo = req.echo == Some(true);
-    // With echo, max_tokens 0 asks for the prompt alone (its scores).
-    let c = &mut req.common;
-    let prompt_only = echo && c.max_completion_tokens.or(c.max_tokens) == Some(0);
-    if prompt_only {
-        if let Some(m @ 1..) = c.min_tokens {
-            return Err(ApiError::param("min_tokens", format!("min_tokens ({m}) must not exceed max_tokens (0)")));
-        }
-        // (Settings take at least 1; the engine takes 0.)
-        (c.max_completion_tokens, c.max_tokens) = (None, Some(1));
-    }
     let backend = state.generator()?;
     let limits = Limits { max_context: backend.max_context(), vocab_size: backend.vocab_size() };
     let top_logprobs = convert::completion_logprobs(req.logprobs)?;
-    let mut settings = convert::settings(&req.common, top_logprobs, limits)?;
-    if prompt_only {
-        settings.max_tokens = Some(0);
-    }
-    let want_logprobs = top_logprobs.is_some();
+    // With echo, max_tokens 0 asks for the prompt alone (its scores).
+    let settings = convert::settings(&req.common, top_logprobs, limits, echo)?;
+    let (n, want_logprobs) = (settings.n, top_logprobs.is_some());
     // Several prompts: each one's `n` choices in turn, as OpenAI numbers them.
     let mut requests = Vec::new();
     let mut echoes = Vec::new();
@@ -55,9 +43,10 @@ pub async fn completions(
         if ids.is_empty() {
             return Err(ApiError::param("prompt", "the prompt is empty"));
         }
-        for mut r in settings.requests(ids, limits.max_context) {
-            // (Scored once for both, with the more alternatives.)
-            if echo {
+        for (j, mut r) in settings.requests(ids, limits.max_context).into_iter().enumerate() {
+            // Scored once, with the more alternatives of the two asks; by
+            // each choice where each streams its own echo first.
+            if echo && (j == 0 || settings.stream) {
                 r.prompt_logprobs = r.prompt_logprobs.max(top_logprobs);
             }
             let top = top_logprobs.unwrap_or(0);
@@ -68,8 +57,7 @@ pub async fn completions(
     let streams = generate::submit_all(&state, requests)?;
     let meta = Meta::new("cmpl", &state.model);
     if settings.stream {
-        let opts =
-            sse::Options { logprobs: want_logprobs, include_usage: settings.include_usage, per_prompt: settings.n };
+        let opts = sse::Options { logprobs: want_logprobs, include_usage: settings.include_usage, per_prompt: n };
         let offsets = vec![0; streams.len()];
         let format = CompletionFormat { meta, state: state.clone(), logprobs: want_logprobs, offsets, echoes };
         return Ok(sse::response(streams, format, opts));
@@ -80,19 +68,21 @@ pub async fn completions(
         .zip(echoes)
         .enumerate()
         .map(|(index, (o, echo))| {
+            // The prompt's scores, from its first choice.
+            let scores = &outputs[index - index % n].prompt;
             let mut offset = 0;
-            let mut logprobs = echo.as_ref().filter(|_| want_logprobs).map(|e| e.logprobs(tok, &o.prompt, &mut offset));
+            let mut logprobs = echo.as_ref().filter(|_| want_logprobs).map(|e| e.logprobs(tok, scores, &mut offset));
             if want_logprobs {
                 let generated = logprobs::completion(tok, &o.tokens, &mut offset);
                 logprobs.get_or_insert_with(Default::default).append(generated);
             }
             let text = echo.map_or(String::new(), |e| e.text) + &o.text;
-            let prompt_logprobs = settings.prompt_logprobs.map(|k| logprobs::ranked_prompt(tok, &o.prompt, k));
+            let prompt_logprobs = settings.prompt_logprobs.map(|k| logprobs::ranked_prompt(tok, scores, k));
             let finish_reason = Some(o.summary.finish.as_str());
             CompletionChoice { index, text, logprobs, finish_reason, prompt_logprobs }
         })
         .collect();
-    let usage = Some(generate::usage(outputs.iter().map(|o| &o.summary), settings.n));
+    let usage = Some(generate::usage(outputs.iter().map(|o| &o.summary), n));
     let m = meta;
     let body = Completion { id: m.id, object: "text_completion", created: m.created, model: m.model, choices, usage };
     Ok(Json(body).into_response())

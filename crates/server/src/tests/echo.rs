@@ -108,6 +108,14 @@ async fn prompt_logprobs_as_vllm_lists_them() {
     assert_eq!(fake.requests()[1].prompt_logprobs, Some(2));
     assert_eq!(v["choices"][0]["prompt_logprobs"][1].as_object().unwrap().len(), 1);
     assert_eq!(v["choices"][0]["logprobs"]["top_logprobs"][1].as_object().unwrap().len(), 2);
+    // n choices of one prompt: scored once, by the first, listed for each.
+    let body = json!({"prompt": ["the sky", "a"], "prompt_logprobs": 1, "echo": true, "logprobs": 1, "n": 2});
+    let v = post(&app, "/v1/completions", body).await.json();
+    let asked: Vec<Option<usize>> = fake.requests()[2..6].iter().map(|r| r.prompt_logprobs).collect();
+    assert_eq!(asked, [Some(1), None, Some(1), None]);
+    let c = v["choices"].as_array().unwrap();
+    assert_eq!((&c[1]["prompt_logprobs"], &c[1]["logprobs"]), (&c[0]["prompt_logprobs"], &c[0]["logprobs"]));
+    assert_eq!(c[3]["logprobs"]["token_logprobs"], json!([null, -2.0, -0.5, -0.5, -0.5]));
     // Not asked for: no field.
     let v = post(&app, "/v1/completions", json!({"prompt": "the sky", "max_tokens": 1})).await.json();
     assert!(v["choices"][0].get("prompt_logprobs").is_none());
@@ -115,7 +123,7 @@ async fn prompt_logprobs_as_vllm_lists_them() {
     let msgs = json!([{"role": "user", "content": "the sky"}]);
     let v = post(&app, "/v1/chat/completions", json!({"messages": msgs, "prompt_logprobs": 0, "n": 2})).await.json();
     let p = v["prompt_logprobs"].as_array().unwrap();
-    assert!(p[0].is_null() && p.len() == fake.requests()[3].prompt.len(), "{v}");
+    assert!(p[0].is_null() && p.len() == fake.requests()[7].prompt.len(), "{v}");
 
     for (path, body) in [
         ("/v1/completions", json!({"prompt": "a", "prompt_logprobs": 1, "stream": true})),
