@@ -211,6 +211,28 @@ fn echo_scores_the_prompt_as_the_exact_reference_does() {
         texts.push(c["text"].as_str().unwrap().to_string());
     }
     assert!(texts[0].starts_with("The old lighthouse keeper") && texts[1].starts_with(&texts[0]), "{texts:?}");
+    // The other reference sequences (code; Russian and Japanese), sent together.
+    let others: Vec<&serde_json::Value> = fx["sequences"].as_array().unwrap()[1..].iter().collect();
+    let prompts: Vec<&serde_json::Value> = others.iter().map(|q| &q["ids"]).collect();
+    let body = format!(r#"{{"prompt":{},"echo":true,"max_tokens":0,"logprobs":0}}"#, serde_json::json!(prompts));
+    let (code, body) = post(b, "/v1/completions", &body);
+    assert_eq!(code, 200, "{body}");
+    let v = json(&body);
+    for (q, c) in others.iter().zip(v["choices"].as_array().unwrap()) {
+        let ids = q["ids"].as_array().unwrap();
+        let lps = c["logprobs"]["token_logprobs"].as_array().unwrap();
+        assert_eq!(lps.len(), ids.len());
+        let mut checked = 0;
+        for p in 1..ids.len() {
+            let at = &q["positions"][p - 1];
+            let Some(e) = at["top10"].as_array().unwrap().iter().find(|e| e[0] == ids[p]) else { continue };
+            let want = e[1].as_f64().unwrap() - at["logsumexp"].as_f64().unwrap();
+            let got = lps[p].as_f64().unwrap();
+            assert!((got - want).abs() < 1e-2, "{}: position {p}: {got} against {want}", q["name"]);
+            checked += 1;
+        }
+        assert!(checked >= 40, "{}: only {checked} checked", q["name"]);
+    }
 
     // vLLM's prompt_logprobs: the prompt token's rank too, where the
     // reference's order is clear (neighbours more than 0.05 apart).
