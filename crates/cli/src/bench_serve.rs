@@ -534,11 +534,14 @@ async fn run(a: &BenchServeArgs, c: Config) -> Result<()> {
     let show_bar = verbose && std::io::stderr().is_terminal();
     let api = if c.tokenize { server.probe_tokenize().await } else { None };
     if verbose {
-        let how = match api {
+        let mut how = match api {
             Some(api) => format!("exactly, counted with {}", api.describe()),
             None if c.tokenize => "about: one token per word, no tokenize endpoint found".into(),
             None => "about: one token per word (--no-tokenize)".into(),
         };
+        if c.endpoint == Endpoint::Chat {
+            how += ", in the message: the chat template adds its own";
+        }
         eprintln!(
             "bench-serve: {} at {}{}: {} requests, concurrency {}, {} input tokens ({how}), {} output tokens",
             model,
