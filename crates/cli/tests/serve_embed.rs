@@ -208,3 +208,35 @@ fn minilm_with_the_openai_client() {
     eprintln!("{}", o.trim());
     assert!(s.terminate().success(), "SIGTERM should exit cleanly");
 }
+
+/// text-embeddings-inference's `POST /embed` with all-MiniLM-L6-v2 (f32),
+/// against sentence-transformers: normalized vectors by default, and with
+/// `normalize: false` the mean pooling before its Normalize module.
+#[test]
+fn minilm_through_the_tei_embed_route() {
+    model_path("all-minilm-l6-v2");
+    let s = Server::start("all-minilm-l6-v2", KEY, &["--precision", "f32"]);
+    let fx = read_json("embed/minilm.json");
+    // (An empty text is refused, as on /v1/embeddings.)
+    let items: Vec<&Value> =
+        fx["cases"]["default"]["items"].as_array().unwrap().iter().filter(|i| i["text"] != "").collect();
+    let texts: Vec<&Value> = items.iter().map(|i| &i["text"]).collect();
+    let (code, v) = post(&s.base, "/embed", &json!({"inputs": texts, "truncate": true}));
+    assert_eq!(code, 200, "{v}");
+    for (item, got) in items.iter().zip(v.as_array().unwrap()) {
+        let diff = max_abs_diff(&floats(got), &floats(&item["embedding"]));
+        assert!(diff < 1e-4, "{}: max abs diff {diff}", item["text"]);
+    }
+    let raw: Vec<&&Value> = items.iter().filter(|i| i.get("mean_pooled").is_some()).collect();
+    assert!(raw.len() >= 4);
+    let texts: Vec<&Value> = raw.iter().map(|i| &i["text"]).collect();
+    let (code, v) = post(&s.base, "/embed", &json!({"inputs": texts, "normalize": false, "truncate": true}));
+    assert_eq!(code, 200, "{v}");
+    for (item, got) in raw.iter().zip(v.as_array().unwrap()) {
+        let diff = max_abs_diff(&floats(got), &floats(&item["mean_pooled"]));
+        assert!(diff < 1e-4, "{}: max abs diff {diff} before normalizing", item["text"]);
+    }
+    let (code, v) = post(&s.base, "/embed", &json!({"inputs": ["a"], "truncation_direction": "left"}));
+    assert_eq!((code, v["error_type"].as_str()), (422, Some("validation")), "{v}");
+    assert!(s.terminate().success(), "SIGTERM should exit cleanly");
+}

@@ -71,8 +71,9 @@ pub trait EmbedBackend: Send + Sync + 'static {
     /// `max_length`: cut with `truncate`, else `Error::InvalidInput`.
     fn tokenize(&self, text: &str, truncate: bool) -> Result<Vec<u32>>;
     /// Queues tokenized inputs (each 1..=max_length tokens); `dims` keeps the
-    /// leading values (renormalized when the model normalizes).
-    fn submit(&self, inputs: Vec<Vec<u32>>, dims: Option<usize>) -> Result<EmbedReceiver>;
+    /// leading values (renormalized when normalizing); `normalize` overrides
+    /// the checkpoint's choice (`None` keeps it).
+    fn submit(&self, inputs: Vec<Vec<u32>>, normalize: Option<bool>, dims: Option<usize>) -> Result<EmbedReceiver>;
     fn metrics(&self) -> EmbedMetrics;
     fn tokenizer(&self) -> &Tokenizer;
     /// Length of the vectors.
@@ -89,9 +90,8 @@ impl EmbedBackend for EmbedEngine {
     fn tokenize(&self, text: &str, truncate: bool) -> Result<Vec<u32>> {
         self.embedder().tokenize(text, truncate)
     }
-    fn submit(&self, inputs: Vec<Vec<u32>>, dims: Option<usize>) -> Result<EmbedReceiver> {
-        // Normalized when the checkpoint says so (the engine adds its own setting).
-        EmbedEngine::submit(self, inputs, false, dims)
+    fn submit(&self, inputs: Vec<Vec<u32>>, normalize: Option<bool>, dims: Option<usize>) -> Result<EmbedReceiver> {
+        EmbedEngine::submit(self, inputs, normalize, dims)
     }
     fn metrics(&self) -> EmbedMetrics {
         EmbedEngine::metrics(self)

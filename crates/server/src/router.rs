@@ -5,7 +5,7 @@ use axum::middleware;
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::routes::{chat, completions, embeddings, misc, models, tokenize};
+use crate::routes::{chat, completions, embeddings, misc, models, tei, tokenize};
 use crate::state::AppState;
 use crate::{auth, cors};
 
@@ -17,6 +17,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
+        .route("/embed", post(tei::embed))
         .route("/v1/models", get(models::list))
         .route("/v1/models/{id}", get(models::get))
         .route("/tokenize", post(tokenize::tokenize))

@@ -102,11 +102,12 @@ impl EmbedEngine {
     }
 
     /// Queues tokenized inputs; the receiver gets their vectors. `dims`
-    /// (at most the model's dimension) keeps the leading values only.
+    /// (at most the model's dimension) keeps the leading values only;
+    /// `normalize` overrides the checkpoint's choice (`None` keeps it).
     pub fn submit(
         &self,
         inputs: Vec<Vec<u32>>,
-        normalize: bool,
+        normalize: Option<bool>,
         dims: Option<usize>,
     ) -> Result<oneshot::Receiver<EmbedReply>> {
         self.validate(&inputs, dims)?;
@@ -122,7 +123,7 @@ impl EmbedEngine {
         }
         let n = inputs.len();
         let job = Job {
-            normalize: normalize || self.embedder.normalize,
+            normalize: normalize.unwrap_or(self.embedder.normalize),
             dims,
             reply,
             out: vec![None; n],

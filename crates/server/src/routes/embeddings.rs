@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::api::request::EmbeddingRequest;
 use crate::api::response::{EmbeddingData, EmbeddingList, EmbeddingUsage, EmbeddingValue};
 use crate::backend::EmbedBackend;
-use crate::embed::{self, Encoding, Inputs};
+use crate::embed::{self, Encoding, Inputs, Options};
 use crate::errors::ApiError;
 use crate::extract::ApiJson;
 use crate::state::AppState;
@@ -21,6 +21,17 @@ pub async fn embeddings(
     ApiJson(req): ApiJson<EmbeddingRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(req.model.as_deref())?;
+    let (vectors, opts, tokens) = vectors(&state, req, None).await?;
+    Ok(Json(response(vectors, opts.encoding, &state.model, tokens)).into_response())
+}
+
+/// A request's vectors, its options and its token count; `normalize`
+/// overrides the checkpoint's choice (text-embeddings-inference's `/embed`).
+pub async fn vectors(
+    state: &AppState,
+    req: EmbeddingRequest,
+    normalize: Option<bool>,
+) -> Result<(Vec<Vec<f32>>, Options, usize), ApiError> {
     let backend = state.embedder()?.clone();
     let opts = embed::options(&req, backend.dim())?;
     let ids = match embed::inputs(&req.input, backend.vocab_size())? {
@@ -33,9 +44,9 @@ pub async fn embeddings(
         }
     };
     let tokens: usize = ids.iter().map(Vec::len).sum();
-    let reply = backend.submit(ids, opts.dims)?;
+    let reply = backend.submit(ids, normalize, opts.dims)?;
     let vectors = reply.await.map_err(|_| ApiError::internal("the embedding engine stopped"))??;
-    Ok(Json(response(vectors, opts.encoding, &state.model, tokens)).into_response())
+    Ok((vectors, opts, tokens))
 }
 
 /// Every text's ids; the first failure is the answer, naming the input.

@@ -5,4 +5,5 @@ pub mod completions;
 pub mod embeddings;
 pub mod misc;
 pub mod models;
+pub mod tei;
 pub mod tokenize;

@@ -27,6 +27,8 @@ pub struct FakeEmbedder {
     tokenizer: Tokenizer,
     /// Every submission: (inputs, dims).
     pub submitted: Mutex<Vec<Submission>>,
+    /// Each submission's normalization override.
+    pub normalize: Mutex<Vec<Option<bool>>>,
     pub busy: AtomicBool,
     /// Keep the reply senders instead of answering.
     pub hang: AtomicBool,
@@ -39,6 +41,7 @@ impl FakeEmbedder {
         Arc::new(FakeEmbedder {
             tokenizer: tokenizer(),
             submitted: Mutex::default(),
+            normalize: Mutex::default(),
             busy: AtomicBool::new(false),
             hang: AtomicBool::new(false),
             pending: Mutex::default(),
@@ -72,13 +75,14 @@ impl EmbedBackend for FakeEmbedder {
         }
         Ok(ids)
     }
-    fn submit(&self, inputs: Vec<Vec<u32>>, dims: Option<usize>) -> Result<EmbedReceiver> {
+    fn submit(&self, inputs: Vec<Vec<u32>>, normalize: Option<bool>, dims: Option<usize>) -> Result<EmbedReceiver> {
         assert!(inputs.iter().all(|i| !i.is_empty() && i.len() <= MAX_LEN), "{inputs:?}");
         assert!(inputs.iter().flatten().all(|&id| (id as usize) < WORDS.len()));
         if self.busy.load(Ordering::SeqCst) {
             return Err(Error::Busy("1 embedding request is waiting".into()));
         }
         self.submitted.lock().unwrap().push((inputs.clone(), dims));
+        self.normalize.lock().unwrap().push(normalize);
         let (tx, rx) = oneshot::channel();
         if self.hang.load(Ordering::SeqCst) {
             self.pending.lock().unwrap().push(tx);
@@ -370,4 +374,42 @@ async fn shutdown_stops_the_embedder() {
     stop_tx.send(()).unwrap();
     tokio::time::timeout(Duration::from_secs(5), server).await.unwrap().unwrap().unwrap();
     assert!(fake.stopped.load(Ordering::SeqCst));
+}
+
+/// text-embeddings-inference's `POST /embed`: the same vectors as a bare
+/// list of lists, normalized unless asked not to; its error shape.
+#[tokio::test]
+async fn tei_embed_route() {
+    let (fake, app) = embed_app();
+    let r = post(&app, "/embed", json!({"inputs": "the sky"})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(r.json(), json!([[3.0, 18.0, 0.0, 10.25]]));
+    let body = json!({"inputs": ["the sky", "a"], "normalize": false, "dimensions": 2, "truncate": true});
+    let r = post(&app, "/embed", body).await;
+    assert_eq!(r.json().as_array().unwrap().len(), 2);
+    assert_eq!(*fake.normalize.lock().unwrap(), [Some(true), Some(false)]);
+    assert_eq!(fake.submitted.lock().unwrap()[1].1, Some(2));
+    // The OpenAI route leaves it to the checkpoint.
+    post(&app, "/v1/embeddings", json!({"input": "a"})).await;
+    assert_eq!(fake.normalize.lock().unwrap()[2], None);
+
+    for (body, status) in [
+        (json!({"inputs": ""}), StatusCode::UNPROCESSABLE_ENTITY),
+        (json!({"input": "a"}), StatusCode::UNPROCESSABLE_ENTITY),
+        (json!({"inputs": "a", "truncation_direction": "left"}), StatusCode::UNPROCESSABLE_ENTITY),
+        (json!({"inputs": "a", "prompt_name": "query"}), StatusCode::UNPROCESSABLE_ENTITY),
+        (json!({"inputs": "a", "dimensions": 99}), StatusCode::UNPROCESSABLE_ENTITY),
+    ] {
+        let r = post(&app, "/embed", body.clone()).await;
+        assert_eq!(r.status, status, "{body}: {}", r.text());
+        let v = r.json();
+        assert!(v["error"].as_str().is_some_and(|m| !m.is_empty()) && v["error_type"] == "validation", "{v}");
+    }
+    fake.busy.store(true, Ordering::SeqCst);
+    let r = post(&app, "/embed", json!({"inputs": "a"})).await;
+    assert_eq!((r.status, &r.json()["error_type"]), (StatusCode::TOO_MANY_REQUESTS, &json!("overloaded")));
+    // A text generator has no /embed.
+    let (_, app) = super::app();
+    let r = post(&app, "/embed", json!({"inputs": "a"})).await;
+    assert_eq!(r.status, StatusCode::FAILED_DEPENDENCY);
 }
