@@ -332,8 +332,8 @@ fn embed_engine_is_fair_validates_and_shuts_down_cleanly() {
 
     // A huge request first, then a small one: the small one is answered while
     // the huge one is still running (inputs are taken from requests in turn).
-    let big = engine.submit(vec![long.clone(); MAX_INPUTS], false, None).unwrap();
-    let mut small = engine.submit(vec![short.clone()], false, Some(16)).unwrap();
+    let big = engine.submit(vec![long.clone(); MAX_INPUTS], None, None).unwrap();
+    let mut small = engine.submit(vec![short.clone()], None, Some(16)).unwrap();
     let got = loop {
         match small.try_recv() {
             Ok(r) => break r.unwrap(),
@@ -351,19 +351,19 @@ fn embed_engine_is_fair_validates_and_shuts_down_cleanly() {
     assert_eq!(big[0], reference.embed_tokens(std::slice::from_ref(&long), false).unwrap()[0]);
 
     // Validation happens on submit, with the offending input named.
-    assert!(engine.submit(Vec::new(), false, None).unwrap().blocking_recv().unwrap().unwrap().is_empty());
+    assert!(engine.submit(Vec::new(), None, None).unwrap().blocking_recv().unwrap().unwrap().is_empty());
     let err = |r: ferrite_core::Result<_>| r.err().map(|e: ferrite_core::Error| e.to_string()).unwrap_or_default();
-    assert!(err(engine.submit(vec![short.clone(); MAX_INPUTS + 1], false, None)).contains("at most"));
-    assert!(err(engine.submit(vec![short.clone(), vec![2, 99_999]], false, None)).contains("input 1"));
-    assert!(err(engine.submit(vec![vec![]], false, None)).contains("input 0"));
-    assert!(err(engine.submit(vec![short.clone()], false, Some(0))).contains("dimensions"));
+    assert!(err(engine.submit(vec![short.clone(); MAX_INPUTS + 1], None, None)).contains("at most"));
+    assert!(err(engine.submit(vec![short.clone(), vec![2, 99_999]], None, None)).contains("input 1"));
+    assert!(err(engine.submit(vec![vec![]], None, None)).contains("input 0"));
+    assert!(err(engine.submit(vec![short.clone()], None, Some(0))).contains("dimensions"));
 
     // Shutdown with work queued: every receiver gets an answer, none hangs.
-    let pending: Vec<_> = (0..4).map(|_| engine.submit(vec![long.clone(); 256], false, None).unwrap()).collect();
+    let pending: Vec<_> = (0..4).map(|_| engine.submit(vec![long.clone(); 256], None, None).unwrap()).collect();
     engine.shutdown();
     for rx in pending {
         let _ = rx.blocking_recv().expect("a queued request must get a reply on shutdown");
     }
     assert_eq!(engine.metrics().waiting, 0);
-    assert!(engine.submit(vec![short], false, None).is_err());
+    assert!(engine.submit(vec![short], None, None).is_err());
 }
