@@ -19,7 +19,8 @@ use ferrite_models::Checkpoint;
 const GENERATION: &str = "Generation options (ignored for an embedding model)";
 
 #[derive(Args, Debug)]
-#[command(after_help = "An embedding model (BERT, ModernBERT) is served on /v1/embeddings, and chat and \
+#[command(after_help = "An embedding model (BERT, ModernBERT) is served on /v1/embeddings (OpenAI's API) and \
+    /embed (text-embeddings-inference's, also on POST /), and chat and \
     completions answer 400. For it --max-embed-tokens and --max-waiting apply; --ctx-size, --kv-cache and \
     the generation options are ignored.")]
 pub struct ServeArgs {
@@ -142,7 +143,7 @@ fn serve_embeddings(args: ServeArgs, source: &ModelSource, ck: &Checkpoint) -> R
     let config = EmbedEngineConfig { max_batch_tokens: args.max_embed_tokens, max_waiting: args.max_waiting };
     let engine = EmbedEngine::start(embedder, config);
     eprintln!(
-        "serving {name} on /v1/embeddings: {dim} dimensions, inputs up to {max_length} tokens, \
+        "serving {name} on /v1/embeddings and /embed: {dim} dimensions, inputs up to {max_length} tokens, \
          at most {} tokens per forward pass",
         args.max_embed_tokens
     );

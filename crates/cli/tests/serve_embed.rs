@@ -237,6 +237,6 @@ fn minilm_through_the_tei_embed_route() {
         assert!(diff < 1e-4, "{}: max abs diff {diff} before normalizing", item["text"]);
     }
     let (code, v) = post(&s.base, "/embed", &json!({"inputs": ["a"], "truncation_direction": "left"}));
-    assert_eq!((code, v["error_type"].as_str()), (422, Some("validation")), "{v}");
+    assert_eq!((code, v["error_type"].as_str()), (413, Some("validation")), "{v}");
     assert!(s.terminate().success(), "SIGTERM should exit cleanly");
 }

@@ -1,7 +1,8 @@
-//! `POST /embed`: text-embeddings-inference's route, so its clients work
+//! `POST /embed` (and `POST /`, where TEI's clients given the server's bare
+//! address post): text-embeddings-inference's route, so its clients work
 //! unchanged: the vectors of /v1/embeddings as a bare list of lists,
 //! normalized unless `normalize: false`, and errors in its shape,
-//! `{"error", "error_type"}`.
+//! `{"error", "error_type"}`, with its status codes.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -31,12 +32,27 @@ pub async fn embed(
     State(state): State<AppState>,
     req: Result<ApiJson<EmbedRequest>, ApiError>,
 ) -> Result<Json<Vec<Vec<f32>>>, TeiError> {
-    let ApiJson(req) = req?;
+    // A body that is not the request: 415 for its content type, else 422.
+    let ApiJson(req) = req.map_err(|e| {
+        let status = if e.message.contains("Content-Type") {
+            StatusCode::UNSUPPORTED_MEDIA_TYPE
+        } else {
+            StatusCode::UNPROCESSABLE_ENTITY
+        };
+        TeiError(status, "validation", e.message)
+    })?;
     if state.embedder().is_err() {
-        return Err(TeiError(StatusCode::FAILED_DEPENDENCY, "this server's model is not an embedding model".into()));
+        let msg = "this server's model is not an embedding model";
+        return Err(TeiError(StatusCode::FAILED_DEPENDENCY, "backend", msg.into()));
     }
-    if req.truncation_direction.as_deref().is_some_and(|d| !d.eq_ignore_ascii_case("right")) {
-        return Err(invalid("only truncation_direction \"right\" is supported"));
+    if req.inputs.as_array().is_some_and(Vec::is_empty) {
+        return Err(TeiError(StatusCode::BAD_REQUEST, "empty", "inputs must not be an empty list".into()));
+    }
+    match req.truncation_direction.as_deref() {
+        None => {}
+        Some(d) if d.eq_ignore_ascii_case("right") => {}
+        Some(d) if d.eq_ignore_ascii_case("left") => return Err(invalid("only right truncation is supported")),
+        Some(d) => return Err(invalid(&format!("truncation_direction must be \"right\" or \"left\", not {d:?}"))),
     }
     if req.prompt_name.as_ref().is_some_and(|p| !p.is_null()) {
         return Err(invalid("prompt_name is not supported: put the prompt's text before each input"));
@@ -54,32 +70,30 @@ pub async fn embed(
 }
 
 fn invalid(message: &str) -> TeiError {
-    TeiError(StatusCode::UNPROCESSABLE_ENTITY, message.into())
+    TeiError(StatusCode::PAYLOAD_TOO_LARGE, "validation", message.into())
 }
 
-/// An error as text-embeddings-inference writes it: a request it cannot
-/// take is a 422 (413 when too large), a full queue a 429.
+/// An error as text-embeddings-inference writes it, with its status codes:
+/// a request it refuses is a "validation" error, 413 (as TEI answers
+/// every one, too large or not); a full queue 429.
 #[derive(Debug)]
-pub struct TeiError(StatusCode, String);
+pub struct TeiError(StatusCode, &'static str, String);
 
 impl From<ApiError> for TeiError {
     fn from(e: ApiError) -> Self {
-        let status = match e.status {
-            StatusCode::BAD_REQUEST => StatusCode::UNPROCESSABLE_ENTITY,
-            s => s,
-        };
-        TeiError(status, e.message)
+        match e.status {
+            StatusCode::BAD_REQUEST => TeiError(StatusCode::PAYLOAD_TOO_LARGE, "validation", e.message),
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+                TeiError(e.status, "overloaded", e.message)
+            }
+            s if s.is_server_error() => TeiError(s, "backend", e.message),
+            s => TeiError(s, "validation", e.message),
+        }
     }
 }
 
 impl IntoResponse for TeiError {
     fn into_response(self) -> Response {
-        let kind = match self.0 {
-            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => "overloaded",
-            s if s.is_server_error() => "backend",
-            StatusCode::FAILED_DEPENDENCY => "backend",
-            _ => "validation",
-        };
-        (self.0, Json(json!({"error": self.1, "error_type": kind}))).into_response()
+        (self.0, Json(json!({"error": self.2, "error_type": self.1}))).into_response()
     }
 }

@@ -393,18 +393,26 @@ async fn tei_embed_route() {
     post(&app, "/v1/embeddings", json!({"input": "a"})).await;
     assert_eq!(fake.normalize.lock().unwrap()[2], None);
 
-    for (body, status) in [
-        (json!({"inputs": ""}), StatusCode::UNPROCESSABLE_ENTITY),
-        (json!({"input": "a"}), StatusCode::UNPROCESSABLE_ENTITY),
-        (json!({"inputs": "a", "truncation_direction": "left"}), StatusCode::UNPROCESSABLE_ENTITY),
-        (json!({"inputs": "a", "prompt_name": "query"}), StatusCode::UNPROCESSABLE_ENTITY),
-        (json!({"inputs": "a", "dimensions": 99}), StatusCode::UNPROCESSABLE_ENTITY),
+    // TEI's codes: a refused request 413 ("validation"), a body that is not
+    // one 422, an empty list 400 ("empty").
+    for (body, status, kind) in [
+        (json!({"inputs": ""}), StatusCode::PAYLOAD_TOO_LARGE, "validation"),
+        (json!({"inputs": "a", "truncation_direction": "left"}), StatusCode::PAYLOAD_TOO_LARGE, "validation"),
+        (json!({"inputs": "a", "prompt_name": "query"}), StatusCode::PAYLOAD_TOO_LARGE, "validation"),
+        (json!({"inputs": "a", "dimensions": 99}), StatusCode::PAYLOAD_TOO_LARGE, "validation"),
+        (json!({"input": "a"}), StatusCode::UNPROCESSABLE_ENTITY, "validation"),
+        (json!({"inputs": []}), StatusCode::BAD_REQUEST, "empty"),
     ] {
         let r = post(&app, "/embed", body.clone()).await;
         assert_eq!(r.status, status, "{body}: {}", r.text());
         let v = r.json();
-        assert!(v["error"].as_str().is_some_and(|m| !m.is_empty()) && v["error_type"] == "validation", "{v}");
+        assert!(v["error"].as_str().is_some_and(|m| !m.is_empty()) && v["error_type"] == kind, "{v}");
     }
+    let plain = request(Method::POST, "/embed", None, &[("content-type", "text/plain")]);
+    assert_eq!(send(&app, plain).await.status, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // TEI's clients given the bare address post to "/".
+    let r = post(&app, "/", json!({"inputs": "the sky"})).await;
+    assert_eq!(r.json(), json!([[3.0, 18.0, 0.0, 10.25]]));
     fake.busy.store(true, Ordering::SeqCst);
     let r = post(&app, "/embed", json!({"inputs": "a"})).await;
     assert_eq!((r.status, &r.json()["error_type"]), (StatusCode::TOO_MANY_REQUESTS, &json!("overloaded")));
