@@ -13,6 +13,9 @@ use crate::errors::ApiError;
 
 pub struct ApiJson<T>(pub T);
 
+/// The error code of a body not sent as JSON (a 400 here; 415 on TEI's route).
+pub const UNSUPPORTED_CONTENT_TYPE: &str = "unsupported_content_type";
+
 /// How long a request's body may take to arrive once its head has: a client
 /// that declares a body and never sends it must not hold its connection.
 const BODY_TIMEOUT: Duration = Duration::from_secs(60);
@@ -24,7 +27,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
         let content_type = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
         if !is_json(content_type) {
             let shown = if content_type.is_empty() { "none".to_string() } else { format!("`{content_type}`") };
-            return Err(ApiError::invalid(format!("Content-Type must be application/json (got {shown})")));
+            let message = format!("Content-Type must be application/json (got {shown})");
+            return Err(ApiError { code: Some(UNSUPPORTED_CONTENT_TYPE), ..ApiError::invalid(message) });
         }
         let read = tokio::time::timeout(BODY_TIMEOUT, Bytes::from_request(req, state));
         let bytes = read

@@ -63,23 +63,31 @@ pub async fn completions(
         return Ok(sse::response(streams, format, opts));
     }
     let outputs = generate::collect_all(streams, want_logprobs).await?;
+    // Each prompt's echoed logprobs (and where they end) and vLLM's list,
+    // built once from its first choice's scores for all its choices.
+    let prompt_parts: Vec<_> = (0..outputs.len())
+        .step_by(n)
+        .map(|first| {
+            let scores = &outputs[first].prompt;
+            let mut offset = 0;
+            let echoed = echoes[first].as_ref().filter(|_| want_logprobs).map(|e| e.logprobs(tok, scores, &mut offset));
+            (echoed, offset, settings.prompt_logprobs.map(|k| logprobs::ranked_prompt(tok, scores, k)))
+        })
+        .collect();
     let choices = outputs
         .iter()
         .zip(echoes)
         .enumerate()
         .map(|(index, (o, echo))| {
-            // The prompt's scores, from its first choice.
-            let scores = &outputs[index - index % n].prompt;
-            let mut offset = 0;
-            let mut logprobs = echo.as_ref().filter(|_| want_logprobs).map(|e| e.logprobs(tok, scores, &mut offset));
+            let (echoed, mut offset, ranked) = prompt_parts[index / n].clone();
+            let mut logprobs = echoed;
             if want_logprobs {
                 let generated = logprobs::completion(tok, &o.tokens, &mut offset);
                 logprobs.get_or_insert_with(Default::default).append(generated);
             }
             let text = echo.map_or(String::new(), |e| e.text) + &o.text;
-            let prompt_logprobs = settings.prompt_logprobs.map(|k| logprobs::ranked_prompt(tok, scores, k));
             let finish_reason = Some(o.summary.finish.as_str());
-            CompletionChoice { index, text, logprobs, finish_reason, prompt_logprobs }
+            CompletionChoice { index, text, logprobs, finish_reason, prompt_logprobs: ranked }
         })
         .collect();
     let usage = Some(generate::usage(outputs.iter().map(|o| &o.summary), n));

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 
 use crate::api::request::EmbeddingRequest;
 use crate::errors::ApiError;
-use crate::extract::ApiJson;
+use crate::extract::{ApiJson, UNSUPPORTED_CONTENT_TYPE};
 use crate::routes::embeddings::vectors;
 use crate::state::AppState;
 
@@ -34,7 +34,7 @@ pub async fn embed(
 ) -> Result<Json<Vec<Vec<f32>>>, TeiError> {
     // A body that is not the request: 415 for its content type, else 422.
     let ApiJson(req) = req.map_err(|e| {
-        let status = if e.message.contains("Content-Type") {
+        let status = if e.code == Some(UNSUPPORTED_CONTENT_TYPE) {
             StatusCode::UNSUPPORTED_MEDIA_TYPE
         } else {
             StatusCode::UNPROCESSABLE_ENTITY
