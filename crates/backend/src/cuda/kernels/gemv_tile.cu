@@ -335,6 +335,12 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
         const uint4 s0 = KT::sums ? mp0[2 * sb + 1] : h0;
         const uint4 s1 = KT::sums && N > 1 ? mp1[2 * sb + 1] : s0;
         KT::template step<N>(cur, x, h0, s0, h1, s1, acc);
+#ifdef GEMV_MATH_TWICE  // (measurement aid: each product done twice, on a changed input; outputs wrong)
+        uint4 x2[4];
+#pragma unroll
+        for (int q = 0; q < 4; q++) x2[q] = make_uint4(x[q].x ^ sb, x[q].y ^ sb, x[q].z ^ sb, x[q].w ^ sb);
+        KT::template step<N>(cur, x2, h0, s0, h1, s1, acc);
+#endif
     };
     for (u32 sb = kw; sb < nsb; sb += 2 * nw) {
         step(wa, sb);
