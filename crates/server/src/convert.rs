@@ -288,7 +288,7 @@ pub fn completion_logprobs(v: Option<i64>) -> Result<Option<usize>, ApiError> {
 }
 
 /// The roles OpenAI's chat API knows, and Llama 3.1's `ipython` (tool results).
-const ROLES: [&str; 7] = ["system", "developer", "user", "assistant", "tool", "function", "ipython"];
+pub const ROLES: [&str; 7] = ["system", "developer", "user", "assistant", "tool", "function", "ipython"];
 
 /// Chat messages for the template: string content, text parts joined by
 /// newlines, or null (only an assistant turn, one that called tools) as "".

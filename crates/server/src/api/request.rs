@@ -52,6 +52,9 @@ pub struct ChatRequest {
     /// (default true), or leave the final assistant message open.
     pub add_generation_prompt: Option<bool>,
     pub continue_final_message: Option<bool>,
+    /// vLLM's extension: the reply's content starts with the final message's
+    /// when that message is in the reply's role (a continued message whole).
+    pub echo: Option<bool>,
     #[serde(flatten)]
     pub common: CommonParams,
 }

@@ -13,6 +13,7 @@ use crate::extract::ApiJson;
 use crate::generate::{self, TokenInfo};
 use crate::state::AppState;
 use crate::{logprobs, prompt, sse};
+use ferrite_loader::chat_template::Message;
 
 pub async fn chat_completions(
     State(state): State<AppState>,
@@ -30,13 +31,16 @@ pub async fn chat_completions(
     let template = prompt::require_template(state.template.as_ref())?;
     let ending = prompt::Ending::from_request(req.add_generation_prompt, req.continue_final_message)?;
     let ids = prompt::chat_ids(backend.tokenizer(), template, &messages, ending)?;
+    let role = reply_role(&messages, req.add_generation_prompt);
+    let echo = messages.last().filter(|m| req.echo == Some(true) && m.role == role).map(|m| m.content.clone());
     let streams = generate::submit_all(&state, settings.requests(ids, limits.max_context))?;
     let meta = Meta::new("chatcmpl", &state.model);
     let want_logprobs = top_logprobs.is_some();
     if settings.stream {
         let opts =
             sse::Options { logprobs: want_logprobs, include_usage: settings.include_usage, per_prompt: settings.n };
-        return Ok(sse::response(streams, ChatFormat { meta, state: state.clone(), logprobs: want_logprobs }, opts));
+        let format = ChatFormat { meta, state: state.clone(), logprobs: want_logprobs, role, echo };
+        return Ok(sse::response(streams, format, opts));
     }
     let outputs = generate::collect_all(streams, want_logprobs).await?;
     let tok = backend.tokenizer();
@@ -45,7 +49,7 @@ pub async fn chat_completions(
         .enumerate()
         .map(|(index, o)| ChatChoice {
             index,
-            message: AssistantMessage { role: "assistant", content: o.text.clone() },
+            message: AssistantMessage { role, content: echo.clone().unwrap_or_default() + &o.text },
             logprobs: want_logprobs.then(|| logprobs::chat(tok, &o.tokens)),
             finish_reason: o.summary.finish.as_str(),
         })
@@ -64,11 +68,21 @@ pub async fn chat_completions(
     Ok(Json(body).into_response())
 }
 
-/// `chat.completion.chunk`s: a role delta first, then content deltas.
+/// The reply's role, as vLLM names it: the assistant's, or with
+/// `add_generation_prompt: false` the final message's, whose turn goes on.
+fn reply_role(messages: &[Message], add_generation_prompt: Option<bool>) -> &'static str {
+    let last = messages.last().filter(|_| add_generation_prompt == Some(false));
+    last.and_then(|m| convert::ROLES.into_iter().find(|r| *r == m.role)).unwrap_or("assistant")
+}
+
+/// `chat.completion.chunk`s: a role delta first (then the echoed final
+/// message, if any), then content deltas.
 struct ChatFormat {
     meta: Meta,
     state: AppState,
     logprobs: bool,
+    role: &'static str,
+    echo: Option<String>,
 }
 
 impl ChatFormat {
@@ -94,12 +108,17 @@ impl ChatFormat {
 
 impl sse::Format for ChatFormat {
     fn opening(&mut self, n: usize) -> Vec<Value> {
-        (0..n)
-            .map(|i| {
-                let delta = Delta { role: Some("assistant"), content: Some(String::new()) };
-                self.chunk(vec![ChunkChoice { index: i, delta, logprobs: None, finish_reason: None }], None)
-            })
-            .collect()
+        let echo = self.echo.take().filter(|e| !e.is_empty());
+        let mut chunks = Vec::new();
+        for index in 0..n {
+            let delta = Delta { role: Some(self.role), content: Some(String::new()) };
+            chunks.push(self.chunk(vec![ChunkChoice { index, delta, logprobs: None, finish_reason: None }], None));
+            if let Some(text) = &echo {
+                let delta = Delta { role: None, content: Some(text.clone()) };
+                chunks.push(self.chunk(vec![ChunkChoice { index, delta, logprobs: None, finish_reason: None }], None));
+            }
+        }
+        chunks
     }
     fn text(&mut self, index: usize, text: String, tokens: Vec<TokenInfo>) -> Value {
         self.choice(index, Delta { role: None, content: Some(text) }, &tokens, None)

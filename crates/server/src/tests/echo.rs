@@ -1,6 +1,6 @@
 //! `echo` on /v1/completions: the prompt leads the text and, with
 //! `logprobs`, the token lists (its first token's entries null), plain and
-//! streamed; `max_tokens` 0 returns the prompt alone.
+//! streamed; `max_tokens` 0 returns the prompt alone. vLLM's `echo` on chat.
 
 use serde_json::{json, Value};
 
@@ -134,4 +134,44 @@ async fn prompt_logprobs_as_vllm_lists_them() {
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.text());
         assert_eq!(r.error()["param"], "prompt_logprobs");
     }
+}
+
+/// vLLM's `echo` on chat: the final message leads the reply's content when
+/// it is in the reply's role (a continued assistant message comes back
+/// whole), plain and streamed; otherwise nothing is added.
+#[tokio::test]
+async fn chat_echo_leads_with_a_continued_message() {
+    let (_, app) = app();
+    let two = json!([{"role": "user", "content": "the sky"}, {"role": "assistant", "content": "the sky is"}]);
+    let continued = json!({"messages": two, "continue_final_message": true, "add_generation_prompt": false,
+        "echo": true});
+    let v = post(&app, "/v1/chat/completions", continued.clone()).await.json();
+    assert_eq!(v["choices"][0]["message"], json!({"role": "assistant", "content": "the sky ishello world"}));
+    // Streamed: the role, then the echo, then the reply's deltas.
+    let mut body = continued;
+    body["stream"] = json!(true);
+    body["n"] = json!(2);
+    let events = post(&app, "/v1/chat/completions", body).await.events();
+    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    for index in 0..2 {
+        let deltas: Vec<&Value> = chunks
+            .iter()
+            .filter_map(|c| c["choices"].as_array()?.first())
+            .filter(|c| c["index"] == index)
+            .map(|c| &c["delta"])
+            .collect();
+        assert_eq!(deltas[0], &json!({"role": "assistant", "content": ""}));
+        assert_eq!(deltas[1], &json!({"content": "the sky is"}));
+        let text: String = deltas.iter().filter_map(|d| d["content"].as_str()).collect();
+        assert_eq!(text, "the sky ishello world");
+    }
+    // The final message is the user's: the reply is the assistant's, nothing echoed.
+    let user_last = json!({"messages": [{"role": "user", "content": "the sky"}], "echo": true});
+    let v = post(&app, "/v1/chat/completions", user_last).await.json();
+    assert_eq!(v["choices"][0]["message"]["content"], "hello world");
+    // Without a generation prompt the reply goes on in the final message's role.
+    let closed = json!({"messages": [{"role": "user", "content": "the sky"}], "echo": true,
+        "add_generation_prompt": false});
+    let v = post(&app, "/v1/chat/completions", closed).await.json();
+    assert_eq!(v["choices"][0]["message"], json!({"role": "user", "content": "the skyhello world"}));
 }
