@@ -318,7 +318,8 @@ pub fn load_embedder_from(
         Backend::Cuda(b) => (load_encoder(b.clone(), ck)?, precision != Precision::F32),
     };
     let tokenizer = Tokenizer::from_hf_dir(dir)?;
-    let e = Embedder::new(encoder, tokenizer, &cfg);
+    let mut e = Embedder::new(encoder, tokenizer, &cfg);
+    e.bf16 = bf16;
     let c = e.model().config();
     eprintln!(
         "loaded {model}: {:?} ({} layers, dim {}, {:?} pooling{}, max {} tokens{}) on {}{} in {:.2}s",

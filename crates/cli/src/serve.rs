@@ -20,7 +20,7 @@ const GENERATION: &str = "Generation options (ignored for an embedding model)";
 
 #[derive(Args, Debug)]
 #[command(after_help = "An embedding model (BERT, ModernBERT) is served on /v1/embeddings (OpenAI's API) and \
-    /embed (text-embeddings-inference's, also on POST /), and chat and \
+    /embed (text-embeddings-inference's, also on POST /, with its GET /info), and chat and \
     completions answer 400. For it --max-embed-tokens and --max-waiting apply; --ctx-size, --kv-cache and \
     the generation options are ignored.")]
 pub struct ServeArgs {

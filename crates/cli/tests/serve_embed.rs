@@ -238,5 +238,11 @@ fn minilm_through_the_tei_embed_route() {
     }
     let (code, v) = post(&s.base, "/embed", &json!({"inputs": ["a"], "truncation_direction": "left"}));
     assert_eq!((code, v["error_type"].as_str()), (413, Some("validation")), "{v}");
+    // GET /info: the checkpoint's pooling and length (sentence_bert_config's 256), f32 as asked.
+    let (code, text) = curl(&["-H", &format!("Authorization: Bearer {KEY}"), &format!("{}/info", s.base)]);
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    assert_eq!(code, 200, "{v}");
+    assert_eq!(v["model_type"], json!({"embedding": {"pooling": "mean"}}), "{v}");
+    assert_eq!((&v["max_input_length"], &v["model_dtype"]), (&json!(256), &json!("float32")), "{v}");
     assert!(s.terminate().success(), "SIGTERM should exit cleanly");
 }

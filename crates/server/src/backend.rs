@@ -5,7 +5,7 @@
 use std::pin::Pin;
 
 use ferrite_core::Result;
-use ferrite_engine::embed::{EmbedEngine, EmbedMetrics, EmbedReply};
+use ferrite_engine::embed::{EmbedEngine, EmbedMetrics, EmbedReply, Pooling};
 use ferrite_engine::{Engine, Event, Metrics, Request};
 use ferrite_loader::tokenizer::Tokenizer;
 use futures_util::Stream;
@@ -82,8 +82,24 @@ pub trait EmbedBackend: Send + Sync + 'static {
     fn max_length(&self) -> usize;
     /// Token ids the model's embedding table holds.
     fn vocab_size(&self) -> usize;
+    /// How it was loaded and is run, for `GET /info`.
+    fn info(&self) -> EmbedInfo;
     /// Stops taking requests, finishes the queued ones; blocks until it has.
     fn shutdown(&self);
+}
+
+/// An embedding model's settings as text-embeddings-inference's `/info`
+/// reports them.
+#[derive(Clone, Debug)]
+pub struct EmbedInfo {
+    /// TEI's name of the pooling: "cls", "mean", "last_token" or "max".
+    pub pooling: &'static str,
+    /// The matmuls' arithmetic: "bfloat16" or "float32".
+    pub dtype: &'static str,
+    /// Most tokens in one forward pass.
+    pub max_batch_tokens: usize,
+    /// Most requests waiting at once.
+    pub max_waiting: usize,
 }
 
 impl EmbedBackend for EmbedEngine {
@@ -107,6 +123,18 @@ impl EmbedBackend for EmbedEngine {
     }
     fn vocab_size(&self) -> usize {
         self.embedder().model().config().vocab_size
+    }
+    fn info(&self) -> EmbedInfo {
+        let e = self.embedder();
+        let pooling = match e.pooling {
+            Pooling::Cls => "cls",
+            Pooling::Mean => "mean",
+            Pooling::LastToken => "last_token",
+            Pooling::Max => "max",
+        };
+        let dtype = if e.bf16 { "bfloat16" } else { "float32" };
+        let c = self.config();
+        EmbedInfo { pooling, dtype, max_batch_tokens: c.max_batch_tokens, max_waiting: c.max_waiting }
     }
     fn shutdown(&self) {
         EmbedEngine::shutdown(self)

@@ -18,6 +18,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(completions::completions))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/embed", post(tei::embed))
+        .route("/info", get(tei::info))
         // (TEI's clients given the bare address post there.)
         .route("/", post(tei::embed))
         .route("/v1/models", get(models::list))

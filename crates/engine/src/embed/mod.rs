@@ -21,6 +21,8 @@ pub struct Embedder {
     pub normalize: bool,
     /// Longest input in tokens, special tokens included.
     pub max_length: usize,
+    /// Its matmuls run in bf16 (else f32), as loaded.
+    pub bf16: bool,
 }
 
 impl Embedder {
@@ -32,6 +34,7 @@ impl Embedder {
             tokenizer,
             pooling: cfg.pooling,
             normalize: cfg.normalize,
+            bf16: false,
         }
     }
 

@@ -101,6 +101,10 @@ impl EmbedEngine {
         &self.embedder
     }
 
+    pub fn config(&self) -> &EmbedEngineConfig {
+        &self.config
+    }
+
     /// Queues tokenized inputs; the receiver gets their vectors. `dims`
     /// (at most the model's dimension) keeps the leading values only;
     /// `normalize` overrides the checkpoint's choice (`None` keeps it).

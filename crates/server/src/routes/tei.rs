@@ -2,7 +2,8 @@
 //! address post): text-embeddings-inference's route, so its clients work
 //! unchanged: the vectors of /v1/embeddings as a bare list of lists,
 //! normalized unless `normalize: false`, and errors in its shape,
-//! `{"error", "error_type"}`, with its status codes.
+//! `{"error", "error_type"}`, with its status codes. `GET /info`: the
+//! model and the limits, as TEI describes them.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -10,6 +11,8 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+
+use ferrite_engine::embed::MAX_INPUTS;
 
 use crate::api::request::EmbeddingRequest;
 use crate::errors::ApiError;
@@ -67,6 +70,34 @@ pub async fn embed(
     // TEI normalizes unless told not to, whatever the checkpoint says.
     let (vectors, _, _) = vectors(&state, openai, Some(req.normalize.unwrap_or(true))).await?;
     Ok(Json(vectors))
+}
+
+/// `GET /info`: the embedding model and the server's limits in TEI's
+/// layout (`huggingface_hub`'s `get_endpoint_info` reads it).
+pub async fn info(State(state): State<AppState>) -> Result<Json<Value>, TeiError> {
+    let Ok(e) = state.embedder() else {
+        let msg = "GET /info describes an embedding model; this server's model is a text generator";
+        return Err(TeiError(StatusCode::NOT_FOUND, "validation", msg.into()));
+    };
+    let i = e.info();
+    // Inputs are tokenized on the server's blocking threads, as many at once as it has cores.
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    Ok(Json(json!({
+        "model_id": state.model,
+        "model_sha": null,
+        "model_dtype": i.dtype,
+        "model_type": {"embedding": {"pooling": i.pooling}},
+        "max_concurrent_requests": i.max_waiting,
+        "max_input_length": e.max_length(),
+        "max_batch_tokens": i.max_batch_tokens,
+        "max_batch_requests": null,
+        "max_client_batch_size": MAX_INPUTS,
+        "auto_truncate": false,
+        "tokenization_workers": workers,
+        "version": env!("CARGO_PKG_VERSION"),
+        "sha": null,
+        "docker_label": null,
+    })))
 }
 
 fn invalid(message: &str) -> TeiError {

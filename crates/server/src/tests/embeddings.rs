@@ -12,7 +12,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use super::*;
-use crate::backend::{EmbedBackend, EmbedReceiver};
+use crate::backend::{EmbedBackend, EmbedInfo, EmbedReceiver};
 
 const EMBED_MODEL: &str = "tiny-embed";
 /// Longest input in tokens (BOS included).
@@ -105,6 +105,9 @@ impl EmbedBackend for FakeEmbedder {
     }
     fn vocab_size(&self) -> usize {
         WORDS.len()
+    }
+    fn info(&self) -> EmbedInfo {
+        EmbedInfo { pooling: "cls", dtype: "float32", max_batch_tokens: 64, max_waiting: 5 }
     }
     fn shutdown(&self) {
         self.stopped.store(true, Ordering::SeqCst);
@@ -420,4 +423,25 @@ async fn tei_embed_route() {
     let (_, app) = super::app();
     let r = post(&app, "/embed", json!({"inputs": "a"})).await;
     assert_eq!(r.status, StatusCode::FAILED_DEPENDENCY);
+}
+
+/// TEI's `GET /info`: the model and the server's limits in its layout; a
+/// text generator's server has none.
+#[tokio::test]
+async fn tei_info_route() {
+    let (_, app) = embed_app();
+    let r = get(&app, "/info").await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["model_id"], EMBED_MODEL);
+    assert_eq!(v["model_type"], json!({"embedding": {"pooling": "cls"}}));
+    assert_eq!(v["model_dtype"], "float32");
+    assert_eq!(v["max_input_length"], MAX_LEN);
+    assert_eq!((&v["max_batch_tokens"], &v["max_concurrent_requests"]), (&json!(64), &json!(5)));
+    assert_eq!(v["max_client_batch_size"], ferrite_engine::embed::MAX_INPUTS);
+    assert_eq!(v["auto_truncate"], false);
+    assert!(v["version"].as_str().is_some_and(|s| !s.is_empty()) && v["tokenization_workers"].as_u64() >= Some(1));
+    let (_, app) = super::app();
+    let r = get(&app, "/info").await;
+    assert_eq!((r.status, &r.json()["error_type"]), (StatusCode::NOT_FOUND, &json!("validation")));
 }
