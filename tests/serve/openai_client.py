@@ -7,9 +7,11 @@ Exits non-zero with a message on the first failed check.
 import concurrent.futures
 import json
 import sys
+import typing
 import urllib.request
 
 import openai
+import pydantic
 
 BASE, KEY, MODEL = sys.argv[1], sys.argv[2], sys.argv[3]
 client = openai.OpenAI(base_url=f"{BASE}/v1", api_key=KEY, max_retries=0, timeout=120)
@@ -85,6 +87,19 @@ try:
 except json.JSONDecodeError as e:
     sys.exit(f"FAILED: json_object output does not parse: {r.choices[0].message.content!r}: {e}")
 check(isinstance(obj, dict), "json_object gives an object")
+
+# Structured outputs: a pydantic model through the client's parse helper
+# (a strict json_schema: keys in order, an enum, a nullable, a bounded list).
+class Cat(pydantic.BaseModel):
+    name: str
+    age: int
+    color: typing.Literal["black", "white", "orange"] | None
+    toys: list[str] = pydantic.Field(max_length=2)
+
+
+r = client.chat.completions.parse(model=MODEL, messages=[{"role": "user", "content": "Describe a cat as JSON."}],
+                                  response_format=Cat, max_tokens=200, temperature=0)
+check(isinstance(r.choices[0].message.parsed, Cat), f"json_schema output parses as the model: {r}")
 
 # Penalties, top_k/min_p extensions and logit_bias are accepted; a banned token never appears.
 req = urllib.request.Request(f"{BASE}/tokenize", data=json.dumps({"prompt": " Paris", "add_special_tokens": False}).encode(),

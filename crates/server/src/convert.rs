@@ -2,6 +2,10 @@
 //! every validation rule is unit-tested. Defaults follow OpenAI: temperature 1,
 //! top_p 1, and top_k / min_p / repetition penalty off unless asked for.
 
+use std::sync::Arc;
+
+use ferrite_engine::constraint::format::JsonFormat;
+use ferrite_engine::constraint::schema::Schema;
 use ferrite_engine::sampling::SamplingParams;
 use ferrite_engine::Request;
 use ferrite_loader::chat_template::Message;
@@ -36,7 +40,7 @@ pub struct Settings {
     pub stop: Vec<String>,
     pub ignore_eos: bool,
     pub min_tokens: usize,
-    pub json: bool,
+    pub json: Option<JsonFormat>,
     /// Alternatives per prompt token, when the prompt is to be scored.
     pub prompt_logprobs: Option<usize>,
 }
@@ -93,7 +97,7 @@ pub fn settings(
             m @ 0.. => usize::try_from(m).unwrap_or(usize::MAX),
             m => return Err(ApiError::param("min_tokens", format!("min_tokens must be >= 0, got {m}"))),
         },
-        json: response_format(c.response_format.as_ref())?,
+        json: output_format(c)?,
         prompt_logprobs,
     })
     .and_then(|s| match s.max_tokens {
@@ -130,7 +134,7 @@ impl Settings {
                     ignore_eos: self.ignore_eos,
                     min_tokens: self.min_tokens,
                     prompt_logprobs,
-                    json: self.json,
+                    json: self.json.clone(),
                 }
             })
             .collect()
@@ -240,21 +244,55 @@ pub fn logit_bias(v: Option<&Value>, vocab_size: usize) -> Result<Vec<(u32, f32)
     Ok(out)
 }
 
-/// `{type: "json_object"}` constrains the output to JSON; `{type: "text"}` is the default.
-pub fn response_format(v: Option<&Value>) -> Result<bool, ApiError> {
+/// The output's format: `response_format` `{type: "json_object"}` (one JSON
+/// object), `{type: "json_schema", json_schema: {schema}}` (a value of that
+/// schema) or `{type: "text"}` (the default); or vLLM's `guided_json` (a
+/// schema, or its text).
+fn output_format(c: &CommonParams) -> Result<Option<JsonFormat>, ApiError> {
+    let format = response_format(c.response_format.as_ref())?;
+    let Some(guided) = c.guided_json.as_ref().filter(|g| !g.is_null()) else { return Ok(format) };
+    if format.is_some() {
+        return Err(ApiError::param("guided_json", "give response_format or guided_json, not both"));
+    }
+    let parsed;
+    let schema = match guided {
+        Value::String(text) => {
+            parsed = serde_json::from_str(text)
+                .map_err(|e| ApiError::param("guided_json", format!("guided_json is not JSON: {e}")))?;
+            &parsed
+        }
+        v => v,
+    };
+    compile_schema(schema, "guided_json").map(Some)
+}
+
+pub fn response_format(v: Option<&Value>) -> Result<Option<JsonFormat>, ApiError> {
     let kind = match v {
-        None | Some(Value::Null) => return Ok(false),
+        None | Some(Value::Null) => return Ok(None),
         Some(v) => v.get("type").and_then(Value::as_str),
     };
     match kind {
-        Some("text") => Ok(false),
-        Some("json_object") => Ok(true),
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(JsonFormat::Object)),
+        Some("json_schema") => {
+            let param = "response_format.json_schema.schema";
+            let schema = v
+                .and_then(|v| v.get("json_schema"))
+                .and_then(|j| j.get("schema"))
+                .ok_or_else(|| ApiError::param(param, "json_schema needs a `schema`"))?;
+            compile_schema(schema, param).map(Some)
+        }
         Some(other) => Err(ApiError::param(
             "response_format",
-            format!("response_format type `{other}` is not supported (use `text` or `json_object`)"),
+            format!("response_format type `{other}` is not supported (use `text`, `json_object` or `json_schema`)"),
         )),
         None => Err(ApiError::param("response_format", "response_format must be an object with a `type`")),
     }
+}
+
+fn compile_schema(schema: &Value, param: &str) -> Result<JsonFormat, ApiError> {
+    let compiled = Schema::compile(schema).map_err(|e| ApiError::param(param, format!("unsupported schema: {e}")))?;
+    Ok(JsonFormat::Schema(Arc::new(compiled)))
 }
 
 /// Chat: `logprobs: bool` and `top_logprobs: 0..=20` -> alternatives per token.

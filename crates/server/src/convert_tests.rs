@@ -26,7 +26,7 @@ fn openai_defaults() {
     assert_eq!((p.seed, p.logprobs), (None, None));
     assert_eq!(
         (s.n, s.stream, s.include_usage, s.max_tokens, s.ignore_eos, s.json),
-        (1, false, false, None, false, false)
+        (1, false, false, None, false, None)
     );
     assert!(p.validate().is_ok());
 }
@@ -44,7 +44,7 @@ fn every_field_is_carried() {
     let p = &s.sampling;
     assert_eq!(
         (s.n, s.stream, s.include_usage, s.max_tokens, s.ignore_eos, s.json),
-        (3, true, true, Some(10), true, true)
+        (3, true, true, Some(10), true, Some(JsonFormat::Object))
     );
     assert_eq!((p.temperature, p.top_p, p.top_k, p.min_p), (0.5, 0.9, 20, 0.1));
     assert_eq!((p.presence_penalty, p.frequency_penalty, p.repetition_penalty), (0.5, -0.5, 1.1));
@@ -102,7 +102,13 @@ fn bad_values_are_400_naming_the_field() {
         (json!({"logit_bias": {"1000": 1}}), "logit_bias"),
         (json!({"logit_bias": {"5": 101}}), "logit_bias"),
         (json!({"logit_bias": [1]}), "logit_bias"),
-        (json!({"response_format": {"type": "json_schema"}}), "response_format"),
+        (json!({"response_format": {"type": "json_schema"}}), "response_format.json_schema.schema"),
+        (
+            json!({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a"}}}}),
+            "response_format.json_schema.schema",
+        ),
+        (json!({"guided_json": "{not json"}), "guided_json"),
+        (json!({"guided_json": {}, "response_format": {"type": "json_object"}}), "guided_json"),
         (json!({"response_format": "json"}), "response_format"),
         (json!({"top_logprobs": 21, "logprobs": true}), "top_logprobs"),
         (json!({"top_logprobs": 2}), "top_logprobs"),
@@ -121,7 +127,7 @@ fn lenient_forms() {
     let s = chat(json!({"messages": [], "top_k": -1, "seed": -1, "stop": "END", "response_format": {"type": "text"},
         "stream_options": null, "max_tokens": null, "logprobs": false, "top_logprobs": 0}))
     .unwrap();
-    assert_eq!((s.sampling.top_k, s.sampling.seed, s.json), (0, Some(u64::MAX), false));
+    assert_eq!((s.sampling.top_k, s.sampling.seed, s.json), (0, Some(u64::MAX), None));
     assert_eq!(s.stop, vec!["END"]);
     assert_eq!(stop(Some(&json!(["", "x"]))).unwrap(), vec!["x"]);
     // An empty stream_options asks for nothing, streamed or not (as in vLLM).

@@ -33,15 +33,12 @@
 //! leads a sequence into a dead end (as long as the vocabulary can spell the
 //! needed bytes, as byte-level and byte-fallback vocabularies can).
 
-use std::fmt;
 use std::sync::Arc;
 
-/// Longest run of consecutive whitespace bytes allowed between JSON tokens
-/// (and before the opening `{`). Small enough that whitespace cannot loop
-/// forever, large enough for pretty-printed output: a newline plus 15 bytes
-/// of indentation covers 2-space indentation seven levels deep, or 4-space
-/// indentation three levels deep.
-pub const MAX_WS_RUN: u8 = 16;
+pub use super::lex::MAX_WS_RUN;
+use super::lex::{is_ws, str_step, Num, StrMode, StrStep};
+pub use super::trie::JsonVocab;
+use super::trie::{apply, Grammar};
 
 /// Deepest allowed nesting of objects and arrays; the top-level object is
 /// depth 1. It lets the container stack live in a `u64`, and keeps output well
@@ -78,129 +75,13 @@ enum Mode {
     Done,
 }
 
-/// Position inside a string.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum StrMode {
-    /// Between characters.
-    Plain,
-    /// After `\`.
-    Escape,
-    /// In `\uXXXX`: `pos` hex digits read, worth `val`; `low` when this escape
-    /// must be the low surrogate completing a pair.
-    Hex { low: bool, pos: u8, val: u16 },
-    /// After a high-surrogate escape: the `\` of its low half.
-    LowBackslash,
-    /// After a high-surrogate escape and `\`: the `u`.
-    LowU,
-    /// Inside a multi-byte UTF-8 character: `need` continuation bytes remain and
-    /// the next must lie in `lo..=hi` (narrower than `0x80..=0xBF` right after
-    /// some lead bytes, which is how overlong forms and surrogates are excluded).
-    Utf8 { need: u8, lo: u8, hi: u8 },
-}
-
-/// Position inside a number, per `-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Num {
-    /// After `-`.
-    Minus,
-    /// After a leading `0` (no more integer digits may follow).
-    Zero,
-    /// In the integer part after `[1-9]`.
-    Int,
-    /// After `.`.
-    Dot,
-    /// In the fraction digits.
-    Frac,
-    /// After `e`/`E`.
-    Exp,
-    /// After the exponent's sign.
-    ExpSign,
-    /// In the exponent digits.
-    ExpInt,
-}
-
-impl Num {
-    /// Whether the number may end here.
-    fn terminal(self) -> bool {
-        matches!(self, Num::Zero | Num::Int | Num::Frac | Num::ExpInt)
-    }
-
-    fn step(self, b: u8) -> Option<Num> {
-        use Num::*;
-        Some(match (self, b) {
-            (Minus, b'0') => Zero,
-            (Minus, b'1'..=b'9') | (Int, b'0'..=b'9') => Int,
-            (Zero | Int, b'.') => Dot,
-            (Dot | Frac, b'0'..=b'9') => Frac,
-            (Zero | Int | Frac, b'e' | b'E') => Exp,
-            (Exp, b'+' | b'-') => ExpSign,
-            (Exp | ExpSign | ExpInt, b'0'..=b'9') => ExpInt,
-            _ => return None,
-        })
-    }
-}
-
 /// One step of a string: the mode after byte `b`, or `None` if `b` is invalid here.
 fn string_step(key: bool, sub: StrMode, b: u8) -> Option<Mode> {
-    use StrMode::*;
-    let sub = match sub {
-        Plain => match b {
-            b'"' => return Some(if key { Mode::Colon } else { Mode::AfterValue }),
-            b'\\' => Escape,
-            0x20..=0x7f => Plain,
-            // Lead bytes, with the range of the first continuation byte (RFC 3629 table).
-            0xc2..=0xdf => Utf8 { need: 1, lo: 0x80, hi: 0xbf },
-            0xe0 => Utf8 { need: 2, lo: 0xa0, hi: 0xbf },
-            0xed => Utf8 { need: 2, lo: 0x80, hi: 0x9f },
-            0xe1..=0xef => Utf8 { need: 2, lo: 0x80, hi: 0xbf },
-            0xf0 => Utf8 { need: 3, lo: 0x90, hi: 0xbf },
-            0xf1..=0xf3 => Utf8 { need: 3, lo: 0x80, hi: 0xbf },
-            0xf4 => Utf8 { need: 3, lo: 0x80, hi: 0x8f },
-            // Control characters, stray continuation bytes, overlong leads, > U+10FFFF.
-            _ => return None,
-        },
-        Utf8 { need, lo, hi } => {
-            if !(lo..=hi).contains(&b) {
-                return None;
-            }
-            if need == 1 {
-                Plain
-            } else {
-                Utf8 { need: need - 1, lo: 0x80, hi: 0xbf }
-            }
-        }
-        Escape => match b {
-            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Plain,
-            b'u' => Hex { low: false, pos: 0, val: 0 },
-            _ => return None,
-        },
-        LowBackslash if b == b'\\' => LowU,
-        LowU if b == b'u' => Hex { low: true, pos: 0, val: 0 },
-        LowBackslash | LowU => return None,
-        Hex { low, pos, val } => {
-            let val = val << 4 | (b as char).to_digit(16)? as u16;
-            let pos = pos + 1;
-            // Reject at the first digit that rules out valid UTF-16, so that no
-            // accepted prefix is a dead end.
-            let ok = match (low, pos) {
-                (false, 2) => !(0xdc..=0xdf).contains(&val), // a lone low surrogate
-                (true, 1) => val == 0xd,
-                (true, 2) => (0xdc..=0xdf).contains(&val),
-                _ => true,
-            };
-            if !ok {
-                return None;
-            }
-            if pos < 4 {
-                Hex { low, pos, val }
-            } else if !low && (0xd800..=0xdbff).contains(&val) {
-                LowBackslash
-            } else {
-                Plain
-            }
-        }
-    };
-    Some(Mode::Str { key, sub })
+    Some(match str_step(sub, b)? {
+        StrStep::In(sub) => Mode::Str { key, sub },
+        StrStep::End if key => Mode::Colon,
+        StrStep::End => Mode::AfterValue,
+    })
 }
 
 /// The whole parser state: small and `Copy`, so exploring a byte is free to
@@ -250,7 +131,7 @@ impl State {
             }
             _ => {}
         }
-        if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+        if is_ws(b) {
             if self.ws >= MAX_WS_RUN || self.mode == Mode::Done {
                 return None;
             }
@@ -304,188 +185,19 @@ impl State {
     }
 }
 
-/// All token byte strings as a byte trie in preorder: node `i`'s children
-/// start at `i + 1` and its subtree ends before `end[i]`. The roots are the
-/// nodes for tokens' first bytes.
-struct Trie {
-    /// The byte on the edge into each node.
-    byte: Vec<u8>,
-    /// One past the last node of each node's subtree.
-    end: Vec<u32>,
-    /// Tokens ending at node `i` are `ids[first[i]..first[i + 1]]` (several
-    /// ids may share the same bytes); `first` has one extra entry.
-    first: Vec<u32>,
-    ids: Vec<u32>,
-    /// Bit `c` of `in_string[i]` is set when, starting inside a string in
-    /// UTF-8 class `c` (see [`UTF8_CLASSES`]), every path through node `i`'s
-    /// subtree is valid string content that neither ends the string nor
-    /// starts an escape. Most of a vocabulary is like that, and its tokens are
-    /// allowed inside strings regardless of the rest of the state, so the walk
-    /// accepts such subtrees whole instead of visiting every node.
-    in_string: Vec<u8>,
-    /// The longest token, to size the walk's stack.
-    max_len: usize,
-}
+/// JSON mode's grammar: one object, any keys and values.
+struct AnyObject;
 
-/// The string positions that the content of a string cycles through between
-/// escapes: [`StrMode::Plain`] and every [`StrMode::Utf8`] reachable from it.
-const UTF8_CLASSES: [StrMode; 8] = [
-    StrMode::Plain,
-    StrMode::Utf8 { need: 1, lo: 0x80, hi: 0xbf },
-    StrMode::Utf8 { need: 2, lo: 0xa0, hi: 0xbf },
-    StrMode::Utf8 { need: 2, lo: 0x80, hi: 0x9f },
-    StrMode::Utf8 { need: 2, lo: 0x80, hi: 0xbf },
-    StrMode::Utf8 { need: 3, lo: 0x90, hi: 0xbf },
-    StrMode::Utf8 { need: 3, lo: 0x80, hi: 0xbf },
-    StrMode::Utf8 { need: 3, lo: 0x80, hi: 0x8f },
-];
-
-/// The index of `sub` in [`UTF8_CLASSES`], if it is there.
-fn utf8_class(sub: StrMode) -> Option<usize> {
-    match sub {
-        StrMode::Plain | StrMode::Utf8 { .. } => UTF8_CLASSES.iter().position(|&c| c == sub),
-        _ => None,
+impl Grammar for AnyObject {
+    type State = State;
+    fn step(&self, s: State, b: u8) -> Option<State> {
+        s.step(b)
     }
-}
-
-impl Trie {
-    /// Builds the trie from the tokens `ids`, inserting them in byte order so
-    /// that the preorder layout falls out of a single pass.
-    fn new(token_bytes: &[Vec<u8>], mut ids: Vec<u32>) -> Trie {
-        ids.sort_unstable_by(|&a, &b| token_bytes[a as usize].cmp(&token_bytes[b as usize]));
-        let mut t = Trie {
-            byte: Vec::new(),
-            end: Vec::new(),
-            first: Vec::new(),
-            ids: Vec::new(),
-            in_string: Vec::new(),
-            max_len: 0,
-        };
-        let mut path: Vec<usize> = Vec::new(); // node at each depth of the previous token
-        let mut prev: &[u8] = &[];
-        for &id in &ids {
-            let s = &token_bytes[id as usize][..];
-            let shared = prev.iter().zip(s).take_while(|(a, b)| a == b).count();
-            while path.len() > shared {
-                let node = path.pop().expect("path is longer than shared");
-                t.end[node] = t.byte.len() as u32;
-            }
-            for &b in &s[shared..] {
-                path.push(t.byte.len());
-                t.byte.push(b);
-                t.end.push(0);
-                t.first.push(t.ids.len() as u32);
-            }
-            // Sorted order puts a token right after its own node (or after an
-            // identical token), so the last node created is the one it ends at.
-            t.ids.push(id);
-            t.max_len = t.max_len.max(s.len());
-            prev = s;
+    fn free_string(&self, s: &State) -> Option<StrMode> {
+        match s.mode {
+            Mode::Str { sub, .. } => Some(sub),
+            _ => None,
         }
-        for node in path {
-            t.end[node] = t.byte.len() as u32;
-        }
-        t.first.push(t.ids.len() as u32);
-        t.in_string = t.in_string_bits();
-        t
-    }
-
-    /// Computes [`Trie::in_string`] bottom-up: children come after their
-    /// parent in preorder, so a reverse pass sees every child first.
-    fn in_string_bits(&self) -> Vec<u8> {
-        let mut bits = vec![0u8; self.byte.len()];
-        for i in (0..self.byte.len()).rev() {
-            let mut children = u8::MAX;
-            let mut c = i + 1;
-            while c < self.end[i] as usize {
-                children &= bits[c];
-                c = self.end[c] as usize;
-            }
-            for (class, &sub) in UTF8_CLASSES.iter().enumerate() {
-                let next = match string_step(false, sub, self.byte[i]) {
-                    Some(Mode::Str { sub, .. }) => utf8_class(sub),
-                    _ => None,
-                };
-                if next.is_some_and(|n| children >> n & 1 == 1) {
-                    bits[i] |= 1 << class;
-                }
-            }
-        }
-        bits
-    }
-
-    /// Sets bit `id` in `allowed` for every token `id` whose bytes `start` accepts.
-    fn walk(&self, start: State, allowed: &mut [u64]) {
-        // The nodes on the current path with the state after each of their bytes.
-        let mut path: Vec<(u32, State)> = Vec::with_capacity(self.max_len);
-        let mut i = 0;
-        while i < self.byte.len() {
-            while path.last().is_some_and(|&(end, _)| end as usize <= i) {
-                path.pop();
-            }
-            let parent = path.last().map_or(start, |&(_, s)| s);
-            let end = self.end[i] as usize;
-            if let Mode::Str { sub, .. } = parent.mode {
-                if utf8_class(sub).is_some_and(|c| self.in_string[i] >> c & 1 == 1) {
-                    // The whole subtree stays inside the string: all allowed.
-                    self.mark(i, end, allowed);
-                    i = end;
-                    continue;
-                }
-            }
-            match parent.step(self.byte[i]) {
-                Some(s) => {
-                    self.mark(i, i + 1, allowed);
-                    path.push((end as u32, s));
-                    i += 1;
-                }
-                None => i = end,
-            }
-        }
-    }
-
-    /// Sets the bits of the tokens ending at nodes `from..to`.
-    fn mark(&self, from: usize, to: usize, allowed: &mut [u64]) {
-        let limit = allowed.len() * 64;
-        for &id in &self.ids[self.first[from] as usize..self.first[to] as usize] {
-            if (id as usize) < limit {
-                allowed[id as usize / 64] |= 1 << (id % 64);
-            }
-        }
-    }
-}
-
-/// Per-tokenizer precomputed data (built once, shared).
-pub struct JsonVocab {
-    trie: Trie,
-    token_bytes: Vec<Vec<u8>>,
-    eos_ids: Vec<u32>,
-}
-
-impl JsonVocab {
-    /// `token_bytes[id]`: the bytes token `id` decodes to (empty for special/control tokens, which are never allowed);
-    /// `eos_ids`: end-of-generation ids, allowed only once the object is complete.
-    pub fn new(token_bytes: Vec<Vec<u8>>, eos_ids: &[u32]) -> JsonVocab {
-        // An EOS id ends generation whatever its bytes, so it is never a text token.
-        let ids = (0..token_bytes.len() as u32)
-            .filter(|&id| !token_bytes[id as usize].is_empty() && !eos_ids.contains(&id))
-            .collect();
-        let trie = Trie::new(&token_bytes, ids);
-        JsonVocab { trie, token_bytes, eos_ids: eos_ids.to_vec() }
-    }
-
-    fn is_eos(&self, id: u32) -> bool {
-        self.eos_ids.contains(&id)
-    }
-}
-
-impl fmt::Debug for JsonVocab {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("JsonVocab")
-            .field("tokens", &self.token_bytes.len())
-            .field("trie_nodes", &self.trie.byte.len())
-            .field("eos_ids", &self.eos_ids)
-            .finish()
     }
 }
 
@@ -505,19 +217,11 @@ impl JsonConstraint {
     pub fn mask(&self, logits: &mut [f32]) {
         let mut allowed = vec![0u64; logits.len().div_ceil(64)];
         if self.state.mode == Mode::Done {
-            for &id in &self.vocab.eos_ids {
-                if (id as usize) < logits.len() {
-                    allowed[id as usize / 64] |= 1 << (id % 64);
-                }
-            }
+            self.vocab.allow_eos(&mut allowed);
         } else {
-            self.vocab.trie.walk(self.state, &mut allowed);
+            self.vocab.trie.walk(&AnyObject, self.state, &mut allowed);
         }
-        for (i, l) in logits.iter_mut().enumerate() {
-            if allowed[i / 64] >> (i % 64) & 1 == 0 {
-                *l = f32::NEG_INFINITY;
-            }
-        }
+        apply(&allowed, logits);
     }
 
     /// Feeds the sampled token's bytes. A token the mask would have rejected leaves the state unchanged and returns false.

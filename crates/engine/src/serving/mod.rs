@@ -15,6 +15,7 @@ use std::thread::JoinHandle;
 use ferrite_core::{Error, Result};
 use ferrite_loader::tokenizer::Tokenizer;
 
+use crate::constraint::format::JsonFormat;
 use crate::runner::{check_token_ids, Runner};
 use crate::sampling::{SamplingParams, TokenLogprob, TokenScore};
 pub use crate::FinishReason;
@@ -54,8 +55,9 @@ pub struct Request {
     /// End-of-generation and stop ids are masked, and stop strings not looked
     /// for, until this many tokens exist.
     pub min_tokens: usize,
-    /// Constrain the output to one JSON value (OpenAI `response_format: json_object`).
-    pub json: bool,
+    /// Constrain the output to one JSON object (OpenAI `response_format:
+    /// json_object`) or to a value of a JSON Schema (`json_schema`).
+    pub json: Option<JsonFormat>,
     /// Score the prompt: `Event::PromptLogprobs` with this many alternatives
     /// a position (callers bound it: the server takes at most 20). The
     /// prompt is then computed whole (no cached prefix), and the steps that
@@ -74,7 +76,7 @@ impl Request {
             stop_ids: Vec::new(),
             ignore_eos: false,
             min_tokens: 0,
-            json: false,
+            json: None,
             prompt_logprobs: None,
         }
     }

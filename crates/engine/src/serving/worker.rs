@@ -12,7 +12,8 @@ use ferrite_loader::tokenizer::Tokenizer;
 use tokio::sync::mpsc::UnboundedSender;
 
 use super::{Command, EngineConfig, Event, Request, Shared, Summary};
-use crate::constraint::json::{JsonConstraint, JsonVocab};
+use crate::constraint::format::Constraint;
+use crate::constraint::json::JsonVocab;
 use crate::detokenizer::IncrementalDetokenizer;
 use crate::runner::Runner;
 use crate::sampling::{Sampled, Sampler, Scorer, StopChecker, TokenScore};
@@ -39,7 +40,7 @@ struct Active {
     sampler: Sampler,
     detok: IncrementalDetokenizer,
     stops: StopChecker,
-    json: Option<JsonConstraint>,
+    json: Option<Constraint>,
     generated: Vec<u32>,
     /// Scores of the prompt's tokens so far (`Request::prompt_logprobs`).
     prompt_scores: Vec<TokenScore>,
@@ -127,7 +128,7 @@ impl Worker {
     fn handle(&mut self, cmd: Command) -> bool {
         match cmd {
             Command::Submit { id, req, tx } => {
-                let json = req.json.then(|| JsonConstraint::new(self.json_vocab()));
+                let json = req.json.as_ref().map(|f| Constraint::new(self.json_vocab(), f));
                 if req.prompt_logprobs.is_some() {
                     self.scheduler.add_scored(id, req.prompt.clone());
                     if req.prompt.len() == 1 {

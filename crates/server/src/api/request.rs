@@ -35,6 +35,9 @@ pub struct CommonParams {
     /// Extension (as vLLM): each prompt token's logprob and rank, with this
     /// many alternatives (not with `stream`).
     pub prompt_logprobs: Option<i64>,
+    /// Extension (as vLLM): the output is a value of this JSON Schema (an
+    /// object, or its text).
+    pub guided_json: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -1,6 +1,7 @@
 //! Non-streaming endpoints: shapes, parameter plumbing, tokenizer endpoints.
 
 use axum::http::{Method, StatusCode};
+use ferrite_engine::constraint::format::JsonFormat;
 use serde_json::json;
 
 use super::*;
@@ -57,7 +58,7 @@ async fn chat_completion() {
     let req = &fake.requests()[0];
     assert_eq!(req.prompt, prompt);
     assert_eq!((req.max_tokens, req.sampling.temperature, req.sampling.top_k), (10, 1.0, 0));
-    assert!(!req.json && !req.ignore_eos);
+    assert!(req.json.is_none() && !req.ignore_eos);
 }
 
 #[tokio::test]
@@ -76,7 +77,7 @@ async fn chat_parameters_reach_the_engine() {
     assert_eq!(reqs.iter().map(|r| r.sampling.seed).collect::<Vec<_>>(), vec![Some(5), Some(6)]);
     let r = &reqs[0];
     assert_eq!((&r.prompt[..], r.max_tokens), (&[0, 3, 5, 4][..], MAX_CONTEXT - 4));
-    assert!(r.json && r.ignore_eos);
+    assert!(r.json == Some(JsonFormat::Object) && r.ignore_eos);
     assert_eq!(r.stop, vec!["x"]);
     assert_eq!(r.sampling.logit_bias, vec![(3, -100.0)]);
     assert_eq!(r.sampling.temperature, 0.0);
@@ -318,4 +319,31 @@ async fn chat_prompt_endings() {
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.text());
         assert_eq!(post(&app, "/tokenize", body.clone()).await.status, StatusCode::BAD_REQUEST, "{body}");
     }
+}
+
+/// Structured outputs: OpenAI's `json_schema` response format and vLLM's
+/// `guided_json` (a schema or its text) reach the engine compiled; a schema
+/// the grammar cannot enforce is a 400 naming the keyword.
+#[tokio::test]
+async fn json_schema_reaches_the_engine() {
+    let (fake, app) = app();
+    let schema = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]});
+    let bodies = [
+        json!({"messages": user("x"), "response_format": {"type": "json_schema",
+            "json_schema": {"name": "t", "schema": schema, "strict": true}}}),
+        json!({"messages": user("x"), "guided_json": schema}),
+        json!({"messages": user("x"), "guided_json": schema.to_string()}),
+    ];
+    for body in bodies {
+        let r = post(&app, "/v1/chat/completions", body.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "{body}: {}", r.text());
+        assert!(matches!(fake.requests().last().unwrap().json, Some(JsonFormat::Schema(_))), "{body}");
+    }
+    let r = post(&app, "/v1/completions", json!({"prompt": "x", "guided_json": schema})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let bad = json!({"prompt": "x", "response_format": {"type": "json_schema",
+        "json_schema": {"schema": {"type": "string", "format": "email"}}}});
+    let r = post(&app, "/v1/completions", bad).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.error()["message"].as_str().unwrap().contains("`format`"), "{}", r.text());
 }

@@ -1,0 +1,123 @@
+//! What a sequence's output must be (one JSON object, or a value of a JSON
+//! Schema), and the constraint that keeps it so, step by step.
+
+use std::sync::Arc;
+
+use super::json::{JsonConstraint, JsonVocab};
+use super::schema::Schema;
+use super::schema_grammar::SchemaState;
+use super::trie::apply;
+
+/// A request's output format.
+#[derive(Clone, Debug)]
+pub enum JsonFormat {
+    /// Any one JSON object (`response_format: {"type": "json_object"}`).
+    Object,
+    /// A value of this schema (`{"type": "json_schema", ...}`).
+    Schema(Arc<Schema>),
+}
+
+/// Formats are equal when they are the same format (a schema: the same
+/// compiled one).
+impl PartialEq for JsonFormat {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (JsonFormat::Object, JsonFormat::Object) => true,
+            (JsonFormat::Schema(a), JsonFormat::Schema(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+}
+
+/// One sequence's constraint: its mask before each pick, its state after.
+#[derive(Clone, Debug)]
+pub enum Constraint {
+    Object(JsonConstraint),
+    Schema(SchemaConstraint),
+}
+
+impl Constraint {
+    pub fn new(vocab: Arc<JsonVocab>, format: &JsonFormat) -> Constraint {
+        match format {
+            JsonFormat::Object => Constraint::Object(JsonConstraint::new(vocab)),
+            JsonFormat::Schema(schema) => Constraint::Schema(SchemaConstraint::new(vocab, schema.clone())),
+        }
+    }
+
+    /// Sets to f32::NEG_INFINITY the logit of every token that cannot extend
+    /// the output (ids outside `logits` are ignored).
+    pub fn mask(&self, logits: &mut [f32]) {
+        match self {
+            Constraint::Object(c) => c.mask(logits),
+            Constraint::Schema(c) => c.mask(logits),
+        }
+    }
+
+    /// Feeds the sampled token; false (and no change) for a token the mask
+    /// would have rejected.
+    pub fn advance(&mut self, token: u32) -> bool {
+        match self {
+            Constraint::Object(c) => c.advance(token),
+            Constraint::Schema(c) => c.advance(token),
+        }
+    }
+
+    /// True once nothing but the end of generation can follow.
+    pub fn is_complete(&self) -> bool {
+        match self {
+            Constraint::Object(c) => c.is_complete(),
+            Constraint::Schema(c) => c.is_complete(),
+        }
+    }
+}
+
+/// The output as a value of a schema.
+#[derive(Clone, Debug)]
+pub struct SchemaConstraint {
+    vocab: Arc<JsonVocab>,
+    schema: Arc<Schema>,
+    state: SchemaState,
+}
+
+impl SchemaConstraint {
+    pub fn new(vocab: Arc<JsonVocab>, schema: Arc<Schema>) -> SchemaConstraint {
+        let state = SchemaState::start(&schema);
+        SchemaConstraint { vocab, schema, state }
+    }
+
+    /// The tokens that extend the output, and the end of generation once it
+    /// is a whole value.
+    pub fn mask(&self, logits: &mut [f32]) {
+        let mut allowed = vec![0u64; logits.len().div_ceil(64)];
+        self.vocab.trie.walk(self.schema.as_ref(), self.state, &mut allowed);
+        if self.state.complete(&self.schema) {
+            self.vocab.allow_eos(&mut allowed);
+        }
+        apply(&allowed, logits);
+    }
+
+    pub fn advance(&mut self, token: u32) -> bool {
+        if self.vocab.is_eos(token) {
+            return self.state.complete(&self.schema);
+        }
+        let bytes = match self.vocab.token_bytes.get(token as usize) {
+            Some(b) if !b.is_empty() => b,
+            _ => return false,
+        };
+        let mut s = self.state;
+        for &b in bytes {
+            match s.step(&self.schema, b) {
+                Some(next) => s = next,
+                None => return false,
+            }
+        }
+        self.state = s;
+        true
+    }
+
+    /// True once the value is whole and cannot go on (a top-level number
+    /// may: it ends with the end of generation).
+    pub fn is_complete(&self) -> bool {
+        self.state.is_done()
+    }
+}

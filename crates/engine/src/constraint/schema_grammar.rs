@@ -1,0 +1,328 @@
+//! The byte-level grammar of a compiled [`Schema`]: a stack of open
+//! containers (each its node and how far it has got) and what the next bytes
+//! may be. Every accepted prefix can still be completed: a container opens
+//! only when the frames left can hold the deepest value it needs, an
+//! object's `}` waits for its required keys, and an array's `]` for its
+//! `minItems`.
+
+use super::lex::{is_ws, str_step, Num, StrMode, StrStep, MAX_WS_RUN};
+use super::schema::{Node, Schema, MAX_FRAMES};
+use super::trie::Grammar;
+
+/// An open container: its node and, for an object, the index of the next
+/// property that may come; for an array, the items so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Frame {
+    node: u16,
+    pos: u32,
+}
+
+/// What the next bytes may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Lex {
+    /// A value of `node` (whitespace first allowed).
+    Value {
+        node: u16,
+    },
+    /// After `{`: a key or `}`.
+    ObjOpen,
+    /// After `,` in an object: a key.
+    ObjNext,
+    /// In a listed property's name: the keys (bit `j` for property `j`) that
+    /// still match, `pos` bytes of them (quotes included) read.
+    Key {
+        cands: u64,
+        pos: u8,
+    },
+    /// In a free key (of an object with `additionalProperties`).
+    MapKey(StrMode),
+    /// After a key: `:`, then a value of `node`.
+    Colon {
+        node: u16,
+    },
+    /// After `[`: a value or `]`.
+    ArrOpen,
+    /// After a value: `,` or the innermost container's close.
+    AfterValue,
+    /// In a string value.
+    Str(StrMode),
+    Num {
+        integer: bool,
+        n: Num,
+    },
+    /// In a literal of `node`: the candidates that still match, `pos` bytes read.
+    Lit {
+        node: u16,
+        cands: u64,
+        pos: u8,
+    },
+    /// The value is complete; only the end of generation may follow.
+    Done,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SchemaState {
+    stack: [Frame; MAX_FRAMES],
+    depth: u8,
+    lex: Lex,
+    /// Length of the current whitespace run.
+    ws: u8,
+}
+
+impl SchemaState {
+    pub(crate) fn start(s: &Schema) -> SchemaState {
+        SchemaState { stack: [Frame::default(); MAX_FRAMES], depth: 0, lex: Lex::Value { node: s.root }, ws: 0 }
+    }
+
+    /// True once the output is a whole value: the end of generation may come
+    /// (a top-level number or literal may also go on).
+    pub(crate) fn complete(&self, s: &Schema) -> bool {
+        match self.lex {
+            Lex::Done => true,
+            Lex::Num { n, .. } => self.depth == 0 && n.terminal(),
+            Lex::Lit { node, cands, pos } => self.depth == 0 && lit_complete(s, node, cands, pos),
+            _ => false,
+        }
+    }
+
+    /// True once the value is whole and nothing but the end may follow.
+    pub(crate) fn is_done(&self) -> bool {
+        self.lex == Lex::Done
+    }
+
+    fn top(&self) -> Frame {
+        self.stack[self.depth as usize - 1]
+    }
+
+    fn top_mut(&mut self) -> &mut Frame {
+        &mut self.stack[self.depth as usize - 1]
+    }
+
+    /// Whether a value of `node` fits in the frames left.
+    fn fits(&self, s: &Schema, node: u16) -> bool {
+        s.min_depth[node as usize].saturating_add(self.depth as usize) <= MAX_FRAMES
+    }
+
+    /// A value has ended: what follows it.
+    fn value_done(mut self, s: &Schema) -> SchemaState {
+        if self.depth == 0 {
+            self.lex = Lex::Done;
+            return self;
+        }
+        if let Node::Array { .. } = s.node(self.top().node) {
+            self.top_mut().pos += 1;
+        }
+        self.lex = Lex::AfterValue;
+        self
+    }
+
+    /// The keys (as a bit mask of property indices) that may come next in the
+    /// innermost object: the next listed ones up to and including the first
+    /// required one, those whose values fit.
+    fn key_cands(&self, s: &Schema) -> u64 {
+        let Node::Object { props } = s.node(self.top().node) else { return 0 };
+        let mut cands = 0u64;
+        for (j, p) in props.iter().enumerate().skip(self.top().pos as usize) {
+            if self.fits(s, p.node) {
+                cands |= 1 << j;
+            }
+            if p.required {
+                break;
+            }
+        }
+        cands
+    }
+
+    /// Whether the innermost object may close: no required key is left.
+    fn may_close_object(&self, s: &Schema) -> bool {
+        match s.node(self.top().node) {
+            Node::Object { props } => !props.iter().skip(self.top().pos as usize).any(|p| p.required),
+            Node::Map { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// The first byte of a value of `node`.
+    fn start_value(mut self, s: &Schema, node: u16, b: u8) -> Option<SchemaState> {
+        if !self.fits(s, node) || !s.starts_with(node, b) {
+            return None;
+        }
+        self.lex = match s.node(node) {
+            Node::Union(alts) => {
+                let alt = alts.iter().copied().find(|&a| self.fits(s, a) && s.starts_with(a, b))?;
+                return self.start_value(s, alt, b);
+            }
+            Node::Object { .. } | Node::Map { .. } | Node::Array { .. } => {
+                self.stack[self.depth as usize] = Frame { node, pos: 0 };
+                self.depth += 1;
+                if b == b'[' {
+                    Lex::ArrOpen
+                } else {
+                    Lex::ObjOpen
+                }
+            }
+            Node::String => Lex::Str(StrMode::Plain),
+            &Node::Number { integer } => Lex::Num {
+                integer,
+                n: match b {
+                    b'-' => Num::Minus,
+                    b'0' => Num::Zero,
+                    _ => Num::Int,
+                },
+            },
+            Node::Literals(lits) => {
+                let cands = lits.iter().enumerate().filter(|(_, l)| l[0] == b).fold(0, |m, (i, _)| m | 1u64 << i);
+                Lex::Lit { node, cands, pos: 1 }
+            }
+        };
+        Some(self)
+    }
+
+    fn close(mut self, s: &Schema) -> SchemaState {
+        self.depth -= 1;
+        self.value_done(s)
+    }
+
+    pub(crate) fn step(mut self, s: &Schema, b: u8) -> Option<SchemaState> {
+        match self.lex {
+            Lex::Str(sub) => {
+                return Some(match str_step(sub, b)? {
+                    StrStep::In(sub) => SchemaState { lex: Lex::Str(sub), ..self },
+                    StrStep::End => self.value_done(s),
+                });
+            }
+            Lex::MapKey(sub) => {
+                self.lex = match str_step(sub, b)? {
+                    StrStep::In(sub) => Lex::MapKey(sub),
+                    StrStep::End => match s.node(self.top().node) {
+                        &Node::Map { values } => Lex::Colon { node: values },
+                        _ => return None,
+                    },
+                };
+                return Some(self);
+            }
+            Lex::Key { cands, pos } => {
+                let Node::Object { props } = s.node(self.top().node) else { return None };
+                let pos = pos as usize;
+                let mut next = 0u64;
+                for (j, p) in props.iter().enumerate() {
+                    if cands >> j & 1 == 1 && p.key.get(pos) == Some(&b) {
+                        if p.key.len() == pos + 1 {
+                            // The closing quote: keys differ, so this one alone.
+                            self.top_mut().pos = j as u32 + 1;
+                            self.lex = Lex::Colon { node: p.node };
+                            return Some(self);
+                        }
+                        next |= 1 << j;
+                    }
+                }
+                if next == 0 {
+                    return None;
+                }
+                self.lex = Lex::Key { cands: next, pos: pos as u8 + 1 };
+                return Some(self);
+            }
+            Lex::Num { integer, n } => {
+                if let Some(n) = n.step(b).filter(|n| !integer || matches!(n, Num::Zero | Num::Int)) {
+                    self.lex = Lex::Num { integer, n };
+                    return Some(self);
+                }
+                if !n.terminal() {
+                    return None;
+                }
+                // A byte that cannot continue the number ends it.
+                self = self.value_done(s);
+            }
+            Lex::Lit { node, cands, pos } => {
+                let Node::Literals(lits) = s.node(node) else { return None };
+                let next = lits
+                    .iter()
+                    .enumerate()
+                    .filter(|&(i, l)| cands >> i & 1 == 1 && l.get(pos as usize) == Some(&b))
+                    .fold(0, |m, (i, _)| m | 1u64 << i);
+                if next != 0 {
+                    self.lex = Lex::Lit { node, cands: next, pos: pos + 1 };
+                    return Some(self);
+                }
+                if !lit_complete(s, node, cands, pos) {
+                    return None;
+                }
+                self = self.value_done(s);
+            }
+            _ => {}
+        }
+        if is_ws(b) {
+            let between = !matches!(self.lex, Lex::Done);
+            if !between || self.ws >= MAX_WS_RUN {
+                return None;
+            }
+            self.ws += 1;
+            return Some(self);
+        }
+        self.ws = 0;
+        match (self.lex, b) {
+            (Lex::Value { node }, _) => return self.start_value(s, node, b),
+            (Lex::ObjOpen | Lex::AfterValue, b'}') if self.depth > 0 && self.may_close_object(s) => {
+                return Some(self.close(s));
+            }
+            (Lex::ObjOpen | Lex::ObjNext, b'"') => {
+                self.lex = match s.node(self.top().node) {
+                    Node::Map { .. } => Lex::MapKey(StrMode::Plain),
+                    _ => {
+                        let cands = self.key_cands(s);
+                        if cands == 0 {
+                            return None;
+                        }
+                        Lex::Key { cands, pos: 1 }
+                    }
+                };
+            }
+            (Lex::Colon { node }, b':') => self.lex = Lex::Value { node },
+            (Lex::ArrOpen | Lex::AfterValue, b']') => {
+                let &Node::Array { min, .. } = s.node(self.top().node) else { return None };
+                if self.top().pos < min {
+                    return None;
+                }
+                return Some(self.close(s));
+            }
+            (Lex::ArrOpen, _) => {
+                let &Node::Array { items, max, .. } = s.node(self.top().node) else { return None };
+                if max == 0 {
+                    return None;
+                }
+                return self.start_value(s, items, b);
+            }
+            (Lex::AfterValue, b',') if self.depth > 0 => {
+                self.lex = match s.node(self.top().node) {
+                    Node::Object { .. } if self.key_cands(s) != 0 => Lex::ObjNext,
+                    Node::Map { .. } => Lex::ObjNext,
+                    &Node::Array { items, max, .. } if self.top().pos < max && self.fits(s, items) => {
+                        Lex::Value { node: items }
+                    }
+                    _ => return None,
+                };
+            }
+            _ => return None,
+        }
+        Some(self)
+    }
+}
+
+/// Whether one of the candidates is exactly `pos` bytes long.
+fn lit_complete(s: &Schema, node: u16, cands: u64, pos: u8) -> bool {
+    let Node::Literals(lits) = s.node(node) else { return false };
+    lits.iter().enumerate().any(|(i, l)| cands >> i & 1 == 1 && l.len() == pos as usize)
+}
+
+impl Grammar for Schema {
+    type State = SchemaState;
+    fn step(&self, st: SchemaState, b: u8) -> Option<SchemaState> {
+        st.step(self, b)
+    }
+    fn free_string(&self, st: &SchemaState) -> Option<StrMode> {
+        match st.lex {
+            Lex::Str(sub) | Lex::MapKey(sub) => Some(sub),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! The schema compiler's refusals, and its grammar on chosen documents and
+//! on random walks: every walk's output either goes on or is a whole value
+//! that a small independent validator accepts.
+
+use serde_json::{json, Value};
+
+use super::super::schema_grammar::SchemaState;
+use super::*;
+
+fn compile(v: Value) -> Schema {
+    Schema::compile(&v).unwrap_or_else(|e| panic!("{v}: {e}"))
+}
+
+/// Feeds `doc`; the state, or the index of the first byte refused.
+fn feed(s: &Schema, doc: &[u8]) -> Result<SchemaState, usize> {
+    let mut st = SchemaState::start(s);
+    for (i, &b) in doc.iter().enumerate() {
+        st = st.step(s, b).ok_or(i)?;
+    }
+    Ok(st)
+}
+
+fn accepts(s: &Schema, doc: &str) -> bool {
+    feed(s, doc.as_bytes()).is_ok_and(|st| st.complete(s))
+}
+
+fn person() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "age": {"type": "integer"},
+            "email": {"type": ["string", "null"]},
+            "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 2},
+            "role": {"enum": ["admin", "user", 3]}
+        },
+        "required": ["name", "age", "role"],
+        "additionalProperties": false
+    })
+}
+
+#[test]
+fn objects_in_order_with_required_and_optional_keys() {
+    let s = compile(person());
+    for doc in [
+        r#"{"name":"Ann","age":31,"role":"admin"}"#,
+        r#"{ "name" : "Ann" , "age" : -4 , "email" : null , "role" : 3 }"#,
+        r#"{"name":"Ann","age":0,"tags":["a","b"],"role":"user"}"#,
+        r#"{"name":"A\"\u00e9","age":7,"email":"a@b","tags":[],"role":"user"}"#,
+    ] {
+        assert!(accepts(&s, doc), "{doc}");
+    }
+    let refused = [
+        (r#"{"age":1"#, 2),                                        // out of order: name comes first
+        (r#"{"name":"A"}"#, 11),                                   // age and role are required
+        (r#"{"name":"A","age":1.5"#, 19),                          // an integer
+        (r#"{"name":"A","age":01"#, 19),                           // no leading zeros
+        (r#"{"name":"A","age":1,"role":"guest"#, 28),              // not in the enum
+        (r#"{"name":"A","age":1,"role":"user","x"#, 33),           // no other keys
+        (r#"{"name":"A","age":1,"tags":["a","b","c"#, 35),         // maxItems 2
+        (r#"{"name":"A","age":1,"role":"user","email":null"#, 33), // email comes before role
+    ];
+    for (doc, at) in refused {
+        assert_eq!(feed(&s, doc.as_bytes()).err(), Some(at), "{doc}");
+    }
+    // A whole value: nothing but the end may follow, not even whitespace.
+    let st = feed(&s, br#"{"name":"A","age":1,"role":3}"#).unwrap();
+    assert!(st.is_done() && st.step(&s, b' ').is_none());
+}
+
+#[test]
+fn refs_unions_maps_and_arrays() {
+    // A recursive tree through $defs, its children optional.
+    let tree = compile(json!({
+        "$ref": "#/$defs/node",
+        "$defs": {"node": {"type": "object", "properties": {
+            "value": {"type": "number"},
+            "children": {"type": "array", "items": {"$ref": "#/$defs/node"}}
+        }, "required": ["value"]}}
+    }));
+    assert!(accepts(&tree, r#"{"value":1.5e3,"children":[{"value":-0.25},{"value":2,"children":[]}]}"#));
+    assert!(!accepts(&tree, r#"{"value":1,"children":[{}]}"#));
+    // Free keys with typed values; a nullable via anyOf; a root array with minItems.
+    let map = compile(json!({"type": "object", "additionalProperties": {"type": "integer"}}));
+    assert!(accepts(&map, r#"{"a":1,"b c":-2}"#) && accepts(&map, "{}"));
+    assert_eq!(feed(&map, br#"{"a":"x"#).err(), Some(5));
+    let list =
+        compile(json!({"type": "array", "minItems": 2, "items": {"anyOf": [{"type": "boolean"}, {"type": "null"}]}}));
+    assert!(accepts(&list, "[true,null]"));
+    assert_eq!(feed(&list, b"[true]").err(), Some(5));
+    // Any value where the schema says nothing; a top-level number ends with the output.
+    let any = compile(json!({}));
+    assert!(accepts(&any, r#"{"a":[1,{"b":null}],"c":"d"}"#) && accepts(&any, "12"));
+    let num = compile(json!({"type": "integer"}));
+    let st = feed(&num, b"12").unwrap();
+    assert!(st.complete(&num) && !st.is_done() && st.step(&num, b'3').is_some());
+    // const, and enum values that are prefixes of one another.
+    let c = compile(json!({"enum": [1, 12, "x"]}));
+    assert!(accepts(&c, "1") && accepts(&c, "12") && accepts(&c, "\"x\"") && !accepts(&c, "2"));
+}
+
+#[test]
+fn refusals_name_the_problem() {
+    let cases = [
+        (json!({"type": "string", "pattern": "^a"}), "`pattern`"),
+        (json!({"type": "string", "format": "date-time"}), "`format`"),
+        (json!({"$ref": "#/$defs/missing"}), "does not point"),
+        (json!({"anyOf": [{"type": "object"}, {"type": "object", "properties": {}}]}), "start alike"),
+        (json!({"anyOf": [{"type": "string"}, {"enum": ["a"]}]}), "start alike"),
+        (json!({"type": "object", "properties": {"a": {}}, "additionalProperties": true}), "additionalProperties"),
+        (json!({"type": "object", "properties": {"a": {}}, "required": ["b"]}), "\"b\""),
+        (
+            json!({"$ref": "#/$defs/n", "$defs": {"n": {"type": "object", "properties": {"n": {"$ref": "#/$defs/n"}},
+            "required": ["n"]}}}),
+            "no finite instance",
+        ),
+        (json!({"type": "list"}), "unknown type"),
+        (json!({"enum": []}), "enum"),
+        (json!(false), "no instance"),
+        (json!({"allOf": [{}, {}]}), "allOf"),
+    ];
+    for (schema, want) in cases {
+        let err = Schema::compile(&schema).expect_err(&schema.to_string());
+        assert!(err.contains(want), "{schema}: {err}");
+    }
+    // Nesting deeper than the frames can hold, required all the way down.
+    let mut deep = json!({"type": "string"});
+    for _ in 0..MAX_FRAMES + 1 {
+        deep = json!({"type": "array", "items": deep, "minItems": 1});
+    }
+    assert!(Schema::compile(&deep).unwrap_err().contains("deeper"));
+}
+
+/// A small validator, written apart from the grammar: whether `v` is an
+/// instance of `schema` (the compiler's subset; keys in the listed order).
+fn valid(doc: &Value, schema: &Value, v: &Value) -> bool {
+    let schema = match schema.get("$ref").and_then(Value::as_str) {
+        Some(r) => doc.pointer(&r[1..]).unwrap(),
+        None => schema,
+    };
+    if let Some(e) = schema.get("enum") {
+        return e.as_array().unwrap().contains(v);
+    }
+    if let Some(alts) = schema.get("anyOf") {
+        return alts.as_array().unwrap().iter().any(|a| valid(doc, a, v));
+    }
+    let types: Vec<&str> = match schema.get("type") {
+        Some(Value::String(t)) => vec![t],
+        Some(Value::Array(ts)) => ts.iter().map(|t| t.as_str().unwrap()).collect(),
+        _ => return true,
+    };
+    types.iter().any(|t| match (*t, v) {
+        ("string", Value::String(_)) | ("null", Value::Null) | ("boolean", Value::Bool(_)) => true,
+        ("number", Value::Number(_)) => true,
+        ("integer", Value::Number(n)) => n.as_f64().is_some_and(|f| f.fract() == 0.0),
+        ("array", Value::Array(items)) => {
+            let count = |k: &str| schema.get(k).and_then(Value::as_u64);
+            items.len() as u64 >= count("minItems").unwrap_or(0)
+                && items.len() as u64 <= count("maxItems").unwrap_or(u64::MAX)
+                && items.iter().all(|i| schema.get("items").is_none_or(|s| valid(doc, s, i)))
+        }
+        ("object", Value::Object(m)) => {
+            let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+                return m.values().all(|x| schema.get("additionalProperties").is_none_or(|s| valid(doc, s, x)));
+            };
+            let names: Vec<&String> = props.keys().collect();
+            let order: Vec<usize> =
+                m.keys().map(|k| names.iter().position(|n| *n == k).unwrap_or(usize::MAX)).collect();
+            let required = schema.get("required").and_then(Value::as_array).cloned().unwrap_or_default();
+            order.windows(2).all(|w| w[0] < w[1])
+                && order.iter().all(|&i| i != usize::MAX)
+                && required.iter().all(|r| m.contains_key(r.as_str().unwrap()))
+                && m.iter().all(|(k, x)| valid(doc, &props[k], x))
+        }
+        _ => false,
+    })
+}
+
+/// Random walks through the grammar: at every step some byte is accepted
+/// (no dead ends), and each walk that ends is a valid instance.
+#[test]
+fn random_walks_never_dead_end_and_end_valid() {
+    let schemas = [
+        person(),
+        json!({"$ref": "#/$defs/node", "$defs": {"node": {"type": "object", "properties": {
+            "value": {"type": "number"},
+            "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3}
+        }, "required": ["value"]}}}),
+        json!({"type": "array", "minItems": 1, "maxItems": 4, "items": {"anyOf": [
+            {"type": "object", "additionalProperties": {"type": ["integer", "null"]}},
+            {"enum": ["a", "ab", true, 10, 1]},
+            {"type": "array", "items": {"type": "string"}}
+        ]}}),
+    ];
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: usize| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng % n as u64) as usize
+    };
+    // Bytes a model might write; the grammar picks which it allows.
+    let alphabet: Vec<u8> = (b' '..=b'~').chain([b'\n', 0xc3, 0xa9]).collect();
+    for doc in &schemas {
+        let s = compile(doc.clone());
+        let mut ended = 0;
+        for _ in 0..300 {
+            let mut st = SchemaState::start(&s);
+            let mut out = Vec::new();
+            for _ in 0..400 {
+                if st.complete(&s) && (st.is_done() || next(4) == 0) {
+                    break;
+                }
+                let choices: Vec<(u8, SchemaState)> =
+                    alphabet.iter().filter_map(|&b| st.step(&s, b).map(|n| (b, n))).collect();
+                let out_text = String::from_utf8_lossy(&out).into_owned();
+                assert!(!choices.is_empty(), "{doc}: dead end after {out_text:?}");
+                // Prefer closing bytes now and then, so that walks end.
+                let closing: Vec<&(u8, SchemaState)> = choices.iter().filter(|(b, _)| b"}]\"".contains(b)).collect();
+                let (b, n) = if !closing.is_empty() && next(3) == 0 {
+                    *closing[next(closing.len())]
+                } else {
+                    choices[next(choices.len())]
+                };
+                out.push(b);
+                st = n;
+            }
+            if st.complete(&s) {
+                ended += 1;
+                let v: Value = match serde_json::from_slice(&out) {
+                    Ok(v) => v,
+                    // JSON's grammar has no range; serde_json's f64 has (6E332).
+                    Err(e) if e.to_string().contains("out of range") => continue,
+                    Err(e) => panic!("{e}: {:?}", String::from_utf8_lossy(&out)),
+                };
+                assert!(valid(doc, doc, &v), "{doc}: {v}");
+            }
+        }
+        assert!(ended > 100, "{doc}: only {ended} walks ended");
+    }
+}

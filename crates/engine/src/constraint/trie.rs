@@ -1,0 +1,200 @@
+//! The vocabulary as a byte trie, walked once per step under a byte-level
+//! grammar to find every token that can come next.
+
+use std::fmt;
+
+use super::lex::{str_step, utf8_class, StrMode, StrStep, UTF8_CLASSES};
+
+/// A byte-level grammar whose states are small `Copy` values: trying a byte
+/// never allocates and never needs undoing.
+pub(crate) trait Grammar {
+    type State: Copy;
+    /// The state after byte `b`, or `None` if no valid output has this prefix.
+    fn step(&self, s: Self::State, b: u8) -> Option<Self::State>;
+    /// Where `s` is inside a string whose content is free (any characters),
+    /// its position: the walk then accepts whole subtrees of plain content.
+    fn free_string(&self, s: &Self::State) -> Option<StrMode>;
+}
+
+/// All token byte strings as a byte trie in preorder: node `i`'s children
+/// start at `i + 1` and its subtree ends before `end[i]`. The roots are the
+/// nodes for tokens' first bytes.
+pub(crate) struct Trie {
+    /// The byte on the edge into each node.
+    byte: Vec<u8>,
+    /// One past the last node of each node's subtree.
+    end: Vec<u32>,
+    /// Tokens ending at node `i` are `ids[first[i]..first[i + 1]]` (several
+    /// ids may share the same bytes); `first` has one extra entry.
+    first: Vec<u32>,
+    ids: Vec<u32>,
+    /// Bit `c` of `in_string[i]` is set when, starting inside a string in
+    /// UTF-8 class `c` (see [`UTF8_CLASSES`]), every path through node `i`'s
+    /// subtree is valid string content that neither ends the string nor
+    /// starts an escape. Most of a vocabulary is like that, and its tokens are
+    /// allowed inside strings regardless of the rest of the state, so the walk
+    /// accepts such subtrees whole instead of visiting every node.
+    in_string: Vec<u8>,
+    /// The longest token, to size the walk's stack.
+    max_len: usize,
+}
+
+impl Trie {
+    /// Builds the trie from the tokens `ids`, inserting them in byte order so
+    /// that the preorder layout falls out of a single pass.
+    pub(crate) fn new(token_bytes: &[Vec<u8>], mut ids: Vec<u32>) -> Trie {
+        ids.sort_unstable_by(|&a, &b| token_bytes[a as usize].cmp(&token_bytes[b as usize]));
+        let mut t = Trie {
+            byte: Vec::new(),
+            end: Vec::new(),
+            first: Vec::new(),
+            ids: Vec::new(),
+            in_string: Vec::new(),
+            max_len: 0,
+        };
+        let mut path: Vec<usize> = Vec::new(); // node at each depth of the previous token
+        let mut prev: &[u8] = &[];
+        for &id in &ids {
+            let s = &token_bytes[id as usize][..];
+            let shared = prev.iter().zip(s).take_while(|(a, b)| a == b).count();
+            while path.len() > shared {
+                let node = path.pop().expect("path is longer than shared");
+                t.end[node] = t.byte.len() as u32;
+            }
+            for &b in &s[shared..] {
+                path.push(t.byte.len());
+                t.byte.push(b);
+                t.end.push(0);
+                t.first.push(t.ids.len() as u32);
+            }
+            // Sorted order puts a token right after its own node (or after an
+            // identical token), so the last node created is the one it ends at.
+            t.ids.push(id);
+            t.max_len = t.max_len.max(s.len());
+            prev = s;
+        }
+        for node in path {
+            t.end[node] = t.byte.len() as u32;
+        }
+        t.first.push(t.ids.len() as u32);
+        t.in_string = t.in_string_bits();
+        t
+    }
+
+    /// Computes [`Trie::in_string`] bottom-up: children come after their
+    /// parent in preorder, so a reverse pass sees every child first.
+    fn in_string_bits(&self) -> Vec<u8> {
+        let mut bits = vec![0u8; self.byte.len()];
+        for i in (0..self.byte.len()).rev() {
+            let mut children = u8::MAX;
+            let mut c = i + 1;
+            while c < self.end[i] as usize {
+                children &= bits[c];
+                c = self.end[c] as usize;
+            }
+            for (class, &sub) in UTF8_CLASSES.iter().enumerate() {
+                let next = match str_step(sub, self.byte[i]) {
+                    Some(StrStep::In(sub)) => utf8_class(sub),
+                    _ => None,
+                };
+                if next.is_some_and(|n| children >> n & 1 == 1) {
+                    bits[i] |= 1 << class;
+                }
+            }
+        }
+        bits
+    }
+
+    /// Sets bit `id` in `allowed` for every token `id` whose bytes `g`
+    /// accepts from `start`.
+    pub(crate) fn walk<G: Grammar>(&self, g: &G, start: G::State, allowed: &mut [u64]) {
+        // The nodes on the current path with the state after each of their bytes.
+        let mut path: Vec<(u32, G::State)> = Vec::with_capacity(self.max_len);
+        let mut i = 0;
+        while i < self.byte.len() {
+            while path.last().is_some_and(|&(end, _)| end as usize <= i) {
+                path.pop();
+            }
+            let parent = path.last().map_or(start, |&(_, s)| s);
+            let end = self.end[i] as usize;
+            if let Some(sub) = g.free_string(&parent) {
+                if utf8_class(sub).is_some_and(|c| self.in_string[i] >> c & 1 == 1) {
+                    // The whole subtree stays inside the string: all allowed.
+                    self.mark(i, end, allowed);
+                    i = end;
+                    continue;
+                }
+            }
+            match g.step(parent, self.byte[i]) {
+                Some(s) => {
+                    self.mark(i, i + 1, allowed);
+                    path.push((end as u32, s));
+                    i += 1;
+                }
+                None => i = end,
+            }
+        }
+    }
+
+    /// Sets the bits of the tokens ending at nodes `from..to`.
+    pub(crate) fn mark(&self, from: usize, to: usize, allowed: &mut [u64]) {
+        let limit = allowed.len() * 64;
+        for &id in &self.ids[self.first[from] as usize..self.first[to] as usize] {
+            if (id as usize) < limit {
+                allowed[id as usize / 64] |= 1 << (id % 64);
+            }
+        }
+    }
+}
+
+/// Per-tokenizer precomputed data (built once, shared).
+pub struct JsonVocab {
+    pub(crate) trie: Trie,
+    pub(crate) token_bytes: Vec<Vec<u8>>,
+    pub(crate) eos_ids: Vec<u32>,
+}
+
+impl JsonVocab {
+    /// `token_bytes[id]`: the bytes token `id` decodes to (empty for special/control tokens, which are never allowed);
+    /// `eos_ids`: end-of-generation ids, allowed only once the object is complete.
+    pub fn new(token_bytes: Vec<Vec<u8>>, eos_ids: &[u32]) -> JsonVocab {
+        // An EOS id ends generation whatever its bytes, so it is never a text token.
+        let ids = (0..token_bytes.len() as u32)
+            .filter(|&id| !token_bytes[id as usize].is_empty() && !eos_ids.contains(&id))
+            .collect();
+        let trie = Trie::new(&token_bytes, ids);
+        JsonVocab { trie, token_bytes, eos_ids: eos_ids.to_vec() }
+    }
+
+    pub(crate) fn is_eos(&self, id: u32) -> bool {
+        self.eos_ids.contains(&id)
+    }
+
+    /// Sets the end-of-generation ids' bits (those inside `allowed`).
+    pub(crate) fn allow_eos(&self, allowed: &mut [u64]) {
+        for &id in &self.eos_ids {
+            if (id as usize) < allowed.len() * 64 {
+                allowed[id as usize / 64] |= 1 << (id % 64);
+            }
+        }
+    }
+}
+
+/// Sets to f32::NEG_INFINITY every logit whose bit in `allowed` is clear.
+pub(crate) fn apply(allowed: &[u64], logits: &mut [f32]) {
+    for (i, l) in logits.iter_mut().enumerate() {
+        if allowed[i / 64] >> (i % 64) & 1 == 0 {
+            *l = f32::NEG_INFINITY;
+        }
+    }
+}
+
+impl fmt::Debug for JsonVocab {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JsonVocab")
+            .field("tokens", &self.token_bytes.len())
+            .field("trie_nodes", &self.trie.byte.len())
+            .field("eos_ids", &self.eos_ids)
+            .finish()
+    }
+}
