@@ -246,24 +246,60 @@ pub fn logit_bias(v: Option<&Value>, vocab_size: usize) -> Result<Vec<(u32, f32)
 
 /// The output's format: `response_format` `{type: "json_object"}` (one JSON
 /// object), `{type: "json_schema", json_schema: {schema}}` (a value of that
-/// schema) or `{type: "text"}` (the default); or vLLM's `guided_json` (a
-/// schema, or its text).
+/// schema) or `{type: "text"}` (the default); or vLLM's guides:
+/// `guided_json` (a schema, or its text), `guided_choice` (one of these
+/// strings), or `structured_outputs` with `json` or `choice`.
 fn output_format(c: &CommonParams) -> Result<Option<JsonFormat>, ApiError> {
-    let format = response_format(c.response_format.as_ref())?;
-    let Some(guided) = c.guided_json.as_ref().filter(|g| !g.is_null()) else { return Ok(format) };
-    if format.is_some() {
-        return Err(ApiError::param("guided_json", "give response_format or guided_json, not both"));
-    }
-    let parsed;
-    let schema = match guided {
-        Value::String(text) => {
-            parsed = serde_json::from_str(text)
-                .map_err(|e| ApiError::param("guided_json", format!("guided_json is not JSON: {e}")))?;
-            &parsed
+    let given = |v: &Option<Value>| v.as_ref().filter(|g| !g.is_null()).cloned();
+    for (name, v) in [("guided_regex", &c.guided_regex), ("guided_grammar", &c.guided_grammar)] {
+        if given(v).is_some() {
+            return Err(ApiError::param(name, format!("{name} is not supported (guided_json and guided_choice are)")));
         }
-        v => v,
-    };
-    compile_schema(schema, "guided_json").map(Some)
+    }
+    let mut guides = Vec::new();
+    if let Some(v) = given(&c.guided_json) {
+        guides.push(("guided_json", guided_json(&v, "guided_json")?));
+    }
+    if let Some(v) = given(&c.guided_choice) {
+        guides.push(("guided_choice", guided_choice(&v, "guided_choice")?));
+    }
+    if let Some(v) = given(&c.structured_outputs) {
+        let param = "structured_outputs";
+        let obj = v.as_object().ok_or_else(|| ApiError::param(param, "structured_outputs must be an object"))?;
+        let keys: Vec<&str> = obj.iter().filter(|(_, x)| !x.is_null()).map(|(k, _)| k.as_str()).collect();
+        let format = match keys.as_slice() {
+            ["json"] => guided_json(&obj["json"], "structured_outputs.json")?,
+            ["choice"] => guided_choice(&obj["choice"], "structured_outputs.choice")?,
+            _ => return Err(ApiError::param(param, "structured_outputs takes one of `json` and `choice`")),
+        };
+        guides.push((param, format));
+    }
+    let format = response_format(c.response_format.as_ref())?;
+    match (format, guides.len()) {
+        (format, 0) => Ok(format),
+        (None, 1) => Ok(guides.pop().map(|(_, f)| f)),
+        (_, _) => Err(ApiError::param(guides[0].0, "give one output format: response_format or one guide")),
+    }
+}
+
+/// A schema, or its text.
+fn guided_json(v: &Value, param: &str) -> Result<JsonFormat, ApiError> {
+    match v {
+        Value::String(text) => {
+            let schema: Value =
+                serde_json::from_str(text).map_err(|e| ApiError::param(param, format!("{param} is not JSON: {e}")))?;
+            compile_schema(&schema, param)
+        }
+        v => compile_schema(v, param),
+    }
+}
+
+fn guided_choice(v: &Value, param: &str) -> Result<JsonFormat, ApiError> {
+    let choices: Option<Vec<String>> =
+        v.as_array().and_then(|l| l.iter().map(|x| x.as_str().map(str::to_string)).collect());
+    let choices = choices.ok_or_else(|| ApiError::param(param, format!("{param} must be a list of strings")))?;
+    let schema = Schema::choice(&choices).map_err(|e| ApiError::param(param, e))?;
+    Ok(JsonFormat::Schema(Arc::new(schema)))
 }
 
 pub fn response_format(v: Option<&Value>) -> Result<Option<JsonFormat>, ApiError> {

@@ -26,9 +26,13 @@ pub const MAX_CHOICES: usize = 64;
 const MAX_NODES: usize = 4096;
 /// A node's depth that no value reaches (a required cycle).
 const UNREACHABLE: usize = usize::MAX;
+/// Longest property name or literal, in bytes of JSON.
+pub const MAX_LITERAL: usize = 1024;
+/// Deepest nesting of schemas (and chains of references) the compiler follows.
+const MAX_NESTING: usize = 256;
 
 /// Keywords that constrain values beyond what the grammar enforces.
-const REFUSED: [&str; 26] = [
+const REFUSED: [&str; 29] = [
     "pattern",
     "format",
     "minLength",
@@ -55,7 +59,17 @@ const REFUSED: [&str; 26] = [
     "prefixItems",
     "unevaluatedProperties",
     "unevaluatedItems",
+    "dependencies",
+    "$recursiveRef",
+    "$dynamicRef",
 ];
+
+/// Keywords that combine schemas, that list values, and that shape
+/// objects or arrays: which may stand together is checked per schema.
+const COMBINATORS: [&str; 4] = ["$ref", "anyOf", "oneOf", "allOf"];
+const VALUES: [&str; 2] = ["enum", "const"];
+const OBJECT_KEYWORDS: [&str; 3] = ["properties", "required", "additionalProperties"];
+const ARRAY_KEYWORDS: [&str; 3] = ["items", "minItems", "maxItems"];
 
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Node {
@@ -97,6 +111,9 @@ pub(crate) struct Prop {
 pub struct Schema {
     pub(crate) nodes: Vec<Node>,
     pub(crate) root: u16,
+    /// The output is one of the root's literals as raw text (not JSON): no
+    /// whitespace before it.
+    pub(crate) raw: bool,
     pub(crate) min_depth: Vec<usize>,
     pub(crate) first: Vec<[u64; 4]>,
 }
@@ -105,7 +122,7 @@ impl Schema {
     /// Compiles a JSON Schema document; the error names the keyword and
     /// where it is (a JSON pointer into the document).
     pub fn compile(doc: &Value) -> Result<Schema, String> {
-        let mut c = Compiler { doc, nodes: Vec::new(), refs: HashMap::new(), any: None };
+        let mut c = Compiler { doc, nodes: Vec::new(), refs: HashMap::new(), any: None, nesting: 0 };
         let root = c.node(doc, "#")?;
         let min_depth = min_depths(&c.nodes);
         if min_depth[root as usize] > MAX_FRAMES {
@@ -115,10 +132,30 @@ impl Schema {
                 format!("the schema nests containers deeper than {MAX_FRAMES}")
             });
         }
-        let first = c.nodes.iter().map(|n| first_bytes(&c.nodes, n)).collect();
-        let s = Schema { nodes: c.nodes, root, min_depth, first };
+        let first = (0..c.nodes.len()).map(|i| first_bytes(&c.nodes, i)).collect();
+        let s = Schema { nodes: c.nodes, root, raw: false, min_depth, first };
         s.check_unions()?;
         Ok(s)
+    }
+
+    /// The output is exactly one of `choices`, as raw text (vLLM's
+    /// `guided_choice`).
+    pub fn choice(choices: &[String]) -> Result<Schema, String> {
+        if choices.is_empty() || choices.len() > MAX_CHOICES {
+            return Err(format!("give 1 to {MAX_CHOICES} choices"));
+        }
+        if choices.iter().any(|c| c.is_empty() || c.len() > MAX_LITERAL) {
+            return Err(format!("each choice must be 1 to {MAX_LITERAL} bytes"));
+        }
+        let mut texts: Vec<Vec<u8>> = Vec::new();
+        for c in choices {
+            if !texts.contains(&c.as_bytes().to_vec()) {
+                texts.push(c.as_bytes().to_vec());
+            }
+        }
+        let nodes = vec![Node::Literals(texts)];
+        let first = vec![first_bytes(&nodes, 0)];
+        Ok(Schema { nodes, root: 0, raw: true, min_depth: vec![0], first })
     }
 
     pub(crate) fn node(&self, i: u16) -> &Node {
@@ -177,6 +214,8 @@ struct Compiler<'a> {
     refs: HashMap<String, u16>,
     /// The node of an unconstrained value, once made.
     any: Option<u16>,
+    /// Schemas being compiled, one inside another.
+    nesting: usize,
 }
 
 impl Compiler<'_> {
@@ -201,13 +240,23 @@ impl Compiler<'_> {
             self.push(Node::Array { items: any, min: 0, max: u32::MAX })?,
             self.push(Node::String)?,
             self.push(Node::Number { integer: false })?,
-            self.push(literals(&[Value::Bool(true), Value::Bool(false), Value::Null]))?,
+            self.push(literals(&[Value::Bool(true), Value::Bool(false), Value::Null], "#")?)?,
         ];
         self.nodes[any as usize] = Node::Union(alts);
         Ok(any)
     }
 
     fn node(&mut self, v: &Value, at: &str) -> Result<u16, String> {
+        if self.nesting >= MAX_NESTING {
+            return Err(format!("{at}: schemas (or references) nest deeper than {MAX_NESTING}"));
+        }
+        self.nesting += 1;
+        let n = self.node_inner(v, at);
+        self.nesting -= 1;
+        n
+    }
+
+    fn node_inner(&mut self, v: &Value, at: &str) -> Result<u16, String> {
         let m = match v {
             Value::Bool(true) => return self.any(),
             Value::Bool(false) => return Err(format!("{at}: the schema `false` has no instance")),
@@ -217,58 +266,83 @@ impl Compiler<'_> {
         if let Some(k) = REFUSED.iter().find(|k| m.contains_key(**k)) {
             return Err(format!("{at}: the keyword `{k}` is not supported"));
         }
-        if let Some(r) = m.get("$ref") {
-            return self.reference(r, at);
-        }
         if m.get("nullable") == Some(&Value::Bool(true)) {
             let mut inner = m.clone();
             inner.remove("nullable");
             let alts = [Value::Object(inner), serde_json::json!({"type": "null"})];
             return self.union(&alts, at);
         }
-        if let Some(values) = m.get("enum") {
-            let values = values.as_array().ok_or_else(|| format!("{at}/enum: must be a list"))?;
-            if values.is_empty() || values.len() > MAX_CHOICES {
-                return Err(format!("{at}/enum: must list 1 to {MAX_CHOICES} values"));
+        let present = |keys: &[&'static str]| -> Vec<&'static str> {
+            keys.iter().copied().filter(|k| m.contains_key(*k)).collect()
+        };
+        let (combinators, values) = (present(&COMBINATORS), present(&VALUES));
+        let (objects, arrays) = (present(&OBJECT_KEYWORDS), present(&ARRAY_KEYWORDS));
+        let shaped = [&objects[..], &arrays[..]].concat();
+        // Keywords apply together; the grammar follows one kind of schema at a time.
+        let beside = |a: &str, b: &str| Err(format!("{at}: `{a}` beside `{b}` is not supported"));
+        if let Some(&c) = combinators.first() {
+            if let Some(other) = combinators[1..].iter().chain(&values).chain(&shaped).next() {
+                return beside(c, other);
             }
-            return self.push(literals(values));
-        }
-        if let Some(value) = m.get("const") {
-            return self.push(literals(std::slice::from_ref(value)));
-        }
-        for key in ["anyOf", "oneOf"] {
-            if let Some(alts) = m.get(key) {
-                let alts = alts
-                    .as_array()
-                    .filter(|a| !a.is_empty())
-                    .ok_or_else(|| format!("{at}/{key}: must be a non-empty list"))?;
-                return self.union(alts, &format!("{at}/{key}"));
+            if m.contains_key("type") {
+                return beside(c, "type");
             }
-        }
-        if let Some(all) = m.get("allOf") {
-            return match all.as_array().map(Vec::as_slice) {
-                Some([one]) => self.node(one, &format!("{at}/allOf/0")),
-                _ => Err(format!("{at}/allOf: only a list of one schema is supported")),
+            return match c {
+                "$ref" => self.reference(&m[c], at),
+                "allOf" => match m[c].as_array().map(Vec::as_slice) {
+                    Some([one]) => self.node(one, &format!("{at}/allOf/0")),
+                    _ => Err(format!("{at}/allOf: only a list of one schema is supported")),
+                },
+                _ => {
+                    let alts = m[c].as_array().filter(|a| !a.is_empty());
+                    let alts = alts.ok_or_else(|| format!("{at}/{c}: must be a non-empty list"))?;
+                    self.union(alts, &format!("{at}/{c}"))
+                }
             };
         }
+        if let Some(&v) = values.first() {
+            if let Some(other) = values[1..].iter().chain(&shaped).next() {
+                return beside(v, other);
+            }
+            let list = match &m[v] {
+                Value::Array(list) if v == "enum" => list.clone(),
+                _ if v == "enum" => return Err(format!("{at}/enum: must be a list")),
+                one => vec![one.clone()],
+            };
+            // With a `type`, only the values of that type.
+            let types = match m.get("type") {
+                None => None,
+                Some(t) => Some(type_names(t, at)?),
+            };
+            let list: Vec<Value> = list
+                .into_iter()
+                .filter(|x| types.as_ref().is_none_or(|ts| ts.iter().any(|t| has_type(x, t))))
+                .collect();
+            if list.is_empty() || list.len() > MAX_CHOICES {
+                return Err(format!("{at}/{v}: must allow 1 to {MAX_CHOICES} values (of its `type`)"));
+            }
+            let lits = literals(&list, at)?;
+            return self.push(lits);
+        }
         match m.get("type") {
-            Some(Value::String(t)) => self.typed(m, t, at),
-            Some(Value::Array(types)) => {
+            Some(t) => {
+                let types = type_names(t, at)?;
+                if let [one] = types.as_slice() {
+                    return self.typed(m, one, at);
+                }
                 let alts: Vec<Value> = types
                     .iter()
                     .map(|t| {
                         let mut one = m.clone();
-                        one.insert("type".into(), t.clone());
+                        one.insert("type".into(), Value::String(t.clone()));
                         Value::Object(one)
                     })
                     .collect();
                 self.union(&alts, at)
             }
-            Some(_) => Err(format!("{at}/type: must be a string or a list of strings")),
-            None if m.contains_key("properties") || m.contains_key("additionalProperties") => {
-                self.typed(m, "object", at)
-            }
-            None if m.contains_key("items") => self.typed(m, "array", at),
+            None if !objects.is_empty() && !arrays.is_empty() => beside(objects[0], arrays[0]),
+            None if !objects.is_empty() => self.typed(m, "object", at),
+            None if !arrays.is_empty() => self.typed(m, "array", at),
             None => self.any(),
         }
     }
@@ -278,7 +352,7 @@ impl Compiler<'_> {
             "object" => self.object(m, at),
             "array" => {
                 let items = match m.get("items") {
-                    None => self.any()?,
+                    None | Some(Value::Bool(false)) => self.any()?,
                     Some(items) => self.node(items, &format!("{at}/items"))?,
                 };
                 let count = |k: &str, default: u32| -> Result<u32, String> {
@@ -288,7 +362,10 @@ impl Compiler<'_> {
                             .ok_or(format!("{at}/{k}: must be a whole number"))
                     })
                 };
-                let (min, max) = (count("minItems", 0)?, count("maxItems", u32::MAX)?);
+                let (min, mut max) = (count("minItems", 0)?, count("maxItems", u32::MAX)?);
+                if m.get("items") == Some(&Value::Bool(false)) {
+                    max = 0; // (no item is an instance: only `[]`)
+                }
                 if min > max {
                     return Err(format!("{at}: minItems is over maxItems"));
                 }
@@ -297,8 +374,8 @@ impl Compiler<'_> {
             "string" => self.push(Node::String),
             "number" => self.push(Node::Number { integer: false }),
             "integer" => self.push(Node::Number { integer: true }),
-            "boolean" => self.push(literals(&[Value::Bool(true), Value::Bool(false)])),
-            "null" => self.push(literals(&[Value::Null])),
+            "boolean" => self.push(literals(&[Value::Bool(true), Value::Bool(false)], at)?),
+            "null" => self.push(literals(&[Value::Null], at)?),
             other => Err(format!("{at}/type: unknown type {other:?}")),
         }
     }
@@ -306,6 +383,9 @@ impl Compiler<'_> {
     fn object(&mut self, m: &Map<String, Value>, at: &str) -> Result<u16, String> {
         let extra = m.get("additionalProperties");
         let Some(props) = m.get("properties") else {
+            if m.get("required").and_then(Value::as_array).is_some_and(|r| !r.is_empty()) {
+                return Err(format!("{at}: `required` without `properties` is not supported (list them)"));
+            }
             return match extra {
                 Some(Value::Bool(false)) => self.push(Node::Object { props: Vec::new() }),
                 None | Some(Value::Bool(true)) => {
@@ -341,6 +421,9 @@ impl Compiler<'_> {
         for (name, schema) in props {
             let node = self.node(schema, &format!("{at}/properties/{}", pointer_escape(name)))?;
             let key = serde_json::to_vec(name).map_err(|e| e.to_string())?;
+            if key.len() > MAX_LITERAL {
+                return Err(format!("{at}/properties: a name over {MAX_LITERAL} bytes"));
+            }
             list.push(Prop { key, node, required: required.contains(&name.as_str()) });
         }
         self.nodes[me as usize] = Node::Object { props: list };
@@ -348,10 +431,15 @@ impl Compiler<'_> {
     }
 
     fn union(&mut self, alts: &[Value], at: &str) -> Result<u16, String> {
-        // (Nested unions stay nested: one may be a reference still being compiled.)
         let mut nodes = Vec::new();
         for (i, a) in alts.iter().enumerate() {
-            nodes.push(self.node(a, &format!("{at}/{i}"))?);
+            let n = self.node(a, &format!("{at}/{i}"))?;
+            let n = self.resolved(n);
+            match &self.nodes[n as usize] {
+                // Nested unions flatten (a reference still being compiled stays whole).
+                Node::Union(inner) if !inner.is_empty() => nodes.extend(inner.iter().map(|&x| self.resolved(x))),
+                _ => nodes.push(n),
+            }
         }
         // Literals merge into one set (enum-like unions of consts).
         let (lits, mut others): (Vec<u16>, Vec<u16>) =
@@ -360,7 +448,11 @@ impl Compiler<'_> {
             let mut all: Vec<Vec<u8>> = Vec::new();
             for n in lits {
                 if let Node::Literals(l) = &self.nodes[n as usize] {
-                    all.extend(l.iter().filter(|x| !all.contains(x)).cloned().collect::<Vec<_>>());
+                    for x in l {
+                        if !all.contains(x) {
+                            all.push(x.clone());
+                        }
+                    }
                 }
             }
             if all.len() > MAX_CHOICES {
@@ -368,11 +460,28 @@ impl Compiler<'_> {
             }
             others.push(self.push(Node::Literals(all))?);
         }
-        others.dedup();
+        let mut seen = Vec::new();
+        others.retain(|n| {
+            !seen.contains(n) && {
+                seen.push(*n);
+                true
+            }
+        });
         if others.len() == 1 {
             return Ok(others[0]);
         }
         self.push(Node::Union(others))
+    }
+
+    /// Through resolved references (unions of one) to the node they name.
+    fn resolved(&self, mut n: u16) -> u16 {
+        for _ in 0..self.nodes.len() {
+            match &self.nodes[n as usize] {
+                Node::Union(alts) if alts.len() == 1 && alts[0] != n => n = alts[0],
+                _ => break,
+            }
+        }
+        n
     }
 
     fn reference(&mut self, r: &Value, at: &str) -> Result<u16, String> {
@@ -399,15 +508,38 @@ fn pointer_escape(name: &str) -> String {
     name.replace('~', "~0").replace('/', "~1")
 }
 
-fn literals(values: &[Value]) -> Node {
+fn literals(values: &[Value], at: &str) -> Result<Node, String> {
     let mut texts: Vec<Vec<u8>> = Vec::new();
     for v in values {
-        let t = serde_json::to_vec(v).unwrap_or_default();
+        let t = serde_json::to_vec(v).map_err(|e| e.to_string())?;
+        if t.len() > MAX_LITERAL {
+            return Err(format!("{at}: a value over {MAX_LITERAL} bytes of JSON"));
+        }
         if !texts.contains(&t) {
             texts.push(t);
         }
     }
-    Node::Literals(texts)
+    Ok(Node::Literals(texts))
+}
+
+/// The names of a `type`: one, or a non-empty list.
+fn type_names(t: &Value, at: &str) -> Result<Vec<String>, String> {
+    let names: Option<Vec<String>> = match t {
+        Value::String(one) => Some(vec![one.clone()]),
+        Value::Array(list) if !list.is_empty() => list.iter().map(|x| x.as_str().map(str::to_string)).collect(),
+        _ => None,
+    };
+    names.ok_or_else(|| format!("{at}/type: must be a type's name or a non-empty list of them"))
+}
+
+/// Whether `v` is of JSON Schema type `t`.
+fn has_type(v: &Value, t: &str) -> bool {
+    match (t, v) {
+        ("string", Value::String(_)) | ("number", Value::Number(_)) | ("boolean", Value::Bool(_)) => true,
+        ("null", Value::Null) | ("object", Value::Object(_)) | ("array", Value::Array(_)) => true,
+        ("integer", Value::Number(n)) => n.as_f64().is_some_and(|f| f.fract() == 0.0),
+        _ => false,
+    }
 }
 
 /// The fewest containers a value of each node opens (a fixed point from
@@ -445,24 +577,23 @@ fn min_depths(nodes: &[Node]) -> Vec<usize> {
     }
 }
 
-/// The bytes a value of `n` can start with.
-fn first_bytes(nodes: &[Node], n: &Node) -> [u64; 4] {
+/// The bytes a value of node `n` can start with.
+fn first_bytes(nodes: &[Node], n: usize) -> [u64; 4] {
     let mut set = [0u64; 4];
     let mut add = |b: u8| set[b as usize / 64] |= 1 << (b % 64);
+    let mut seen = vec![false; nodes.len()];
     let mut stack = vec![n];
-    let mut seen = 0usize;
-    while let Some(n) = stack.pop() {
-        seen += 1;
-        if seen > nodes.len() + 1 {
-            break; // (a union that refers only to itself)
+    while let Some(i) = stack.pop() {
+        if std::mem::replace(&mut seen[i], true) {
+            continue;
         }
-        match n {
+        match &nodes[i] {
             Node::Object { .. } | Node::Map { .. } => add(b'{'),
             Node::Array { .. } => add(b'['),
             Node::String => add(b'"'),
             Node::Number { .. } => b"-0123456789".iter().for_each(|&b| add(b)),
             Node::Literals(l) => l.iter().filter_map(|t| t.first()).for_each(|&b| add(b)),
-            Node::Union(alts) => stack.extend(alts.iter().map(|&a| &nodes[a as usize])),
+            Node::Union(alts) => stack.extend(alts.iter().map(|&a| a as usize)),
         }
     }
     set

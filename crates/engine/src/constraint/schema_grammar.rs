@@ -32,7 +32,7 @@ enum Lex {
     /// still match, `pos` bytes of them (quotes included) read.
     Key {
         cands: u64,
-        pos: u8,
+        pos: u16,
     },
     /// In a free key (of an object with `additionalProperties`).
     MapKey(StrMode),
@@ -54,7 +54,7 @@ enum Lex {
     Lit {
         node: u16,
         cands: u64,
-        pos: u8,
+        pos: u16,
     },
     /// The value is complete; only the end of generation may follow.
     Done,
@@ -172,10 +172,22 @@ impl SchemaState {
             },
             Node::Literals(lits) => {
                 let cands = lits.iter().enumerate().filter(|(_, l)| l[0] == b).fold(0, |m, (i, _)| m | 1u64 << i);
-                Lex::Lit { node, cands, pos: 1 }
+                return Some(self.in_literal(s, node, cands, 1));
             }
         };
         Some(self)
+    }
+
+    /// In a literal after `pos` bytes: it ends here when no candidate is
+    /// longer, so that a whole top-level value needs nothing more.
+    fn in_literal(mut self, s: &Schema, node: u16, cands: u64, pos: u16) -> SchemaState {
+        let Node::Literals(lits) = s.node(node) else { return self };
+        let longer = lits.iter().enumerate().any(|(i, l)| cands >> i & 1 == 1 && l.len() > pos as usize);
+        if !longer {
+            return self.value_done(s);
+        }
+        self.lex = Lex::Lit { node, cands, pos };
+        self
     }
 
     fn close(mut self, s: &Schema) -> SchemaState {
@@ -219,7 +231,7 @@ impl SchemaState {
                 if next == 0 {
                     return None;
                 }
-                self.lex = Lex::Key { cands: next, pos: pos as u8 + 1 };
+                self.lex = Lex::Key { cands: next, pos: pos as u16 + 1 };
                 return Some(self);
             }
             Lex::Num { integer, n } => {
@@ -241,8 +253,7 @@ impl SchemaState {
                     .filter(|&(i, l)| cands >> i & 1 == 1 && l.get(pos as usize) == Some(&b))
                     .fold(0, |m, (i, _)| m | 1u64 << i);
                 if next != 0 {
-                    self.lex = Lex::Lit { node, cands: next, pos: pos + 1 };
-                    return Some(self);
+                    return Some(self.in_literal(s, node, next, pos + 1));
                 }
                 if !lit_complete(s, node, cands, pos) {
                     return None;
@@ -250,6 +261,9 @@ impl SchemaState {
                 self = self.value_done(s);
             }
             _ => {}
+        }
+        if let (true, Lex::Value { node }) = (s.raw, self.lex) {
+            return self.start_value(s, node, b);
         }
         if is_ws(b) {
             let between = !matches!(self.lex, Lex::Done);
@@ -267,7 +281,8 @@ impl SchemaState {
             }
             (Lex::ObjOpen | Lex::ObjNext, b'"') => {
                 self.lex = match s.node(self.top().node) {
-                    Node::Map { .. } => Lex::MapKey(StrMode::Plain),
+                    &Node::Map { values } if self.fits(s, values) => Lex::MapKey(StrMode::Plain),
+                    Node::Map { .. } => return None,
                     _ => {
                         let cands = self.key_cands(s);
                         if cands == 0 {
@@ -295,7 +310,7 @@ impl SchemaState {
             (Lex::AfterValue, b',') if self.depth > 0 => {
                 self.lex = match s.node(self.top().node) {
                     Node::Object { .. } if self.key_cands(s) != 0 => Lex::ObjNext,
-                    Node::Map { .. } => Lex::ObjNext,
+                    &Node::Map { values } if self.fits(s, values) => Lex::ObjNext,
                     &Node::Array { items, max, .. } if self.top().pos < max && self.fits(s, items) => {
                         Lex::Value { node: items }
                     }
@@ -309,7 +324,7 @@ impl SchemaState {
 }
 
 /// Whether one of the candidates is exactly `pos` bytes long.
-fn lit_complete(s: &Schema, node: u16, cands: u64, pos: u8) -> bool {
+fn lit_complete(s: &Schema, node: u16, cands: u64, pos: u16) -> bool {
     let Node::Literals(lits) = s.node(node) else { return false };
     lits.iter().enumerate().any(|(i, l)| cands >> i & 1 == 1 && l.len() == pos as usize)
 }

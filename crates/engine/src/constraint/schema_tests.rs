@@ -118,6 +118,14 @@ fn refusals_name_the_problem() {
         (json!({"enum": []}), "enum"),
         (json!(false), "no instance"),
         (json!({"allOf": [{}, {}]}), "allOf"),
+        (json!({"type": []}), "type"),
+        (json!({"type": "object", "required": ["a"]}), "`required` without `properties`"),
+        (json!({"$ref": "#/$defs/a", "nullable": false, "required": ["x"], "$defs": {"a": {}}}), "beside"),
+        (json!({"anyOf": [{}], "properties": {}}), "beside"),
+        (json!({"enum": ["a"], "const": "a"}), "beside"),
+        (json!({"type": "string", "enum": [1, 2]}), "enum"),
+        (json!({"enum": ["x".repeat(MAX_LITERAL)]}), "bytes"),
+        (json!({"$dynamicRef": "#a"}), "`$dynamicRef`"),
     ];
     for (schema, want) in cases {
         let err = Schema::compile(&schema).expect_err(&schema.to_string());
@@ -129,6 +137,61 @@ fn refusals_name_the_problem() {
         deep = json!({"type": "array", "items": deep, "minItems": 1});
     }
     assert!(Schema::compile(&deep).unwrap_err().contains("deeper"));
+    // A long chain of references ends in an error, not a stack overflow.
+    let mut defs = serde_json::Map::new();
+    for i in 0..4000 {
+        defs.insert(format!("a{i}"), json!({"$ref": format!("#/$defs/a{}", i + 1)}));
+    }
+    defs.insert("a4000".into(), json!({"type": "string"}));
+    let chain = json!({"$ref": "#/$defs/a0", "$defs": defs});
+    assert!(Schema::compile(&chain).unwrap_err().contains("nest deeper"));
+}
+
+#[test]
+fn choices_are_raw_text() {
+    let s = Schema::choice(&["yes".into(), "no".into(), "not sure".into(), "nope".into()]).unwrap();
+    for doc in ["yes", "no", "not sure", "nope"] {
+        assert!(feed(&s, doc.as_bytes()).unwrap().complete(&s), "{doc}");
+    }
+    assert!(feed(&s, b"yes").unwrap().is_done(), "nothing may follow");
+    assert!(feed(&s, b" yes").is_err() && feed(&s, b"\"yes\"").is_err() && feed(&s, b"yes ").is_err());
+    assert!(feed(&s, b"no").unwrap().step(&s, b'p').is_some(), "\"no\" may go on to \"nope\"");
+    assert!(Schema::choice(&[]).is_err() && Schema::choice(&["".into()]).is_err());
+}
+
+#[test]
+fn what_the_review_found() {
+    // Literals and keys past 255 bytes.
+    let long = "y".repeat(300);
+    let s = compile(
+        json!({"type": "object", "properties": {long.clone(): {"enum": [long.clone()]}}, "required": [long.clone()]}),
+    );
+    assert!(accepts(&s, &format!("{{\"{long}\":\"{long}\"}}")));
+    // An enum with a type keeps the values of that type; a top-level literal ends by itself.
+    let s = compile(json!({"type": "string", "enum": ["a", 1]}));
+    assert!(accepts(&s, "\"a\"") && feed(&s, b"1").is_err());
+    let s = compile(json!({"type": "boolean"}));
+    assert!(feed(&s, b"true").unwrap().is_done());
+    // A self-referencing alternative leaves the others usable.
+    let s =
+        compile(json!({"anyOf": [{"type": "string"}, {"$ref": "#/$defs/l"}], "$defs": {"l": {"$ref": "#/$defs/l"}}}));
+    assert!(accepts(&s, "\"x\""));
+    // nullable beside a type list or an anyOf; items false; array keywords without a type.
+    assert!(accepts(&compile(json!({"type": ["string", "null"], "nullable": true})), "null"));
+    assert!(accepts(&compile(json!({"nullable": true})), "{}"));
+    let s = compile(json!({"type": "array", "items": false}));
+    assert!(accepts(&s, "[]") && feed(&s, b"[1").is_err());
+    let s = compile(json!({"minItems": 2}));
+    assert!(accepts(&s, "[1,{}]") && feed(&s, b"[1]").is_err());
+    // At the frames' limit a free-keyed object takes no key whose value needs a container.
+    let s = compile(json!({"type": "object", "additionalProperties": {"$ref": "#"}}));
+    let deep = "{\"a\":".repeat(MAX_FRAMES - 1) + "{";
+    let st = feed(&s, deep.as_bytes()).unwrap();
+    assert!(st.step(&s, b'"').is_none() && st.step(&s, b'}').is_some());
+    // References to string enums merge into one set of literals.
+    let s = compile(json!({"anyOf": [{"$ref": "#/$defs/a"}, {"$ref": "#/$defs/b"}],
+        "$defs": {"a": {"enum": ["x", "y"]}, "b": {"enum": ["z"]}}}));
+    assert!(accepts(&s, "\"y\"") && accepts(&s, "\"z\""));
 }
 
 /// A small validator, written apart from the grammar: whether `v` is an
@@ -186,6 +249,8 @@ fn random_walks_never_dead_end_and_end_valid() {
             "value": {"type": "number"},
             "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3}
         }, "required": ["value"]}}}),
+        // Free-keyed objects of themselves: their keys stop where the frames run out.
+        json!({"type": "object", "additionalProperties": {"$ref": "#"}}),
         json!({"type": "array", "minItems": 1, "maxItems": 4, "items": {"anyOf": [
             {"type": "object", "additionalProperties": {"type": ["integer", "null"]}},
             {"enum": ["a", "ab", true, 10, 1]},

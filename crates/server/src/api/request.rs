@@ -38,6 +38,13 @@ pub struct CommonParams {
     /// Extension (as vLLM): the output is a value of this JSON Schema (an
     /// object, or its text).
     pub guided_json: Option<Value>,
+    /// Extension (as vLLM): the output is exactly one of these strings.
+    pub guided_choice: Option<Value>,
+    /// vLLM's newer form of both: `{"json": schema}` or `{"choice": [...]}`.
+    pub structured_outputs: Option<Value>,
+    /// vLLM's other guides, refused by name.
+    pub guided_regex: Option<Value>,
+    pub guided_grammar: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -341,6 +341,25 @@ async fn json_schema_reaches_the_engine() {
     }
     let r = post(&app, "/v1/completions", json!({"prompt": "x", "guided_json": schema})).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    // vLLM's choices, and its newer `structured_outputs` form of both.
+    for body in [
+        json!({"prompt": "x", "guided_choice": ["yes", "no"]}),
+        json!({"prompt": "x", "structured_outputs": {"choice": ["yes", "no"]}}),
+        json!({"prompt": "x", "structured_outputs": {"json": schema}}),
+    ] {
+        let r = post(&app, "/v1/completions", body.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "{body}: {}", r.text());
+        assert!(matches!(fake.requests().last().unwrap().json, Some(JsonFormat::Schema(_))), "{body}");
+    }
+    for (body, param) in [
+        (json!({"prompt": "x", "guided_regex": "a+"}), "guided_regex"),
+        (json!({"prompt": "x", "guided_choice": "yes"}), "guided_choice"),
+        (json!({"prompt": "x", "guided_choice": ["a"], "guided_json": schema}), "guided_json"),
+        (json!({"prompt": "x", "structured_outputs": {"regex": "a"}}), "structured_outputs"),
+    ] {
+        let r = post(&app, "/v1/completions", body.clone()).await;
+        assert_eq!((r.status, r.error()["param"].as_str()), (StatusCode::BAD_REQUEST, Some(param)), "{body}");
+    }
     let bad = json!({"prompt": "x", "response_format": {"type": "json_schema",
         "json_schema": {"schema": {"type": "string", "format": "email"}}}});
     let r = post(&app, "/v1/completions", bad).await;
