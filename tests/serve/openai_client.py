@@ -101,6 +101,27 @@ r = client.chat.completions.parse(model=MODEL, messages=[{"role": "user", "conte
                                   response_format=Cat, max_tokens=200, temperature=0)
 check(isinstance(r.choices[0].message.parsed, Cat), f"json_schema output parses as the model: {r}")
 
+
+# A discriminated union of models (told apart by their first property's const).
+class Search(pydantic.BaseModel):
+    kind: typing.Literal["search"]
+    query: str
+
+
+class Answer(pydantic.BaseModel):
+    kind: typing.Literal["answer"]
+    text: str
+
+
+class Step(pydantic.BaseModel):
+    thought: str
+    action: Search | Answer = pydantic.Field(discriminator="kind")
+
+
+r = client.chat.completions.parse(model=MODEL, response_format=Step, max_tokens=200, temperature=0, messages=[
+    {"role": "user", "content": "What is the capital of France? Reply as JSON with a thought and an action."}])
+check(isinstance(r.choices[0].message.parsed, Step), f"a discriminated union parses: {r}")
+
 # Penalties, top_k/min_p extensions and logit_bias are accepted; a banned token never appears.
 req = urllib.request.Request(f"{BASE}/tokenize", data=json.dumps({"prompt": " Paris", "add_special_tokens": False}).encode(),
                              headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})

@@ -94,6 +94,12 @@ pub(crate) enum Node {
     Literals(Vec<Vec<u8>>),
     /// One of these, told apart by the first byte.
     Union(Vec<u16>),
+    /// One of these objects, told apart by their first property: its name,
+    /// or (the same name) its one `const` value, `tags[i]` for `alts[i]`.
+    Tagged {
+        alts: Vec<u16>,
+        tags: Vec<Option<Vec<u8>>>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -132,6 +138,7 @@ impl Schema {
                 format!("the schema nests containers deeper than {MAX_FRAMES}")
             });
         }
+        tag_objects(&mut c.nodes)?;
         let first = (0..c.nodes.len()).map(|i| first_bytes(&c.nodes, i)).collect();
         let s = Schema { nodes: c.nodes, root, raw: false, min_depth, first };
         s.check_unions()?;
@@ -170,7 +177,7 @@ impl Schema {
     fn kind(&self, mut i: u16) -> &'static str {
         for _ in 0..self.nodes.len() {
             match self.node(i) {
-                Node::Object { .. } | Node::Map { .. } => return "an object",
+                Node::Object { .. } | Node::Map { .. } | Node::Tagged { .. } => return "an object",
                 Node::Array { .. } => return "an array",
                 Node::String => return "a string",
                 Node::Number { .. } => return "a number",
@@ -467,6 +474,16 @@ impl Compiler<'_> {
                 true
             }
         });
+        // Objects with listed properties: told apart by their first (checked
+        // once every node is whole, `tag_objects`).
+        let (objects, mut others): (Vec<u16>, Vec<u16>) = others
+            .into_iter()
+            .partition(|&n| matches!(&self.nodes[n as usize], Node::Object { props } if !props.is_empty()));
+        match objects.len() {
+            0 => {}
+            1 => others.push(objects[0]),
+            _ => others.push(self.push(Node::Tagged { alts: objects, tags: Vec::new() })?),
+        }
         if others.len() == 1 {
             return Ok(others[0]);
         }
@@ -542,6 +559,53 @@ fn has_type(v: &Value, t: &str) -> bool {
     }
 }
 
+/// Fills each union of objects' tags, checking that the first property
+/// tells its objects apart: required in each, and of different names, or of
+/// one name with a different single `const` (or one-value `enum`) each.
+fn tag_objects(nodes: &mut [Node]) -> Result<(), String> {
+    let resolve = |nodes: &[Node], mut n: u16| {
+        for _ in 0..nodes.len() {
+            match &nodes[n as usize] {
+                Node::Union(alts) if alts.len() == 1 => n = alts[0],
+                _ => break,
+            }
+        }
+        n
+    };
+    let refuse = |why: String| {
+        Err(format!("anyOf/oneOf of objects is supported when their first property tells them apart: {why}"))
+    };
+    for i in 0..nodes.len() {
+        let Node::Tagged { alts, .. } = &nodes[i] else { continue };
+        let mut firsts: Vec<(&[u8], Option<Vec<u8>>)> = Vec::new();
+        for &a in alts {
+            let Node::Object { props } = &nodes[a as usize] else {
+                return refuse("an alternative is no object".into());
+            };
+            let p = &props[0];
+            if !p.required {
+                return refuse(format!("{} is not required", String::from_utf8_lossy(&p.key)));
+            }
+            let tag = match &nodes[resolve(nodes, p.node) as usize] {
+                Node::Literals(l) if l.len() == 1 => Some(l[0].clone()),
+                _ => None,
+            };
+            for (key, other) in &firsts {
+                if *key == &p.key[..] && (tag.is_none() || other.is_none() || tag == *other) {
+                    let key = String::from_utf8_lossy(key);
+                    return refuse(format!("two begin with {key} without a different const value"));
+                }
+            }
+            firsts.push((&p.key, tag));
+        }
+        let tags = firsts.into_iter().map(|(_, t)| t).collect();
+        if let Node::Tagged { tags: t, .. } = &mut nodes[i] {
+            *t = tags;
+        }
+    }
+    Ok(())
+}
+
 /// The fewest containers a value of each node opens (a fixed point from
 /// "unreachable"); a union of one (a resolved reference) is its target's.
 fn min_depths(nodes: &[Node]) -> Vec<usize> {
@@ -564,7 +628,9 @@ fn min_depths(nodes: &[Node]) -> Vec<usize> {
                         1
                     }
                 }
-                Node::Union(alts) => alts.iter().map(|&a| at(a)).min().unwrap_or(UNREACHABLE),
+                Node::Union(alts) | Node::Tagged { alts, .. } => {
+                    alts.iter().map(|&a| at(a)).min().unwrap_or(UNREACHABLE)
+                }
             };
             if v < d[i] {
                 d[i] = v;
@@ -588,7 +654,7 @@ fn first_bytes(nodes: &[Node], n: usize) -> [u64; 4] {
             continue;
         }
         match &nodes[i] {
-            Node::Object { .. } | Node::Map { .. } => add(b'{'),
+            Node::Object { .. } | Node::Map { .. } | Node::Tagged { .. } => add(b'{'),
             Node::Array { .. } => add(b'['),
             Node::String => add(b'"'),
             Node::Number { .. } => b"-0123456789".iter().for_each(|&b| add(b)),

@@ -44,6 +44,16 @@ enum Lex {
     ArrOpen,
     /// After a value: `,` or the innermost container's close.
     AfterValue,
+    /// After the first key of a union of objects that several of them
+    /// begin with (bit `i` for alternative `i`): `:`, then their tags.
+    TagColon {
+        cands: u64,
+    },
+    /// In that key's value: the candidates' tags that still match.
+    Tag {
+        cands: u64,
+        pos: u16,
+    },
     /// In a string value.
     Str(StrMode),
     Num {
@@ -120,6 +130,12 @@ impl SchemaState {
     /// innermost object: the next listed ones up to and including the first
     /// required one, those whose values fit.
     fn key_cands(&self, s: &Schema) -> u64 {
+        if let Node::Tagged { alts, .. } = s.node(self.top().node) {
+            // Any alternative whose value fits where the union's frame opened.
+            let outer = self.depth as usize - 1;
+            let fit = |&a: &u16| s.min_depth[a as usize].saturating_add(outer) <= MAX_FRAMES;
+            return alts.iter().enumerate().filter(|(_, a)| fit(a)).fold(0, |m, (i, _)| m | 1u64 << i);
+        }
         let Node::Object { props } = s.node(self.top().node) else { return 0 };
         let mut cands = 0u64;
         for (j, p) in props.iter().enumerate().skip(self.top().pos as usize) {
@@ -152,7 +168,7 @@ impl SchemaState {
                 let alt = alts.iter().copied().find(|&a| self.fits(s, a) && s.starts_with(a, b))?;
                 return self.start_value(s, alt, b);
             }
-            Node::Object { .. } | Node::Map { .. } | Node::Array { .. } => {
+            Node::Object { .. } | Node::Map { .. } | Node::Array { .. } | Node::Tagged { .. } => {
                 self.stack[self.depth as usize] = Frame { node, pos: 0 };
                 self.depth += 1;
                 if b == b'[' {
@@ -190,6 +206,30 @@ impl SchemaState {
         self
     }
 
+    /// The union of objects in the innermost frame becomes its alternative
+    /// `i`, its first property read up to the value.
+    fn choose(mut self, s: &Schema, i: usize) -> SchemaState {
+        if let Node::Tagged { alts, .. } = s.node(self.top().node) {
+            *self.top_mut() = Frame { node: alts[i], pos: 1 };
+        }
+        self
+    }
+
+    /// In a union's tag after `pos` bytes: chosen once no candidate's tag is longer.
+    fn in_tag(mut self, s: &Schema, cands: u64, pos: u16) -> SchemaState {
+        let Node::Tagged { tags, .. } = s.node(self.top().node) else { return self };
+        let len = |i: usize| tags[i].as_ref().map_or(0, Vec::len);
+        if !(0..tags.len()).any(|i| cands >> i & 1 == 1 && len(i) > pos as usize) {
+            if let Some(i) = (0..tags.len()).find(|&i| cands >> i & 1 == 1 && len(i) == pos as usize) {
+                let mut st = self.choose(s, i);
+                st.lex = Lex::AfterValue;
+                return st;
+            }
+        }
+        self.lex = Lex::Tag { cands, pos };
+        self
+    }
+
     fn close(mut self, s: &Schema) -> SchemaState {
         self.depth -= 1;
         self.value_done(s)
@@ -212,6 +252,52 @@ impl SchemaState {
                     },
                 };
                 return Some(self);
+            }
+            Lex::Key { cands, pos } if matches!(s.node(self.top().node), Node::Tagged { .. }) => {
+                let Node::Tagged { alts, .. } = s.node(self.top().node) else { return None };
+                let first_key = |i: usize| match s.node(alts[i]) {
+                    Node::Object { props } => &props[0].key[..],
+                    _ => &[][..],
+                };
+                let pos = pos as usize;
+                let (mut next, mut done) = (0u64, 0u64);
+                for i in (0..alts.len()).filter(|&i| cands >> i & 1 == 1 && first_key(i).get(pos) == Some(&b)) {
+                    if first_key(i).len() == pos + 1 {
+                        done |= 1 << i;
+                    } else {
+                        next |= 1 << i;
+                    }
+                }
+                self.lex = if done.count_ones() == 1 {
+                    // The name alone tells: that object, its first value next.
+                    let i = done.trailing_zeros() as usize;
+                    let Node::Object { props } = s.node(alts[i]) else { return None };
+                    let node = props[0].node;
+                    self = self.choose(s, i);
+                    Lex::Colon { node }
+                } else if done != 0 {
+                    Lex::TagColon { cands: done }
+                } else if next != 0 {
+                    Lex::Key { cands: next, pos: pos as u16 + 1 }
+                } else {
+                    return None;
+                };
+                return Some(self);
+            }
+            Lex::Tag { cands, pos } if pos > 0 || !is_ws(b) => {
+                let Node::Tagged { tags, .. } = s.node(self.top().node) else { return None };
+                let at = |i: usize| tags[i].as_ref().and_then(|t| t.get(pos as usize));
+                let next =
+                    (0..tags.len()).filter(|&i| cands >> i & 1 == 1 && at(i) == Some(&b)).fold(0, |m, i| m | 1u64 << i);
+                if next != 0 {
+                    return Some(self.in_tag(s, next, pos + 1));
+                }
+                // A byte past a whole tag (a number's) ends it.
+                let whole = (0..tags.len())
+                    .find(|&i| cands >> i & 1 == 1 && tags[i].as_ref().is_some_and(|t| t.len() == pos as usize));
+                let i = whole.filter(|_| pos > 0)?;
+                self = self.choose(s, i);
+                self.lex = Lex::AfterValue;
             }
             Lex::Key { cands, pos } => {
                 let Node::Object { props } = s.node(self.top().node) else { return None };
@@ -293,6 +379,7 @@ impl SchemaState {
                 };
             }
             (Lex::Colon { node }, b':') => self.lex = Lex::Value { node },
+            (Lex::TagColon { cands }, b':') => self.lex = Lex::Tag { cands, pos: 0 },
             (Lex::ArrOpen | Lex::AfterValue, b']') => {
                 let &Node::Array { min, .. } = s.node(self.top().node) else { return None };
                 if self.top().pos < min {

@@ -147,6 +147,64 @@ fn refusals_name_the_problem() {
     assert!(Schema::compile(&chain).unwrap_err().contains("nest deeper"));
 }
 
+/// pydantic's `A | B` of models: objects told apart by their first
+/// property's name, or by its const value under one name.
+fn actions() -> Value {
+    json!({
+        "type": "object",
+        "properties": {"action": {"anyOf": [
+            {"$ref": "#/$defs/search"}, {"$ref": "#/$defs/answer"}, {"$ref": "#/$defs/stop"},
+            {"type": "object", "properties": {"code": {"type": "integer"}}, "required": ["code"]},
+            {"type": "null"}
+        ]}},
+        "required": ["action"],
+        "$defs": {
+            "search": {"type": "object", "properties": {"kind": {"const": "search", "type": "string"},
+                "query": {"type": "string"}}, "required": ["kind", "query"]},
+            "answer": {"type": "object", "properties": {"kind": {"enum": ["answer"]},
+                "text": {"type": "string"}, "sure": {"type": "boolean"}}, "required": ["kind", "text"]},
+            "stop": {"type": "object", "properties": {"kind": {"const": 10}}, "required": ["kind"]}
+        }
+    })
+}
+
+#[test]
+fn unions_of_objects_told_apart_by_their_first_property() {
+    let s = compile(actions());
+    for doc in [
+        r#"{"action":{"kind":"search","query":"cats"}}"#,
+        r#"{"action":{ "kind" : "answer" , "text":"yes","sure":true}}"#,
+        r#"{"action":{"kind":10}}"#,
+        r#"{"action":{"code":-3}}"#,
+        r#"{"action":null}"#,
+    ] {
+        assert!(accepts(&s, doc), "{doc}");
+    }
+    for (doc, at) in [
+        (r#"{"action":{"kind":"search","text""#, 28), // search's second key is query
+        (r#"{"action":{"kind":"other""#, 19),
+        (r#"{"action":{"kind":100"#, 20),
+        (r#"{"action":{}"#, 11),
+    ] {
+        assert_eq!(feed(&s, doc.as_bytes()).err(), Some(at), "{doc}");
+    }
+    for (schema, want) in [
+        (
+            json!({"anyOf": [{"type": "object", "properties": {"a": {}}, "required": ["a"]},
+            {"type": "object", "properties": {"a": {}, "b": {}}, "required": ["a"]}]}),
+            "\"a\"",
+        ),
+        (
+            json!({"anyOf": [{"type": "object", "properties": {"a": {"const": 1}}},
+            {"type": "object", "properties": {"b": {}}, "required": ["b"]}]}),
+            "not required",
+        ),
+    ] {
+        let err = Schema::compile(&schema).unwrap_err();
+        assert!(err.contains("first property") && err.contains(want), "{err}");
+    }
+}
+
 #[test]
 fn choices_are_raw_text() {
     let s = Schema::choice(&["yes".into(), "no".into(), "not sure".into(), "nope".into()]).unwrap();
@@ -204,6 +262,9 @@ fn valid(doc: &Value, schema: &Value, v: &Value) -> bool {
     if let Some(e) = schema.get("enum") {
         return e.as_array().unwrap().contains(v);
     }
+    if let Some(c) = schema.get("const") {
+        return c == v;
+    }
     if let Some(alts) = schema.get("anyOf") {
         return alts.as_array().unwrap().iter().any(|a| valid(doc, a, v));
     }
@@ -249,6 +310,7 @@ fn random_walks_never_dead_end_and_end_valid() {
             "value": {"type": "number"},
             "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3}
         }, "required": ["value"]}}}),
+        actions(),
         // Free-keyed objects of themselves: their keys stop where the frames run out.
         json!({"type": "object", "additionalProperties": {"$ref": "#"}}),
         json!({"type": "array", "minItems": 1, "maxItems": 4, "items": {"anyOf": [
