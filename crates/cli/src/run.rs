@@ -1,9 +1,13 @@
 //! `ferrite run`: one-shot completion with --prompt, else interactive chat.
 
 use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use clap::Args;
 use ferrite_core::{Error, Result};
+use ferrite_engine::constraint::format::JsonFormat;
+use ferrite_engine::constraint::schema::Schema;
 use ferrite_engine::sampling::SamplingParams;
 use ferrite_engine::{generate, GenerateRequest, Generation};
 use ferrite_loader::chat_template::Message;
@@ -26,6 +30,29 @@ pub struct RunArgs {
     /// No chat template: tokenize the prompt as is (BOS as the model says).
     #[arg(long)]
     pub raw: bool,
+    /// Constrain each reply to one JSON object.
+    #[arg(long, conflicts_with = "json_schema")]
+    pub json: bool,
+    /// Constrain each reply to a value of the JSON Schema in this file (the
+    /// subset `serve` takes for `json_schema`; see the README).
+    #[arg(long, value_name = "FILE")]
+    pub json_schema: Option<PathBuf>,
+}
+
+impl RunArgs {
+    /// The replies' format, from --json or --json-schema.
+    pub fn json_format(&self) -> Result<Option<JsonFormat>> {
+        if self.json {
+            return Ok(Some(JsonFormat::Object));
+        }
+        let Some(path) = &self.json_schema else { return Ok(None) };
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.display().to_string(), e))?;
+        let doc: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| Error::InvalidInput(format!("{}: not JSON: {e}", path.display())))?;
+        let schema = Schema::compile(&doc)
+            .map_err(|e| Error::InvalidInput(format!("{}: unsupported schema: {e}", path.display())))?;
+        Ok(Some(JsonFormat::Schema(Arc::new(schema))))
+    }
 }
 
 impl SamplingArgs {
@@ -67,8 +94,7 @@ pub fn prompt_ids(l: &Loaded, messages: &[Message], raw: bool) -> Result<Vec<u32
     }
 }
 
-pub fn request(l: &Loaded, prompt: Vec<u32>, s: &SamplingArgs) -> GenerateRequest {
-    let _ = l;
+pub fn request(prompt: Vec<u32>, s: &SamplingArgs, json: Option<JsonFormat>) -> GenerateRequest {
     GenerateRequest {
         prompt,
         sampling: s.params(),
@@ -76,6 +102,7 @@ pub fn request(l: &Loaded, prompt: Vec<u32>, s: &SamplingArgs) -> GenerateReques
         stop: s.stop.clone(),
         stop_ids: Vec::new(),
         ignore_eos: false,
+        json,
     }
 }
 
@@ -101,13 +128,14 @@ pub fn stream(l: &mut Loaded, req: &GenerateRequest, cancel: &dyn Fn() -> bool) 
 
 pub fn main(a: RunArgs) -> Result<()> {
     a.sampling.params().validate().map_err(Error::InvalidInput)?;
+    let json = a.json_format()?;
     let mut l = load(&a.model, true)?;
     if a.system.is_some() && (a.raw || l.template.is_none()) {
         let why = if a.raw { "--raw" } else { "a model without a chat template" };
         eprintln!("note: --system is not used with {why}");
     }
     let Some(prompt) = a.prompt.clone() else {
-        return crate::chat::chat(&mut l, &a);
+        return crate::chat::chat(&mut l, &a, json);
     };
     if l.template.is_none() && !a.raw {
         eprintln!("note: the model has no chat template; the prompt is used as raw text");
@@ -118,7 +146,7 @@ pub fn main(a: RunArgs) -> Result<()> {
     }
     messages.push(Message { role: "user".into(), content: prompt });
     let ids = prompt_ids(&l, &messages, a.raw)?;
-    let req = request(&l, ids, &a.sampling);
+    let req = request(ids, &a.sampling, json);
     let g = stream(&mut l, &req, &|| false)?;
     outln!()?;
     eprintln!(

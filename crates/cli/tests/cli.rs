@@ -85,6 +85,33 @@ fn run_stop_string_cuts_before_it() {
     assert!(err.contains("finish: stop"), "{err}");
 }
 
+/// `--json-schema`: the greedy reply is a value of the schema, and ends with
+/// it; `--json` an object; a schema the grammar cannot enforce is refused
+/// before the model loads.
+#[test]
+fn run_json_schema_constrains_the_reply() {
+    let dir = scratch("json-schema");
+    let schema = dir.join("cat.json");
+    let doc = r#"{"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+        "color": {"enum": ["black", "white", "orange", null]}}, "required": ["name", "age", "color"]}"#;
+    std::fs::write(&schema, doc).unwrap();
+    let p = schema.to_str().unwrap();
+    let (out, err) =
+        ok(&["run", "smollm2", "--prompt", "Describe a cat as JSON.", "--json-schema", p, "--temperature", "0"]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"));
+    let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["name", "age", "color"], "{out}");
+    assert!(v["name"].is_string() && v["age"].is_i64(), "{out}");
+    assert!(err.contains("finish: stop"), "{err}");
+    let (out, _) =
+        ok(&["run", "smollm2", "--prompt", "A cat as JSON.", "--json", "--temperature", "0", "--max-tokens", "12"]);
+    assert!(out.trim_start().starts_with('{'), "{out:?}");
+    std::fs::write(&schema, r#"{"type": "string", "pattern": "^a"}"#).unwrap();
+    fails(&["run", "smollm2", "--prompt", "x", "--json-schema", p], &["`pattern`", "cat.json"]);
+    fails(&["run", "smollm2", "--prompt", "x", "--json-schema", "/nonexistent/s.json"], &["/nonexistent/s.json"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn run_max_tokens_one() {
     let (out, err) = ok(&["run", "smollm2", "--prompt", Q, "--max-tokens", "1", "--temperature", "0"]);

@@ -3,6 +3,10 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
+use crate::constraint::format::{Constraint, JsonFormat};
+use crate::constraint::json::JsonVocab;
 use crate::detokenizer::IncrementalDetokenizer;
 use crate::runner::{check_token_ids, Logits, Runner, Sequence};
 use crate::sampling::{Sampled, Sampler, SamplingParams, StopChecker};
@@ -22,6 +26,9 @@ pub struct GenerateRequest {
     /// Extra stop ids besides the tokenizer's end-of-generation ids.
     pub stop_ids: Vec<u32>,
     pub ignore_eos: bool,
+    /// The output as one JSON object, or a value of a schema (sampled on
+    /// the host, each step's logits masked).
+    pub json: Option<JsonFormat>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,9 +100,16 @@ fn step_and_pick(
     seq: &mut Sequence,
     chunk: usize,
     sampler: &mut Sampler,
+    constraint: Option<&Constraint>,
     prompt: &[u32],
     generated: &[u32],
 ) -> Result<Sampled> {
+    if let Some(c) = constraint {
+        let vocab = runner.config().vocab_size;
+        let mut logits = runner.step(&mut [seq], chunk, Logits::Last)?[..vocab].to_vec();
+        c.mask(&mut logits);
+        return Ok(sampler.sample(&logits, prompt, generated));
+    }
     if runner.samples_on_device() {
         if let Some(row) = sampler.device_request(prompt, generated, &[]) {
             let picked = runner.step_sampled(&mut [seq], chunk, &[row])?;
@@ -133,11 +147,13 @@ fn run(
     let max_tokens = req.max_tokens.min(runner.max_context() - req.prompt.len());
     let t0 = Instant::now();
     let mut sampler = Sampler::new(req.sampling.clone());
+    let vocab = runner.config().vocab_size;
+    let mut constraint = req.json.as_ref().map(|f| Constraint::new(Arc::new(JsonVocab::for_tokenizer(tok, vocab)), f));
     // All prompt chunks but the last; the last one yields the first token.
     while seq.tokens.len() - seq.n_cached > PREFILL_CHUNK {
         runner.step(&mut [&mut *seq], PREFILL_CHUNK, Logits::Last)?;
     }
-    let first = step_and_pick(runner, seq, PREFILL_CHUNK, &mut sampler, &req.prompt, &[])?;
+    let first = step_and_pick(runner, seq, PREFILL_CHUNK, &mut sampler, constraint.as_ref(), &req.prompt, &[])?;
     let prefill_time = t0.elapsed();
     let t1 = Instant::now();
     let mut detok = IncrementalDetokenizer::new();
@@ -145,24 +161,30 @@ fn run(
     let mut generated: Vec<u32> = Vec::new();
     let mut text = String::new();
     let mut finish = FinishReason::Length;
-    let feed = feeds_ahead(runner, &sampler);
+    let feed = constraint.is_none() && feeds_ahead(runner, &sampler);
     // The step after the one that drew `s`, launched before `s` was read;
     // its input, the last of `seq.tokens`, is then the fed id of `s`.
     let mut ahead: Option<Picks> = None;
     let mut s = first;
     while generated.len() < max_tokens {
         generated.push(s.token);
+        // A whole JSON value ends the output, as the end of generation would.
+        let json_done = constraint.as_mut().is_some_and(|c| c.advance(s.token) && c.is_complete());
         let eog = (!req.ignore_eos && tok.eos_ids().contains(&s.token)) || req.stop_ids.contains(&s.token);
         // At the end of generation, the text held back for a possible stop
         // string (and a UTF-8 tail) is the last piece.
-        let (piece, stopped) =
+        let (mut piece, stopped) =
             if eog { (stops.finish(&detok.flush()), true) } else { stops.push(&detok.push(&tok.token_bytes(s.token))) };
+        if json_done && !stopped {
+            // Ended, but not by a stop string: the text held back for one too.
+            piece += &stops.finish(&detok.flush());
+        }
         text.push_str(&piece);
         if !on_token(&TokenEvent { token: s.token, text: &piece, sampled: &s }) {
             finish = FinishReason::Cancelled;
             break;
         }
-        if stopped {
+        if stopped || json_done {
             finish = FinishReason::Stop;
             break;
         }
@@ -180,7 +202,7 @@ fn run(
             }
             None => {
                 seq.tokens.push(s.token);
-                s = step_and_pick(runner, seq, 1, &mut sampler, &req.prompt, &generated)?;
+                s = step_and_pick(runner, seq, 1, &mut sampler, constraint.as_ref(), &req.prompt, &generated)?;
                 continue;
             }
         };

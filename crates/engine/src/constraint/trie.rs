@@ -166,6 +166,14 @@ impl JsonVocab {
         JsonVocab { trie, token_bytes, eos_ids: eos_ids.to_vec() }
     }
 
+    /// The vocabulary of `tok`'s first `vocab` ids (special tokens never
+    /// allowed; its end-of-generation ids only once the output is whole).
+    pub fn for_tokenizer(tok: &ferrite_loader::tokenizer::Tokenizer, vocab: usize) -> JsonVocab {
+        let bytes =
+            (0..vocab as u32).map(|id| if tok.is_special(id) { Vec::new() } else { tok.token_bytes(id) }).collect();
+        JsonVocab::new(bytes, tok.eos_ids())
+    }
+
     pub(crate) fn is_eos(&self, id: u32) -> bool {
         self.eos_ids.contains(&id)
     }

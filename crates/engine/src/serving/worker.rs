@@ -160,14 +160,7 @@ impl Worker {
 
     fn json_vocab(&mut self) -> Arc<JsonVocab> {
         let (tok, vocab) = (&self.tokenizer, self.vocab);
-        self.json_vocab
-            .get_or_insert_with(|| {
-                let bytes = (0..vocab as u32)
-                    .map(|id| if tok.is_special(id) { Vec::new() } else { tok.token_bytes(id) })
-                    .collect();
-                Arc::new(JsonVocab::new(bytes, tok.eos_ids()))
-            })
-            .clone()
+        self.json_vocab.get_or_insert_with(|| Arc::new(JsonVocab::for_tokenizer(tok, vocab))).clone()
     }
 
     /// Frees the blocks of requests whose client has gone away.
