@@ -96,9 +96,11 @@ pub(crate) enum Node {
     Union(Vec<u16>),
     /// One of these objects, told apart by their first property: its name,
     /// or (the same name) its one `const` value, `tags[i]` for `alts[i]`.
+    /// `exclusive` (a `oneOf`): told apart by the values only.
     Tagged {
         alts: Vec<u16>,
         tags: Vec<Option<Vec<u8>>>,
+        exclusive: bool,
     },
 }
 
@@ -277,7 +279,7 @@ impl Compiler<'_> {
             let mut inner = m.clone();
             inner.remove("nullable");
             let alts = [Value::Object(inner), serde_json::json!({"type": "null"})];
-            return self.union(&alts, at);
+            return self.union(&alts, at, false);
         }
         let present = |keys: &[&'static str]| -> Vec<&'static str> {
             keys.iter().copied().filter(|k| m.contains_key(*k)).collect()
@@ -303,7 +305,7 @@ impl Compiler<'_> {
                 _ => {
                     let alts = m[c].as_array().filter(|a| !a.is_empty());
                     let alts = alts.ok_or_else(|| format!("{at}/{c}: must be a non-empty list"))?;
-                    self.union(alts, &format!("{at}/{c}"))
+                    self.union(alts, &format!("{at}/{c}"), c == "oneOf")
                 }
             };
         }
@@ -345,7 +347,7 @@ impl Compiler<'_> {
                         Value::Object(one)
                     })
                     .collect();
-                self.union(&alts, at)
+                self.union(&alts, at, false)
             }
             None if !objects.is_empty() && !arrays.is_empty() => beside(objects[0], arrays[0]),
             None if !objects.is_empty() => self.typed(m, "object", at),
@@ -437,20 +439,36 @@ impl Compiler<'_> {
         Ok(me)
     }
 
-    fn union(&mut self, alts: &[Value], at: &str) -> Result<u16, String> {
+    /// `anyOf` (and `type` lists, `nullable`), or with `exclusive` `oneOf`:
+    /// then no value may be an instance of two alternatives, which the
+    /// grammar ensures by refusing alternatives that share a value and
+    /// objects told apart by name only.
+    fn union(&mut self, alts: &[Value], at: &str, exclusive: bool) -> Result<u16, String> {
         let mut nodes = Vec::new();
         for (i, a) in alts.iter().enumerate() {
             let n = self.node(a, &format!("{at}/{i}"))?;
             let n = self.resolved(n);
             match &self.nodes[n as usize] {
                 // Nested unions flatten (a reference still being compiled stays whole).
-                Node::Union(inner) if !inner.is_empty() => nodes.extend(inner.iter().map(|&x| self.resolved(x))),
+                Node::Union(inner) | Node::Tagged { alts: inner, .. } if !inner.is_empty() => {
+                    nodes.extend(inner.iter().map(|&x| self.resolved(x)))
+                }
                 _ => nodes.push(n),
             }
         }
+        let overlap = || Err(format!("{at}: oneOf alternatives that share a value are not supported"));
         // Literals merge into one set (enum-like unions of consts).
-        let (lits, mut others): (Vec<u16>, Vec<u16>) =
+        let (lits, others): (Vec<u16>, Vec<u16>) =
             nodes.into_iter().partition(|&n| matches!(self.nodes[n as usize], Node::Literals(_)));
+        let mut seen = Vec::new();
+        for n in others {
+            if seen.contains(&n) && exclusive {
+                return overlap();
+            }
+            if !seen.contains(&n) {
+                seen.push(n);
+            }
+        }
         if !lits.is_empty() {
             let mut all: Vec<Vec<u8>> = Vec::new();
             for n in lits {
@@ -458,6 +476,8 @@ impl Compiler<'_> {
                     for x in l {
                         if !all.contains(x) {
                             all.push(x.clone());
+                        } else if exclusive {
+                            return overlap();
                         }
                     }
                 }
@@ -465,24 +485,20 @@ impl Compiler<'_> {
             if all.len() > MAX_CHOICES {
                 return Err(format!("{at}: at most {MAX_CHOICES} literal values"));
             }
-            others.push(self.push(Node::Literals(all))?);
+            seen.push(self.push(Node::Literals(all))?);
         }
-        let mut seen = Vec::new();
-        others.retain(|n| {
-            !seen.contains(n) && {
-                seen.push(*n);
-                true
-            }
-        });
         // Objects with listed properties: told apart by their first (checked
         // once every node is whole, `tag_objects`).
-        let (objects, mut others): (Vec<u16>, Vec<u16>) = others
+        let (objects, mut others): (Vec<u16>, Vec<u16>) = seen
             .into_iter()
             .partition(|&n| matches!(&self.nodes[n as usize], Node::Object { props } if !props.is_empty()));
+        if objects.len() > MAX_CHOICES {
+            return Err(format!("{at}: at most {MAX_CHOICES} objects"));
+        }
         match objects.len() {
             0 => {}
             1 => others.push(objects[0]),
-            _ => others.push(self.push(Node::Tagged { alts: objects, tags: Vec::new() })?),
+            _ => others.push(self.push(Node::Tagged { alts: objects, tags: Vec::new(), exclusive })?),
         }
         if others.len() == 1 {
             return Ok(others[0]);
@@ -576,7 +592,7 @@ fn tag_objects(nodes: &mut [Node]) -> Result<(), String> {
         Err(format!("anyOf/oneOf of objects is supported when their first property tells them apart: {why}"))
     };
     for i in 0..nodes.len() {
-        let Node::Tagged { alts, .. } = &nodes[i] else { continue };
+        let Node::Tagged { alts, exclusive, .. } = &nodes[i] else { continue };
         let mut firsts: Vec<(&[u8], Option<Vec<u8>>)> = Vec::new();
         for &a in alts {
             let Node::Object { props } = &nodes[a as usize] else {
@@ -590,6 +606,10 @@ fn tag_objects(nodes: &mut [Node]) -> Result<(), String> {
                 Node::Literals(l) if l.len() == 1 => Some(l[0].clone()),
                 _ => None,
             };
+            if *exclusive && tag.is_none() {
+                // (By name alone, a value could hold two alternatives' keys.)
+                return refuse(format!("in a oneOf, {} needs a const value", String::from_utf8_lossy(&p.key)));
+            }
             for (key, other) in &firsts {
                 if *key == &p.key[..] && (tag.is_none() || other.is_none() || tag == *other) {
                     let key = String::from_utf8_lossy(key);

@@ -285,6 +285,7 @@ impl SchemaState {
                 return Some(self);
             }
             Lex::Tag { cands, pos } if pos > 0 || !is_ws(b) => {
+                self.ws = 0;
                 let Node::Tagged { tags, .. } = s.node(self.top().node) else { return None };
                 let at = |i: usize| tags[i].as_ref().and_then(|t| t.get(pos as usize));
                 let next =

@@ -203,6 +203,26 @@ fn unions_of_objects_told_apart_by_their_first_property() {
         let err = Schema::compile(&schema).unwrap_err();
         assert!(err.contains("first property") && err.contains(want), "{err}");
     }
+    // oneOf: no value may fit two alternatives (names alone, or a shared value, could).
+    let obj = |k: &str| json!({"type": "object", "properties": {k: {"type": "string"}}, "required": [k]});
+    let one_of = [
+        (json!({"oneOf": [obj("a"), obj("b")]}), "needs a const value"),
+        (json!({"oneOf": [{"type": ["string", "null"]}, {"type": "null"}]}), "share a value"),
+    ];
+    for (schema, want) in one_of {
+        let err = Schema::compile(&schema).unwrap_err();
+        assert!(err.contains(want), "{schema}: {err}");
+    }
+    let many: Vec<Value> = (0..65).map(|i| obj(&format!("k{i}"))).collect();
+    assert!(Schema::compile(&json!({"anyOf": many})).unwrap_err().contains("at most 64 objects"));
+    // A union of a union of objects and another object flattens into one.
+    let s =
+        compile(json!({"anyOf": [{"$ref": "#/$defs/ab"}, obj("c")], "$defs": {"ab": {"anyOf": [obj("a"), obj("b")]}}}));
+    assert!(accepts(&s, r#"{"b":"x"}"#) && accepts(&s, r#"{"c":"x"}"#));
+    // Whitespace before a tag does not count against the run after it.
+    let s = compile(actions());
+    let spaced = format!("{{\"action\":{{\"kind\":{}\"search\" ,\"query\":\"q\"}}}}", " ".repeat(16));
+    assert!(accepts(&s, &spaced), "{spaced}");
 }
 
 #[test]
