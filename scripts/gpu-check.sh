@@ -7,7 +7,8 @@
 #      against the CPU and llama.cpp's continuations, perplexity on both, the
 #      tiny HF checkpoints (bf16 on the GPU) against transformers' logits, and
 #      `serve` with 64 concurrent greedy requests against one at a time, and
-#      its echoed prompt logprobs against an exact float64 reference;
+#      its echoed prompt logprobs against an exact float64 reference, and
+#      structured outputs (scripts/gpu-structured.sh);
 #   3. the benchmarks with random bf16 (and Q4_K_M) weights of Llama-3.1-8B's
 #      shape. FERRITE_PROFILE=1 adds GPU time per op to each benchmark.
 #   4. sentence embeddings: the tiny encoder checkpoints against transformers'
@@ -53,6 +54,8 @@ if [[ $what == models || $what == all ]]; then
     if [[ -f $MODELS/smollm2.gguf ]]; then
         python3 scripts/serve_equality_check.py --ferrite "$BIN" --model "$MODELS/smollm2.gguf" --device cuda --n 64 \
             --exact $fx/smollm2_exact.json
+        # Structured outputs: constrained requests beside plain ones.
+        FERRITE_BIN=$BIN scripts/gpu-structured.sh "$MODELS/smollm2.gguf"
     fi
 fi
 
