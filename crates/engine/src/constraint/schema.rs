@@ -5,13 +5,15 @@
 //! Supported: `type` (one or a list), `properties` with `required` (an
 //! object's keys come in the order the schema lists them; no other keys),
 //! `additionalProperties` as the value schema of a free-keyed object,
-//! `items` with `minItems`/`maxItems`, `enum`, `const`, `anyOf`/`oneOf`
-//! whose alternatives begin with different bytes (a string, a number, an
-//! object, an array, literals), a one-schema `allOf`, `nullable`, and `$ref`
-//! into the document (`#/$defs/...`, `#/definitions/...`, recursion
-//! included). Keywords that constrain values in ways this grammar does not
-//! enforce (`pattern`, `format`, `minLength`, `minimum`, ...) are refused by
-//! name, never ignored; annotations (`title`, `description`, ...) are.
+//! `items` with `minItems`/`maxItems`, `minLength`/`maxLength`, `enum`,
+//! `const`, `anyOf`/`oneOf` whose alternatives begin with different bytes
+//! (a string, a number, an array, literals) or are objects told apart by
+//! their first property, a one-schema `allOf`, `nullable`, and `$ref` into
+//! the document (`#/$defs/...`, `#/definitions/...`, recursion included).
+//! Keywords that constrain values in ways this grammar does not enforce
+//! (`pattern`, `format`, `minimum`, ...), and keywords beside a combinator,
+//! are refused by name, never ignored; annotations (`title`,
+//! `description`, ...) are ignored.
 
 use std::collections::HashMap;
 
@@ -32,11 +34,9 @@ pub const MAX_LITERAL: usize = 1024;
 const MAX_NESTING: usize = 256;
 
 /// Keywords that constrain values beyond what the grammar enforces.
-const REFUSED: [&str; 29] = [
+const REFUSED: [&str; 27] = [
     "pattern",
     "format",
-    "minLength",
-    "maxLength",
     "minimum",
     "maximum",
     "exclusiveMinimum",
@@ -86,7 +86,11 @@ pub(crate) enum Node {
         min: u32,
         max: u32,
     },
-    String,
+    /// A string of `min..=max` characters (code points).
+    String {
+        min: u32,
+        max: u32,
+    },
     Number {
         integer: bool,
     },
@@ -181,7 +185,7 @@ impl Schema {
             match self.node(i) {
                 Node::Object { .. } | Node::Map { .. } | Node::Tagged { .. } => return "an object",
                 Node::Array { .. } => return "an array",
-                Node::String => return "a string",
+                Node::String { .. } => return "a string",
                 Node::Number { .. } => return "a number",
                 Node::Literals(_) => return "an enum or const value",
                 Node::Union(alts) if alts.len() == 1 => i = alts[0],
@@ -247,7 +251,7 @@ impl Compiler<'_> {
         let alts = vec![
             self.push(Node::Map { values: any })?,
             self.push(Node::Array { items: any, min: 0, max: u32::MAX })?,
-            self.push(Node::String)?,
+            self.push(Node::String { min: 0, max: u32::MAX })?,
             self.push(Node::Number { integer: false })?,
             self.push(literals(&[Value::Bool(true), Value::Bool(false), Value::Null], "#")?)?,
         ];
@@ -364,14 +368,7 @@ impl Compiler<'_> {
                     None | Some(Value::Bool(false)) => self.any()?,
                     Some(items) => self.node(items, &format!("{at}/items"))?,
                 };
-                let count = |k: &str, default: u32| -> Result<u32, String> {
-                    m.get(k).map_or(Ok(default), |v| {
-                        v.as_u64()
-                            .map(|n| n.min(u32::MAX as u64) as u32)
-                            .ok_or(format!("{at}/{k}: must be a whole number"))
-                    })
-                };
-                let (min, mut max) = (count("minItems", 0)?, count("maxItems", u32::MAX)?);
+                let (min, mut max) = (count(m, "minItems", 0, at)?, count(m, "maxItems", u32::MAX, at)?);
                 if m.get("items") == Some(&Value::Bool(false)) {
                     max = 0; // (no item is an instance: only `[]`)
                 }
@@ -380,7 +377,13 @@ impl Compiler<'_> {
                 }
                 self.push(Node::Array { items, min, max })
             }
-            "string" => self.push(Node::String),
+            "string" => {
+                let (min, max) = (count(m, "minLength", 0, at)?, count(m, "maxLength", u32::MAX, at)?);
+                if min > max {
+                    return Err(format!("{at}: minLength is over maxLength"));
+                }
+                self.push(Node::String { min, max })
+            }
             "number" => self.push(Node::Number { integer: false }),
             "integer" => self.push(Node::Number { integer: true }),
             "boolean" => self.push(literals(&[Value::Bool(true), Value::Bool(false)], at)?),
@@ -555,6 +558,13 @@ fn literals(values: &[Value], at: &str) -> Result<Node, String> {
     Ok(Node::Literals(texts))
 }
 
+/// A count keyword's value (`minItems`, `maxLength`, ...), or `default`.
+fn count(m: &Map<String, Value>, k: &str, default: u32, at: &str) -> Result<u32, String> {
+    m.get(k).map_or(Ok(default), |v| {
+        v.as_u64().map(|n| n.min(u32::MAX as u64) as u32).ok_or(format!("{at}/{k}: must be a whole number"))
+    })
+}
+
 /// The names of a `type`: one, or a non-empty list.
 fn type_names(t: &Value, at: &str) -> Result<Vec<String>, String> {
     let names: Option<Vec<String>> = match t {
@@ -635,7 +645,7 @@ fn min_depths(nodes: &[Node]) -> Vec<usize> {
         for (i, n) in nodes.iter().enumerate() {
             let at = |j: u16| d[j as usize];
             let v = match n {
-                Node::String | Node::Number { .. } | Node::Literals(_) => 0,
+                Node::String { .. } | Node::Number { .. } | Node::Literals(_) => 0,
                 Node::Map { .. } => 1,
                 Node::Object { props } => {
                     let deepest = props.iter().filter(|p| p.required).map(|p| at(p.node)).max().unwrap_or(0);
@@ -676,7 +686,7 @@ fn first_bytes(nodes: &[Node], n: usize) -> [u64; 4] {
         match &nodes[i] {
             Node::Object { .. } | Node::Map { .. } | Node::Tagged { .. } => add(b'{'),
             Node::Array { .. } => add(b'['),
-            Node::String => add(b'"'),
+            Node::String { .. } => add(b'"'),
             Node::Number { .. } => b"-0123456789".iter().for_each(|&b| add(b)),
             Node::Literals(l) => l.iter().filter_map(|t| t.first()).for_each(|&b| add(b)),
             Node::Union(alts) => stack.extend(alts.iter().map(|&a| a as usize)),

@@ -54,8 +54,12 @@ enum Lex {
         cands: u64,
         pos: u16,
     },
-    /// In a string value.
-    Str(StrMode),
+    /// In a string value of `node`, `len` characters long so far.
+    Str {
+        sub: StrMode,
+        node: u16,
+        len: u32,
+    },
     Num {
         integer: bool,
         n: Num,
@@ -177,7 +181,7 @@ impl SchemaState {
                     Lex::ObjOpen
                 }
             }
-            Node::String => Lex::Str(StrMode::Plain),
+            Node::String { .. } => Lex::Str { sub: StrMode::Plain, node, len: 0 },
             &Node::Number { integer } => Lex::Num {
                 integer,
                 n: match b {
@@ -237,9 +241,20 @@ impl SchemaState {
 
     pub(crate) fn step(mut self, s: &Schema, b: u8) -> Option<SchemaState> {
         match self.lex {
-            Lex::Str(sub) => {
+            Lex::Str { sub, node, len } => {
+                // Between characters: a new one only below maxLength, the
+                // end only from minLength on.
+                if let (StrMode::Plain, &Node::String { min, max }) = (sub, s.node(node)) {
+                    if (b == b'"' && len < min) || (b != b'"' && len >= max) {
+                        return None;
+                    }
+                }
                 return Some(match str_step(sub, b)? {
-                    StrStep::In(sub) => SchemaState { lex: Lex::Str(sub), ..self },
+                    StrStep::In(next) => {
+                        // Every character ends back in Plain (a surrogate pair once).
+                        let len = if next == StrMode::Plain { len + 1 } else { len };
+                        SchemaState { lex: Lex::Str { sub: next, node, len }, ..self }
+                    }
                     StrStep::End => self.value_done(s),
                 });
             }
@@ -424,7 +439,9 @@ impl Grammar for Schema {
     }
     fn free_string(&self, st: &SchemaState) -> Option<StrMode> {
         match st.lex {
-            Lex::Str(sub) | Lex::MapKey(sub) => Some(sub),
+            // (A string with a maxLength counts its characters: byte by byte.)
+            Lex::Str { sub, node, .. } if matches!(self.node(node), Node::String { max: u32::MAX, .. }) => Some(sub),
+            Lex::MapKey(sub) => Some(sub),
             _ => None,
         }
     }

@@ -103,6 +103,7 @@ fn refs_unions_maps_and_arrays() {
 fn refusals_name_the_problem() {
     let cases = [
         (json!({"type": "string", "pattern": "^a"}), "`pattern`"),
+        (json!({"type": "string", "maxLength": -1}), "maxLength"),
         (json!({"type": "string", "format": "date-time"}), "`format`"),
         (json!({"$ref": "#/$defs/missing"}), "does not point"),
         (json!({"anyOf": [{"type": "object"}, {"type": "object", "properties": {}}]}), "start alike"),
@@ -226,6 +227,18 @@ fn unions_of_objects_told_apart_by_their_first_property() {
 }
 
 #[test]
+fn string_lengths_count_characters() {
+    let s = compile(json!({"type": "string", "minLength": 2, "maxLength": 3}));
+    for doc in [r#""ab""#, r#""abc""#, "\"é\\u00e9\"", r#""\ud83d\ude00x""#, r#""\n\t""#] {
+        assert!(accepts(&s, doc), "{doc}");
+    }
+    assert_eq!(feed(&s, br#""a""#).err(), Some(2));
+    assert_eq!(feed(&s, br#""abcd"#).err(), Some(4));
+    assert_eq!(feed(&s, "\"ééé\\".as_bytes()).err(), Some(7));
+    assert!(Schema::compile(&json!({"type": "string", "minLength": 3, "maxLength": 2})).is_err());
+}
+
+#[test]
 fn choices_are_raw_text() {
     let s = Schema::choice(&["yes".into(), "no".into(), "not sure".into(), "nope".into()]).unwrap();
     for doc in ["yes", "no", "not sure", "nope"] {
@@ -294,7 +307,12 @@ fn valid(doc: &Value, schema: &Value, v: &Value) -> bool {
         _ => return true,
     };
     types.iter().any(|t| match (*t, v) {
-        ("string", Value::String(_)) | ("null", Value::Null) | ("boolean", Value::Bool(_)) => true,
+        ("string", Value::String(t)) => {
+            let n = t.chars().count() as u64;
+            let bound = |k: &str| schema.get(k).and_then(Value::as_u64);
+            n >= bound("minLength").unwrap_or(0) && n <= bound("maxLength").unwrap_or(u64::MAX)
+        }
+        ("null", Value::Null) | ("boolean", Value::Bool(_)) => true,
         ("number", Value::Number(_)) => true,
         ("integer", Value::Number(n)) => n.as_f64().is_some_and(|f| f.fract() == 0.0),
         ("array", Value::Array(items)) => {
@@ -331,6 +349,8 @@ fn random_walks_never_dead_end_and_end_valid() {
             "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3}
         }, "required": ["value"]}}}),
         actions(),
+        json!({"type": "object", "properties": {"s": {"type": "string", "minLength": 1, "maxLength": 3}},
+            "required": ["s"]}),
         // Free-keyed objects of themselves: their keys stop where the frames run out.
         json!({"type": "object", "additionalProperties": {"$ref": "#"}}),
         json!({"type": "array", "minItems": 1, "maxItems": 4, "items": {"anyOf": [
