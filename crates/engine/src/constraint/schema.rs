@@ -5,13 +5,14 @@
 //! Supported: `type` (one or a list), `properties` with `required` (an
 //! object's keys come in the order the schema lists them; no other keys),
 //! `additionalProperties` as the value schema of a free-keyed object,
-//! `items` with `minItems`/`maxItems`, `minLength`/`maxLength`, `enum`,
+//! `items` with `minItems`/`maxItems`, `minLength`/`maxLength`, integers'
+//! `minimum`/`maximum` (and the exclusive forms), `enum`,
 //! `const`, `anyOf`/`oneOf` whose alternatives begin with different bytes
 //! (a string, a number, an array, literals) or are objects told apart by
 //! their first property, a one-schema `allOf`, `nullable`, and `$ref` into
 //! the document (`#/$defs/...`, `#/definitions/...`, recursion included).
 //! Keywords that constrain values in ways this grammar does not enforce
-//! (`pattern`, `format`, `minimum`, ...), and keywords beside a combinator,
+//! (`pattern`, `format`, bounds on other numbers, ...), and keywords beside a combinator,
 //! are refused by name, never ignored; annotations (`title`,
 //! `description`, ...) are ignored.
 
@@ -34,13 +35,9 @@ pub const MAX_LITERAL: usize = 1024;
 const MAX_NESTING: usize = 256;
 
 /// Keywords that constrain values beyond what the grammar enforces.
-const REFUSED: [&str; 27] = [
+const REFUSED: [&str; 23] = [
     "pattern",
     "format",
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
     "multipleOf",
     "uniqueItems",
     "patternProperties",
@@ -70,6 +67,8 @@ const COMBINATORS: [&str; 4] = ["$ref", "anyOf", "oneOf", "allOf"];
 const VALUES: [&str; 2] = ["enum", "const"];
 const OBJECT_KEYWORDS: [&str; 3] = ["properties", "required", "additionalProperties"];
 const ARRAY_KEYWORDS: [&str; 3] = ["items", "minItems", "maxItems"];
+/// Bounds, enforced for integers only.
+const BOUNDS: [&str; 4] = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Node {
@@ -91,8 +90,11 @@ pub(crate) enum Node {
         min: u32,
         max: u32,
     },
+    /// A number; an integer within `lo..=hi`.
     Number {
         integer: bool,
+        lo: i64,
+        hi: i64,
     },
     /// Exactly one of these JSON texts (compact): enum, const, booleans, null.
     Literals(Vec<Vec<u8>>),
@@ -252,7 +254,7 @@ impl Compiler<'_> {
             self.push(Node::Map { values: any })?,
             self.push(Node::Array { items: any, min: 0, max: u32::MAX })?,
             self.push(Node::String { min: 0, max: u32::MAX })?,
-            self.push(Node::Number { integer: false })?,
+            self.push(Node::Number { integer: false, lo: i64::MIN, hi: i64::MAX })?,
             self.push(literals(&[Value::Bool(true), Value::Bool(false), Value::Null], "#")?)?,
         ];
         self.nodes[any as usize] = Node::Union(alts);
@@ -356,7 +358,10 @@ impl Compiler<'_> {
             None if !objects.is_empty() && !arrays.is_empty() => beside(objects[0], arrays[0]),
             None if !objects.is_empty() => self.typed(m, "object", at),
             None if !arrays.is_empty() => self.typed(m, "array", at),
-            None => self.any(),
+            None => match BOUNDS.iter().find(|k| m.contains_key(**k)) {
+                Some(k) => Err(format!("{at}: `{k}` without `type: integer` is not supported")),
+                None => self.any(),
+            },
         }
     }
 
@@ -384,8 +389,14 @@ impl Compiler<'_> {
                 }
                 self.push(Node::String { min, max })
             }
-            "number" => self.push(Node::Number { integer: false }),
-            "integer" => self.push(Node::Number { integer: true }),
+            "number" => match BOUNDS.iter().find(|k| m.contains_key(**k)) {
+                Some(k) => Err(format!("{at}: `{k}` is supported on integers only, not on a `number`")),
+                None => self.push(Node::Number { integer: false, lo: i64::MIN, hi: i64::MAX }),
+            },
+            "integer" => {
+                let (lo, hi) = int_bounds(m, at)?;
+                self.push(Node::Number { integer: true, lo, hi })
+            }
             "boolean" => self.push(literals(&[Value::Bool(true), Value::Bool(false)], at)?),
             "null" => self.push(literals(&[Value::Null], at)?),
             other => Err(format!("{at}/type: unknown type {other:?}")),
@@ -563,6 +574,26 @@ fn count(m: &Map<String, Value>, k: &str, default: u32, at: &str) -> Result<u32,
     m.get(k).map_or(Ok(default), |v| {
         v.as_u64().map(|n| n.min(u32::MAX as u64) as u32).ok_or(format!("{at}/{k}: must be a whole number"))
     })
+}
+
+/// An integer's bounds from `minimum`, `maximum` and their exclusive forms.
+fn int_bounds(m: &Map<String, Value>, at: &str) -> Result<(i64, i64), String> {
+    let (mut lo, mut hi) = (i64::MIN as f64, i64::MAX as f64);
+    for k in BOUNDS {
+        let Some(v) = m.get(k) else { continue };
+        let x = v.as_f64().ok_or_else(|| format!("{at}/{k}: must be a number"))?;
+        match k {
+            "minimum" => lo = lo.max(x.ceil()),
+            "exclusiveMinimum" => lo = lo.max(x.floor() + 1.0),
+            "maximum" => hi = hi.min(x.floor()),
+            _ => hi = hi.min(x.ceil() - 1.0),
+        }
+    }
+    if lo > hi {
+        return Err(format!("{at}: no integer lies within its bounds"));
+    }
+    // (`as` saturates at i64's ends.)
+    Ok((lo as i64, hi as i64))
 }
 
 /// The names of a `type`: one, or a non-empty list.

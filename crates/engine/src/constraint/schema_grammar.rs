@@ -21,55 +21,34 @@ struct Frame {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Lex {
     /// A value of `node` (whitespace first allowed).
-    Value {
-        node: u16,
-    },
+    Value { node: u16 },
     /// After `{`: a key or `}`.
     ObjOpen,
     /// After `,` in an object: a key.
     ObjNext,
     /// In a listed property's name: the keys (bit `j` for property `j`) that
     /// still match, `pos` bytes of them (quotes included) read.
-    Key {
-        cands: u64,
-        pos: u16,
-    },
+    Key { cands: u64, pos: u16 },
     /// In a free key (of an object with `additionalProperties`).
     MapKey(StrMode),
     /// After a key: `:`, then a value of `node`.
-    Colon {
-        node: u16,
-    },
+    Colon { node: u16 },
     /// After `[`: a value or `]`.
     ArrOpen,
     /// After a value: `,` or the innermost container's close.
     AfterValue,
     /// After the first key of a union of objects that several of them
     /// begin with (bit `i` for alternative `i`): `:`, then their tags.
-    TagColon {
-        cands: u64,
-    },
+    TagColon { cands: u64 },
     /// In that key's value: the candidates' tags that still match.
-    Tag {
-        cands: u64,
-        pos: u16,
-    },
+    Tag { cands: u64, pos: u16 },
     /// In a string value of `node`, `len` characters long so far.
-    Str {
-        sub: StrMode,
-        node: u16,
-        len: u32,
-    },
-    Num {
-        integer: bool,
-        n: Num,
-    },
+    Str { sub: StrMode, node: u16, len: u32 },
+    /// In a number of `node`: an integer's sign and digits so far (`mag`),
+    /// for its bounds.
+    Num { node: u16, n: Num, neg: bool, mag: u64 },
     /// In a literal of `node`: the candidates that still match, `pos` bytes read.
-    Lit {
-        node: u16,
-        cands: u64,
-        pos: u16,
-    },
+    Lit { node: u16, cands: u64, pos: u16 },
     /// The value is complete; only the end of generation may follow.
     Done,
 }
@@ -93,7 +72,11 @@ impl SchemaState {
     pub(crate) fn complete(&self, s: &Schema) -> bool {
         match self.lex {
             Lex::Done => true,
-            Lex::Num { n, .. } => self.depth == 0 && n.terminal(),
+            Lex::Num { node, n, neg, mag } => {
+                let &Node::Number { integer, lo, hi } = s.node(node) else { return false };
+                let bounded = integer && (lo, hi) != (i64::MIN, i64::MAX);
+                self.depth == 0 && n.terminal() && (!bounded || int_within(neg, mag, lo, hi))
+            }
             Lex::Lit { node, cands, pos } => self.depth == 0 && lit_complete(s, node, cands, pos),
             _ => false,
         }
@@ -182,14 +165,17 @@ impl SchemaState {
                 }
             }
             Node::String { .. } => Lex::Str { sub: StrMode::Plain, node, len: 0 },
-            &Node::Number { integer } => Lex::Num {
-                integer,
-                n: match b {
-                    b'-' => Num::Minus,
-                    b'0' => Num::Zero,
-                    _ => Num::Int,
-                },
-            },
+            &Node::Number { lo, hi, .. } => {
+                let (n, neg, mag) = match b {
+                    b'-' => (Num::Minus, true, 0),
+                    b'0' => (Num::Zero, false, 0),
+                    _ => (Num::Int, false, (b - b'0') as u64),
+                };
+                if !int_may_end(n, neg, mag, lo, hi) {
+                    return None;
+                }
+                Lex::Num { node, n, neg, mag }
+            }
             Node::Literals(lits) => {
                 let cands = lits.iter().enumerate().filter(|(_, l)| l[0] == b).fold(0, |m, (i, _)| m | 1u64 << i);
                 return Some(self.in_literal(s, node, cands, 1));
@@ -336,12 +322,20 @@ impl SchemaState {
                 self.lex = Lex::Key { cands: next, pos: pos as u16 + 1 };
                 return Some(self);
             }
-            Lex::Num { integer, n } => {
-                if let Some(n) = n.step(b).filter(|n| !integer || matches!(n, Num::Zero | Num::Int)) {
-                    self.lex = Lex::Num { integer, n };
+            Lex::Num { node, n, neg, mag } => {
+                let &Node::Number { integer, lo, hi } = s.node(node) else { return None };
+                // (An integer without bounds may have any number of digits.)
+                let bounded = integer && (lo, hi) != (i64::MIN, i64::MAX);
+                if let Some(next) = n.step(b).filter(|n| !integer || matches!(n, Num::Zero | Num::Int)) {
+                    // An integer's digits so far, saturating (bounds are i64s).
+                    let mag = if bounded { mag.saturating_mul(10).saturating_add((b - b'0') as u64) } else { 0 };
+                    if bounded && !int_may_end(next, neg, mag, lo, hi) {
+                        return None;
+                    }
+                    self.lex = Lex::Num { node, n: next, neg, mag };
                     return Some(self);
                 }
-                if !n.terminal() {
+                if !n.terminal() || (bounded && !int_within(neg, mag, lo, hi)) {
                     return None;
                 }
                 // A byte that cannot continue the number ends it.
@@ -423,6 +417,40 @@ impl SchemaState {
             _ => return None,
         }
         Some(self)
+    }
+}
+
+/// Whether the integer `-mag` (`neg`) or `mag` is within `lo..=hi`.
+fn int_within(neg: bool, mag: u64, lo: i64, hi: i64) -> bool {
+    let v = if neg { -(mag as i128) } else { mag as i128 };
+    (lo as i128..=hi as i128).contains(&v)
+}
+
+/// Whether an integer begun as `n` (its sign `neg`, its digits so far
+/// `mag`) can still end within `lo..=hi`: after `j` more digits it lies in
+/// `mag * 10^j ..= (mag + 1) * 10^j - 1` (negated if `neg`); a leading 0
+/// takes no more.
+fn int_may_end(n: Num, neg: bool, mag: u64, lo: i64, hi: i64) -> bool {
+    let (lo, hi) = (lo as i128, hi as i128);
+    // The magnitudes allowed.
+    let (mlo, mhi) = if neg { ((-hi).max(0), -lo) } else { (lo.max(0), hi) };
+    if mlo > mhi {
+        return false;
+    }
+    match n {
+        Num::Minus => mhi >= 1 || (mlo == 0 && mhi >= 0),
+        Num::Zero => mlo == 0,
+        _ => {
+            let (mut first, mut span) = (mag as i128, 1i128);
+            while first <= mhi {
+                if first + span - 1 >= mlo {
+                    return true;
+                }
+                first *= 10;
+                span *= 10;
+            }
+            false
+        }
     }
 }
 

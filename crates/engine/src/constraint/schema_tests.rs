@@ -239,6 +239,41 @@ fn string_lengths_count_characters() {
 }
 
 #[test]
+fn integer_bounds_hold_digit_by_digit() {
+    let s = compile(json!({"type": "integer", "minimum": 0, "maximum": 120}));
+    for doc in ["0", "7", "99", "120"] {
+        assert!(accepts(&s, doc), "{doc}");
+    }
+    // ("-0" is 0, so "-" may start one.)
+    for (doc, at) in [("-1", 1), ("121", 2), ("1200", 3), ("05", 1)] {
+        assert_eq!(feed(&s, doc.as_bytes()).err(), Some(at), "{doc}");
+    }
+    // "1" may still become "12": whole, but it may go on.
+    let st = feed(&s, b"1").unwrap();
+    assert!(st.complete(&s) && st.step(&s, b'2').is_some());
+    let s = compile(json!({"type": "integer", "minimum": -5, "maximum": -2}));
+    assert!(accepts(&s, "-2") && accepts(&s, "-5"));
+    for (doc, at) in [("-1", 1), ("-6", 1), ("3", 0), ("-0", 1)] {
+        assert_eq!(feed(&s, doc.as_bytes()).err(), Some(at), "{doc}");
+    }
+    let s = compile(
+        json!({"type": "object", "properties": {"n": {"type": "integer", "exclusiveMinimum": 0}}, "required": ["n"]}),
+    );
+    assert_eq!(feed(&s, br#"{"n":0"#).err(), Some(5));
+    assert!(accepts(&s, r#"{"n":1}"#));
+    // Without bounds, any number of digits.
+    assert!(accepts(&compile(json!({"type": "integer"})), "123456789012345678901234567890"));
+    for (schema, want) in [
+        (json!({"type": "number", "minimum": 0}), "integers only"),
+        (json!({"maximum": 3}), "without `type: integer`"),
+        (json!({"type": "integer", "minimum": 3, "maximum": 2}), "no integer"),
+    ] {
+        let err = Schema::compile(&schema).unwrap_err();
+        assert!(err.contains(want), "{schema}: {err}");
+    }
+}
+
+#[test]
 fn choices_are_raw_text() {
     let s = Schema::choice(&["yes".into(), "no".into(), "not sure".into(), "nope".into()]).unwrap();
     for doc in ["yes", "no", "not sure", "nope"] {
@@ -314,7 +349,16 @@ fn valid(doc: &Value, schema: &Value, v: &Value) -> bool {
         }
         ("null", Value::Null) | ("boolean", Value::Bool(_)) => true,
         ("number", Value::Number(_)) => true,
-        ("integer", Value::Number(n)) => n.as_f64().is_some_and(|f| f.fract() == 0.0),
+        ("integer", Value::Number(n)) => {
+            let bound = |k: &str| schema.get(k).and_then(Value::as_f64);
+            n.as_f64().is_some_and(|f| {
+                f.fract() == 0.0
+                    && bound("minimum").is_none_or(|m| f >= m)
+                    && bound("maximum").is_none_or(|m| f <= m)
+                    && bound("exclusiveMinimum").is_none_or(|m| f > m)
+                    && bound("exclusiveMaximum").is_none_or(|m| f < m)
+            })
+        }
         ("array", Value::Array(items)) => {
             let count = |k: &str| schema.get(k).and_then(Value::as_u64);
             items.len() as u64 >= count("minItems").unwrap_or(0)
@@ -349,8 +393,9 @@ fn random_walks_never_dead_end_and_end_valid() {
             "children": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 3}
         }, "required": ["value"]}}}),
         actions(),
-        json!({"type": "object", "properties": {"s": {"type": "string", "minLength": 1, "maxLength": 3}},
-            "required": ["s"]}),
+        json!({"type": "object", "properties": {"s": {"type": "string", "minLength": 1, "maxLength": 3},
+            "n": {"type": "array", "maxItems": 3, "items": {"type": "integer", "minimum": -3, "exclusiveMaximum": 250}}},
+            "required": ["s", "n"]}),
         // Free-keyed objects of themselves: their keys stop where the frames run out.
         json!({"type": "object", "additionalProperties": {"$ref": "#"}}),
         json!({"type": "array", "minItems": 1, "maxItems": 4, "items": {"anyOf": [
