@@ -443,7 +443,7 @@ fn int_may_end(n: Num, neg: bool, mag: u64, lo: i64, hi: i64) -> bool {
         _ => {
             let (mut first, mut span) = (mag as i128, 1i128);
             while first <= mhi {
-                if first + span - 1 >= mlo {
+                if first + span > mlo {
                     return true;
                 }
                 first *= 10;
