@@ -69,6 +69,9 @@ const OBJECT_KEYWORDS: [&str; 3] = ["properties", "required", "additionalPropert
 const ARRAY_KEYWORDS: [&str; 3] = ["items", "minItems", "maxItems"];
 /// Bounds, enforced for integers only.
 const BOUNDS: [&str; 4] = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
+/// Keywords of one scalar type: kept only with a `type` they apply to.
+const SCALAR_KEYWORDS: [&str; 6] =
+    ["minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Node {
@@ -90,11 +93,10 @@ pub(crate) enum Node {
         min: u32,
         max: u32,
     },
-    /// A number; an integer within `lo..=hi`.
+    /// A number; an integer within `bounds` (inclusive) if any.
     Number {
         integer: bool,
-        lo: i64,
-        hi: i64,
+        bounds: Option<(i128, i128)>,
     },
     /// Exactly one of these JSON texts (compact): enum, const, booleans, null.
     Literals(Vec<Vec<u8>>),
@@ -254,7 +256,7 @@ impl Compiler<'_> {
             self.push(Node::Map { values: any })?,
             self.push(Node::Array { items: any, min: 0, max: u32::MAX })?,
             self.push(Node::String { min: 0, max: u32::MAX })?,
-            self.push(Node::Number { integer: false, lo: i64::MIN, hi: i64::MAX })?,
+            self.push(Node::Number { integer: false, bounds: None })?,
             self.push(literals(&[Value::Bool(true), Value::Bool(false), Value::Null], "#")?)?,
         ];
         self.nodes[any as usize] = Node::Union(alts);
@@ -292,7 +294,8 @@ impl Compiler<'_> {
         };
         let (combinators, values) = (present(&COMBINATORS), present(&VALUES));
         let (objects, arrays) = (present(&OBJECT_KEYWORDS), present(&ARRAY_KEYWORDS));
-        let shaped = [&objects[..], &arrays[..]].concat();
+        let scalars = present(&SCALAR_KEYWORDS);
+        let shaped = [&objects[..], &arrays[..], &scalars[..]].concat();
         // Keywords apply together; the grammar follows one kind of schema at a time.
         let beside = |a: &str, b: &str| Err(format!("{at}: `{a}` beside `{b}` is not supported"));
         if let Some(&c) = combinators.first() {
@@ -358,8 +361,8 @@ impl Compiler<'_> {
             None if !objects.is_empty() && !arrays.is_empty() => beside(objects[0], arrays[0]),
             None if !objects.is_empty() => self.typed(m, "object", at),
             None if !arrays.is_empty() => self.typed(m, "array", at),
-            None => match BOUNDS.iter().find(|k| m.contains_key(**k)) {
-                Some(k) => Err(format!("{at}: `{k}` without `type: integer` is not supported")),
+            None => match scalars.first() {
+                Some(k) => Err(format!("{at}: `{k}` without a `type` is not supported")),
                 None => self.any(),
             },
         }
@@ -391,11 +394,11 @@ impl Compiler<'_> {
             }
             "number" => match BOUNDS.iter().find(|k| m.contains_key(**k)) {
                 Some(k) => Err(format!("{at}: `{k}` is supported on integers only, not on a `number`")),
-                None => self.push(Node::Number { integer: false, lo: i64::MIN, hi: i64::MAX }),
+                None => self.push(Node::Number { integer: false, bounds: None }),
             },
             "integer" => {
-                let (lo, hi) = int_bounds(m, at)?;
-                self.push(Node::Number { integer: true, lo, hi })
+                let bounds = int_bounds(m, at)?;
+                self.push(Node::Number { integer: true, bounds })
             }
             "boolean" => self.push(literals(&[Value::Bool(true), Value::Bool(false)], at)?),
             "null" => self.push(literals(&[Value::Null], at)?),
@@ -576,24 +579,33 @@ fn count(m: &Map<String, Value>, k: &str, default: u32, at: &str) -> Result<u32,
     })
 }
 
-/// An integer's bounds from `minimum`, `maximum` and their exclusive forms.
-fn int_bounds(m: &Map<String, Value>, at: &str) -> Result<(i64, i64), String> {
-    let (mut lo, mut hi) = (i64::MIN as f64, i64::MAX as f64);
+/// An integer's bounds from `minimum`, `maximum` and their exclusive forms
+/// (`None` without any), exact for integral values of any size.
+fn int_bounds(m: &Map<String, Value>, at: &str) -> Result<Option<(i128, i128)>, String> {
+    let (mut lo, mut hi, mut any) = (i128::MIN, i128::MAX, false);
     for k in BOUNDS {
         let Some(v) = m.get(k) else { continue };
+        any = true;
+        // An integral value exactly; else the nearest integers within it
+        // (`as` saturates at i128's ends).
         let x = v.as_f64().ok_or_else(|| format!("{at}/{k}: must be a number"))?;
+        let exact = v.as_i64().map(i128::from).or_else(|| v.as_u64().map(i128::from));
+        let exact = exact.or_else(|| (x.fract() == 0.0).then_some(x as i128));
+        let (up, down) = match exact {
+            Some(i) => (i, i),
+            None => (x.ceil() as i128, x.floor() as i128),
+        };
         match k {
-            "minimum" => lo = lo.max(x.ceil()),
-            "exclusiveMinimum" => lo = lo.max(x.floor() + 1.0),
-            "maximum" => hi = hi.min(x.floor()),
-            _ => hi = hi.min(x.ceil() - 1.0),
+            "minimum" => lo = lo.max(up),
+            "exclusiveMinimum" => lo = lo.max(if exact.is_some() { up.saturating_add(1) } else { up }),
+            "maximum" => hi = hi.min(down),
+            _ => hi = hi.min(if exact.is_some() { down.saturating_sub(1) } else { down }),
         }
     }
     if lo > hi {
         return Err(format!("{at}: no integer lies within its bounds"));
     }
-    // (`as` saturates at i64's ends.)
-    Ok((lo as i64, hi as i64))
+    Ok(any.then_some((lo, hi)))
 }
 
 /// The names of a `type`: one, or a non-empty list.

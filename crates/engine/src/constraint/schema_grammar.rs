@@ -46,7 +46,7 @@ enum Lex {
     Str { sub: StrMode, node: u16, len: u32 },
     /// In a number of `node`: an integer's sign and digits so far (`mag`),
     /// for its bounds.
-    Num { node: u16, n: Num, neg: bool, mag: u64 },
+    Num { node: u16, n: Num, neg: bool, mag: u128 },
     /// In a literal of `node`: the candidates that still match, `pos` bytes read.
     Lit { node: u16, cands: u64, pos: u16 },
     /// The value is complete; only the end of generation may follow.
@@ -73,9 +73,8 @@ impl SchemaState {
         match self.lex {
             Lex::Done => true,
             Lex::Num { node, n, neg, mag } => {
-                let &Node::Number { integer, lo, hi } = s.node(node) else { return false };
-                let bounded = integer && (lo, hi) != (i64::MIN, i64::MAX);
-                self.depth == 0 && n.terminal() && (!bounded || int_within(neg, mag, lo, hi))
+                let &Node::Number { bounds, .. } = s.node(node) else { return false };
+                self.depth == 0 && n.terminal() && bounds.is_none_or(|(lo, hi)| int_within(neg, mag, lo, hi))
             }
             Lex::Lit { node, cands, pos } => self.depth == 0 && lit_complete(s, node, cands, pos),
             _ => false,
@@ -165,13 +164,13 @@ impl SchemaState {
                 }
             }
             Node::String { .. } => Lex::Str { sub: StrMode::Plain, node, len: 0 },
-            &Node::Number { lo, hi, .. } => {
+            &Node::Number { bounds, .. } => {
                 let (n, neg, mag) = match b {
                     b'-' => (Num::Minus, true, 0),
                     b'0' => (Num::Zero, false, 0),
-                    _ => (Num::Int, false, (b - b'0') as u64),
+                    _ => (Num::Int, false, (b - b'0') as u128),
                 };
-                if !int_may_end(n, neg, mag, lo, hi) {
+                if bounds.is_some_and(|(lo, hi)| !int_may_end(n, neg, mag, lo, hi)) {
                     return None;
                 }
                 Lex::Num { node, n, neg, mag }
@@ -323,19 +322,21 @@ impl SchemaState {
                 return Some(self);
             }
             Lex::Num { node, n, neg, mag } => {
-                let &Node::Number { integer, lo, hi } = s.node(node) else { return None };
-                // (An integer without bounds may have any number of digits.)
-                let bounded = integer && (lo, hi) != (i64::MIN, i64::MAX);
+                // (Bounds are an integer's only; without, any number of digits.)
+                let &Node::Number { integer, bounds } = s.node(node) else { return None };
                 if let Some(next) = n.step(b).filter(|n| !integer || matches!(n, Num::Zero | Num::Int)) {
-                    // An integer's digits so far, saturating (bounds are i64s).
-                    let mag = if bounded { mag.saturating_mul(10).saturating_add((b - b'0') as u64) } else { 0 };
-                    if bounded && !int_may_end(next, neg, mag, lo, hi) {
+                    // The digits so far, saturating (past every bound).
+                    let mag = match bounds {
+                        Some(_) => mag.saturating_mul(10).saturating_add((b - b'0') as u128),
+                        None => 0,
+                    };
+                    if bounds.is_some_and(|(lo, hi)| !int_may_end(next, neg, mag, lo, hi)) {
                         return None;
                     }
                     self.lex = Lex::Num { node, n: next, neg, mag };
                     return Some(self);
                 }
-                if !n.terminal() || (bounded && !int_within(neg, mag, lo, hi)) {
+                if !n.terminal() || bounds.is_some_and(|(lo, hi)| !int_within(neg, mag, lo, hi)) {
                     return None;
                 }
                 // A byte that cannot continue the number ends it.
@@ -420,34 +421,40 @@ impl SchemaState {
     }
 }
 
+/// A magnitude as an i128 (saturating: past every bound).
+fn signed(mag: u128) -> i128 {
+    mag.min(i128::MAX as u128) as i128
+}
+
 /// Whether the integer `-mag` (`neg`) or `mag` is within `lo..=hi`.
-fn int_within(neg: bool, mag: u64, lo: i64, hi: i64) -> bool {
-    let v = if neg { -(mag as i128) } else { mag as i128 };
-    (lo as i128..=hi as i128).contains(&v)
+fn int_within(neg: bool, mag: u128, lo: i128, hi: i128) -> bool {
+    let v = if neg { -signed(mag) } else { signed(mag) };
+    (lo..=hi).contains(&v)
 }
 
 /// Whether an integer begun as `n` (its sign `neg`, its digits so far
 /// `mag`) can still end within `lo..=hi`: after `j` more digits it lies in
 /// `mag * 10^j ..= (mag + 1) * 10^j - 1` (negated if `neg`); a leading 0
 /// takes no more.
-fn int_may_end(n: Num, neg: bool, mag: u64, lo: i64, hi: i64) -> bool {
-    let (lo, hi) = (lo as i128, hi as i128);
+fn int_may_end(n: Num, neg: bool, mag: u128, lo: i128, hi: i128) -> bool {
     // The magnitudes allowed.
-    let (mlo, mhi) = if neg { ((-hi).max(0), -lo) } else { (lo.max(0), hi) };
+    let (mlo, mhi) = if neg { (hi.saturating_neg().max(0), lo.saturating_neg()) } else { (lo.max(0), hi) };
     if mlo > mhi {
         return false;
     }
     match n {
-        Num::Minus => mhi >= 1 || (mlo == 0 && mhi >= 0),
+        Num::Minus => mhi >= 1 || mlo == 0,
         Num::Zero => mlo == 0,
         _ => {
-            let (mut first, mut span) = (mag as i128, 1i128);
+            let (mut first, mut span) = (signed(mag), 1i128);
             while first <= mhi {
-                if first + span > mlo {
+                if first.saturating_add(span) > mlo {
                     return true;
                 }
-                first *= 10;
-                span *= 10;
+                match (first.checked_mul(10), span.checked_mul(10)) {
+                    (Some(f), Some(s)) => (first, span) = (f, s),
+                    _ => break,
+                }
             }
             false
         }

@@ -263,10 +263,24 @@ fn integer_bounds_hold_digit_by_digit() {
     assert!(accepts(&s, r#"{"n":1}"#));
     // Without bounds, any number of digits.
     assert!(accepts(&compile(json!({"type": "integer"})), "123456789012345678901234567890"));
+    // Bounds at and past i64's ends, and beyond f64's exact integers, hold exactly.
+    let s = compile(json!({"type": "integer", "maximum": 9223372036854775807u64}));
+    assert!(accepts(&s, "9223372036854775807") && !accepts(&s, "9223372036854775808"));
+    assert!(feed(&s, b"99999999999999999999").is_err());
+    let s = compile(json!({"type": "integer", "maximum": 9007199254740995u64}));
+    assert!(accepts(&s, "9007199254740995") && !accepts(&s, "9007199254740996"));
+    let s = compile(json!({"type": "integer", "exclusiveMinimum": 100000000000000000u64}));
+    assert!(!accepts(&s, "100000000000000000") && accepts(&s, "100000000000000001"));
+    let s = compile(json!({"type": "integer", "exclusiveMinimum": 3.0, "maximum": 1e300}));
+    assert!(!accepts(&s, "3") && accepts(&s, "4") && accepts(&s, "123456789012345678901234567890"));
     for (schema, want) in [
         (json!({"type": "number", "minimum": 0}), "integers only"),
-        (json!({"maximum": 3}), "without `type: integer`"),
+        (json!({"maximum": 3}), "without a `type`"),
         (json!({"type": "integer", "minimum": 3, "maximum": 2}), "no integer"),
+        (json!({"minLength": 3}), "without a `type`"),
+        (json!({"const": "a", "minLength": 3}), "beside"),
+        (json!({"enum": [1, 5], "minimum": 3}), "beside"),
+        (json!({"anyOf": [{"type": "string"}], "maxLength": 2}), "beside"),
     ] {
         let err = Schema::compile(&schema).unwrap_err();
         assert!(err.contains(want), "{schema}: {err}");
