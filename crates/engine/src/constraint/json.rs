@@ -193,7 +193,7 @@ impl Grammar for AnyObject {
     fn step(&self, s: State, b: u8) -> Option<State> {
         s.step(b)
     }
-    fn free_string(&self, s: &State) -> Option<StrMode> {
+    fn free_string(&self, s: &State, _longest: usize) -> Option<StrMode> {
         match s.mode {
             Mode::Str { sub, .. } => Some(sub),
             _ => None,

@@ -472,10 +472,14 @@ impl Grammar for Schema {
     fn step(&self, st: SchemaState, b: u8) -> Option<SchemaState> {
         st.step(self, b)
     }
-    fn free_string(&self, st: &SchemaState) -> Option<StrMode> {
+    fn free_string(&self, st: &SchemaState, longest: usize) -> Option<StrMode> {
         match st.lex {
-            // (A string with a maxLength counts its characters: byte by byte.)
-            Lex::Str { sub, node, .. } if matches!(self.node(node), Node::String { max: u32::MAX, .. }) => Some(sub),
+            // Under a maxLength, only while any token fits in the room left
+            // (a byte adds at most one character); then byte by byte.
+            Lex::Str { sub, node, len } => match self.node(node) {
+                &Node::String { max, .. } if (max - len) as usize >= longest => Some(sub),
+                _ => None,
+            },
             Lex::MapKey(sub) => Some(sub),
             _ => None,
         }

@@ -465,3 +465,60 @@ fn random_walks_never_dead_end_and_end_valid() {
         assert!(ended > 100, "{doc}: only {ended} walks ended");
     }
 }
+
+/// The mask, walked through the vocabulary trie (whole subtrees of string
+/// content accepted at once where a string has room), allows exactly the
+/// tokens that stepping their bytes one by one allows.
+#[test]
+fn mask_matches_stepping_each_token() {
+    use super::super::format::SchemaConstraint;
+    use super::super::json::JsonVocab;
+    use std::sync::Arc;
+    let mut rng = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |n: usize| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng % n as u64) as usize
+    };
+    // Short and long tokens of string content, structure, digits, escapes, UTF-8.
+    let soup: Vec<u8> =
+        b"abcxyz \"\\n{}[]:,-0123456789u".iter().copied().chain([0xc3, 0xa9, 0xe2, 0x82, 0xac]).collect();
+    let mut bytes: Vec<Vec<u8>> =
+        (0..1500).map(|_| (0..1 + next(9)).map(|_| soup[next(soup.len())]).collect()).collect();
+    bytes.extend([b"\"s\"".to_vec(), b"\"n\"".to_vec(), b"\"k\"".to_vec(), b"abcdefghijkl".to_vec()]);
+    // Every printable byte alone too, so that any output can be spelled.
+    bytes.extend((b' '..=b'~').map(|b| vec![b]));
+    let eos = bytes.len() as u32;
+    bytes.push(Vec::new());
+    let vocab = Arc::new(JsonVocab::new(bytes, &[eos]));
+    let n = vocab.token_bytes.len();
+    let schema = Arc::new(compile(json!({"type": "object", "properties": {
+        "s": {"type": "string", "maxLength": 20},
+        "n": {"type": "integer", "minimum": -40, "maximum": 900},
+        "k": {"type": "string", "minLength": 2}
+    }, "required": ["s", "n", "k"]})));
+    let mut states = 0;
+    for _ in 0..40 {
+        let mut c = SchemaConstraint::new(vocab.clone(), schema.clone());
+        let mut out = Vec::new();
+        for _ in 0..80 {
+            let mut logits = vec![1.0f32; n];
+            c.mask(&mut logits);
+            states += 1;
+            for (id, &l) in logits.iter().enumerate() {
+                let ok = c.clone().advance(id as u32);
+                assert_eq!(l == 1.0, ok, "token {id} {:?}", String::from_utf8_lossy(&vocab.token_bytes[id]));
+            }
+            if c.is_complete() {
+                break;
+            }
+            let allowed: Vec<usize> = (0..n).filter(|&i| logits[i] == 1.0).collect();
+            assert!(!allowed.is_empty(), "a dead end after {:?}", String::from_utf8_lossy(&out));
+            let pick = allowed[next(allowed.len())];
+            out.extend(&vocab.token_bytes[pick]);
+            assert!(c.advance(pick as u32));
+        }
+    }
+    assert!(states > 500);
+}

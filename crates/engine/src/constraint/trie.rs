@@ -11,9 +11,10 @@ pub(crate) trait Grammar {
     type State: Copy;
     /// The state after byte `b`, or `None` if no valid output has this prefix.
     fn step(&self, s: Self::State, b: u8) -> Option<Self::State>;
-    /// Where `s` is inside a string whose content is free (any characters),
-    /// its position: the walk then accepts whole subtrees of plain content.
-    fn free_string(&self, s: &Self::State) -> Option<StrMode>;
+    /// Where `s` is inside a string whose content is free (any characters,
+    /// at least `longest` more of them: the longest token's bytes), its
+    /// position: the walk then accepts whole subtrees of plain content.
+    fn free_string(&self, s: &Self::State, longest: usize) -> Option<StrMode>;
 }
 
 /// All token byte strings as a byte trie in preorder: node `i`'s children
@@ -117,7 +118,7 @@ impl Trie {
             }
             let parent = path.last().map_or(start, |&(_, s)| s);
             let end = self.end[i] as usize;
-            if let Some(sub) = g.free_string(&parent) {
+            if let Some(sub) = g.free_string(&parent, self.max_len) {
                 if utf8_class(sub).is_some_and(|c| self.in_string[i] >> c & 1 == 1) {
                     // The whole subtree stays inside the string: all allowed.
                     self.mark(i, end, allowed);
