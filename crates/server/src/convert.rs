@@ -250,7 +250,9 @@ pub fn logit_bias(v: Option<&Value>, vocab_size: usize) -> Result<Vec<(u32, f32)
 /// `guided_json` (a schema, or its text), `guided_choice` (one of these
 /// strings), or `structured_outputs` with `json` or `choice`.
 fn output_format(c: &CommonParams) -> Result<Option<JsonFormat>, ApiError> {
-    let given = |v: &Option<Value>| v.as_ref().filter(|g| !g.is_null()).cloned();
+    fn given(v: &Option<Value>) -> Option<&Value> {
+        v.as_ref().filter(|g| !g.is_null())
+    }
     for (name, v) in [("guided_regex", &c.guided_regex), ("guided_grammar", &c.guided_grammar)] {
         if given(v).is_some() {
             return Err(ApiError::param(name, format!("{name} is not supported (guided_json and guided_choice are)")));
@@ -258,10 +260,10 @@ fn output_format(c: &CommonParams) -> Result<Option<JsonFormat>, ApiError> {
     }
     let mut guides = Vec::new();
     if let Some(v) = given(&c.guided_json) {
-        guides.push(("guided_json", guided_json(&v, "guided_json")?));
+        guides.push(("guided_json", guided_json(v, "guided_json")?));
     }
     if let Some(v) = given(&c.guided_choice) {
-        guides.push(("guided_choice", guided_choice(&v, "guided_choice")?));
+        guides.push(("guided_choice", guided_choice(v, "guided_choice")?));
     }
     if let Some(v) = given(&c.structured_outputs) {
         let param = "structured_outputs";

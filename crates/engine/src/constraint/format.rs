@@ -100,18 +100,10 @@ impl SchemaConstraint {
         if self.vocab.is_eos(token) {
             return self.state.complete(&self.schema);
         }
-        let bytes = match self.vocab.token_bytes.get(token as usize) {
-            Some(b) if !b.is_empty() => b,
-            _ => return false,
-        };
-        let mut s = self.state;
-        for &b in bytes {
-            match s.step(&self.schema, b) {
-                Some(next) => s = next,
-                None => return false,
-            }
+        match self.vocab.feed(self.schema.as_ref(), self.state, token) {
+            Some(s) => self.state = s,
+            None => return false,
         }
-        self.state = s;
         true
     }
 

@@ -229,18 +229,10 @@ impl JsonConstraint {
         if self.vocab.is_eos(token) {
             return self.is_complete();
         }
-        let bytes = match self.vocab.token_bytes.get(token as usize) {
-            Some(b) if !b.is_empty() => b,
-            _ => return false,
-        };
-        let mut s = self.state;
-        for &b in bytes {
-            match s.step(b) {
-                Some(next) => s = next,
-                None => return false,
-            }
+        match self.vocab.feed(&AnyObject, self.state, token) {
+            Some(s) => self.state = s,
+            None => return false,
         }
-        self.state = s;
         true
     }
 

@@ -184,19 +184,15 @@ impl Schema {
     }
 
     /// What a union's alternative is, for messages (through references).
-    fn kind(&self, mut i: u16) -> &'static str {
-        for _ in 0..self.nodes.len() {
-            match self.node(i) {
-                Node::Object { .. } | Node::Map { .. } | Node::Tagged { .. } => return "an object",
-                Node::Array { .. } => return "an array",
-                Node::String { .. } => return "a string",
-                Node::Number { .. } => return "a number",
-                Node::Literals(_) => return "an enum or const value",
-                Node::Union(alts) if alts.len() == 1 => i = alts[0],
-                Node::Union(_) => break,
-            }
+    fn kind(&self, i: u16) -> &'static str {
+        match self.node(through_refs(&self.nodes, i)) {
+            Node::Object { .. } | Node::Map { .. } | Node::Tagged { .. } => "an object",
+            Node::Array { .. } => "an array",
+            Node::String { .. } => "a string",
+            Node::Number { .. } => "a number",
+            Node::Literals(_) => "an enum or const value",
+            Node::Union(_) => "a union",
         }
-        "a union"
     }
 
     /// Alternatives must start with different bytes: the grammar picks one at
@@ -523,15 +519,8 @@ impl Compiler<'_> {
         self.push(Node::Union(others))
     }
 
-    /// Through resolved references (unions of one) to the node they name.
-    fn resolved(&self, mut n: u16) -> u16 {
-        for _ in 0..self.nodes.len() {
-            match &self.nodes[n as usize] {
-                Node::Union(alts) if alts.len() == 1 && alts[0] != n => n = alts[0],
-                _ => break,
-            }
-        }
-        n
+    fn resolved(&self, n: u16) -> u16 {
+        through_refs(&self.nodes, n)
     }
 
     fn reference(&mut self, r: &Value, at: &str) -> Result<u16, String> {
@@ -628,19 +617,23 @@ fn has_type(v: &Value, t: &str) -> bool {
     }
 }
 
+/// Through resolved references (unions of one) to the node they name; a
+/// reference still being compiled (an empty union), or a cycle of them,
+/// stays where it is.
+fn through_refs(nodes: &[Node], mut n: u16) -> u16 {
+    for _ in 0..nodes.len() {
+        match &nodes[n as usize] {
+            Node::Union(alts) if alts.len() == 1 && alts[0] != n => n = alts[0],
+            _ => break,
+        }
+    }
+    n
+}
+
 /// Fills each union of objects' tags, checking that the first property
 /// tells its objects apart: required in each, and of different names, or of
 /// one name with a different single `const` (or one-value `enum`) each.
 fn tag_objects(nodes: &mut [Node]) -> Result<(), String> {
-    let resolve = |nodes: &[Node], mut n: u16| {
-        for _ in 0..nodes.len() {
-            match &nodes[n as usize] {
-                Node::Union(alts) if alts.len() == 1 => n = alts[0],
-                _ => break,
-            }
-        }
-        n
-    };
     let refuse = |why: String| {
         Err(format!("anyOf/oneOf of objects is supported when their first property tells them apart: {why}"))
     };
@@ -655,7 +648,7 @@ fn tag_objects(nodes: &mut [Node]) -> Result<(), String> {
             if !p.required {
                 return refuse(format!("{} is not required", String::from_utf8_lossy(&p.key)));
             }
-            let tag = match &nodes[resolve(nodes, p.node) as usize] {
+            let tag = match &nodes[through_refs(nodes, p.node) as usize] {
                 Node::Literals(l) if l.len() == 1 => Some(l[0].clone()),
                 _ => None,
             };

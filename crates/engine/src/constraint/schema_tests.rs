@@ -396,6 +396,16 @@ fn valid(doc: &Value, schema: &Value, v: &Value) -> bool {
     })
 }
 
+/// A seeded xorshift: each call picks one of `0..n`.
+fn picker(mut seed: u64) -> impl FnMut(usize) -> usize {
+    move |n| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    }
+}
+
 /// Random walks through the grammar: at every step some byte is accepted
 /// (no dead ends), and each walk that ends is a valid instance.
 #[test]
@@ -418,13 +428,7 @@ fn random_walks_never_dead_end_and_end_valid() {
             {"type": "array", "items": {"type": "string"}}
         ]}}),
     ];
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move |n: usize| {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        (rng % n as u64) as usize
-    };
+    let mut next = picker(0x9e37_79b9_7f4a_7c15);
     // Bytes a model might write; the grammar picks which it allows.
     let alphabet: Vec<u8> = (b' '..=b'~').chain([b'\n', 0xc3, 0xa9]).collect();
     for doc in &schemas {
@@ -474,13 +478,7 @@ fn mask_matches_stepping_each_token() {
     use super::super::format::SchemaConstraint;
     use super::super::json::JsonVocab;
     use std::sync::Arc;
-    let mut rng = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move |n: usize| {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        (rng % n as u64) as usize
-    };
+    let mut next = picker(0x2545_f491_4f6c_dd1d);
     // Short and long tokens of string content, structure, digits, escapes, UTF-8.
     let soup: Vec<u8> =
         b"abcxyz \"\\n{}[]:,-0123456789u".iter().copied().chain([0xc3, 0xa9, 0xe2, 0x82, 0xac]).collect();

@@ -179,6 +179,14 @@ impl JsonVocab {
         self.eos_ids.contains(&id)
     }
 
+    /// The state after text token `token` under grammar `g`, or `None` if
+    /// it is no text token (special, end of generation, outside the
+    /// vocabulary) or `g` refuses one of its bytes.
+    pub(crate) fn feed<G: Grammar>(&self, g: &G, start: G::State, token: u32) -> Option<G::State> {
+        let bytes = self.token_bytes.get(token as usize).filter(|b| !b.is_empty() && !self.is_eos(token))?;
+        bytes.iter().try_fold(start, |s, &b| g.step(s, b))
+    }
+
     /// Sets the end-of-generation ids' bits (those inside `allowed`).
     pub(crate) fn allow_eos(&self, allowed: &mut [u64]) {
         for &id in &self.eos_ids {
