@@ -5,7 +5,9 @@ Exits non-zero with a message on the first failed check.
 """
 
 import concurrent.futures
+import datetime
 import json
+import re
 import sys
 import typing
 import urllib.request
@@ -89,12 +91,15 @@ except json.JSONDecodeError as e:
 check(isinstance(obj, dict), "json_object gives an object")
 
 # Structured outputs: a pydantic model through the client's parse helper
-# (a strict json_schema: keys in order, an enum, a nullable, a bounded list).
+# (a strict json_schema: keys in order, an enum, a nullable, a bounded list,
+# a date, a string pattern).
 class Cat(pydantic.BaseModel):
     name: str
     age: int
     color: typing.Literal["black", "white", "orange"] | None
     toys: list[str] = pydantic.Field(max_length=2)
+    born: datetime.date
+    chip: str = pydantic.Field(pattern=r"^[0-9]{3}-[0-9]{4}$")
 
 
 r = client.chat.completions.parse(model=MODEL, messages=[{"role": "user", "content": "Describe a cat as JSON."}],
@@ -121,6 +126,12 @@ class Step(pydantic.BaseModel):
 r = client.chat.completions.parse(model=MODEL, response_format=Step, max_tokens=200, temperature=0, messages=[
     {"role": "user", "content": "What is the capital of France? Reply as JSON with a thought and an action."}])
 check(isinstance(r.choices[0].message.parsed, Step), f"a discriminated union parses: {r}")
+
+# vLLM's guided_regex: the reply is a whole match.
+r = chat("Is the sky blue? Answer yes or no, then a number from 1 to 10.", max_tokens=20,
+         extra_body={"guided_regex": r"(Yes|No), [0-9]{1,2}\."})
+check(re.fullmatch(r"(Yes|No), [0-9]{1,2}\.", r.choices[0].message.content or "") is not None, f"guided_regex: {r}")
+check(r.choices[0].finish_reason == "stop", f"guided_regex stops at a whole match: {r}")
 
 # Penalties, top_k/min_p extensions and logit_bias are accepted; a banned token never appears.
 req = urllib.request.Request(f"{BASE}/tokenize", data=json.dumps({"prompt": " Paris", "add_special_tokens": False}).encode(),

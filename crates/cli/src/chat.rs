@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use ferrite_core::{Error, Result};
-use ferrite_engine::constraint::format::JsonFormat;
+use ferrite_engine::constraint::format::OutputFormat;
 use ferrite_engine::FinishReason;
 use ferrite_loader::chat_template::Message;
 
@@ -15,7 +15,7 @@ use crate::run::{prompt_ids, request, stream, RunArgs};
 const HELP: &str = "/reset clears the history, /exit or /quit (or Ctrl-D) quits, /help shows this; \
 end a line with \\ to go on to the next one; start a message with // to send one that begins with /";
 
-pub fn chat(l: &mut Loaded, a: &RunArgs, json: Option<JsonFormat>) -> Result<()> {
+pub fn chat(l: &mut Loaded, a: &RunArgs, json: Option<OutputFormat>) -> Result<()> {
     let interrupted = Arc::new(AtomicBool::new(false));
     let flag = interrupted.clone();
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use clap::Args;
 use ferrite_core::{Error, Result};
-use ferrite_engine::constraint::format::JsonFormat;
+use ferrite_engine::constraint::format::OutputFormat;
+use ferrite_engine::constraint::pattern::{Pattern, PatternUse};
 use ferrite_engine::constraint::schema::Schema;
 use ferrite_engine::sampling::SamplingParams;
 use ferrite_engine::{generate, GenerateRequest, Generation};
@@ -31,19 +32,27 @@ pub struct RunArgs {
     #[arg(long)]
     pub raw: bool,
     /// Constrain each reply to one JSON object.
-    #[arg(long, conflicts_with = "json_schema")]
+    #[arg(long, conflicts_with_all = ["json_schema", "regex"])]
     pub json: bool,
     /// Constrain each reply to a value of the JSON Schema in this file (the
     /// subset `serve` takes for `json_schema`; see the README).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", conflicts_with = "regex")]
     pub json_schema: Option<PathBuf>,
+    /// Constrain each reply to a whole match of this regular expression
+    /// (as `serve` takes `guided_regex`; see the README).
+    #[arg(long, value_name = "PATTERN")]
+    pub regex: Option<String>,
 }
 
 impl RunArgs {
-    /// The replies' format, from --json or --json-schema.
-    pub fn json_format(&self) -> Result<Option<JsonFormat>> {
+    /// The replies' format, from --json, --json-schema or --regex.
+    pub fn output_format(&self) -> Result<Option<OutputFormat>> {
         if self.json {
-            return Ok(Some(JsonFormat::Object));
+            return Ok(Some(OutputFormat::Object));
+        }
+        if let Some(source) = &self.regex {
+            let pattern = Pattern::new(source, PatternUse::Whole).map_err(Error::InvalidInput)?;
+            return Ok(Some(OutputFormat::Regex(Arc::new(pattern))));
         }
         let Some(path) = &self.json_schema else { return Ok(None) };
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.display().to_string(), e))?;
@@ -51,7 +60,7 @@ impl RunArgs {
             .map_err(|e| Error::InvalidInput(format!("{}: not JSON: {e}", path.display())))?;
         let schema = Schema::compile(&doc)
             .map_err(|e| Error::InvalidInput(format!("{}: unsupported schema: {e}", path.display())))?;
-        Ok(Some(JsonFormat::Schema(Arc::new(schema))))
+        Ok(Some(OutputFormat::Schema(Arc::new(schema))))
     }
 }
 
@@ -94,7 +103,7 @@ pub fn prompt_ids(l: &Loaded, messages: &[Message], raw: bool) -> Result<Vec<u32
     }
 }
 
-pub fn request(prompt: Vec<u32>, s: &SamplingArgs, json: Option<JsonFormat>) -> GenerateRequest {
+pub fn request(prompt: Vec<u32>, s: &SamplingArgs, json: Option<OutputFormat>) -> GenerateRequest {
     GenerateRequest {
         prompt,
         sampling: s.params(),
@@ -128,7 +137,7 @@ pub fn stream(l: &mut Loaded, req: &GenerateRequest, cancel: &dyn Fn() -> bool) 
 
 pub fn main(a: RunArgs) -> Result<()> {
     a.sampling.params().validate().map_err(Error::InvalidInput)?;
-    let json = a.json_format()?;
+    let json = a.output_format()?;
     let mut l = load(&a.model, true)?;
     if a.system.is_some() && (a.raw || l.template.is_none()) {
         let why = if a.raw { "--raw" } else { "a model without a chat template" };

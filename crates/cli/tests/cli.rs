@@ -93,23 +93,50 @@ fn run_json_schema_constrains_the_reply() {
     let dir = scratch("json-schema");
     let schema = dir.join("cat.json");
     let doc = r#"{"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
-        "color": {"enum": ["black", "white", "orange", null]}}, "required": ["name", "age", "color"]}"#;
+        "color": {"enum": ["black", "white", "orange", null]}, "tag": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{2}$"}},
+        "required": ["name", "age", "color", "tag"]}"#;
     std::fs::write(&schema, doc).unwrap();
     let p = schema.to_str().unwrap();
     let (out, err) =
         ok(&["run", "smollm2", "--prompt", "Describe a cat as JSON.", "--json-schema", p, "--temperature", "0"]);
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out:?}"));
     let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
-    assert_eq!(keys, ["name", "age", "color"], "{out}");
+    assert_eq!(keys, ["name", "age", "color", "tag"], "{out}");
     assert!(v["name"].is_string() && v["age"].is_i64(), "{out}");
+    let tag = v["tag"].as_str().unwrap().as_bytes();
+    let shape = |i: usize, b: &u8| {
+        if i < 3 {
+            b.is_ascii_uppercase()
+        } else if i == 3 {
+            *b == b'-'
+        } else {
+            b.is_ascii_digit()
+        }
+    };
+    assert!(tag.len() == 6 && tag.iter().enumerate().all(|(i, b)| shape(i, b)), "{out}");
     assert!(err.contains("finish: stop"), "{err}");
     let (out, _) =
         ok(&["run", "smollm2", "--prompt", "A cat as JSON.", "--json", "--temperature", "0", "--max-tokens", "12"]);
     assert!(out.trim_start().starts_with('{'), "{out:?}");
-    std::fs::write(&schema, r#"{"type": "string", "pattern": "^a"}"#).unwrap();
-    fails(&["run", "smollm2", "--prompt", "x", "--json-schema", p], &["`pattern`", "cat.json"]);
+    std::fs::write(&schema, r#"{"type": "string", "pattern": "(?=a)"}"#).unwrap();
+    fails(&["run", "smollm2", "--prompt", "x", "--json-schema", p], &["look-around", "cat.json"]);
     fails(&["run", "smollm2", "--prompt", "x", "--json-schema", "/nonexistent/s.json"], &["/nonexistent/s.json"]);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--regex`: the reply is a whole match, and generation stops where the
+/// pattern allows nothing more.
+#[test]
+fn run_regex_constrains_the_reply() {
+    let prompt = "Is the sky blue? Answer yes or no and a number from 1 to 10.";
+    let (out, err) =
+        ok(&["run", "smollm2", "--prompt", prompt, "--regex", "(Yes|No), [0-9]{1,2}\\.", "--temperature", "0"]);
+    let reply = out.trim_end_matches('\n');
+    let rest = reply.strip_prefix("Yes, ").or_else(|| reply.strip_prefix("No, ")).unwrap_or_else(|| panic!("{out:?}"));
+    let digits = rest.strip_suffix('.').unwrap_or_else(|| panic!("{out:?}"));
+    assert!((1..=2).contains(&digits.len()) && digits.bytes().all(|b| b.is_ascii_digit()), "{out:?}");
+    assert!(err.contains("finish: stop"), "{err}");
+    fails(&["run", "smollm2", "--prompt", "x", "--regex", "(a"], &["(a", "unclosed"]);
 }
 
 #[test]

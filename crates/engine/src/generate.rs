@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use crate::constraint::format::{Constraint, JsonFormat};
+use crate::constraint::format::{Constraint, OutputFormat};
 use crate::constraint::json::JsonVocab;
 use crate::detokenizer::IncrementalDetokenizer;
 use crate::runner::{check_token_ids, Logits, Runner, Sequence};
@@ -28,7 +28,7 @@ pub struct GenerateRequest {
     pub ignore_eos: bool,
     /// The output as one JSON object, or a value of a schema (sampled on
     /// the host, each step's logits masked).
-    pub json: Option<JsonFormat>,
+    pub json: Option<OutputFormat>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use ferrite_engine::constraint::format::JsonFormat;
+use ferrite_engine::constraint::format::OutputFormat;
+use ferrite_engine::constraint::pattern::{Pattern, PatternUse};
 use ferrite_engine::constraint::schema::Schema;
 use ferrite_engine::sampling::SamplingParams;
 use ferrite_engine::Request;
@@ -40,7 +41,7 @@ pub struct Settings {
     pub stop: Vec<String>,
     pub ignore_eos: bool,
     pub min_tokens: usize,
-    pub json: Option<JsonFormat>,
+    pub json: Option<OutputFormat>,
     /// Alternatives per prompt token, when the prompt is to be scored.
     pub prompt_logprobs: Option<usize>,
 }
@@ -248,15 +249,15 @@ pub fn logit_bias(v: Option<&Value>, vocab_size: usize) -> Result<Vec<(u32, f32)
 /// object), `{type: "json_schema", json_schema: {schema}}` (a value of that
 /// schema) or `{type: "text"}` (the default); or vLLM's guides:
 /// `guided_json` (a schema, or its text), `guided_choice` (one of these
-/// strings), or `structured_outputs` with `json` or `choice`.
-fn output_format(c: &CommonParams) -> Result<Option<JsonFormat>, ApiError> {
+/// strings), `guided_regex` (a whole match), or `structured_outputs` with
+/// `json`, `choice` or `regex`.
+fn output_format(c: &CommonParams) -> Result<Option<OutputFormat>, ApiError> {
     fn given(v: &Option<Value>) -> Option<&Value> {
         v.as_ref().filter(|g| !g.is_null())
     }
-    for (name, v) in [("guided_regex", &c.guided_regex), ("guided_grammar", &c.guided_grammar)] {
-        if given(v).is_some() {
-            return Err(ApiError::param(name, format!("{name} is not supported (guided_json and guided_choice are)")));
-        }
+    if given(&c.guided_grammar).is_some() {
+        let msg = "guided_grammar is not supported (guided_json, guided_choice and guided_regex are)";
+        return Err(ApiError::param("guided_grammar", msg));
     }
     let mut guides = Vec::new();
     if let Some(v) = given(&c.guided_json) {
@@ -265,6 +266,9 @@ fn output_format(c: &CommonParams) -> Result<Option<JsonFormat>, ApiError> {
     if let Some(v) = given(&c.guided_choice) {
         guides.push(("guided_choice", guided_choice(v, "guided_choice")?));
     }
+    if let Some(v) = given(&c.guided_regex) {
+        guides.push(("guided_regex", guided_regex(v, "guided_regex")?));
+    }
     if let Some(v) = given(&c.structured_outputs) {
         let param = "structured_outputs";
         let obj = v.as_object().ok_or_else(|| ApiError::param(param, "structured_outputs must be an object"))?;
@@ -272,7 +276,8 @@ fn output_format(c: &CommonParams) -> Result<Option<JsonFormat>, ApiError> {
         let format = match keys.as_slice() {
             ["json"] => guided_json(&obj["json"], "structured_outputs.json")?,
             ["choice"] => guided_choice(&obj["choice"], "structured_outputs.choice")?,
-            _ => return Err(ApiError::param(param, "structured_outputs takes one of `json` and `choice`")),
+            ["regex"] => guided_regex(&obj["regex"], "structured_outputs.regex")?,
+            _ => return Err(ApiError::param(param, "structured_outputs takes one of `json`, `choice` and `regex`")),
         };
         guides.push((param, format));
     }
@@ -285,7 +290,7 @@ fn output_format(c: &CommonParams) -> Result<Option<JsonFormat>, ApiError> {
 }
 
 /// A schema, or its text.
-fn guided_json(v: &Value, param: &str) -> Result<JsonFormat, ApiError> {
+fn guided_json(v: &Value, param: &str) -> Result<OutputFormat, ApiError> {
     match v {
         Value::String(text) => {
             let schema: Value =
@@ -296,22 +301,28 @@ fn guided_json(v: &Value, param: &str) -> Result<JsonFormat, ApiError> {
     }
 }
 
-fn guided_choice(v: &Value, param: &str) -> Result<JsonFormat, ApiError> {
+fn guided_choice(v: &Value, param: &str) -> Result<OutputFormat, ApiError> {
     let choices: Option<Vec<String>> =
         v.as_array().and_then(|l| l.iter().map(|x| x.as_str().map(str::to_string)).collect());
     let choices = choices.ok_or_else(|| ApiError::param(param, format!("{param} must be a list of strings")))?;
     let schema = Schema::choice(&choices).map_err(|e| ApiError::param(param, e))?;
-    Ok(JsonFormat::Schema(Arc::new(schema)))
+    Ok(OutputFormat::Schema(Arc::new(schema)))
 }
 
-pub fn response_format(v: Option<&Value>) -> Result<Option<JsonFormat>, ApiError> {
+fn guided_regex(v: &Value, param: &str) -> Result<OutputFormat, ApiError> {
+    let source = v.as_str().ok_or_else(|| ApiError::param(param, format!("{param} must be a string")))?;
+    let pattern = Pattern::new(source, PatternUse::Whole).map_err(|e| ApiError::param(param, e))?;
+    Ok(OutputFormat::Regex(Arc::new(pattern)))
+}
+
+pub fn response_format(v: Option<&Value>) -> Result<Option<OutputFormat>, ApiError> {
     let kind = match v {
         None | Some(Value::Null) => return Ok(None),
         Some(v) => v.get("type").and_then(Value::as_str),
     };
     match kind {
         Some("text") => Ok(None),
-        Some("json_object") => Ok(Some(JsonFormat::Object)),
+        Some("json_object") => Ok(Some(OutputFormat::Object)),
         Some("json_schema") => {
             let param = "response_format.json_schema.schema";
             let schema = v
@@ -328,9 +339,9 @@ pub fn response_format(v: Option<&Value>) -> Result<Option<JsonFormat>, ApiError
     }
 }
 
-fn compile_schema(schema: &Value, param: &str) -> Result<JsonFormat, ApiError> {
+fn compile_schema(schema: &Value, param: &str) -> Result<OutputFormat, ApiError> {
     let compiled = Schema::compile(schema).map_err(|e| ApiError::param(param, format!("unsupported schema: {e}")))?;
-    Ok(JsonFormat::Schema(Arc::new(compiled)))
+    Ok(OutputFormat::Schema(Arc::new(compiled)))
 }
 
 /// Chat: `logprobs: bool` and `top_logprobs: 0..=20` -> alternatives per token.

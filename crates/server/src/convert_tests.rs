@@ -44,7 +44,7 @@ fn every_field_is_carried() {
     let p = &s.sampling;
     assert_eq!(
         (s.n, s.stream, s.include_usage, s.max_tokens, s.ignore_eos, s.json),
-        (3, true, true, Some(10), true, Some(JsonFormat::Object))
+        (3, true, true, Some(10), true, Some(OutputFormat::Object))
     );
     assert_eq!((p.temperature, p.top_p, p.top_k, p.min_p), (0.5, 0.9, 20, 0.1));
     assert_eq!((p.presence_penalty, p.frequency_penalty, p.repetition_penalty), (0.5, -0.5, 1.1));

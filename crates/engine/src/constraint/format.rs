@@ -1,29 +1,35 @@
-//! What a sequence's output must be (one JSON object, or a value of a JSON
-//! Schema), and the constraint that keeps it so, step by step.
+//! What a sequence's output must be (one JSON object, a value of a JSON
+//! Schema, or a match of a regular expression), and the constraint that
+//! keeps it so, step by step.
 
 use std::sync::Arc;
 
 use super::json::{JsonConstraint, JsonVocab};
+use super::lex::StrMode;
+use super::pattern::Pattern;
 use super::schema::Schema;
 use super::schema_grammar::SchemaState;
-use super::trie::apply;
+use super::trie::{apply, Grammar};
 
 /// A request's output format.
 #[derive(Clone, Debug)]
-pub enum JsonFormat {
+pub enum OutputFormat {
     /// Any one JSON object (`response_format: {"type": "json_object"}`).
     Object,
     /// A value of this schema (`{"type": "json_schema", ...}`).
     Schema(Arc<Schema>),
+    /// A whole match of this pattern (vLLM's `guided_regex`).
+    Regex(Arc<Pattern>),
 }
 
 /// Formats are equal when they are the same format (a schema: the same
 /// compiled one).
-impl PartialEq for JsonFormat {
+impl PartialEq for OutputFormat {
     fn eq(&self, other: &Self) -> bool {
         match (self, other) {
-            (JsonFormat::Object, JsonFormat::Object) => true,
-            (JsonFormat::Schema(a), JsonFormat::Schema(b)) => Arc::ptr_eq(a, b),
+            (OutputFormat::Object, OutputFormat::Object) => true,
+            (OutputFormat::Schema(a), OutputFormat::Schema(b)) => Arc::ptr_eq(a, b),
+            (OutputFormat::Regex(a), OutputFormat::Regex(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
@@ -34,13 +40,17 @@ impl PartialEq for JsonFormat {
 pub enum Constraint {
     Object(JsonConstraint),
     Schema(SchemaConstraint),
+    Regex(RegexConstraint),
 }
 
 impl Constraint {
-    pub fn new(vocab: Arc<JsonVocab>, format: &JsonFormat) -> Constraint {
+    pub fn new(vocab: Arc<JsonVocab>, format: &OutputFormat) -> Constraint {
         match format {
-            JsonFormat::Object => Constraint::Object(JsonConstraint::new(vocab)),
-            JsonFormat::Schema(schema) => Constraint::Schema(SchemaConstraint::new(vocab, schema.clone())),
+            OutputFormat::Object => Constraint::Object(JsonConstraint::new(vocab)),
+            OutputFormat::Schema(schema) => Constraint::Schema(SchemaConstraint::new(vocab, schema.clone())),
+            OutputFormat::Regex(p) => {
+                Constraint::Regex(RegexConstraint { vocab, state: p.start(), pattern: p.clone() })
+            }
         }
     }
 
@@ -50,6 +60,7 @@ impl Constraint {
         match self {
             Constraint::Object(c) => c.mask(logits),
             Constraint::Schema(c) => c.mask(logits),
+            Constraint::Regex(c) => c.mask(logits),
         }
     }
 
@@ -59,6 +70,7 @@ impl Constraint {
         match self {
             Constraint::Object(c) => c.advance(token),
             Constraint::Schema(c) => c.advance(token),
+            Constraint::Regex(c) => c.advance(token),
         }
     }
 
@@ -67,6 +79,7 @@ impl Constraint {
         match self {
             Constraint::Object(c) => c.is_complete(),
             Constraint::Schema(c) => c.is_complete(),
+            Constraint::Regex(c) => c.is_complete(),
         }
     }
 }
@@ -111,5 +124,53 @@ impl SchemaConstraint {
     /// may: it ends with the end of generation).
     pub fn is_complete(&self) -> bool {
         self.state.is_done()
+    }
+}
+
+/// The whole output as a match of a pattern: the pattern's automaton is
+/// the grammar (no lengths: the state is the automaton's).
+impl Grammar for Pattern {
+    type State = u32;
+    fn step(&self, s: u32, b: u8) -> Option<u32> {
+        Pattern::step(self, s, b, 0)
+    }
+    fn free_string(&self, _: &u32, _: usize) -> Option<StrMode> {
+        None
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct RegexConstraint {
+    vocab: Arc<JsonVocab>,
+    pattern: Arc<Pattern>,
+    state: u32,
+}
+
+impl RegexConstraint {
+    /// The tokens that keep a match reachable, and the end of generation
+    /// once the output is one.
+    pub fn mask(&self, logits: &mut [f32]) {
+        let mut allowed = vec![0u64; logits.len().div_ceil(64)];
+        self.vocab.trie.walk(self.pattern.as_ref(), self.state, &mut allowed);
+        if self.pattern.accepts(self.state, 0) {
+            self.vocab.allow_eos(&mut allowed);
+        }
+        apply(&allowed, logits);
+    }
+
+    pub fn advance(&mut self, token: u32) -> bool {
+        if self.vocab.is_eos(token) {
+            return self.pattern.accepts(self.state, 0);
+        }
+        match self.vocab.feed(self.pattern.as_ref(), self.state, token) {
+            Some(s) => self.state = s,
+            None => return false,
+        }
+        true
+    }
+
+    /// True once the output is a match that no byte can extend.
+    pub fn is_complete(&self) -> bool {
+        self.pattern.accepts(self.state, 0) && !self.pattern.can_go_on(self.state, 0)
     }
 }

@@ -3,6 +3,7 @@
 pub mod format;
 pub mod json;
 mod lex;
+pub mod pattern;
 pub mod schema;
 mod schema_grammar;
 mod trie;

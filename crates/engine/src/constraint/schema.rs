@@ -5,20 +5,24 @@
 //! Supported: `type` (one or a list), `properties` with `required` (an
 //! object's keys come in the order the schema lists them; no other keys),
 //! `additionalProperties` as the value schema of a free-keyed object,
-//! `items` with `minItems`/`maxItems`, `minLength`/`maxLength`, integers'
+//! `items` with `minItems`/`maxItems`, `minLength`/`maxLength`, a string's
+//! `pattern` (its content contains a match) or `format` (`date-time`,
+//! `date`, `time`, `uuid`, `ipv4`), integers'
 //! `minimum`/`maximum` (and the exclusive forms), `enum`,
 //! `const`, `anyOf`/`oneOf` whose alternatives begin with different bytes
 //! (a string, a number, an array, literals) or are objects told apart by
 //! their first property, a one-schema `allOf`, `nullable`, and `$ref` into
 //! the document (`#/$defs/...`, `#/definitions/...`, recursion included).
 //! Keywords that constrain values in ways this grammar does not enforce
-//! (`pattern`, `format`, bounds on other numbers, ...), and keywords beside a combinator,
+//! (other `format`s, bounds on other numbers, ...), and keywords beside a combinator,
 //! are refused by name, never ignored; annotations (`title`,
 //! `description`, ...) are ignored.
 
 use std::collections::HashMap;
 
 use serde_json::{Map, Value};
+
+use super::pattern::{format_pattern, Pattern, PatternUse};
 
 /// Most containers open at once: the grammar's stack of frames.
 pub const MAX_FRAMES: usize = 20;
@@ -33,11 +37,11 @@ const UNREACHABLE: usize = usize::MAX;
 pub const MAX_LITERAL: usize = 1024;
 /// Deepest nesting of schemas (and chains of references) the compiler follows.
 const MAX_NESTING: usize = 256;
+/// Most automaton states a schema's patterns may have together (1 KiB each).
+const MAX_PATTERN_STATES: usize = 8192;
 
 /// Keywords that constrain values beyond what the grammar enforces.
-const REFUSED: [&str; 23] = [
-    "pattern",
-    "format",
+const REFUSED: [&str; 21] = [
     "multipleOf",
     "uniqueItems",
     "patternProperties",
@@ -70,8 +74,8 @@ const ARRAY_KEYWORDS: [&str; 3] = ["items", "minItems", "maxItems"];
 /// Bounds, enforced for integers only.
 const BOUNDS: [&str; 4] = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 /// Keywords of one scalar type: kept only with a `type` they apply to.
-const SCALAR_KEYWORDS: [&str; 6] =
-    ["minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
+const SCALAR_KEYWORDS: [&str; 8] =
+    ["minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Node {
@@ -88,10 +92,12 @@ pub(crate) enum Node {
         min: u32,
         max: u32,
     },
-    /// A string of `min..=max` characters (code points).
+    /// A string of `min..=max` characters (code points), its content
+    /// holding a match of `Schema::patterns[pattern]` if any.
     String {
         min: u32,
         max: u32,
+        pattern: Option<u16>,
     },
     /// A number; an integer within `bounds` (inclusive) if any.
     Number {
@@ -132,13 +138,16 @@ pub struct Schema {
     pub(crate) raw: bool,
     pub(crate) min_depth: Vec<usize>,
     pub(crate) first: Vec<[u64; 4]>,
+    /// The strings' patterns (with their lengths).
+    pub(crate) patterns: Vec<Pattern>,
 }
 
 impl Schema {
     /// Compiles a JSON Schema document; the error names the keyword and
     /// where it is (a JSON pointer into the document).
     pub fn compile(doc: &Value) -> Result<Schema, String> {
-        let mut c = Compiler { doc, nodes: Vec::new(), refs: HashMap::new(), any: None, nesting: 0 };
+        let mut c =
+            Compiler { doc, nodes: Vec::new(), refs: HashMap::new(), any: None, nesting: 0, patterns: Vec::new() };
         let root = c.node(doc, "#")?;
         let min_depth = min_depths(&c.nodes);
         if min_depth[root as usize] > MAX_FRAMES {
@@ -150,7 +159,7 @@ impl Schema {
         }
         tag_objects(&mut c.nodes)?;
         let first = (0..c.nodes.len()).map(|i| first_bytes(&c.nodes, i)).collect();
-        let s = Schema { nodes: c.nodes, root, raw: false, min_depth, first };
+        let s = Schema { nodes: c.nodes, root, raw: false, min_depth, first, patterns: c.patterns };
         s.check_unions()?;
         Ok(s)
     }
@@ -172,7 +181,7 @@ impl Schema {
         }
         let nodes = vec![Node::Literals(texts)];
         let first = vec![first_bytes(&nodes, 0)];
-        Ok(Schema { nodes, root: 0, raw: true, min_depth: vec![0], first })
+        Ok(Schema { nodes, root: 0, raw: true, min_depth: vec![0], first, patterns: Vec::new() })
     }
 
     pub(crate) fn node(&self, i: u16) -> &Node {
@@ -229,6 +238,7 @@ struct Compiler<'a> {
     any: Option<u16>,
     /// Schemas being compiled, one inside another.
     nesting: usize,
+    patterns: Vec<Pattern>,
 }
 
 impl Compiler<'_> {
@@ -251,12 +261,37 @@ impl Compiler<'_> {
         let alts = vec![
             self.push(Node::Map { values: any })?,
             self.push(Node::Array { items: any, min: 0, max: u32::MAX })?,
-            self.push(Node::String { min: 0, max: u32::MAX })?,
+            self.push(Node::String { min: 0, max: u32::MAX, pattern: None })?,
             self.push(Node::Number { integer: false, bounds: None })?,
             self.push(literals(&[Value::Bool(true), Value::Bool(false), Value::Null], "#")?)?,
         ];
         self.nodes[any as usize] = Node::Union(alts);
         Ok(any)
+    }
+
+    /// A string's `pattern` or `format` compiled with its lengths, as an
+    /// index into the patterns.
+    fn string_pattern(&mut self, m: &Map<String, Value>, min: u32, max: u32, at: &str) -> Result<Option<u16>, String> {
+        let source = match (m.get("pattern"), m.get("format")) {
+            (Some(_), Some(_)) => return Err(format!("{at}: `pattern` beside `format` is not supported")),
+            (Some(p), None) => p.as_str().ok_or_else(|| format!("{at}/pattern: must be a string"))?.to_string(),
+            (None, Some(f)) => {
+                let f = f.as_str().ok_or_else(|| format!("{at}/format: must be a string"))?;
+                format_pattern(f).ok_or_else(|| {
+                    format!("{at}/format: {f:?} is not supported (date-time, date, time, uuid and ipv4 are)")
+                })?
+            }
+            (None, None) => return Ok(None),
+        };
+        let p = Pattern::new(&source, PatternUse::Json { min, max }).map_err(|e| format!("{at}: {e}"))?;
+        let states: usize = self.patterns.iter().map(Pattern::states).sum::<usize>() + p.states();
+        if states > MAX_PATTERN_STATES {
+            return Err(format!(
+                "{at}: the schema's patterns need over {MAX_PATTERN_STATES} automaton states together"
+            ));
+        }
+        self.patterns.push(p);
+        Ok(Some((self.patterns.len() - 1) as u16))
     }
 
     fn node(&mut self, v: &Value, at: &str) -> Result<u16, String> {
@@ -386,14 +421,31 @@ impl Compiler<'_> {
                 if min > max {
                     return Err(format!("{at}: minLength is over maxLength"));
                 }
-                self.push(Node::String { min, max })
+                let pattern = self.string_pattern(m, min, max, at)?;
+                self.push(Node::String { min, max, pattern })
             }
             "number" => match BOUNDS.iter().find(|k| m.contains_key(**k)) {
                 Some(k) => Err(format!("{at}: `{k}` is supported on integers only, not on a `number`")),
-                None => self.push(Node::Number { integer: false, bounds: None }),
+                None => {
+                    number_format(m, &["double"], at)?;
+                    self.push(Node::Number { integer: false, bounds: None })
+                }
             },
             "integer" => {
-                let bounds = int_bounds(m, at)?;
+                let mut bounds = int_bounds(m, at)?;
+                // (A 32- or 64-bit integer: its range, within any bounds given.)
+                let width = match number_format(m, &["int32", "int64"], at)? {
+                    Some("int32") => Some((i32::MIN as i128, i32::MAX as i128)),
+                    Some(_) => Some((i64::MIN as i128, i64::MAX as i128)),
+                    None => None,
+                };
+                if let Some((lo, hi)) = width {
+                    let (blo, bhi) = bounds.unwrap_or((lo, hi));
+                    if blo.max(lo) > bhi.min(hi) {
+                        return Err(format!("{at}: no integer of that format is within the bounds"));
+                    }
+                    bounds = Some((blo.max(lo), bhi.min(hi)));
+                }
                 self.push(Node::Number { integer: true, bounds })
             }
             "boolean" => self.push(literals(&[Value::Bool(true), Value::Bool(false)], at)?),
@@ -595,6 +647,18 @@ fn int_bounds(m: &Map<String, Value>, at: &str) -> Result<Option<(i128, i128)>, 
         return Err(format!("{at}: no integer lies within its bounds"));
     }
     Ok(any.then_some((lo, hi)))
+}
+
+/// A number's `format`, if it is one of `allowed` (which the caller
+/// enforces, or which every JSON number meets); any other is refused.
+fn number_format<'a>(m: &'a Map<String, Value>, allowed: &[&str], at: &str) -> Result<Option<&'a str>, String> {
+    match m.get("format") {
+        None => Ok(None),
+        Some(f) => match f.as_str() {
+            Some(f) if allowed.contains(&f) => Ok(Some(f)),
+            _ => Err(format!("{at}/format: {f} is not supported here (only {})", allowed.join(", "))),
+        },
+    }
 }
 
 /// The names of a `type`: one, or a non-empty list.

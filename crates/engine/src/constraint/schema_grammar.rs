@@ -42,8 +42,10 @@ enum Lex {
     TagColon { cands: u64 },
     /// In that key's value: the candidates' tags that still match.
     Tag { cands: u64, pos: u16 },
-    /// In a string value of `node`, `len` characters long so far.
-    Str { sub: StrMode, node: u16, len: u32 },
+    /// In a string value of `node`, `len` characters long so far (with a
+    /// pattern: begun, counted at their first byte), `re` its pattern's
+    /// state.
+    Str { sub: StrMode, node: u16, len: u32, re: u32 },
     /// In a number of `node`: an integer's sign and digits so far (`mag`),
     /// for its bounds.
     Num { node: u16, n: Num, neg: bool, mag: u128 },
@@ -163,7 +165,10 @@ impl SchemaState {
                     Lex::ObjOpen
                 }
             }
-            Node::String { .. } => Lex::Str { sub: StrMode::Plain, node, len: 0 },
+            Node::String { pattern, .. } => {
+                let re = pattern.map_or(0, |p| s.patterns[p as usize].start());
+                Lex::Str { sub: StrMode::Plain, node, len: 0, re }
+            }
             &Node::Number { bounds, .. } => {
                 let (n, neg, mag) = match b {
                     b'-' => (Num::Minus, true, 0),
@@ -224,12 +229,41 @@ impl SchemaState {
         self.value_done(s)
     }
 
+    /// A byte of a string with pattern `p`: its content, decoded, steps the
+    /// pattern (whose state also bounds the length); an escape is taken
+    /// only where one of its characters may come, `\u` never (so the
+    /// content holds no other control characters).
+    fn pattern_step(mut self, s: &Schema, p: u16, b: u8) -> Option<SchemaState> {
+        let Lex::Str { sub, node, len, re } = self.lex else { return None };
+        let pat = &s.patterns[p as usize];
+        let (sub, decoded) = match (sub, b) {
+            (StrMode::Plain, b'"') => return pat.accepts(re, len).then(|| self.value_done(s)),
+            (StrMode::Plain, b'\\') => {
+                ESCAPES.iter().find(|&&(_, d)| pat.step(re, d, len).is_some())?;
+                self.lex = Lex::Str { sub: StrMode::Escape, node, len, re };
+                return Some(self);
+            }
+            (StrMode::Escape, _) => (StrMode::Plain, ESCAPES.iter().find(|&&(e, _)| e == b)?.1),
+            _ => match str_step(sub, b)? {
+                StrStep::In(next) => (next, b),
+                StrStep::End => return None,
+            },
+        };
+        let re = pat.step(re, decoded, len)?;
+        let len = len + u32::from(!(0x80..=0xbf).contains(&decoded));
+        self.lex = Lex::Str { sub, node, len, re };
+        Some(self)
+    }
+
     pub(crate) fn step(mut self, s: &Schema, b: u8) -> Option<SchemaState> {
         match self.lex {
-            Lex::Str { sub, node, len } => {
+            Lex::Str { sub, node, len, re } => {
+                if let &Node::String { pattern: Some(p), .. } = s.node(node) {
+                    return self.pattern_step(s, p, b);
+                }
                 // Between characters: a new one only below maxLength, the
                 // end only from minLength on.
-                if let (StrMode::Plain, &Node::String { min, max }) = (sub, s.node(node)) {
+                if let (StrMode::Plain, &Node::String { min, max, .. }) = (sub, s.node(node)) {
                     if (b == b'"' && len < min) || (b != b'"' && len >= max) {
                         return None;
                     }
@@ -238,7 +272,7 @@ impl SchemaState {
                     StrStep::In(next) => {
                         // Every character ends back in Plain (a surrogate pair once).
                         let len = if next == StrMode::Plain { len + 1 } else { len };
-                        SchemaState { lex: Lex::Str { sub: next, node, len }, ..self }
+                        SchemaState { lex: Lex::Str { sub: next, node, len, re }, ..self }
                     }
                     StrStep::End => self.value_done(s),
                 });
@@ -421,6 +455,18 @@ impl SchemaState {
     }
 }
 
+/// A string's one-letter escapes and the bytes they stand for.
+const ESCAPES: [(u8, u8); 8] = [
+    (b'"', b'"'),
+    (b'\\', b'\\'),
+    (b'/', b'/'),
+    (b'b', 0x08),
+    (b'f', 0x0c),
+    (b'n', b'\n'),
+    (b'r', b'\r'),
+    (b't', b'\t'),
+];
+
 /// A magnitude as an i128 (saturating: past every bound).
 fn signed(mag: u128) -> i128 {
     mag.min(i128::MAX as u128) as i128
@@ -476,8 +522,8 @@ impl Grammar for Schema {
         match st.lex {
             // Under a maxLength, only while any token fits in the room left
             // (a byte adds at most one character); then byte by byte.
-            Lex::Str { sub, node, len } => match self.node(node) {
-                &Node::String { max, .. } if (max - len) as usize >= longest => Some(sub),
+            Lex::Str { sub, node, len, .. } => match self.node(node) {
+                &Node::String { max, pattern: None, .. } if (max - len) as usize >= longest => Some(sub),
                 _ => None,
             },
             Lex::MapKey(sub) => Some(sub),

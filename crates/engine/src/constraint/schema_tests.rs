@@ -102,9 +102,13 @@ fn refs_unions_maps_and_arrays() {
 #[test]
 fn refusals_name_the_problem() {
     let cases = [
-        (json!({"type": "string", "pattern": "^a"}), "`pattern`"),
+        (json!({"type": "string", "pattern": "(?=a)a"}), "look-around"),
+        (json!({"type": "string", "pattern": "^abc$", "maxLength": 2}), "no match that fits"),
+        (json!({"type": "string", "pattern": "a", "format": "date"}), "`pattern` beside `format`"),
+        (json!({"pattern": "a"}), "`pattern` without a `type`"),
+        (json!({"type": "integer", "format": "uint8"}), "format"),
         (json!({"type": "string", "maxLength": -1}), "maxLength"),
-        (json!({"type": "string", "format": "date-time"}), "`format`"),
+        (json!({"type": "string", "format": "email"}), "\"email\" is not supported"),
         (json!({"$ref": "#/$defs/missing"}), "does not point"),
         (json!({"anyOf": [{"type": "object"}, {"type": "object", "properties": {}}]}), "start alike"),
         (json!({"anyOf": [{"type": "string"}, {"enum": ["a"]}]}), "start alike"),
@@ -239,6 +243,24 @@ fn string_lengths_count_characters() {
 }
 
 #[test]
+fn patterns_and_formats_hold_on_the_decoded_content() {
+    // Escapes are decoded for the pattern: `a"b\c` and a newline written as `\n`.
+    let s = compile(json!({"type": "string", "pattern": "^a\"b\\\\c\n$"}));
+    assert!(accepts(&s, r#""a\"b\\c\n""#));
+    assert_eq!(feed(&s, br#""a\u"#).err(), Some(3), "no \\u escapes under a pattern");
+    assert_eq!(feed(&s, br#""a\"b\\c\t"#).err(), Some(9));
+    // A match anywhere, as validators search; lengths count characters.
+    let s = compile(json!({"type": "string", "pattern": "[0-9]{2}", "maxLength": 4}));
+    assert!(accepts(&s, r#""ab12""#) && accepts(&s, r#""é12""#) && !accepts(&s, r#""ab1""#));
+    assert_eq!(feed(&s, br#""abc"#).err(), Some(3), "no room left for two digits");
+    let s = compile(json!({"type": "object", "properties": {"when": {"type": "string", "format": "date-time"},
+        "id": {"type": ["integer", "null"], "format": "int32"}}, "required": ["when", "id"]}));
+    assert!(accepts(&s, r#"{"when":"2024-02-29T23:59:59.5+01:00","id":-2147483648}"#));
+    assert!(!accepts(&s, r#"{"when":"2024-02-29T23:59:59Z","id":2147483648}"#));
+    assert_eq!(feed(&s, br#"{"when":"2024-13"#).err(), Some(15));
+}
+
+#[test]
 fn integer_bounds_hold_digit_by_digit() {
     let s = compile(json!({"type": "integer", "minimum": 0, "maximum": 120}));
     for doc in ["0", "7", "99", "120"] {
@@ -359,7 +381,11 @@ fn valid(doc: &Value, schema: &Value, v: &Value) -> bool {
         ("string", Value::String(t)) => {
             let n = t.chars().count() as u64;
             let bound = |k: &str| schema.get(k).and_then(Value::as_u64);
-            n >= bound("minLength").unwrap_or(0) && n <= bound("maxLength").unwrap_or(u64::MAX)
+            let format = schema.get("format").and_then(Value::as_str).and_then(super::format_pattern);
+            let pattern = schema.get("pattern").and_then(Value::as_str).map(str::to_string).or(format);
+            n >= bound("minLength").unwrap_or(0)
+                && n <= bound("maxLength").unwrap_or(u64::MAX)
+                && pattern.is_none_or(|p| regex::Regex::new(&p).unwrap().is_match(t))
         }
         ("null", Value::Null) | ("boolean", Value::Bool(_)) => true,
         ("number", Value::Number(_)) => true,
@@ -422,6 +448,11 @@ fn random_walks_never_dead_end_and_end_valid() {
             "required": ["s", "n"]}),
         // Free-keyed objects of themselves: their keys stop where the frames run out.
         json!({"type": "object", "additionalProperties": {"$ref": "#"}}),
+        // (Patterns whose meaning is the same in the `regex` crate's syntax.)
+        json!({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"},
+            "when": {"type": "string", "format": "date"},
+            "tag": {"type": "string", "pattern": "ab|c\n|é", "minLength": 2, "maxLength": 6}},
+            "required": ["code", "when", "tag"]}),
         json!({"type": "array", "minItems": 1, "maxItems": 4, "items": {"anyOf": [
             {"type": "object", "additionalProperties": {"type": ["integer", "null"]}},
             {"enum": ["a", "ab", true, 10, 1]},
@@ -484,7 +515,13 @@ fn mask_matches_stepping_each_token() {
         b"abcxyz \"\\n{}[]:,-0123456789u".iter().copied().chain([0xc3, 0xa9, 0xe2, 0x82, 0xac]).collect();
     let mut bytes: Vec<Vec<u8>> =
         (0..1500).map(|_| (0..1 + next(9)).map(|_| soup[next(soup.len())]).collect()).collect();
-    bytes.extend([b"\"s\"".to_vec(), b"\"n\"".to_vec(), b"\"k\"".to_vec(), b"abcdefghijkl".to_vec()]);
+    bytes.extend([
+        b"\"s\"".to_vec(),
+        b"\"n\"".to_vec(),
+        b"\"k\"".to_vec(),
+        b"\"p\"".to_vec(),
+        b"abcdefghijkl".to_vec(),
+    ]);
     // Every printable byte alone too, so that any output can be spelled.
     bytes.extend((b' '..=b'~').map(|b| vec![b]));
     let eos = bytes.len() as u32;
@@ -494,8 +531,9 @@ fn mask_matches_stepping_each_token() {
     let schema = Arc::new(compile(json!({"type": "object", "properties": {
         "s": {"type": "string", "maxLength": 20},
         "n": {"type": "integer", "minimum": -40, "maximum": 900},
-        "k": {"type": "string", "minLength": 2}
-    }, "required": ["s", "n", "k"]})));
+        "k": {"type": "string", "minLength": 2},
+        "p": {"type": "string", "pattern": "^(ab|\\n|é)+$", "maxLength": 9}
+    }, "required": ["s", "n", "k", "p"]})));
     let mut states = 0;
     for _ in 0..40 {
         let mut c = SchemaConstraint::new(vocab.clone(), schema.clone());

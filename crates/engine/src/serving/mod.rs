@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use ferrite_core::{Error, Result};
 use ferrite_loader::tokenizer::Tokenizer;
 
-use crate::constraint::format::JsonFormat;
+use crate::constraint::format::OutputFormat;
 use crate::runner::{check_token_ids, Runner};
 use crate::sampling::{SamplingParams, TokenLogprob, TokenScore};
 pub use crate::FinishReason;
@@ -57,7 +57,7 @@ pub struct Request {
     pub min_tokens: usize,
     /// Constrain the output to one JSON object (OpenAI `response_format:
     /// json_object`) or to a value of a JSON Schema (`json_schema`).
-    pub json: Option<JsonFormat>,
+    pub json: Option<OutputFormat>,
     /// Score the prompt: `Event::PromptLogprobs` with this many alternatives
     /// a position (callers bound it: the server takes at most 20). The
     /// prompt is then computed whole (no cached prefix), and the steps that

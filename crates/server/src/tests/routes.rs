@@ -1,7 +1,7 @@
 //! Non-streaming endpoints: shapes, parameter plumbing, tokenizer endpoints.
 
 use axum::http::{Method, StatusCode};
-use ferrite_engine::constraint::format::JsonFormat;
+use ferrite_engine::constraint::format::OutputFormat;
 use serde_json::json;
 
 use super::*;
@@ -77,7 +77,7 @@ async fn chat_parameters_reach_the_engine() {
     assert_eq!(reqs.iter().map(|r| r.sampling.seed).collect::<Vec<_>>(), vec![Some(5), Some(6)]);
     let r = &reqs[0];
     assert_eq!((&r.prompt[..], r.max_tokens), (&[0, 3, 5, 4][..], MAX_CONTEXT - 4));
-    assert!(r.json == Some(JsonFormat::Object) && r.ignore_eos);
+    assert!(r.json == Some(OutputFormat::Object) && r.ignore_eos);
     assert_eq!(r.stop, vec!["x"]);
     assert_eq!(r.sampling.logit_bias, vec![(3, -100.0)]);
     assert_eq!(r.sampling.temperature, 0.0);
@@ -322,8 +322,9 @@ async fn chat_prompt_endings() {
 }
 
 /// Structured outputs: OpenAI's `json_schema` response format and vLLM's
-/// `guided_json` (a schema or its text) reach the engine compiled; a schema
-/// the grammar cannot enforce is a 400 naming the keyword.
+/// `guided_json` (a schema or its text) and `guided_regex` reach the engine
+/// compiled; a schema or pattern the grammar cannot enforce is a 400
+/// naming the keyword.
 #[tokio::test]
 async fn json_schema_reaches_the_engine() {
     let (fake, app) = app();
@@ -337,7 +338,7 @@ async fn json_schema_reaches_the_engine() {
     for body in bodies {
         let r = post(&app, "/v1/chat/completions", body.clone()).await;
         assert_eq!(r.status, StatusCode::OK, "{body}: {}", r.text());
-        assert!(matches!(fake.requests().last().unwrap().json, Some(JsonFormat::Schema(_))), "{body}");
+        assert!(matches!(fake.requests().last().unwrap().json, Some(OutputFormat::Schema(_))), "{body}");
     }
     let r = post(&app, "/v1/completions", json!({"prompt": "x", "guided_json": schema})).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
@@ -349,13 +350,25 @@ async fn json_schema_reaches_the_engine() {
     ] {
         let r = post(&app, "/v1/completions", body.clone()).await;
         assert_eq!(r.status, StatusCode::OK, "{body}: {}", r.text());
-        assert!(matches!(fake.requests().last().unwrap().json, Some(JsonFormat::Schema(_))), "{body}");
+        assert!(matches!(fake.requests().last().unwrap().json, Some(OutputFormat::Schema(_))), "{body}");
+    }
+    // vLLM's regular expressions: a whole match.
+    for body in [
+        json!({"prompt": "x", "guided_regex": "(yes|no)[.!]"}),
+        json!({"prompt": "x", "structured_outputs": {"regex": "[0-9]{3}"}}),
+    ] {
+        let r = post(&app, "/v1/completions", body.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "{body}: {}", r.text());
+        assert!(matches!(fake.requests().last().unwrap().json, Some(OutputFormat::Regex(_))), "{body}");
     }
     for (body, param) in [
-        (json!({"prompt": "x", "guided_regex": "a+"}), "guided_regex"),
+        (json!({"prompt": "x", "guided_regex": "(a"}), "guided_regex"),
+        (json!({"prompt": "x", "guided_regex": "(?=a)a"}), "guided_regex"),
+        (json!({"prompt": "x", "guided_grammar": "root ::= \"a\""}), "guided_grammar"),
         (json!({"prompt": "x", "guided_choice": "yes"}), "guided_choice"),
         (json!({"prompt": "x", "guided_choice": ["a"], "guided_json": schema}), "guided_json"),
-        (json!({"prompt": "x", "structured_outputs": {"regex": "a"}}), "structured_outputs"),
+        (json!({"prompt": "x", "structured_outputs": {"grammar": "a"}}), "structured_outputs"),
+        (json!({"prompt": "x", "structured_outputs": {"regex": 5}}), "structured_outputs.regex"),
     ] {
         let r = post(&app, "/v1/completions", body.clone()).await;
         assert_eq!((r.status, r.error()["param"].as_str()), (StatusCode::BAD_REQUEST, Some(param)), "{body}");
@@ -364,5 +377,5 @@ async fn json_schema_reaches_the_engine() {
         "json_schema": {"schema": {"type": "string", "format": "email"}}}});
     let r = post(&app, "/v1/completions", bad).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert!(r.error()["message"].as_str().unwrap().contains("`format`"), "{}", r.text());
+    assert!(r.error()["message"].as_str().unwrap().contains("\"email\" is not supported"), "{}", r.text());
 }

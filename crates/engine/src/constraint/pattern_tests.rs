@@ -1,0 +1,144 @@
+use super::*;
+
+/// Feeds `text` (decoded bytes) from the start; the state and length, or
+/// `None` at the first byte refused.
+fn walk(p: &Pattern, text: &str) -> Option<(u32, u32)> {
+    let (mut s, mut len) = (p.start(), 0u32);
+    for &b in text.as_bytes() {
+        s = p.step(s, b, len)?;
+        len += starts_char(b) as u32;
+    }
+    Some((s, len))
+}
+
+fn matches(p: &Pattern, text: &str) -> bool {
+    walk(p, text).is_some_and(|(s, len)| p.accepts(s, len))
+}
+
+fn json(source: &str, min: u32, max: u32) -> Pattern {
+    Pattern::new(source, PatternUse::Json { min, max }).unwrap()
+}
+
+#[test]
+fn whole_output_matches() {
+    let p = Pattern::new("[a-c]{2,3}", PatternUse::Whole).unwrap();
+    assert!(matches(&p, "ab") && matches(&p, "abc"));
+    assert!(walk(&p, "a").is_some() && !matches(&p, "a"));
+    assert!(walk(&p, "abcd").is_none() && walk(&p, "d").is_none());
+    let (s, len) = walk(&p, "abc").unwrap();
+    assert!(!p.can_go_on(s, len));
+    let (s, len) = walk(&p, "ab").unwrap();
+    assert!(p.can_go_on(s, len));
+}
+
+#[test]
+fn json_patterns_search_like_validators() {
+    // Anchored: the whole content; unanchored: a match anywhere in it.
+    let digits = json("^[0-9]+$", 0, u32::MAX);
+    assert!(matches(&digits, "123") && walk(&digits, "12a").is_none() && !matches(&digits, ""));
+    let ab = json("ab", 0, u32::MAX);
+    assert!(matches(&ab, "xxabyy") && matches(&ab, "ab"));
+    assert!(walk(&ab, "xx").is_some() && !matches(&ab, "xx"));
+}
+
+#[test]
+fn classes_are_what_every_dialect_accepts() {
+    let d = json(r"^\d+$", 0, u32::MAX);
+    assert!(matches(&d, "0123456789"));
+    assert!(walk(&d, "\u{663}").is_none(), "an Arabic-Indic digit is not ECMA-262's \\d");
+    let w = json(r"^\w+$", 0, u32::MAX);
+    assert!(matches(&w, "a_Z9") && walk(&w, "é").is_none());
+    let dot = json("^a.b$", 0, u32::MAX);
+    assert!(matches(&dot, "axb") && walk(&dot, "a\n").is_none() && walk(&dot, "a\r").is_none());
+    let esc = json(r"^\d+\.\d+\/\-$", 0, u32::MAX);
+    assert!(matches(&esc, "1.5/-"));
+    let class = json(r"^[\d.]+[^\s]$", 0, u32::MAX);
+    assert!(matches(&class, "1.2x") && walk(&class, "1.2 ").is_none());
+    let hex = json(r"^\u0041\x42$", 0, u32::MAX);
+    assert!(matches(&hex, "AB"));
+    let boundary = json(r"\bcat\b", 0, u32::MAX);
+    assert!(matches(&boundary, "a cat!") && !matches(&boundary, "concat"));
+    let bracket = json("^[[]+$", 0, u32::MAX);
+    assert!(matches(&bracket, "[["));
+    let anything = json("^a[^]b$", 0, u32::MAX);
+    assert!(matches(&anything, "a\nb"));
+}
+
+#[test]
+fn lengths_bound_the_matches() {
+    let p = json("^a*$", 2, 3);
+    assert!(!matches(&p, "a") && matches(&p, "aa") && matches(&p, "aaa"));
+    assert!(walk(&p, "aaaa").is_none());
+    // maxLength leaves room for the match only if it is taken at once.
+    let p = json("abc", 0, 4);
+    assert!(walk(&p, "xx").is_none(), "no room left for `abc`");
+    assert!(matches(&p, "xabc") && matches(&p, "abcx"));
+    // Characters, not bytes.
+    let p = json("^.{2}$", 0, u32::MAX);
+    assert!(matches(&p, "éü") && walk(&p, "éüa").is_none());
+    assert!(Pattern::new("^abc$", PatternUse::Json { min: 0, max: 2 }).is_err());
+    assert!(Pattern::new("^abc$", PatternUse::Json { min: 4, max: u32::MAX }).is_err());
+}
+
+#[test]
+fn unsupported_patterns_are_refused() {
+    for (source, why) in [
+        ("(?=a)a", "look-around"),
+        ("a(?!b)", "look-around"),
+        (r"(a)\1", "backreference"),
+        ("(", "unclosed"),
+        ("[]", "empty class"),
+        ("(a|b)*a(a|b){16}", "size limit"),
+    ] {
+        let e = Pattern::new(source, PatternUse::Json { min: 0, max: u32::MAX }).unwrap_err();
+        assert!(e.contains(why), "{source}: {e}");
+    }
+}
+
+#[test]
+fn formats_fix_their_shapes() {
+    let p = |f: &str| json(&format_pattern(f).unwrap(), 0, u32::MAX);
+    let dt = p("date-time");
+    assert!(matches(&dt, "2024-02-29T12:30:00Z") && matches(&dt, "2024-02-29T12:30:00.123+05:30"));
+    assert!(walk(&dt, "2024-13").is_none() && !matches(&dt, "2024-02-29T12:30:00"));
+    assert!(matches(&p("date"), "1999-12-31") && walk(&p("date"), "1999-12-32").is_none());
+    assert!(matches(&p("time"), "23:59:59Z"));
+    assert!(matches(&p("uuid"), "123e4567-e89b-12d3-a456-426614174000"));
+    assert!(matches(&p("ipv4"), "192.168.0.255") && walk(&p("ipv4"), "256").is_none());
+    assert!(format_pattern("email").is_none());
+}
+
+/// Against the `regex` crate over every string of `a`/`b` up to 7
+/// characters: the walk accepts exactly the matches of the right length,
+/// and refuses a prefix exactly when no extension is such a match.
+#[test]
+fn walks_agree_with_an_independent_matcher() {
+    let patterns = ["ab*a", "^(ab|ba)+$", "a{2}b?", "^b*(a|bb)$", "(aa|b)a", "^[ab]{3}$", "b$"];
+    let bounds = [(0, u32::MAX), (2, u32::MAX), (0, 4), (3, 5), (6, 6)];
+    let mut strings = vec![String::new()];
+    for len in 1..=7 {
+        for i in 0..1u32 << len {
+            strings.push((0..len).map(|j| if i >> j & 1 == 1 { 'b' } else { 'a' }).collect());
+        }
+    }
+    for source in patterns {
+        let reference = regex::Regex::new(source).unwrap();
+        for (min, max) in bounds {
+            let Ok(p) = Pattern::new(source, PatternUse::Json { min, max }) else {
+                let any = strings.iter().any(|s| reference.is_match(s) && (min..=max).contains(&(s.len() as u32)));
+                assert!(!any, "{source} {min}..={max} refused but has a match");
+                continue;
+            };
+            let good = |s: &str| reference.is_match(s) && (min..=max).contains(&(s.len() as u32));
+            for s in &strings {
+                assert_eq!(matches(&p, s), good(s), "{source} {min}..={max} on {s:?}");
+                // A prefix is walked iff it extends to a match (these
+                // patterns' within three more characters).
+                let alive = strings.iter().any(|t| t.starts_with(s.as_str()) && good(t));
+                if s.len() <= 4 || alive {
+                    assert_eq!(walk(&p, s).is_some(), alive, "{source} {min}..={max} prefix {s:?}");
+                }
+            }
+        }
+    }
+}
