@@ -104,7 +104,7 @@ fn bad_values_are_400_naming_the_field() {
         (json!({"logit_bias": [1]}), "logit_bias"),
         (json!({"response_format": {"type": "json_schema"}}), "response_format.json_schema.schema"),
         (
-            json!({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a"}}}}),
+            json!({"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "(?!a)"}}}}),
             "response_format.json_schema.schema",
         ),
         (json!({"guided_json": "{not json"}), "guided_json"),
