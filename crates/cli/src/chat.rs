@@ -15,7 +15,7 @@ use crate::run::{prompt_ids, request, stream, RunArgs};
 const HELP: &str = "/reset clears the history, /exit or /quit (or Ctrl-D) quits, /help shows this; \
 end a line with \\ to go on to the next one; start a message with // to send one that begins with /";
 
-pub fn chat(l: &mut Loaded, a: &RunArgs, json: Option<OutputFormat>) -> Result<()> {
+pub fn chat(l: &mut Loaded, a: &RunArgs, format: Option<OutputFormat>) -> Result<()> {
     let interrupted = Arc::new(AtomicBool::new(false));
     let flag = interrupted.clone();
     ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))
@@ -59,7 +59,7 @@ pub fn chat(l: &mut Loaded, a: &RunArgs, json: Option<OutputFormat>) -> Result<(
                 continue;
             }
         };
-        let req = request(ids, &a.sampling, json.clone());
+        let req = request(ids, &a.sampling, format.clone());
         let flag = interrupted.clone();
         match stream(l, &req, &move || flag.load(Ordering::SeqCst)) {
             Ok(g) => {

@@ -103,7 +103,7 @@ pub fn prompt_ids(l: &Loaded, messages: &[Message], raw: bool) -> Result<Vec<u32
     }
 }
 
-pub fn request(prompt: Vec<u32>, s: &SamplingArgs, json: Option<OutputFormat>) -> GenerateRequest {
+pub fn request(prompt: Vec<u32>, s: &SamplingArgs, format: Option<OutputFormat>) -> GenerateRequest {
     GenerateRequest {
         prompt,
         sampling: s.params(),
@@ -111,7 +111,7 @@ pub fn request(prompt: Vec<u32>, s: &SamplingArgs, json: Option<OutputFormat>) -
         stop: s.stop.clone(),
         stop_ids: Vec::new(),
         ignore_eos: false,
-        json,
+        format,
     }
 }
 
@@ -137,14 +137,14 @@ pub fn stream(l: &mut Loaded, req: &GenerateRequest, cancel: &dyn Fn() -> bool) 
 
 pub fn main(a: RunArgs) -> Result<()> {
     a.sampling.params().validate().map_err(Error::InvalidInput)?;
-    let json = a.output_format()?;
+    let format = a.output_format()?;
     let mut l = load(&a.model, true)?;
     if a.system.is_some() && (a.raw || l.template.is_none()) {
         let why = if a.raw { "--raw" } else { "a model without a chat template" };
         eprintln!("note: --system is not used with {why}");
     }
     let Some(prompt) = a.prompt.clone() else {
-        return crate::chat::chat(&mut l, &a, json);
+        return crate::chat::chat(&mut l, &a, format);
     };
     if l.template.is_none() && !a.raw {
         eprintln!("note: the model has no chat template; the prompt is used as raw text");
@@ -155,7 +155,7 @@ pub fn main(a: RunArgs) -> Result<()> {
     }
     messages.push(Message { role: "user".into(), content: prompt });
     let ids = prompt_ids(&l, &messages, a.raw)?;
-    let req = request(ids, &a.sampling, json);
+    let req = request(ids, &a.sampling, format);
     let g = stream(&mut l, &req, &|| false)?;
     outln!()?;
     eprintln!(

@@ -132,7 +132,7 @@ fn request(prompt: &[u32], sampling: SamplingParams) -> GenerateRequest {
         stop: Vec::new(),
         stop_ids: Vec::new(),
         ignore_eos: true,
-        json: None,
+        format: None,
     }
 }
 

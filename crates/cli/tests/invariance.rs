@@ -234,7 +234,7 @@ fn chunked_prefill_equals_whole_hf() {
 // (c) generation: determinism and KV accounting
 
 fn request(prompt: Vec<u32>, sampling: SamplingParams, max_tokens: usize, ignore_eos: bool) -> GenerateRequest {
-    GenerateRequest { prompt, sampling, max_tokens, stop: Vec::new(), stop_ids: Vec::new(), ignore_eos, json: None }
+    GenerateRequest { prompt, sampling, max_tokens, stop: Vec::new(), stop_ids: Vec::new(), ignore_eos, format: None }
 }
 
 fn greedy() -> SamplingParams {

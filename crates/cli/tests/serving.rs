@@ -57,7 +57,7 @@ fn reference(tok: &Tokenizer, prompts: &[Vec<u32>]) -> Vec<Vec<u32>> {
                 stop: Vec::new(),
                 stop_ids: Vec::new(),
                 ignore_eos: true,
-                json: None,
+                format: None,
             };
             generate(&mut runner, tok, &req, &mut |_| true).unwrap().tokens
         })
@@ -229,7 +229,7 @@ fn text_held_for_a_stop_string_is_released_at_the_end() {
         stop: stop.clone(),
         stop_ids: vec![full[at]],
         ignore_eos: true,
-        json: None,
+        format: None,
     };
     let g = generate(&mut runner, &tok, &req, &mut |_| true).unwrap();
     assert_eq!((g.text.as_str(), g.finish), (want.as_str(), FinishReason::Stop));

@@ -43,7 +43,7 @@ fn greedy(model: &str) -> Vec<(Vec<u32>, Vec<u32>, String)> {
                 stop: vec![],
                 stop_ids: vec![],
                 ignore_eos: false,
-                json: None,
+                format: None,
             };
             let g = generate(&mut runner, &tok, &req, &mut |_| true).unwrap();
             (req.prompt, g.tokens, g.text)

@@ -26,9 +26,9 @@ pub struct GenerateRequest {
     /// Extra stop ids besides the tokenizer's end-of-generation ids.
     pub stop_ids: Vec<u32>,
     pub ignore_eos: bool,
-    /// The output as one JSON object, or a value of a schema (sampled on
-    /// the host, each step's logits masked).
-    pub json: Option<OutputFormat>,
+    /// The output as one JSON object, a value of a schema or a match of a
+    /// pattern (sampled on the host, each step's logits masked).
+    pub format: Option<OutputFormat>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -148,7 +148,8 @@ fn run(
     let t0 = Instant::now();
     let mut sampler = Sampler::new(req.sampling.clone());
     let vocab = runner.config().vocab_size;
-    let mut constraint = req.json.as_ref().map(|f| Constraint::new(Arc::new(JsonVocab::for_tokenizer(tok, vocab)), f));
+    let mut constraint =
+        req.format.as_ref().map(|f| Constraint::new(Arc::new(JsonVocab::for_tokenizer(tok, vocab)), f));
     // All prompt chunks but the last; the last one yields the first token.
     while seq.tokens.len() - seq.n_cached > PREFILL_CHUNK {
         runner.step(&mut [&mut *seq], PREFILL_CHUNK, Logits::Last)?;

@@ -41,7 +41,7 @@ pub struct Settings {
     pub stop: Vec<String>,
     pub ignore_eos: bool,
     pub min_tokens: usize,
-    pub json: Option<OutputFormat>,
+    pub format: Option<OutputFormat>,
     /// Alternatives per prompt token, when the prompt is to be scored.
     pub prompt_logprobs: Option<usize>,
 }
@@ -98,7 +98,7 @@ pub fn settings(
             m @ 0.. => usize::try_from(m).unwrap_or(usize::MAX),
             m => return Err(ApiError::param("min_tokens", format!("min_tokens must be >= 0, got {m}"))),
         },
-        json: output_format(c)?,
+        format: output_format(c)?,
         prompt_logprobs,
     })
     .and_then(|s| match s.max_tokens {
@@ -135,7 +135,7 @@ impl Settings {
                     ignore_eos: self.ignore_eos,
                     min_tokens: self.min_tokens,
                     prompt_logprobs,
-                    json: self.json.clone(),
+                    format: self.format.clone(),
                 }
             })
             .collect()

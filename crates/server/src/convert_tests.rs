@@ -25,7 +25,7 @@ fn openai_defaults() {
     assert_eq!((p.presence_penalty, p.frequency_penalty, p.penalty_last_n), (0.0, 0.0, 64));
     assert_eq!((p.seed, p.logprobs), (None, None));
     assert_eq!(
-        (s.n, s.stream, s.include_usage, s.max_tokens, s.ignore_eos, s.json),
+        (s.n, s.stream, s.include_usage, s.max_tokens, s.ignore_eos, s.format),
         (1, false, false, None, false, None)
     );
     assert!(p.validate().is_ok());
@@ -43,7 +43,7 @@ fn every_field_is_carried() {
     .unwrap();
     let p = &s.sampling;
     assert_eq!(
-        (s.n, s.stream, s.include_usage, s.max_tokens, s.ignore_eos, s.json),
+        (s.n, s.stream, s.include_usage, s.max_tokens, s.ignore_eos, s.format),
         (3, true, true, Some(10), true, Some(OutputFormat::Object))
     );
     assert_eq!((p.temperature, p.top_p, p.top_k, p.min_p), (0.5, 0.9, 20, 0.1));
@@ -127,7 +127,7 @@ fn lenient_forms() {
     let s = chat(json!({"messages": [], "top_k": -1, "seed": -1, "stop": "END", "response_format": {"type": "text"},
         "stream_options": null, "max_tokens": null, "logprobs": false, "top_logprobs": 0}))
     .unwrap();
-    assert_eq!((s.sampling.top_k, s.sampling.seed, s.json), (0, Some(u64::MAX), None));
+    assert_eq!((s.sampling.top_k, s.sampling.seed, s.format), (0, Some(u64::MAX), None));
     assert_eq!(s.stop, vec!["END"]);
     assert_eq!(stop(Some(&json!(["", "x"]))).unwrap(), vec!["x"]);
     // An empty stream_options asks for nothing, streamed or not (as in vLLM).

@@ -4,6 +4,7 @@ pub mod format;
 pub mod json;
 mod lex;
 pub mod pattern;
+mod pattern_syntax;
 pub mod schema;
 mod schema_grammar;
 mod trie;

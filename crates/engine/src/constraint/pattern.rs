@@ -3,23 +3,31 @@
 //! content must contain a match, and vLLM's `guided_regex`, which the
 //! whole output must match.
 //!
-//! A pattern is compiled to a DFA over bytes (`regex-automata`), copied
-//! into a plain transition table, and then annotated with which states can
-//! still end in a match, so that the grammars never accept a prefix that is
-//! a dead end. In a JSON string the check also counts characters against
+//! A pattern (translated into Rust's syntax, `pattern_syntax`) is compiled
+//! to a DFA over bytes (`regex-automata`), copied into a plain transition
+//! table, and then annotated with which states can still end in a match,
+//! so that the grammars never accept a prefix that is a dead end. In a
+//! JSON string the check also counts characters against
 //! `minLength`/`maxLength`, and only the bytes a JSON string can carry
 //! (raw, or behind a one-letter escape) are walked.
 
 use std::collections::HashMap;
 
 use regex_automata::dfa::{dense, Automaton, StartKind};
+use regex_automata::nfa::thompson;
 use regex_automata::util::{start, syntax};
-use regex_automata::Anchored;
+use regex_automata::{Anchored, MatchKind};
 
+pub use super::pattern_syntax::format_pattern;
+use super::pattern_syntax::{translate, Dialect};
+
+/// Longest pattern source, in bytes.
+const MAX_SOURCE: usize = 4096;
 /// Most DFA states a pattern may have (its table is 1 KiB a state).
 const MAX_STATES: usize = 4096;
-/// Most steps the length analysis may take (states' edges times lengths).
-const MAX_WORK: usize = 1 << 25;
+/// Most steps the length analyses of one request may take together
+/// (states' edges times lengths; also bounds their tables' bits).
+pub const MAX_WORK: usize = 1 << 24;
 /// No state: the byte cannot come.
 const DEAD: u32 = u32::MAX;
 
@@ -31,7 +39,7 @@ fn json_content_byte(b: u8) -> bool {
 }
 
 /// Whether a byte starts a character (so counts one toward a length).
-fn starts_char(b: u8) -> bool {
+pub(crate) fn starts_char(b: u8) -> bool {
     !(0x80..=0xbf).contains(&b)
 }
 
@@ -74,17 +82,29 @@ impl std::fmt::Debug for Pattern {
 impl Pattern {
     /// Compiles `source` for `how`; the error says why it cannot be used.
     pub fn new(source: &str, how: PatternUse) -> Result<Pattern, String> {
+        Pattern::within(source, how, &mut MAX_WORK.clone())
+    }
+
+    /// As [`Pattern::new`], its analysis taking at most `work` steps (less
+    /// what it took), so that one request's patterns share one budget.
+    pub fn within(source: &str, how: PatternUse, work: &mut usize) -> Result<Pattern, String> {
+        if source.len() > MAX_SOURCE {
+            return Err(format!("a pattern over {MAX_SOURCE} bytes is not supported"));
+        }
+        let dialect = if how == PatternUse::Whole { Dialect::Python } else { Dialect::Ecma };
+        let body = translate(source, dialect)?;
+        // Whole on its own first, so that the wrapper below cannot change
+        // how it parses (`a)|(b`).
+        syntax::parse(&body).map_err(|e| format!("pattern {source:?}: {}", innermost(&e)))?;
         let (regex, min, max, json) = match how {
-            PatternUse::Whole => (translate(source, false)?, 0, u32::MAX, false),
+            PatternUse::Whole => (body, 0, u32::MAX, false),
             // A match anywhere in the content, as JSON Schema's validators search.
-            PatternUse::Json { min, max } => {
-                (format!("(?s:.)*(?:{})(?s:.)*", translate(source, true)?), min, max, true)
-            }
+            PatternUse::Json { min, max } => (format!("(?s:.)*(?:{body})(?s:.)*"), min, max, true),
         };
         let (next, accept) = table(&regex).map_err(|e| format!("pattern {source:?}: {e}"))?;
         let cap = if max == u32::MAX { min } else { max };
         let mut p = Pattern { next, accept, cap, min, max, json, live: Vec::new(), words: 0, source: source.into() };
-        p.analyse()?;
+        p.analyse(work)?;
         if !p.ok(0, 0) {
             return Err(format!("pattern {source:?} has no match that fits here"));
         }
@@ -101,8 +121,8 @@ impl Pattern {
         0
     }
 
-    /// The state after byte `b` (a string's content: decoded), if a match
-    /// can still be completed after it, `len` characters then read.
+    /// The state after byte `b` (a string's content: decoded) where `len`
+    /// characters came before it, if a match can still be completed.
     pub fn step(&self, s: u32, b: u8, len: u32) -> Option<u32> {
         if self.json && !json_content_byte(b) {
             return None;
@@ -124,42 +144,114 @@ impl Pattern {
 
     /// Whether a match can be completed from `s` after `len` characters.
     fn ok(&self, s: u32, len: u32) -> bool {
-        if len > self.max {
+        // (Past a bounded cap no match is that long.)
+        if len > self.max || (self.max != u32::MAX && len > self.cap) {
             return false;
         }
         let l = len.min(self.cap) as usize;
         self.live[s as usize * self.words + l / 64] >> (l % 64) & 1 == 1
     }
 
-    /// Fills `live`, from the longest length down: at a length, a state is
-    /// live if it accepts there, or a byte that starts a character leads to
-    /// a live state one longer, or another byte (a continuation byte; at
-    /// `cap` with no maximum, any) to a live state of the same length.
-    fn analyse(&mut self) -> Result<(), String> {
+    /// The edges walked (bytes a JSON string can carry, where it is one)
+    /// into each state, once per (from, counts a character) pair.
+    fn edges_into(&self) -> (Vec<Vec<(u32, bool)>>, usize) {
         let n = self.accept.len();
-        // Edges into each state, once per (from, counts) pair.
         let mut into: Vec<Vec<(u32, bool)>> = vec![Vec::new(); n];
-        let mut edges = 0usize;
+        // The last source (plus one) seen per target, per kind of edge.
+        let mut seen = [vec![0u32; n], vec![0u32; n]];
+        let mut edges = 0;
         for s in 0..n {
             for b in 0..=255u8 {
                 let t = self.next[256 * s + b as usize];
                 if t == DEAD || (self.json && !json_content_byte(b)) {
                     continue;
                 }
-                let e = (s as u32, starts_char(b));
-                if !into[t as usize].contains(&e) {
-                    into[t as usize].push(e);
+                let counts = starts_char(b);
+                if seen[counts as usize][t as usize] != s as u32 + 1 {
+                    seen[counts as usize][t as usize] = s as u32 + 1;
+                    into[t as usize].push((s as u32, counts));
                     edges += 1;
                 }
             }
         }
+        (into, edges)
+    }
+
+    /// The most characters a match can have, where the states that can
+    /// reach one form no cycle (an anchored pattern): no row past it is
+    /// needed, however large `maxLength` is.
+    fn longest_match(&self, into: &[Vec<(u32, bool)>]) -> Option<u32> {
+        let n = self.accept.len();
+        // Whether a match is reachable at all (lengths aside).
+        let mut live = self.accept.clone();
+        let mut work: Vec<usize> = (0..n).filter(|&s| live[s]).collect();
+        while let Some(t) = work.pop() {
+            for &(s, _) in &into[t] {
+                if !live[s as usize] {
+                    live[s as usize] = true;
+                    work.push(s as usize);
+                }
+            }
+        }
+        // The longest path from each live state to a match, children
+        // first (depth-first, in a stack of (state, next byte)); a state
+        // met again while on the stack is a cycle.
+        const OPEN: u32 = u32::MAX - 1;
+        let mut longest = vec![u32::MAX; n]; // MAX: not visited
+        let mut stack = vec![(0usize, 0usize)];
+        longest[0] = OPEN;
+        while let Some(&mut (s, ref mut b)) = stack.last_mut() {
+            if *b == 256 {
+                let mut best = 0;
+                for c in 0..=255u8 {
+                    let t = self.next[256 * s + c as usize];
+                    if t != DEAD && live[t as usize] && (!self.json || json_content_byte(c)) {
+                        best = best.max(longest[t as usize] + starts_char(c) as u32);
+                    }
+                }
+                longest[s] = best;
+                stack.pop();
+                continue;
+            }
+            let c = *b as u8;
+            *b += 1;
+            let t = self.next[256 * s + c as usize];
+            if t == DEAD || !live[t as usize] || (self.json && !json_content_byte(c)) {
+                continue;
+            }
+            match longest[t as usize] {
+                OPEN => return None,
+                u32::MAX => {
+                    longest[t as usize] = OPEN;
+                    stack.push((t as usize, 0));
+                }
+                _ => {}
+            }
+        }
+        Some(longest[0])
+    }
+
+    /// Fills `live`, from the longest length down: at a length, a state is
+    /// live if it accepts there, or a byte that starts a character leads to
+    /// a live state one longer, or another byte (a continuation byte; at
+    /// `cap` with no maximum, any) to a live state of the same length.
+    fn analyse(&mut self, work_left: &mut usize) -> Result<(), String> {
+        let n = self.accept.len();
+        let (into, edges) = self.edges_into();
+        if self.max != u32::MAX {
+            if let Some(longest) = self.longest_match(&into) {
+                self.cap = self.cap.min(longest.max(self.min));
+            }
+        }
         let lengths = self.cap as usize + 1;
-        if edges.saturating_mul(lengths) > MAX_WORK {
+        let work = edges.max(n).saturating_mul(lengths);
+        if work > *work_left {
             return Err(format!(
-                "pattern {:?} with a length of up to {} is too large to enforce",
+                "pattern {:?} with a length of up to {} is too large to enforce (with the request's other patterns)",
                 self.source, self.cap
             ));
         }
+        *work_left -= work;
         self.words = lengths.div_ceil(64);
         self.live = vec![0; n * self.words];
         let unbounded = self.max == u32::MAX;
@@ -204,14 +296,20 @@ impl Pattern {
 }
 
 /// The pattern's DFA as a table over states numbered from the start (0),
-/// and which of them may end the input.
+/// and which of them may end the input. Every match counts (not only the
+/// leftmost-first one a search would report): the output may be any of them.
 fn table(regex: &str) -> Result<(Vec<u32>, Vec<bool>), String> {
     let limit = Some(MAX_STATES * 1024);
     let dfa = dense::Builder::new()
         .configure(
-            dense::Config::new().start_kind(StartKind::Anchored).dfa_size_limit(limit).determinize_size_limit(limit),
+            dense::Config::new()
+                .match_kind(MatchKind::All)
+                .start_kind(StartKind::Anchored)
+                .dfa_size_limit(limit)
+                .determinize_size_limit(limit),
         )
         .syntax(syntax::Config::new().unicode(true).utf8(true))
+        .thompson(thompson::Config::new().nfa_size_limit(Some(2 << 20)))
         .build(regex)
         .map_err(|e| innermost(&e))?;
     let start = dfa.start_state(&start::Config::new().anchored(Anchored::Yes)).map_err(|e| innermost(&e))?;
@@ -255,104 +353,6 @@ fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
     let text = e.to_string();
     let last = text.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
     last.strip_prefix("error: ").unwrap_or(last).to_string()
-}
-
-/// A pattern in the syntax the automaton reads. The classes whose meaning
-/// differs between ECMA-262, Python and Rust are narrowed to what all of
-/// them accept, so that an output matches under any of them: `\d` and `\w`
-/// are their ASCII sets, `\s` the whitespace they share, `\b` the ASCII
-/// word boundary. For ECMA-262 (`ecma`), `.` excludes every line
-/// terminator and a `[` inside a class is a literal; look-around and
-/// backreferences are refused (the automaton cannot follow them).
-fn translate(p: &str, ecma: bool) -> Result<String, String> {
-    const SPACE: &str = r"\t\n\x0B\x0C\r \xA0\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}";
-    let unsupported = |what: &str| Err(format!("pattern {p:?}: {what} is not supported"));
-    let mut out = String::with_capacity(p.len() + 16);
-    let mut class = false; // inside [...]
-    let mut chars = p.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '\\' => {
-                let Some(e) = chars.next() else { return unsupported("a trailing backslash") };
-                match (e, class) {
-                    ('d', false) => out.push_str("[0-9]"),
-                    ('d', true) => out.push_str("0-9"),
-                    ('w', false) => out.push_str("[0-9A-Za-z_]"),
-                    ('w', true) => out.push_str("0-9A-Za-z_"),
-                    ('s', false) => out.push_str(&format!("[{SPACE}]")),
-                    ('s', true) => out.push_str(SPACE),
-                    ('b', false) => out.push_str(r"(?-u:\b)"),
-                    ('B', false) => out.push_str(r"(?-u:\B)"),
-                    ('b', true) => out.push_str(r"\x08"),
-                    ('1'..='9', _) => return unsupported("a backreference"),
-                    ('k', false) if chars.peek() == Some(&'<') => return unsupported("a backreference"),
-                    // \D, \W, \S: Rust's (Unicode) sets, the narrowest.
-                    _ => {
-                        out.push('\\');
-                        out.push(e);
-                    }
-                }
-            }
-            '[' if class => out.push_str(r"\["),
-            '[' => {
-                class = true;
-                out.push('[');
-                if chars.peek() == Some(&'^') {
-                    out.push(chars.next().unwrap_or('^'));
-                }
-                // `[]` matches nothing and `[^]` anything in ECMA-262.
-                if chars.peek() == Some(&']') {
-                    if out.ends_with('^') {
-                        out.truncate(out.len() - 2);
-                        out.push_str("(?s:.)");
-                        chars.next();
-                        class = false;
-                    } else {
-                        return unsupported("an empty class `[]`");
-                    }
-                }
-            }
-            ']' if class => {
-                class = false;
-                out.push(']');
-            }
-            // Rust's class set operators are literals elsewhere.
-            '&' | '~' if class => {
-                out.push('\\');
-                out.push(c);
-            }
-            '.' if !class && ecma => out.push_str(r"[^\n\r\x{2028}\x{2029}]"),
-            '(' if !class && chars.peek() == Some(&'?') => {
-                let rest: String = chars.clone().take(3).collect();
-                if rest.starts_with("?=")
-                    || rest.starts_with("?!")
-                    || rest.starts_with("?<=")
-                    || rest.starts_with("?<!")
-                {
-                    return unsupported("look-around");
-                }
-                out.push('(');
-            }
-            _ => out.push(c),
-        }
-    }
-    Ok(out)
-}
-
-/// The pattern a JSON Schema `format` stands for, for the formats whose
-/// shape a pattern fixes (RFC 3339 dates and times, UUIDs, IPv4).
-pub fn format_pattern(format: &str) -> Option<String> {
-    const DATE: &str = "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])";
-    const TIME: &str = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
-    const OCTET: &str = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
-    Some(match format {
-        "date-time" => format!("^{DATE}T{TIME}$"),
-        "date" => format!("^{DATE}$"),
-        "time" => format!("^{TIME}$"),
-        "uuid" => "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$".into(),
-        "ipv4" => format!(r"^{OCTET}(\.{OCTET}){{3}}$"),
-        _ => return None,
-    })
 }
 
 #[cfg(test)]

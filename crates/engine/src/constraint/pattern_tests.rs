@@ -31,6 +31,16 @@ fn whole_output_matches() {
     assert!(p.can_go_on(s, len));
 }
 
+/// Every match counts, not only the leftmost-first one a search reports.
+#[test]
+fn whole_outputs_may_be_any_match() {
+    let whole = |p: &str| Pattern::new(p, PatternUse::Whole).unwrap();
+    assert!(matches(&whole("a|ab"), "ab") && matches(&whole("a|ab"), "a"));
+    assert!(matches(&whole(r"\d+|\d+\.\d+"), "1.5"));
+    assert!(matches(&whole("Answer: .*?"), "Answer: yes"));
+    assert!(matches(&whole("(.*?),(.*?)"), "a,b"));
+}
+
 #[test]
 fn json_patterns_search_like_validators() {
     // Anchored: the whole content; unanchored: a match anywhere in it.
@@ -62,6 +72,34 @@ fn classes_are_what_every_dialect_accepts() {
     assert!(matches(&bracket, "[["));
     let anything = json("^a[^]b$", 0, u32::MAX);
     assert!(matches(&anything, "a\nb"));
+    // Excluded classes are the widest: no dialect's member gets through.
+    for (p, text) in [(r"^[^\s]$", "\u{feff}"), (r"^\S$", "\u{feff}"), (r"^\S$", "\u{85}"), (r"^[^\D]$", "\u{663}")] {
+        assert!(walk(&json(p, 0, u32::MAX), text).is_none(), "{p} on {text:?}");
+    }
+    assert!(walk(&json(r"^[^\W]$", 0, u32::MAX), "é").is_none() && matches(&json(r"^[^\W]$", 0, u32::MAX), "x"));
+    assert!(walk(&json(r"^\W$", 0, u32::MAX), "\u{b2}").is_none(), "² is a word character to Python");
+    assert!(
+        matches(&json(r"^[^\S\r\n]+$", 0, u32::MAX), " \t")
+            && walk(&json(r"^[^\S\r\n]$", 0, u32::MAX), "\u{85}").is_none()
+    );
+    // A class escape ends no range; literal braces; surrogate pairs; escaped punctuation.
+    let range = json(r"^[\w-z]+$", 0, u32::MAX);
+    assert!(matches(&range, "a-z_") && walk(&range, "`").is_none());
+    assert!(matches(&json("^a{b}$", 0, u32::MAX), "a{b}") && matches(&json("^a{2}$", 0, u32::MAX), "aa"));
+    assert!(matches(&json(r"^\uD83D\uDE00$", 0, u32::MAX), "😀"));
+    assert!(matches(&json(r"^\<\/\>$", 0, u32::MAX), "</>"));
+}
+
+#[test]
+fn python_syntax_for_whole_outputs() {
+    let whole = |p: &str| Pattern::new(p, PatternUse::Whole);
+    let not_bracket = whole("[^]]+").unwrap();
+    assert!(matches(&not_bracket, "xy") && walk(&not_bracket, "x]").is_none());
+    assert!(matches(&whole("[]a]+").unwrap(), "]a"));
+    assert!(matches(&whole("x{,2}").unwrap(), "xx") && walk(&whole("x{,2}").unwrap(), "xxx").is_none());
+    assert!(matches(&whole(r"\Aa\Z").unwrap(), "a"));
+    let e = whole(r"\bcat\b").unwrap_err();
+    assert!(e.contains("word boundary"), "{e}");
 }
 
 #[test]
@@ -89,6 +127,10 @@ fn unsupported_patterns_are_refused() {
         ("(", "unclosed"),
         ("[]", "empty class"),
         ("(a|b)*a(a|b){16}", "size limit"),
+        ("(?:(?:a{1000}){1000}){1000}", "exceeded limit"),
+        ("a)|(b", "unopened"),
+        (r"\q", "escape"),
+        ("[a--b]", "`--`"),
     ] {
         let e = Pattern::new(source, PatternUse::Json { min: 0, max: u32::MAX }).unwrap_err();
         assert!(e.contains(why), "{source}: {e}");
@@ -98,6 +140,15 @@ fn unsupported_patterns_are_refused() {
 #[test]
 fn formats_fix_their_shapes() {
     let p = |f: &str| json(&format_pattern(f).unwrap(), 0, u32::MAX);
+    let date = p("date");
+    for ok in ["2024-02-29", "2000-02-29", "1999-04-30", "0001-01-01"] {
+        assert!(matches(&date, ok), "{ok}");
+    }
+    for bad in ["2023-02-29", "1900-02-29", "2024-04-31", "2024-02-30", "0000-01-01"] {
+        assert!(!matches(&date, bad), "{bad}");
+    }
+    // An anchored pattern needs no rows past its longest match.
+    assert!(Pattern::new(&format_pattern("uuid").unwrap(), PatternUse::Json { min: 0, max: 1_000_000 }).is_ok());
     let dt = p("date-time");
     assert!(matches(&dt, "2024-02-29T12:30:00Z") && matches(&dt, "2024-02-29T12:30:00.123+05:30"));
     assert!(walk(&dt, "2024-13").is_none() && !matches(&dt, "2024-02-29T12:30:00"));
@@ -141,4 +192,18 @@ fn walks_agree_with_an_independent_matcher() {
             }
         }
     }
+}
+
+/// One budget for a request's analyses: lengths that each fit alone may
+/// not together.
+#[test]
+fn analyses_share_a_budget() {
+    let mut work = MAX_WORK;
+    let how = PatternUse::Json { min: 0, max: 100_000 };
+    let mut made = 0;
+    while Pattern::within("a", how, &mut work).is_ok() {
+        made += 1;
+        assert!(made < 100, "the budget never ran out");
+    }
+    assert!(made >= 1);
 }

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
-use super::pattern::{format_pattern, Pattern, PatternUse};
+use super::pattern::{self, format_pattern, Pattern, PatternUse};
 
 /// Most containers open at once: the grammar's stack of frames.
 pub const MAX_FRAMES: usize = 20;
@@ -146,8 +146,15 @@ impl Schema {
     /// Compiles a JSON Schema document; the error names the keyword and
     /// where it is (a JSON pointer into the document).
     pub fn compile(doc: &Value) -> Result<Schema, String> {
-        let mut c =
-            Compiler { doc, nodes: Vec::new(), refs: HashMap::new(), any: None, nesting: 0, patterns: Vec::new() };
+        let mut c = Compiler {
+            doc,
+            nodes: Vec::new(),
+            refs: HashMap::new(),
+            any: None,
+            nesting: 0,
+            patterns: Vec::new(),
+            pattern_work: pattern::MAX_WORK,
+        };
         let root = c.node(doc, "#")?;
         let min_depth = min_depths(&c.nodes);
         if min_depth[root as usize] > MAX_FRAMES {
@@ -239,6 +246,8 @@ struct Compiler<'a> {
     /// Schemas being compiled, one inside another.
     nesting: usize,
     patterns: Vec<Pattern>,
+    /// What the patterns' analyses may still take (one budget a schema).
+    pattern_work: usize,
 }
 
 impl Compiler<'_> {
@@ -283,7 +292,8 @@ impl Compiler<'_> {
             }
             (None, None) => return Ok(None),
         };
-        let p = Pattern::new(&source, PatternUse::Json { min, max }).map_err(|e| format!("{at}: {e}"))?;
+        let p = Pattern::within(&source, PatternUse::Json { min, max }, &mut self.pattern_work)
+            .map_err(|e| format!("{at}: {e}"))?;
         let states: usize = self.patterns.iter().map(Pattern::states).sum::<usize>() + p.states();
         if states > MAX_PATTERN_STATES {
             return Err(format!(

@@ -6,6 +6,7 @@
 //! `minItems`.
 
 use super::lex::{is_ws, str_step, Num, StrMode, StrStep, MAX_WS_RUN};
+use super::pattern::starts_char;
 use super::schema::{Node, Schema, MAX_FRAMES};
 use super::trie::Grammar;
 
@@ -250,7 +251,7 @@ impl SchemaState {
             },
         };
         let re = pat.step(re, decoded, len)?;
-        let len = len + u32::from(!(0x80..=0xbf).contains(&decoded));
+        let len = len + u32::from(starts_char(decoded));
         self.lex = Lex::Str { sub, node, len, re };
         Some(self)
     }

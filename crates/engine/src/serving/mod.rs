@@ -56,8 +56,9 @@ pub struct Request {
     /// for, until this many tokens exist.
     pub min_tokens: usize,
     /// Constrain the output to one JSON object (OpenAI `response_format:
-    /// json_object`) or to a value of a JSON Schema (`json_schema`).
-    pub json: Option<OutputFormat>,
+    /// json_object`), a value of a JSON Schema (`json_schema`) or a match
+    /// of a pattern (`guided_regex`).
+    pub format: Option<OutputFormat>,
     /// Score the prompt: `Event::PromptLogprobs` with this many alternatives
     /// a position (callers bound it: the server takes at most 20). The
     /// prompt is then computed whole (no cached prefix), and the steps that
@@ -76,7 +77,7 @@ impl Request {
             stop_ids: Vec::new(),
             ignore_eos: false,
             min_tokens: 0,
-            json: None,
+            format: None,
             prompt_logprobs: None,
         }
     }

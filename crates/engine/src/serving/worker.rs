@@ -40,7 +40,7 @@ struct Active {
     sampler: Sampler,
     detok: IncrementalDetokenizer,
     stops: StopChecker,
-    json: Option<Constraint>,
+    constraint: Option<Constraint>,
     generated: Vec<u32>,
     /// Scores of the prompt's tokens so far (`Request::prompt_logprobs`).
     prompt_scores: Vec<TokenScore>,
@@ -128,7 +128,7 @@ impl Worker {
     fn handle(&mut self, cmd: Command) -> bool {
         match cmd {
             Command::Submit { id, req, tx } => {
-                let json = req.json.as_ref().map(|f| Constraint::new(self.json_vocab(), f));
+                let constraint = req.format.as_ref().map(|f| Constraint::new(self.json_vocab(), f));
                 if req.prompt_logprobs.is_some() {
                     self.scheduler.add_scored(id, req.prompt.clone());
                     if req.prompt.len() == 1 {
@@ -143,7 +143,7 @@ impl Worker {
                     sampler: Sampler::new(req.sampling.clone()),
                     detok: IncrementalDetokenizer::new(),
                     stops: StopChecker::new(req.stop.clone()),
-                    json,
+                    constraint,
                     generated: Vec::new(),
                     prompt_scores: Vec::new(),
                     queued: true,
@@ -263,7 +263,7 @@ impl Worker {
                 .seqs
                 .iter()
                 .filter(|s| s.sample)
-                .all(|s| self.active.get(&s.id).is_some_and(|a| !a.sampler.reads_history() && a.json.is_none()))
+                .all(|s| self.active.get(&s.id).is_some_and(|a| !a.sampler.reads_history() && a.constraint.is_none()))
     }
 
     /// Each sampled sequence's draw, for the device, when the model samples
@@ -274,7 +274,7 @@ impl Worker {
             return None;
         }
         let sampled = || plan.seqs.iter().filter(|s| s.sample).filter_map(|s| self.active.get(&s.id));
-        if sampled().any(|a| a.json.is_some() || a.sampler.params().logprobs.is_some_and(|n| n > 0)) {
+        if sampled().any(|a| a.constraint.is_some() || a.sampler.params().logprobs.is_some_and(|n| n > 0)) {
             return None;
         }
         let mut rows = Vec::new();
@@ -332,10 +332,10 @@ impl Worker {
             let too_short = a.generated.len() < a.req.min_tokens;
             let row = if device.is_some() {
                 row
-            } else if a.json.is_some() || too_short {
+            } else if a.constraint.is_some() || too_short {
                 work.clear();
                 work.extend_from_slice(row);
-                if let Some(c) = &a.json {
+                if let Some(c) = &a.constraint {
                     c.mask(&mut work);
                 }
                 if too_short {
@@ -355,7 +355,7 @@ impl Worker {
             };
             let token = sampled.token;
             a.generated.push(token);
-            if let Some(c) = &mut a.json {
+            if let Some(c) = &mut a.constraint {
                 c.advance(token);
             }
             let eog =
@@ -371,9 +371,9 @@ impl Worker {
                     a.stops.push(&piece)
                 }
             };
-            let json_done = a.json.as_ref().is_some_and(|c| c.is_complete());
+            let constraint_done = a.constraint.as_ref().is_some_and(|c| c.is_complete());
             let length = a.generated.len() >= a.req.max_tokens;
-            let finish = if eog || stop_string || json_done {
+            let finish = if eog || stop_string || constraint_done {
                 Some(FinishReason::Stop)
             } else if length {
                 Some(FinishReason::Length)

@@ -58,7 +58,7 @@ async fn chat_completion() {
     let req = &fake.requests()[0];
     assert_eq!(req.prompt, prompt);
     assert_eq!((req.max_tokens, req.sampling.temperature, req.sampling.top_k), (10, 1.0, 0));
-    assert!(req.json.is_none() && !req.ignore_eos);
+    assert!(req.format.is_none() && !req.ignore_eos);
 }
 
 #[tokio::test]
@@ -77,7 +77,7 @@ async fn chat_parameters_reach_the_engine() {
     assert_eq!(reqs.iter().map(|r| r.sampling.seed).collect::<Vec<_>>(), vec![Some(5), Some(6)]);
     let r = &reqs[0];
     assert_eq!((&r.prompt[..], r.max_tokens), (&[0, 3, 5, 4][..], MAX_CONTEXT - 4));
-    assert!(r.json == Some(OutputFormat::Object) && r.ignore_eos);
+    assert!(r.format == Some(OutputFormat::Object) && r.ignore_eos);
     assert_eq!(r.stop, vec!["x"]);
     assert_eq!(r.sampling.logit_bias, vec![(3, -100.0)]);
     assert_eq!(r.sampling.temperature, 0.0);
@@ -338,7 +338,7 @@ async fn json_schema_reaches_the_engine() {
     for body in bodies {
         let r = post(&app, "/v1/chat/completions", body.clone()).await;
         assert_eq!(r.status, StatusCode::OK, "{body}: {}", r.text());
-        assert!(matches!(fake.requests().last().unwrap().json, Some(OutputFormat::Schema(_))), "{body}");
+        assert!(matches!(fake.requests().last().unwrap().format, Some(OutputFormat::Schema(_))), "{body}");
     }
     let r = post(&app, "/v1/completions", json!({"prompt": "x", "guided_json": schema})).await;
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
@@ -350,7 +350,7 @@ async fn json_schema_reaches_the_engine() {
     ] {
         let r = post(&app, "/v1/completions", body.clone()).await;
         assert_eq!(r.status, StatusCode::OK, "{body}: {}", r.text());
-        assert!(matches!(fake.requests().last().unwrap().json, Some(OutputFormat::Schema(_))), "{body}");
+        assert!(matches!(fake.requests().last().unwrap().format, Some(OutputFormat::Schema(_))), "{body}");
     }
     // vLLM's regular expressions: a whole match.
     for body in [
@@ -359,7 +359,7 @@ async fn json_schema_reaches_the_engine() {
     ] {
         let r = post(&app, "/v1/completions", body.clone()).await;
         assert_eq!(r.status, StatusCode::OK, "{body}: {}", r.text());
-        assert!(matches!(fake.requests().last().unwrap().json, Some(OutputFormat::Regex(_))), "{body}");
+        assert!(matches!(fake.requests().last().unwrap().format, Some(OutputFormat::Regex(_))), "{body}");
     }
     for (body, param) in [
         (json!({"prompt": "x", "guided_regex": "(a"}), "guided_regex"),
