@@ -21,63 +21,98 @@ pub enum Dialect {
 }
 
 /// Whitespace in all three dialects.
-const SPACE_ALL: &str = r"\t\n\x0B\x0C\r \xA0\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}";
+const SPACE_ALL: &str = r"\t\n\x0B\x0C\r\x20\xA0\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}";
 /// Whitespace in any of them (Python's separators, Rust's NEL, ECMA-262's BOM too).
 const SPACE_ANY: &str =
-    r"\t\n\x0B\x0C\r \xA0\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}\x1C-\x1F\x{85}\x{FEFF}";
+    r"\t\n\x0B\x0C\r\x20\xA0\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000}\x1C-\x1F\x{85}\x{FEFF}";
 
 /// `p` in Rust's syntax, or why it cannot be followed.
 pub fn translate(p: &str, dialect: Dialect) -> Result<String, String> {
     let refuse = |what: &str| Err(format!("pattern {p:?}: {what} is not supported"));
     let chars: Vec<char> = p.chars().collect();
     let mut out = String::with_capacity(p.len() + 16);
-    // Inside [...]: whether it is negated.
+    // Inside [...]: whether it is negated, its members so far, and whether
+    // the last was a `-` between two of them (a range).
     let mut class: Option<bool> = None;
+    let (mut members, mut range_dash) = (0usize, false);
+    // Right after a quantifier (1), or after its lazy `?` (2).
+    let mut quantified = 0u8;
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
         i += 1;
-        match (c, class) {
-            ('\\', _) => {
+        if let Some(negated) = class {
+            let was_range = std::mem::replace(&mut range_dash, false);
+            members += 1;
+            match c {
+                '\\' => {
+                    let Some(&e) = chars.get(i) else { return refuse("a trailing backslash") };
+                    i += 1;
+                    if let Some(set) = class_set(e, negated) {
+                        // (Neither dialect takes a class as a range's end.)
+                        if was_range || (chars.get(i) == Some(&'-') && chars.get(i + 1) != Some(&']')) {
+                            return refuse("a range to or from a class escape");
+                        }
+                        out.push_str(&set);
+                        continue;
+                    }
+                    match escape(&chars, &mut i, e, true, dialect) {
+                        Ok(s) => out.push_str(&s),
+                        Err(what) => return refuse(&what),
+                    }
+                }
+                ']' => {
+                    out.push(']');
+                    class = None;
+                }
+                '-' if chars.get(i) == Some(&'-') => return refuse("`--` in a class"),
+                '-' => {
+                    range_dash = members > 1 && chars.get(i) != Some(&']');
+                    out.push('-');
+                }
+                // Rust's nested classes and set operators are members here.
+                '[' => out.push_str(r"\x5B"),
+                '&' => out.push_str(r"\x26"),
+                '~' => out.push_str(r"\x7E"),
+                _ if c.is_whitespace() || c == '#' => out.push_str(&format!(r"\x{{{:X}}}", c as u32)),
+                _ => out.push(c),
+            }
+            continue;
+        }
+        let quantifier_here = match c {
+            '*' | '+' | '?' => Some((c.to_string(), 0)),
+            '{' => quantifier(&chars[i..], dialect),
+            _ => None,
+        };
+        if let Some((text, len)) = quantifier_here {
+            match (quantified, c) {
+                (1, '?') => quantified = 2,
+                (0, _) => quantified = 1,
+                _ => return refuse("a quantifier after a quantifier (possessive or nested)"),
+            }
+            out.push_str(&text);
+            i += len;
+            continue;
+        }
+        quantified = 0;
+        match c {
+            '\\' => {
                 let Some(&e) = chars.get(i) else { return refuse("a trailing backslash") };
                 i += 1;
-                let set = match (e, class) {
-                    // Classes: narrow where they match, wide where negated.
-                    ('d', None) => Some("[0-9]".to_string()),
-                    ('d', Some(false)) => Some("0-9".into()),
-                    ('d', Some(true)) | ('D', Some(false)) => Some(if e == 'd' { r"\d" } else { r"\D" }.into()),
-                    ('D', None) => Some(r"\D".into()),
-                    ('D', Some(true)) => Some("[:^digit:]".into()),
-                    ('w', None) => Some("[0-9A-Za-z_]".into()),
-                    ('w', Some(false)) => Some("0-9A-Za-z_".into()),
-                    ('w', Some(true)) => Some(r"\w\p{N}".into()),
-                    ('W', None | Some(false)) => Some(r"[^\w\p{N}]".into()),
-                    ('W', Some(true)) => Some("[:^word:]".into()),
-                    ('s', None) => Some(format!("[{SPACE_ALL}]")),
-                    ('s', Some(false)) => Some(SPACE_ALL.into()),
-                    ('s', Some(true)) => Some(SPACE_ANY.into()),
-                    ('S', None | Some(false)) => Some(format!("[^{SPACE_ANY}]")),
-                    ('S', Some(true)) => Some(format!("[^{SPACE_ALL}]")),
-                    _ => None,
-                };
-                if let Some(set) = set {
-                    out.push_str(&set);
-                    // A class escape ends no range: a `-` after it is itself.
-                    if class.is_some() && chars.get(i) == Some(&'-') && chars.get(i + 1) != Some(&']') {
-                        out.push_str(r"\x2D");
-                        i += 1;
-                    }
+                // (Outside a class, a class escape is a class of those members.)
+                if let Some(set) = class_set(e, false) {
+                    out.push_str(&format!("[{set}]"));
                     continue;
                 }
-                match escape(&chars, &mut i, e, class.is_some(), dialect) {
+                match escape(&chars, &mut i, e, false, dialect) {
                     Ok(s) => out.push_str(&s),
                     Err(what) => return refuse(&what),
                 }
             }
-            ('[', Some(_)) => out.push_str(r"\["),
-            ('[', None) => {
+            '[' => {
                 let negated = chars.get(i) == Some(&'^');
                 i += negated as usize;
+                (members, range_dash) = (0, false);
                 if chars.get(i) == Some(&']') {
                     match (dialect, negated) {
                         // ECMA-262: `[]` matches nothing, `[^]` anything.
@@ -89,8 +124,9 @@ pub fn translate(p: &str, dialect: Dialect) -> Result<String, String> {
                         (Dialect::Ecma, false) => return refuse("the empty class `[]`"),
                         // Python: a `]` first is a member.
                         (Dialect::Python, _) => {
-                            out.push_str(if negated { r"[^\]" } else { r"[\]" });
+                            out.push_str(if negated { r"[^\x5D" } else { r"[\x5D" });
                             i += 1;
+                            members = 1;
                             class = Some(negated);
                             continue;
                         }
@@ -99,33 +135,18 @@ pub fn translate(p: &str, dialect: Dialect) -> Result<String, String> {
                 out.push_str(if negated { "[^" } else { "[" });
                 class = Some(negated);
             }
-            (']', Some(_)) => {
-                out.push(']');
-                class = None;
-            }
-            ('-', Some(_)) if chars.get(i) == Some(&'-') => return refuse("`--` in a class"),
-            // Rust's class set operators are members elsewhere.
-            ('&', Some(_)) => out.push_str(r"\x26"),
-            ('~', Some(_)) => out.push_str(r"\x7E"),
-            ('.', None) if dialect == Dialect::Ecma => out.push_str(r"[^\n\r\x{2028}\x{2029}]"),
-            ('(', None) if chars.get(i) == Some(&'?') => {
-                let rest: String = chars[i..].iter().take(4).collect();
-                if ["?=", "?!", "?<=", "?<!"].iter().any(|l| rest.starts_with(l)) {
-                    return refuse("look-around");
-                }
-                if rest.starts_with("?P=") {
-                    return refuse("a backreference");
+            '.' if dialect == Dialect::Ecma => out.push_str(r"[^\n\r\x{2028}\x{2029}]"),
+            '(' if chars.get(i) == Some(&'?') => {
+                if let Err(what) = group(&chars[i..], dialect) {
+                    return refuse(&what);
                 }
                 out.push('(');
             }
-            ('{', None) => match quantifier(&chars[i..]) {
-                Some((text, len)) => {
-                    out.push_str(&text);
-                    i += len;
-                }
-                None => out.push_str(r"\{"),
-            },
-            ('}', None) => out.push_str(r"\}"),
+            // (A brace that starts no repetition is itself.)
+            '{' => out.push_str(r"\{"),
+            '}' => out.push_str(r"\}"),
+            // (Rust's verbose mode is never on; still, nothing it would skip.)
+            _ if c.is_whitespace() || c == '#' => out.push_str(&format!(r"\x{{{:X}}}", c as u32)),
             _ => out.push(c),
         }
     }
@@ -133,6 +154,49 @@ pub fn translate(p: &str, dialect: Dialect) -> Result<String, String> {
         return refuse("an unclosed class");
     }
     Ok(out)
+}
+
+/// A class escape (`\d`, `\D`, `\w`, `\W`, `\s`, `\S`) as members of a
+/// class: the narrowest dialect's set where the class matches them, the
+/// widest's where it is `negated`.
+fn class_set(e: char, negated: bool) -> Option<String> {
+    Some(match (e, negated) {
+        ('d', false) => "0-9".into(),
+        ('d', true) => r"\d".into(),
+        ('D', false) => r"\D".into(),
+        ('D', true) => "[:^digit:]".into(),
+        ('w', false) => "0-9A-Za-z_".into(),
+        ('w', true) => r"\w\p{N}".into(),
+        ('W', false) => r"[^\w\p{N}]".into(),
+        ('W', true) => "[:^word:]".into(),
+        ('s', false) => SPACE_ALL.into(),
+        ('s', true) => SPACE_ANY.into(),
+        ('S', false) => format!("[^{SPACE_ANY}]"),
+        ('S', true) => format!("[^{SPACE_ALL}]"),
+        _ => return None,
+    })
+}
+
+/// A `(?` group's head (`rest` starts at the `?`): a plain or named group,
+/// or (Python) the flags `s` and `m`; look-around, backreferences and
+/// other flags (`i` folds case apart from Rust, `x` reads spaces apart) are
+/// refused.
+fn group(rest: &[char], dialect: Dialect) -> Result<(), String> {
+    let head: String = rest.iter().take(4).collect();
+    if ["?=", "?!", "?<=", "?<!"].iter().any(|l| head.starts_with(l)) {
+        return Err("look-around".into());
+    }
+    if head.starts_with("?P=") {
+        return Err("a backreference".into());
+    }
+    if head.starts_with("?:") || head.starts_with("?<") || (dialect == Dialect::Python && head.starts_with("?P<")) {
+        return Ok(());
+    }
+    let flags: String = rest[1..].iter().take_while(|&&c| c != ')' && c != ':').collect();
+    match flags.chars().find(|&f| dialect == Dialect::Ecma || !matches!(f, 's' | 'm' | '-')) {
+        Some(f) => Err(format!("the inline flag `{f}`")),
+        None => Ok(()),
+    }
 }
 
 /// An escape other than a class (`\` and `e` read; `i` past `e`).
@@ -168,13 +232,16 @@ fn escape(chars: &[char], i: &mut usize, e: char, in_class: bool, dialect: Diale
         }
         'u' => {
             let unit = |at: usize| -> Option<u32> {
-                let hex: String = chars.get(at..at + 4)?.iter().collect();
-                u32::from_str_radix(&hex, 16).ok().filter(|_| hex.len() == 4)
+                let hex = chars.get(at..at + 4)?;
+                let value = hex.iter().fold(0, |v, h| v << 4 | h.to_digit(16).unwrap_or(0));
+                hex.iter().all(char::is_ascii_hexdigit).then_some(value)
             };
             let hi = unit(*i).ok_or(r"`\u` without four hex digits")?;
             *i += 4;
             // ECMA-262 writes characters past U+FFFF as surrogate pairs.
-            let code = if (0xd800..0xdc00).contains(&hi) {
+            let code = if (0xd800..0xe000).contains(&hi) && python {
+                return Err("a surrogate".into());
+            } else if (0xd800..0xdc00).contains(&hi) {
                 let lo = (chars.get(*i..*i + 2) == Some(&['\\', 'u'])).then(|| unit(*i + 2)).flatten();
                 let lo = lo.filter(|lo| (0xdc00..0xe000).contains(lo)).ok_or("a lone surrogate")?;
                 *i += 6;
@@ -191,15 +258,23 @@ fn escape(chars: &[char], i: &mut usize, e: char, in_class: bool, dialect: Diale
             *i += 1;
             format!(r"\x{:02X}", letter as u32 % 32)
         }
-        'p' | 'P' if !python => format!(r"\{e}"),
+        'p' | 'P' if !python && chars.get(*i) == Some(&'{') => {
+            let end = chars[*i..].iter().position(|&c| c == '}').ok_or("an unclosed `\\p{`")?;
+            let name: String = chars[*i + 1..*i + end].iter().collect();
+            if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '=') {
+                return Err(format!("the property `{name}`"));
+            }
+            *i += end + 1;
+            format!(r"\{e}{{{name}}}")
+        }
         _ => return Err(format!("the escape `\\{e}`")),
     })
 }
 
-/// A repetition `{n}`, `{n,}` or `{n,m}` (Python's `{,m}` too) at the start
+/// A repetition `{n}`, `{n,}` or `{n,m}` (Python's `{,m}`, `{,}` too) at the start
 /// of `rest` (past the `{`): its text and how many characters it takes;
 /// `None` where the `{` is a literal.
-fn quantifier(rest: &[char]) -> Option<(String, usize)> {
+fn quantifier(rest: &[char], dialect: Dialect) -> Option<(String, usize)> {
     let end = rest.iter().position(|&c| c == '}')?;
     let body: String = rest[..end].iter().collect();
     let (lo, hi) = match body.split_once(',') {
@@ -207,9 +282,11 @@ fn quantifier(rest: &[char]) -> Option<(String, usize)> {
         None => (body.as_str(), None),
     };
     let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit());
+    // (`{,m}` and `{,}` are Python's; to ECMA-262 they are literals.)
+    let python = dialect == Dialect::Python;
     let ok = match hi {
         None => digits(lo),
-        Some(hi) => (lo.is_empty() || digits(lo)) && (hi.is_empty() || digits(hi)) && !(lo.is_empty() && hi.is_empty()),
+        Some(hi) => (digits(lo) || (python && lo.is_empty())) && (hi.is_empty() || digits(hi)),
     };
     if !ok {
         return None;

@@ -82,10 +82,12 @@ fn classes_are_what_every_dialect_accepts() {
         matches(&json(r"^[^\S\r\n]+$", 0, u32::MAX), " \t")
             && walk(&json(r"^[^\S\r\n]$", 0, u32::MAX), "\u{85}").is_none()
     );
-    // A class escape ends no range; literal braces; surrogate pairs; escaped punctuation.
-    let range = json(r"^[\w-z]+$", 0, u32::MAX);
-    assert!(matches(&range, "a-z_") && walk(&range, "`").is_none());
+    // Literal braces (ECMA-262 has no `{,m}`); surrogate pairs; escaped
+    // punctuation; properties.
+    assert!(matches(&json(r"^[\w-]+$", 0, u32::MAX), "a-z_"));
     assert!(matches(&json("^a{b}$", 0, u32::MAX), "a{b}") && matches(&json("^a{2}$", 0, u32::MAX), "aa"));
+    assert!(matches(&json("^x{,2}$", 0, u32::MAX), "x{,2}") && !matches(&json("^x{,2}$", 0, u32::MAX), "x"));
+    assert!(matches(&json(r"^\p{L}+[\p{Nd}]$", 0, u32::MAX), "éa1"));
     assert!(matches(&json(r"^\uD83D\uDE00$", 0, u32::MAX), "😀"));
     assert!(matches(&json(r"^\<\/\>$", 0, u32::MAX), "</>"));
 }
@@ -98,8 +100,18 @@ fn python_syntax_for_whole_outputs() {
     assert!(matches(&whole("[]a]+").unwrap(), "]a"));
     assert!(matches(&whole("x{,2}").unwrap(), "xx") && walk(&whole("x{,2}").unwrap(), "xxx").is_none());
     assert!(matches(&whole(r"\Aa\Z").unwrap(), "a"));
-    let e = whole(r"\bcat\b").unwrap_err();
-    assert!(e.contains("word boundary"), "{e}");
+    assert!(matches(&whole("x{,}").unwrap(), "xxx") && matches(&whole("[ ,]+").unwrap(), " ,"));
+    for (p, why) in [
+        (r"\bcat\b", "word boundary"),
+        ("(?x)a b", "flag `x`"),
+        ("(?i)a", "flag `i`"),
+        (r"\uD83D\uDE00", "surrogate"),
+        ("a*+a", "after a quantifier"),
+    ] {
+        let e = whole(p).unwrap_err();
+        assert!(e.contains(why), "{p}: {e}");
+    }
+    assert!(matches(&whole("(?s)a.b").unwrap(), "a\nb"));
 }
 
 #[test]
@@ -131,6 +143,12 @@ fn unsupported_patterns_are_refused() {
         ("a)|(b", "unopened"),
         (r"\q", "escape"),
         ("[a--b]", "`--`"),
+        (r"[\w-z]", "range"),
+        (r"[%-\w]", "range"),
+        (r"\u+041", "hex"),
+        ("(?i)a", "flag `i`"),
+        ("a?+", "after a quantifier"),
+        ("a{2}*", "after a quantifier"),
     ] {
         let e = Pattern::new(source, PatternUse::Json { min: 0, max: u32::MAX }).unwrap_err();
         assert!(e.contains(why), "{source}: {e}");

@@ -222,20 +222,6 @@ __device__ __forceinline__ void q6k_step(const Q6kW& w, const uint4 (&x)[4], uin
 struct Q4kTile {
     static constexpr u32 block = 2304;
     static constexpr bool sums = true;
-#ifdef GEMV_FETCH_FIRST  // (trial: the next super-block asked for before this one's products)
-    static constexpr int fetch_first = GEMV_FETCH_FIRST;
-#else
-    static constexpr int fetch_first = 0;
-#endif
-    // part 0: all of w; 1: the 4-bit values; 2: the heads.
-    static __device__ __forceinline__ void fetch_part(Q4kW& w, const u8* t, u32 sb, u32 lane, int part) {
-        const uint4* blk = (const uint4*)(t + 2304 * (u64)sb);
-        if (part != 1) w.ha = load_blocks(blk + (lane >> 2)), w.hb = load_blocks(blk + 8 + (lane >> 2));
-        if (part != 2) {
-            w.a01 = load_blocks(blk + 16 + lane), w.a23 = load_blocks(blk + 48 + lane);
-            w.b01 = load_blocks(blk + 80 + lane), w.b23 = load_blocks(blk + 112 + lane);
-        }
-    }
     using W = Q4kW;
     static __device__ __forceinline__ W fetch(const u8* t, u32 sb, u32 lane) { return q4k_fetch(t, sb, lane); }
     template <int N>
@@ -247,10 +233,6 @@ struct Q4kTile {
 struct Q6kTile {
     static constexpr u32 block = 3360;
     static constexpr bool sums = false;
-    static constexpr int fetch_first = 0;  // (three sets would spill)
-    static __device__ __forceinline__ void fetch_part(Q6kW& w, const u8* t, u32 sb, u32 lane, int) {
-        w = q6k_fetch(t, sb, lane);
-    }
     using W = Q6kW;
     static __device__ __forceinline__ W fetch(const u8* t, u32 sb, u32 lane) { return q6k_fetch(t, sb, lane); }
     template <int N>
@@ -283,7 +265,9 @@ __device__ __forceinline__ u32 no_math_use(const W& w) {
 // dropped: one in flight, a ring of four in shared memory by cp.async or
 // by the copy engine, more warps per tile, the next 1-8 super-blocks asked
 // of L2 ahead of the loads, and each block quantizing the input itself
-// instead of `quantize_x8_sb`; see docs/cuda-journal.md.)
+// instead of `quantize_x8_sb`; on an H100, the next super-block asked for
+// before this one's products, in a third set of registers, 0.85-0.94; see
+// docs/cuda-journal.md.)
 // `bx`: the block's index among the launch's blocks of this type. With RKV
 // (N = 1, q/k/v): RoPE and the KV write in the epilogue instead of the
 // stores (rope_kv.cuh); `which0`: the index (q 0, k 1, v 2) of w0.
@@ -314,13 +298,20 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
 #endif
     const bool early = !skip && (N > 1 || !sm_busy());
     typename KT::W wa, wb;
-    if (early) wa = KT::fetch(tw, first_a, lane), wb = KT::fetch(tw, first_b, lane);
+#ifdef GEMV_ONE_IN_FLIGHT
+    const bool second = false;
+#else
+    const bool second = true;
+#endif
+    if (early) wa = KT::fetch(tw, first_a, lane);
+    if (early && second) wb = KT::fetch(tw, first_b, lane);
     pdl_wait();
     if (skip) {
         pdl_trigger();
         return;
     }
-    if (!early) wa = KT::fetch(tw, first_a, lane), wb = KT::fetch(tw, first_b, lane);
+    if (!early) wa = KT::fetch(tw, first_a, lane);
+    if (!early && second) wb = KT::fetch(tw, first_b, lane);
     // At N = 1 the epilogue's loads (the norm's squares, the sums added to)
     // go out now, their latency hidden under the loop's rather than added
     // after it; their uses stay after the loop.
@@ -360,21 +351,14 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
         KT::template step<N>(cur, x2, h0, s0, h1, s1, acc);
 #endif
     };
+#ifdef GEMV_ONE_IN_FLIGHT  // (trial: one super-block in flight a warp, asked for after the products)
+    for (u32 sb = kw; sb < nsb; sb += nw) {
+        step(wa, sb);
+        if (sb + nw < nsb) wa = KT::fetch(tw, sb + nw, lane);
+    }
+    if (false)
+#endif
     for (u32 sb = kw; sb < nsb; sb += 2 * nw) {
-        if (KT::fetch_first) {  // (trial, GEMV_FETCH_FIRST: three sets live; 2: their values only)
-            typename KT::W na, nb2;
-            if (sb + 2 * nw < nsb) KT::fetch_part(na, tw, sb + 2 * nw, lane, KT::fetch_first == 2 ? 1 : 0);
-            step(wa, sb);
-            if (KT::fetch_first == 2 && sb + 2 * nw < nsb) KT::fetch_part(na, tw, sb + 2 * nw, lane, 2);
-            wa = na;
-            if (sb + nw < nsb) {
-                if (sb + 3 * nw < nsb) KT::fetch_part(nb2, tw, sb + 3 * nw, lane, KT::fetch_first == 2 ? 1 : 0);
-                step(wb, sb + nw);
-                if (KT::fetch_first == 2 && sb + 3 * nw < nsb) KT::fetch_part(nb2, tw, sb + 3 * nw, lane, 2);
-                wb = nb2;
-            }
-            continue;
-        }
         step(wa, sb);
         if (sb + 2 * nw < nsb) wa = KT::fetch(tw, sb + 2 * nw, lane);
         if (sb + nw < nsb) {
