@@ -60,7 +60,8 @@ pub struct Pattern {
     next: Vec<u32>,
     /// Whether the input may end in each state (a match).
     accept: Vec<bool>,
-    /// The lengths tracked: `0..=cap` (past `cap`, all alike).
+    /// The lengths tracked: `0..=cap` (past `cap`: all alike without a
+    /// maximum; with one, no match is that long).
     cap: u32,
     min: u32,
     max: u32,
@@ -82,7 +83,8 @@ impl std::fmt::Debug for Pattern {
 impl Pattern {
     /// Compiles `source` for `how`; the error says why it cannot be used.
     pub fn new(source: &str, how: PatternUse) -> Result<Pattern, String> {
-        Pattern::within(source, how, &mut MAX_WORK.clone())
+        let mut work = MAX_WORK;
+        Pattern::within(source, how, &mut work)
     }
 
     /// As [`Pattern::new`], its analysis taking at most `work` steps (less
