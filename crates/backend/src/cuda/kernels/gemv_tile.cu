@@ -266,8 +266,8 @@ __device__ __forceinline__ u32 no_math_use(const W& w) {
 // by the copy engine, more warps per tile, the next 1-8 super-blocks asked
 // of L2 ahead of the loads, and each block quantizing the input itself
 // instead of `quantize_x8_sb`; on an H100, the next super-block asked for
-// before this one's products, in a third set of registers, 0.85-0.94; see
-// docs/cuda-journal.md.)
+// before this one's products, in a third set of registers, 0.85-0.94, and
+// one in flight again, 0.92; see docs/cuda-journal.md.)
 // `bx`: the block's index among the launch's blocks of this type. With RKV
 // (N = 1, q/k/v): RoPE and the KV write in the epilogue instead of the
 // stores (rope_kv.cuh); `which0`: the index (q 0, k 1, v 2) of w0.
@@ -298,20 +298,13 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
 #endif
     const bool early = !skip && (N > 1 || !sm_busy());
     typename KT::W wa, wb;
-#ifdef GEMV_ONE_IN_FLIGHT
-    const bool second = false;
-#else
-    const bool second = true;
-#endif
-    if (early) wa = KT::fetch(tw, first_a, lane);
-    if (early && second) wb = KT::fetch(tw, first_b, lane);
+    if (early) wa = KT::fetch(tw, first_a, lane), wb = KT::fetch(tw, first_b, lane);
     pdl_wait();
     if (skip) {
         pdl_trigger();
         return;
     }
-    if (!early) wa = KT::fetch(tw, first_a, lane);
-    if (!early && second) wb = KT::fetch(tw, first_b, lane);
+    if (!early) wa = KT::fetch(tw, first_a, lane), wb = KT::fetch(tw, first_b, lane);
     // At N = 1 the epilogue's loads (the norm's squares, the sums added to)
     // go out now, their latency hidden under the loop's rather than added
     // after it; their uses stay after the loop.
@@ -351,13 +344,6 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
         KT::template step<N>(cur, x2, h0, s0, h1, s1, acc);
 #endif
     };
-#ifdef GEMV_ONE_IN_FLIGHT  // (trial: one super-block in flight a warp, asked for after the products)
-    for (u32 sb = kw; sb < nsb; sb += nw) {
-        step(wa, sb);
-        if (sb + nw < nsb) wa = KT::fetch(tw, sb + nw, lane);
-    }
-    if (false)
-#endif
     for (u32 sb = kw; sb < nsb; sb += 2 * nw) {
         step(wa, sb);
         if (sb + 2 * nw < nsb) wa = KT::fetch(tw, sb + 2 * nw, lane);
