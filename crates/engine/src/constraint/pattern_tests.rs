@@ -225,3 +225,30 @@ fn analyses_share_a_budget() {
     }
     assert!(made >= 1);
 }
+
+/// Random patterns of regex syntax's characters never panic the
+/// translation or the compiler, and whatever compiles has a match.
+#[test]
+fn random_patterns_compile_or_are_refused() {
+    let alphabet: Vec<char> = r"ab.*+?|()[]^$\{},-0123dDwWsSbBuxkpP:<=!".chars().collect();
+    let mut seed = 0x853c_49e6_748f_ea9bu64;
+    let mut next = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut compiled = 0;
+    for _ in 0..20000 {
+        let len = 1 + next(16);
+        let source: String = (0..len).map(|_| alphabet[next(alphabet.len())]).collect();
+        for how in [PatternUse::Whole, PatternUse::Json { min: 0, max: 8 }] {
+            if let Ok(p) = Pattern::new(&source, how) {
+                compiled += 1;
+                // Some byte or the end is allowed at the start: no dead end.
+                assert!(p.accepts(p.start(), 0) || p.can_go_on(p.start(), 0), "{source:?} {how:?}");
+            }
+        }
+    }
+    assert!(compiled > 2000, "only {compiled} compiled");
+}
