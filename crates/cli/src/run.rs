@@ -2,13 +2,10 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use clap::Args;
 use ferrite_core::{Error, Result};
 use ferrite_engine::constraint::format::OutputFormat;
-use ferrite_engine::constraint::pattern::{Pattern, PatternUse};
-use ferrite_engine::constraint::schema::Schema;
 use ferrite_engine::sampling::SamplingParams;
 use ferrite_engine::{generate, GenerateRequest, Generation};
 use ferrite_loader::chat_template::Message;
@@ -51,16 +48,15 @@ impl RunArgs {
             return Ok(Some(OutputFormat::Object));
         }
         if let Some(source) = &self.regex {
-            let pattern = Pattern::new(source, PatternUse::Whole).map_err(Error::InvalidInput)?;
-            return Ok(Some(OutputFormat::Regex(Arc::new(pattern))));
+            return OutputFormat::regex(source).map(Some).map_err(Error::InvalidInput);
         }
         let Some(path) = &self.json_schema else { return Ok(None) };
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.display().to_string(), e))?;
         let doc: serde_json::Value = serde_json::from_str(&text)
             .map_err(|e| Error::InvalidInput(format!("{}: not JSON: {e}", path.display())))?;
-        let schema = Schema::compile(&doc)
+        let format = OutputFormat::schema(&doc)
             .map_err(|e| Error::InvalidInput(format!("{}: unsupported schema: {e}", path.display())))?;
-        Ok(Some(OutputFormat::Schema(Arc::new(schema))))
+        Ok(Some(format))
     }
 }
 

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use ferrite_engine::constraint::format::OutputFormat;
-use ferrite_engine::constraint::pattern::{Pattern, PatternUse};
 use ferrite_engine::constraint::schema::Schema;
 use ferrite_engine::sampling::SamplingParams;
 use ferrite_engine::Request;
@@ -311,8 +310,7 @@ fn guided_choice(v: &Value, param: &str) -> Result<OutputFormat, ApiError> {
 
 fn guided_regex(v: &Value, param: &str) -> Result<OutputFormat, ApiError> {
     let source = v.as_str().ok_or_else(|| ApiError::param(param, format!("{param} must be a string")))?;
-    let pattern = Pattern::new(source, PatternUse::Whole).map_err(|e| ApiError::param(param, e))?;
-    Ok(OutputFormat::Regex(Arc::new(pattern)))
+    OutputFormat::regex(source).map_err(|e| ApiError::param(param, e))
 }
 
 pub fn response_format(v: Option<&Value>) -> Result<Option<OutputFormat>, ApiError> {
@@ -340,8 +338,7 @@ pub fn response_format(v: Option<&Value>) -> Result<Option<OutputFormat>, ApiErr
 }
 
 fn compile_schema(schema: &Value, param: &str) -> Result<OutputFormat, ApiError> {
-    let compiled = Schema::compile(schema).map_err(|e| ApiError::param(param, format!("unsupported schema: {e}")))?;
-    Ok(OutputFormat::Schema(Arc::new(compiled)))
+    OutputFormat::schema(schema).map_err(|e| ApiError::param(param, format!("unsupported schema: {e}")))
 }
 
 /// Chat: `logprobs: bool` and `top_logprobs: 0..=20` -> alternatives per token.

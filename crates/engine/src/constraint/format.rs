@@ -5,11 +5,10 @@
 use std::sync::Arc;
 
 use super::json::{JsonConstraint, JsonVocab};
-use super::lex::StrMode;
-use super::pattern::Pattern;
+use super::pattern::{Pattern, PatternUse};
 use super::schema::Schema;
 use super::schema_grammar::SchemaState;
-use super::trie::{apply, Grammar};
+use super::trie::apply;
 
 /// A request's output format.
 #[derive(Clone, Debug)]
@@ -20,6 +19,18 @@ pub enum OutputFormat {
     Schema(Arc<Schema>),
     /// A whole match of this pattern (vLLM's `guided_regex`).
     Regex(Arc<Pattern>),
+}
+
+impl OutputFormat {
+    /// A value of the JSON Schema `doc`, or why it cannot be enforced.
+    pub fn schema(doc: &serde_json::Value) -> Result<OutputFormat, String> {
+        Schema::compile(doc).map(|s| OutputFormat::Schema(Arc::new(s)))
+    }
+
+    /// A whole match of `source` (Python's syntax), or why it cannot be.
+    pub fn regex(source: &str) -> Result<OutputFormat, String> {
+        Pattern::new(source, PatternUse::Whole).map(|p| OutputFormat::Regex(Arc::new(p)))
+    }
 }
 
 /// Formats are equal when they are the same format (a schema: the same
@@ -127,18 +138,6 @@ impl SchemaConstraint {
     }
 }
 
-/// The whole output as a match of a pattern: the pattern's automaton is
-/// the grammar (no lengths: the state is the automaton's).
-impl Grammar for Pattern {
-    type State = u32;
-    fn step(&self, s: u32, b: u8) -> Option<u32> {
-        Pattern::step(self, s, b, 0)
-    }
-    fn free_string(&self, _: &u32, _: usize) -> Option<StrMode> {
-        None
-    }
-}
-
 #[derive(Clone, Debug)]
 pub struct RegexConstraint {
     vocab: Arc<JsonVocab>,
@@ -171,6 +170,6 @@ impl RegexConstraint {
 
     /// True once the output is a match that no byte can extend.
     pub fn is_complete(&self) -> bool {
-        self.pattern.accepts(self.state, 0) && !self.pattern.can_go_on(self.state, 0)
+        self.pattern.ends(self.state)
     }
 }

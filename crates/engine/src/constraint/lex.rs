@@ -83,6 +83,19 @@ impl Num {
     }
 }
 
+/// A string's one-letter escapes (the letter after `\`) and the bytes
+/// they stand for: with `u`, what the `Escape` arm of [`str_step`] takes.
+pub const ESCAPES: [(u8, u8); 8] = [
+    (b'"', b'"'),
+    (b'\\', b'\\'),
+    (b'/', b'/'),
+    (b'b', 0x08),
+    (b'f', 0x0c),
+    (b'n', b'\n'),
+    (b'r', b'\r'),
+    (b't', b'\t'),
+];
+
 /// One step of a string: where byte `b` leaves it, or `None` if `b` is invalid here.
 pub fn str_step(sub: StrMode, b: u8) -> Option<StrStep> {
     use StrMode::*;

@@ -18,8 +18,10 @@ use regex_automata::nfa::thompson;
 use regex_automata::util::{start, syntax};
 use regex_automata::{Anchored, MatchKind};
 
+use super::lex::{StrMode, ESCAPES};
 pub use super::pattern_syntax::format_pattern;
 use super::pattern_syntax::{translate, Dialect};
+use super::trie::Grammar;
 
 /// Longest pattern source, in bytes.
 const MAX_SOURCE: usize = 4096;
@@ -33,9 +35,9 @@ const DEAD: u32 = u32::MAX;
 
 /// The bytes a JSON string's content may hold once its escapes are
 /// decoded, where only one-letter escapes are written (`\u` is not:
-/// control characters other than these five cannot appear).
+/// no other control character can appear).
 fn json_content_byte(b: u8) -> bool {
-    b >= 0x20 || matches!(b, 0x08 | b'\t' | b'\n' | 0x0c | b'\r')
+    b >= 0x20 || ESCAPES.iter().any(|&(_, d)| d == b)
 }
 
 /// Whether a byte starts a character (so counts one toward a length).
@@ -65,13 +67,15 @@ pub struct Pattern {
     cap: u32,
     min: u32,
     max: u32,
-    json: bool,
+    /// Whether each state ends a whole output (`PatternUse::Whole`): a
+    /// match that no byte extends.
+    ends: Vec<bool>,
     /// Bit `len` of state `s`'s row: a match can be completed from `s`
     /// after `len` characters. Rows of `words` u64s.
     live: Vec<u64>,
     words: usize,
     /// The source, for messages.
-    pub source: String,
+    source: String,
 }
 
 impl std::fmt::Debug for Pattern {
@@ -103,12 +107,26 @@ impl Pattern {
             // A match anywhere in the content, as JSON Schema's validators search.
             PatternUse::Json { min, max } => (format!("(?s:.)*(?:{body})(?s:.)*"), min, max, true),
         };
-        let (next, accept) = table(&regex).map_err(|e| format!("pattern {source:?}: {e}"))?;
+        let (mut next, accept) = table(&regex).map_err(|e| format!("pattern {source:?}: {e}"))?;
+        if json {
+            // Only the bytes a JSON string can carry are ever walked.
+            for (i, t) in next.iter_mut().enumerate() {
+                if !json_content_byte(i as u8) {
+                    *t = DEAD;
+                }
+            }
+        }
         let cap = if max == u32::MAX { min } else { max };
-        let mut p = Pattern { next, accept, cap, min, max, json, live: Vec::new(), words: 0, source: source.into() };
+        let (live, words, ends, source) = (Vec::new(), 0, Vec::new(), source.to_string());
+        let mut p = Pattern { next, accept, cap, min, max, ends, live, words, source };
         p.analyse(work)?;
         if !p.ok(0, 0) {
-            return Err(format!("pattern {source:?} has no match that fits here"));
+            return Err(format!("pattern {:?} has no match that fits here", p.source));
+        }
+        if !json {
+            p.ends = (0..p.states() as u32)
+                .map(|s| p.accepts(s, 0) && !(0..=255).any(|b| p.step(s, b, 0).is_some()))
+                .collect();
         }
         Ok(p)
     }
@@ -126,9 +144,6 @@ impl Pattern {
     /// The state after byte `b` (a string's content: decoded) where `len`
     /// characters came before it, if a match can still be completed.
     pub fn step(&self, s: u32, b: u8, len: u32) -> Option<u32> {
-        if self.json && !json_content_byte(b) {
-            return None;
-        }
         let n = self.next[256 * s as usize + b as usize];
         let len = if starts_char(b) { len.checked_add(1)? } else { len };
         (n != DEAD && self.ok(n, len)).then_some(n)
@@ -139,23 +154,23 @@ impl Pattern {
         self.accept[s as usize] && len >= self.min && len <= self.max
     }
 
-    /// Whether any byte may follow `s` (else a whole output has ended).
-    pub fn can_go_on(&self, s: u32, len: u32) -> bool {
-        (0..=255u8).any(|b| self.step(s, b, len).is_some())
+    /// Whether a whole output (`PatternUse::Whole`) has ended in `s`: it
+    /// is a match and no byte may follow.
+    pub fn ends(&self, s: u32) -> bool {
+        self.ends[s as usize]
     }
 
     /// Whether a match can be completed from `s` after `len` characters.
     fn ok(&self, s: u32, len: u32) -> bool {
-        // (Past a bounded cap no match is that long.)
-        if len > self.max || (self.max != u32::MAX && len > self.cap) {
+        // (Past a bounded cap, which is at most the maximum, no match is that long.)
+        if self.max != u32::MAX && len > self.cap {
             return false;
         }
         let l = len.min(self.cap) as usize;
         self.live[s as usize * self.words + l / 64] >> (l % 64) & 1 == 1
     }
 
-    /// The edges walked (bytes a JSON string can carry, where it is one)
-    /// into each state, once per (from, counts a character) pair.
+    /// The edges into each state, once per (from, counts a character) pair.
     fn edges_into(&self) -> (Vec<Vec<(u32, bool)>>, usize) {
         let n = self.accept.len();
         let mut into: Vec<Vec<(u32, bool)>> = vec![Vec::new(); n];
@@ -165,7 +180,7 @@ impl Pattern {
         for s in 0..n {
             for b in 0..=255u8 {
                 let t = self.next[256 * s + b as usize];
-                if t == DEAD || (self.json && !json_content_byte(b)) {
+                if t == DEAD {
                     continue;
                 }
                 let counts = starts_char(b);
@@ -207,7 +222,7 @@ impl Pattern {
                 let mut best = 0;
                 for c in 0..=255u8 {
                     let t = self.next[256 * s + c as usize];
-                    if t != DEAD && live[t as usize] && (!self.json || json_content_byte(c)) {
+                    if t != DEAD && live[t as usize] {
                         best = best.max(longest[t as usize] + starts_char(c) as u32);
                     }
                 }
@@ -218,7 +233,7 @@ impl Pattern {
             let c = *b as u8;
             *b += 1;
             let t = self.next[256 * s + c as usize];
-            if t == DEAD || !live[t as usize] || (self.json && !json_content_byte(c)) {
+            if t == DEAD || !live[t as usize] {
                 continue;
             }
             match longest[t as usize] {
@@ -294,6 +309,18 @@ impl Pattern {
             std::mem::swap(&mut this, &mut longer);
         }
         Ok(())
+    }
+}
+
+/// The whole output as a match of a pattern: the pattern's automaton is
+/// the grammar (no lengths: the state is the automaton's).
+impl Grammar for Pattern {
+    type State = u32;
+    fn step(&self, s: u32, b: u8) -> Option<u32> {
+        Pattern::step(self, s, b, 0)
+    }
+    fn free_string(&self, _: &u32, _: usize) -> Option<StrMode> {
+        None
     }
 }
 

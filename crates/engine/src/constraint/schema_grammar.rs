@@ -5,7 +5,7 @@
 //! object's `}` waits for its required keys, and an array's `]` for its
 //! `minItems`.
 
-use super::lex::{is_ws, str_step, Num, StrMode, StrStep, MAX_WS_RUN};
+use super::lex::{is_ws, str_step, Num, StrMode, StrStep, ESCAPES, MAX_WS_RUN};
 use super::pattern::starts_char;
 use super::schema::{Node, Schema, MAX_FRAMES};
 use super::trie::Grammar;
@@ -455,18 +455,6 @@ impl SchemaState {
         Some(self)
     }
 }
-
-/// A string's one-letter escapes and the bytes they stand for.
-const ESCAPES: [(u8, u8); 8] = [
-    (b'"', b'"'),
-    (b'\\', b'\\'),
-    (b'/', b'/'),
-    (b'b', 0x08),
-    (b'f', 0x0c),
-    (b'n', b'\n'),
-    (b'r', b'\r'),
-    (b't', b'\t'),
-];
 
 /// A magnitude as an i128 (saturating: past every bound).
 fn signed(mag: u128) -> i128 {

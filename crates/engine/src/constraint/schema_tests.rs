@@ -4,6 +4,7 @@
 
 use serde_json::{json, Value};
 
+use super::super::picker;
 use super::super::schema_grammar::SchemaState;
 use super::*;
 
@@ -420,16 +421,6 @@ fn valid(doc: &Value, schema: &Value, v: &Value) -> bool {
         }
         _ => false,
     })
-}
-
-/// A seeded xorshift: each call picks one of `0..n`.
-fn picker(mut seed: u64) -> impl FnMut(usize) -> usize {
-    move |n| {
-        seed ^= seed << 13;
-        seed ^= seed >> 7;
-        seed ^= seed << 17;
-        (seed % n as u64) as usize
-    }
 }
 
 /// Random walks through the grammar: at every step some byte is accepted

@@ -40,10 +40,12 @@ pub struct CommonParams {
     pub guided_json: Option<Value>,
     /// Extension (as vLLM): the output is exactly one of these strings.
     pub guided_choice: Option<Value>,
-    /// vLLM's newer form of both: `{"json": schema}` or `{"choice": [...]}`.
+    /// vLLM's newer form of the guides: `{"json": schema}`, `{"choice": [...]}`
+    /// or `{"regex": pattern}`.
     pub structured_outputs: Option<Value>,
-    /// vLLM's other guides, refused by name.
+    /// Extension (as vLLM): the output is a whole match of this pattern.
     pub guided_regex: Option<Value>,
+    /// vLLM's grammar guide, refused by name.
     pub guided_grammar: Option<Value>,
 }
 
