@@ -7,13 +7,18 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::errors::ApiError;
+use crate::routes::tei::{is_tei_route, TeiError};
 use crate::state::AppState;
 
 pub async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
     if let Some(key) = &state.api_key {
         let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer);
         if !given.is_some_and(|g| same(g.as_bytes(), key.as_bytes())) {
-            return ApiError::unauthorized().into_response();
+            let error = ApiError::unauthorized();
+            if is_tei_route(req.method(), req.uri().path()) {
+                return TeiError::from(error).into_response();
+            }
+            return error.into_response();
         }
     }
     next.run(req).await

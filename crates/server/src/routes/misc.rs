@@ -9,6 +9,7 @@ use ferrite_engine::Metrics;
 use serde_json::{json, Value};
 
 use crate::errors::ApiError;
+use crate::routes::tei::TeiError;
 use crate::state::{AppState, Served};
 
 pub async fn health() -> Json<Value> {
@@ -36,13 +37,18 @@ pub async fn not_found(uri: Uri) -> ApiError {
     ApiError::not_found(uri.path())
 }
 
-pub async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
-    ApiError {
+pub async fn method_not_allowed(method: Method, uri: Uri) -> Response {
+    let error = ApiError {
         code: Some("method_not_allowed"),
         ..ApiError::new(
             axum::http::StatusCode::METHOD_NOT_ALLOWED,
             "invalid_request_error",
             format!("{method} is not allowed on {}", uri.path()),
         )
+    };
+    // (Not `is_tei_route`: `POST /` is TEI's, but a wrong method on `/` is not.)
+    if matches!(uri.path(), "/embed" | "/info") {
+        return TeiError::from(error).into_response();
     }
+    error.into_response()
 }

@@ -6,7 +6,7 @@
 //! model and the limits, as TEI describes them.
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
@@ -98,6 +98,13 @@ pub async fn info(State(state): State<AppState>) -> Result<Json<Value>, TeiError
         "sha": null,
         "docker_label": null,
     })))
+}
+
+/// Whether a request is for one of TEI's routes, so that the errors
+/// answered before it reaches them (the key check, a wrong method) take
+/// TEI's shape too. `POST /` is TEI's; `GET /` is the chat page.
+pub fn is_tei_route(method: &Method, path: &str) -> bool {
+    matches!(path, "/embed" | "/info") || (path == "/" && method == Method::POST)
 }
 
 fn invalid(message: &str) -> TeiError {

@@ -344,6 +344,32 @@ async fn api_key_applies() {
     let ok = send(&app, request(Method::POST, "/v1/embeddings", Some(&body), &[("authorization", "Bearer sekret")]));
     assert_eq!(ok.await.status, StatusCode::OK);
     assert_eq!(fake.inputs().len(), 1);
+    // TEI's routes answer in TEI's shape.
+    let tei = json!({"inputs": "a"});
+    for (method, path, body) in
+        [(Method::POST, "/embed", Some(&tei)), (Method::POST, "/", Some(&tei)), (Method::GET, "/info", None)]
+    {
+        let r = send(&app, request(method, path, body, &[])).await;
+        assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{path}");
+        assert_eq!(r.json()["error_type"], "validation", "{path}");
+        assert!(r.json()["error"].as_str().unwrap().contains("API key"), "{path}");
+    }
+    let ok = send(&app, request(Method::POST, "/embed", Some(&tei), &[("authorization", "Bearer sekret")]));
+    assert_eq!(ok.await.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn wrong_methods_on_tei_routes_answer_in_its_shape() {
+    let (_, app) = embed_app();
+    for (method, path) in [(Method::GET, "/embed"), (Method::POST, "/info")] {
+        let r = send(&app, request(method, path, None, &[])).await;
+        assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED, "{path}");
+        assert!(r.json()["error"].as_str().unwrap().contains("not allowed"), "{path}");
+    }
+    // `/` is the chat page's too: a wrong method there stays OpenAI-shaped.
+    let r = send(&app, request(Method::DELETE, "/", None, &[])).await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(r.error()["code"], "method_not_allowed");
 }
 
 #[tokio::test]
