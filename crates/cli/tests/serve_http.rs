@@ -281,5 +281,30 @@ fn echo_scores_the_prompt_as_the_exact_reference_does() {
     let (code, body) = post(b, "/v1/completions", r#"{"prompt":"Hi there","echo":true,"max_tokens":2}"#);
     assert_eq!(code, 200, "{body}");
     assert!(json(&body)["choices"][0]["text"].as_str().unwrap().starts_with("Hi there"), "{body}");
+
+    // Ids that stop inside a character: the echo leaves it out and the
+    // output brings it whole; with nothing generated, the echo shows it as
+    // decoding those ids does (U+FFFD).
+    let (_, body) = post(b, "/tokenize", r#"{"prompt":"My pet is a crab: 🦀","add_special_tokens":false}"#);
+    let all = json(&body)["tokens"].clone();
+    let cut = serde_json::json!(all.as_array().unwrap()[..all.as_array().unwrap().len() - 1]);
+    let text = |max_tokens: usize, stream: bool| {
+        let body =
+            format!(r#"{{"prompt":{cut},"echo":true,"max_tokens":{max_tokens},"temperature":0,"stream":{stream}}}"#);
+        let (code, body) = post(b, "/v1/completions", &body);
+        assert_eq!(code, 200, "{body}");
+        let chunks: Vec<serde_json::Value> = if stream {
+            body.lines().filter_map(|l| l.strip_prefix("data: ")).filter(|d| *d != "[DONE]").map(json).collect()
+        } else {
+            vec![json(&body)]
+        };
+        chunks.iter().map(|c| c["choices"][0]["text"].as_str().unwrap_or("").to_string()).collect::<String>()
+    };
+    assert_eq!(text(0, false), "My pet is a crab: \u{FFFD}");
+    for stream in [false, true] {
+        let got = text(1, stream);
+        assert!(got.starts_with("My pet is a crab: ") && !got.contains('\u{FFFD}'), "{got:?}");
+        assert_eq!(got.chars().count(), "My pet is a crab: 🦀".chars().count(), "{got:?}");
+    }
     assert!(s.terminate().success());
 }

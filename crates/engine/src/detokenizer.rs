@@ -15,6 +15,12 @@ impl IncrementalDetokenizer {
         Self::default()
     }
 
+    /// Starting inside a character whose first bytes (`pending`) were the
+    /// prompt's (`Tokenizer::unfinished_tail`).
+    pub fn resuming(pending: Vec<u8>) -> Self {
+        Self { pending }
+    }
+
     /// Bytes of the next token; returns the text they complete. Invalid
     /// sequences become U+FFFD as soon as no continuation could fix them,
     /// with the same replacement rule as `String::from_utf8_lossy`.
@@ -111,6 +117,14 @@ mod tests {
         assert_eq!(d.flush(), "\u{FFFD}");
         assert_eq!(d.flush(), "");
         assert_eq!(d.push(b"ok"), "ok");
+    }
+
+    #[test]
+    fn resuming_finishes_the_prompts_character() {
+        let crab = "🦀".as_bytes();
+        let mut d = IncrementalDetokenizer::resuming(crab[..2].to_vec());
+        assert_eq!(d.push(&crab[2..3]), "");
+        assert_eq!(d.push(&[crab[3], b'!']), "🦀!");
     }
 
     #[test]

@@ -361,6 +361,30 @@ fn smollm2_api_facts() {
     assert_eq!(tok.decode(&[u32::MAX, ids[0]], true), tok.decode(&ids[..1], true));
 }
 
+/// A prompt of ids that stops inside a character: its echo leaves the
+/// character out, generation's text starts with its first bytes, and the
+/// two together are the whole text, at every cut of every model's ids.
+#[test]
+fn prompts_cut_inside_a_character_lose_nothing() {
+    let text = "a 😀 ü 日本語 🦀🦀 é 𓀀𐍈 🫨";
+    for name in ["smollm2.gguf", "gemma3-270m.gguf"] {
+        let tok = Tokenizer::from_gguf(&GgufFile::open(&model(name)).unwrap()).unwrap();
+        let ids = tok.encode(text, false).unwrap();
+        let whole = tok.decode(&ids, false);
+        assert_eq!(whole, tok.decode_finished(&ids), "{name}");
+        let mut cuts_inside = 0;
+        for cut in 1..ids.len() {
+            let tail = tok.unfinished_tail(&ids[..cut]);
+            cuts_inside += usize::from(!tail.is_empty());
+            let rest: Vec<u8> = tail.into_iter().chain(ids[cut..].iter().flat_map(|&id| tok.token_bytes(id))).collect();
+            let echo = tok.decode_finished(&ids[..cut]);
+            assert!(!echo.contains(char::REPLACEMENT_CHARACTER), "{name} cut {cut}: {echo:?}");
+            assert_eq!(echo + std::str::from_utf8(&rest).unwrap(), whole, "{name} cut {cut}");
+        }
+        assert!(cuts_inside >= 3, "{name}: {cuts_inside} cuts inside a character");
+    }
+}
+
 #[test]
 fn gemma3_builds_quickly_and_knows_turn_tokens() {
     let gguf = GgufFile::open(&model("gemma3-270m.gguf")).unwrap();

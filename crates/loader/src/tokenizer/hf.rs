@@ -198,6 +198,23 @@ impl HfTokenizer {
         catch_panic(|| self.tok.decode(&known, skip_special)).ok().and_then(std::result::Result::ok).unwrap_or_default()
     }
 
+    /// `decode` without the U+FFFD its decoder writes for the `unfinished`
+    /// bytes at the end: one for the byte-level decoder, one a byte for
+    /// SentencePiece's byte fallback.
+    pub fn decode_finished(&self, ids: &[u32], unfinished: usize) -> String {
+        let mut text = self.decode(ids, false);
+        let marks = match self.style {
+            PieceStyle::SentencePiece(_) => unfinished,
+            _ => unfinished.min(1),
+        };
+        for _ in 0..marks {
+            if text.ends_with(char::REPLACEMENT_CHARACTER) {
+                text.pop();
+            }
+        }
+        text
+    }
+
     pub fn token_bytes(&self, id: u32) -> Vec<u8> {
         let Some(text) = self.vocab.get(id as usize) else {
             return Vec::new();

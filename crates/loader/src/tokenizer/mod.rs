@@ -84,6 +84,27 @@ impl Tokenizer {
         }
     }
 
+    /// The bytes at the end of `ids` that begin a character the ids do not
+    /// finish (a prompt of token ids may stop inside one), for generation's
+    /// text to start with, so that the character comes out whole. Empty
+    /// when the ids end on a whole character.
+    pub fn unfinished_tail(&self, ids: &[u32]) -> Vec<u8> {
+        let bytes: Vec<u8> = ids[ids.len().saturating_sub(4)..].iter().flat_map(|&id| self.token_bytes(id)).collect();
+        bytes[bytes.len() - unfinished_len(&bytes)..].to_vec()
+    }
+
+    /// `decode(ids, false)` without the unfinished character at its end
+    /// (`unfinished_tail`), which `decode` would show as U+FFFD.
+    pub fn decode_finished(&self, ids: &[u32]) -> String {
+        match &self.inner {
+            Inner::Gguf(v) => {
+                let bytes = v.decode(ids, false);
+                String::from_utf8_lossy(&bytes[..bytes.len() - unfinished_len(&bytes)]).into_owned()
+            }
+            Inner::Hf(h) => h.decode_finished(ids, self.unfinished_tail(ids).len()),
+        }
+    }
+
     pub fn vocab_size(&self) -> usize {
         match &self.inner {
             Inner::Gguf(v) => v.vocab.len(),
@@ -151,4 +172,13 @@ impl Tokenizer {
             Inner::Hf(h) => &h.kind,
         }
     }
+}
+
+/// How many bytes at the end of `bytes` (0 to 3) begin a character that is
+/// valid so far but not finished.
+fn unfinished_len(bytes: &[u8]) -> usize {
+    let tail = &bytes[bytes.len().saturating_sub(3)..];
+    (0..tail.len())
+        .find(|&start| matches!(std::str::from_utf8(&tail[start..]), Err(e) if e.valid_up_to() == 0 && e.error_len().is_none()))
+        .map_or(0, |start| tail.len() - start)
 }

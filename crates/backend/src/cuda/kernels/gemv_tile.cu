@@ -242,6 +242,12 @@ struct Q6kTile {
     }
 };
 
+// Super-block sb of a warp's tile at tw, sb_stride bytes apart.
+template <class KT>
+__device__ __forceinline__ typename KT::W tile_fetch(const u8* tw, u32 sb_stride, u32 sb, u32 lane) {
+    return KT::fetch(tw + (u64)sb * sb_stride, 0, lane);
+}
+
 #ifdef GEMV_NO_MATH
 // One bit of every loaded word, so that each load is waited for as a product would.
 template <class W>
@@ -284,7 +290,13 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
     const bool live = pick_tile(tile, w, y, m, w1, w2, y1, y2, m1, m2, which);
     if (!live) tile = 0, w = w0, y = y0, m = m0;
     which += which0;
+#ifdef SB_MAJOR  // (measurement aid: read as if super-block s of every tile were stored together; outputs wrong)
+    const u32 sb_stride = (m + 15) / 16 * KT::block;
+    const u8* tw = w + (u64)tile * KT::block;
+#else
+    const u32 sb_stride = KT::block;
     const u8* tw = w + (u64)tile * 16 * row_bytes;
+#endif
     // The weights are not the kernel before's output: the first loads go
     // out before waiting for it.
     // At batch 1 not on an SM where decode attention runs (kernels/common.cuh
@@ -298,13 +310,20 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
 #endif
     const bool early = !skip && (N > 1 || !sm_busy());
     typename KT::W wa, wb;
-    if (early) wa = KT::fetch(tw, first_a, lane), wb = KT::fetch(tw, first_b, lane);
+#ifdef GEMV_ONE_IN_FLIGHT
+    const bool second = false;
+#else
+    const bool second = true;
+#endif
+    if (early) wa = tile_fetch<KT>(tw, sb_stride, first_a, lane);
+    if (early && second) wb = tile_fetch<KT>(tw, sb_stride, first_b, lane);
     pdl_wait();
     if (skip) {
         pdl_trigger();
         return;
     }
-    if (!early) wa = KT::fetch(tw, first_a, lane), wb = KT::fetch(tw, first_b, lane);
+    if (!early) wa = tile_fetch<KT>(tw, sb_stride, first_a, lane);
+    if (!early && second) wb = tile_fetch<KT>(tw, sb_stride, first_b, lane);
     // At N = 1 the epilogue's loads (the norm's squares, the sums added to)
     // go out now, their latency hidden under the loop's rather than added
     // after it; their uses stay after the loop.
@@ -344,12 +363,19 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
         KT::template step<N>(cur, x2, h0, s0, h1, s1, acc);
 #endif
     };
+#ifdef GEMV_ONE_IN_FLIGHT  // (trial: one super-block in flight a warp, asked for after the products)
+    for (u32 sb = kw; sb < nsb; sb += nw) {
+        step(wa, sb);
+        if (sb + nw < nsb) wa = tile_fetch<KT>(tw, sb_stride, sb + nw, lane);
+    }
+    if (false)
+#endif
     for (u32 sb = kw; sb < nsb; sb += 2 * nw) {
         step(wa, sb);
-        if (sb + 2 * nw < nsb) wa = KT::fetch(tw, sb + 2 * nw, lane);
+        if (sb + 2 * nw < nsb) wa = tile_fetch<KT>(tw, sb_stride, sb + 2 * nw, lane);
         if (sb + nw < nsb) {
             step(wb, sb + nw);
-            if (sb + 3 * nw < nsb) wb = KT::fetch(tw, sb + 3 * nw, lane);
+            if (sb + 3 * nw < nsb) wb = tile_fetch<KT>(tw, sb_stride, sb + 3 * nw, lane);
         }
     }
     trace_mark("tile.loop");
