@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use super::json::{JsonConstraint, JsonVocab};
+use super::json::{AnyObject, JsonVocab, State};
 use super::pattern::{Pattern, PatternUse};
 use super::schema::Schema;
 use super::schema_grammar::SchemaState;
-use super::trie::apply;
+use super::trie::{apply, Grammar};
 
 /// A request's output format.
 #[derive(Clone, Debug)]
@@ -48,128 +48,125 @@ impl PartialEq for OutputFormat {
 
 /// One sequence's constraint: its mask before each pick, its state after.
 #[derive(Clone, Debug)]
-pub enum Constraint {
-    Object(JsonConstraint),
-    Schema(SchemaConstraint),
-    Regex(RegexConstraint),
+pub struct Constraint(Inner);
+
+#[derive(Clone, Debug)]
+enum Inner {
+    Object(GrammarConstraint<AnyObject>),
+    Schema(GrammarConstraint<Schema>),
+    Regex(GrammarConstraint<Pattern>),
 }
 
 impl Constraint {
     pub fn new(vocab: Arc<JsonVocab>, format: &OutputFormat) -> Constraint {
-        match format {
-            OutputFormat::Object => Constraint::Object(JsonConstraint::new(vocab)),
-            OutputFormat::Schema(schema) => Constraint::Schema(SchemaConstraint::new(vocab, schema.clone())),
-            OutputFormat::Regex(p) => {
-                Constraint::Regex(RegexConstraint { vocab, state: p.start(), pattern: p.clone() })
+        Constraint(match format {
+            OutputFormat::Object => Inner::Object(GrammarConstraint::new(vocab, Arc::new(AnyObject), State::START)),
+            OutputFormat::Schema(schema) => {
+                Inner::Schema(GrammarConstraint::new(vocab, schema.clone(), SchemaState::start(schema)))
             }
-        }
+            OutputFormat::Regex(p) => Inner::Regex(GrammarConstraint::new(vocab, p.clone(), p.start())),
+        })
     }
 
     /// Sets to f32::NEG_INFINITY the logit of every token that cannot extend
     /// the output (ids outside `logits` are ignored).
     pub fn mask(&self, logits: &mut [f32]) {
-        match self {
-            Constraint::Object(c) => c.mask(logits),
-            Constraint::Schema(c) => c.mask(logits),
-            Constraint::Regex(c) => c.mask(logits),
+        match &self.0 {
+            Inner::Object(c) => c.mask(logits),
+            Inner::Schema(c) => c.mask(logits),
+            Inner::Regex(c) => c.mask(logits),
         }
     }
 
     /// Feeds the sampled token; false (and no change) for a token the mask
     /// would have rejected.
     pub fn advance(&mut self, token: u32) -> bool {
-        match self {
-            Constraint::Object(c) => c.advance(token),
-            Constraint::Schema(c) => c.advance(token),
-            Constraint::Regex(c) => c.advance(token),
+        match &mut self.0 {
+            Inner::Object(c) => c.advance(token),
+            Inner::Schema(c) => c.advance(token),
+            Inner::Regex(c) => c.advance(token),
         }
     }
 
     /// True once nothing but the end of generation can follow.
     pub fn is_complete(&self) -> bool {
-        match self {
-            Constraint::Object(c) => c.is_complete(),
-            Constraint::Schema(c) => c.is_complete(),
-            Constraint::Regex(c) => c.is_complete(),
+        match &self.0 {
+            Inner::Object(c) => c.is_complete(),
+            Inner::Schema(c) => c.is_complete(),
+            Inner::Regex(c) => c.is_complete(),
         }
     }
 }
 
-/// The output as a value of a schema.
-#[derive(Clone, Debug)]
-pub struct SchemaConstraint {
-    vocab: Arc<JsonVocab>,
-    schema: Arc<Schema>,
-    state: SchemaState,
-}
-
-impl SchemaConstraint {
-    pub fn new(vocab: Arc<JsonVocab>, schema: Arc<Schema>) -> SchemaConstraint {
-        let state = SchemaState::start(&schema);
-        SchemaConstraint { vocab, schema, state }
+#[cfg(test)]
+impl Constraint {
+    /// JSON mode's parser state.
+    pub(crate) fn object_state(&self) -> State {
+        match &self.0 {
+            Inner::Object(c) => c.state,
+            _ => panic!("not JSON mode"),
+        }
     }
 
-    /// The tokens that extend the output, and the end of generation once it
-    /// is a whole value.
-    pub fn mask(&self, logits: &mut [f32]) {
+    pub(crate) fn set_object_state(&mut self, s: State) {
+        match &mut self.0 {
+            Inner::Object(c) => c.state = s,
+            _ => panic!("not JSON mode"),
+        }
+    }
+}
+
+/// A sequence's output under grammar `G`: its state, stepped token by token
+/// through the vocabulary's bytes.
+struct GrammarConstraint<G: Grammar> {
+    vocab: Arc<JsonVocab>,
+    grammar: Arc<G>,
+    state: G::State,
+}
+
+impl<G: Grammar> GrammarConstraint<G> {
+    fn new(vocab: Arc<JsonVocab>, grammar: Arc<G>, state: G::State) -> Self {
+        GrammarConstraint { vocab, grammar, state }
+    }
+
+    /// The tokens that keep the output a prefix of the grammar's, and the
+    /// end of generation where the output may end.
+    fn mask(&self, logits: &mut [f32]) {
         let mut allowed = vec![0u64; logits.len().div_ceil(64)];
-        self.vocab.trie.walk(self.schema.as_ref(), self.state, &mut allowed);
-        if self.state.complete(&self.schema) {
+        if !self.grammar.is_complete(&self.state) {
+            self.vocab.trie.walk(self.grammar.as_ref(), self.state, &mut allowed);
+        }
+        if self.grammar.may_end(&self.state) {
             self.vocab.allow_eos(&mut allowed);
         }
         apply(&allowed, logits);
     }
 
-    pub fn advance(&mut self, token: u32) -> bool {
+    fn advance(&mut self, token: u32) -> bool {
         if self.vocab.is_eos(token) {
-            return self.state.complete(&self.schema);
+            return self.grammar.may_end(&self.state);
         }
-        match self.vocab.feed(self.schema.as_ref(), self.state, token) {
+        match self.vocab.feed(self.grammar.as_ref(), self.state, token) {
             Some(s) => self.state = s,
             None => return false,
         }
         true
     }
 
-    /// True once the value is whole and cannot go on (a top-level number
-    /// may: it ends with the end of generation).
-    pub fn is_complete(&self) -> bool {
-        self.state.is_done()
+    fn is_complete(&self) -> bool {
+        self.grammar.is_complete(&self.state)
     }
 }
 
-#[derive(Clone, Debug)]
-pub struct RegexConstraint {
-    vocab: Arc<JsonVocab>,
-    pattern: Arc<Pattern>,
-    state: u32,
+// (By hand: derived ones would ask G itself to be Clone and Debug.)
+impl<G: Grammar> Clone for GrammarConstraint<G> {
+    fn clone(&self) -> Self {
+        GrammarConstraint { vocab: self.vocab.clone(), grammar: self.grammar.clone(), state: self.state }
+    }
 }
 
-impl RegexConstraint {
-    /// The tokens that keep a match reachable, and the end of generation
-    /// once the output is one.
-    pub fn mask(&self, logits: &mut [f32]) {
-        let mut allowed = vec![0u64; logits.len().div_ceil(64)];
-        self.vocab.trie.walk(self.pattern.as_ref(), self.state, &mut allowed);
-        if self.pattern.accepts(self.state, 0) {
-            self.vocab.allow_eos(&mut allowed);
-        }
-        apply(&allowed, logits);
-    }
-
-    pub fn advance(&mut self, token: u32) -> bool {
-        if self.vocab.is_eos(token) {
-            return self.pattern.accepts(self.state, 0);
-        }
-        match self.vocab.feed(self.pattern.as_ref(), self.state, token) {
-            Some(s) => self.state = s,
-            None => return false,
-        }
-        true
-    }
-
-    /// True once the output is a match that no byte can extend.
-    pub fn is_complete(&self) -> bool {
-        self.pattern.ends(self.state)
+impl<G: Grammar> std::fmt::Debug for GrammarConstraint<G> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrammarConstraint").field("state", &self.state).finish()
     }
 }

@@ -7,7 +7,7 @@
 //! `Copy` value: trying a byte never allocates and never needs undoing.
 //!
 //! [`JsonVocab`] stores every token's bytes in a byte trie laid out in
-//! preorder. [`JsonConstraint::mask`] walks that trie once, depth first,
+//! preorder. [`Constraint::mask`](super::format::Constraint::mask) walks that trie once, depth first,
 //! carrying the parser state down each edge, and skips a whole subtree at its
 //! first invalid byte. Tokens sharing a prefix share its work, and subtrees
 //! that cannot follow the current state (most of the vocabulary outside
@@ -33,12 +33,10 @@
 //! leads a sequence into a dead end (as long as the vocabulary can spell the
 //! needed bytes, as byte-level and byte-fallback vocabularies can).
 
-use std::sync::Arc;
-
 pub use super::lex::MAX_WS_RUN;
 use super::lex::{is_ws, str_step, Num, StrMode, StrStep};
+use super::trie::Grammar;
 pub use super::trie::JsonVocab;
-use super::trie::{apply, Grammar};
 
 /// Deepest allowed nesting of objects and arrays; the top-level object is
 /// depth 1. It lets the container stack live in a `u64`, and keeps output well
@@ -87,7 +85,7 @@ fn string_step(key: bool, sub: StrMode, b: u8) -> Option<Mode> {
 /// The whole parser state: small and `Copy`, so exploring a byte is free to
 /// abandon.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct State {
+pub(crate) struct State {
     mode: Mode,
     /// The open containers: bit `i` set when level `i` (0 = top-level) is an
     /// object, clear when it is an array.
@@ -99,7 +97,7 @@ struct State {
 }
 
 impl State {
-    const START: State = State { mode: Mode::Start, objs: 0, depth: 0, ws: 0 };
+    pub(crate) const START: State = State { mode: Mode::Start, objs: 0, depth: 0, ws: 0 };
 
     /// The state after byte `b`, or `None` if no valid object has this prefix.
     fn step(mut self, b: u8) -> Option<State> {
@@ -185,8 +183,9 @@ impl State {
     }
 }
 
-/// JSON mode's grammar: one object, any keys and values.
-struct AnyObject;
+/// JSON mode's grammar: one object, any keys and values, and nothing after it.
+#[derive(Debug)]
+pub(crate) struct AnyObject;
 
 impl Grammar for AnyObject {
     type State = State;
@@ -199,46 +198,11 @@ impl Grammar for AnyObject {
             _ => None,
         }
     }
-}
-
-/// The state of one sequence's output.
-#[derive(Clone, Debug)]
-pub struct JsonConstraint {
-    vocab: Arc<JsonVocab>,
-    state: State,
-}
-
-impl JsonConstraint {
-    pub fn new(vocab: Arc<JsonVocab>) -> JsonConstraint {
-        JsonConstraint { vocab, state: State::START }
+    fn may_end(&self, s: &State) -> bool {
+        s.mode == Mode::Done
     }
-
-    /// Sets to f32::NEG_INFINITY the logit of every token (index = id; `logits.len()` may exceed or fall short of the vocab — ignore ids outside) that cannot extend the output so far to a prefix of a valid JSON object. Once the object is complete, only the eos ids stay allowed.
-    pub fn mask(&self, logits: &mut [f32]) {
-        let mut allowed = vec![0u64; logits.len().div_ceil(64)];
-        if self.state.mode == Mode::Done {
-            self.vocab.allow_eos(&mut allowed);
-        } else {
-            self.vocab.trie.walk(&AnyObject, self.state, &mut allowed);
-        }
-        apply(&allowed, logits);
-    }
-
-    /// Feeds the sampled token's bytes. A token the mask would have rejected leaves the state unchanged and returns false.
-    pub fn advance(&mut self, token: u32) -> bool {
-        if self.vocab.is_eos(token) {
-            return self.is_complete();
-        }
-        match self.vocab.feed(&AnyObject, self.state, token) {
-            Some(s) => self.state = s,
-            None => return false,
-        }
-        true
-    }
-
-    /// True once a complete top-level object has been produced.
-    pub fn is_complete(&self) -> bool {
-        self.state.mode == Mode::Done
+    fn is_complete(&self, s: &State) -> bool {
+        s.mode == Mode::Done
     }
 }
 

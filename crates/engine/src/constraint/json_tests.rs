@@ -2,8 +2,10 @@
 //! randomly generated documents (checked with serde_json), the trie walk
 //! against per-token simulation, random sampling walks, and mask() timing.
 
+use super::super::format::{Constraint, OutputFormat};
 use super::*;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// A small deterministic PRNG (splitmix64), so tests need no extra crates.
@@ -338,7 +340,7 @@ fn constraint_generated_documents_accepted_with_random_tokenizations() {
     for doc in &docs {
         assert!(is_object(doc.as_bytes()), "generator made invalid JSON: {doc}");
         for _ in 0..3 {
-            let mut c = JsonConstraint::new(vocab.clone());
+            let mut c = Constraint::new(vocab.clone(), &OutputFormat::Object);
             let mut rest = doc.as_bytes();
             while !rest.is_empty() {
                 assert!(!c.is_complete());
@@ -350,8 +352,8 @@ fn constraint_generated_documents_accepted_with_random_tokenizations() {
                 rest = &rest[len..];
             }
             assert!(c.is_complete(), "{doc:?}");
-            let before = c.state;
-            assert!(!c.advance(b'}' as u32) && !c.advance(b' ' as u32) && c.state == before);
+            let before = c.object_state();
+            assert!(!c.advance(b'}' as u32) && !c.advance(b' ' as u32) && c.object_state() == before);
             assert!(c.advance(eos));
         }
     }
@@ -415,13 +417,13 @@ fn constraint_utf8_split_across_tokens() {
     ];
     let (vocab, _, _) = vocab_with(&extra);
     let id = |b: &[u8]| vocab.token_bytes.iter().position(|t| t == b).unwrap() as u32;
-    let mut c = JsonConstraint::new(vocab.clone());
+    let mut c = Constraint::new(vocab.clone(), &OutputFormat::Object);
     for tok in [&b"{\"a\":\""[..], b"\xe2\x82", b"\xac\"}"] {
         assert!(c.advance(id(tok)));
     }
     assert!(c.is_complete());
 
-    let mut c = JsonConstraint::new(vocab.clone());
+    let mut c = Constraint::new(vocab.clone(), &OutputFormat::Object);
     assert!(c.advance(id(b"{\"a\":\"")));
     assert!(!c.advance(id(b"\xed\xa0")) && !c.advance(id(b"\xe0\x9f")) && !c.advance(id(b"\x98")));
     assert!(c.advance(id(b"\xf0\x9f")));
@@ -484,7 +486,7 @@ fn synthetic_vocab(target: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
 fn random_walk(vocab: &Arc<JsonVocab>, eos: u32, rng: &mut Rng, wander: usize) -> Vec<u8> {
     let single: HashMap<u8, u32> =
         vocab.token_bytes.iter().enumerate().filter(|(_, b)| b.len() == 1).map(|(i, b)| (b[0], i as u32)).collect();
-    let mut c = JsonConstraint::new(vocab.clone());
+    let mut c = Constraint::new(vocab.clone(), &OutputFormat::Object);
     let mut out = Vec::new();
     let mut logits = vec![0.0f32; vocab.token_bytes.len() + 3];
     for step in 0..wander + 10_000 {
@@ -499,7 +501,7 @@ fn random_walk(vocab: &Arc<JsonVocab>, eos: u32, rng: &mut Rng, wander: usize) -
         let tok = if step < wander {
             rng.pick(&allowed)
         } else {
-            let next = completion(c.state)[0];
+            let next = completion(c.object_state())[0];
             single.get(&next).copied().filter(|t| allowed.contains(t)).unwrap_or_else(|| rng.pick(&allowed))
         };
         assert!(c.advance(tok));
@@ -538,7 +540,7 @@ fn constraint_mask_matches_per_token_simulation() {
     let n = vocab.token_bytes.len();
     let mut states = 0;
     for _ in 0..60 {
-        let mut c = JsonConstraint::new(vocab.clone());
+        let mut c = Constraint::new(vocab.clone(), &OutputFormat::Object);
         for _ in 0..rng.below(120) + 1 {
             // Logits shorter and longer than the vocabulary.
             let len = rng.pick(&[n, n + 10, n / 2, 100]);
@@ -548,8 +550,8 @@ fn constraint_mask_matches_per_token_simulation() {
             for (id, &l) in logits.iter().enumerate() {
                 let mut sim = c.clone();
                 let ok = sim.advance(id as u32);
-                assert_eq!(l == 1.0, ok, "token {id} {:?} in {:?}", vocab.token_bytes.get(id), c.state);
-                assert!(ok || sim.state == c.state);
+                assert_eq!(l == 1.0, ok, "token {id} {:?} in {:?}", vocab.token_bytes.get(id), c.object_state());
+                assert!(ok || sim.object_state() == c.object_state());
             }
             if c.is_complete() {
                 break;
@@ -567,8 +569,8 @@ fn constraint_mask_matches_per_token_simulation() {
 fn time_masks(name: &str, vocab: &Arc<JsonVocab>, prefixes: &[&[u8]]) {
     let mut logits = vec![0.0f32; vocab.token_bytes.len()];
     for prefix in prefixes {
-        let mut c = JsonConstraint::new(vocab.clone());
-        c.state = feed(State::START, prefix).unwrap();
+        let mut c = Constraint::new(vocab.clone(), &OutputFormat::Object);
+        c.set_object_state(feed(State::START, prefix).unwrap());
         let mut times: Vec<f64> = (0..21)
             .map(|_| {
                 logits.fill(0.0);

@@ -322,6 +322,13 @@ impl Grammar for Pattern {
     fn free_string(&self, _: &u32, _: usize) -> Option<StrMode> {
         None
     }
+    fn may_end(&self, s: &u32) -> bool {
+        self.accepts(*s, 0)
+    }
+    /// A match that no byte can extend.
+    fn is_complete(&self, s: &u32) -> bool {
+        self.ends(*s)
+    }
 }
 
 /// The pattern's DFA as a table over states numbered from the start (0),

@@ -519,4 +519,12 @@ impl Grammar for Schema {
             _ => None,
         }
     }
+    fn may_end(&self, st: &SchemaState) -> bool {
+        st.complete(self)
+    }
+    /// (A top-level number is whole but may go on: it ends with the end of
+    /// generation.)
+    fn is_complete(&self, st: &SchemaState) -> bool {
+        st.is_done()
+    }
 }

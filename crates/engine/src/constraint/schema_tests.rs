@@ -497,7 +497,7 @@ fn random_walks_never_dead_end_and_end_valid() {
 /// tokens that stepping their bytes one by one allows.
 #[test]
 fn mask_matches_stepping_each_token() {
-    use super::super::format::SchemaConstraint;
+    use super::super::format::{Constraint, OutputFormat};
     use super::super::json::JsonVocab;
     use std::sync::Arc;
     let mut next = picker(0x2545_f491_4f6c_dd1d);
@@ -527,7 +527,7 @@ fn mask_matches_stepping_each_token() {
     }, "required": ["s", "n", "k", "p"]})));
     let mut states = 0;
     for _ in 0..40 {
-        let mut c = SchemaConstraint::new(vocab.clone(), schema.clone());
+        let mut c = Constraint::new(vocab.clone(), &OutputFormat::Schema(schema.clone()));
         let mut out = Vec::new();
         for _ in 0..80 {
             let mut logits = vec![1.0f32; n];

@@ -8,13 +8,17 @@ use super::lex::{str_step, utf8_class, StrMode, StrStep, UTF8_CLASSES};
 /// A byte-level grammar whose states are small `Copy` values: trying a byte
 /// never allocates and never needs undoing.
 pub(crate) trait Grammar {
-    type State: Copy;
+    type State: Copy + fmt::Debug;
     /// The state after byte `b`, or `None` if no valid output has this prefix.
     fn step(&self, s: Self::State, b: u8) -> Option<Self::State>;
     /// Where `s` is inside a string whose content is free (any characters,
     /// at least `longest` more of them: the longest token's bytes), its
     /// position: the walk then accepts whole subtrees of plain content.
     fn free_string(&self, s: &Self::State, longest: usize) -> Option<StrMode>;
+    /// Whether the output may end at `s` (the end of generation is allowed).
+    fn may_end(&self, s: &Self::State) -> bool;
+    /// Whether nothing but the end of generation can follow `s`.
+    fn is_complete(&self, s: &Self::State) -> bool;
 }
 
 /// All token byte strings as a byte trie in preorder: node `i`'s children
