@@ -92,7 +92,7 @@ check(isinstance(obj, dict), "json_object gives an object")
 
 # Structured outputs: a pydantic model through the client's parse helper
 # (a strict json_schema: keys in order, an enum, a nullable, a bounded list,
-# a date, a string pattern).
+# a date, a string pattern, a bounded float).
 class Cat(pydantic.BaseModel):
     name: str
     age: int
@@ -100,6 +100,7 @@ class Cat(pydantic.BaseModel):
     toys: list[str] = pydantic.Field(max_length=2)
     born: datetime.date
     chip: str = pydantic.Field(pattern=r"^[0-9]{3}-[0-9]{4}$")
+    weight_kg: float = pydantic.Field(gt=0, le=12.5)
 
 
 r = client.chat.completions.parse(model=MODEL, messages=[{"role": "user", "content": "Describe a cat as JSON."}],

@@ -53,7 +53,8 @@ pub struct Constraint(Inner);
 #[derive(Clone, Debug)]
 enum Inner {
     Object(GrammarConstraint<AnyObject>),
-    Schema(GrammarConstraint<Schema>),
+    // (Boxed: a schema's state holds its stack of frames.)
+    Schema(Box<GrammarConstraint<Schema>>),
     Regex(GrammarConstraint<Pattern>),
 }
 
@@ -62,7 +63,7 @@ impl Constraint {
         Constraint(match format {
             OutputFormat::Object => Inner::Object(GrammarConstraint::new(vocab, Arc::new(AnyObject), State::START)),
             OutputFormat::Schema(schema) => {
-                Inner::Schema(GrammarConstraint::new(vocab, schema.clone(), SchemaState::start(schema)))
+                Inner::Schema(Box::new(GrammarConstraint::new(vocab, schema.clone(), SchemaState::start(schema))))
             }
             OutputFormat::Regex(p) => Inner::Regex(GrammarConstraint::new(vocab, p.clone(), p.start())),
         })

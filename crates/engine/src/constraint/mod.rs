@@ -3,6 +3,7 @@
 pub mod format;
 pub mod json;
 mod lex;
+mod number;
 pub mod pattern;
 mod pattern_syntax;
 pub mod schema;

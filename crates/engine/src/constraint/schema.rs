@@ -7,14 +7,14 @@
 //! `additionalProperties` as the value schema of a free-keyed object,
 //! `items` with `minItems`/`maxItems`, `minLength`/`maxLength`, a string's
 //! `pattern` (its content contains a match) or `format` (`date-time`,
-//! `date`, `time`, `uuid`, `ipv4`), integers'
-//! `minimum`/`maximum` (and the exclusive forms), `enum`,
+//! `date`, `time`, `uuid`, `ipv4`), `minimum`/`maximum` and the exclusive
+//! forms (exact; [`super::number`]), `enum`,
 //! `const`, `anyOf`/`oneOf` whose alternatives begin with different bytes
 //! (a string, a number, an array, literals) or are objects told apart by
 //! their first property, a one-schema `allOf`, `nullable`, and `$ref` into
 //! the document (`#/$defs/...`, `#/definitions/...`, recursion included).
 //! Keywords that constrain values in ways this grammar does not enforce
-//! (other `format`s, bounds on other numbers, ...), and keywords beside a combinator,
+//! (other `format`s, `multipleOf`, ...), and keywords beside a combinator,
 //! are refused by name, never ignored; annotations (`title`,
 //! `description`, ...) are ignored.
 
@@ -22,6 +22,7 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value};
 
+use super::number;
 use super::pattern::{self, format_pattern, Pattern, PatternUse};
 
 /// Most containers open at once: the grammar's stack of frames.
@@ -71,8 +72,6 @@ const COMBINATORS: [&str; 4] = ["$ref", "anyOf", "oneOf", "allOf"];
 const VALUES: [&str; 2] = ["enum", "const"];
 const OBJECT_KEYWORDS: [&str; 3] = ["properties", "required", "additionalProperties"];
 const ARRAY_KEYWORDS: [&str; 3] = ["items", "minItems", "maxItems"];
-/// Bounds, enforced for integers only.
-const BOUNDS: [&str; 4] = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 /// Keywords of one scalar type: kept only with a `type` they apply to.
 const SCALAR_KEYWORDS: [&str; 8] =
     ["minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
@@ -434,15 +433,13 @@ impl Compiler<'_> {
                 let pattern = self.string_pattern(m, min, max, at)?;
                 self.push(Node::String { min, max, pattern })
             }
-            "number" => match BOUNDS.iter().find(|k| m.contains_key(**k)) {
-                Some(k) => Err(format!("{at}: `{k}` is supported on integers only, not on a `number`")),
-                None => {
-                    number_format(m, &["double"], at)?;
-                    self.push(Node::Number { integer: false, bounds: None })
-                }
-            },
+            "number" => {
+                number_format(m, &["double", "float"], at)?;
+                let bounds = number::bounds(m, number::DECIMALS, at)?;
+                self.push(Node::Number { integer: false, bounds })
+            }
             "integer" => {
-                let mut bounds = int_bounds(m, at)?;
+                let mut bounds = number::bounds(m, 0, at)?;
                 // (A 32- or 64-bit integer: its range, within any bounds given.)
                 let width = match number_format(m, &["int32", "int64"], at)? {
                     Some("int32") => Some((i32::MIN as i128, i32::MAX as i128)),
@@ -628,35 +625,6 @@ fn count(m: &Map<String, Value>, k: &str, default: u32, at: &str) -> Result<u32,
     m.get(k).map_or(Ok(default), |v| {
         v.as_u64().map(|n| n.min(u32::MAX as u64) as u32).ok_or(format!("{at}/{k}: must be a whole number"))
     })
-}
-
-/// An integer's bounds from `minimum`, `maximum` and their exclusive forms
-/// (`None` without any), exact for integral values of any size.
-fn int_bounds(m: &Map<String, Value>, at: &str) -> Result<Option<(i128, i128)>, String> {
-    let (mut lo, mut hi, mut any) = (i128::MIN, i128::MAX, false);
-    for k in BOUNDS {
-        let Some(v) = m.get(k) else { continue };
-        any = true;
-        // An integral value exactly; else the nearest integers within it
-        // (`as` saturates at i128's ends).
-        let x = v.as_f64().ok_or_else(|| format!("{at}/{k}: must be a number"))?;
-        let exact = v.as_i64().map(i128::from).or_else(|| v.as_u64().map(i128::from));
-        let exact = exact.or_else(|| (x.fract() == 0.0).then_some(x as i128));
-        let (up, down) = match exact {
-            Some(i) => (i, i),
-            None => (x.ceil() as i128, x.floor() as i128),
-        };
-        match k {
-            "minimum" => lo = lo.max(up),
-            "exclusiveMinimum" => lo = lo.max(if exact.is_some() { up.saturating_add(1) } else { up }),
-            "maximum" => hi = hi.min(down),
-            _ => hi = hi.min(if exact.is_some() { down.saturating_sub(1) } else { down }),
-        }
-    }
-    if lo > hi {
-        return Err(format!("{at}: no integer lies within its bounds"));
-    }
-    Ok(any.then_some((lo, hi)))
 }
 
 /// A number's `format`, if it is one of `allowed` (which the caller

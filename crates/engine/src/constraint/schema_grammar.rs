@@ -5,7 +5,8 @@
 //! object's `}` waits for its required keys, and an array's `]` for its
 //! `minItems`.
 
-use super::lex::{is_ws, str_step, Num, StrMode, StrStep, ESCAPES, MAX_WS_RUN};
+use super::lex::{is_ws, str_step, StrMode, StrStep, ESCAPES, MAX_WS_RUN};
+use super::number::{NumPos, DECIMALS};
 use super::pattern::starts_char;
 use super::schema::{Node, Schema, MAX_FRAMES};
 use super::trie::Grammar;
@@ -47,9 +48,8 @@ enum Lex {
     /// pattern: begun, counted at their first byte), `re` its pattern's
     /// state.
     Str { sub: StrMode, node: u16, len: u32, re: u32 },
-    /// In a number of `node`: an integer's sign and digits so far (`mag`),
-    /// for its bounds.
-    Num { node: u16, n: Num, neg: bool, mag: u128 },
+    /// In a number of `node`, how far (for its bounds).
+    Num { node: u16, at: NumPos },
     /// In a literal of `node`: the candidates that still match, `pos` bytes read.
     Lit { node: u16, cands: u64, pos: u16 },
     /// The value is complete; only the end of generation may follow.
@@ -75,9 +75,9 @@ impl SchemaState {
     pub(crate) fn complete(&self, s: &Schema) -> bool {
         match self.lex {
             Lex::Done => true,
-            Lex::Num { node, n, neg, mag } => {
-                let &Node::Number { bounds, .. } = s.node(node) else { return false };
-                self.depth == 0 && n.terminal() && bounds.is_none_or(|(lo, hi)| int_within(neg, mag, lo, hi))
+            Lex::Num { node, at } => {
+                let &Node::Number { integer, bounds } = s.node(node) else { return false };
+                self.depth == 0 && at.ends_within(scale(integer), bounds)
             }
             Lex::Lit { node, cands, pos } => self.depth == 0 && lit_complete(s, node, cands, pos),
             _ => false,
@@ -170,17 +170,7 @@ impl SchemaState {
                 let re = pattern.map_or(0, |p| s.patterns[p as usize].start());
                 Lex::Str { sub: StrMode::Plain, node, len: 0, re }
             }
-            &Node::Number { bounds, .. } => {
-                let (n, neg, mag) = match b {
-                    b'-' => (Num::Minus, true, 0),
-                    b'0' => (Num::Zero, false, 0),
-                    _ => (Num::Int, false, (b - b'0') as u128),
-                };
-                if bounds.is_some_and(|(lo, hi)| !int_may_end(n, neg, mag, lo, hi)) {
-                    return None;
-                }
-                Lex::Num { node, n, neg, mag }
-            }
+            &Node::Number { integer, bounds } => Lex::Num { node, at: NumPos::start(b, scale(integer), bounds)? },
             Node::Literals(lits) => {
                 let cands = lits.iter().enumerate().filter(|(_, l)| l[0] == b).fold(0, |m, (i, _)| m | 1u64 << i);
                 return Some(self.in_literal(s, node, cands, 1));
@@ -356,22 +346,13 @@ impl SchemaState {
                 self.lex = Lex::Key { cands: next, pos: pos as u16 + 1 };
                 return Some(self);
             }
-            Lex::Num { node, n, neg, mag } => {
-                // (Bounds are an integer's only; without, any number of digits.)
+            Lex::Num { node, at } => {
                 let &Node::Number { integer, bounds } = s.node(node) else { return None };
-                if let Some(next) = n.step(b).filter(|n| !integer || matches!(n, Num::Zero | Num::Int)) {
-                    // The digits so far, saturating (past every bound).
-                    let mag = match bounds {
-                        Some(_) => mag.saturating_mul(10).saturating_add((b - b'0') as u128),
-                        None => 0,
-                    };
-                    if bounds.is_some_and(|(lo, hi)| !int_may_end(next, neg, mag, lo, hi)) {
-                        return None;
-                    }
-                    self.lex = Lex::Num { node, n: next, neg, mag };
+                if let Some(at) = at.step(b, integer, bounds) {
+                    self.lex = Lex::Num { node, at };
                     return Some(self);
                 }
-                if !n.terminal() || bounds.is_some_and(|(lo, hi)| !int_within(neg, mag, lo, hi)) {
+                if !at.ends_within(scale(integer), bounds) {
                     return None;
                 }
                 // A byte that cannot continue the number ends it.
@@ -456,43 +437,12 @@ impl SchemaState {
     }
 }
 
-/// A magnitude as an i128 (saturating: past every bound).
-fn signed(mag: u128) -> i128 {
-    mag.min(i128::MAX as u128) as i128
-}
-
-/// Whether the integer `-mag` (`neg`) or `mag` is within `lo..=hi`.
-fn int_within(neg: bool, mag: u128, lo: i128, hi: i128) -> bool {
-    let v = if neg { -signed(mag) } else { signed(mag) };
-    (lo..=hi).contains(&v)
-}
-
-/// Whether an integer begun as `n` (its sign `neg`, its digits so far
-/// `mag`) can still end within `lo..=hi`: after `j` more digits it lies in
-/// `mag * 10^j ..= (mag + 1) * 10^j - 1` (negated if `neg`); a leading 0
-/// takes no more.
-fn int_may_end(n: Num, neg: bool, mag: u128, lo: i128, hi: i128) -> bool {
-    // The magnitudes allowed.
-    let (mlo, mhi) = if neg { (hi.saturating_neg().max(0), lo.saturating_neg()) } else { (lo.max(0), hi) };
-    if mlo > mhi {
-        return false;
-    }
-    match n {
-        Num::Minus => mhi >= 1 || mlo == 0,
-        Num::Zero => mlo == 0,
-        _ => {
-            let (mut first, mut span) = (signed(mag), 1i128);
-            while first <= mhi {
-                if first.saturating_add(span) > mlo {
-                    return true;
-                }
-                match (first.checked_mul(10), span.checked_mul(10)) {
-                    (Some(f), Some(s)) => (first, span) = (f, s),
-                    _ => break,
-                }
-            }
-            false
-        }
+/// The units of a number node's bounds: 10^-scale.
+fn scale(integer: bool) -> u32 {
+    if integer {
+        0
+    } else {
+        DECIMALS
     }
 }
 

@@ -297,7 +297,7 @@ fn integer_bounds_hold_digit_by_digit() {
     let s = compile(json!({"type": "integer", "exclusiveMinimum": 3.0, "maximum": 1e300}));
     assert!(!accepts(&s, "3") && accepts(&s, "4") && accepts(&s, "123456789012345678901234567890"));
     for (schema, want) in [
-        (json!({"type": "number", "minimum": 0}), "integers only"),
+        (json!({"type": "number", "minimum": 1, "exclusiveMaximum": 1}), "no number"),
         (json!({"maximum": 3}), "without a `type`"),
         (json!({"type": "integer", "minimum": 3, "maximum": 2}), "no integer"),
         (json!({"minLength": 3}), "without a `type`"),
@@ -308,6 +308,25 @@ fn integer_bounds_hold_digit_by_digit() {
         let err = Schema::compile(&schema).unwrap_err();
         assert!(err.contains(want), "{schema}: {err}");
     }
+}
+
+#[test]
+fn number_bounds_hold_as_decimals() {
+    let s = compile(json!({"type": "object", "properties": {"p": {"type": "number", "minimum": 0, "maximum": 1},
+        "t": {"type": "number", "exclusiveMinimum": -273.15, "format": "float"}}, "required": ["p", "t"]}));
+    for doc in [r#"{"p":0.5,"t":-273.14}"#, r#"{"p":1,"t":0}"#, r#"{"p":1.000,"t":1e400}"#, r#"{"p":-0,"t":5}"#] {
+        // (An exponent is refused under bounds: 1e400 is written out.)
+        assert_eq!(accepts(&s, doc), !doc.contains('e'), "{doc}");
+    }
+    for (doc, at) in [(r#"{"p":1.01"#, 8), (r#"{"p":2"#, 5), (r#"{"p":-0.1"#, 8), (r#"{"p":0.5e"#, 8)] {
+        assert_eq!(feed(&s, doc.as_bytes()).err(), Some(at), "{doc}");
+    }
+    assert!(!accepts(&s, r#"{"p":0,"t":-273.15}"#) && accepts(&s, r#"{"p":0,"t":-273.149999}"#));
+    assert_eq!(feed(&s, br#"{"p":0,"t":-273.16"#).err(), Some(17));
+    // "0." may still end at 0.5; "0.9" in 0.25..0.5 may not go on.
+    let s = compile(json!({"type": "number", "minimum": 0.25, "maximum": 0.5}));
+    assert!(feed(&s, b"0.").is_ok() && feed(&s, b"0.9").is_err() && feed(&s, b"0.1").is_err());
+    assert!(accepts(&s, "0.25") && accepts(&s, "0.5") && accepts(&s, "0.2500001") && !accepts(&s, "0.5000001"));
 }
 
 #[test]
@@ -389,11 +408,10 @@ fn valid(doc: &Value, schema: &Value, v: &Value) -> bool {
                 && pattern.is_none_or(|p| regex::Regex::new(&p).unwrap().is_match(t))
         }
         ("null", Value::Null) | ("boolean", Value::Bool(_)) => true,
-        ("number", Value::Number(_)) => true,
-        ("integer", Value::Number(n)) => {
+        ("number" | "integer", Value::Number(n)) => {
             let bound = |k: &str| schema.get(k).and_then(Value::as_f64);
             n.as_f64().is_some_and(|f| {
-                f.fract() == 0.0
+                (*t == "number" || f.fract() == 0.0)
                     && bound("minimum").is_none_or(|m| f >= m)
                     && bound("maximum").is_none_or(|m| f <= m)
                     && bound("exclusiveMinimum").is_none_or(|m| f > m)
@@ -435,8 +453,10 @@ fn random_walks_never_dead_end_and_end_valid() {
         }, "required": ["value"]}}}),
         actions(),
         json!({"type": "object", "properties": {"s": {"type": "string", "minLength": 1, "maxLength": 3},
-            "n": {"type": "array", "maxItems": 3, "items": {"type": "integer", "minimum": -3, "exclusiveMaximum": 250}}},
-            "required": ["s", "n"]}),
+            "n": {"type": "array", "maxItems": 3, "items": {"type": "integer", "minimum": -3, "exclusiveMaximum": 250}},
+            "p": {"type": "number", "minimum": 0.25, "maximum": 1}, "t": {"type": "number", "exclusiveMinimum": -273.15},
+            "x": {"type": "number", "minimum": -7.5, "exclusiveMaximum": -0.001}},
+            "required": ["s", "n", "p", "t", "x"]}),
         // Free-keyed objects of themselves: their keys stop where the frames run out.
         json!({"type": "object", "additionalProperties": {"$ref": "#"}}),
         // (Patterns whose meaning is the same in the `regex` crate's syntax.)

@@ -1,0 +1,196 @@
+//! A schema's numbers within bounds (`minimum`, `maximum` and their
+//! exclusive forms), byte by byte: every prefix accepted can still end
+//! within them.
+//!
+//! An integer's bounds and digits are integers. A `number`'s are integers
+//! in units of 10^-[`DECIMALS`]: a bounded number is written with at most
+//! that many fraction digits, fewer than 21 integer digits and no exponent
+//! (every value within its bounds can be so written, to that precision), so
+//! that the values each prefix can still reach form intervals that exact
+//! integer arithmetic compares with the bounds.
+
+use serde_json::{Map, Value};
+
+use super::lex::Num;
+
+/// Most fraction digits a bounded `number` may have.
+pub(crate) const DECIMALS: u32 = 18;
+/// A bounded `number`'s integer part stays below this.
+const MAX_INT_PART: u128 = 10u128.pow(20);
+/// The keywords that bound numbers.
+pub(crate) const BOUNDS: [&str; 4] = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
+
+/// Where a number of a bounded node has got: its sign, and its digits so far
+/// (`mag`: the integer part's digits as an integer until the `.`; from
+/// there, in units of 10^-scale, `frac` fraction digits read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct NumPos {
+    n: Num,
+    neg: bool,
+    frac: u8,
+    mag: u128,
+}
+
+impl NumPos {
+    /// A number's first byte (a digit or `-`) under `bounds` (in units of
+    /// 10^-scale), if one of its completions lies within them.
+    pub(crate) fn start(b: u8, scale: u32, bounds: Option<(i128, i128)>) -> Option<NumPos> {
+        let (n, neg, mag) = match b {
+            b'-' => (Num::Minus, true, 0),
+            b'0' => (Num::Zero, false, 0),
+            b'1'..=b'9' => (Num::Int, false, (b - b'0') as u128),
+            _ => return None,
+        };
+        let p = NumPos { n, neg, frac: 0, mag };
+        p.may_end(scale, bounds).then_some(p)
+    }
+
+    /// After byte `b`, if it continues the number (an integer's: digits
+    /// only; a bounded `number`'s: no exponent) and a completion still lies
+    /// within `bounds`.
+    pub(crate) fn step(self, b: u8, integer: bool, bounds: Option<(i128, i128)>) -> Option<NumPos> {
+        let next = self.n.step(b)?;
+        let exponent = matches!(next, Num::Exp | Num::ExpSign | Num::ExpInt);
+        if (integer && !matches!(next, Num::Zero | Num::Int)) || (bounds.is_some() && exponent) {
+            return None;
+        }
+        if bounds.is_none() {
+            return Some(NumPos { n: next, ..self });
+        }
+        let scale = if integer { 0 } else { DECIMALS };
+        let digit = b.wrapping_sub(b'0') as u128;
+        let (mag, frac) = match next {
+            // (An integer's digits saturate: past every bound.)
+            Num::Int if integer => (self.mag.saturating_mul(10).saturating_add(digit), 0),
+            Num::Int => (Some(self.mag * 10 + digit).filter(|&m| m < MAX_INT_PART)?, 0),
+            Num::Zero => (0, 0),
+            Num::Dot => (self.mag * 10u128.pow(scale), 0),
+            Num::Frac if u32::from(self.frac) < scale => {
+                (self.mag + digit * 10u128.pow(scale - u32::from(self.frac) - 1), self.frac + 1)
+            }
+            _ => return None,
+        };
+        let p = NumPos { n: next, neg: self.neg, frac, mag };
+        p.may_end(scale, bounds).then_some(p)
+    }
+
+    /// Whether the number may end here, within `bounds`.
+    pub(crate) fn ends_within(&self, scale: u32, bounds: Option<(i128, i128)>) -> bool {
+        self.n.terminal()
+            && bounds.is_none_or(|(lo, hi)| {
+                let mag =
+                    if matches!(self.n, Num::Zero | Num::Int) { scaled(self.mag, scale) } else { signed(self.mag) };
+                (lo..=hi).contains(&if self.neg { -mag } else { mag })
+            })
+    }
+
+    /// Whether some completion lies within `bounds`: the magnitudes still
+    /// reachable are intervals, each checked against those the bounds allow
+    /// for the number's sign.
+    fn may_end(&self, scale: u32, bounds: Option<(i128, i128)>) -> bool {
+        let Some((lo, hi)) = bounds else { return true };
+        let (mlo, mhi) = if self.neg { (hi.saturating_neg().max(0), lo.saturating_neg()) } else { (lo.max(0), hi) };
+        let meets = |first: i128, last: i128| first <= mhi && last >= mlo;
+        let unit = 10i128.pow(scale);
+        match self.n {
+            Num::Minus => mlo <= mhi,
+            Num::Zero => meets(0, unit - 1),
+            // After j more integer digits, the integer parts from mag 10^j
+            // to (mag + 1) 10^j - 1 (`span` of them), fractions included.
+            Num::Int => {
+                let (mut int_part, mut span) = (self.mag, 1i128);
+                loop {
+                    let first = scaled(int_part, scale);
+                    if first > mhi {
+                        return false;
+                    }
+                    if meets(first, first.saturating_add(span.saturating_mul(unit)) - 1) {
+                        return true;
+                    }
+                    if scale > 0 && int_part * 10 >= MAX_INT_PART {
+                        return false;
+                    }
+                    match (int_part.checked_mul(10), span.checked_mul(10)) {
+                        (Some(i), Some(s)) => (int_part, span) = (i, s),
+                        _ => return false,
+                    }
+                }
+            }
+            Num::Dot => meets(signed(self.mag), signed(self.mag) + unit - 1),
+            Num::Frac => {
+                let span = 10i128.pow(scale - u32::from(self.frac));
+                meets(signed(self.mag), signed(self.mag) + span - 1)
+            }
+            Num::Exp | Num::ExpSign | Num::ExpInt => false,
+        }
+    }
+}
+
+/// A magnitude as an i128 (saturating: past every bound).
+fn signed(mag: u128) -> i128 {
+    mag.min(i128::MAX as u128) as i128
+}
+
+/// An integer part's digits in units of 10^-scale (saturating).
+fn scaled(mag: u128, scale: u32) -> i128 {
+    signed(mag).saturating_mul(10i128.pow(scale))
+}
+
+/// A node's bounds from `minimum`, `maximum` and their exclusive forms, in
+/// units of 10^-scale (`None` without any): exact for any decimal the
+/// schema writes, a bound between two units rounded inward.
+pub(crate) fn bounds(m: &Map<String, Value>, scale: u32, at: &str) -> Result<Option<(i128, i128)>, String> {
+    let (mut lo, mut hi, mut any) = (i128::MIN, i128::MAX, false);
+    for k in BOUNDS {
+        let Some(v) = m.get(k) else { continue };
+        any = true;
+        let Value::Number(x) = v else { return Err(format!("{at}/{k}: must be a number")) };
+        let (down, exact) = decimal_floor(&x.to_string(), scale);
+        let up = if exact { down } else { down.saturating_add(1) };
+        match k {
+            "minimum" => lo = lo.max(up),
+            "exclusiveMinimum" => lo = lo.max(if exact { up.saturating_add(1) } else { up }),
+            "maximum" => hi = hi.min(down),
+            _ => hi = hi.min(if exact { down.saturating_sub(1) } else { down }),
+        }
+    }
+    if lo > hi {
+        let what = if scale == 0 { "integer" } else { "number" };
+        return Err(format!("{at}: no {what} lies within its bounds"));
+    }
+    Ok(any.then_some((lo, hi)))
+}
+
+/// The largest multiple of 10^-scale at or below the JSON number `text`, in
+/// those units (saturating far out), and whether it is `text` exactly.
+fn decimal_floor(text: &str, scale: u32) -> (i128, bool) {
+    let (neg, body) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let (mantissa, exp) = match body.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.trim_start_matches('+').parse::<i64>().unwrap_or(0)),
+        None => (body, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits: Vec<u8> = int.bytes().chain(frac.bytes()).map(|b| b - b'0').collect();
+    // The value is `digits` times 10^shift units: keep the digits that stay
+    // whole, note whether any cut off is not zero.
+    let shift = exp - frac.len() as i64 + i64::from(scale);
+    let kept = (digits.len() as i64 + shift.min(0)).clamp(0, digits.len() as i64) as usize;
+    let mut whole = digits[..kept].iter().fold(0i128, |w, &d| w.saturating_mul(10).saturating_add(i128::from(d)));
+    if shift > 0 {
+        whole = whole.saturating_mul(10i128.saturating_pow(shift.min(40) as u32));
+    }
+    let cut = digits[kept..].iter().any(|&d| d != 0);
+    match (neg, cut) {
+        (false, cut) => (whole, !cut),
+        (true, false) => (-whole, true),
+        // A negative value's floor is a unit further from zero.
+        (true, true) => (-whole - 1, false),
+    }
+}
+
+#[cfg(test)]
+#[path = "number_tests.rs"]
+mod tests;

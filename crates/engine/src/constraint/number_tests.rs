@@ -1,0 +1,98 @@
+use super::*;
+
+#[test]
+fn decimals_floor_exactly() {
+    let unit = 10i128.pow(DECIMALS);
+    assert_eq!(decimal_floor("0.1", DECIMALS), (unit / 10, true));
+    assert_eq!(decimal_floor("-2.5", DECIMALS), (-5 * unit / 2, true));
+    assert_eq!(decimal_floor("1e-7", DECIMALS), (unit / 10_000_000, true));
+    assert_eq!(decimal_floor("1.5E+3", 0), (1500, true));
+    assert_eq!(decimal_floor("2.5", 0), (2, false));
+    assert_eq!(decimal_floor("-2.5", 0), (-3, false));
+    assert_eq!(decimal_floor("1e-20", DECIMALS), (0, false));
+    assert_eq!(decimal_floor("-1e-20", DECIMALS), (-1, false));
+    assert_eq!(decimal_floor("1e300", DECIMALS), (i128::MAX, true));
+    assert_eq!(decimal_floor("0", DECIMALS), (0, true));
+    assert_eq!(decimal_floor("-0.0", DECIMALS), (0, true));
+}
+
+/// The bounds of a schema fragment, in `scale`'s units.
+fn bounds_of(doc: serde_json::Value, scale: u32) -> Result<Option<(i128, i128)>, String> {
+    bounds(doc.as_object().unwrap(), scale, "#")
+}
+
+#[test]
+fn bounds_round_inward_and_refuse_empty_ranges() {
+    let unit = 10i128.pow(DECIMALS);
+    let b = |doc| bounds_of(doc, DECIMALS).unwrap().unwrap();
+    assert_eq!(b(serde_json::json!({"minimum": 0, "maximum": 1})), (0, unit));
+    assert_eq!(b(serde_json::json!({"exclusiveMinimum": 0, "exclusiveMaximum": 1})), (1, unit - 1));
+    assert_eq!(b(serde_json::json!({"exclusiveMinimum": 1e-30})), (1, i128::MAX));
+    assert_eq!(
+        bounds_of(serde_json::json!({"minimum": 2.5, "maximum": 2.9}), 0).unwrap_err(),
+        "#: no integer lies within its bounds"
+    );
+    assert!(bounds_of(serde_json::json!({"minimum": 1, "exclusiveMaximum": 1}), DECIMALS).is_err());
+    assert!(bounds_of(serde_json::json!({"minimum": "1"}), DECIMALS).is_err());
+    assert_eq!(bounds_of(serde_json::json!({"title": "x"}), DECIMALS), Ok(None));
+}
+
+/// Whether `text` is a JSON number whose value (as a float) is within `lo..=hi`.
+fn valid(text: &[u8], lo: f64, hi: f64) -> bool {
+    let t = std::str::from_utf8(text).unwrap();
+    serde_json::from_str::<serde_json::Number>(t).is_ok() && (lo..=hi).contains(&t.parse::<f64>().unwrap())
+}
+
+/// Every string of up to 6 bytes over an alphabet of number bytes, against
+/// bounds: one that some valid string extends is accepted, and an accepted
+/// one may end exactly when it is a number within them.
+#[test]
+fn prefixes_of_numbers_within_are_accepted_and_end_exactly() {
+    let cases = [(0.25, 1.5), (-1.0, -0.125), (-0.5, 0.5), (3.0, 3.0), (0.1, 0.1), (-12.0, 40.0), (0.0, 0.0)];
+    let alphabet = b"-012359.";
+    let mut all: Vec<Vec<u8>> = Vec::new();
+    let mut level = vec![Vec::new()];
+    for _ in 0..6 {
+        level = level.iter().flat_map(|s: &Vec<u8>| alphabet.iter().map(move |&c| [&s[..], &[c]].concat())).collect();
+        all.extend(level.iter().cloned());
+    }
+    for (lo, hi) in cases {
+        let b = bounds_of(serde_json::json!({"minimum": lo, "maximum": hi}), DECIMALS).unwrap();
+        let good: Vec<&Vec<u8>> = all.iter().filter(|t| valid(t, lo, hi)).collect();
+        assert!(!good.is_empty());
+        for s in &all {
+            let mut p = NumPos::start(s[0], DECIMALS, b);
+            for &c in &s[1..] {
+                p = p.and_then(|p| p.step(c, false, b));
+            }
+            let text = String::from_utf8_lossy(s);
+            if good.iter().any(|t| t.starts_with(s)) {
+                assert!(p.is_some(), "{lo}..{hi}: {text} refused");
+            }
+            if let Some(p) = p {
+                assert_eq!(p.ends_within(DECIMALS, b), valid(s, lo, hi), "{lo}..{hi}: {text}");
+            }
+        }
+    }
+}
+
+/// A bounded number takes no exponent and at most DECIMALS fraction
+/// digits; an unbounded one any.
+#[test]
+fn bounded_numbers_are_plain_decimals() {
+    let b = bounds_of(serde_json::json!({"minimum": 0, "maximum": 1}), DECIMALS).unwrap();
+    let walk = |text: &str, b| {
+        let bytes = text.as_bytes();
+        let mut p = NumPos::start(bytes[0], DECIMALS, b);
+        for &c in &bytes[1..] {
+            p = p.and_then(|p| p.step(c, false, b));
+        }
+        p
+    };
+    assert!(walk("0.1e", b).is_none());
+    assert!(walk("0.1e", None).is_some());
+    assert!(walk(&format!("0.{}", "1".repeat(DECIMALS as usize)), b).is_some());
+    assert!(walk(&format!("0.{}", "1".repeat(DECIMALS as usize + 1)), b).is_none());
+    // An integer node takes digits only.
+    assert!(NumPos::start(b'1', 0, None).unwrap().step(b'.', true, None).is_none());
+}
