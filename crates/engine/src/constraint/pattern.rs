@@ -19,7 +19,7 @@ use regex_automata::util::{start, syntax};
 use regex_automata::{Anchored, MatchKind};
 
 use super::lex::{StrMode, ESCAPES};
-pub use super::pattern_syntax::format_pattern;
+pub use super::pattern_syntax::{format_max_len, format_pattern};
 use super::pattern_syntax::{translate, Dialect};
 use super::trie::Grammar;
 

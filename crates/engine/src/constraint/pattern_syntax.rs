@@ -295,9 +295,19 @@ fn quantifier(rest: &[char], dialect: Dialect) -> Option<(String, usize)> {
     Some((format!("{{{lo}{}}}", hi.map(|h| format!(",{h}")).unwrap_or_default()), end + 1))
 }
 
-/// The pattern a JSON Schema `format` stands for, for the formats whose
-/// values a pattern fixes exactly: RFC 3339 dates (each month's days, leap
-/// years, no year 0000) and times (no leap second), UUIDs and IPv4.
+/// The longest a string of JSON Schema `format` may be, where its pattern
+/// does not bound it.
+pub fn format_max_len(format: &str) -> u32 {
+    match format {
+        "hostname" => 253,
+        "email" => 254,
+        _ => u32::MAX,
+    }
+}
+
+/// The pattern a JSON Schema `format` stands for: RFC 3339 dates (each
+/// month's days, leap years, no year 0000) and times (no leap second),
+/// UUIDs, IPv4 and IPv6 addresses, host names, email addresses and URIs.
 pub fn format_pattern(format: &str) -> Option<String> {
     const YEAR: &str = "([0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})";
     const LEAP: &str = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)";
@@ -305,6 +315,8 @@ pub fn format_pattern(format: &str) -> Option<String> {
         "((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))";
     const TIME: &str = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
     const OCTET: &str = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+    const LABEL: &str = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+    const ATOM: &str = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]";
     let date = format!("({YEAR}-{MONTH_DAY}|{LEAP}-02-29)");
     Some(match format {
         "date-time" => format!("^{date}T{TIME}$"),
@@ -312,6 +324,31 @@ pub fn format_pattern(format: &str) -> Option<String> {
         "time" => format!("^{TIME}$"),
         "uuid" => "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$".into(),
         "ipv4" => format!(r"^{OCTET}(\.{OCTET}){{3}}$"),
+        // (The eight groups written out or one run of them shortened to
+        // `::`; no IPv4 tail, no zone.)
+        "ipv6" => {
+            let h = "[0-9a-fA-F]{1,4}";
+            // (l groups before the `::`, at most 6 - l after it.)
+            let shortened = (0..=7)
+                .map(|l: usize| match l {
+                    0 => format!("::({h}(:{h}){{0,6}})?"),
+                    7 => format!("({h}:){{7}}:"),
+                    l => format!("({h}:){{{l}}}:({h}(:{h}){{0,{}}})?", 6 - l),
+                })
+                .collect::<Vec<_>>()
+                .join("|");
+            format!("^(({h}:){{7}}{h}|{shortened})$")
+        }
+        // RFC 1123 host names: labels of 1-63 letters, digits and inner
+        // hyphens (the whole's 253 characters by `format_max_len`).
+        "hostname" => format!("^{LABEL}(\\.{LABEL})*$"),
+        // An address as email validators take it: a dot-atom local part at
+        // a domain name whose last label is letters (the local part's 64
+        // characters are not enforced; the whole's 254 by `format_max_len`).
+        "email" => format!("^{ATOM}+(\\.{ATOM}+)*@({LABEL}\\.)+[A-Za-z]{{2,63}}$"),
+        // RFC 3986: a scheme, then its characters (unreserved, reserved,
+        // and %-escapes of two hex digits).
+        "uri" => r"^[A-Za-z][A-Za-z0-9+.\-]*:([A-Za-z0-9\-._~!$&'()*+,;=:@/?#\[\]]|%[0-9A-Fa-f]{2})+$".into(),
         _ => return None,
     })
 }

@@ -179,7 +179,82 @@ fn formats_fix_their_shapes() {
     assert!(matches(&p("time"), "23:59:59Z"));
     assert!(matches(&p("uuid"), "123e4567-e89b-12d3-a456-426614174000"));
     assert!(matches(&p("ipv4"), "192.168.0.255") && walk(&p("ipv4"), "256").is_none());
-    assert!(format_pattern("email").is_none());
+    assert!(format_pattern("idn-email").is_none());
+    let v6 = p("ipv6");
+    for ok in ["::", "::1", "1::", "fe80::1:2", "2001:db8:0:0:0:0:2:1", "a:b:c:d:e:f:0:1", "1:2:3:4:5:6:7::"] {
+        assert!(matches(&v6, ok), "{ok}");
+    }
+    for bad in [":::", "1:2", "12345::", "1::2::3", "1:2:3:4:5:6:7:8:9", "g::"] {
+        assert!(!matches(&v6, bad), "{bad}");
+    }
+    let host = p("hostname");
+    assert!(matches(&host, "a-b.example.com") && matches(&host, "x"));
+    assert!(!matches(&host, "-a.com") && !matches(&host, "a-.com") && !matches(&host, "a..com"));
+    assert!(!matches(&host, &format!("{}.com", "a".repeat(64))));
+    let email = p("email");
+    assert!(matches(&email, "jane.doe+tag@mail.example.org") && matches(&email, "o'neil@x.io"));
+    for bad in ["jane@localhost", ".jane@x.io", "jane.@x.io", "ja..ne@x.io", "jane@x.1o", "@x.io"] {
+        assert!(!matches(&email, bad), "{bad}");
+    }
+    let uri = p("uri");
+    assert!(matches(&uri, "https://example.com/a?b=c#d") && matches(&uri, "urn:isbn:0451450523"));
+    assert!(matches(&uri, "http://[::1]:80/%20x"));
+    for bad in ["example.com", "1http://x", "http://a b", "http://x/%2", "http:"] {
+        assert!(!matches(&uri, bad), "{bad}");
+    }
+}
+
+/// Random outputs of the address formats parse with independent parsers
+/// (the standard library's for IP addresses; RFC 1123's rules by hand for
+/// host names and email domains).
+#[test]
+fn format_outputs_parse_independently() {
+    let mut next = super::super::picker(0x51_7cc1_b727_220a);
+    let alphabet: Vec<u8> = (b' '..=b'~').collect();
+    let host_ok = |h: &str| {
+        h.len() <= 253
+            && h.split('.').all(|l| {
+                (1..=63).contains(&l.len())
+                    && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    && !l.starts_with('-')
+                    && !l.ends_with('-')
+            })
+    };
+    for format in ["ipv4", "ipv6", "hostname", "email"] {
+        let p =
+            Pattern::new(&format_pattern(format).unwrap(), PatternUse::Json { min: 0, max: format_max_len(format) })
+                .unwrap();
+        for _ in 0..300 {
+            let (mut s, mut len, mut out) = (p.start(), 0u32, String::new());
+            loop {
+                let choices: Vec<(u8, u32)> =
+                    alphabet.iter().filter_map(|&b| p.step(s, b, len).map(|n| (b, n))).collect();
+                if p.accepts(s, len) && (choices.is_empty() || next(6) == 0) {
+                    break;
+                }
+                assert!(!choices.is_empty(), "{format}: dead end after {out:?}");
+                let (b, n) = choices[next(choices.len())];
+                (s, len) = (n, len + 1);
+                out.push(b as char);
+            }
+            let ok = match format {
+                "ipv4" => out.parse::<std::net::Ipv4Addr>().is_ok(),
+                "ipv6" => out.parse::<std::net::Ipv6Addr>().is_ok(),
+                "hostname" => host_ok(&out),
+                _ => out.split_once('@').is_some_and(|(local, domain)| {
+                    !local.is_empty()
+                        && local.split('.').all(|a| !a.is_empty())
+                        && host_ok(domain)
+                        && domain
+                            .rsplit('.')
+                            .next()
+                            .is_some_and(|tld| tld.len() >= 2 && tld.bytes().all(|b| b.is_ascii_alphabetic()))
+                        && out.len() <= 254
+                }),
+            };
+            assert!(ok, "{format}: {out:?}");
+        }
+    }
 }
 
 /// Against the `regex` crate over every string of `a`/`b` up to 7

@@ -7,7 +7,8 @@
 //! `additionalProperties` as the value schema of a free-keyed object,
 //! `items` with `minItems`/`maxItems`, `minLength`/`maxLength`, a string's
 //! `pattern` (its content contains a match) or `format` (`date-time`,
-//! `date`, `time`, `uuid`, `ipv4`), `minimum`/`maximum` and the exclusive
+//! `date`, `time`, `uuid`, `ipv4`, `ipv6`, `hostname`, `email`, `uri`),
+//! `minimum`/`maximum` and the exclusive
 //! forms (exact; [`super::number`]), `enum`,
 //! `const`, `anyOf`/`oneOf` whose alternatives begin with different bytes
 //! (a string, a number, an array, literals) or are objects told apart by
@@ -23,7 +24,7 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use super::number;
-use super::pattern::{self, format_pattern, Pattern, PatternUse};
+use super::pattern::{self, format_max_len, format_pattern, Pattern, PatternUse};
 
 /// Most containers open at once: the grammar's stack of frames.
 pub const MAX_FRAMES: usize = 20;
@@ -286,7 +287,10 @@ impl Compiler<'_> {
             (None, Some(f)) => {
                 let f = f.as_str().ok_or_else(|| format!("{at}/format: must be a string"))?;
                 format_pattern(f).ok_or_else(|| {
-                    format!("{at}/format: {f:?} is not supported (date-time, date, time, uuid and ipv4 are)")
+                    format!(
+                        "{at}/format: {f:?} is not supported \
+                         (date-time, date, time, uuid, ipv4, ipv6, hostname, email and uri are)"
+                    )
                 })?
             }
             (None, None) => return Ok(None),
@@ -426,7 +430,8 @@ impl Compiler<'_> {
                 self.push(Node::Array { items, min, max })
             }
             "string" => {
-                let (min, max) = (count(m, "minLength", 0, at)?, count(m, "maxLength", u32::MAX, at)?);
+                let format_max = m.get("format").and_then(Value::as_str).map_or(u32::MAX, format_max_len);
+                let (min, max) = (count(m, "minLength", 0, at)?, count(m, "maxLength", u32::MAX, at)?.min(format_max));
                 if min > max {
                     return Err(format!("{at}: minLength is over maxLength"));
                 }
