@@ -123,7 +123,7 @@ impl SchemaState {
             // Any alternative whose value fits where the union's frame opened.
             let outer = self.depth as usize - 1;
             let fit = |&a: &u16| s.min_depth[a as usize].saturating_add(outer) <= MAX_FRAMES;
-            return alts.iter().enumerate().filter(|(_, a)| fit(a)).fold(0, |m, (i, _)| m | 1u64 << i);
+            return narrow(ALL, alts.len(), |i| fit(&alts[i]));
         }
         let Node::Object { props } = s.node(self.top().node) else { return 0 };
         let mut cands = 0u64;
@@ -172,7 +172,7 @@ impl SchemaState {
             }
             &Node::Number { integer, bounds } => Lex::Num { node, at: NumPos::start(b, scale(integer), bounds)? },
             Node::Literals(lits) => {
-                let cands = lits.iter().enumerate().filter(|(_, l)| l[0] == b).fold(0, |m, (i, _)| m | 1u64 << i);
+                let cands = narrow(ALL, lits.len(), |i| lits[i][0] == b);
                 return Some(self.in_literal(s, node, cands, 1));
             }
         };
@@ -183,8 +183,7 @@ impl SchemaState {
     /// longer, so that a whole top-level value needs nothing more.
     fn in_literal(mut self, s: &Schema, node: u16, cands: u64, pos: u16) -> SchemaState {
         let Node::Literals(lits) = s.node(node) else { return self };
-        let longer = lits.iter().enumerate().any(|(i, l)| cands >> i & 1 == 1 && l.len() > pos as usize);
-        if !longer {
+        if narrow(cands, lits.len(), |i| lits[i].len() > pos as usize) == 0 {
             return self.value_done(s);
         }
         self.lex = Lex::Lit { node, cands, pos };
@@ -204,8 +203,8 @@ impl SchemaState {
     fn in_tag(mut self, s: &Schema, cands: u64, pos: u16) -> SchemaState {
         let Node::Tagged { tags, .. } = s.node(self.top().node) else { return self };
         let len = |i: usize| tags[i].as_ref().map_or(0, Vec::len);
-        if !(0..tags.len()).any(|i| cands >> i & 1 == 1 && len(i) > pos as usize) {
-            if let Some(i) = (0..tags.len()).find(|&i| cands >> i & 1 == 1 && len(i) == pos as usize) {
+        if narrow(cands, tags.len(), |i| len(i) > pos as usize) == 0 {
+            if let Some(i) = first(narrow(cands, tags.len(), |i| len(i) == pos as usize)) {
                 let mut st = self.choose(s, i);
                 st.lex = Lex::AfterValue;
                 return st;
@@ -285,14 +284,9 @@ impl SchemaState {
                     _ => &[][..],
                 };
                 let pos = pos as usize;
-                let (mut next, mut done) = (0u64, 0u64);
-                for i in (0..alts.len()).filter(|&i| cands >> i & 1 == 1 && first_key(i).get(pos) == Some(&b)) {
-                    if first_key(i).len() == pos + 1 {
-                        done |= 1 << i;
-                    } else {
-                        next |= 1 << i;
-                    }
-                }
+                let matched = narrow(cands, alts.len(), |i| first_key(i).get(pos) == Some(&b));
+                let done = narrow(matched, alts.len(), |i| first_key(i).len() == pos + 1);
+                let next = matched & !done;
                 self.lex = if done.count_ones() == 1 {
                     // The name alone tells: that object, its first value next.
                     let i = done.trailing_zeros() as usize;
@@ -313,14 +307,13 @@ impl SchemaState {
                 self.ws = 0;
                 let Node::Tagged { tags, .. } = s.node(self.top().node) else { return None };
                 let at = |i: usize| tags[i].as_ref().and_then(|t| t.get(pos as usize));
-                let next =
-                    (0..tags.len()).filter(|&i| cands >> i & 1 == 1 && at(i) == Some(&b)).fold(0, |m, i| m | 1u64 << i);
+                let next = narrow(cands, tags.len(), |i| at(i) == Some(&b));
                 if next != 0 {
                     return Some(self.in_tag(s, next, pos + 1));
                 }
                 // A byte past a whole tag (a number's) ends it.
-                let whole = (0..tags.len())
-                    .find(|&i| cands >> i & 1 == 1 && tags[i].as_ref().is_some_and(|t| t.len() == pos as usize));
+                let whole =
+                    first(narrow(cands, tags.len(), |i| tags[i].as_ref().is_some_and(|t| t.len() == pos as usize)));
                 let i = whole.filter(|_| pos > 0)?;
                 self = self.choose(s, i);
                 self.lex = Lex::AfterValue;
@@ -328,17 +321,12 @@ impl SchemaState {
             Lex::Key { cands, pos } => {
                 let Node::Object { props } = s.node(self.top().node) else { return None };
                 let pos = pos as usize;
-                let mut next = 0u64;
-                for (j, p) in props.iter().enumerate() {
-                    if cands >> j & 1 == 1 && p.key.get(pos) == Some(&b) {
-                        if p.key.len() == pos + 1 {
-                            // The closing quote: keys differ, so this one alone.
-                            self.top_mut().pos = j as u32 + 1;
-                            self.lex = Lex::Colon { node: p.node };
-                            return Some(self);
-                        }
-                        next |= 1 << j;
-                    }
+                let next = narrow(cands, props.len(), |j| props[j].key.get(pos) == Some(&b));
+                // The closing quote: keys differ, so this one alone.
+                if let Some(j) = first(narrow(next, props.len(), |j| props[j].key.len() == pos + 1)) {
+                    self.top_mut().pos = j as u32 + 1;
+                    self.lex = Lex::Colon { node: props[j].node };
+                    return Some(self);
                 }
                 if next == 0 {
                     return None;
@@ -360,11 +348,7 @@ impl SchemaState {
             }
             Lex::Lit { node, cands, pos } => {
                 let Node::Literals(lits) = s.node(node) else { return None };
-                let next = lits
-                    .iter()
-                    .enumerate()
-                    .filter(|&(i, l)| cands >> i & 1 == 1 && l.get(pos as usize) == Some(&b))
-                    .fold(0, |m, (i, _)| m | 1u64 << i);
+                let next = narrow(cands, lits.len(), |i| lits[i].get(pos as usize) == Some(&b));
                 if next != 0 {
                     return Some(self.in_literal(s, node, next, pos + 1));
                 }
@@ -437,6 +421,19 @@ impl SchemaState {
     }
 }
 
+/// Every candidate: sets of candidates are bit masks (bit `i` for candidate `i`).
+const ALL: u64 = u64::MAX;
+
+/// The candidates `i < n` of `cands` for which `keep(i)`.
+fn narrow(cands: u64, n: usize, keep: impl Fn(usize) -> bool) -> u64 {
+    (0..n).filter(|&i| cands >> i & 1 == 1 && keep(i)).fold(0, |m, i| m | 1 << i)
+}
+
+/// The lowest candidate of `cands`, if any.
+fn first(cands: u64) -> Option<usize> {
+    (cands != 0).then(|| cands.trailing_zeros() as usize)
+}
+
 /// The units of a number node's bounds: 10^-scale.
 fn scale(integer: bool) -> u32 {
     if integer {
@@ -449,7 +446,7 @@ fn scale(integer: bool) -> u32 {
 /// Whether one of the candidates is exactly `pos` bytes long.
 fn lit_complete(s: &Schema, node: u16, cands: u64, pos: u16) -> bool {
     let Node::Literals(lits) = s.node(node) else { return false };
-    lits.iter().enumerate().any(|(i, l)| cands >> i & 1 == 1 && l.len() == pos as usize)
+    narrow(cands, lits.len(), |i| lits[i].len() == pos as usize) != 0
 }
 
 impl Grammar for Schema {

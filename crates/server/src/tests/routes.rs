@@ -374,8 +374,8 @@ async fn json_schema_reaches_the_engine() {
         assert_eq!((r.status, r.error()["param"].as_str()), (StatusCode::BAD_REQUEST, Some(param)), "{body}");
     }
     let bad = json!({"prompt": "x", "response_format": {"type": "json_schema",
-        "json_schema": {"schema": {"type": "string", "format": "email"}}}});
+        "json_schema": {"schema": {"type": "string", "format": "idn-email"}}}});
     let r = post(&app, "/v1/completions", bad).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
-    assert!(r.error()["message"].as_str().unwrap().contains("\"email\" is not supported"), "{}", r.text());
+    assert!(r.error()["message"].as_str().unwrap().contains("\"idn-email\" is not supported"), "{}", r.text());
 }
