@@ -12,7 +12,7 @@
 //! forms (exact; [`super::number`]), `enum`,
 //! `const`, `anyOf`/`oneOf` whose alternatives begin with different bytes
 //! (a string, a number, an array, literals) or are objects told apart by
-//! their first property, a one-schema `allOf`, `nullable`, and `$ref` into
+//! their first property past those they begin with alike, a one-schema `allOf`, `nullable`, and `$ref` into
 //! the document (`#/$defs/...`, `#/definitions/...`, recursion included).
 //! Keywords that constrain values in ways this grammar does not enforce
 //! (other `format`s, `multipleOf`, ...), and keywords beside a combinator,
@@ -108,12 +108,15 @@ pub(crate) enum Node {
     Literals(Vec<Vec<u8>>),
     /// One of these, told apart by the first byte.
     Union(Vec<u16>),
-    /// One of these objects, told apart by their first property: its name,
-    /// or (the same name) its one `const` value, `tags[i]` for `alts[i]`.
-    /// `exclusive` (a `oneOf`): told apart by the values only.
+    /// One of these objects, told apart by their first property past the
+    /// `shared` ones they all begin with (required, of the same name and
+    /// schema): its name, or (the same name) its one `const` value,
+    /// `tags[i]` for `alts[i]`. `exclusive` (a `oneOf`): told apart by the
+    /// values only.
     Tagged {
         alts: Vec<u16>,
         tags: Vec<Option<Vec<u8>>>,
+        shared: u32,
         exclusive: bool,
     },
 }
@@ -575,7 +578,7 @@ impl Compiler<'_> {
         match objects.len() {
             0 => {}
             1 => others.push(objects[0]),
-            _ => others.push(self.push(Node::Tagged { alts: objects, tags: Vec::new(), exclusive })?),
+            _ => others.push(self.push(Node::Tagged { alts: objects, tags: Vec::new(), shared: 0, exclusive })?),
         }
         if others.len() == 1 {
             return Ok(others[0]);
@@ -678,20 +681,30 @@ fn through_refs(nodes: &[Node], mut n: u16) -> u16 {
 }
 
 /// Fills each union of objects' tags, checking that the first property
-/// tells its objects apart: required in each, and of different names, or of
-/// one name with a different single `const` (or one-value `enum`) each.
+/// past those they share tells its objects apart: required in each, and of
+/// different names, or of one name with a different single `const` (or
+/// one-value `enum`) each.
 fn tag_objects(nodes: &mut [Node]) -> Result<(), String> {
     let refuse = |why: String| {
-        Err(format!("anyOf/oneOf of objects is supported when their first property tells them apart: {why}"))
+        Err(format!(
+            "anyOf/oneOf of objects is supported when a property after those they share tells them apart: {why}"
+        ))
     };
     for i in 0..nodes.len() {
         let Node::Tagged { alts, exclusive, .. } = &nodes[i] else { continue };
-        let mut firsts: Vec<(&[u8], Option<Vec<u8>>)> = Vec::new();
+        let mut props: Vec<&[Prop]> = Vec::new();
         for &a in alts {
-            let Node::Object { props } = &nodes[a as usize] else {
+            let Node::Object { props: p } = &nodes[a as usize] else {
                 return refuse("an alternative is no object".into());
             };
-            let p = &props[0];
+            props.push(p);
+        }
+        let shared = shared_props(nodes, &props);
+        let mut firsts: Vec<(&[u8], Option<Vec<u8>>)> = Vec::new();
+        for ps in &props {
+            let Some(p) = ps.get(shared) else {
+                return refuse("one has no property past those they share".into());
+            };
             if !p.required {
                 return refuse(format!("{} is not required", String::from_utf8_lossy(&p.key)));
             }
@@ -706,17 +719,59 @@ fn tag_objects(nodes: &mut [Node]) -> Result<(), String> {
             for (key, other) in &firsts {
                 if *key == &p.key[..] && (tag.is_none() || other.is_none() || tag == *other) {
                     let key = String::from_utf8_lossy(key);
-                    return refuse(format!("two begin with {key} without a different const value"));
+                    return refuse(format!("two have {key} without a different const value"));
                 }
             }
             firsts.push((&p.key, tag));
         }
         let tags = firsts.into_iter().map(|(_, t)| t).collect();
-        if let Node::Tagged { tags: t, .. } = &mut nodes[i] {
-            *t = tags;
+        if let Node::Tagged { tags: t, shared: sh, .. } = &mut nodes[i] {
+            (*t, *sh) = (tags, shared as u32);
         }
     }
     Ok(())
+}
+
+/// How many leading properties every object of a union has alike: required,
+/// of one name, of one schema.
+fn shared_props(nodes: &[Node], props: &[&[Prop]]) -> usize {
+    let same = |j: usize| {
+        let p = &props[0][j];
+        props.iter().all(|ps| {
+            ps.get(j).is_some_and(|q| q.required && q.key == p.key && alike(nodes, q.node, p.node, MAX_ALIKE_DEPTH))
+        })
+    };
+    (0..props[0].len()).take_while(|&j| same(j)).count()
+}
+
+/// How deep `alike` compares nodes before it calls them different.
+const MAX_ALIKE_DEPTH: usize = 8;
+
+/// Whether two nodes take the same values (compared structurally to
+/// `depth` levels; deeper, different).
+fn alike(nodes: &[Node], a: u16, b: u16, depth: usize) -> bool {
+    let (a, b) = (through_refs(nodes, a), through_refs(nodes, b));
+    if a == b {
+        return true;
+    }
+    let Some(depth) = depth.checked_sub(1) else { return false };
+    let all_alike =
+        |x: &[u16], y: &[u16]| x.len() == y.len() && x.iter().zip(y).all(|(&x, &y)| alike(nodes, x, y, depth));
+    match (&nodes[a as usize], &nodes[b as usize]) {
+        (Node::Object { props: x }, Node::Object { props: y }) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|(p, q)| p.key == q.key && p.required == q.required && alike(nodes, p.node, q.node, depth))
+        }
+        (&Node::Map { values: x }, &Node::Map { values: y }) => alike(nodes, x, y, depth),
+        (&Node::Array { items: x, min, max }, &Node::Array { items: y, min: m2, max: x2 }) => {
+            (min, max) == (m2, x2) && alike(nodes, x, y, depth)
+        }
+        (Node::Union(x), Node::Union(y)) => all_alike(x, y),
+        (Node::Tagged { .. }, _) | (_, Node::Tagged { .. }) => false,
+        (x, y) => x == y,
+    }
 }
 
 /// The fewest containers a value of each node opens (a fixed point from

@@ -8,7 +8,7 @@
 use super::lex::{is_ws, str_step, StrMode, StrStep, ESCAPES, MAX_WS_RUN};
 use super::number::{NumPos, DECIMALS};
 use super::pattern::starts_char;
-use super::schema::{Node, Schema, MAX_FRAMES};
+use super::schema::{Node, Prop, Schema, MAX_FRAMES};
 use super::trie::Grammar;
 
 /// An open container: its node and, for an object, the index of the next
@@ -119,13 +119,14 @@ impl SchemaState {
     /// innermost object: the next listed ones up to and including the first
     /// required one, those whose values fit.
     fn key_cands(&self, s: &Schema) -> u64 {
-        if let Node::Tagged { alts, .. } = s.node(self.top().node) {
+        if self.at_union_tag(s) {
+            let Node::Tagged { alts, .. } = s.node(self.top().node) else { return 0 };
             // Any alternative whose value fits where the union's frame opened.
             let outer = self.depth as usize - 1;
             let fit = |&a: &u16| s.min_depth[a as usize].saturating_add(outer) <= MAX_FRAMES;
             return narrow(ALL, alts.len(), |i| fit(&alts[i]));
         }
-        let Node::Object { props } = s.node(self.top().node) else { return 0 };
+        let Some(props) = self.object_props(s) else { return 0 };
         let mut cands = 0u64;
         for (j, p) in props.iter().enumerate().skip(self.top().pos as usize) {
             if self.fits(s, p.node) {
@@ -191,12 +192,31 @@ impl SchemaState {
     }
 
     /// The union of objects in the innermost frame becomes its alternative
-    /// `i`, its first property read up to the value.
+    /// `i`, the property that told it read up to the value.
     fn choose(mut self, s: &Schema, i: usize) -> SchemaState {
-        if let Node::Tagged { alts, .. } = s.node(self.top().node) {
-            *self.top_mut() = Frame { node: alts[i], pos: 1 };
+        if let &Node::Tagged { ref alts, shared, .. } = s.node(self.top().node) {
+            *self.top_mut() = Frame { node: alts[i], pos: shared + 1 };
         }
         self
+    }
+
+    /// Whether the innermost frame is a union of objects past the
+    /// properties its objects share: the next key tells them apart.
+    fn at_union_tag(&self, s: &Schema) -> bool {
+        matches!(s.node(self.top().node), &Node::Tagged { shared, .. } if self.top().pos == shared)
+    }
+
+    /// The listed properties of the innermost frame: an object's, or, while
+    /// in the properties a union's objects share, its first object's.
+    fn object_props<'s>(&self, s: &'s Schema) -> Option<&'s [Prop]> {
+        match s.node(self.top().node) {
+            Node::Object { props } => Some(props),
+            &Node::Tagged { ref alts, shared, .. } if self.top().pos < shared => match s.node(alts[0]) {
+                Node::Object { props } => Some(&props[..shared as usize]),
+                _ => None,
+            },
+            _ => None,
+        }
     }
 
     /// In a union's tag after `pos` bytes: chosen once no candidate's tag is longer.
@@ -277,21 +297,21 @@ impl SchemaState {
                 };
                 return Some(self);
             }
-            Lex::Key { cands, pos } if matches!(s.node(self.top().node), Node::Tagged { .. }) => {
-                let Node::Tagged { alts, .. } = s.node(self.top().node) else { return None };
-                let first_key = |i: usize| match s.node(alts[i]) {
-                    Node::Object { props } => &props[0].key[..],
-                    _ => &[][..],
+            Lex::Key { cands, pos } if self.at_union_tag(s) => {
+                let &Node::Tagged { ref alts, shared, .. } = s.node(self.top().node) else { return None };
+                let tag_prop = |i: usize| match s.node(alts[i]) {
+                    Node::Object { props } => props.get(shared as usize),
+                    _ => None,
                 };
+                let first_key = |i: usize| tag_prop(i).map_or(&[][..], |p| &p.key[..]);
                 let pos = pos as usize;
                 let matched = narrow(cands, alts.len(), |i| first_key(i).get(pos) == Some(&b));
                 let done = narrow(matched, alts.len(), |i| first_key(i).len() == pos + 1);
                 let next = matched & !done;
                 self.lex = if done.count_ones() == 1 {
-                    // The name alone tells: that object, its first value next.
+                    // The name alone tells: that object, the property's value next.
                     let i = done.trailing_zeros() as usize;
-                    let Node::Object { props } = s.node(alts[i]) else { return None };
-                    let node = props[0].node;
+                    let node = tag_prop(i)?.node;
                     self = self.choose(s, i);
                     Lex::Colon { node }
                 } else if done != 0 {
@@ -319,7 +339,7 @@ impl SchemaState {
                 self.lex = Lex::AfterValue;
             }
             Lex::Key { cands, pos } => {
-                let Node::Object { props } = s.node(self.top().node) else { return None };
+                let props = self.object_props(s)?;
                 let pos = pos as usize;
                 let next = narrow(cands, props.len(), |j| props[j].key.get(pos) == Some(&b));
                 // The closing quote: keys differ, so this one alone.
@@ -407,7 +427,7 @@ impl SchemaState {
             }
             (Lex::AfterValue, b',') if self.depth > 0 => {
                 self.lex = match s.node(self.top().node) {
-                    Node::Object { .. } if self.key_cands(s) != 0 => Lex::ObjNext,
+                    Node::Object { .. } | Node::Tagged { .. } if self.key_cands(s) != 0 => Lex::ObjNext,
                     &Node::Map { values } if self.fits(s, values) => Lex::ObjNext,
                     &Node::Array { items, max, .. } if self.top().pos < max && self.fits(s, items) => {
                         Lex::Value { node: items }

@@ -198,7 +198,12 @@ fn unions_of_objects_told_apart_by_their_first_property() {
         (
             json!({"anyOf": [{"type": "object", "properties": {"a": {}}, "required": ["a"]},
             {"type": "object", "properties": {"a": {}, "b": {}}, "required": ["a"]}]}),
-            "\"a\"",
+            "no property past those they share",
+        ),
+        (
+            json!({"anyOf": [{"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]},
+            {"type": "object", "properties": {"a": {"type": "integer"}, "b": {}}, "required": ["a", "b"]}]}),
+            "\"a\" without a different const",
         ),
         (
             json!({"anyOf": [{"type": "object", "properties": {"a": {"const": 1}}},
@@ -207,7 +212,7 @@ fn unions_of_objects_told_apart_by_their_first_property() {
         ),
     ] {
         let err = Schema::compile(&schema).unwrap_err();
-        assert!(err.contains("first property") && err.contains(want), "{err}");
+        assert!(err.contains("tells them apart") && err.contains(want), "{err}");
     }
     // oneOf: no value may fit two alternatives (names alone, or a shared value, could).
     let obj = |k: &str| json!({"type": "object", "properties": {k: {"type": "string"}}, "required": [k]});
@@ -229,6 +234,37 @@ fn unions_of_objects_told_apart_by_their_first_property() {
     let s = compile(actions());
     let spaced = format!("{{\"action\":{{\"kind\":{}\"search\" ,\"query\":\"q\"}}}}", " ".repeat(16));
     assert!(accepts(&s, &spaced), "{spaced}");
+}
+
+/// Objects that begin alike (required properties of one name and schema)
+/// are told apart by the first property after those.
+#[test]
+fn unions_of_objects_that_begin_alike() {
+    let obj = |props: Value, required: &[&str]| json!({"type": "object", "properties": props, "required": required});
+    let cat = obj(
+        json!({"name": {"type": "string"}, "age": {"type": "integer"}, "meows": {"type": "boolean"}}),
+        &["name", "age", "meows"],
+    );
+    let dog = obj(
+        json!({"name": {"type": "string"}, "age": {"type": "integer"}, "barks": {"type": "boolean"}}),
+        &["name", "age", "barks"],
+    );
+    let s = compile(json!({"anyOf": [cat, dog]}));
+    assert!(accepts(&s, r#"{"name":"Tom","age":3,"meows":true}"#));
+    assert!(accepts(&s, r#"{ "name" : "Rex" , "age" : 5 , "barks" : false }"#));
+    assert_eq!(feed(&s, br#"{"name":"Tom","age":3,"purrs""#).err(), Some(23));
+    assert_eq!(feed(&s, br#"{"age""#).err(), Some(2));
+    assert_eq!(feed(&s, br#"{"name":"Tom"}"#).err(), Some(13));
+    // Alike by reference too; then a const tells them apart, and each goes on its own way.
+    let s = compile(json!({"$defs": {"id": {"type": "string", "format": "uuid"}}, "oneOf": [
+        obj(json!({"id": {"$ref": "#/$defs/id"}, "kind": {"const": "a"}, "x": {"type": "integer"}}), &["id", "kind", "x"]),
+        obj(json!({"id": {"$ref": "#/$defs/id"}, "kind": {"const": "b"}, "y": {"type": "string"}}), &["id", "kind"]),
+    ]}));
+    let id = "123e4567-e89b-12d3-a456-426614174000";
+    assert!(accepts(&s, &format!(r#"{{"id":"{id}","kind":"a","x":1}}"#)));
+    assert!(accepts(&s, &format!(r#"{{"id":"{id}","kind":"b"}}"#)));
+    assert!(feed(&s, format!(r#"{{"id":"{id}","kind":"a","y""#).as_bytes()).is_err());
+    assert!(feed(&s, format!(r#"{{"id":"{id}","kind":"a"}}"#).as_bytes()).is_err());
 }
 
 #[test]
@@ -464,6 +500,14 @@ fn random_walks_never_dead_end_and_end_valid() {
             "when": {"type": "string", "format": "date"},
             "tag": {"type": "string", "pattern": "ab|c\n|é", "minLength": 2, "maxLength": 6}},
             "required": ["code", "when", "tag"]}),
+        json!({"type": "array", "maxItems": 3, "items": {"anyOf": [
+            {"type": "object", "properties": {"n": {"type": "string", "maxLength": 4}, "a": {"type": "integer"},
+                "k": {"const": "x"}, "b": {"type": "boolean"}}, "required": ["n", "a", "k"]},
+            {"type": "object", "properties": {"n": {"type": "string", "maxLength": 4}, "a": {"type": "integer"},
+                "k": {"const": "y"}}, "required": ["n", "a", "k"]},
+            {"type": "object", "properties": {"n": {"type": "string", "maxLength": 4}, "a": {"type": "integer"},
+                "z": {"type": "null"}}, "required": ["n", "a", "z"]}
+        ]}}),
         json!({"type": "array", "minItems": 1, "maxItems": 4, "items": {"anyOf": [
             {"type": "object", "additionalProperties": {"type": ["integer", "null"]}},
             {"enum": ["a", "ab", true, 10, 1]},
