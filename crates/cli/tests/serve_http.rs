@@ -306,5 +306,12 @@ fn echo_scores_the_prompt_as_the_exact_reference_does() {
         assert!(got.starts_with("My pet is a crab: ") && !got.contains('\u{FFFD}'), "{got:?}");
         assert_eq!(got.chars().count(), "My pet is a crab: 🦀".chars().count(), "{got:?}");
     }
+    // Under a grammar, the output starts at a whole character: the
+    // prompt's part of one stays its own.
+    let body = format!(r#"{{"prompt":{cut},"max_tokens":5,"temperature":0,"guided_regex":"(yes|no)"}}"#);
+    let (code, body) = post(b, "/v1/completions", &body);
+    assert_eq!(code, 200, "{body}");
+    let got = json(&body)["choices"][0]["text"].as_str().unwrap().to_string();
+    assert!(got == "yes" || got == "no", "{got:?}");
     assert!(s.terminate().success());
 }

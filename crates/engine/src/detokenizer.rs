@@ -3,6 +3,8 @@
 //! Byte-level tokenizers split characters across tokens (an emoji can take
 //! four tokens), so bytes are buffered until they form whole characters.
 
+use ferrite_loader::tokenizer::Tokenizer;
+
 /// Turns a stream of token byte strings into text without ever emitting half
 /// a character. Holds at most the 3 bytes of an unfinished character.
 #[derive(Clone, Debug, Default)]
@@ -19,6 +21,17 @@ impl IncrementalDetokenizer {
     /// prompt's (`Tokenizer::unfinished_tail`).
     pub fn resuming(pending: Vec<u8>) -> Self {
         Self { pending }
+    }
+
+    /// For the output after `prompt`: it finishes the character the prompt
+    /// stops inside of (a prompt of token ids may), unless the output is
+    /// `constrained` (a grammar's output starts at a whole character, so
+    /// those bytes would never be finished).
+    pub fn after(tok: &Tokenizer, prompt: &[u32], constrained: bool) -> Self {
+        if constrained {
+            return Self::new();
+        }
+        Self::resuming(tok.unfinished_tail(prompt))
     }
 
     /// Bytes of the next token; returns the text they complete. Invalid

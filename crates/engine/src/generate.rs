@@ -157,7 +157,7 @@ fn run(
     let first = step_and_pick(runner, seq, PREFILL_CHUNK, &mut sampler, constraint.as_ref(), &req.prompt, &[])?;
     let prefill_time = t0.elapsed();
     let t1 = Instant::now();
-    let mut detok = IncrementalDetokenizer::resuming(tok.unfinished_tail(&req.prompt));
+    let mut detok = IncrementalDetokenizer::after(tok, &req.prompt, req.format.is_some());
     let mut stops = StopChecker::new(req.stop.clone());
     let mut generated: Vec<u32> = Vec::new();
     let mut text = String::new();

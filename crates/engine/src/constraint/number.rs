@@ -4,10 +4,13 @@
 //!
 //! An integer's bounds and digits are integers. A `number`'s are integers
 //! in units of 10^-[`DECIMALS`]: a bounded number is written with at most
-//! that many fraction digits, fewer than 21 integer digits and no exponent
-//! (every value within its bounds can be so written, to that precision), so
-//! that the values each prefix can still reach form intervals that exact
-//! integer arithmetic compares with the bounds.
+//! that many fraction digits and no exponent (every value within its
+//! bounds can be so written, to that precision). Either has fewer than 38
+//! digits in all (a number's integer part fewer than 20), so that the
+//! values each prefix can still reach form intervals that exact integer
+//! arithmetic compares with the bounds, and bounds past that are clamped
+//! to it. A schema's bounds are the doubles its numbers parse to, as
+//! validators compare them.
 
 use serde_json::{Map, Value};
 
@@ -15,8 +18,8 @@ use super::lex::Num;
 
 /// Most fraction digits a bounded `number` may have.
 pub(crate) const DECIMALS: u32 = 18;
-/// A bounded `number`'s integer part stays below this.
-const MAX_INT_PART: u128 = 10u128.pow(20);
+/// A bounded value's magnitude, in its units, stays below this.
+const LIMIT: u128 = 10u128.pow(38);
 /// The keywords that bound numbers.
 pub(crate) const BOUNDS: [&str; 4] = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 
@@ -60,9 +63,7 @@ impl NumPos {
         let scale = if integer { 0 } else { DECIMALS };
         let digit = b.wrapping_sub(b'0') as u128;
         let (mag, frac) = match next {
-            // (An integer's digits saturate: past every bound.)
-            Num::Int if integer => (self.mag.saturating_mul(10).saturating_add(digit), 0),
-            Num::Int => (Some(self.mag * 10 + digit).filter(|&m| m < MAX_INT_PART)?, 0),
+            Num::Int => (self.mag.checked_mul(10).map(|m| m + digit).filter(|&m| m < int_limit(scale))?, 0),
             Num::Zero => (0, 0),
             Num::Dot => (self.mag * 10u128.pow(scale), 0),
             Num::Frac if u32::from(self.frac) < scale => {
@@ -104,10 +105,10 @@ impl NumPos {
                     if first > mhi {
                         return false;
                     }
-                    if meets(first, first.saturating_add(span.saturating_mul(unit)) - 1) {
+                    if meets(first, first + span * unit - 1) {
                         return true;
                     }
-                    if scale > 0 && int_part * 10 >= MAX_INT_PART {
+                    if int_part >= int_limit(scale) / 10 {
                         return false;
                     }
                     match (int_part.checked_mul(10), span.checked_mul(10)) {
@@ -126,14 +127,19 @@ impl NumPos {
     }
 }
 
-/// A magnitude as an i128 (saturating: past every bound).
-fn signed(mag: u128) -> i128 {
-    mag.min(i128::MAX as u128) as i128
+/// The integer parts a bounded value may have are below this.
+fn int_limit(scale: u32) -> u128 {
+    LIMIT / 10u128.pow(scale)
 }
 
-/// An integer part's digits in units of 10^-scale (saturating).
+/// A magnitude (below `LIMIT`) as an i128.
+fn signed(mag: u128) -> i128 {
+    mag as i128
+}
+
+/// An integer part's digits in units of 10^-scale.
 fn scaled(mag: u128, scale: u32) -> i128 {
-    signed(mag).saturating_mul(10i128.pow(scale))
+    signed(mag) * 10i128.pow(scale)
 }
 
 /// A node's bounds from `minimum`, `maximum` and their exclusive forms, in
@@ -154,10 +160,17 @@ pub(crate) fn bounds(m: &Map<String, Value>, scale: u32, at: &str) -> Result<Opt
             _ => hi = hi.min(if exact { down.saturating_sub(1) } else { down }),
         }
     }
-    if lo > hi {
-        let what = if scale == 0 { "integer" } else { "number" };
+    // (Past what can be written, bounds are clamped to it.)
+    let most = LIMIT as i128 - 1;
+    if lo.max(-most) > hi.min(most) {
+        let what = match scale {
+            0 if lo <= hi => "integer of at most 38 digits".to_string(),
+            0 => "integer".to_string(),
+            _ => format!("number below 10^20 with at most {DECIMALS} decimals"),
+        };
         return Err(format!("{at}: no {what} lies within its bounds"));
     }
+    let (lo, hi) = (lo.max(-most), hi.min(most));
     Ok(any.then_some((lo, hi)))
 }
 

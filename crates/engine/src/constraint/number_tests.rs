@@ -27,7 +27,7 @@ fn bounds_round_inward_and_refuse_empty_ranges() {
     let b = |doc| bounds_of(doc, DECIMALS).unwrap().unwrap();
     assert_eq!(b(serde_json::json!({"minimum": 0, "maximum": 1})), (0, unit));
     assert_eq!(b(serde_json::json!({"exclusiveMinimum": 0, "exclusiveMaximum": 1})), (1, unit - 1));
-    assert_eq!(b(serde_json::json!({"exclusiveMinimum": 1e-30})), (1, i128::MAX));
+    assert_eq!(b(serde_json::json!({"exclusiveMinimum": 1e-30})), (1, 10i128.pow(38) - 1));
     assert_eq!(
         bounds_of(serde_json::json!({"minimum": 2.5, "maximum": 2.9}), 0).unwrap_err(),
         "#: no integer lies within its bounds"
@@ -35,6 +35,27 @@ fn bounds_round_inward_and_refuse_empty_ranges() {
     assert!(bounds_of(serde_json::json!({"minimum": 1, "exclusiveMaximum": 1}), DECIMALS).is_err());
     assert!(bounds_of(serde_json::json!({"minimum": "1"}), DECIMALS).is_err());
     assert_eq!(bounds_of(serde_json::json!({"title": "x"}), DECIMALS), Ok(None));
+    // Bounds past what can be written: clamped, or nothing within.
+    for doc in [serde_json::json!({"minimum": 1e20}), serde_json::json!({"maximum": -1e25})] {
+        assert!(bounds_of(doc, DECIMALS).unwrap_err().contains("below 10^20"));
+    }
+    assert!(bounds_of(serde_json::json!({"minimum": 1e39}), 0).unwrap_err().contains("38 digits"));
+    let most = 10i128.pow(38) - 1;
+    assert_eq!(b(serde_json::json!({"maximum": 1e300, "minimum": -1e300})), (-most, most));
+    // The largest integer part and the most digits may still be written, no more.
+    let b = bounds_of(serde_json::json!({"minimum": 0}), DECIMALS).unwrap();
+    let walk = |text: &str, scale: u32, integer: bool, b| {
+        let bytes = text.as_bytes();
+        let mut p = NumPos::start(bytes[0], scale, b);
+        for &c in &bytes[1..] {
+            p = p.and_then(|p| p.step(c, integer, b));
+        }
+        p.is_some_and(|p| p.ends_within(scale, b))
+    };
+    assert!(walk(&"9".repeat(20), DECIMALS, false, b) && !walk(&"9".repeat(21), DECIMALS, false, b));
+    let b = bounds_of(serde_json::json!({"maximum": 1e300}), 0).unwrap();
+    assert!(walk(&"9".repeat(38), 0, true, b) && !walk(&"1".repeat(39), 0, true, b));
+    assert!(walk(&format!("-{}", "9".repeat(38)), 0, true, b));
 }
 
 /// Whether `text` is a JSON number whose value (as a float) is within `lo..=hi`.

@@ -57,6 +57,7 @@ pub enum PatternUse {
 
 /// A compiled pattern: a byte DFA and, per state and length so far,
 /// whether a match can still be completed.
+#[derive(PartialEq)]
 pub struct Pattern {
     /// The next state, `next[256 * state + byte]`, or [`DEAD`].
     next: Vec<u32>,

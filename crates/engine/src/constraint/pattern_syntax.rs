@@ -316,6 +316,10 @@ pub fn format_pattern(format: &str) -> Option<String> {
     const TIME: &str = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
     const OCTET: &str = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
     const LABEL: &str = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+    // (A top-level label starts with a letter: never all digits.)
+    const TOP: &str = "[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+    // RFC 3986's unreserved characters and sub-delimiters, in a class.
+    const URI_CHARS: &str = r"A-Za-z0-9\-._~!$&'()*+,;=";
     const ATOM: &str = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]";
     let date = format!("({YEAR}-{MONTH_DAY}|{LEAP}-02-29)");
     Some(match format {
@@ -328,7 +332,7 @@ pub fn format_pattern(format: &str) -> Option<String> {
         // `::`; no IPv4 tail, no zone.)
         "ipv6" => {
             let h = "[0-9a-fA-F]{1,4}";
-            // (l groups before the `::`, at most 6 - l after it.)
+            // (l groups before the `::`, at most 7 - l after it.)
             let shortened = (0..=7)
                 .map(|l: usize| match l {
                     0 => format!("::({h}(:{h}){{0,6}})?"),
@@ -340,15 +344,29 @@ pub fn format_pattern(format: &str) -> Option<String> {
             format!("^(({h}:){{7}}{h}|{shortened})$")
         }
         // RFC 1123 host names: labels of 1-63 letters, digits and inner
-        // hyphens (the whole's 253 characters by `format_max_len`).
-        "hostname" => format!("^{LABEL}(\\.{LABEL})*$"),
+        // hyphens, the last starting with a letter (the whole's 253
+        // characters by `format_max_len`).
+        "hostname" => format!("^({LABEL}\\.)*{TOP}$"),
         // An address as email validators take it: a dot-atom local part at
-        // a domain name whose last label is letters (the local part's 64
-        // characters are not enforced; the whole's 254 by `format_max_len`).
-        "email" => format!("^{ATOM}+(\\.{ATOM}+)*@({LABEL}\\.)+[A-Za-z]{{2,63}}$"),
-        // RFC 3986: a scheme, then its characters (unreserved, reserved,
-        // and %-escapes of two hex digits).
-        "uri" => r"^[A-Za-z][A-Za-z0-9+.\-]*:([A-Za-z0-9\-._~!$&'()*+,;=:@/?#\[\]]|%[0-9A-Fa-f]{2})+$".into(),
+        // a domain name whose last label is letters or punycode (the local
+        // part's 64 characters are not enforced; the whole's 254 by
+        // `format_max_len`).
+        "email" => {
+            format!("^{ATOM}+(\\.{ATOM}+)*@({LABEL}\\.)+([A-Za-z]{{2,63}}|xn--[A-Za-z0-9-]{{0,58}}[A-Za-z0-9])$")
+        }
+        // RFC 3986's URI: a scheme, a hierarchical part (an authority of
+        // user, registered name and port, or a path), a query, a fragment;
+        // no IP literals.
+        "uri" => {
+            let pct = "%[0-9A-Fa-f]{2}";
+            let pchar = format!("([{URI_CHARS}:@]|{pct})");
+            let user = format!("([{URI_CHARS}:]|{pct})*@");
+            let authority = format!("({user})?([{URI_CHARS}]|{pct})*(:[0-9]*)?");
+            let segments = format!("(/{pchar}*)*");
+            let hier = format!("(//{authority}{segments}|/({pchar}+{segments})?|{pchar}+{segments})");
+            let tail = format!("([{URI_CHARS}:@/?]|{pct})*");
+            format!("^[A-Za-z][A-Za-z0-9+.\\-]*:{hier}(\\?{tail})?(#{tail})?$")
+        }
         _ => return None,
     })
 }

@@ -191,15 +191,20 @@ fn formats_fix_their_shapes() {
     assert!(matches(&host, "a-b.example.com") && matches(&host, "x"));
     assert!(!matches(&host, "-a.com") && !matches(&host, "a-.com") && !matches(&host, "a..com"));
     assert!(!matches(&host, &format!("{}.com", "a".repeat(64))));
+    assert!(!matches(&host, "1.2.3.4") && matches(&host, "a1.b2.xn--p1ai"));
     let email = p("email");
     assert!(matches(&email, "jane.doe+tag@mail.example.org") && matches(&email, "o'neil@x.io"));
+    assert!(matches(&email, "a@b.xn--p1ai"));
     for bad in ["jane@localhost", ".jane@x.io", "jane.@x.io", "ja..ne@x.io", "jane@x.1o", "@x.io"] {
         assert!(!matches(&email, bad), "{bad}");
     }
     let uri = p("uri");
     assert!(matches(&uri, "https://example.com/a?b=c#d") && matches(&uri, "urn:isbn:0451450523"));
-    assert!(matches(&uri, "http://[::1]:80/%20x"));
-    for bad in ["example.com", "1http://x", "http://a b", "http://x/%2", "http:"] {
+    assert!(matches(&uri, "http://user:pw@host:80/%20x/y?q=1&r=/a?#frag/x") && matches(&uri, "file:///etc/hosts"));
+    assert!(matches(&uri, "mailto:jane@example.org") && matches(&uri, "a:/b"));
+    let bad =
+        ["example.com", "1http://x", "http://a b", "http://x/%2", "http:", "a:#b#c", "http://x/[", "http://x:abc/"];
+    for bad in bad {
         assert!(!matches(&uri, bad), "{bad}");
     }
 }

@@ -99,7 +99,8 @@ pub(crate) enum Node {
         max: u32,
         pattern: Option<u16>,
     },
-    /// A number; an integer within `bounds` (inclusive) if any.
+    /// A number (an integer if `integer`), within `bounds` (inclusive, in
+    /// units of 10^-scale: `number::DECIMALS` for a number) if any.
     Number {
         integer: bool,
         bounds: Option<(i128, i128)>,
@@ -167,7 +168,7 @@ impl Schema {
                 format!("the schema nests containers deeper than {MAX_FRAMES}")
             });
         }
-        tag_objects(&mut c.nodes)?;
+        tag_objects(&mut c.nodes, &c.patterns)?;
         let first = (0..c.nodes.len()).map(|i| first_bytes(&c.nodes, i)).collect();
         let s = Schema { nodes: c.nodes, root, raw: false, min_depth, first, patterns: c.patterns };
         s.check_unions()?;
@@ -684,7 +685,7 @@ fn through_refs(nodes: &[Node], mut n: u16) -> u16 {
 /// past those they share tells its objects apart: required in each, and of
 /// different names, or of one name with a different single `const` (or
 /// one-value `enum`) each.
-fn tag_objects(nodes: &mut [Node]) -> Result<(), String> {
+fn tag_objects(nodes: &mut [Node], patterns: &[Pattern]) -> Result<(), String> {
     let refuse = |why: String| {
         Err(format!(
             "anyOf/oneOf of objects is supported when a property after those they share tells them apart: {why}"
@@ -699,7 +700,7 @@ fn tag_objects(nodes: &mut [Node]) -> Result<(), String> {
             };
             props.push(p);
         }
-        let shared = shared_props(nodes, &props);
+        let shared = shared_props(nodes, patterns, &props);
         let mut firsts: Vec<(&[u8], Option<Vec<u8>>)> = Vec::new();
         for ps in &props {
             let Some(p) = ps.get(shared) else {
@@ -734,44 +735,50 @@ fn tag_objects(nodes: &mut [Node]) -> Result<(), String> {
 
 /// How many leading properties every object of a union has alike: required,
 /// of one name, of one schema.
-fn shared_props(nodes: &[Node], props: &[&[Prop]]) -> usize {
-    let same = |j: usize| {
+fn shared_props(nodes: &[Node], patterns: &[Pattern], props: &[&[Prop]]) -> usize {
+    let mut seen = HashMap::new();
+    let mut same = |j: usize| {
         let p = &props[0][j];
         props.iter().all(|ps| {
-            ps.get(j).is_some_and(|q| q.required && q.key == p.key && alike(nodes, q.node, p.node, MAX_ALIKE_DEPTH))
+            ps.get(j).is_some_and(|q| q.required && q.key == p.key && alike(nodes, patterns, q.node, p.node, &mut seen))
         })
     };
     (0..props[0].len()).take_while(|&j| same(j)).count()
 }
 
-/// How deep `alike` compares nodes before it calls them different.
-const MAX_ALIKE_DEPTH: usize = 8;
-
-/// Whether two nodes take the same values (compared structurally to
-/// `depth` levels; deeper, different).
-fn alike(nodes: &[Node], a: u16, b: u16, depth: usize) -> bool {
+/// Whether two nodes take the same values, compared structurally. `seen`
+/// holds each pair's answer once known, and `true` while it is being
+/// compared (a cycle of references alike so far is alike), so that each
+/// pair is compared once.
+fn alike(nodes: &[Node], patterns: &[Pattern], a: u16, b: u16, seen: &mut HashMap<(u16, u16), bool>) -> bool {
     let (a, b) = (through_refs(nodes, a), through_refs(nodes, b));
     if a == b {
         return true;
     }
-    let Some(depth) = depth.checked_sub(1) else { return false };
-    let all_alike =
-        |x: &[u16], y: &[u16]| x.len() == y.len() && x.iter().zip(y).all(|(&x, &y)| alike(nodes, x, y, depth));
-    match (&nodes[a as usize], &nodes[b as usize]) {
+    if let Some(&known) = seen.get(&(a, b)) {
+        return known;
+    }
+    seen.insert((a, b), true);
+    let mut pair = |x: u16, y: u16| alike(nodes, patterns, x, y, seen);
+    let same = match (&nodes[a as usize], &nodes[b as usize]) {
         (Node::Object { props: x }, Node::Object { props: y }) => {
             x.len() == y.len()
-                && x.iter()
-                    .zip(y)
-                    .all(|(p, q)| p.key == q.key && p.required == q.required && alike(nodes, p.node, q.node, depth))
+                && x.iter().zip(y).all(|(p, q)| p.key == q.key && p.required == q.required && pair(p.node, q.node))
         }
-        (&Node::Map { values: x }, &Node::Map { values: y }) => alike(nodes, x, y, depth),
+        (&Node::Map { values: x }, &Node::Map { values: y }) => pair(x, y),
         (&Node::Array { items: x, min, max }, &Node::Array { items: y, min: m2, max: x2 }) => {
-            (min, max) == (m2, x2) && alike(nodes, x, y, depth)
+            (min, max) == (m2, x2) && pair(x, y)
         }
-        (Node::Union(x), Node::Union(y)) => all_alike(x, y),
+        (Node::Union(x), Node::Union(y)) => x.len() == y.len() && x.iter().zip(y).all(|(&x, &y)| pair(x, y)),
+        // (Patterns compiled from one source have one table.)
+        (&Node::String { min, max, pattern: Some(p) }, &Node::String { min: m2, max: x2, pattern: Some(q) }) => {
+            (min, max) == (m2, x2) && patterns[p as usize] == patterns[q as usize]
+        }
         (Node::Tagged { .. }, _) | (_, Node::Tagged { .. }) => false,
         (x, y) => x == y,
-    }
+    };
+    seen.insert((a, b), same);
+    same
 }
 
 /// The fewest containers a value of each node opens (a fixed point from

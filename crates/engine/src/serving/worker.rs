@@ -141,7 +141,7 @@ impl Worker {
                 let a = Active {
                     tx,
                     sampler: Sampler::new(req.sampling.clone()),
-                    detok: IncrementalDetokenizer::resuming(self.tokenizer.unfinished_tail(&req.prompt)),
+                    detok: IncrementalDetokenizer::after(&self.tokenizer, &req.prompt, req.format.is_some()),
                     stops: StopChecker::new(req.stop.clone()),
                     constraint,
                     generated: Vec::new(),

@@ -198,19 +198,22 @@ impl HfTokenizer {
         catch_panic(|| self.tok.decode(&known, skip_special)).ok().and_then(std::result::Result::ok).unwrap_or_default()
     }
 
-    /// `decode` without the U+FFFD its decoder writes for the `unfinished`
-    /// bytes at the end: one for the byte-level decoder, one a byte for
-    /// SentencePiece's byte fallback.
+    /// `decode` without the `unfinished` bytes at the end. SentencePiece's
+    /// byte fallback writes a run of byte tokens that is not UTF-8 as one
+    /// U+FFFD a byte, whole characters of the run included, so its
+    /// unfinished byte tokens are left out before decoding; the byte-level
+    /// decoder writes one U+FFFD for them, which is dropped.
     pub fn decode_finished(&self, ids: &[u32], unfinished: usize) -> String {
+        if unfinished == 0 {
+            return self.decode(ids, false);
+        }
+        let byte_tokens = ids.iter().rev().take(unfinished).all(|&id| self.token_bytes(id).len() == 1);
+        if matches!(self.style, PieceStyle::SentencePiece(_)) && byte_tokens && ids.len() >= unfinished {
+            return self.decode(&ids[..ids.len() - unfinished], false);
+        }
         let mut text = self.decode(ids, false);
-        let marks = match self.style {
-            PieceStyle::SentencePiece(_) => unfinished,
-            _ => unfinished.min(1),
-        };
-        for _ in 0..marks {
-            if text.ends_with(char::REPLACEMENT_CHARACTER) {
-                text.pop();
-            }
+        if text.ends_with(char::REPLACEMENT_CHARACTER) {
+            text.pop();
         }
         text
     }

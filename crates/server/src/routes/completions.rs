@@ -38,8 +38,10 @@ pub async fn completions(
             (_, false) => None,
             (convert::Prompt::Text(t), true) => Some(t.clone()),
             // A character the ids stop inside of comes whole in the output,
-            // if there is one.
-            (convert::Prompt::Tokens(ids), true) if settings.max_tokens != Some(0) => Some(tok.decode_finished(ids)),
+            // if there is one (and no grammar: `IncrementalDetokenizer::after`).
+            (convert::Prompt::Tokens(ids), true) if settings.max_tokens != Some(0) && settings.format.is_none() => {
+                Some(tok.decode_finished(ids))
+            }
             (convert::Prompt::Tokens(ids), true) => Some(tok.decode(ids, false)),
         };
         let ids = prompt::completion_ids(tok, input)?;
