@@ -290,7 +290,10 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
     const bool live = pick_tile(tile, w, y, m, w1, w2, y1, y2, m1, m2, which);
     if (!live) tile = 0, w = w0, y = y0, m = m0;
     which += which0;
-#ifdef SB_MAJOR  // (measurement aid: read as if super-block s of every tile were stored together; outputs wrong)
+    // (SB_MAJOR, a measurement aid: read as if super-block s of every tile were
+    // stored together, outputs wrong; on an H100 1.010 of the defaults, the
+    // H200 not yet measured, fifty-third session.)
+#ifdef SB_MAJOR
     const u32 sb_stride = (m + 15) / 16 * KT::block;
     const u8* tw = w + (u64)tile * KT::block;
 #else
