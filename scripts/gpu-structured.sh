@@ -2,7 +2,7 @@
 # Structured outputs on a GPU: SmolLM2 (GGUF, at $1) through `ferrite run
 # --device cuda --json-schema` and through `serve --device cuda` with
 # json_schema (a pattern and a date among its properties), guided_choice,
-# guided_regex and plain requests in flight together (the
+# guided_regex, guided_grammar and plain requests in flight together (the
 # constrained ones sample on the host, the others on the device). Each
 # output is checked to parse as the schema asks. Usage:
 #   scripts/gpu-structured.sh MODEL.gguf   (BIN from scripts/gpu-bin.sh)
@@ -38,7 +38,7 @@ def post(body):
     return json.loads(urllib.request.urlopen(req).read())["choices"][0]
 def ask(i):
     msgs = [{"role": "user", "content": f"Describe cat number {i} as JSON."}]
-    kind = i % 4
+    kind = i % 5
     body = {"messages": msgs, "max_tokens": 200, "temperature": 0.7, "seed": i}
     if kind == 0:
         body["response_format"] = {"type": "json_schema", "json_schema": {"name": "cat", "schema": schema}}
@@ -46,6 +46,8 @@ def ask(i):
         body["guided_choice"] = ["yes", "no", "maybe"]
     elif kind == 2:
         body["guided_regex"] = r"(Yes|No), [0-9]{1,2}\."
+    elif kind == 3:
+        body["guided_grammar"] = 'root ::= "[" item (", " item)* "]"\nitem ::= [a-z]+ | root'
     c = post(body)
     text = c["message"]["content"]
     if kind == 0:
@@ -56,10 +58,18 @@ def ask(i):
         assert text in ("yes", "no", "maybe"), text
     elif kind == 2:
         assert re.fullmatch(r"(Yes|No), [0-9]{1,2}\.", text), text
+    elif kind == 3:
+        # (A reply cut by max_tokens is a prefix of a sentence.)
+        depth = 0
+        for ch in text:
+            depth += {"[": 1, "]": -1}.get(ch, 0)
+            assert depth >= 0 and (ch.islower() or ch in "[], "), text
+        assert text.startswith("[") and (depth == 0) == (c["finish_reason"] == "stop"), text
     return kind, c["finish_reason"]
 with concurrent.futures.ThreadPoolExecutor(24) as pool:
-    results = list(pool.map(ask, range(48)))
-print(f"serve on {device}, 48 concurrent (12 json_schema, 12 guided_choice, 12 guided_regex, 12 plain): all valid;",
+    results = list(pool.map(ask, range(50)))
+print(f"serve on {device}, 50 concurrent (10 each: json_schema, guided_choice, guided_regex, guided_grammar,",
+      "plain): all valid;",
       "finish reasons", sorted(set(results)))
 PY
 rc=$?

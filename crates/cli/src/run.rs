@@ -29,26 +29,42 @@ pub struct RunArgs {
     #[arg(long)]
     pub raw: bool,
     /// Constrain each reply to one JSON object.
-    #[arg(long, conflicts_with_all = ["json_schema", "regex"])]
+    #[arg(long, group = "format")]
     pub json: bool,
     /// Constrain each reply to a value of the JSON Schema in this file (the
     /// subset `serve` takes for `json_schema`; see the README).
-    #[arg(long, value_name = "FILE", conflicts_with = "regex")]
+    #[arg(long, value_name = "FILE", group = "format")]
     pub json_schema: Option<PathBuf>,
     /// Constrain each reply to a whole match of this regular expression
     /// (as `serve` takes `guided_regex`; see the README).
-    #[arg(long, value_name = "PATTERN")]
+    #[arg(long, value_name = "PATTERN", group = "format")]
     pub regex: Option<String>,
+    /// Constrain each reply to a sentence of this GBNF grammar (llama.cpp's
+    /// notation, from `root`).
+    #[arg(long, value_name = "GBNF", group = "format")]
+    pub grammar: Option<String>,
+    /// As --grammar, the grammar read from this file.
+    #[arg(long, value_name = "FILE", group = "format")]
+    pub grammar_file: Option<PathBuf>,
 }
 
 impl RunArgs {
-    /// The replies' format, from --json, --json-schema or --regex.
+    /// The replies' format, from --json, --json-schema, --regex or a grammar.
     pub fn output_format(&self) -> Result<Option<OutputFormat>> {
         if self.json {
             return Ok(Some(OutputFormat::Object));
         }
         if let Some(source) = &self.regex {
             return OutputFormat::regex(source).map(Some).map_err(Error::InvalidInput);
+        }
+        if let Some(source) = &self.grammar {
+            return OutputFormat::grammar(source).map(Some).map_err(Error::InvalidInput);
+        }
+        if let Some(path) = &self.grammar_file {
+            let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.display().to_string(), e))?;
+            return OutputFormat::grammar(&text)
+                .map(Some)
+                .map_err(|e| Error::InvalidInput(format!("{}: {e}", path.display())));
         }
         let Some(path) = &self.json_schema else { return Ok(None) };
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path.display().to_string(), e))?;

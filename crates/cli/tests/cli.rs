@@ -139,6 +139,50 @@ fn run_regex_constrains_the_reply() {
     fails(&["run", "smollm2", "--prompt", "x", "--regex", "(a"], &["(a", "unclosed"]);
 }
 
+/// A GBNF grammar (a context-free one: nested lists) constrains the reply,
+/// given inline or from a file; a bad grammar is one clear error.
+#[test]
+fn run_grammar_constrains_the_reply() {
+    let gbnf = "root ::= list
+list ::= \"[\" (item (\", \" item)*)? \"]\"
+item ::= [a-z]+ | list";
+    let prompt = "Write a list of three fruits.";
+    let (out, err) =
+        ok(&["run", "smollm2", "--prompt", prompt, "--grammar", gbnf, "--temperature", "0", "--max-tokens", "60"]);
+    let reply = out.trim_end_matches('\n');
+    assert!(err.contains("finish: stop"), "{err}");
+    // Brackets balance and the words are lowercase letters.
+    let mut depth = 0i32;
+    for c in reply.chars() {
+        depth += match c {
+            '[' => 1,
+            ']' => -1,
+            _ => 0,
+        };
+        assert!(depth >= 0 && (c.is_ascii_lowercase() || "[], ".contains(c)), "{reply:?}");
+    }
+    assert!(depth == 0 && reply.starts_with('['), "{reply:?}");
+    let file = scratch("grammar").join("list.gbnf");
+    std::fs::write(&file, gbnf).unwrap();
+    let (from_file, _) = ok(&[
+        "run",
+        "smollm2",
+        "--prompt",
+        prompt,
+        "--grammar-file",
+        s(&file),
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "60",
+    ]);
+    assert_eq!(from_file, out);
+    fails(&["run", "smollm2", "--prompt", "x", "--grammar", "root ::= root"], &["left-recursive"]);
+    let both = ferrite(&["run", "smollm2", "--prompt", "x", "--grammar", "x", "--regex", "y"]);
+    assert_eq!(both.status.code(), Some(2));
+    assert!(text(&both.stderr).contains("cannot be used with"), "{}", text(&both.stderr));
+}
+
 #[test]
 fn run_max_tokens_one() {
     let (out, err) = ok(&["run", "smollm2", "--prompt", Q, "--max-tokens", "1", "--temperature", "0"]);

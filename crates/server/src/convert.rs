@@ -248,17 +248,20 @@ pub fn logit_bias(v: Option<&Value>, vocab_size: usize) -> Result<Vec<(u32, f32)
 /// object), `{type: "json_schema", json_schema: {schema}}` (a value of that
 /// schema) or `{type: "text"}` (the default); or vLLM's guides:
 /// `guided_json` (a schema, or its text), `guided_choice` (one of these
-/// strings), `guided_regex` (a whole match), or `structured_outputs` with
-/// `json`, `choice` or `regex`.
+/// strings), `guided_regex` (a whole match), `guided_grammar` (a sentence
+/// of a GBNF grammar; llama.cpp's `grammar`), or `structured_outputs` with
+/// `json`, `choice`, `regex` or `grammar`.
 fn output_format(c: &CommonParams) -> Result<Option<OutputFormat>, ApiError> {
     fn given(v: &Option<Value>) -> Option<&Value> {
         v.as_ref().filter(|g| !g.is_null())
     }
-    if given(&c.guided_grammar).is_some() {
-        let msg = "guided_grammar is not supported (guided_json, guided_choice and guided_regex are)";
-        return Err(ApiError::param("guided_grammar", msg));
-    }
     let mut guides = Vec::new();
+    if let Some(v) = given(&c.guided_grammar) {
+        guides.push(("guided_grammar", guided_grammar(v, "guided_grammar")?));
+    }
+    if let Some(v) = given(&c.grammar) {
+        guides.push(("grammar", guided_grammar(v, "grammar")?));
+    }
     if let Some(v) = given(&c.guided_json) {
         guides.push(("guided_json", guided_json(v, "guided_json")?));
     }
@@ -276,7 +279,11 @@ fn output_format(c: &CommonParams) -> Result<Option<OutputFormat>, ApiError> {
             ["json"] => guided_json(&obj["json"], "structured_outputs.json")?,
             ["choice"] => guided_choice(&obj["choice"], "structured_outputs.choice")?,
             ["regex"] => guided_regex(&obj["regex"], "structured_outputs.regex")?,
-            _ => return Err(ApiError::param(param, "structured_outputs takes one of `json`, `choice` and `regex`")),
+            ["grammar"] => guided_grammar(&obj["grammar"], "structured_outputs.grammar")?,
+            _ => {
+                let msg = "structured_outputs takes one of `json`, `choice`, `regex` and `grammar`";
+                return Err(ApiError::param(param, msg));
+            }
         };
         guides.push((param, format));
     }
@@ -306,6 +313,11 @@ fn guided_choice(v: &Value, param: &str) -> Result<OutputFormat, ApiError> {
     let choices = choices.ok_or_else(|| ApiError::param(param, format!("{param} must be a list of strings")))?;
     let schema = Schema::choice(&choices).map_err(|e| ApiError::param(param, e))?;
     Ok(OutputFormat::Schema(Arc::new(schema)))
+}
+
+fn guided_grammar(v: &Value, param: &str) -> Result<OutputFormat, ApiError> {
+    let source = v.as_str().ok_or_else(|| ApiError::param(param, format!("{param} must be a string")))?;
+    OutputFormat::grammar(source).map_err(|e| ApiError::param(param, e))
 }
 
 fn guided_regex(v: &Value, param: &str) -> Result<OutputFormat, ApiError> {

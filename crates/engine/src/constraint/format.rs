@@ -1,9 +1,10 @@
 //! What a sequence's output must be (one JSON object, a value of a JSON
-//! Schema, or a match of a regular expression), and the constraint that
-//! keeps it so, step by step.
+//! Schema, a match of a regular expression, or a sentence of a grammar),
+//! and the constraint that keeps it so, step by step.
 
 use std::sync::Arc;
 
+use super::gbnf_run::Gbnf;
 use super::json::{AnyObject, JsonVocab, State};
 use super::pattern::{Pattern, PatternUse};
 use super::schema::Schema;
@@ -19,6 +20,8 @@ pub enum OutputFormat {
     Schema(Arc<Schema>),
     /// A whole match of this pattern (vLLM's `guided_regex`).
     Regex(Arc<Pattern>),
+    /// A sentence of this GBNF grammar (vLLM's `guided_grammar`).
+    Grammar(Arc<Gbnf>),
 }
 
 impl OutputFormat {
@@ -31,6 +34,11 @@ impl OutputFormat {
     pub fn regex(source: &str) -> Result<OutputFormat, String> {
         Pattern::new(source, PatternUse::Whole).map(|p| OutputFormat::Regex(Arc::new(p)))
     }
+
+    /// A sentence of the GBNF grammar `source`, or why it cannot be.
+    pub fn grammar(source: &str) -> Result<OutputFormat, String> {
+        Gbnf::new(source).map(|g| OutputFormat::Grammar(Arc::new(g)))
+    }
 }
 
 /// Formats are equal when they are the same format (a schema: the same
@@ -41,6 +49,7 @@ impl PartialEq for OutputFormat {
             (OutputFormat::Object, OutputFormat::Object) => true,
             (OutputFormat::Schema(a), OutputFormat::Schema(b)) => Arc::ptr_eq(a, b),
             (OutputFormat::Regex(a), OutputFormat::Regex(b)) => Arc::ptr_eq(a, b),
+            (OutputFormat::Grammar(a), OutputFormat::Grammar(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
@@ -56,6 +65,7 @@ enum Inner {
     // (Boxed: a schema's state holds its stack of frames.)
     Schema(Box<GrammarConstraint<Schema>>),
     Regex(GrammarConstraint<Pattern>),
+    Grammar(GrammarConstraint<Gbnf>),
 }
 
 impl Constraint {
@@ -66,6 +76,7 @@ impl Constraint {
                 Inner::Schema(Box::new(GrammarConstraint::new(vocab, schema.clone(), SchemaState::start(schema))))
             }
             OutputFormat::Regex(p) => Inner::Regex(GrammarConstraint::new(vocab, p.clone(), p.start())),
+            OutputFormat::Grammar(g) => Inner::Grammar(GrammarConstraint::new(vocab, g.clone(), g.start())),
         })
     }
 
@@ -76,6 +87,7 @@ impl Constraint {
             Inner::Object(c) => c.mask(logits),
             Inner::Schema(c) => c.mask(logits),
             Inner::Regex(c) => c.mask(logits),
+            Inner::Grammar(c) => c.mask(logits),
         }
     }
 
@@ -86,6 +98,7 @@ impl Constraint {
             Inner::Object(c) => c.advance(token),
             Inner::Schema(c) => c.advance(token),
             Inner::Regex(c) => c.advance(token),
+            Inner::Grammar(c) => c.advance(token),
         }
     }
 
@@ -95,6 +108,7 @@ impl Constraint {
             Inner::Object(c) => c.is_complete(),
             Inner::Schema(c) => c.is_complete(),
             Inner::Regex(c) => c.is_complete(),
+            Inner::Grammar(c) => c.is_complete(),
         }
     }
 }

@@ -40,13 +40,15 @@ pub struct CommonParams {
     pub guided_json: Option<Value>,
     /// Extension (as vLLM): the output is exactly one of these strings.
     pub guided_choice: Option<Value>,
-    /// vLLM's newer form of the guides: `{"json": schema}`, `{"choice": [...]}`
-    /// or `{"regex": pattern}`.
+    /// vLLM's newer form of the guides: `{"json": schema}`, `{"choice": [...]}`,
+    /// `{"regex": pattern}` or `{"grammar": gbnf}`.
     pub structured_outputs: Option<Value>,
     /// Extension (as vLLM): the output is a whole match of this pattern.
     pub guided_regex: Option<Value>,
-    /// vLLM's grammar guide, refused by name.
+    /// Extension (as vLLM): the output is a sentence of this GBNF grammar.
     pub guided_grammar: Option<Value>,
+    /// llama.cpp's server's name for `guided_grammar`.
+    pub grammar: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -322,8 +322,8 @@ async fn chat_prompt_endings() {
 }
 
 /// Structured outputs: OpenAI's `json_schema` response format and vLLM's
-/// `guided_json` (a schema or its text) and `guided_regex` reach the engine
-/// compiled; a schema or pattern the grammar cannot enforce is a 400
+/// `guided_json` (a schema or its text), `guided_regex` and the grammars
+/// reach the engine compiled; a schema or pattern the grammar cannot enforce is a 400
 /// naming the keyword.
 #[tokio::test]
 async fn json_schema_reaches_the_engine() {
@@ -361,13 +361,27 @@ async fn json_schema_reaches_the_engine() {
         assert_eq!(r.status, StatusCode::OK, "{body}: {}", r.text());
         assert!(matches!(fake.requests().last().unwrap().format, Some(OutputFormat::Regex(_))), "{body}");
     }
+    // GBNF grammars: vLLM's names and llama.cpp's.
+    for body in [
+        json!({"prompt": "x", "guided_grammar": "root ::= (\"yes\" | \"no\") \".\""}),
+        json!({"prompt": "x", "structured_outputs": {"grammar": "root ::= [0-9]+"}}),
+        json!({"messages": user("x"), "grammar": "root ::= item+\nitem ::= \"- \" [a-z]+ \"\\n\""}),
+    ] {
+        let path = if body.get("messages").is_some() { "/v1/chat/completions" } else { "/v1/completions" };
+        let r = post(&app, path, body.clone()).await;
+        assert_eq!(r.status, StatusCode::OK, "{body}: {}", r.text());
+        assert!(matches!(fake.requests().last().unwrap().format, Some(OutputFormat::Grammar(_))), "{body}");
+    }
     for (body, param) in [
         (json!({"prompt": "x", "guided_regex": "(a"}), "guided_regex"),
         (json!({"prompt": "x", "guided_regex": "(?=a)a"}), "guided_regex"),
-        (json!({"prompt": "x", "guided_grammar": "root ::= \"a\""}), "guided_grammar"),
+        (json!({"prompt": "x", "guided_grammar": "root ::= root \"a\""}), "guided_grammar"),
+        (json!({"prompt": "x", "grammar": "start ::= \"a\""}), "grammar"),
+        (json!({"prompt": "x", "guided_grammar": 5}), "guided_grammar"),
         (json!({"prompt": "x", "guided_choice": "yes"}), "guided_choice"),
         (json!({"prompt": "x", "guided_choice": ["a"], "guided_json": schema}), "guided_json"),
-        (json!({"prompt": "x", "structured_outputs": {"grammar": "a"}}), "structured_outputs"),
+        (json!({"prompt": "x", "structured_outputs": {"grammar": "a"}}), "structured_outputs.grammar"),
+        (json!({"prompt": "x", "guided_regex": "a", "grammar": "root ::= \"a\""}), "grammar"),
         (json!({"prompt": "x", "structured_outputs": {"regex": 5}}), "structured_outputs.regex"),
     ] {
         let r = post(&app, "/v1/completions", body.clone()).await;

@@ -1,0 +1,455 @@
+//! Grammars in GBNF, llama.cpp's notation (and what vLLM's `guided_grammar`
+//! takes): `name ::= alternatives` rules over string literals, character
+//! classes, `.`, rule references, groups and the repetitions `*`, `+`, `?`,
+//! `{m}`, `{m,}`, `{m,n}`; `#` comments; the output is a `root`.
+//!
+//! Parsing gives rules of alternatives of sequences of elements (a set of
+//! characters, or a reference), repetitions rewritten as rules; the
+//! automaton that runs them is [`super::gbnf_run`].
+
+use std::collections::HashMap;
+
+/// Longest grammar source accepted.
+const MAX_SOURCE: usize = 65_536;
+/// Most rules, repetitions' included.
+const MAX_RULES: usize = 4096;
+/// Largest count in `{m,n}`.
+const MAX_REPEAT: u32 = 1000;
+
+/// One element of a sequence.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) enum Elem {
+    /// One character within `ranges` (inclusive code points), or outside
+    /// them if `negated`.
+    Chars { ranges: Vec<(u32, u32)>, negated: bool },
+    /// A match of rule `n`.
+    Rule(u32),
+}
+
+impl Elem {
+    pub(crate) fn matches(&self, cp: u32) -> bool {
+        match self {
+            Elem::Chars { ranges, negated } => ranges.iter().any(|&(a, b)| (a..=b).contains(&cp)) != *negated,
+            Elem::Rule(_) => false,
+        }
+    }
+
+    /// Whether some character in `lo..=hi` matches.
+    pub(crate) fn meets(&self, lo: u32, hi: u32) -> bool {
+        let Elem::Chars { ranges, negated } = self else { return false };
+        if !negated {
+            return ranges.iter().any(|&(a, b)| a <= hi && b >= lo);
+        }
+        // Negated: some point of lo..=hi outside every range.
+        let mut sorted: Vec<(u32, u32)> = ranges.clone();
+        sorted.sort_unstable();
+        let mut next = lo;
+        for (a, b) in sorted {
+            if a > next {
+                break;
+            }
+            next = next.max(b.saturating_add(1));
+            if next > hi {
+                return false;
+            }
+        }
+        next <= hi
+    }
+}
+
+/// A parsed grammar: `rules[r]` its alternatives, each a sequence.
+#[derive(Debug)]
+pub(crate) struct Rules {
+    pub rules: Vec<Vec<Vec<Elem>>>,
+    pub root: u32,
+}
+
+/// Parses GBNF `source`, or says where and why it cannot.
+pub(crate) fn parse(source: &str) -> Result<Rules, String> {
+    if source.len() > MAX_SOURCE {
+        return Err(format!("the grammar is longer than {MAX_SOURCE} bytes"));
+    }
+    let mut p = Parser { src: source.as_bytes(), at: 0, names: HashMap::new(), rules: Vec::new(), defined: Vec::new() };
+    p.space(true);
+    while p.at < p.src.len() {
+        let name = p.name().ok_or_else(|| p.error("a rule name"))?;
+        p.space(false);
+        if !p.eat("::=") {
+            return Err(p.error("`::=`"));
+        }
+        let r = p.rule_id(&name)?;
+        if p.defined[r as usize] {
+            return Err(format!("rule `{name}` is defined twice"));
+        }
+        p.defined[r as usize] = true;
+        p.space(true);
+        let alts = p.alternatives(false)?;
+        p.rules[r as usize] = alts;
+        p.space(true);
+    }
+    let Some(&root) = p.names.get("root") else { return Err("the grammar has no `root` rule".into()) };
+    if let Some((name, _)) = p.names.iter().find(|(_, &r)| !p.defined[r as usize]) {
+        return Err(format!("rule `{name}` is used but not defined"));
+    }
+    let rules = Rules { rules: p.rules, root };
+    check_left_recursion(&rules, &p.names)?;
+    Ok(rules)
+}
+
+struct Parser<'a> {
+    src: &'a [u8],
+    at: usize,
+    names: HashMap<String, u32>,
+    rules: Vec<Vec<Vec<Elem>>>,
+    /// Whether each named rule has its `::=` (helper rules count as defined).
+    defined: Vec<bool>,
+}
+
+impl Parser<'_> {
+    fn error(&self, wanted: &str) -> String {
+        let line = self.src[..self.at.min(self.src.len())].iter().filter(|&&b| b == b'\n').count() + 1;
+        let near: String = String::from_utf8_lossy(&self.src[self.at.min(self.src.len())..]).chars().take(20).collect();
+        format!("grammar line {line}: expected {wanted} at {near:?}")
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.src.get(self.at).copied()
+    }
+
+    fn eat(&mut self, s: &str) -> bool {
+        let ok = self.src[self.at..].starts_with(s.as_bytes());
+        if ok {
+            self.at += s.len();
+        }
+        ok
+    }
+
+    /// Skips spaces and comments; newlines too where `newlines`.
+    fn space(&mut self, newlines: bool) {
+        while let Some(b) = self.peek() {
+            match b {
+                b' ' | b'\t' | b'\r' => self.at += 1,
+                b'\n' if newlines => self.at += 1,
+                b'#' => {
+                    while self.peek().is_some_and(|b| b != b'\n') {
+                        self.at += 1;
+                    }
+                }
+                _ => break,
+            }
+        }
+    }
+
+    fn name(&mut self) -> Option<String> {
+        let start = self.at;
+        while self.peek().is_some_and(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+            self.at += 1;
+        }
+        (self.at > start).then(|| String::from_utf8_lossy(&self.src[start..self.at]).into_owned())
+    }
+
+    fn rule_id(&mut self, name: &str) -> Result<u32, String> {
+        if let Some(&r) = self.names.get(name) {
+            return Ok(r);
+        }
+        let r = self.new_rule(Vec::new(), false)?;
+        self.names.insert(name.to_string(), r);
+        Ok(r)
+    }
+
+    fn new_rule(&mut self, alts: Vec<Vec<Elem>>, defined: bool) -> Result<u32, String> {
+        if self.rules.len() >= MAX_RULES {
+            return Err(format!("the grammar needs more than {MAX_RULES} rules"));
+        }
+        self.rules.push(alts);
+        self.defined.push(defined);
+        Ok(self.rules.len() as u32 - 1)
+    }
+
+    /// Whether a new rule starts here (`name ::=`), which ends the one before.
+    fn at_rule_start(&self) -> bool {
+        let mut i = self.at;
+        while self.src.get(i).is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_') {
+            i += 1;
+        }
+        while self.src.get(i).is_some_and(|b| *b == b' ' || *b == b'\t') {
+            i += 1;
+        }
+        i > self.at && self.src[i..].starts_with(b"::=")
+    }
+
+    /// Alternatives up to the end of the rule (or, `nested`, a `)`).
+    fn alternatives(&mut self, nested: bool) -> Result<Vec<Vec<Elem>>, String> {
+        let mut alts = vec![self.sequence(nested)?];
+        loop {
+            self.space(true);
+            if !self.eat("|") {
+                return Ok(alts);
+            }
+            self.space(true);
+            alts.push(self.sequence(nested)?);
+        }
+    }
+
+    fn sequence(&mut self, nested: bool) -> Result<Vec<Elem>, String> {
+        let mut seq = Vec::new();
+        loop {
+            self.space(nested);
+            // Outside parentheses a line break may end the rule: go on only
+            // if what follows is no new rule and no `|` (which `alternatives` takes).
+            if !nested && self.peek() == Some(b'\n') {
+                let save = self.at;
+                self.space(true);
+                if self.at >= self.src.len() || self.at_rule_start() || self.peek() == Some(b'|') {
+                    self.at = save;
+                    return Ok(seq);
+                }
+            }
+            match self.peek() {
+                None | Some(b'|') | Some(b')') => return Ok(seq),
+                _ => {}
+            }
+            let item = self.primary()?;
+            let item = self.repeat(item)?;
+            seq.extend(item);
+        }
+    }
+
+    /// One element (a group becomes a rule of its own), as a sequence.
+    fn primary(&mut self) -> Result<Vec<Elem>, String> {
+        match self.peek() {
+            Some(b'"') => {
+                self.at += 1;
+                let mut seq = Vec::new();
+                loop {
+                    match self.peek() {
+                        None | Some(b'\n') => return Err(self.error("a closing `\"`")),
+                        Some(b'"') => {
+                            self.at += 1;
+                            return Ok(seq);
+                        }
+                        _ => {
+                            let c = self.char()?;
+                            seq.push(Elem::Chars { ranges: vec![(c, c)], negated: false });
+                        }
+                    }
+                }
+            }
+            Some(b'[') => {
+                self.at += 1;
+                let negated = self.eat("^");
+                let mut ranges = Vec::new();
+                loop {
+                    match self.peek() {
+                        None => return Err(self.error("a closing `]`")),
+                        Some(b']') => {
+                            self.at += 1;
+                            return Ok(vec![Elem::Chars { ranges, negated }]);
+                        }
+                        _ => {
+                            let a = self.char()?;
+                            let b = if self.peek() == Some(b'-') && self.src.get(self.at + 1) != Some(&b']') {
+                                self.at += 1;
+                                self.char()?
+                            } else {
+                                a
+                            };
+                            if b < a {
+                                return Err(self.error("a range in order"));
+                            }
+                            ranges.push((a, b));
+                        }
+                    }
+                }
+            }
+            Some(b'.') => {
+                self.at += 1;
+                Ok(vec![Elem::Chars { ranges: Vec::new(), negated: true }])
+            }
+            Some(b'(') => {
+                self.at += 1;
+                self.space(true);
+                let alts = self.alternatives(true)?;
+                if !self.eat(")") {
+                    return Err(self.error("`)`"));
+                }
+                Ok(vec![Elem::Rule(self.new_rule(alts, true)?)])
+            }
+            Some(b'<') => Err(self.error("no token reference (`<...>` is not supported)")),
+            _ => match self.name() {
+                Some(name) => Ok(vec![Elem::Rule(self.rule_id(&name)?)]),
+                None => Err(self.error("a literal, a class, a group or a rule name")),
+            },
+        }
+    }
+
+    /// One character of a literal or class, escapes decoded.
+    fn char(&mut self) -> Result<u32, String> {
+        let rest = std::str::from_utf8(&self.src[self.at..]).map_err(|_| "the grammar is not UTF-8".to_string())?;
+        let c = rest.chars().next().ok_or_else(|| self.error("a character"))?;
+        self.at += c.len_utf8();
+        if c != '\\' {
+            return Ok(c as u32);
+        }
+        let e = self.peek().ok_or_else(|| self.error("an escape"))?;
+        self.at += 1;
+        let hex = |p: &mut Self, n: usize| -> Result<u32, String> {
+            let digits = p.src.get(p.at..p.at + n).and_then(|d| std::str::from_utf8(d).ok());
+            let v = digits.and_then(|d| u32::from_str_radix(d, 16).ok()).ok_or_else(|| p.error("hex digits"))?;
+            p.at += n;
+            char::from_u32(v).map(|c| c as u32).ok_or_else(|| p.error("a valid code point"))
+        };
+        Ok(match e {
+            b'n' => '\n' as u32,
+            b'r' => '\r' as u32,
+            b't' => '\t' as u32,
+            b'x' => hex(self, 2)?,
+            b'u' => hex(self, 4)?,
+            b'U' => hex(self, 8)?,
+            b'\\' | b'"' | b'[' | b']' | b'-' | b'^' => e as u32,
+            _ => return Err(self.error("a known escape")),
+        })
+    }
+
+    /// The repetition after an item, if any, as rules.
+    fn repeat(&mut self, item: Vec<Elem>) -> Result<Vec<Elem>, String> {
+        let (min, max) = match self.peek() {
+            Some(b'*') => (0, None),
+            Some(b'+') => (1, None),
+            Some(b'?') => (0, Some(1)),
+            Some(b'{') => {
+                self.at += 1;
+                self.space(false);
+                let min = self.count()?;
+                self.space(false);
+                let max = if self.eat(",") {
+                    self.space(false);
+                    if self.peek() == Some(b'}') {
+                        None
+                    } else {
+                        Some(self.count()?)
+                    }
+                } else {
+                    Some(min)
+                };
+                self.space(false);
+                if self.peek() != Some(b'}') || max.is_some_and(|m| m < min) {
+                    return Err(self.error("a repetition `{m}`, `{m,}` or `{m,n}`"));
+                }
+                (min, max)
+            }
+            _ => return Ok(item),
+        };
+        self.at += 1;
+        let mut seq: Vec<Elem> = Vec::new();
+        for _ in 0..min {
+            seq.extend(item.iter().cloned());
+        }
+        match max {
+            // x*: R ::= x R | (nothing)
+            None => {
+                let r = self.new_rule(Vec::new(), true)?;
+                let mut again = item.clone();
+                again.push(Elem::Rule(r));
+                self.rules[r as usize] = vec![again, Vec::new()];
+                seq.push(Elem::Rule(r));
+            }
+            // Up to k more: R_k ::= x R_(k-1) | (nothing), nested.
+            Some(max) => {
+                let mut tail: Option<u32> = None;
+                for _ in min..max {
+                    let mut again = item.clone();
+                    again.extend(tail.map(Elem::Rule));
+                    tail = Some(self.new_rule(vec![again, Vec::new()], true)?);
+                }
+                seq.extend(tail.map(Elem::Rule));
+            }
+        }
+        Ok(seq)
+    }
+
+    fn count(&mut self) -> Result<u32, String> {
+        let start = self.at;
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.at += 1;
+        }
+        let n: u32 = std::str::from_utf8(&self.src[start..self.at])
+            .ok()
+            .and_then(|d| d.parse().ok())
+            .ok_or_else(|| self.error("a count"))?;
+        if n > MAX_REPEAT {
+            return Err(format!("repetition counts are limited to {MAX_REPEAT}"));
+        }
+        Ok(n)
+    }
+}
+
+/// Refuses a rule that can reach itself before reading a character (the
+/// automaton would expand it forever).
+fn check_left_recursion(g: &Rules, names: &HashMap<String, u32>) -> Result<(), String> {
+    let n = g.rules.len();
+    // Which rules can match nothing (a fixed point).
+    let mut nullable = vec![false; n];
+    loop {
+        let mut changed = false;
+        for r in 0..n {
+            if !nullable[r]
+                && g.rules[r].iter().any(|alt| alt.iter().all(|e| matches!(e, Elem::Rule(t) if nullable[*t as usize])))
+            {
+                nullable[r] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    // Rules reachable from each at its left edge, by depth-first search.
+    let left: Vec<Vec<u32>> = g
+        .rules
+        .iter()
+        .map(|alts| {
+            let mut out = Vec::new();
+            for alt in alts {
+                for e in alt {
+                    match e {
+                        Elem::Rule(t) => {
+                            out.push(*t);
+                            if !nullable[*t as usize] {
+                                break;
+                            }
+                        }
+                        Elem::Chars { .. } => break,
+                    }
+                }
+            }
+            out
+        })
+        .collect();
+    let mut state = vec![0u8; n]; // 0 new, 1 on the path, 2 done
+    fn visit(r: usize, left: &[Vec<u32>], state: &mut [u8]) -> Option<usize> {
+        state[r] = 1;
+        for &t in &left[r] {
+            match state[t as usize] {
+                1 => return Some(t as usize),
+                0 => {
+                    if let Some(c) = visit(t as usize, left, state) {
+                        return Some(c);
+                    }
+                }
+                _ => {}
+            }
+        }
+        state[r] = 2;
+        None
+    }
+    for r in 0..n {
+        if state[r] == 0 {
+            if let Some(c) = visit(r, &left, &mut state) {
+                let name = names.iter().find(|(_, &v)| v as usize == c).map_or("a group", |(k, _)| k.as_str());
+                return Err(format!("rule `{name}` is left-recursive (it can reach itself before any character)"));
+            }
+        }
+    }
+    Ok(())
+}

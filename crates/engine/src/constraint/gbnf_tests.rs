@@ -1,0 +1,217 @@
+use super::*;
+
+/// The state after `text`, or `None` at the first byte refused.
+fn walk(g: &Gbnf, text: &[u8]) -> Option<u32> {
+    text.iter().try_fold(g.start(), |s, &b| g.step(s, b))
+}
+
+fn accepts(g: &Gbnf, text: &str) -> bool {
+    walk(g, text.as_bytes()).is_some_and(|s| g.may_end(&s))
+}
+
+/// A random output: bytes of `alphabet` the grammar allows, until it may
+/// end and a coin says so (or it must).
+fn random_output(g: &Gbnf, alphabet: &[u8], next: &mut impl FnMut(usize) -> usize, most: usize) -> Vec<u8> {
+    let (mut s, mut out) = (g.start(), Vec::new());
+    loop {
+        let choices: Vec<(u8, u32)> = alphabet.iter().filter_map(|&b| g.step(s, b).map(|n| (b, n))).collect();
+        if g.may_end(&s) && (choices.is_empty() || next(5) == 0 || out.len() > most) {
+            return out;
+        }
+        assert!(!choices.is_empty(), "dead end after {:?}", String::from_utf8_lossy(&out));
+        let (b, n) = choices[next(choices.len())];
+        out.push(b);
+        s = n;
+    }
+}
+
+#[test]
+fn refusals_say_why() {
+    for (src, want) in [
+        ("a ::= \"x\"", "no `root`"),
+        ("root ::= a", "`a` is used but not defined"),
+        ("root ::= root \"x\" | \"y\"", "left-recursive"),
+        ("root ::= a\na ::= \"b\"? root", "left-recursive"),
+        ("root ::= \"x", "closing"),
+        ("root ::= [ab", "closing `]`"),
+        ("root ::= [a-", "a character"),
+        ("root ::= \"\\q\"", "known escape"),
+        ("root ::= \"x\"{3,2}", "repetition"),
+        ("root ::= \"x\"{5000}", "limited"),
+        ("root ::= \"a\"\nroot ::= \"b\"", "defined twice"),
+        ("root ::= <[100]>", "token reference"),
+        ("root ::= ( \"a\" ", "`)`"),
+    ] {
+        let err = Gbnf::new(src).unwrap_err();
+        assert!(err.contains(want), "{src:?}: {err}");
+    }
+}
+
+/// Grammars of regular languages against the `regex` crate over every
+/// string of `a`/`b` up to 8 bytes: a string is a sentence exactly when it
+/// matches, and a prefix is refused only when nothing that extends it does.
+#[test]
+fn regular_grammars_agree_with_an_independent_matcher() {
+    let cases = [
+        ("root ::= (\"ab\" | \"b\")* \"a\"?", "^(ab|b)*a?$"),
+        ("root ::= \"a\"{2,3} [b]+ # comment\n", "^a{2,3}b+$"),
+        ("root ::= x y\nx ::= \"a\"*\ny ::= (\"b\" x)?", "^a*(ba*)?$"),
+        ("root ::= [^b] . \"b\"{1}", "^[^b].b$"),
+        ("root ::= ( \"a\" \"b\"\n  | \"ba\" )+", "^(ab|ba)+$"),
+    ];
+    let mut strings = vec![Vec::new()];
+    let mut all: Vec<Vec<u8>> = vec![Vec::new()];
+    for _ in 0..8 {
+        strings = strings.iter().flat_map(|s: &Vec<u8>| [b'a', b'b'].map(|c| [&s[..], &[c]].concat())).collect();
+        all.extend(strings.iter().cloned());
+    }
+    for (src, re) in cases {
+        let g = Gbnf::new(src).unwrap();
+        let re = regex::bytes::Regex::new(re).unwrap();
+        for s in &all {
+            let state = walk(&g, s);
+            assert_eq!(
+                state.is_some_and(|st| g.may_end(&st)),
+                re.is_match(s),
+                "{src}: {:?}",
+                String::from_utf8_lossy(s)
+            );
+            if state.is_none() {
+                assert!(!all.iter().any(|t| t.starts_with(s) && re.is_match(t)), "{src}: refused a prefix of a match");
+            }
+        }
+    }
+}
+
+/// Whether `s` is an arithmetic expression of the grammar below, by
+/// recursive descent (written apart from it).
+fn is_expression(s: &[u8]) -> bool {
+    fn expr(s: &[u8], i: &mut usize) -> bool {
+        term(s, i) && {
+            while *i < s.len() && (s[*i] == b'+' || s[*i] == b'-') {
+                *i += 1;
+                if !term(s, i) {
+                    return false;
+                }
+            }
+            true
+        }
+    }
+    fn term(s: &[u8], i: &mut usize) -> bool {
+        factor(s, i) && {
+            while *i < s.len() && s[*i] == b'*' {
+                *i += 1;
+                if !factor(s, i) {
+                    return false;
+                }
+            }
+            true
+        }
+    }
+    fn factor(s: &[u8], i: &mut usize) -> bool {
+        if *i < s.len() && s[*i] == b'(' {
+            *i += 1;
+            return expr(s, i) && *i < s.len() && s[*i] == b')' && {
+                *i += 1;
+                true
+            };
+        }
+        let start = *i;
+        while *i < s.len() && s[*i].is_ascii_digit() {
+            *i += 1;
+        }
+        *i > start
+    }
+    let mut i = 0;
+    expr(s, &mut i) && i == s.len()
+}
+
+/// A context-free language (nested parentheses): random outputs never dead-
+/// end and are all expressions; the grammar refuses what is none.
+#[test]
+fn expressions_nest() {
+    let g = Gbnf::new(
+        "root ::= expr\nexpr ::= term ((\"+\" | \"-\") term)*\nterm ::= factor (\"*\" factor)*\n\
+         factor ::= [0-9]+ | \"(\" expr \")\"",
+    )
+    .unwrap();
+    let mut next = super::super::picker(0x0dd_ba11);
+    for _ in 0..500 {
+        let out = random_output(&g, b"0123456789+-*()x ", &mut next, 60);
+        assert!(is_expression(&out), "{:?}", String::from_utf8_lossy(&out));
+    }
+    assert!(accepts(&g, "((1+2)*3)-4") && !accepts(&g, "((1+2)*3") && walk(&g, b"1+)").is_none());
+    assert!(walk(&g, b"(((((((((((((((((((((1").is_some());
+}
+
+/// llama.cpp's JSON grammar (its `json.gbnf`, exponents cut to two digits
+/// so that every number is a finite double): random outputs over bytes
+/// that include a two-byte character parse as JSON.
+#[test]
+fn json_grammar_outputs_parse() {
+    let src = r#"
+root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+
+object ::=
+  "{" ws (
+            string ":" ws value
+    ("," ws string ":" ws value)*
+  )? "}" ws
+
+array  ::=
+  "[" ws (
+            value
+    ("," ws value)*
+  )? "]" ws
+
+string ::=
+  "\"" (
+    [^"\\\x7F\x00-\x1F] |
+    "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
+  )* "\"" ws
+
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9]{1,2})? ws
+
+# Optional space: by convention, applied in this grammar after literal chars when allowed
+ws ::= | " " | "\n" [ \t]{0,20}
+"#;
+    let g = Gbnf::new(src).unwrap();
+    let mut next = super::super::picker(0x5eed);
+    let alphabet: Vec<u8> = b"{}[]\",: abc\\nu0123456789.-eEtrfls\n".iter().copied().chain([0xc3, 0xa9]).collect();
+    for _ in 0..300 {
+        let out = random_output(&g, &alphabet, &mut next, 120);
+        let v: Result<serde_json::Value, _> = serde_json::from_slice(&out);
+        assert!(v.is_ok_and(|v| v.is_object()), "{:?}", String::from_utf8_lossy(&out));
+    }
+}
+
+/// Characters are code points: a class of two-byte characters admits the
+/// lead byte they share and refuses others; a refused prefix never passes.
+#[test]
+fn characters_are_code_points() {
+    let g = Gbnf::new("root ::= [é-ê]+ \"!\"").unwrap();
+    assert!(accepts(&g, "éêé!") && !accepts(&g, "ë!"));
+    assert!(walk(&g, &[0xc3]).is_some() && walk(&g, &[0xc4]).is_none() && walk(&g, &[0xc3, 0xab]).is_none());
+    let any = Gbnf::new("root ::= [^a]").unwrap();
+    assert!(accepts(&any, "🦀") && walk(&any, &[0xed, 0xa0]).is_none() && walk(&any, &[0xff]).is_none());
+    let dot = Gbnf::new("root ::= . \"x\"").unwrap();
+    assert!(accepts(&dot, "日x") && accepts(&dot, "\nx"));
+    let esc = Gbnf::new(r#"root ::= "\x41\u00e9\U0001F980\n\"""#).unwrap();
+    assert!(accepts(&esc, "Aé🦀\n\""));
+}
+
+/// Whole outputs: the end is allowed exactly at a sentence, and a sentence
+/// that nothing extends is complete.
+#[test]
+fn ends_and_completion() {
+    let g = Gbnf::new("root ::= \"yes\" | \"no\" | \"no way\"").unwrap();
+    let no = walk(&g, b"no").unwrap();
+    assert!(g.may_end(&no) && !g.is_complete(&no));
+    let yes = walk(&g, b"yes").unwrap();
+    assert!(g.may_end(&yes) && g.is_complete(&yes));
+    assert!(!g.may_end(&walk(&g, b"ye").unwrap()));
+    // Deep right recursion does not grow the stack: a long repetition runs.
+    let many = Gbnf::new("root ::= \"a\"*").unwrap();
+    assert!(accepts(&many, &"a".repeat(5000)));
+}
