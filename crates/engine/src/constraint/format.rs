@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::gbnf::Rules;
 use super::gbnf_run::Gbnf;
 use super::json::{AnyObject, JsonVocab, State};
 use super::pattern::{Pattern, PatternUse};
@@ -21,7 +22,7 @@ pub enum OutputFormat {
     /// A whole match of this pattern (vLLM's `guided_regex`).
     Regex(Arc<Pattern>),
     /// A sentence of this GBNF grammar (vLLM's `guided_grammar`).
-    Grammar(Arc<Gbnf>),
+    Grammar(Arc<Rules>),
 }
 
 impl OutputFormat {
@@ -37,7 +38,7 @@ impl OutputFormat {
 
     /// A sentence of the GBNF grammar `source`, or why it cannot be.
     pub fn grammar(source: &str) -> Result<OutputFormat, String> {
-        Gbnf::new(source).map(|g| OutputFormat::Grammar(Arc::new(g)))
+        Gbnf::compile(source).map(OutputFormat::Grammar)
     }
 }
 
@@ -76,7 +77,12 @@ impl Constraint {
                 Inner::Schema(Box::new(GrammarConstraint::new(vocab, schema.clone(), SchemaState::start(schema))))
             }
             OutputFormat::Regex(p) => Inner::Regex(GrammarConstraint::new(vocab, p.clone(), p.start())),
-            OutputFormat::Grammar(g) => Inner::Grammar(GrammarConstraint::new(vocab, g.clone(), g.start())),
+            OutputFormat::Grammar(rules) => {
+                // (Each sequence its own run: it drops states of its own.)
+                let run = Arc::new(Gbnf::run(rules.clone()));
+                let start = run.start();
+                Inner::Grammar(GrammarConstraint::new(vocab, run, start))
+            }
         })
     }
 
@@ -162,7 +168,7 @@ impl<G: Grammar> GrammarConstraint<G> {
             return self.grammar.may_end(&self.state);
         }
         match self.vocab.feed(self.grammar.as_ref(), self.state, token) {
-            Some(s) => self.state = s,
+            Some(s) => self.state = self.grammar.renew(s),
             None => return false,
         }
         true

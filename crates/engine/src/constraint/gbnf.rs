@@ -15,6 +15,10 @@ const MAX_SOURCE: usize = 65_536;
 const MAX_RULES: usize = 4096;
 /// Largest count in `{m,n}`.
 const MAX_REPEAT: u32 = 1000;
+/// Most elements in all rules (repetitions copy their item).
+const MAX_ELEMS: usize = 200_000;
+/// Deepest nesting of parentheses.
+const MAX_NESTING: usize = 100;
 
 /// One element of a sequence.
 #[derive(Clone, Debug, PartialEq)]
@@ -57,11 +61,12 @@ impl Elem {
     }
 }
 
-/// A parsed grammar: `rules[r]` its alternatives, each a sequence.
+/// A parsed grammar: `rules[r]` its alternatives, each a sequence (those
+/// that can never end dropped).
 #[derive(Debug)]
-pub(crate) struct Rules {
-    pub rules: Vec<Vec<Vec<Elem>>>,
-    pub root: u32,
+pub struct Rules {
+    pub(crate) rules: Vec<Vec<Vec<Elem>>>,
+    pub(crate) root: u32,
 }
 
 /// Parses GBNF `source`, or says where and why it cannot.
@@ -69,7 +74,15 @@ pub(crate) fn parse(source: &str) -> Result<Rules, String> {
     if source.len() > MAX_SOURCE {
         return Err(format!("the grammar is longer than {MAX_SOURCE} bytes"));
     }
-    let mut p = Parser { src: source.as_bytes(), at: 0, names: HashMap::new(), rules: Vec::new(), defined: Vec::new() };
+    let mut p = Parser {
+        src: source.as_bytes(),
+        at: 0,
+        names: HashMap::new(),
+        rules: Vec::new(),
+        defined: Vec::new(),
+        nesting: 0,
+        elems: 0,
+    };
     p.space(true);
     while p.at < p.src.len() {
         let name = p.name().ok_or_else(|| p.error("a rule name"))?;
@@ -91,9 +104,41 @@ pub(crate) fn parse(source: &str) -> Result<Rules, String> {
     if let Some((name, _)) = p.names.iter().find(|(_, &r)| !p.defined[r as usize]) {
         return Err(format!("rule `{name}` is used but not defined"));
     }
-    let rules = Rules { rules: p.rules, root };
+    let mut rules = Rules { rules: p.rules, root };
     check_left_recursion(&rules, &p.names)?;
+    keep_productive(&mut rules)?;
     Ok(rules)
+}
+
+/// Drops the alternatives that can never end (a class of no character, a
+/// rule that only recurs); refuses a root left with none.
+fn keep_productive(g: &mut Rules) -> Result<(), String> {
+    let n = g.rules.len();
+    let mut productive = vec![false; n];
+    let elem_ok = |e: &Elem, productive: &[bool]| match e {
+        Elem::Chars { .. } => e.meets(0, 0xd7ff) || e.meets(0xe000, 0x10ffff),
+        Elem::Rule(t) => productive[*t as usize],
+    };
+    loop {
+        let mut changed = false;
+        for r in 0..n {
+            if !productive[r] && g.rules[r].iter().any(|alt| alt.iter().all(|e| elem_ok(e, &productive))) {
+                productive[r] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    if !productive[g.root as usize] {
+        return Err("the grammar's root matches no finite text".into());
+    }
+    for r in 0..n {
+        let alts = std::mem::take(&mut g.rules[r]);
+        g.rules[r] = alts.into_iter().filter(|alt| alt.iter().all(|e| elem_ok(e, &productive))).collect();
+    }
+    Ok(())
 }
 
 struct Parser<'a> {
@@ -103,6 +148,10 @@ struct Parser<'a> {
     rules: Vec<Vec<Vec<Elem>>>,
     /// Whether each named rule has its `::=` (helper rules count as defined).
     defined: Vec<bool>,
+    /// Parentheses open.
+    nesting: usize,
+    /// Elements in all rules so far.
+    elems: usize,
 }
 
 impl Parser<'_> {
@@ -209,8 +258,21 @@ impl Parser<'_> {
                 None | Some(b'|') | Some(b')') => return Ok(seq),
                 _ => {}
             }
-            let item = self.primary()?;
-            let item = self.repeat(item)?;
+            let mut item = self.primary()?;
+            // Repetitions, stacked, spaces before them allowed.
+            loop {
+                let save = self.at;
+                self.space(false);
+                if !matches!(self.peek(), Some(b'*' | b'+' | b'?' | b'{')) {
+                    self.at = save;
+                    break;
+                }
+                item = self.repeat(item)?;
+            }
+            self.elems += item.len();
+            if self.elems > MAX_ELEMS {
+                return Err(format!("the grammar needs more than {MAX_ELEMS} elements"));
+            }
             seq.extend(item);
         }
     }
@@ -268,11 +330,16 @@ impl Parser<'_> {
             }
             Some(b'(') => {
                 self.at += 1;
+                self.nesting += 1;
+                if self.nesting > MAX_NESTING {
+                    return Err(format!("parentheses nest deeper than {MAX_NESTING}"));
+                }
                 self.space(true);
                 let alts = self.alternatives(true)?;
                 if !self.eat(")") {
                     return Err(self.error("`)`"));
                 }
+                self.nesting -= 1;
                 Ok(vec![Elem::Rule(self.new_rule(alts, true)?)])
             }
             Some(b'<') => Err(self.error("no token reference (`<...>` is not supported)")),
@@ -285,8 +352,16 @@ impl Parser<'_> {
 
     /// One character of a literal or class, escapes decoded.
     fn char(&mut self) -> Result<u32, String> {
-        let rest = std::str::from_utf8(&self.src[self.at..]).map_err(|_| "the grammar is not UTF-8".to_string())?;
-        let c = rest.chars().next().ok_or_else(|| self.error("a character"))?;
+        // (The source is a `str`: its next character is whole.)
+        let len = match self.peek().ok_or_else(|| self.error("a character"))? {
+            0x00..=0x7f => 1,
+            0xc0..=0xdf => 2,
+            0xe0..=0xef => 3,
+            _ => 4,
+        };
+        let bytes = self.src.get(self.at..self.at + len).ok_or_else(|| self.error("a character"))?;
+        let c =
+            std::str::from_utf8(bytes).ok().and_then(|t| t.chars().next()).ok_or_else(|| self.error("a character"))?;
         self.at += c.len_utf8();
         if c != '\\' {
             return Ok(c as u32);
@@ -294,7 +369,8 @@ impl Parser<'_> {
         let e = self.peek().ok_or_else(|| self.error("an escape"))?;
         self.at += 1;
         let hex = |p: &mut Self, n: usize| -> Result<u32, String> {
-            let digits = p.src.get(p.at..p.at + n).and_then(|d| std::str::from_utf8(d).ok());
+            let digits = p.src.get(p.at..p.at + n).filter(|d| d.iter().all(u8::is_ascii_hexdigit));
+            let digits = digits.and_then(|d| std::str::from_utf8(d).ok());
             let v = digits.and_then(|d| u32::from_str_radix(d, 16).ok()).ok_or_else(|| p.error("hex digits"))?;
             p.at += n;
             char::from_u32(v).map(|c| c as u32).ok_or_else(|| p.error("a valid code point"))
@@ -341,6 +417,8 @@ impl Parser<'_> {
             _ => return Ok(item),
         };
         self.at += 1;
+        // (An item of several elements repeats as one rule of them.)
+        let item = if item.len() > 1 { vec![Elem::Rule(self.new_rule(vec![item], true)?)] } else { item };
         let mut seq: Vec<Elem> = Vec::new();
         for _ in 0..min {
             seq.extend(item.iter().cloned());
@@ -446,8 +524,14 @@ fn check_left_recursion(g: &Rules, names: &HashMap<String, u32>) -> Result<(), S
     for r in 0..n {
         if state[r] == 0 {
             if let Some(c) = visit(r, &left, &mut state) {
-                let name = names.iter().find(|(_, &v)| v as usize == c).map_or("a group", |(k, _)| k.as_str());
-                return Err(format!("rule `{name}` is left-recursive (it can reach itself before any character)"));
+                return Err(match names.iter().find(|(_, &v)| v as usize == c) {
+                    Some((name, _)) => {
+                        format!("rule `{name}` is left-recursive (it can reach itself before any character)")
+                    }
+                    None => "a repetition (`*`, `+`, `{m,}`) of something that can match nothing, or a group \
+                             that can reach itself before any character"
+                        .into(),
+                });
             }
         }
     }

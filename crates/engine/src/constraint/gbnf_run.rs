@@ -3,37 +3,45 @@
 //! running its grammars), each stack's top at a character element, plus the
 //! bytes of a character begun. Sets are interned as numbered states and
 //! their steps memoized, so the vocabulary walk's steps become lookups
-//! after the first; the state the walk carries is the number.
+//! after the first; the state the walk carries is the number. Each
+//! sequence runs its own copy, which drops its states past a budget.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
 
 use super::gbnf::{parse, Elem, Rules};
 use super::lex::StrMode;
 use super::trie::Grammar;
 
-/// Most states one grammar may reach (each a set of stacks).
-const MAX_STATES: usize = 100_000;
-/// Deepest a parser stack may grow (nested rules not yet ended).
-const MAX_DEPTH: usize = 256;
+/// Deepest a parser stack may grow (rules begun and not ended); deeper
+/// expansions are dropped (a documented limit).
+const MAX_DEPTH: usize = 1024;
+/// Most stacks one expansion may visit: a grammar whose rule alone needs
+/// more is refused; a step past it is refused.
+const MAX_EXPANSION: usize = 20_000;
+/// Most stack positions the states of one sequence keep; past half of it
+/// the states are dropped after a token (all but the current one).
+const MAX_POSITIONS: usize = 4_000_000;
 /// A refused step, in the memo.
 const DEAD: u32 = u32::MAX;
 
 /// Where a parser is: rule, alternative, element.
 type Pos = (u32, u32, u32);
 
-/// A compiled GBNF grammar and the states reached so far.
+/// One sequence's run of a compiled GBNF grammar: the states reached so far.
 #[derive(Debug)]
 pub struct Gbnf {
-    rules: Rules,
+    rules: Arc<Rules>,
     run: Mutex<Run>,
 }
 
 #[derive(Debug, Default)]
 struct Run {
-    states: Vec<State>,
-    ids: HashMap<State, u32>,
+    states: Vec<Arc<State>>,
+    ids: HashMap<Arc<State>, u32>,
     steps: HashMap<(u32, u8), u32>,
+    /// Stack positions held by `states`.
+    positions: usize,
 }
 
 /// The stacks (sorted, distinct; an empty one: the output may end) and the
@@ -44,21 +52,58 @@ struct State {
     partial: Vec<u8>,
 }
 
+impl State {
+    fn positions(&self) -> usize {
+        self.stacks.iter().map(Vec::len).sum::<usize>() + 1
+    }
+}
+
 impl Gbnf {
-    /// Compiles GBNF `source`, or says why it cannot.
-    pub fn new(source: &str) -> Result<Gbnf, String> {
-        let rules = parse(source)?;
+    /// Compiles GBNF `source`, or says why it cannot: its rules, for
+    /// [`Gbnf::run`] per sequence.
+    pub fn compile(source: &str) -> Result<Arc<Rules>, String> {
+        let rules = Arc::new(parse(source)?);
+        let g = Gbnf { rules: rules.clone(), run: Mutex::new(Run::default()) };
+        // Every rule's expansion stays within the budget.
+        for (r, alts) in g.rules.rules.iter().enumerate() {
+            for a in 0..alts.len() {
+                let mut out = Vec::new();
+                if !g.expand(vec![(r as u32, a as u32, 0)], &mut out, &mut MAX_EXPANSION.clone()) {
+                    return Err(format!(
+                        "the grammar is too ambiguous: a rule expands to over {MAX_EXPANSION} parser stacks"
+                    ));
+                }
+            }
+        }
+        g.start_state().ok_or_else(|| "the grammar's root matches nothing".to_string())?;
+        Ok(rules)
+    }
+
+    /// A run of `rules` (compiled by [`Gbnf::compile`]) from its start.
+    pub fn run(rules: Arc<Rules>) -> Gbnf {
         let g = Gbnf { rules, run: Mutex::new(Run::default()) };
+        if let Some(start) = g.start_state() {
+            g.intern(start);
+        }
+        g
+    }
+
+    /// Compiles `source` and starts a run of it.
+    pub fn new(source: &str) -> Result<Gbnf, String> {
+        Gbnf::compile(source).map(Gbnf::run)
+    }
+
+    fn start_state(&self) -> Option<State> {
+        let root = self.rules.root;
         let mut stacks = Vec::new();
-        for a in 0..g.rules.rules[g.rules.root as usize].len() {
-            g.expand(vec![(g.rules.root, a as u32, 0)], &mut stacks);
+        let mut budget = MAX_EXPANSION;
+        for a in 0..self.rules.rules[root as usize].len() {
+            if !self.expand(vec![(root, a as u32, 0)], &mut stacks, &mut budget) {
+                return None;
+            }
         }
-        let start = State { stacks: tidy(stacks), partial: Vec::new() };
-        if start.stacks.is_empty() {
-            return Err("the grammar's root matches nothing".into());
-        }
-        g.intern(start);
-        Ok(g)
+        let stacks = tidy(stacks);
+        (!stacks.is_empty()).then_some(State { stacks, partial: Vec::new() })
     }
 
     /// The first state (0).
@@ -66,49 +111,60 @@ impl Gbnf {
         0
     }
 
+    fn alt(&self, r: u32, a: u32) -> &[Elem] {
+        &self.rules.rules[r as usize][a as usize]
+    }
+
     /// Adds to `out` the stacks `stack` leads to with each top at a
     /// character element (or empty: the root has ended). A rule's end
     /// returns to the position after its reference; a reference in last
-    /// place is not kept (so that repetitions do not grow the stack).
-    fn expand(&self, mut stack: Vec<Pos>, out: &mut Vec<Vec<Pos>>) {
-        loop {
+    /// place is not kept (so that repetitions do not grow the stack). Each
+    /// stack is visited once (so loops through rules that match nothing
+    /// end), `budget` of them at most: false once it runs out.
+    fn expand(&self, stack: Vec<Pos>, out: &mut Vec<Vec<Pos>>, budget: &mut usize) -> bool {
+        let mut work = vec![stack];
+        let mut seen: HashSet<Vec<Pos>> = HashSet::new();
+        while let Some(mut stack) = work.pop() {
+            while let Some(&(r, a, i)) = stack.last() {
+                if (i as usize) < self.alt(r, a).len() {
+                    break;
+                }
+                stack.pop();
+            }
+            if !seen.insert(stack.clone()) {
+                continue;
+            }
+            let Some(left) = budget.checked_sub(1) else { return false };
+            *budget = left;
             let Some(&(r, a, i)) = stack.last() else {
                 out.push(stack);
-                return;
+                continue;
             };
-            let alt = &self.rules.rules[r as usize][a as usize];
-            match alt.get(i as usize) {
-                None => {
-                    stack.pop();
-                }
-                Some(Elem::Chars { .. }) => {
-                    out.push(stack);
-                    return;
-                }
-                Some(&Elem::Rule(t)) => {
+            let alt = self.alt(r, a);
+            match alt[i as usize] {
+                Elem::Chars { .. } => out.push(stack),
+                Elem::Rule(t) => {
                     if i as usize + 1 == alt.len() {
                         stack.pop();
-                    } else {
-                        if let Some(top) = stack.last_mut() {
-                            *top = (r, a, i + 1);
-                        }
+                    } else if let Some(top) = stack.last_mut() {
+                        *top = (r, a, i + 1);
                     }
                     if stack.len() >= MAX_DEPTH {
-                        return;
+                        continue;
                     }
                     for b in 0..self.rules.rules[t as usize].len() {
                         let mut s = stack.clone();
                         s.push((t, b as u32, 0));
-                        self.expand(s, out);
+                        work.push(s);
                     }
-                    return;
                 }
             }
         }
+        true
     }
 
     fn elem(&self, (r, a, i): Pos) -> &Elem {
-        &self.rules.rules[r as usize][a as usize][i as usize]
+        &self.alt(r, a)[i as usize]
     }
 
     fn intern(&self, s: State) -> Option<u32> {
@@ -116,16 +172,19 @@ impl Gbnf {
         if let Some(&id) = run.ids.get(&s) {
             return Some(id);
         }
-        if run.states.len() >= MAX_STATES {
+        let size = s.positions();
+        if run.positions + size > MAX_POSITIONS {
             return None;
         }
         let id = run.states.len() as u32;
+        let s = Arc::new(s);
         run.states.push(s.clone());
         run.ids.insert(s, id);
+        run.positions += size;
         Some(id)
     }
 
-    fn state(&self, id: u32) -> Option<State> {
+    fn state(&self, id: u32) -> Option<Arc<State>> {
         self.run.lock().ok()?.states.get(id as usize).cloned()
     }
 
@@ -136,12 +195,15 @@ impl Gbnf {
         match utf8_prefix(&partial)? {
             Prefix::Whole(cp) => {
                 let mut out = Vec::new();
+                let mut budget = MAX_EXPANSION;
                 for st in &s.stacks {
                     if let Some(&top) = st.last() {
                         if self.elem(top).matches(cp) {
                             let mut moved = st.clone();
                             *moved.last_mut()? = (top.0, top.1, top.2 + 1);
-                            self.expand(moved, &mut out);
+                            if !self.expand(moved, &mut out, &mut budget) {
+                                return None;
+                            }
                         }
                     }
                 }
@@ -162,7 +224,7 @@ impl Grammar for Gbnf {
         if let Some(&next) = self.run.lock().ok()?.steps.get(&(s, b)) {
             return (next != DEAD).then_some(next);
         }
-        let next = self.next(&self.state(s)?, b).and_then(|n| self.intern(n));
+        let next = self.next(&*self.state(s)?, b).and_then(|n| self.intern(n));
         self.run.lock().ok()?.steps.insert((s, b), next.unwrap_or(DEAD));
         next
     }
@@ -174,6 +236,19 @@ impl Grammar for Gbnf {
     }
     fn is_complete(&self, s: &u32) -> bool {
         self.state(*s).is_some_and(|st| st.partial.is_empty() && st.stacks.iter().all(Vec::is_empty))
+    }
+    /// Past half the positions' budget, all states but `s` are dropped.
+    fn renew(&self, s: u32) -> u32 {
+        let Some(keep) = self.state(s) else { return s };
+        let Ok(mut run) = self.run.lock() else { return s };
+        if run.positions <= MAX_POSITIONS / 2 {
+            return s;
+        }
+        *run = Run::default();
+        run.positions = keep.positions();
+        run.states.push(keep.clone());
+        run.ids.insert(keep, 0);
+        0
     }
 }
 

@@ -25,6 +25,47 @@ fn random_output(g: &Gbnf, alphabet: &[u8], next: &mut impl FnMut(usize) -> usiz
     }
 }
 
+/// Hostile grammars are refused quickly, with a reason; none overflows a
+/// stack or grows without bound.
+#[test]
+fn hostile_grammars_are_refused() {
+    let deep = format!("root ::= {}\"a\"{}", "(".repeat(30_000), ")".repeat(30_000));
+    let chain: String = (1..=40).map(|k| format!("r{k} ::= r{} | r{}\n", k - 1, k - 1)).collect();
+    let doubling: String = (1..=30).map(|k| format!("r{k} ::= r{} \"a\" | r{} \"b\"\n", k - 1, k - 1)).collect();
+    for (src, want) in [
+        (deep, "nest deeper"),
+        ("root ::= ((\"a\"?){1000}){1000} \"b\"".to_string(), "too ambiguous"),
+        (format!("root ::= r30\nr0 ::= \"x\"\n{doubling}"), "too ambiguous"),
+        ("root ::= \"a\" []".to_string(), "no finite text"),
+        ("root ::= \"a\" root".to_string(), "no finite text"),
+        ("root ::= [^\\x00-\\U0010FFFF]".to_string(), "no finite text"),
+        ("root ::= (\"a\"?)*".to_string(), "a repetition"),
+    ] {
+        let t = std::time::Instant::now();
+        let Err(err) = Gbnf::new(&src) else { panic!("accepted: {}", &src[..src.len().min(60)]) };
+        assert!(err.contains(want), "{}: {err}", &src[..src.len().min(60)]);
+        assert!(t.elapsed().as_secs() < 10, "{want}: {:?}", t.elapsed());
+    }
+    // Linear in the chain, not exponential: 2^40 ways to one stack.
+    let g = Gbnf::new(&format!("root ::= r40\nr0 ::= \"x\"\n{chain}")).unwrap();
+    assert!(accepts(&g, "x"));
+    // Unproductive alternatives are dropped, not dead ends.
+    let g = Gbnf::new("root ::= \"x\" | \"y\" z\nz ::= \"z\" z").unwrap();
+    assert!(accepts(&g, "x") && walk(&g, b"y").is_none());
+    // A long literal repeated is one rule of it, repeated, however often.
+    let g = Gbnf::new(&format!("root ::= \"{}\"{{1000}}{{1000}}", "ab".repeat(500))).unwrap();
+    assert!(walk(&g, "ab".repeat(600).as_bytes()).is_some());
+}
+
+/// Repetitions may stand after spaces and stack, as llama.cpp takes them.
+#[test]
+fn repetitions_after_spaces_and_stacked() {
+    let g = Gbnf::new("root ::= [0-9] + ( \",\" [0-9] ) *").unwrap();
+    assert!(accepts(&g, "12,3,4") && !accepts(&g, ",1"));
+    let g = Gbnf::new("root ::= \"a\"+? \"b\"").unwrap();
+    assert!(accepts(&g, "b") && accepts(&g, "aaab"));
+}
+
 #[test]
 fn refusals_say_why() {
     for (src, want) in [

@@ -19,6 +19,11 @@ pub(crate) trait Grammar {
     fn may_end(&self, s: &Self::State) -> bool;
     /// Whether nothing but the end of generation can follow `s`.
     fn is_complete(&self, s: &Self::State) -> bool;
+    /// `s` again, after a token, where the grammar keeps states of its own
+    /// and may drop all others.
+    fn renew(&self, s: Self::State) -> Self::State {
+        s
+    }
 }
 
 /// All token byte strings as a byte trie in preorder: node `i`'s children
