@@ -19,6 +19,8 @@ const MAX_DEPTH: usize = 1024;
 /// Most stacks one expansion may visit: a grammar whose rule alone needs
 /// more is refused; a step past it is refused.
 const MAX_EXPANSION: usize = 20_000;
+/// Most stacks the expansions of all rules may visit at compile time.
+const MAX_COMPILE_WORK: usize = 1_000_000;
 /// Most stack positions the states of one sequence keep; past half of it
 /// the states are dropped after a token (all but the current one).
 const MAX_POSITIONS: usize = 4_000_000;
@@ -64,15 +66,19 @@ impl Gbnf {
     pub fn compile(source: &str) -> Result<Arc<Rules>, String> {
         let rules = Arc::new(parse(source)?);
         let g = Gbnf { rules: rules.clone(), run: Mutex::new(Run::default()) };
-        // Every rule's expansion stays within the budget.
+        // Every rule's expansion stays within the budget, and all of them
+        // within a total one.
+        let mut total = MAX_COMPILE_WORK;
         for (r, alts) in g.rules.rules.iter().enumerate() {
             for a in 0..alts.len() {
-                let mut out = Vec::new();
-                if !g.expand(vec![(r as u32, a as u32, 0)], &mut out, &mut MAX_EXPANSION.clone()) {
+                let mut budget = MAX_EXPANSION.min(total);
+                if !g.expand(vec![(r as u32, a as u32, 0)], &mut Vec::new(), &mut budget) {
                     return Err(format!(
-                        "the grammar is too ambiguous: a rule expands to over {MAX_EXPANSION} parser stacks"
+                        "the grammar is too ambiguous: its rules expand to over {} parser stacks",
+                        if total < MAX_EXPANSION { MAX_COMPILE_WORK } else { MAX_EXPANSION }
                     ));
                 }
+                total -= MAX_EXPANSION.min(total) - budget;
             }
         }
         g.start_state().ok_or_else(|| "the grammar's root matches nothing".to_string())?;
