@@ -182,7 +182,8 @@ impl<G: Grammar> GrammarConstraint<G> {
 // (By hand: derived ones would ask G itself to be Clone and Debug.)
 impl<G: Grammar> Clone for GrammarConstraint<G> {
     fn clone(&self) -> Self {
-        GrammarConstraint { vocab: self.vocab.clone(), grammar: self.grammar.clone(), state: self.state }
+        let (grammar, state) = G::fork(&self.grammar, self.state);
+        GrammarConstraint { vocab: self.vocab.clone(), grammar, state }
     }
 }
 

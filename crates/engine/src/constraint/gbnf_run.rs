@@ -243,6 +243,14 @@ impl Grammar for Gbnf {
     fn is_complete(&self, s: &u32) -> bool {
         self.state(*s).is_some_and(|st| st.partial.is_empty() && st.stacks.iter().all(Vec::is_empty))
     }
+    /// A run of its own, from `s`.
+    fn fork(this: &Arc<Self>, s: u32) -> (Arc<Self>, u32) {
+        let copy = Gbnf { rules: this.rules.clone(), run: Mutex::new(Run::default()) };
+        if let Some(state) = this.state(s) {
+            copy.intern(State::clone(&state));
+        }
+        (Arc::new(copy), 0)
+    }
     /// Past half the positions' budget, all states but `s` are dropped.
     fn renew(&self, s: u32) -> u32 {
         let Some(keep) = self.state(s) else { return s };

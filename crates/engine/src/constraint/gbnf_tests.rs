@@ -256,3 +256,51 @@ fn ends_and_completion() {
     let many = Gbnf::new("root ::= \"a\"*").unwrap();
     assert!(accepts(&many, &"a".repeat(5000)));
 }
+
+/// Through a vocabulary: the mask allows exactly the tokens whose bytes
+/// step one by one (each tried on a copy of the constraint, which runs
+/// states of its own), and sampling from it ends in sentences.
+#[test]
+fn masks_match_stepping_each_token() {
+    use super::super::format::{Constraint, OutputFormat};
+    use super::super::json::JsonVocab;
+    let mut next = super::super::picker(0xfeed_5eed);
+    let soup = b"0123456789+-*() ";
+    let mut bytes: Vec<Vec<u8>> =
+        (0..600).map(|_| (0..1 + next(4)).map(|_| soup[next(soup.len())]).collect()).collect();
+    bytes.extend(soup.iter().map(|&b| vec![b]));
+    let eos = bytes.len() as u32;
+    bytes.push(Vec::new());
+    let vocab = Arc::new(JsonVocab::new(bytes, &[eos]));
+    let n = vocab.token_bytes.len();
+    let format =
+        OutputFormat::grammar("root ::= e\ne ::= t ((\"+\" | \"-\") t)*\nt ::= [0-9]+ | \"(\" e \")\"").unwrap();
+    for _ in 0..30 {
+        let mut c = Constraint::new(vocab.clone(), &format);
+        let mut out = Vec::new();
+        loop {
+            let mut logits = vec![1.0f32; n];
+            c.mask(&mut logits);
+            for (id, &l) in logits.iter().enumerate() {
+                assert_eq!(
+                    l == 1.0,
+                    c.clone().advance(id as u32),
+                    "token {id} after {:?}",
+                    String::from_utf8_lossy(&out)
+                );
+            }
+            let allowed: Vec<usize> = (0..n).filter(|&i| logits[i] == 1.0).collect();
+            let id = if logits[eos as usize] == 1.0 && (out.len() > 30 || next(4) == 0) {
+                eos as usize
+            } else {
+                allowed[next(allowed.len())]
+            };
+            if id == eos as usize {
+                break;
+            }
+            assert!(c.advance(id as u32));
+            out.extend_from_slice(&vocab.token_bytes[id]);
+        }
+        assert!(is_expression(&out), "{:?}", String::from_utf8_lossy(&out));
+    }
+}

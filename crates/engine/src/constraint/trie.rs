@@ -24,6 +24,14 @@ pub(crate) trait Grammar {
     fn renew(&self, s: Self::State) -> Self::State {
         s
     }
+    /// The grammar and state a copy of a constraint at `s` goes on with:
+    /// shared, but where the grammar keeps states of its own, a copy.
+    fn fork(this: &std::sync::Arc<Self>, s: Self::State) -> (std::sync::Arc<Self>, Self::State)
+    where
+        Self: Sized,
+    {
+        (this.clone(), s)
+    }
 }
 
 /// All token byte strings as a byte trie in preorder: node `i`'s children
