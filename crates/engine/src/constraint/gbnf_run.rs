@@ -2,9 +2,13 @@
 //! of parser stacks that the output so far leaves (llama.cpp's way of
 //! running its grammars), each stack's top at a character element, plus the
 //! bytes of a character begun. Sets are interned as numbered states and
-//! their steps memoized, so the vocabulary walk's steps become lookups
-//! after the first; the state the walk carries is the number. Each
-//! sequence runs its own copy, which drops its states past a budget.
+//! their steps memoized in a row per state, so the vocabulary walk's steps
+//! become lookups after the first; the state the walk carries is the
+//! number. Each sequence runs its own copy, which drops its states past a
+//! budget. (The walk visits every node of the vocabulary's trie that the
+//! grammar allows, with no shortcut for free text as JSON strings have:
+//! llama.cpp's JSON grammar masks SmolLM2's vocabulary in about 3 ms on
+//! the CPU, against 0.3 ms for JSON mode.)
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -26,6 +30,11 @@ const MAX_COMPILE_WORK: usize = 1_000_000;
 const MAX_POSITIONS: usize = 4_000_000;
 /// A refused step, in the memo.
 const DEAD: u32 = u32::MAX;
+/// A step not yet taken, in the memo.
+const UNKNOWN: u32 = u32::MAX - 1;
+/// What a row of the memo counts for against `MAX_POSITIONS` (its bytes
+/// over a position's).
+const ROW_POSITIONS: usize = 1024 / 12;
 
 /// Where a parser is: rule, alternative, element.
 type Pos = (u32, u32, u32);
@@ -41,7 +50,9 @@ pub struct Gbnf {
 struct Run {
     states: Vec<Arc<State>>,
     ids: HashMap<Arc<State>, u32>,
-    steps: HashMap<(u32, u8), u32>,
+    /// Each state's steps by byte (a row once it is first stepped from):
+    /// the next state, [`DEAD`], or [`UNKNOWN`].
+    steps: Vec<Option<Box<[u32; 256]>>>,
     /// Stack positions held by `states`.
     positions: usize,
 }
@@ -227,11 +238,27 @@ impl Gbnf {
 impl Grammar for Gbnf {
     type State = u32;
     fn step(&self, s: u32, b: u8) -> Option<u32> {
-        if let Some(&next) = self.run.lock().ok()?.steps.get(&(s, b)) {
-            return (next != DEAD).then_some(next);
+        {
+            let run = self.run.lock().ok()?;
+            match run.steps.get(s as usize).and_then(Option::as_ref).map(|row| row[b as usize]) {
+                Some(DEAD) => return None,
+                Some(UNKNOWN) | None => {}
+                Some(next) => return Some(next),
+            }
         }
         let next = self.next(&*self.state(s)?, b).and_then(|n| self.intern(n));
-        self.run.lock().ok()?.steps.insert((s, b), next.unwrap_or(DEAD));
+        let mut run = self.run.lock().ok()?;
+        let s = s as usize;
+        if run.steps.len() <= s {
+            run.steps.resize_with(s + 1, || None);
+        }
+        if run.steps[s].is_none() {
+            run.positions += ROW_POSITIONS;
+            run.steps[s] = Some(Box::new([UNKNOWN; 256]));
+        }
+        if let Some(row) = run.steps[s].as_mut() {
+            row[b as usize] = next.unwrap_or(DEAD);
+        }
         next
     }
     fn free_string(&self, _: &u32, _: usize) -> Option<StrMode> {
