@@ -7,8 +7,8 @@
 //! number. Each sequence runs its own copy, which drops its states past a
 //! budget. (The walk visits every node of the vocabulary's trie that the
 //! grammar allows, with no shortcut for free text as JSON strings have:
-//! llama.cpp's JSON grammar masks SmolLM2's vocabulary in about 3 ms on
-//! the CPU, against 0.3 ms for JSON mode.)
+//! with llama.cpp's JSON grammar, SmolLM2 on two CPU cores takes about
+//! 3.4 ms a token more than in JSON mode, 130 against 231 tokens/s.)
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
