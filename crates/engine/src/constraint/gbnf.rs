@@ -113,32 +113,42 @@ pub(crate) fn parse(source: &str) -> Result<Rules, String> {
 /// Drops the alternatives that can never end (a class of no character, a
 /// rule that only recurs); refuses a root left with none.
 fn keep_productive(g: &mut Rules) -> Result<(), String> {
-    let n = g.rules.len();
-    let mut productive = vec![false; n];
     let elem_ok = |e: &Elem, productive: &[bool]| match e {
         Elem::Chars { .. } => e.meets(0, 0xd7ff) || e.meets(0xe000, 0x10ffff),
         Elem::Rule(t) => productive[*t as usize],
     };
-    loop {
-        let mut changed = false;
-        for r in 0..n {
-            if !productive[r] && g.rules[r].iter().any(|alt| alt.iter().all(|e| elem_ok(e, &productive))) {
-                productive[r] = true;
-                changed = true;
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
+    let productive = rules_where(g, elem_ok);
     if !productive[g.root as usize] {
         return Err("the grammar's root matches no finite text".into());
     }
-    for r in 0..n {
+    for r in 0..g.rules.len() {
         let alts = std::mem::take(&mut g.rules[r]);
         g.rules[r] = alts.into_iter().filter(|alt| alt.iter().all(|e| elem_ok(e, &productive))).collect();
     }
     Ok(())
+}
+
+/// The rules with some alternative whose every element is `ok` (given the
+/// rules found so far), as a fixed point.
+fn rules_where(g: &Rules, ok: impl Fn(&Elem, &[bool]) -> bool) -> Vec<bool> {
+    let mut found = vec![false; g.rules.len()];
+    loop {
+        let mut changed = false;
+        for r in 0..g.rules.len() {
+            if !found[r] && g.rules[r].iter().any(|alt| alt.iter().all(|e| ok(e, &found))) {
+                found[r] = true;
+                changed = true;
+            }
+        }
+        if !changed {
+            return found;
+        }
+    }
+}
+
+/// Whether `b` may be in a rule's name.
+fn name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'-' || b == b'_'
 }
 
 struct Parser<'a> {
@@ -191,7 +201,7 @@ impl Parser<'_> {
 
     fn name(&mut self) -> Option<String> {
         let start = self.at;
-        while self.peek().is_some_and(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        while self.peek().is_some_and(name_byte) {
             self.at += 1;
         }
         (self.at > start).then(|| String::from_utf8_lossy(&self.src[start..self.at]).into_owned())
@@ -218,7 +228,7 @@ impl Parser<'_> {
     /// Whether a new rule starts here (`name ::=`), which ends the one before.
     fn at_rule_start(&self) -> bool {
         let mut i = self.at;
-        while self.src.get(i).is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_') {
+        while self.src.get(i).is_some_and(|&b| name_byte(b)) {
             i += 1;
         }
         while self.src.get(i).is_some_and(|b| *b == b' ' || *b == b'\t') {
@@ -466,22 +476,8 @@ impl Parser<'_> {
 /// automaton would expand it forever).
 fn check_left_recursion(g: &Rules, names: &HashMap<String, u32>) -> Result<(), String> {
     let n = g.rules.len();
-    // Which rules can match nothing (a fixed point).
-    let mut nullable = vec![false; n];
-    loop {
-        let mut changed = false;
-        for r in 0..n {
-            if !nullable[r]
-                && g.rules[r].iter().any(|alt| alt.iter().all(|e| matches!(e, Elem::Rule(t) if nullable[*t as usize])))
-            {
-                nullable[r] = true;
-                changed = true;
-            }
-        }
-        if !changed {
-            break;
-        }
-    }
+    // Which rules can match nothing.
+    let nullable = rules_where(g, |e, nullable| matches!(e, Elem::Rule(t) if nullable[*t as usize]));
     // Rules reachable from each at its left edge, by depth-first search.
     let left: Vec<Vec<u32>> = g
         .rules

@@ -79,17 +79,18 @@ impl Gbnf {
         let g = Gbnf { rules: rules.clone(), run: Mutex::new(Run::default()) };
         // Every rule's expansion stays within the budget, and all of them
         // within a total one.
-        let mut total = MAX_COMPILE_WORK;
+        let mut spent = 0;
         for (r, alts) in g.rules.rules.iter().enumerate() {
             for a in 0..alts.len() {
-                let mut budget = MAX_EXPANSION.min(total);
-                if !g.expand(vec![(r as u32, a as u32, 0)], &mut Vec::new(), &mut budget) {
+                let mut budget = MAX_EXPANSION;
+                let whole = g.expand(vec![(r as u32, a as u32, 0)], &mut Vec::new(), &mut budget);
+                spent += MAX_EXPANSION - budget;
+                if !whole || spent > MAX_COMPILE_WORK {
                     return Err(format!(
-                        "the grammar is too ambiguous: its rules expand to over {} parser stacks",
-                        if total < MAX_EXPANSION { MAX_COMPILE_WORK } else { MAX_EXPANSION }
+                        "the grammar is too ambiguous: its rules expand to over {MAX_EXPANSION} parser stacks \
+                         (one rule) or {MAX_COMPILE_WORK} (all)"
                     ));
                 }
-                total -= MAX_EXPANSION.min(total) - budget;
             }
         }
         g.start_state().ok_or_else(|| "the grammar's root matches nothing".to_string())?;
@@ -123,7 +124,8 @@ impl Gbnf {
         (!stacks.is_empty()).then_some(State { stacks, partial: Vec::new() })
     }
 
-    /// The first state (0).
+    /// The first state interned (0): the start, or the one state a copy
+    /// or a renewed run begins with.
     pub fn start(&self) -> u32 {
         0
     }
@@ -276,20 +278,18 @@ impl Grammar for Gbnf {
         if let Some(state) = this.state(s) {
             copy.intern(State::clone(&state));
         }
-        (Arc::new(copy), 0)
+        let start = copy.start();
+        (Arc::new(copy), start)
     }
     /// Past half the positions' budget, all states but `s` are dropped.
     fn renew(&self, s: u32) -> u32 {
         let Some(keep) = self.state(s) else { return s };
-        let Ok(mut run) = self.run.lock() else { return s };
-        if run.positions <= MAX_POSITIONS / 2 {
-            return s;
+        match self.run.lock() {
+            Ok(mut run) if run.positions > MAX_POSITIONS / 2 => *run = Run::default(),
+            _ => return s,
         }
-        *run = Run::default();
-        run.positions = keep.positions();
-        run.states.push(keep.clone());
-        run.ids.insert(keep, 0);
-        0
+        self.intern(State::clone(&keep));
+        self.start()
     }
 }
 
