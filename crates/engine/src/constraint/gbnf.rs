@@ -40,25 +40,38 @@ impl Elem {
 
     /// Whether some character in `lo..=hi` matches.
     pub(crate) fn meets(&self, lo: u32, hi: u32) -> bool {
-        let Elem::Chars { ranges, negated } = self else { return false };
-        if !negated {
-            return ranges.iter().any(|&(a, b)| a <= hi && b >= lo);
+        match self {
+            Elem::Chars { ranges, negated: false } => ranges.iter().any(|&(a, b)| a <= hi && b >= lo),
+            Elem::Chars { ranges, negated: true } => !ranges_cover(ranges, lo, hi),
+            Elem::Rule(_) => false,
         }
-        // Negated: some point of lo..=hi outside every range.
-        let mut sorted: Vec<(u32, u32)> = ranges.clone();
-        sorted.sort_unstable();
-        let mut next = lo;
-        for (a, b) in sorted {
-            if a > next {
-                break;
-            }
-            next = next.max(b.saturating_add(1));
-            if next > hi {
-                return false;
-            }
-        }
-        next <= hi
     }
+
+    /// Whether every character in `lo..=hi` matches.
+    pub(crate) fn covers(&self, lo: u32, hi: u32) -> bool {
+        match self {
+            Elem::Chars { ranges, negated: false } => ranges_cover(ranges, lo, hi),
+            Elem::Chars { ranges, negated: true } => !ranges.iter().any(|&(a, b)| a <= hi && b >= lo),
+            Elem::Rule(_) => false,
+        }
+    }
+}
+
+/// Whether `ranges` together hold every point of `lo..=hi`.
+fn ranges_cover(ranges: &[(u32, u32)], lo: u32, hi: u32) -> bool {
+    let mut sorted = ranges.to_vec();
+    sorted.sort_unstable();
+    let mut next = lo; // the first point not yet held
+    for (a, b) in sorted {
+        if a > next {
+            break;
+        }
+        next = next.max(b.saturating_add(1));
+        if next > hi {
+            return true;
+        }
+    }
+    false
 }
 
 /// A parsed grammar: `rules[r]` its alternatives, each a sequence (those

@@ -5,14 +5,15 @@
 //! their steps memoized in a row per state, so the vocabulary walk's steps
 //! become lookups after the first; the state the walk carries is the
 //! number. Each sequence runs its own copy, which drops its states past a
-//! budget. (The walk visits every node of the vocabulary's trie that the
-//! grammar allows, with no shortcut for free text as JSON strings have:
-//! with llama.cpp's JSON grammar, SmolLM2 on two CPU cores takes about
-//! 3.4 ms a token more than in JSON mode, 130 against 231 tokens/s.)
+//! budget. A state that some character leaves as it is (inside a string's
+//! `[^"\\]*`, say) is a run of free text for the walk once its set of such
+//! characters is known (`free_run`), so that the tokens made of them are
+//! allowed without stepping their bytes.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use super::free_run::{CharSet, FreeRun};
 use super::gbnf::{parse, Elem, Rules};
 use super::lex::StrMode;
 use super::trie::Grammar;
@@ -53,8 +54,22 @@ struct Run {
     /// Each state's steps by byte (a row once it is first stepped from):
     /// the next state, [`DEAD`], or [`UNKNOWN`].
     steps: Vec<Option<Box<[u32; 256]>>>,
+    /// Each state's characters that leave it as it is, where known.
+    loops: Vec<Loop>,
     /// Stack positions held by `states`.
     positions: usize,
+}
+
+/// What is known of the characters that leave a state as it is.
+#[derive(Clone, Copy, Debug, Default)]
+enum Loop {
+    /// Not asked, and no step found one yet.
+    #[default]
+    Unknown,
+    /// Some byte's step left it as it was: worth finding them all.
+    Some,
+    /// All of them (none, where the set is empty).
+    Known(Option<CharSet>),
 }
 
 /// The stacks (sorted, distinct; an empty one: the output may end) and the
@@ -207,6 +222,23 @@ impl Gbnf {
         self.run.lock().ok()?.states.get(id as usize).cloned()
     }
 
+    /// The characters that leave state `s` as it is, if any: the ASCII ones
+    /// tried one by one; the others, where every stack's top takes all of
+    /// them or none (so that they all step alike), as one of them does.
+    fn loop_chars(&self, s: u32) -> Option<CharSet> {
+        let ascii = (0..0x80u8).filter(|&b| self.step(s, b) == Some(s)).fold(0u128, |m, b| m | 1 << b);
+        let state = self.state(s)?;
+        let alike = |top: &Pos| {
+            let e = self.elem(*top);
+            e.covers(0x80, 0x10ffff) || !e.meets(0x80, 0x10ffff)
+        };
+        let uniform = state.partial.is_empty() && state.stacks.iter().all(|st| st.last().is_none_or(alike));
+        // (U+0080 stands for them all.)
+        let non_ascii = uniform && self.step(s, 0xc2).and_then(|t| self.step(t, 0x80)) == Some(s);
+        let chars = CharSet { ascii, non_ascii };
+        (!chars.is_empty()).then_some(chars)
+    }
+
     /// The state after byte `b`, computed (its step not yet memoized).
     fn next(&self, s: &State, b: u8) -> Option<State> {
         let mut partial = s.partial.clone();
@@ -261,10 +293,31 @@ impl Grammar for Gbnf {
         if let Some(row) = run.steps[s].as_mut() {
             row[b as usize] = next.unwrap_or(DEAD);
         }
+        if next == Some(s as u32) {
+            if run.loops.len() <= s {
+                run.loops.resize(s + 1, Loop::Unknown);
+            }
+            if let Loop::Unknown = run.loops[s] {
+                run.loops[s] = Loop::Some;
+            }
+        }
         next
     }
-    fn free_string(&self, _: &u32, _: usize) -> Option<StrMode> {
-        None
+    /// Found once some byte's step has left `s` as it was.
+    fn free_run(&self, s: &u32, _: usize) -> Option<FreeRun> {
+        let known = self.run.lock().ok()?.loops.get(*s as usize).copied().unwrap_or_default();
+        let chars = match known {
+            Loop::Unknown => None,
+            Loop::Known(chars) => chars,
+            Loop::Some => {
+                let chars = self.loop_chars(*s);
+                if let Some(l) = self.run.lock().ok()?.loops.get_mut(*s as usize) {
+                    *l = Loop::Known(chars);
+                }
+                chars
+            }
+        };
+        Some(FreeRun { chars: chars?, sub: StrMode::Plain })
     }
     fn may_end(&self, s: &u32) -> bool {
         self.state(*s).is_some_and(|st| st.partial.is_empty() && st.stacks.iter().any(Vec::is_empty))

@@ -33,6 +33,7 @@
 //! leads a sequence into a dead end (as long as the vocabulary can spell the
 //! needed bytes, as byte-level and byte-fallback vocabularies can).
 
+use super::free_run::{CharSet, FreeRun};
 pub use super::lex::MAX_WS_RUN;
 use super::lex::{is_ws, str_step, Num, StrMode, StrStep};
 use super::trie::Grammar;
@@ -192,9 +193,9 @@ impl Grammar for AnyObject {
     fn step(&self, s: State, b: u8) -> Option<State> {
         s.step(b)
     }
-    fn free_string(&self, s: &State, _longest: usize) -> Option<StrMode> {
+    fn free_run(&self, s: &State, _longest: usize) -> Option<FreeRun> {
         match s.mode {
-            Mode::Str { sub, .. } => Some(sub),
+            Mode::Str { sub, .. } => Some(FreeRun { chars: CharSet::JSON_STRING, sub }),
             _ => None,
         }
     }

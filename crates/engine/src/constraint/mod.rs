@@ -1,6 +1,7 @@
 //! Constrained decoding: masks that keep sampled output inside a grammar.
 
 pub mod format;
+mod free_run;
 pub mod gbnf;
 pub mod gbnf_run;
 pub mod json;

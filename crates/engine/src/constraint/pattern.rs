@@ -12,12 +12,14 @@
 //! (raw, or behind a one-letter escape) are walked.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use regex_automata::dfa::{dense, Automaton, StartKind};
 use regex_automata::nfa::thompson;
 use regex_automata::util::{start, syntax};
 use regex_automata::{Anchored, MatchKind};
 
+use super::free_run::{run_step, CharSet, FreeRun};
 use super::lex::{StrMode, ESCAPES};
 pub use super::pattern_syntax::{format_max_len, format_pattern};
 use super::pattern_syntax::{translate, Dialect};
@@ -71,6 +73,9 @@ pub struct Pattern {
     /// Whether each state ends a whole output (`PatternUse::Whole`): a
     /// match that no byte extends.
     ends: Vec<bool>,
+    /// Each state's run of free text (`PatternUse::Whole`), found when the
+    /// walk first asks.
+    runs: Vec<OnceLock<Option<CharSet>>>,
     /// Bit `len` of state `s`'s row: a match can be completed from `s`
     /// after `len` characters. Rows of `words` u64s.
     live: Vec<u64>,
@@ -118,8 +123,8 @@ impl Pattern {
             }
         }
         let cap = if max == u32::MAX { min } else { max };
-        let (live, words, ends, source) = (Vec::new(), 0, Vec::new(), source.to_string());
-        let mut p = Pattern { next, accept, cap, min, max, ends, live, words, source };
+        let (live, words, ends, runs, source) = (Vec::new(), 0, Vec::new(), Vec::new(), source.to_string());
+        let mut p = Pattern { next, accept, cap, min, max, ends, runs, live, words, source };
         p.analyse(work)?;
         if !p.ok(0, 0) {
             return Err(format!("pattern {:?} has no match that fits here", p.source));
@@ -128,8 +133,70 @@ impl Pattern {
             p.ends = (0..p.states() as u32)
                 .map(|s| p.accepts(s, 0) && !(0..=255).any(|b| p.step(s, b, 0).is_some()))
                 .collect();
+            p.runs = (0..p.states()).map(|_| OnceLock::new()).collect();
         }
         Ok(p)
+    }
+
+    /// The characters of a run of free text at `s`, if any: the ASCII
+    /// bytes whose step leaves `s` as it is and, where every string of
+    /// those and multi-byte characters from `s` can still match (checked
+    /// through a few states), the multi-byte characters too. (A DFA may
+    /// reach an equivalent state after a multi-byte character: `.*` after
+    /// `é` is not the state after `a`.)
+    fn run_chars(&self, s: u32) -> Option<CharSet> {
+        /// Most states followed.
+        const MOST: usize = 16;
+        let ascii = (0..0x80u8).filter(|&b| self.step(s, b, 0) == Some(s)).fold(0u128, |m, b| m | 1 << b);
+        let mut reach = vec![s];
+        let mut i = 0;
+        let non_ascii = loop {
+            let Some(&r) = reach.get(i) else { break true };
+            i += 1;
+            let ascii_next = (0..0x80u8).filter(|&b| ascii >> b & 1 == 1).map(|b| self.step(r, b, 0));
+            let next: Option<Vec<u32>> = ascii_next
+                .chain(self.non_ascii_ends(r).map_or(vec![None], |e| e.into_iter().map(Some).collect()))
+                .collect();
+            let Some(next) = next else { break false };
+            for n in next {
+                if !reach.contains(&n) {
+                    reach.push(n);
+                }
+            }
+            if reach.len() > MOST {
+                break false;
+            }
+        };
+        let chars = CharSet { ascii, non_ascii };
+        (!chars.is_empty()).then_some(chars)
+    }
+
+    /// The states every well-formed multi-byte character leads `s` to, or
+    /// `None` where one cannot match (or it is past a few states to follow
+    /// inside a character).
+    fn non_ascii_ends(&self, s: u32) -> Option<Vec<u32>> {
+        const MOST: usize = 32;
+        let any = CharSet { ascii: 0, non_ascii: true };
+        let (mut seen, mut ends): (Vec<(u32, StrMode)>, Vec<u32>) = (Vec::new(), Vec::new());
+        let mut work = vec![(s, StrMode::Plain)];
+        while let Some((t, sub)) = work.pop() {
+            for b in 0x80..=0xffu8 {
+                let Some(after) = run_step(any, sub, b) else { continue };
+                let n = self.step(t, b, 0)?;
+                if after == StrMode::Plain {
+                    if !ends.contains(&n) {
+                        ends.push(n);
+                    }
+                } else if !seen.contains(&(n, after)) {
+                    if seen.len() == MOST {
+                        return None;
+                    }
+                    seen.push((n, after));
+                    work.push((n, after));
+                }
+            }
+        }
+        Some(ends)
     }
 
     /// The automaton's states.
@@ -320,8 +387,9 @@ impl Grammar for Pattern {
     fn step(&self, s: u32, b: u8) -> Option<u32> {
         Pattern::step(self, s, b, 0)
     }
-    fn free_string(&self, _: &u32, _: usize) -> Option<StrMode> {
-        None
+    fn free_run(&self, s: &u32, _: usize) -> Option<FreeRun> {
+        let chars = (*self.runs.get(*s as usize)?.get_or_init(|| self.run_chars(*s)))?;
+        Some(FreeRun { chars, sub: StrMode::Plain })
     }
     fn may_end(&self, s: &u32) -> bool {
         self.accepts(*s, 0)

@@ -5,6 +5,7 @@
 //! object's `}` waits for its required keys, and an array's `]` for its
 //! `minItems`.
 
+use super::free_run::{CharSet, FreeRun};
 use super::lex::{is_ws, str_step, StrMode, StrStep, ESCAPES, MAX_WS_RUN};
 use super::number::{NumPos, DECIMALS};
 use super::pattern::starts_char;
@@ -474,17 +475,18 @@ impl Grammar for Schema {
     fn step(&self, st: SchemaState, b: u8) -> Option<SchemaState> {
         st.step(self, b)
     }
-    fn free_string(&self, st: &SchemaState, longest: usize) -> Option<StrMode> {
-        match st.lex {
+    fn free_run(&self, st: &SchemaState, longest: usize) -> Option<FreeRun> {
+        let sub = match st.lex {
             // Under a maxLength, only while any token fits in the room left
             // (a byte adds at most one character); then byte by byte.
             Lex::Str { sub, node, len, .. } => match self.node(node) {
-                &Node::String { max, pattern: None, .. } if (max - len) as usize >= longest => Some(sub),
-                _ => None,
+                &Node::String { max, pattern: None, .. } if (max - len) as usize >= longest => sub,
+                _ => return None,
             },
-            Lex::MapKey(sub) => Some(sub),
-            _ => None,
-        }
+            Lex::MapKey(sub) => sub,
+            _ => return None,
+        };
+        Some(FreeRun { chars: CharSet::JSON_STRING, sub })
     }
     fn may_end(&self, st: &SchemaState) -> bool {
         st.complete(self)

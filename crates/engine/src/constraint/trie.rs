@@ -2,8 +2,10 @@
 //! grammar to find every token that can come next.
 
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
-use super::lex::{str_step, utf8_class, StrMode, StrStep, UTF8_CLASSES};
+use super::free_run::{run_step, CharSet, FreeRun};
+use super::lex::{utf8_class, UTF8_CLASSES};
 
 /// A byte-level grammar whose states are small `Copy` values: trying a byte
 /// never allocates and never needs undoing.
@@ -11,10 +13,11 @@ pub(crate) trait Grammar {
     type State: Copy + fmt::Debug;
     /// The state after byte `b`, or `None` if no valid output has this prefix.
     fn step(&self, s: Self::State, b: u8) -> Option<Self::State>;
-    /// Where `s` is inside a string whose content is free (any characters,
-    /// at least `longest` more of them: the longest token's bytes), its
-    /// position: the walk then accepts whole subtrees of plain content.
-    fn free_string(&self, s: &Self::State, longest: usize) -> Option<StrMode>;
+    /// Where `s` is inside a run of free text (characters of a set, each
+    /// of which leaves the grammar where it is, at least `longest` more of
+    /// them: the longest token's bytes), the run: the walk then accepts whole
+    /// subtrees of the run's characters.
+    fn free_run(&self, s: &Self::State, longest: usize) -> Option<FreeRun>;
     /// Whether the output may end at `s` (the end of generation is allowed).
     fn may_end(&self, s: &Self::State) -> bool;
     /// Whether nothing but the end of generation can follow `s`.
@@ -46,13 +49,14 @@ pub(crate) struct Trie {
     /// ids may share the same bytes); `first` has one extra entry.
     first: Vec<u32>,
     ids: Vec<u32>,
-    /// Bit `c` of `in_string[i]` is set when, starting inside a string in
-    /// UTF-8 class `c` (see [`UTF8_CLASSES`]), every path through node `i`'s
-    /// subtree is valid string content that neither ends the string nor
-    /// starts an escape. Most of a vocabulary is like that, and its tokens are
-    /// allowed inside strings regardless of the rest of the state, so the walk
-    /// accepts such subtrees whole instead of visiting every node.
-    in_string: Vec<u8>,
+    /// For each set of characters a run of free text has had (JSON strings'
+    /// first, a few at most, the oldest dropped): bit `c` of `bits[i]` is
+    /// set when, starting in UTF-8 class `c` (see [`UTF8_CLASSES`]), every
+    /// path through node `i`'s subtree stays within the set. Most of a
+    /// vocabulary is like that for a string's content, and its tokens are
+    /// allowed there regardless of the rest of the state, so the walk accepts
+    /// such subtrees whole instead of visiting every node.
+    runs: Mutex<Vec<(CharSet, Arc<[u8]>)>>,
     /// The longest token, to size the walk's stack.
     max_len: usize,
 }
@@ -67,7 +71,7 @@ impl Trie {
             end: Vec::new(),
             first: Vec::new(),
             ids: Vec::new(),
-            in_string: Vec::new(),
+            runs: Mutex::new(Vec::new()),
             max_len: 0,
         };
         let mut path: Vec<usize> = Vec::new(); // node at each depth of the previous token
@@ -95,13 +99,31 @@ impl Trie {
             t.end[node] = t.byte.len() as u32;
         }
         t.first.push(t.ids.len() as u32);
-        t.in_string = t.in_string_bits();
+        t.run_bits(CharSet::JSON_STRING);
         t
     }
 
-    /// Computes [`Trie::in_string`] bottom-up: children come after their
-    /// parent in preorder, so a reverse pass sees every child first.
-    fn in_string_bits(&self) -> Vec<u8> {
+    /// The bits of [`Trie::runs`] for `chars`, computed at first use.
+    fn run_bits(&self, chars: CharSet) -> Arc<[u8]> {
+        /// Sets kept (a grammar has a few; more are computed again).
+        const KEPT: usize = 16;
+        let lock = || self.runs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, bits)) = lock().iter().find(|(c, _)| *c == chars) {
+            return bits.clone();
+        }
+        let bits: Arc<[u8]> = self.compute_run_bits(chars).into();
+        let mut runs = lock();
+        if runs.len() >= KEPT {
+            runs.remove(1); // (JSON strings' stay first)
+        }
+        runs.push((chars, bits.clone()));
+        bits
+    }
+
+    /// Computes a set's bits of [`Trie::runs`] bottom-up: children come
+    /// after their parent in preorder, so a reverse pass sees every child
+    /// first.
+    fn compute_run_bits(&self, chars: CharSet) -> Vec<u8> {
         let mut bits = vec![0u8; self.byte.len()];
         for i in (0..self.byte.len()).rev() {
             let mut children = u8::MAX;
@@ -111,10 +133,7 @@ impl Trie {
                 c = self.end[c] as usize;
             }
             for (class, &sub) in UTF8_CLASSES.iter().enumerate() {
-                let next = match str_step(sub, self.byte[i]) {
-                    Some(StrStep::In(sub)) => utf8_class(sub),
-                    _ => None,
-                };
+                let next = run_step(chars, sub, self.byte[i]).and_then(utf8_class);
                 if next.is_some_and(|n| children >> n & 1 == 1) {
                     bits[i] |= 1 << class;
                 }
@@ -126,18 +145,26 @@ impl Trie {
     /// Sets bit `id` in `allowed` for every token `id` whose bytes `g`
     /// accepts from `start`.
     pub(crate) fn walk<G: Grammar>(&self, g: &G, start: G::State, allowed: &mut [u64]) {
-        // The nodes on the current path with the state after each of their bytes.
-        let mut path: Vec<(u32, G::State)> = Vec::with_capacity(self.max_len);
+        // The nodes on the current path with the state after each of their
+        // bytes and its run of free text (asked for once a node has children).
+        let mut path: Vec<(u32, G::State, Option<FreeRun>)> = Vec::with_capacity(self.max_len);
+        let start_run = g.free_run(&start, self.max_len);
+        // The bits of the run's set last asked for.
+        let mut bits: Option<(CharSet, Arc<[u8]>)> = None;
         let mut i = 0;
         while i < self.byte.len() {
-            while path.last().is_some_and(|&(end, _)| end as usize <= i) {
+            while path.last().is_some_and(|&(end, ..)| end as usize <= i) {
                 path.pop();
             }
-            let parent = path.last().map_or(start, |&(_, s)| s);
+            let (parent, run) = path.last().map_or((start, start_run), |&(_, s, run)| (s, run));
             let end = self.end[i] as usize;
-            if let Some(sub) = g.free_string(&parent, self.max_len) {
-                if utf8_class(sub).is_some_and(|c| self.in_string[i] >> c & 1 == 1) {
-                    // The whole subtree stays inside the string: all allowed.
+            if let Some(run) = run {
+                if bits.as_ref().is_none_or(|(chars, _)| *chars != run.chars) {
+                    bits = Some((run.chars, self.run_bits(run.chars)));
+                }
+                let set = bits.as_ref().map_or(0, |(_, b)| b[i]);
+                if utf8_class(run.sub).is_some_and(|c| set >> c & 1 == 1) {
+                    // The whole subtree stays in the run: all allowed.
                     self.mark(i, end, allowed);
                     i = end;
                     continue;
@@ -146,7 +173,8 @@ impl Trie {
             match g.step(parent, self.byte[i]) {
                 Some(s) => {
                     self.mark(i, i + 1, allowed);
-                    path.push((end as u32, s));
+                    let run = if end > i + 1 { g.free_run(&s, self.max_len) } else { None };
+                    path.push((end as u32, s, run));
                     i += 1;
                 }
                 None => i = end,
