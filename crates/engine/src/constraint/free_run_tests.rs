@@ -144,10 +144,11 @@ fn runs_are_found_where_characters_loop() {
 }
 
 /// With the real SmolLM2 tokenizer, when the model file is present: inside
-/// a string of llama.cpp's JSON grammar, the mask equals stepping each
-/// token, and (printed) what a mask costs against JSON mode's.
+/// a string of llama.cpp's JSON grammar and between numbers, the mask
+/// equals stepping each token, and (printed) what a mask costs against JSON
+/// mode's.
 #[test]
-fn real_vocabulary_inside_a_grammar_string() {
+fn real_vocabulary_through_a_grammar() {
     let path = ferrite_loader::source::models_dir().join("smollm2.gguf");
     if !path.exists() {
         println!("skipping: {} not found", path.display());
@@ -157,28 +158,30 @@ fn real_vocabulary_inside_a_grammar_string() {
     let tok = ferrite_loader::tokenizer::Tokenizer::from_gguf(&gguf).unwrap();
     let vocab = Arc::new(JsonVocab::for_tokenizer(&tok, tok.vocab_size()));
     let n = vocab.token_bytes.len();
-    let text = tok.encode("{\"name\": \"A cat with a long, fluffy coat", false).unwrap();
-    for (name, format) in [("grammar", OutputFormat::grammar(JSON_GBNF).unwrap()), ("json", OutputFormat::Object)] {
-        let mut c = Constraint::new(vocab.clone(), &format);
-        for &t in &text {
-            let mut logits = vec![0.0f32; n];
-            c.mask(&mut logits);
-            assert!(c.advance(t));
-        }
-        let mut logits = vec![1.0f32; n];
-        let mut times: Vec<f64> = (0..11)
-            .map(|_| {
-                logits.fill(1.0);
-                let t = Instant::now();
+    for prefix in ["{\"name\": \"A cat with a long, fluffy coat", "{\"n\": [1, 22, 333, 4444, "] {
+        let text = tok.encode(prefix, false).unwrap();
+        for (name, format) in [("grammar", OutputFormat::grammar(JSON_GBNF).unwrap()), ("json", OutputFormat::Object)] {
+            let mut c = Constraint::new(vocab.clone(), &format);
+            for &t in &text {
+                let mut logits = vec![0.0f32; n];
                 c.mask(&mut logits);
-                t.elapsed().as_secs_f64() * 1e3
-            })
-            .collect();
-        times.sort_by(f64::total_cmp);
-        for (id, &l) in logits.iter().enumerate() {
-            assert_eq!(l == 1.0, c.clone().advance(id as u32), "{name}: token {id}");
+                assert!(c.advance(t));
+            }
+            let mut logits = vec![1.0f32; n];
+            let mut times: Vec<f64> = (0..11)
+                .map(|_| {
+                    logits.fill(1.0);
+                    let t = Instant::now();
+                    c.mask(&mut logits);
+                    t.elapsed().as_secs_f64() * 1e3
+                })
+                .collect();
+            times.sort_by(f64::total_cmp);
+            for (id, &l) in logits.iter().enumerate() {
+                assert_eq!(l == 1.0, c.clone().advance(id as u32), "{name}: token {id} after {prefix:?}");
+            }
+            let allowed = logits.iter().filter(|&&l| l == 1.0).count();
+            println!("{name}: mask after {prefix:?} {:.3} ms median ({allowed} allowed)", times[5]);
         }
-        let allowed = logits.iter().filter(|&&l| l == 1.0).count();
-        println!("{name}: mask inside a string {:.3} ms median ({allowed} allowed)", times[5]);
     }
 }
