@@ -485,23 +485,25 @@ impl Parser<'_> {
     }
 }
 
-/// Refuses a rule that can reach itself before reading a character (the
-/// automaton would expand it forever).
+/// Refuses a rule that can reach itself before reading a character where
+/// that leaves something after the reference (the parser's stack would
+/// grow forever). Reaching itself as the last element of an alternative
+/// is harmless (such references are not kept on the stack): `("a"?)*`.
 fn check_left_recursion(g: &Rules, names: &HashMap<String, u32>) -> Result<(), String> {
-    let n = g.rules.len();
     // Which rules can match nothing.
     let nullable = rules_where(g, |e, nullable| matches!(e, Elem::Rule(t) if nullable[*t as usize]));
-    // Rules reachable from each at its left edge, by depth-first search.
-    let left: Vec<Vec<u32>> = g
+    // The rules each reaches at its left edge, and whether something in
+    // its alternative follows the reference.
+    let left: Vec<Vec<(u32, bool)>> = g
         .rules
         .iter()
         .map(|alts| {
             let mut out = Vec::new();
             for alt in alts {
-                for e in alt {
+                for (i, e) in alt.iter().enumerate() {
                     match e {
                         Elem::Rule(t) => {
-                            out.push(*t);
+                            out.push((*t, i + 1 < alt.len()));
                             if !nullable[*t as usize] {
                                 break;
                             }
@@ -513,36 +515,72 @@ fn check_left_recursion(g: &Rules, names: &HashMap<String, u32>) -> Result<(), S
             out
         })
         .collect();
-    let mut state = vec![0u8; n]; // 0 new, 1 on the path, 2 done
-    fn visit(r: usize, left: &[Vec<u32>], state: &mut [u8]) -> Option<usize> {
-        state[r] = 1;
-        for &t in &left[r] {
-            match state[t as usize] {
-                1 => return Some(t as usize),
-                0 => {
-                    if let Some(c) = visit(t as usize, left, state) {
-                        return Some(c);
-                    }
-                }
-                _ => {}
-            }
-        }
-        state[r] = 2;
-        None
-    }
-    for r in 0..n {
-        if state[r] == 0 {
-            if let Some(c) = visit(r, &left, &mut state) {
-                return Err(match names.iter().find(|(_, &v)| v as usize == c) {
-                    Some((name, _)) => {
-                        format!("rule `{name}` is left-recursive (it can reach itself before any character)")
-                    }
-                    None => "a repetition (`*`, `+`, `{m,}`) of something that can match nothing, or a group \
-                             that can reach itself before any character"
-                        .into(),
-                });
-            }
+    let edges: Vec<Vec<u32>> = left.iter().map(|l| l.iter().map(|&(t, _)| t).collect()).collect();
+    let comp = components(&edges);
+    for (r, l) in left.iter().enumerate() {
+        if let Some(&(t, _)) = l.iter().find(|&&(t, grows)| grows && comp[t as usize] == comp[r]) {
+            // (Named by a rule of the cycle, its own before a group's.)
+            let named = |x: u32| names.iter().find(|(_, &v)| v == x).map(|(name, _)| name.clone());
+            let any = || names.iter().filter(|(_, &v)| comp[v as usize] == comp[r]).map(|(n, _)| n.clone()).min();
+            return Err(match named(t).or_else(|| named(r as u32)).or_else(any) {
+                Some(name) => format!("rule `{name}` is left-recursive (it can reach itself before any character)"),
+                None => "a group is left-recursive (it can reach itself before any character)".into(),
+            });
         }
     }
     Ok(())
+}
+
+/// The strongly connected components of the graph `edges` (a number per
+/// node; Kosaraju's two passes, iterative).
+fn components(edges: &[Vec<u32>]) -> Vec<u32> {
+    let n = edges.len();
+    // First pass: nodes in the order their depth-first searches finish.
+    let mut order = Vec::with_capacity(n);
+    let mut seen = vec![false; n];
+    for root in 0..n {
+        if seen[root] {
+            continue;
+        }
+        seen[root] = true;
+        let mut stack = vec![(root, 0usize)];
+        while let Some((v, k)) = stack.last_mut() {
+            if let Some(&t) = edges[*v].get(*k) {
+                *k += 1;
+                if !seen[t as usize] {
+                    seen[t as usize] = true;
+                    stack.push((t as usize, 0));
+                }
+            } else {
+                order.push(*v);
+                stack.pop();
+            }
+        }
+    }
+    // Second pass, on the reversed graph, latest finished first.
+    let mut back: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (v, out) in edges.iter().enumerate() {
+        for &t in out {
+            back[t as usize].push(v);
+        }
+    }
+    let mut comp = vec![u32::MAX; n];
+    let mut next = 0;
+    for &root in order.iter().rev() {
+        if comp[root] != u32::MAX {
+            continue;
+        }
+        comp[root] = next;
+        let mut stack = vec![root];
+        while let Some(v) = stack.pop() {
+            for &u in &back[v] {
+                if comp[u] == u32::MAX {
+                    comp[u] = next;
+                    stack.push(u);
+                }
+            }
+        }
+        next += 1;
+    }
+    comp
 }
