@@ -177,7 +177,8 @@ item ::= [a-z]+ | list";
         "60",
     ]);
     assert_eq!(from_file, out);
-    fails(&["run", "smollm2", "--prompt", "x", "--grammar", "root ::= root"], &["left-recursive"]);
+    fails(&["run", "smollm2", "--prompt", "x", "--grammar", "root ::= root \"x\" | \"y\""], &["left-recursive"]);
+    fails(&["run", "smollm2", "--prompt", "x", "--grammar", "root ::= root"], &["no finite text"]);
     let both = ferrite(&["run", "smollm2", "--prompt", "x", "--grammar", "x", "--regex", "y"]);
     assert_eq!(both.status.code(), Some(2));
     assert!(text(&both.stderr).contains("cannot be used with"), "{}", text(&both.stderr));

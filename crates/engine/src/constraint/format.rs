@@ -167,6 +167,10 @@ impl<G: Grammar> GrammarConstraint<G> {
         if self.vocab.is_eos(token) {
             return self.grammar.may_end(&self.state);
         }
+        // Renewed before as well as after: a walk may have spent a
+        // grammar's budget of states, and a token it allowed whole (a run
+        // of free text) must still step.
+        self.state = self.grammar.renew(self.state);
         match self.vocab.feed(self.grammar.as_ref(), self.state, token) {
             Some(s) => self.state = self.grammar.renew(s),
             None => return false,

@@ -107,6 +107,30 @@ fn masks_with_runs_match_stepping_each_token() {
     }
 }
 
+/// A grammar of many runs, more sets than the trie keeps: masks still
+/// match stepping (sets met deeper than a walk's start are used only where
+/// kept).
+#[test]
+fn many_runs_past_the_kept_sets() {
+    let mut next = super::super::picker(0x5e75);
+    let letters = b"abcdefghijklmnopqrst";
+    let mut bytes: Vec<Vec<u8>> = (0..=255u8).map(|b| vec![b]).collect();
+    for _ in 0..3000 {
+        let (a, b) = (letters[next(letters.len())], letters[next(letters.len())]);
+        bytes.push([vec![a; 1 + next(4)], vec![b; next(3)]].concat());
+    }
+    let eos = bytes.len() as u32;
+    bytes.push(Vec::new());
+    let vocab = Arc::new(JsonVocab::new(bytes, &[eos]));
+    let runs: Vec<String> = letters.iter().map(|&c| format!("{}+", c as char)).collect();
+    let regex = OutputFormat::regex(&format!("({})*", runs.join("|"))).unwrap();
+    let rules: Vec<String> = letters.iter().map(|&c| format!("\"{0}\" [{0}]*", c as char)).collect();
+    let gbnf = OutputFormat::grammar(&format!("root ::= ({})*", rules.join(" | "))).unwrap();
+    for format in [regex, gbnf] {
+        sample_checked(&vocab, eos, &format, letters, 60);
+    }
+}
+
 /// The state `text` leaves `g` in.
 fn after<G: Grammar>(g: &G, start: G::State, text: &[u8]) -> G::State {
     text.iter().try_fold(start, |s, &b| g.step(s, b)).unwrap()

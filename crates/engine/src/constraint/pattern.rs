@@ -75,13 +75,23 @@ pub struct Pattern {
     ends: Vec<bool>,
     /// Each state's run of free text (`PatternUse::Whole`), found when the
     /// walk first asks.
-    runs: Vec<OnceLock<Option<CharSet>>>,
+    runs: Runs,
     /// Bit `len` of state `s`'s row: a match can be completed from `s`
     /// after `len` characters. Rows of `words` u64s.
     live: Vec<u64>,
     words: usize,
     /// The source, for messages.
     source: String,
+}
+
+/// Each state's run of free text, where found: derived from the automaton,
+/// so no part of a pattern's equality.
+struct Runs(Vec<OnceLock<Option<CharSet>>>);
+
+impl PartialEq for Runs {
+    fn eq(&self, _: &Runs) -> bool {
+        true
+    }
 }
 
 impl std::fmt::Debug for Pattern {
@@ -123,7 +133,7 @@ impl Pattern {
             }
         }
         let cap = if max == u32::MAX { min } else { max };
-        let (live, words, ends, runs, source) = (Vec::new(), 0, Vec::new(), Vec::new(), source.to_string());
+        let (live, words, ends, runs, source) = (Vec::new(), 0, Vec::new(), Runs(Vec::new()), source.to_string());
         let mut p = Pattern { next, accept, cap, min, max, ends, runs, live, words, source };
         p.analyse(work)?;
         if !p.ok(0, 0) {
@@ -133,7 +143,7 @@ impl Pattern {
             p.ends = (0..p.states() as u32)
                 .map(|s| p.accepts(s, 0) && !(0..=255).any(|b| p.step(s, b, 0).is_some()))
                 .collect();
-            p.runs = (0..p.states()).map(|_| OnceLock::new()).collect();
+            p.runs = Runs((0..p.states()).map(|_| OnceLock::new()).collect());
         }
         Ok(p)
     }
@@ -388,7 +398,7 @@ impl Grammar for Pattern {
         Pattern::step(self, s, b, 0)
     }
     fn free_run(&self, s: &u32, _: usize) -> Option<FreeRun> {
-        let chars = (*self.runs.get(*s as usize)?.get_or_init(|| self.run_chars(*s)))?;
+        let chars = (*self.runs.0.get(*s as usize)?.get_or_init(|| self.run_chars(*s)))?;
         Some(FreeRun { chars, sub: StrMode::Plain })
     }
     fn may_end(&self, s: &u32) -> bool {

@@ -99,17 +99,32 @@ impl Trie {
             t.end[node] = t.byte.len() as u32;
         }
         t.first.push(t.ids.len() as u32);
-        t.run_bits(CharSet::JSON_STRING);
+        t.run_bits(CharSet::JSON_STRING, true);
         t
     }
 
-    /// The bits of [`Trie::runs`] for `chars`, computed at first use.
-    fn run_bits(&self, chars: CharSet) -> Arc<[u8]> {
-        /// Sets kept (a grammar has a few; more are computed again).
+    /// The bits of [`Trie::runs`] for `chars`, computed at first use if
+    /// `compute` (else only if kept: each computation is a pass over the
+    /// whole trie, so a walk computes at most its start's set, however
+    /// many sets its grammar switches between). A set used moves to the
+    /// back, the front's (after JSON strings') dropped first.
+    fn run_bits(&self, chars: CharSet, compute: bool) -> Option<Arc<[u8]>> {
+        /// Sets kept (a grammar has a few).
         const KEPT: usize = 16;
         let lock = || self.runs.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, bits)) = lock().iter().find(|(c, _)| *c == chars) {
-            return bits.clone();
+        {
+            let mut runs = lock();
+            if let Some(k) = runs.iter().position(|(c, _)| *c == chars) {
+                let bits = runs[k].1.clone();
+                if k > 0 {
+                    let used = runs.remove(k);
+                    runs.push(used);
+                }
+                return Some(bits);
+            }
+        }
+        if !compute {
+            return None;
         }
         let bits: Arc<[u8]> = self.compute_run_bits(chars).into();
         let mut runs = lock();
@@ -117,7 +132,7 @@ impl Trie {
             runs.remove(1); // (JSON strings' stay first)
         }
         runs.push((chars, bits.clone()));
-        bits
+        Some(bits)
     }
 
     /// Computes a set's bits of [`Trie::runs`] bottom-up: children come
@@ -149,8 +164,11 @@ impl Trie {
         // bytes and its run of free text (asked for once a node has children).
         let mut path: Vec<(u32, G::State, Option<FreeRun>)> = Vec::with_capacity(self.max_len);
         let start_run = g.free_run(&start, self.max_len);
-        // The bits of the run's set last asked for.
-        let mut bits: Option<(CharSet, Arc<[u8]>)> = None;
+        // The bits of each set this walk has met (`None`: not kept).
+        let mut sets: Vec<(CharSet, Option<Arc<[u8]>>)> = Vec::new();
+        if let Some(run) = start_run {
+            sets.push((run.chars, self.run_bits(run.chars, true)));
+        }
         let mut i = 0;
         while i < self.byte.len() {
             while path.last().is_some_and(|&(end, ..)| end as usize <= i) {
@@ -159,10 +177,16 @@ impl Trie {
             let (parent, run) = path.last().map_or((start, start_run), |&(_, s, run)| (s, run));
             let end = self.end[i] as usize;
             if let Some(run) = run {
-                if bits.as_ref().is_none_or(|(chars, _)| *chars != run.chars) {
-                    bits = Some((run.chars, self.run_bits(run.chars)));
-                }
-                let set = bits.as_ref().map_or(0, |(_, b)| b[i]);
+                // (A few dozen sets looked for at most, each once.)
+                let bits = match sets.iter().position(|(c, _)| *c == run.chars) {
+                    Some(k) => sets[k].1.as_ref(),
+                    None if sets.len() < 32 => {
+                        sets.push((run.chars, self.run_bits(run.chars, false)));
+                        sets[sets.len() - 1].1.as_ref()
+                    }
+                    None => None,
+                };
+                let set = bits.map_or(0, |b| b[i]);
                 if utf8_class(run.sub).is_some_and(|c| set >> c & 1 == 1) {
                     // The whole subtree stays in the run: all allowed.
                     self.mark(i, end, allowed);
