@@ -97,7 +97,7 @@ pub fn settings(
             m @ 0.. => usize::try_from(m).unwrap_or(usize::MAX),
             m => return Err(ApiError::param("min_tokens", format!("min_tokens must be >= 0, got {m}"))),
         },
-        format: output_format(c)?,
+        format: output_format(c, limits.vocab_size)?,
         prompt_logprobs,
     })
     .and_then(|s| match s.max_tokens {
@@ -251,16 +251,16 @@ pub fn logit_bias(v: Option<&Value>, vocab_size: usize) -> Result<Vec<(u32, f32)
 /// strings), `guided_regex` (a whole match), `guided_grammar` (a sentence
 /// of a GBNF grammar; llama.cpp's `grammar`), or `structured_outputs` with
 /// `json`, `choice`, `regex` or `grammar`.
-fn output_format(c: &CommonParams) -> Result<Option<OutputFormat>, ApiError> {
+fn output_format(c: &CommonParams, vocab_size: usize) -> Result<Option<OutputFormat>, ApiError> {
     fn given(v: &Option<Value>) -> Option<&Value> {
         v.as_ref().filter(|g| !g.is_null())
     }
     let mut guides = Vec::new();
     if let Some(v) = given(&c.guided_grammar) {
-        guides.push(("guided_grammar", guided_grammar(v, "guided_grammar")?));
+        guides.push(("guided_grammar", guided_grammar(v, "guided_grammar", vocab_size)?));
     }
     if let Some(v) = given(&c.grammar) {
-        guides.push(("grammar", guided_grammar(v, "grammar")?));
+        guides.push(("grammar", guided_grammar(v, "grammar", vocab_size)?));
     }
     if let Some(v) = given(&c.guided_json) {
         guides.push(("guided_json", guided_json(v, "guided_json")?));
@@ -279,7 +279,7 @@ fn output_format(c: &CommonParams) -> Result<Option<OutputFormat>, ApiError> {
             ["json"] => guided_json(&obj["json"], "structured_outputs.json")?,
             ["choice"] => guided_choice(&obj["choice"], "structured_outputs.choice")?,
             ["regex"] => guided_regex(&obj["regex"], "structured_outputs.regex")?,
-            ["grammar"] => guided_grammar(&obj["grammar"], "structured_outputs.grammar")?,
+            ["grammar"] => guided_grammar(&obj["grammar"], "structured_outputs.grammar", vocab_size)?,
             _ => {
                 let msg = "structured_outputs takes one of `json`, `choice`, `regex` and `grammar`";
                 return Err(ApiError::param(param, msg));
@@ -315,9 +315,11 @@ fn guided_choice(v: &Value, param: &str) -> Result<OutputFormat, ApiError> {
     Ok(OutputFormat::Schema(Arc::new(schema)))
 }
 
-fn guided_grammar(v: &Value, param: &str) -> Result<OutputFormat, ApiError> {
+fn guided_grammar(v: &Value, param: &str, vocab_size: usize) -> Result<OutputFormat, ApiError> {
     let source = v.as_str().ok_or_else(|| ApiError::param(param, format!("{param} must be a string")))?;
-    OutputFormat::grammar(source).map_err(|e| ApiError::param(param, e))
+    let format = OutputFormat::grammar(source).map_err(|e| ApiError::param(param, e))?;
+    format.check_tokens(vocab_size).map_err(|e| ApiError::param(param, e))?;
+    Ok(format)
 }
 
 fn guided_regex(v: &Value, param: &str) -> Result<OutputFormat, ApiError> {

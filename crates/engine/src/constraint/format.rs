@@ -40,6 +40,20 @@ impl OutputFormat {
     pub fn grammar(source: &str) -> Result<OutputFormat, String> {
         Gbnf::compile(source).map(OutputFormat::Grammar)
     }
+
+    /// Refuses a grammar's token reference past a vocabulary of
+    /// `vocab_size` tokens (no output could take it).
+    pub fn check_tokens(&self, vocab_size: usize) -> Result<(), String> {
+        match self {
+            OutputFormat::Grammar(rules) => match rules.max_token_id() {
+                Some(id) if id as usize >= vocab_size => {
+                    Err(format!("token <[{id}]> is outside the vocabulary ({vocab_size} tokens)"))
+                }
+                _ => Ok(()),
+            },
+            _ => Ok(()),
+        }
+    }
 }
 
 /// Formats are equal when they are the same format (a schema: the same
@@ -156,6 +170,9 @@ impl<G: Grammar> GrammarConstraint<G> {
         let mut allowed = vec![0u64; logits.len().div_ceil(64)];
         if !self.grammar.is_complete(&self.state) {
             self.vocab.trie.walk(self.grammar.as_ref(), self.state, &mut allowed);
+            for (id, negated) in self.grammar.whole_tokens(&self.state) {
+                self.vocab.allow_whole(id, negated, &mut allowed);
+            }
         }
         if self.grammar.may_end(&self.state) {
             self.vocab.allow_eos(&mut allowed);
@@ -165,7 +182,9 @@ impl<G: Grammar> GrammarConstraint<G> {
 
     fn advance(&mut self, token: u32) -> bool {
         if self.vocab.is_eos(token) {
-            return self.grammar.may_end(&self.state);
+            // (Or a reference to it, `<[id]>`: the output ends there.)
+            let named = || self.grammar.whole_tokens(&self.state).contains(&(token, false));
+            return self.grammar.may_end(&self.state) || named();
         }
         // Renewed before as well as after: a walk may have spent a
         // grammar's budget of states, and a token it allowed whole (a run

@@ -1,10 +1,12 @@
 //! Grammars in GBNF, llama.cpp's notation (and what vLLM's `guided_grammar`
 //! takes): `name ::= alternatives` rules over string literals, character
 //! classes, `.`, rule references, groups and the repetitions `*`, `+`, `?`,
-//! `{m}`, `{m,}`, `{m,n}`; `#` comments; the output is a `root`.
+//! `{m}`, `{m,}`, `{m,n}`; token references by id, `<[id]>` (that one
+//! token) and `!<[id]>` (any one token but it); `#` comments; the output is
+//! a `root`.
 //!
 //! Parsing gives rules of alternatives of sequences of elements (a set of
-//! characters, or a reference), repetitions rewritten as rules; the
+//! characters, a token, or a reference), repetitions rewritten as rules; the
 //! automaton that runs them is [`super::gbnf_run`].
 
 use std::collections::HashMap;
@@ -26,6 +28,9 @@ pub(crate) enum Elem {
     /// One character within `ranges` (inclusive code points), or outside
     /// them if `negated`.
     Chars { ranges: Vec<(u32, u32)>, negated: bool },
+    /// Token `id` as a whole (an end of generation: the output ends
+    /// there), or any one token but it if `negated` (never an end).
+    Token { id: u32, negated: bool },
     /// A match of rule `n`.
     Rule(u32),
 }
@@ -34,7 +39,7 @@ impl Elem {
     pub(crate) fn matches(&self, cp: u32) -> bool {
         match self {
             Elem::Chars { ranges, negated } => ranges.iter().any(|&(a, b)| (a..=b).contains(&cp)) != *negated,
-            Elem::Rule(_) => false,
+            Elem::Token { .. } | Elem::Rule(_) => false,
         }
     }
 
@@ -43,7 +48,7 @@ impl Elem {
         match self {
             Elem::Chars { ranges, negated: false } => ranges.iter().any(|&(a, b)| a <= hi && b >= lo),
             Elem::Chars { ranges, negated: true } => !ranges_cover(ranges, lo, hi),
-            Elem::Rule(_) => false,
+            Elem::Token { .. } | Elem::Rule(_) => false,
         }
     }
 
@@ -52,7 +57,7 @@ impl Elem {
         match self {
             Elem::Chars { ranges, negated: false } => ranges_cover(ranges, lo, hi),
             Elem::Chars { ranges, negated: true } => !ranges.iter().any(|&(a, b)| a <= hi && b >= lo),
-            Elem::Rule(_) => false,
+            Elem::Token { .. } | Elem::Rule(_) => false,
         }
     }
 }
@@ -80,6 +85,14 @@ fn ranges_cover(ranges: &[(u32, u32)], lo: u32, hi: u32) -> bool {
 pub struct Rules {
     pub(crate) rules: Vec<Vec<Vec<Elem>>>,
     pub(crate) root: u32,
+}
+
+impl Rules {
+    /// The largest token id the grammar refers to (`<[id]>`, `!<[id]>`).
+    pub fn max_token_id(&self) -> Option<u32> {
+        let elems = self.rules.iter().flatten().flatten();
+        elems.filter_map(|e| if let Elem::Token { id, .. } = e { Some(*id) } else { None }).max()
+    }
 }
 
 /// Parses GBNF `source`, or says where and why it cannot.
@@ -128,6 +141,7 @@ pub(crate) fn parse(source: &str) -> Result<Rules, String> {
 fn keep_productive(g: &mut Rules) -> Result<(), String> {
     let elem_ok = |e: &Elem, productive: &[bool]| match e {
         Elem::Chars { .. } => e.meets(0, 0xd7ff) || e.meets(0xe000, 0x10ffff),
+        Elem::Token { .. } => true,
         Elem::Rule(t) => productive[*t as usize],
     };
     let productive = rules_where(g, elem_ok);
@@ -365,11 +379,35 @@ impl Parser<'_> {
                 self.nesting -= 1;
                 Ok(vec![Elem::Rule(self.new_rule(alts, true)?)])
             }
-            Some(b'<') => Err(self.error("no token reference (`<...>` is not supported)")),
+            Some(b'<') => self.token(false),
+            Some(b'!') => {
+                self.at += 1;
+                self.token(true)
+            }
             _ => match self.name() {
                 Some(name) => Ok(vec![Elem::Rule(self.rule_id(&name)?)]),
                 None => Err(self.error("a literal, a class, a group or a rule name")),
             },
+        }
+    }
+
+    /// A token reference, `<[id]>` (after `!` if `negated`).
+    fn token(&mut self, negated: bool) -> Result<Vec<Elem>, String> {
+        if !self.eat("<[") {
+            return Err(self.error(if self.peek() == Some(b'<') {
+                "a token by its id, `<[id]>` (tokens by name, `<name>`, are not supported)"
+            } else {
+                "a token reference `<[id]>` after `!`"
+            }));
+        }
+        let start = self.at;
+        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+            self.at += 1;
+        }
+        let id = std::str::from_utf8(&self.src[start..self.at]).ok().and_then(|d| d.parse::<u32>().ok());
+        match id {
+            Some(id) if self.eat("]>") => Ok(vec![Elem::Token { id, negated }]),
+            _ => Err(self.error("a token id and `]>`")),
         }
     }
 
@@ -508,7 +546,7 @@ fn check_left_recursion(g: &Rules, names: &HashMap<String, u32>) -> Result<(), S
                                 break;
                             }
                         }
-                        Elem::Chars { .. } => break,
+                        Elem::Chars { .. } | Elem::Token { .. } => break,
                     }
                 }
             }

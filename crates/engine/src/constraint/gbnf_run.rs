@@ -176,7 +176,7 @@ impl Gbnf {
             };
             let alt = self.alt(r, a);
             match alt[i as usize] {
-                Elem::Chars { .. } => out.push(stack),
+                Elem::Chars { .. } | Elem::Token { .. } => out.push(stack),
                 Elem::Rule(t) => {
                     if i as usize + 1 == alt.len() {
                         stack.pop();
@@ -237,6 +237,31 @@ impl Gbnf {
         let non_ascii = uniform && self.step(s, 0xc2).and_then(|t| self.step(t, 0x80)) == Some(s);
         let chars = CharSet { ascii, non_ascii };
         (!chars.is_empty()).then_some(chars)
+    }
+
+    /// The state after token `id` taken whole, from the stacks whose top is
+    /// a token reference it matches (at a character's start only).
+    fn whole_step(&self, s: u32, id: u32) -> Option<State> {
+        let st = self.state(s)?;
+        if !st.partial.is_empty() {
+            return None;
+        }
+        let mut out = Vec::new();
+        let mut budget = MAX_EXPANSION;
+        for stack in &st.stacks {
+            let Some(&top) = stack.last() else { continue };
+            if let &Elem::Token { id: t, negated } = self.elem(top) {
+                if (t == id) != negated {
+                    let mut moved = stack.clone();
+                    *moved.last_mut()? = (top.0, top.1, top.2 + 1);
+                    if !self.expand(moved, &mut out, &mut budget) {
+                        return None;
+                    }
+                }
+            }
+        }
+        let stacks = tidy(out);
+        (!stacks.is_empty()).then_some(State { stacks, partial: Vec::new() })
     }
 
     /// The state after byte `b`, computed (its step not yet memoized).
@@ -302,6 +327,28 @@ impl Grammar for Gbnf {
             }
         }
         next
+    }
+    fn whole_tokens(&self, s: &u32) -> Vec<(u32, bool)> {
+        let Some(st) = self.state(*s).filter(|st| st.partial.is_empty()) else { return Vec::new() };
+        let tops = st.stacks.iter().filter_map(|stack| match self.elem(*stack.last()?) {
+            &Elem::Token { id, negated } => Some((id, negated)),
+            _ => None,
+        });
+        let mut out: Vec<(u32, bool)> = tops.collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+    /// Stacks that take the token whole and stacks that take its bytes go
+    /// on together (where its bytes end inside a character, those whole).
+    fn feed_token(&self, s: u32, id: u32, bytes: Option<&[u8]>) -> Option<u32> {
+        let by_bytes = bytes.and_then(|b| b.iter().try_fold(s, |s, &b| self.step(s, b)));
+        let Some(mut whole) = self.whole_step(s, id) else { return by_bytes };
+        if let Some(b) = by_bytes.and_then(|b| self.state(b)).filter(|b| b.partial.is_empty()) {
+            whole.stacks.extend(b.stacks.iter().cloned());
+            whole.stacks = tidy(whole.stacks);
+        }
+        self.intern(whole)
     }
     /// Found once some byte's step has left `s` as it was.
     fn free_run(&self, s: &u32, _: usize) -> Option<FreeRun> {

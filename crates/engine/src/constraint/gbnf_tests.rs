@@ -6,7 +6,11 @@ fn walk(g: &Gbnf, text: &[u8]) -> Option<u32> {
 }
 
 fn accepts(g: &Gbnf, text: &str) -> bool {
-    walk(g, text.as_bytes()).is_some_and(|s| g.may_end(&s))
+    accepts_from(g, g.start(), text)
+}
+
+fn accepts_from(g: &Gbnf, s: u32, text: &str) -> bool {
+    text.bytes().try_fold(s, |s, b| g.step(s, b)).is_some_and(|s| g.may_end(&s))
 }
 
 /// A random output: bytes of `alphabet` the grammar allows, until it may
@@ -84,7 +88,6 @@ fn refusals_say_why() {
         ("root ::= \"x\"{3,2}", "repetition"),
         ("root ::= \"x\"{5000}", "limited"),
         ("root ::= \"a\"\nroot ::= \"b\"", "defined twice"),
-        ("root ::= <[100]>", "token reference"),
         ("root ::= ( \"a\" ", "`)`"),
     ] {
         let err = Gbnf::new(src).unwrap_err();
@@ -310,5 +313,88 @@ fn masks_match_stepping_each_token() {
             out.extend_from_slice(&vocab.token_bytes[id]);
         }
         assert!(is_expression(&out), "{:?}", String::from_utf8_lossy(&out));
+    }
+}
+
+/// Token references: `<[id]>` takes that token whole (a special one too,
+/// with no text), `!<[id]>` any one token but it, never the end of
+/// generation; through a vocabulary the mask allows exactly the tokens that
+/// step, and sampled outputs keep the grammar's token order.
+#[test]
+fn token_references_through_a_vocabulary() {
+    use super::super::format::{Constraint, OutputFormat};
+    use super::super::json::JsonVocab;
+    let mut next = super::super::picker(0x70c3);
+    let soup: [&[u8]; 8] = [b"a", b"b", b" ", b".", "é".as_bytes(), b"\xc3", b"\xa9", b"ab"];
+    let mut bytes: Vec<Vec<u8>> =
+        (0..300).map(|_| (0..1 + next(3)).flat_map(|_| soup[next(8)].to_vec()).collect()).collect();
+    bytes.extend(soup.iter().map(|s| s.to_vec()));
+    // Two special tokens (no text), then the end of generation.
+    let (think, end) = (bytes.len() as u32, bytes.len() as u32 + 1);
+    bytes.extend([Vec::new(), Vec::new(), Vec::new()]);
+    let eos = end + 1;
+    let vocab = Arc::new(JsonVocab::new(bytes, &[eos]));
+    let n = vocab.token_bytes.len();
+    let src = format!("root ::= <[{think}]> (!<[{end}]>)* <[{end}]> [ab]+ \".\"");
+    let format = OutputFormat::grammar(&src).unwrap();
+    assert!(format.check_tokens(n).is_ok() && format.check_tokens(end as usize).is_err());
+    for round in 0..20 {
+        let mut c = Constraint::new(vocab.clone(), &format);
+        let mut ids = Vec::new();
+        loop {
+            let mut logits = vec![1.0f32; n];
+            c.mask(&mut logits);
+            for (id, &l) in logits.iter().enumerate() {
+                assert_eq!(l == 1.0, c.clone().advance(id as u32), "token {id} after {ids:?}");
+            }
+            let allowed: Vec<usize> = (0..n).filter(|&i| logits[i] == 1.0).collect();
+            // Past a few tokens, the closing token where allowed.
+            let id = match allowed.iter().find(|&&i| i as u32 == end || i as u32 == eos) {
+                Some(&i) if ids.len() > 3 + round % 5 => i,
+                _ => allowed[next(allowed.len())],
+            } as u32;
+            if id == eos {
+                break;
+            }
+            assert!(c.advance(id), "{id} after {ids:?}");
+            ids.push(id);
+            assert!(ids.len() < 200, "{ids:?}");
+        }
+        assert_eq!(ids[0], think);
+        let close = ids.iter().position(|&t| t == end).unwrap();
+        let tail: Vec<u8> = ids[close + 1..].iter().flat_map(|&t| vocab.token_bytes[t as usize].clone()).collect();
+        let tail = String::from_utf8(tail).unwrap();
+        assert!(tail.ends_with('.') && tail[..tail.len() - 1].chars().all(|ch| ch == 'a' || ch == 'b'), "{tail:?}");
+    }
+    // A reference to the end of generation ends the output there.
+    let ends = OutputFormat::grammar(&format!("root ::= \"a\" <[{eos}]>")).unwrap();
+    let mut c = Constraint::new(vocab.clone(), &ends);
+    let a = vocab.token_bytes.iter().position(|t| t == b"a").unwrap() as u32;
+    assert!(c.advance(a));
+    let mut logits = vec![1.0f32; n];
+    c.mask(&mut logits);
+    let allowed: Vec<usize> = (0..n).filter(|&i| logits[i] == 1.0).collect();
+    assert_eq!(allowed, vec![eos as usize]);
+    assert!(c.clone().advance(eos) && !c.clone().advance(a));
+    // Text and whole tokens together: "a" steps both ways, a lone lead
+    // byte as a whole token.
+    let g = Gbnf::new("root ::= (!<[0]> | \"a\")+ \".\"").unwrap();
+    let s = g.feed_token(g.start(), 7, Some(b"a")).unwrap();
+    let s = g.feed_token(s, 9, Some(b"\xc3")).unwrap();
+    assert!(accepts_from(&g, s, "a.") && g.feed_token(s, 0, Some(b"z")).is_none());
+}
+
+#[test]
+fn token_reference_syntax() {
+    let g = Gbnf::new("root ::= <[12]> !<[3]>? \"x\"").unwrap();
+    assert_eq!(g.whole_tokens(&g.start()), vec![(12, false)]);
+    for (src, want) in [
+        ("root ::= <think>", "tokens by name"),
+        ("root ::= !\"x\"", "after `!`"),
+        ("root ::= <[x]>", "a token id"),
+        ("root ::= <[99999999999]>", "a token id"),
+    ] {
+        let err = Gbnf::new(src).unwrap_err();
+        assert!(err.contains(want), "{src:?}: {err}");
     }
 }

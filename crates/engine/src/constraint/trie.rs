@@ -22,6 +22,16 @@ pub(crate) trait Grammar {
     fn may_end(&self, s: &Self::State) -> bool;
     /// Whether nothing but the end of generation can follow `s`.
     fn is_complete(&self, s: &Self::State) -> bool;
+    /// The tokens `s` takes whole, whatever their bytes: `(id, negated)`,
+    /// that token or (negated) any one but it (GBNF's `<[id]>`, `!<[id]>`).
+    fn whole_tokens(&self, _s: &Self::State) -> Vec<(u32, bool)> {
+        Vec::new()
+    }
+    /// The state after token `id` of `bytes` (`None`: it has no text), or
+    /// `None` if the grammar refuses it: by default, its bytes stepped.
+    fn feed_token(&self, s: Self::State, _id: u32, bytes: Option<&[u8]>) -> Option<Self::State> {
+        bytes?.iter().try_fold(s, |s, &b| self.step(s, b))
+    }
     /// `s` again, after a token, where the grammar keeps states of its own
     /// and may drop all others.
     fn renew(&self, s: Self::State) -> Self::State {
@@ -248,12 +258,26 @@ impl JsonVocab {
         self.eos_ids.contains(&id)
     }
 
-    /// The state after text token `token` under grammar `g`, or `None` if
-    /// it is no text token (special, end of generation, outside the
-    /// vocabulary) or `g` refuses one of its bytes.
+    /// The state after token `token` under grammar `g`, or `None` if `g`
+    /// refuses it or it is the end of generation or outside the
+    /// vocabulary. (A token with no text, a special one, steps only where
+    /// the grammar takes it whole.)
     pub(crate) fn feed<G: Grammar>(&self, g: &G, start: G::State, token: u32) -> Option<G::State> {
-        let bytes = self.token_bytes.get(token as usize).filter(|b| !b.is_empty() && !self.is_eos(token))?;
-        bytes.iter().try_fold(start, |s, &b| g.step(s, b))
+        let bytes = self.token_bytes.get(token as usize).filter(|_| !self.is_eos(token))?;
+        g.feed_token(start, token, Some(&bytes[..]).filter(|b| !b.is_empty()))
+    }
+
+    /// Sets the bits of token `id` (an end of generation too: the output
+    /// ends there), or (`negated`) of every token but it and the ends of
+    /// generation, within the vocabulary and `allowed`.
+    pub(crate) fn allow_whole(&self, id: u32, negated: bool, allowed: &mut [u64]) {
+        let n = self.token_bytes.len().min(allowed.len() * 64) as u32;
+        let mut set = |t: u32| allowed[t as usize / 64] |= 1 << (t % 64);
+        match negated {
+            false if id < n => set(id),
+            false => {}
+            true => (0..n).filter(|&t| t != id && !self.is_eos(t)).for_each(set),
+        }
     }
 
     /// Sets the end-of-generation ids' bits (those inside `allowed`).
