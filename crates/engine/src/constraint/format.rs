@@ -92,8 +92,10 @@ impl Constraint {
             }
             OutputFormat::Regex(p) => Inner::Regex(GrammarConstraint::new(vocab, p.clone(), p.start())),
             OutputFormat::Grammar(rules) => {
-                // (Each sequence its own run: it drops states of its own.)
-                let run = Arc::new(Gbnf::run(rules.clone()));
+                // (Each sequence its own run: it drops states of its own. A
+                // reference to an end of generation is the output's end.)
+                let rules = rules.ending_at(&vocab.eos_ids).map_or_else(|| rules.clone(), Arc::new);
+                let run = Arc::new(Gbnf::run(rules));
                 let start = run.start();
                 Inner::Grammar(GrammarConstraint::new(vocab, run, start))
             }
@@ -182,9 +184,7 @@ impl<G: Grammar> GrammarConstraint<G> {
 
     fn advance(&mut self, token: u32) -> bool {
         if self.vocab.is_eos(token) {
-            // (Or a reference to it, `<[id]>`: the output ends there.)
-            let named = || self.grammar.whole_tokens(&self.state).contains(&(token, false));
-            return self.grammar.may_end(&self.state) || named();
+            return self.grammar.may_end(&self.state);
         }
         // Renewed before as well as after: a walk may have spent a
         // grammar's budget of states, and a token it allowed whole (a run

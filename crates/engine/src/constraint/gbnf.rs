@@ -28,9 +28,12 @@ pub(crate) enum Elem {
     /// One character within `ranges` (inclusive code points), or outside
     /// them if `negated`.
     Chars { ranges: Vec<(u32, u32)>, negated: bool },
-    /// Token `id` as a whole (an end of generation: the output ends
-    /// there), or any one token but it if `negated` (never an end).
+    /// Token `id` as a whole, or any one token but it if `negated` (never
+    /// an end of generation).
     Token { id: u32, negated: bool },
+    /// The output's end, whatever the rules around it would take next (a
+    /// reference to an end-of-generation token, `Rules::ending_at`).
+    End,
     /// A match of rule `n`.
     Rule(u32),
 }
@@ -39,7 +42,7 @@ impl Elem {
     pub(crate) fn matches(&self, cp: u32) -> bool {
         match self {
             Elem::Chars { ranges, negated } => ranges.iter().any(|&(a, b)| (a..=b).contains(&cp)) != *negated,
-            Elem::Token { .. } | Elem::Rule(_) => false,
+            Elem::Token { .. } | Elem::End | Elem::Rule(_) => false,
         }
     }
 
@@ -48,7 +51,7 @@ impl Elem {
         match self {
             Elem::Chars { ranges, negated: false } => ranges.iter().any(|&(a, b)| a <= hi && b >= lo),
             Elem::Chars { ranges, negated: true } => !ranges_cover(ranges, lo, hi),
-            Elem::Token { .. } | Elem::Rule(_) => false,
+            Elem::Token { .. } | Elem::End | Elem::Rule(_) => false,
         }
     }
 
@@ -57,7 +60,7 @@ impl Elem {
         match self {
             Elem::Chars { ranges, negated: false } => ranges_cover(ranges, lo, hi),
             Elem::Chars { ranges, negated: true } => !ranges.iter().any(|&(a, b)| a <= hi && b >= lo),
-            Elem::Token { .. } | Elem::Rule(_) => false,
+            Elem::Token { .. } | Elem::End | Elem::Rule(_) => false,
         }
     }
 }
@@ -81,7 +84,7 @@ fn ranges_cover(ranges: &[(u32, u32)], lo: u32, hi: u32) -> bool {
 
 /// A parsed grammar: `rules[r]` its alternatives, each a sequence (those
 /// that can never end dropped).
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Rules {
     pub(crate) rules: Vec<Vec<Vec<Elem>>>,
     pub(crate) root: u32,
@@ -92,6 +95,23 @@ impl Rules {
     pub fn max_token_id(&self) -> Option<u32> {
         let elems = self.rules.iter().flatten().flatten();
         elems.filter_map(|e| if let Elem::Token { id, .. } = e { Some(*id) } else { None }).max()
+    }
+
+    /// The rules with each reference to a token of `ends` (the ends of
+    /// generation, `<[id]>`) read as the output's end, or `None` where
+    /// there is none.
+    pub(crate) fn ending_at(&self, ends: &[u32]) -> Option<Rules> {
+        let is_end = |e: &Elem| matches!(e, Elem::Token { id, negated: false } if ends.contains(id));
+        if !self.rules.iter().flatten().flatten().any(is_end) {
+            return None;
+        }
+        let mut out = self.clone();
+        for e in out.rules.iter_mut().flatten().flatten() {
+            if is_end(e) {
+                *e = Elem::End;
+            }
+        }
+        Some(out)
     }
 }
 
@@ -141,7 +161,7 @@ pub(crate) fn parse(source: &str) -> Result<Rules, String> {
 fn keep_productive(g: &mut Rules) -> Result<(), String> {
     let elem_ok = |e: &Elem, productive: &[bool]| match e {
         Elem::Chars { .. } => e.meets(0, 0xd7ff) || e.meets(0xe000, 0x10ffff),
-        Elem::Token { .. } => true,
+        Elem::Token { .. } | Elem::End => true,
         Elem::Rule(t) => productive[*t as usize],
     };
     let productive = rules_where(g, elem_ok);
@@ -546,7 +566,7 @@ fn check_left_recursion(g: &Rules, names: &HashMap<String, u32>) -> Result<(), S
                                 break;
                             }
                         }
-                        Elem::Chars { .. } | Elem::Token { .. } => break,
+                        Elem::Chars { .. } | Elem::Token { .. } | Elem::End => break,
                     }
                 }
             }

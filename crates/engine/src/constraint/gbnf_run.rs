@@ -1,7 +1,7 @@
 //! A GBNF grammar ([`super::gbnf`]) as a byte-level [`Grammar`]: the set
 //! of parser stacks that the output so far leaves (llama.cpp's way of
-//! running its grammars), each stack's top at a character element, plus the
-//! bytes of a character begun. Sets are interned as numbered states and
+//! running its grammars), each stack's top at a character class or a token
+//! reference, plus the bytes of a character begun. Sets are interned as numbered states and
 //! their steps memoized in a row per state, so the vocabulary walk's steps
 //! become lookups after the first; the state the walk carries is the
 //! number. Each sequence runs its own copy, which drops its states past a
@@ -150,7 +150,8 @@ impl Gbnf {
     }
 
     /// Adds to `out` the stacks `stack` leads to with each top at a
-    /// character element (or empty: the root has ended). A rule's end
+    /// character class or a token reference (or empty: the root has ended,
+    /// or an end of generation was reached, `Elem::End`). A rule's end
     /// returns to the position after its reference; a reference in last
     /// place is not kept (so that repetitions do not grow the stack). Each
     /// stack is visited once (so loops through rules that match nothing
@@ -177,6 +178,7 @@ impl Gbnf {
             let alt = self.alt(r, a);
             match alt[i as usize] {
                 Elem::Chars { .. } | Elem::Token { .. } => out.push(stack),
+                Elem::End => out.push(Vec::new()),
                 Elem::Rule(t) => {
                     if i as usize + 1 == alt.len() {
                         stack.pop();
@@ -239,9 +241,10 @@ impl Gbnf {
         (!chars.is_empty()).then_some(chars)
     }
 
-    /// The state after token `id` taken whole, from the stacks whose top is
-    /// a token reference it matches (at a character's start only).
-    fn whole_step(&self, s: u32, id: u32) -> Option<State> {
+    /// The state after a token taken whole, from the stacks whose top is a
+    /// token reference `takes` says it matches (at a character's start
+    /// only).
+    fn whole_step(&self, s: u32, takes: impl Fn(u32, bool) -> bool) -> Option<State> {
         let st = self.state(s)?;
         if !st.partial.is_empty() {
             return None;
@@ -250,8 +253,8 @@ impl Gbnf {
         let mut budget = MAX_EXPANSION;
         for stack in &st.stacks {
             let Some(&top) = stack.last() else { continue };
-            if let &Elem::Token { id: t, negated } = self.elem(top) {
-                if (t == id) != negated {
+            if let &Elem::Token { id, negated } = self.elem(top) {
+                if takes(id, negated) {
                     let mut moved = stack.clone();
                     *moved.last_mut()? = (top.0, top.1, top.2 + 1);
                     if !self.expand(moved, &mut out, &mut budget) {
@@ -328,6 +331,7 @@ impl Grammar for Gbnf {
         }
         next
     }
+    /// (Those whose stacks go on: none cut at the depth limit.)
     fn whole_tokens(&self, s: &u32) -> Vec<(u32, bool)> {
         let Some(st) = self.state(*s).filter(|st| st.partial.is_empty()) else { return Vec::new() };
         let tops = st.stacks.iter().filter_map(|stack| match self.elem(*stack.last()?) {
@@ -337,13 +341,16 @@ impl Grammar for Gbnf {
         let mut out: Vec<(u32, bool)> = tops.collect();
         out.sort_unstable();
         out.dedup();
+        out.retain(|&e| self.whole_step(*s, |id, negated| (id, negated) == e).is_some());
         out
     }
     /// Stacks that take the token whole and stacks that take its bytes go
-    /// on together (where its bytes end inside a character, those whole).
+    /// on together. (Where its bytes end inside a character, the whole
+    /// token's stacks alone: a state holds one character begun, so a
+    /// character completed by the next token is not followed there.)
     fn feed_token(&self, s: u32, id: u32, bytes: Option<&[u8]>) -> Option<u32> {
         let by_bytes = bytes.and_then(|b| b.iter().try_fold(s, |s, &b| self.step(s, b)));
-        let Some(mut whole) = self.whole_step(s, id) else { return by_bytes };
+        let Some(mut whole) = self.whole_step(s, |t, negated| (t == id) != negated) else { return by_bytes };
         if let Some(b) = by_bytes.and_then(|b| self.state(b)).filter(|b| b.partial.is_empty()) {
             whole.stacks.extend(b.stacks.iter().cloned());
             whole.stacks = tidy(whole.stacks);

@@ -366,11 +366,12 @@ fn token_references_through_a_vocabulary() {
         let tail = String::from_utf8(tail).unwrap();
         assert!(tail.ends_with('.') && tail[..tail.len() - 1].chars().all(|ch| ch == 'a' || ch == 'b'), "{tail:?}");
     }
-    // A reference to the end of generation ends the output there.
-    let ends = OutputFormat::grammar(&format!("root ::= \"a\" <[{eos}]>")).unwrap();
+    // A reference to the end of generation is the output's end: whole
+    // there, whatever the rules around it would take next.
+    let ends = OutputFormat::grammar(&format!("root ::= (\"a\" <[{eos}]> | \"b\") \"c\"")).unwrap();
     let mut c = Constraint::new(vocab.clone(), &ends);
     let a = vocab.token_bytes.iter().position(|t| t == b"a").unwrap() as u32;
-    assert!(c.advance(a));
+    assert!(c.advance(a) && c.is_complete());
     let mut logits = vec![1.0f32; n];
     c.mask(&mut logits);
     let allowed: Vec<usize> = (0..n).filter(|&i| logits[i] == 1.0).collect();
@@ -382,6 +383,17 @@ fn token_references_through_a_vocabulary() {
     let s = g.feed_token(g.start(), 7, Some(b"a")).unwrap();
     let s = g.feed_token(s, 9, Some(b"\xc3")).unwrap();
     assert!(accepts_from(&g, s, "a.") && g.feed_token(s, 0, Some(b"z")).is_none());
+    // A reference whose stacks are cut at the depth limit is not offered.
+    let deep = Gbnf::new("root ::= <[5]> root \"x\" | \"y\"").unwrap();
+    let mut s = deep.start();
+    for _ in 0..2000 {
+        if deep.whole_tokens(&s).is_empty() {
+            break;
+        }
+        s = deep.feed_token(s, 5, None).unwrap();
+    }
+    assert!(deep.whole_tokens(&s).is_empty() && deep.feed_token(s, 5, None).is_none());
+    assert!(deep.step(s, b'y').is_some());
 }
 
 #[test]

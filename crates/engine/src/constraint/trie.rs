@@ -235,8 +235,8 @@ pub struct JsonVocab {
 }
 
 impl JsonVocab {
-    /// `token_bytes[id]`: the bytes token `id` decodes to (empty for special/control tokens, which are never allowed);
-    /// `eos_ids`: end-of-generation ids, allowed only once the object is complete.
+    /// `token_bytes[id]`: the bytes token `id` decodes to (empty for special/control tokens, which only a
+    /// grammar's token references allow); `eos_ids`: end-of-generation ids, allowed only where the output may end.
     pub fn new(token_bytes: Vec<Vec<u8>>, eos_ids: &[u32]) -> JsonVocab {
         // An EOS id ends generation whatever its bytes, so it is never a text token.
         let ids = (0..token_bytes.len() as u32)
@@ -267,16 +267,20 @@ impl JsonVocab {
         g.feed_token(start, token, Some(&bytes[..]).filter(|b| !b.is_empty()))
     }
 
-    /// Sets the bits of token `id` (an end of generation too: the output
-    /// ends there), or (`negated`) of every token but it and the ends of
-    /// generation, within the vocabulary and `allowed`.
+    /// Sets the bits of token `id`, or (`negated`) of every token but it,
+    /// within the vocabulary and `allowed`; never an end of generation
+    /// (which [`JsonVocab::allow_eos`] allows where the output may end).
     pub(crate) fn allow_whole(&self, id: u32, negated: bool, allowed: &mut [u64]) {
         let n = self.token_bytes.len().min(allowed.len() * 64) as u32;
-        let mut set = |t: u32| allowed[t as usize / 64] |= 1 << (t % 64);
+        let mut set = |t: u32| {
+            if !self.is_eos(t) {
+                allowed[t as usize / 64] |= 1 << (t % 64);
+            }
+        };
         match negated {
             false if id < n => set(id),
             false => {}
-            true => (0..n).filter(|&t| t != id && !self.is_eos(t)).for_each(set),
+            true => (0..n).filter(|&t| t != id).for_each(set),
         }
     }
 
