@@ -151,9 +151,10 @@ pub fn main(a: RunArgs) -> Result<()> {
     a.sampling.params().validate().map_err(Error::InvalidInput)?;
     let format = a.output_format()?;
     let mut l = load(&a.model, true)?;
-    if let Some(f) = &format {
-        f.check_tokens(l.runner.config().vocab_size).map_err(Error::InvalidInput)?;
-    }
+    // (A grammar's tokens by text named by the model's vocabulary.)
+    let size = l.runner.config().vocab_size;
+    let id_of = |text: &str| l.tokenizer.as_ref().and_then(|t| t.token_to_id(text));
+    let format = format.map(|f| f.in_vocabulary(size, id_of)).transpose().map_err(Error::InvalidInput)?;
     if a.system.is_some() && (a.raw || l.template.is_none()) {
         let why = if a.raw { "--raw" } else { "a model without a chat template" };
         eprintln!("note: --system is not used with {why}");

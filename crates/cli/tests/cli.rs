@@ -179,6 +179,10 @@ item ::= [a-z]+ | list";
     assert_eq!(from_file, out);
     fails(&["run", "smollm2", "--prompt", "x", "--grammar", "root ::= root \"x\" | \"y\""], &["left-recursive"]);
     fails(&["run", "smollm2", "--prompt", "x", "--grammar", "root ::= root"], &["no finite text"]);
+    fails_after_load(
+        &["run", "smollm2", "--prompt", "x", "--grammar", "root ::= <think>"],
+        &["not in the model's vocabulary"],
+    );
     let both = ferrite(&["run", "smollm2", "--prompt", "x", "--grammar", "x", "--regex", "y"]);
     assert_eq!(both.status.code(), Some(2));
     assert!(text(&both.stderr).contains("cannot be used with"), "{}", text(&both.stderr));

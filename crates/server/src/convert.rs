@@ -9,6 +9,7 @@ use ferrite_engine::constraint::schema::Schema;
 use ferrite_engine::sampling::SamplingParams;
 use ferrite_engine::Request;
 use ferrite_loader::chat_template::Message;
+use ferrite_loader::tokenizer::Tokenizer;
 use serde_json::Value;
 
 use crate::api::request::{ChatMessage, CommonParams};
@@ -22,10 +23,12 @@ pub const MAX_STOP: usize = 16;
 pub const MAX_TOP_LOGPROBS: usize = 20;
 
 /// What validation needs to know about the model.
-#[derive(Clone, Copy, Debug)]
-pub struct Limits {
+#[derive(Clone, Copy)]
+pub struct Limits<'a> {
     pub max_context: usize,
     pub vocab_size: usize,
+    /// Names tokens by their text (a grammar's `<think>`), where known.
+    pub tokenizer: Option<&'a Tokenizer>,
 }
 
 /// Validated settings shared by both endpoints, before the prompt is known.
@@ -97,7 +100,7 @@ pub fn settings(
             m @ 0.. => usize::try_from(m).unwrap_or(usize::MAX),
             m => return Err(ApiError::param("min_tokens", format!("min_tokens must be >= 0, got {m}"))),
         },
-        format: output_format(c, limits.vocab_size)?,
+        format: output_format(c, limits)?,
         prompt_logprobs,
     })
     .and_then(|s| match s.max_tokens {
@@ -251,16 +254,16 @@ pub fn logit_bias(v: Option<&Value>, vocab_size: usize) -> Result<Vec<(u32, f32)
 /// strings), `guided_regex` (a whole match), `guided_grammar` (a sentence
 /// of a GBNF grammar; llama.cpp's `grammar`), or `structured_outputs` with
 /// `json`, `choice`, `regex` or `grammar`.
-fn output_format(c: &CommonParams, vocab_size: usize) -> Result<Option<OutputFormat>, ApiError> {
+fn output_format(c: &CommonParams, limits: Limits) -> Result<Option<OutputFormat>, ApiError> {
     fn given(v: &Option<Value>) -> Option<&Value> {
         v.as_ref().filter(|g| !g.is_null())
     }
     let mut guides = Vec::new();
     if let Some(v) = given(&c.guided_grammar) {
-        guides.push(("guided_grammar", guided_grammar(v, "guided_grammar", vocab_size)?));
+        guides.push(("guided_grammar", guided_grammar(v, "guided_grammar", limits)?));
     }
     if let Some(v) = given(&c.grammar) {
-        guides.push(("grammar", guided_grammar(v, "grammar", vocab_size)?));
+        guides.push(("grammar", guided_grammar(v, "grammar", limits)?));
     }
     if let Some(v) = given(&c.guided_json) {
         guides.push(("guided_json", guided_json(v, "guided_json")?));
@@ -279,7 +282,7 @@ fn output_format(c: &CommonParams, vocab_size: usize) -> Result<Option<OutputFor
             ["json"] => guided_json(&obj["json"], "structured_outputs.json")?,
             ["choice"] => guided_choice(&obj["choice"], "structured_outputs.choice")?,
             ["regex"] => guided_regex(&obj["regex"], "structured_outputs.regex")?,
-            ["grammar"] => guided_grammar(&obj["grammar"], "structured_outputs.grammar", vocab_size)?,
+            ["grammar"] => guided_grammar(&obj["grammar"], "structured_outputs.grammar", limits)?,
             _ => {
                 let msg = "structured_outputs takes one of `json`, `choice`, `regex` and `grammar`";
                 return Err(ApiError::param(param, msg));
@@ -315,11 +318,11 @@ fn guided_choice(v: &Value, param: &str) -> Result<OutputFormat, ApiError> {
     Ok(OutputFormat::Schema(Arc::new(schema)))
 }
 
-fn guided_grammar(v: &Value, param: &str, vocab_size: usize) -> Result<OutputFormat, ApiError> {
+fn guided_grammar(v: &Value, param: &str, limits: Limits) -> Result<OutputFormat, ApiError> {
     let source = v.as_str().ok_or_else(|| ApiError::param(param, format!("{param} must be a string")))?;
     let format = OutputFormat::grammar(source).map_err(|e| ApiError::param(param, e))?;
-    format.check_tokens(vocab_size).map_err(|e| ApiError::param(param, e))?;
-    Ok(format)
+    let id_of = |text: &str| limits.tokenizer.and_then(|t| t.token_to_id(text));
+    format.in_vocabulary(limits.vocab_size, id_of).map_err(|e| ApiError::param(param, e))
 }
 
 fn guided_regex(v: &Value, param: &str) -> Result<OutputFormat, ApiError> {

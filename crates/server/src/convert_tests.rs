@@ -3,7 +3,7 @@ use serde_json::json;
 use super::*;
 use crate::api::request::{ChatRequest, CompletionRequest};
 
-const LIMITS: Limits = Limits { max_context: 100, vocab_size: 1000 };
+const LIMITS: Limits<'static> = Limits { max_context: 100, vocab_size: 1000, tokenizer: None };
 
 fn chat(body: Value) -> Result<Settings, ApiError> {
     let req: ChatRequest = serde_json::from_value(body).expect("parses");

@@ -41,17 +41,15 @@ impl OutputFormat {
         Gbnf::compile(source).map(OutputFormat::Grammar)
     }
 
-    /// Refuses a grammar's token reference past a vocabulary of
-    /// `vocab_size` tokens (no output could take it).
-    pub fn check_tokens(&self, vocab_size: usize) -> Result<(), String> {
+    /// The format for a model whose vocabulary has `size` tokens and names
+    /// token texts by `id_of`: a grammar's tokens by text (`<think>`) as
+    /// ids; refused where one is not in the vocabulary.
+    pub fn in_vocabulary(self, size: usize, id_of: impl Fn(&str) -> Option<u32>) -> Result<OutputFormat, String> {
         match self {
-            OutputFormat::Grammar(rules) => match rules.max_token_id() {
-                Some(id) if id as usize >= vocab_size => {
-                    Err(format!("token <[{id}]> is outside the vocabulary ({vocab_size} tokens)"))
-                }
-                _ => Ok(()),
-            },
-            _ => Ok(()),
+            OutputFormat::Grammar(rules) if rules.has_tokens() => {
+                Ok(OutputFormat::Grammar(Arc::new(rules.in_vocabulary(size, id_of)?)))
+            }
+            format => Ok(format),
         }
     }
 }

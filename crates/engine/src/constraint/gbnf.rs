@@ -1,9 +1,10 @@
 //! Grammars in GBNF, llama.cpp's notation (and what vLLM's `guided_grammar`
 //! takes): `name ::= alternatives` rules over string literals, character
 //! classes, `.`, rule references, groups and the repetitions `*`, `+`, `?`,
-//! `{m}`, `{m,}`, `{m,n}`; token references by id, `<[id]>` (that one
-//! token) and `!<[id]>` (any one token but it); `#` comments; the output is
-//! a `root`.
+//! `{m}`, `{m,}`, `{m,n}`; token references, by id, `<[id]>` (that one
+//! token) and `!<[id]>` (any one token but it), or by the token's text,
+//! `<think>` and `!<think>` (named in the vocabulary, `Rules::in_vocabulary`);
+//! `#` comments; the output is a `root`.
 //!
 //! Parsing gives rules of alternatives of sequences of elements (a set of
 //! characters, a token, or a reference), repetitions rewritten as rules; the
@@ -31,6 +32,9 @@ pub(crate) enum Elem {
     /// Token `id` as a whole, or any one token but it if `negated` (never
     /// an end of generation).
     Token { id: u32, negated: bool },
+    /// A token by its text (`<think>`), as `Token` once the vocabulary
+    /// names it (`Rules::in_vocabulary`); until then it takes no token.
+    Named { text: String, negated: bool },
     /// The output's end, whatever the rules around it would take next (a
     /// reference to an end-of-generation token, `Rules::ending_at`).
     End,
@@ -42,7 +46,7 @@ impl Elem {
     pub(crate) fn matches(&self, cp: u32) -> bool {
         match self {
             Elem::Chars { ranges, negated } => ranges.iter().any(|&(a, b)| (a..=b).contains(&cp)) != *negated,
-            Elem::Token { .. } | Elem::End | Elem::Rule(_) => false,
+            Elem::Token { .. } | Elem::Named { .. } | Elem::End | Elem::Rule(_) => false,
         }
     }
 
@@ -51,7 +55,7 @@ impl Elem {
         match self {
             Elem::Chars { ranges, negated: false } => ranges.iter().any(|&(a, b)| a <= hi && b >= lo),
             Elem::Chars { ranges, negated: true } => !ranges_cover(ranges, lo, hi),
-            Elem::Token { .. } | Elem::End | Elem::Rule(_) => false,
+            Elem::Token { .. } | Elem::Named { .. } | Elem::End | Elem::Rule(_) => false,
         }
     }
 
@@ -60,7 +64,7 @@ impl Elem {
         match self {
             Elem::Chars { ranges, negated: false } => ranges_cover(ranges, lo, hi),
             Elem::Chars { ranges, negated: true } => !ranges.iter().any(|&(a, b)| a <= hi && b >= lo),
-            Elem::Token { .. } | Elem::End | Elem::Rule(_) => false,
+            Elem::Token { .. } | Elem::Named { .. } | Elem::End | Elem::Rule(_) => false,
         }
     }
 }
@@ -91,10 +95,28 @@ pub struct Rules {
 }
 
 impl Rules {
-    /// The largest token id the grammar refers to (`<[id]>`, `!<[id]>`).
-    pub fn max_token_id(&self) -> Option<u32> {
-        let elems = self.rules.iter().flatten().flatten();
-        elems.filter_map(|e| if let Elem::Token { id, .. } = e { Some(*id) } else { None }).max()
+    /// The rules with their tokens named by text (`<think>`) as ids, by
+    /// `id_of` (the vocabulary's lookup of a token's text), or why they
+    /// cannot be: a name the vocabulary lacks, an id past its `size`.
+    pub fn in_vocabulary(&self, size: usize, id_of: impl Fn(&str) -> Option<u32>) -> Result<Rules, String> {
+        let mut out = self.clone();
+        for e in out.rules.iter_mut().flatten().flatten() {
+            if let Elem::Named { text, negated } = e {
+                let id = id_of(text).ok_or_else(|| format!("token {text} is not in the model's vocabulary"))?;
+                *e = Elem::Token { id, negated: *negated };
+            }
+            if let Elem::Token { id, .. } = e {
+                if *id as usize >= size {
+                    return Err(format!("token <[{id}]> is outside the vocabulary ({size} tokens)"));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether the grammar refers to tokens (by id or text).
+    pub fn has_tokens(&self) -> bool {
+        self.rules.iter().flatten().flatten().any(|e| matches!(e, Elem::Token { .. } | Elem::Named { .. }))
     }
 
     /// The rules with each reference to a token of `ends` (the ends of
@@ -161,7 +183,7 @@ pub(crate) fn parse(source: &str) -> Result<Rules, String> {
 fn keep_productive(g: &mut Rules) -> Result<(), String> {
     let elem_ok = |e: &Elem, productive: &[bool]| match e {
         Elem::Chars { .. } => e.meets(0, 0xd7ff) || e.meets(0xe000, 0x10ffff),
-        Elem::Token { .. } | Elem::End => true,
+        Elem::Token { .. } | Elem::Named { .. } | Elem::End => true,
         Elem::Rule(t) => productive[*t as usize],
     };
     let productive = rules_where(g, elem_ok);
@@ -411,24 +433,31 @@ impl Parser<'_> {
         }
     }
 
-    /// A token reference, `<[id]>` (after `!` if `negated`).
+    /// A token reference, `<[id]>` or `<text>` (after `!` if `negated`).
     fn token(&mut self, negated: bool) -> Result<Vec<Elem>, String> {
-        if !self.eat("<[") {
-            return Err(self.error(if self.peek() == Some(b'<') {
-                "a token by its id, `<[id]>` (tokens by name, `<name>`, are not supported)"
-            } else {
-                "a token reference `<[id]>` after `!`"
-            }));
+        if self.peek() != Some(b'<') {
+            return Err(self.error("a token reference, `<[id]>` or `<text>`, after `!`"));
         }
+        if self.eat("<[") {
+            let start = self.at;
+            while self.peek().is_some_and(|b| b.is_ascii_digit()) {
+                self.at += 1;
+            }
+            let id = std::str::from_utf8(&self.src[start..self.at]).ok().and_then(|d| d.parse::<u32>().ok());
+            return match id {
+                Some(id) if self.eat("]>") => Ok(vec![Elem::Token { id, negated }]),
+                _ => Err(self.error("a token id and `]>`")),
+            };
+        }
+        // The token's text, brackets and all, on one line.
         let start = self.at;
-        while self.peek().is_some_and(|b| b.is_ascii_digit()) {
-            self.at += 1;
+        let len = self.src[start..].iter().take_while(|&&b| b != b'>' && b != b'\n').count();
+        if self.src.get(start + len) != Some(&b'>') || len < 2 {
+            return Err(self.error("a token's text and its closing `>`"));
         }
-        let id = std::str::from_utf8(&self.src[start..self.at]).ok().and_then(|d| d.parse::<u32>().ok());
-        match id {
-            Some(id) if self.eat("]>") => Ok(vec![Elem::Token { id, negated }]),
-            _ => Err(self.error("a token id and `]>`")),
-        }
+        self.at = start + len + 1;
+        let text = String::from_utf8_lossy(&self.src[start..self.at]).into_owned();
+        Ok(vec![Elem::Named { text, negated }])
     }
 
     /// One character of a literal or class, escapes decoded.
@@ -566,7 +595,7 @@ fn check_left_recursion(g: &Rules, names: &HashMap<String, u32>) -> Result<(), S
                                 break;
                             }
                         }
-                        Elem::Chars { .. } | Elem::Token { .. } | Elem::End => break,
+                        Elem::Chars { .. } | Elem::Token { .. } | Elem::Named { .. } | Elem::End => break,
                     }
                 }
             }

@@ -177,7 +177,7 @@ impl Gbnf {
             };
             let alt = self.alt(r, a);
             match alt[i as usize] {
-                Elem::Chars { .. } | Elem::Token { .. } => out.push(stack),
+                Elem::Chars { .. } | Elem::Token { .. } | Elem::Named { .. } => out.push(stack),
                 Elem::End => out.push(Vec::new()),
                 Elem::Rule(t) => {
                     if i as usize + 1 == alt.len() {

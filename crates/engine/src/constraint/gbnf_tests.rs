@@ -337,7 +337,8 @@ fn token_references_through_a_vocabulary() {
     let n = vocab.token_bytes.len();
     let src = format!("root ::= <[{think}]> (!<[{end}]>)* <[{end}]> [ab]+ \".\"");
     let format = OutputFormat::grammar(&src).unwrap();
-    assert!(format.check_tokens(n).is_ok() && format.check_tokens(end as usize).is_err());
+    assert!(format.clone().in_vocabulary(n, |_| None).is_ok());
+    assert!(format.clone().in_vocabulary(end as usize, |_| None).is_err());
     for round in 0..20 {
         let mut c = Constraint::new(vocab.clone(), &format);
         let mut ids = Vec::new();
@@ -401,12 +402,26 @@ fn token_reference_syntax() {
     let g = Gbnf::new("root ::= <[12]> !<[3]>? \"x\"").unwrap();
     assert_eq!(g.whole_tokens(&g.start()), vec![(12, false)]);
     for (src, want) in [
-        ("root ::= <think>", "tokens by name"),
         ("root ::= !\"x\"", "after `!`"),
         ("root ::= <[x]>", "a token id"),
         ("root ::= <[99999999999]>", "a token id"),
+        ("root ::= <think", "closing `>`"),
+        ("root ::= <>", "closing `>`"),
     ] {
         let err = Gbnf::new(src).unwrap_err();
         assert!(err.contains(want), "{src:?}: {err}");
     }
+    // Tokens by text, named by the vocabulary: until then they take none.
+    let rules = Gbnf::compile("root ::= <think> !</think>* </think> \"x\"").unwrap();
+    let g = Gbnf::run(rules.clone());
+    assert!(g.whole_tokens(&g.start()).is_empty());
+    let names = |t: &str| [("<think>", 7), ("</think>", 8)].iter().find(|(n, _)| *n == t).map(|&(_, id)| id);
+    let g = Gbnf::run(Arc::new(rules.in_vocabulary(100, names).unwrap()));
+    let s = g.feed_token(g.start(), 7, None).unwrap();
+    assert_eq!(g.whole_tokens(&s), vec![(8, false), (8, true)]);
+    let s = g.feed_token(g.feed_token(s, 3, Some(b"hm")).unwrap(), 8, None).unwrap();
+    assert!(accepts_from(&g, s, "x"));
+    let err = rules.in_vocabulary(100, |_| None).unwrap_err();
+    assert!(err.contains("<think> is not in the model's vocabulary"), "{err}");
+    assert!(rules.in_vocabulary(8, names).unwrap_err().contains("outside the vocabulary"));
 }

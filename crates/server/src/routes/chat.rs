@@ -24,7 +24,11 @@ pub async fn chat_completions(
         return Err(ApiError::param("tools", "tool calling is not supported"));
     }
     let backend = state.generator()?;
-    let limits = Limits { max_context: backend.max_context(), vocab_size: backend.vocab_size() };
+    let limits = Limits {
+        max_context: backend.max_context(),
+        vocab_size: backend.vocab_size(),
+        tokenizer: Some(backend.tokenizer()),
+    };
     let top_logprobs = convert::chat_logprobs(req.logprobs, req.top_logprobs)?;
     let settings = convert::settings(&req.common, top_logprobs, limits, false)?;
     let messages = convert::messages(&req.messages)?;

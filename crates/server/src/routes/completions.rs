@@ -24,7 +24,11 @@ pub async fn completions(
     unsupported(&req)?;
     let echo = req.echo == Some(true);
     let backend = state.generator()?;
-    let limits = Limits { max_context: backend.max_context(), vocab_size: backend.vocab_size() };
+    let limits = Limits {
+        max_context: backend.max_context(),
+        vocab_size: backend.vocab_size(),
+        tokenizer: Some(backend.tokenizer()),
+    };
     let top_logprobs = convert::completion_logprobs(req.logprobs)?;
     // With echo, max_tokens 0 asks for the prompt alone (its scores).
     let settings = convert::settings(&req.common, top_logprobs, limits, echo)?;

@@ -367,6 +367,7 @@ async fn json_schema_reaches_the_engine() {
         json!({"prompt": "x", "structured_outputs": {"grammar": "root ::= [0-9]+"}}),
         json!({"messages": user("x"), "grammar": "root ::= item+\nitem ::= \"- \" [a-z]+ \"\\n\""}),
         json!({"prompt": "x", "guided_grammar": "root ::= <[1]> !<[2]>* \"a\""}),
+        json!({"prompt": "x", "guided_grammar": "root ::= <|assistant|> \"a\" !<|user|>"}),
     ] {
         let path = if body.get("messages").is_some() { "/v1/chat/completions" } else { "/v1/completions" };
         let r = post(&app, path, body.clone()).await;
@@ -380,6 +381,7 @@ async fn json_schema_reaches_the_engine() {
         (json!({"prompt": "x", "grammar": "start ::= \"a\""}), "grammar"),
         (json!({"prompt": "x", "guided_grammar": 5}), "guided_grammar"),
         (json!({"prompt": "x", "guided_grammar": "root ::= <[99999999]>"}), "guided_grammar"),
+        (json!({"prompt": "x", "grammar": "root ::= <think> \"a\""}), "grammar"),
         (json!({"prompt": "x", "guided_choice": "yes"}), "guided_choice"),
         (json!({"prompt": "x", "guided_choice": ["a"], "guided_json": schema}), "guided_json"),
         (json!({"prompt": "x", "structured_outputs": {"grammar": "a"}}), "structured_outputs.grammar"),
