@@ -607,13 +607,7 @@ fn constraint_mask_timing_synthetic() {
 /// and random walks through the real vocabulary.
 #[test]
 fn constraint_real_tokenizer() {
-    let path = ferrite_loader::source::models_dir().join("smollm2.gguf");
-    if !path.exists() {
-        println!("skipping: {} not found", path.display());
-        return;
-    }
-    let gguf = ferrite_loader::gguf::GgufFile::open(&path).unwrap();
-    let tok = ferrite_loader::tokenizer::Tokenizer::from_gguf(&gguf).unwrap();
+    let Some(tok) = super::super::smollm2_tokenizer() else { return };
     let bytes: Vec<Vec<u8>> = (0..tok.vocab_size() as u32)
         .map(|id| if tok.is_special(id) { Vec::new() } else { tok.token_bytes(id) })
         .collect();

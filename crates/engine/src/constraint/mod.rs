@@ -24,3 +24,29 @@ fn picker(mut seed: u64) -> impl FnMut(usize) -> usize {
         (seed % n as u64) as usize
     }
 }
+
+/// The tokens `c` allows next (of `n`), checked against stepping each one
+/// on a copy: the mask allows exactly those `advance` takes. `after` says
+/// where, should they differ.
+#[cfg(test)]
+fn checked_mask(c: &format::Constraint, n: usize, after: &dyn std::fmt::Debug) -> Vec<usize> {
+    let mut logits = vec![1.0f32; n];
+    c.mask(&mut logits);
+    for (id, &l) in logits.iter().enumerate() {
+        assert_eq!(l == 1.0, c.clone().advance(id as u32), "token {id} after {after:?}");
+    }
+    (0..n).filter(|&i| logits[i] == 1.0).collect()
+}
+
+/// SmolLM2's tokenizer, where its model file is present (the tests of a
+/// real vocabulary say they skip otherwise).
+#[cfg(test)]
+fn smollm2_tokenizer() -> Option<ferrite_loader::tokenizer::Tokenizer> {
+    let path = ferrite_loader::source::models_dir().join("smollm2.gguf");
+    if !path.exists() {
+        println!("skipping: {} not found", path.display());
+        return None;
+    }
+    let gguf = ferrite_loader::gguf::GgufFile::open(&path).unwrap();
+    Some(ferrite_loader::tokenizer::Tokenizer::from_gguf(&gguf).unwrap())
+}
