@@ -1,14 +1,16 @@
 //! A GBNF grammar ([`super::gbnf`]) as a byte-level [`Grammar`]: the set
 //! of parser stacks that the output so far leaves (llama.cpp's way of
 //! running its grammars), each stack's top at a character class or a token
-//! reference, plus the bytes of a character begun. Sets are interned as numbered states and
-//! their steps memoized in a row per state, so the vocabulary walk's steps
-//! become lookups after the first; the state the walk carries is the
-//! number. Each sequence runs its own copy, which drops its states past a
-//! budget. A state that some character leaves as it is (inside a string's
-//! `[^"\\]*`, say) is a run of free text for the walk once its set of such
-//! characters is known (`free_run`), so that the tokens made of them are
-//! allowed without stepping their bytes.
+//! reference, plus the bytes of a character begun. Sets are interned as
+//! numbered states and their steps memoized in a row per state, so the
+//! vocabulary walk's steps become lookups after the first; the state the
+//! walk carries is the number. Each sequence runs its own copy, which drops
+//! its states past a budget. A state that some character leaves as it is
+//! (inside a string's `[^"\\]*`, say) is a run of free text for the walk
+//! once its set of such characters is known (`free_run`), so that the
+//! tokens made of them are allowed without stepping their bytes. A token
+//! reference takes a token whole, beside the stacks that take its bytes
+//! (`feed_token`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
