@@ -306,8 +306,9 @@ pub fn format_max_len(format: &str) -> u32 {
 }
 
 /// The pattern a JSON Schema `format` stands for: RFC 3339 dates (each
-/// month's days, leap years, no year 0000) and times (no leap second),
-/// UUIDs, IPv4 and IPv6 addresses, host names, email addresses and URIs.
+/// month's days, leap years, no year 0000), times (no leap second) and
+/// durations, UUIDs, IPv4 and IPv6 addresses, host names, email addresses,
+/// URIs and URI references, JSON pointers (RFC 6901) and relative ones.
 pub fn format_pattern(format: &str) -> Option<String> {
     const YEAR: &str = "([0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})";
     const LEAP: &str = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)";
@@ -356,8 +357,9 @@ pub fn format_pattern(format: &str) -> Option<String> {
         }
         // RFC 3986's URI: a scheme, a hierarchical part (an authority of
         // user, registered name and port, or a path), a query, a fragment;
-        // no IP literals.
-        "uri" => {
+        // no IP literals. A reference is a URI or a relative one (the same
+        // parts without the scheme, a first segment with no colon).
+        "uri" | "uri-reference" => {
             let pct = "%[0-9A-Fa-f]{2}";
             let pchar = format!("([{URI_CHARS}:@]|{pct})");
             let user = format!("([{URI_CHARS}:]|{pct})*@");
@@ -365,8 +367,26 @@ pub fn format_pattern(format: &str) -> Option<String> {
             let segments = format!("(/{pchar}*)*");
             let hier = format!("(//{authority}{segments}|/({pchar}+{segments})?|{pchar}+{segments})");
             let tail = format!("([{URI_CHARS}:@/?]|{pct})*");
-            format!("^[A-Za-z][A-Za-z0-9+.\\-]*:{hier}(\\?{tail})?(#{tail})?$")
+            let ends = format!("(\\?{tail})?(#{tail})?");
+            let uri = format!("[A-Za-z][A-Za-z0-9+.\\-]*:{hier}{ends}");
+            if format == "uri" {
+                return Some(format!("^{uri}$"));
+            }
+            let no_colon = format!("([{URI_CHARS}@]|{pct})");
+            let relative = format!("(//{authority}{segments}|/({pchar}+{segments})?|{no_colon}+{segments}|){ends}");
+            format!("^({uri}|{relative})$")
         }
+        // RFC 3339's durations (its appendix A): years, months and days in
+        // that order, each with the rest after it optional, then a time;
+        // or weeks alone.
+        "duration" => {
+            let n = "[0-9]+";
+            let date = format!("({n}Y({n}M({n}D)?)?|{n}M({n}D)?|{n}D)");
+            let time = format!("T({n}H({n}M({n}S)?)?|{n}M({n}S)?|{n}S)");
+            format!("^P({n}W|{date}({time})?|{time})$")
+        }
+        "json-pointer" => "^(/([^/~]|~[01])*)*$".into(),
+        "relative-json-pointer" => "^(0|[1-9][0-9]*)(#|(/([^/~]|~[01])*)*)$".into(),
         _ => return None,
     })
 }

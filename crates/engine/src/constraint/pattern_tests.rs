@@ -198,6 +198,26 @@ fn formats_fix_their_shapes() {
     for bad in ["jane@localhost", ".jane@x.io", "jane.@x.io", "ja..ne@x.io", "jane@x.1o", "@x.io"] {
         assert!(!matches(&email, bad), "{bad}");
     }
+    let dur = p("duration");
+    for ok in ["P1Y2M3DT4H5M6S", "P3W", "PT0S", "P1D", "PT1H30M", "P1M", "P2MT1S", "P10Y"] {
+        assert!(matches(&dur, ok), "{ok}");
+    }
+    for bad in ["P", "PT", "P1Y2D", "P1H", "PT1D", "P1W2D", "1D", "P1DT", "PT1S2M"] {
+        assert!(!matches(&dur, bad), "{bad}");
+    }
+    let ptr = p("json-pointer");
+    assert!(["", "/", "/a/b", "/a~1b/~0", "//"].iter().all(|ok| matches(&ptr, ok)));
+    assert!(["a", "/~2", "/~", "~0"].iter().all(|bad| !matches(&ptr, bad)));
+    let rel = p("relative-json-pointer");
+    assert!(["0", "1/a", "2#", "10/x~0", "0/"].iter().all(|ok| matches(&rel, ok)));
+    assert!(["01", "#", "-1", "1#/a", ""].iter().all(|bad| !matches(&rel, bad)));
+    let uri_ref = p("uri-reference");
+    for ok in ["https://x/y", "//host/p", "/abs/path?q#f", "rel/path", "", "#frag", "?q", "a:b", "./a:b"] {
+        assert!(matches(&uri_ref, ok), "{ok}");
+    }
+    for bad in ["a b", "%zz", ":nope", "a/%2", "1a:b"] {
+        assert!(!matches(&uri_ref, bad), "{bad}");
+    }
     let uri = p("uri");
     assert!(matches(&uri, "https://example.com/a?b=c#d") && matches(&uri, "urn:isbn:0451450523"));
     assert!(matches(&uri, "http://user:pw@host:80/%20x/y?q=1&r=/a?#frag/x") && matches(&uri, "file:///etc/hosts"));
@@ -225,7 +245,44 @@ fn format_outputs_parse_independently() {
                     && !l.ends_with('-')
             })
     };
-    for format in ["ipv4", "ipv6", "hostname", "email"] {
+    // RFC 3339's durations: the units of the date part, and of the time
+    // part after `T`, a run of "YMD" and of "HMS"; or weeks alone.
+    let duration_ok = |d: &str| {
+        let units = |part: &str| {
+            let (mut letters, mut digits) = (String::new(), 0);
+            for c in part.chars() {
+                if c.is_ascii_digit() {
+                    digits += 1;
+                } else if digits == 0 {
+                    return None;
+                } else {
+                    letters.push(c);
+                    digits = 0;
+                }
+            }
+            (digits == 0).then_some(letters)
+        };
+        let Some(rest) = d.strip_prefix('P') else { return false };
+        let (date, time) = rest.split_once('T').map_or((rest, None), |(d, t)| (d, Some(t)));
+        let (Some(date), time) = (units(date), time.map(units)) else { return false };
+        match time {
+            None => date == "W" || (!date.is_empty() && "YMD".contains(date.as_str())),
+            Some(Some(t)) => !t.is_empty() && "HMS".contains(t.as_str()) && "YMD".contains(date.as_str()),
+            Some(None) => false,
+        }
+    };
+    // RFC 6901's pointers, and relative ones (a count, then `#` or a pointer).
+    let pointer_ok = |p: &str| {
+        let tildes = p.match_indices('~').all(|(i, _)| matches!(p.as_bytes().get(i + 1), Some(b'0' | b'1')));
+        (p.is_empty() || p.starts_with('/')) && tildes
+    };
+    let relative_ok = |r: &str| {
+        let digits = r.bytes().take_while(u8::is_ascii_digit).count();
+        let (n, rest) = r.split_at(digits);
+        !n.is_empty() && (n == "0" || !n.starts_with('0')) && (rest == "#" || pointer_ok(rest))
+    };
+    let formats = ["ipv4", "ipv6", "hostname", "email", "duration", "json-pointer", "relative-json-pointer"];
+    for format in formats {
         let p =
             Pattern::new(&format_pattern(format).unwrap(), PatternUse::Json { min: 0, max: format_max_len(format) })
                 .unwrap();
@@ -246,6 +303,9 @@ fn format_outputs_parse_independently() {
                 "ipv4" => out.parse::<std::net::Ipv4Addr>().is_ok(),
                 "ipv6" => out.parse::<std::net::Ipv6Addr>().is_ok(),
                 "hostname" => host_ok(&out),
+                "duration" => duration_ok(&out),
+                "json-pointer" => pointer_ok(&out),
+                "relative-json-pointer" => relative_ok(&out),
                 _ => out.split_once('@').is_some_and(|(local, domain)| {
                     !local.is_empty()
                         && local.split('.').all(|a| !a.is_empty())

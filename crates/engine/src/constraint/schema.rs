@@ -7,7 +7,8 @@
 //! `additionalProperties` as the value schema of a free-keyed object,
 //! `items` with `minItems`/`maxItems`, `minLength`/`maxLength`, a string's
 //! `pattern` (its content contains a match) or `format` (`date-time`,
-//! `date`, `time`, `uuid`, `ipv4`, `ipv6`, `hostname`, `email`, `uri`),
+//! `date`, `time`, `duration`, `uuid`, `ipv4`, `ipv6`, `hostname`, `email`,
+//! `uri`, `uri-reference`, `json-pointer`, `relative-json-pointer`),
 //! `minimum`/`maximum` and the exclusive
 //! forms (exact; [`super::number`]), `enum`,
 //! `const`, `anyOf`/`oneOf` whose alternatives begin with different bytes
@@ -293,7 +294,8 @@ impl Compiler<'_> {
                 format_pattern(f).ok_or_else(|| {
                     format!(
                         "{at}/format: {f:?} is not supported \
-                         (date-time, date, time, uuid, ipv4, ipv6, hostname, email and uri are)"
+                         (date-time, date, time, duration, uuid, ipv4, ipv6, hostname, email, uri, \
+                         uri-reference, json-pointer and relative-json-pointer are)"
                     )
                 })?
             }
