@@ -1,6 +1,6 @@
 //! A schema's numbers within bounds (`minimum`, `maximum` and their
-//! exclusive forms), byte by byte: every prefix accepted can still end
-//! within them.
+//! exclusive forms) and multiples of a step (`multipleOf`), byte by byte:
+//! every prefix accepted can still end at such a value.
 //!
 //! An integer's bounds and digits are integers. A `number`'s are integers
 //! in units of 10^-[`DECIMALS`]: a bounded number is written with at most
@@ -23,6 +23,22 @@ const LIMIT: u128 = 10u128.pow(38);
 /// The keywords that bound numbers.
 pub(crate) const BOUNDS: [&str; 4] = ["minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
 
+/// A node's values, in units of 10^-scale: `lo..=hi`, multiples of `step`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Bounds {
+    pub lo: i128,
+    pub hi: i128,
+    pub step: i128,
+}
+
+impl Bounds {
+    /// Whether some multiple of the step lies in `lo..=hi` (a range of
+    /// magnitudes, or of values of either sign).
+    fn holds_multiple(&self, lo: i128, hi: i128) -> bool {
+        lo <= hi && hi.div_euclid(self.step) * self.step >= lo
+    }
+}
+
 /// Where a number of a bounded node has got: its sign, and its digits so far
 /// (`mag`: the integer part's digits as an integer until the `.`; from
 /// there, in units of 10^-scale, `frac` fraction digits read).
@@ -37,7 +53,7 @@ pub(crate) struct NumPos {
 impl NumPos {
     /// A number's first byte (a digit or `-`) under `bounds` (in units of
     /// 10^-scale), if one of its completions lies within them.
-    pub(crate) fn start(b: u8, scale: u32, bounds: Option<(i128, i128)>) -> Option<NumPos> {
+    pub(crate) fn start(b: u8, scale: u32, bounds: Option<Bounds>) -> Option<NumPos> {
         let (n, neg, mag) = match b {
             b'-' => (Num::Minus, true, 0),
             b'0' => (Num::Zero, false, 0),
@@ -51,7 +67,7 @@ impl NumPos {
     /// After byte `b`, if it continues the number (an integer's: digits
     /// only; a bounded `number`'s: no exponent) and a completion still lies
     /// within `bounds`.
-    pub(crate) fn step(self, b: u8, integer: bool, bounds: Option<(i128, i128)>) -> Option<NumPos> {
+    pub(crate) fn step(self, b: u8, integer: bool, bounds: Option<Bounds>) -> Option<NumPos> {
         let next = self.n.step(b)?;
         let exponent = matches!(next, Num::Exp | Num::ExpSign | Num::ExpInt);
         if (integer && !matches!(next, Num::Zero | Num::Int)) || (bounds.is_some() && exponent) {
@@ -76,25 +92,27 @@ impl NumPos {
     }
 
     /// Whether the number may end here, within `bounds`.
-    pub(crate) fn ends_within(&self, scale: u32, bounds: Option<(i128, i128)>) -> bool {
+    pub(crate) fn ends_within(&self, scale: u32, bounds: Option<Bounds>) -> bool {
         self.n.terminal()
-            && bounds.is_none_or(|(lo, hi)| {
+            && bounds.is_none_or(|b| {
                 let mag =
                     if matches!(self.n, Num::Zero | Num::Int) { scaled(self.mag, scale) } else { signed(self.mag) };
-                (lo..=hi).contains(&if self.neg { -mag } else { mag })
+                let v = if self.neg { -mag } else { mag };
+                (b.lo..=b.hi).contains(&v) && v % b.step == 0
             })
     }
 
     /// Whether some completion lies within `bounds`: the magnitudes still
-    /// reachable are intervals, each checked against those the bounds allow
-    /// for the number's sign.
-    fn may_end(&self, scale: u32, bounds: Option<(i128, i128)>) -> bool {
-        let Some((lo, hi)) = bounds else { return true };
+    /// reachable are intervals, each checked for a multiple of the step
+    /// among those the bounds allow for the number's sign.
+    fn may_end(&self, scale: u32, bounds: Option<Bounds>) -> bool {
+        let Some(b) = bounds else { return true };
+        let (lo, hi) = (b.lo, b.hi);
         let (mlo, mhi) = if self.neg { (hi.saturating_neg().max(0), lo.saturating_neg()) } else { (lo.max(0), hi) };
-        let meets = |first: i128, last: i128| first <= mhi && last >= mlo;
+        let meets = |first: i128, last: i128| b.holds_multiple(first.max(mlo), last.min(mhi));
         let unit = 10i128.pow(scale);
         match self.n {
-            Num::Minus => mlo <= mhi,
+            Num::Minus => b.holds_multiple(mlo, mhi),
             Num::Zero => meets(0, unit - 1),
             // After j more integer digits, the integer parts from mag 10^j
             // to (mag + 1) 10^j - 1 (`span` of them), fractions included.
@@ -143,9 +161,10 @@ fn scaled(mag: u128, scale: u32) -> i128 {
 }
 
 /// A node's bounds from `minimum`, `maximum` and their exclusive forms, in
-/// units of 10^-scale (`None` without any): exact for any decimal the
-/// schema writes, a bound between two units rounded inward.
-pub(crate) fn bounds(m: &Map<String, Value>, scale: u32, at: &str) -> Result<Option<(i128, i128)>, String> {
+/// units of 10^-scale, and its step from `multipleOf` (`None` without any):
+/// exact for any decimal the schema writes, a bound between two units
+/// rounded inward.
+pub(crate) fn bounds(m: &Map<String, Value>, scale: u32, at: &str) -> Result<Option<Bounds>, String> {
     let (mut lo, mut hi, mut any) = (i128::MIN, i128::MAX, false);
     for k in BOUNDS {
         let Some(v) = m.get(k) else { continue };
@@ -171,7 +190,36 @@ pub(crate) fn bounds(m: &Map<String, Value>, scale: u32, at: &str) -> Result<Opt
         return Err(format!("{at}: no {what} lies within its bounds"));
     }
     let (lo, hi) = (lo.max(-most), hi.min(most));
-    Ok(any.then_some((lo, hi)))
+    let step = match m.get("multipleOf") {
+        None => 1,
+        Some(v) => step(v, scale).ok_or_else(|| {
+            format!("{at}/multipleOf: must be a number above 0 with at most {DECIMALS} decimals and 20 digits")
+        })?,
+    };
+    let b = Bounds { lo, hi, step };
+    if !b.holds_multiple(lo, hi) {
+        return Err(format!("{at}: no multiple of multipleOf lies within its bounds"));
+    }
+    Ok((any || step > 1).then_some(b))
+}
+
+/// `multipleOf` in units of 10^-scale: the step between the values (in
+/// those units) that are its multiples; `None` where it is no positive
+/// number or has more than `DECIMALS` decimals or 20 digits.
+fn step(v: &Value, scale: u32) -> Option<i128> {
+    let Value::Number(x) = v else { return None };
+    // Exactly, in units of 10^-DECIMALS: k = p 10^-DECIMALS.
+    let (p, exact) = decimal_floor(&x.to_string(), DECIMALS);
+    if !exact || p <= 0 || p >= LIMIT as i128 {
+        return None;
+    }
+    // A value v (units of 10^-scale) is a multiple of k when v 10^(DECIMALS
+    // - scale) is one of p: when v is one of p / gcd(p, 10^(DECIMALS - scale)).
+    let (mut g, mut rest) = (p, 10i128.pow(DECIMALS - scale));
+    while rest != 0 {
+        (g, rest) = (rest, g % rest);
+    }
+    Some(p / g)
 }
 
 /// The largest multiple of 10^-scale at or below the JSON number `text`, in

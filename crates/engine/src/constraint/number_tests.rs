@@ -17,14 +17,14 @@ fn decimals_floor_exactly() {
 }
 
 /// The bounds of a schema fragment, in `scale`'s units.
-fn bounds_of(doc: serde_json::Value, scale: u32) -> Result<Option<(i128, i128)>, String> {
+fn bounds_of(doc: serde_json::Value, scale: u32) -> Result<Option<Bounds>, String> {
     bounds(doc.as_object().unwrap(), scale, "#")
 }
 
 #[test]
 fn bounds_round_inward_and_refuse_empty_ranges() {
     let unit = 10i128.pow(DECIMALS);
-    let b = |doc| bounds_of(doc, DECIMALS).unwrap().unwrap();
+    let b = |doc| bounds_of(doc, DECIMALS).unwrap().map(|b| (b.lo, b.hi)).unwrap();
     assert_eq!(b(serde_json::json!({"minimum": 0, "maximum": 1})), (0, unit));
     assert_eq!(b(serde_json::json!({"exclusiveMinimum": 0, "exclusiveMaximum": 1})), (1, unit - 1));
     assert_eq!(b(serde_json::json!({"exclusiveMinimum": 1e-30})), (1, 10i128.pow(38) - 1));
@@ -116,4 +116,72 @@ fn bounded_numbers_are_plain_decimals() {
     assert!(walk(&format!("0.{}", "1".repeat(DECIMALS as usize + 1)), b).is_none());
     // An integer node takes digits only.
     assert!(NumPos::start(b'1', 0, None).unwrap().step(b'.', true, None).is_none());
+}
+
+/// `multipleOf` as a step in a node's units: a number's exactly, an
+/// integer's the step between the integers that are multiples (of 2.5:
+/// 5); refused where it is no positive decimal of at most 18 places.
+#[test]
+fn steps_in_units() {
+    let step = |doc, scale| bounds_of(doc, scale).map(|b| b.map(|b| b.step));
+    let unit = 10i128.pow(DECIMALS);
+    assert_eq!(step(serde_json::json!({"multipleOf": 0.01}), DECIMALS), Ok(Some(unit / 100)));
+    assert_eq!(step(serde_json::json!({"multipleOf": 2.5}), 0), Ok(Some(5)));
+    assert_eq!(step(serde_json::json!({"multipleOf": 3}), 0), Ok(Some(3)));
+    assert_eq!(step(serde_json::json!({"multipleOf": 0.5}), 0), Ok(None), "every integer");
+    assert_eq!(step(serde_json::json!({"multipleOf": 4, "minimum": 1}), 0), Ok(Some(4)));
+    for bad in [serde_json::json!(0), serde_json::json!(-2), serde_json::json!("2"), serde_json::json!(1e-19)] {
+        assert!(bounds_of(serde_json::json!({"multipleOf": bad}), 0).unwrap_err().contains("multipleOf"), "{bad}");
+    }
+    let none = bounds_of(serde_json::json!({"minimum": 1, "maximum": 4, "multipleOf": 5}), 0).unwrap_err();
+    assert!(none.contains("no multiple"), "{none}");
+    assert!(bounds_of(serde_json::json!({"minimum": -6, "maximum": -4, "multipleOf": 5}), 0).is_ok());
+}
+
+/// Whether `text` is a number whose value is a multiple of `k` (both with
+/// at most 6 decimals, compared exactly) within `lo..=hi`.
+fn valid_multiple(text: &[u8], lo: f64, hi: f64, k: f64) -> bool {
+    let micro = |t: &str| -> Option<i128> {
+        let (int, frac) = t.split_once('.').unwrap_or((t, ""));
+        let digits = format!("{}{frac:0<6}", int.trim_start_matches('-'));
+        let v: i128 = digits.parse().ok()?;
+        Some(if t.starts_with('-') { -v } else { v })
+    };
+    valid(text, lo, hi) && micro(std::str::from_utf8(text).unwrap()).unwrap() % micro(&k.to_string()).unwrap() == 0
+}
+
+/// As above, with `multipleOf`: over every string of up to 6 bytes, a
+/// prefix of a valid number is accepted, and an accepted one ends exactly
+/// at a multiple within the bounds.
+#[test]
+fn prefixes_of_multiples_are_accepted_and_end_exactly() {
+    let cases = [(0.0, 100.0, 0.25, false), (-3.0, 3.0, 1.5, false), (-50.0, 50.0, 7.0, true), (-1e9, 1e9, 3.0, true)];
+    for (lo, hi, k, integer) in cases {
+        let alphabet: &[u8] = if integer { b"-01379" } else { b"-0125.7" };
+        let mut all: Vec<Vec<u8>> = Vec::new();
+        let mut level = vec![Vec::new()];
+        for _ in 0..6 {
+            level =
+                level.iter().flat_map(|s: &Vec<u8>| alphabet.iter().map(move |&c| [&s[..], &[c]].concat())).collect();
+            all.extend(level.iter().cloned());
+        }
+        let scale = if integer { 0 } else { DECIMALS };
+        let doc = serde_json::json!({"minimum": lo, "maximum": hi, "multipleOf": k});
+        let b = bounds_of(doc, scale).unwrap();
+        let good: Vec<&Vec<u8>> = all.iter().filter(|t| valid_multiple(t, lo, hi, k)).collect();
+        assert!(good.len() > 3);
+        for s in &all {
+            let mut p = NumPos::start(s[0], scale, b);
+            for &c in &s[1..] {
+                p = p.and_then(|p| p.step(c, integer, b));
+            }
+            let text = String::from_utf8_lossy(s);
+            if good.iter().any(|t| t.starts_with(s)) {
+                assert!(p.is_some(), "{lo}..{hi} by {k}: {text} refused");
+            }
+            if let Some(p) = p {
+                assert_eq!(p.ends_within(scale, b), valid_multiple(s, lo, hi, k), "{lo}..{hi} by {k}: {text}");
+            }
+        }
+    }
 }

@@ -9,14 +9,14 @@
 //! `pattern` (its content contains a match) or `format` (`date-time`,
 //! `date`, `time`, `duration`, `uuid`, `ipv4`, `ipv6`, `hostname`, `email`,
 //! `uri`, `uri-reference`, `json-pointer`, `relative-json-pointer`),
-//! `minimum`/`maximum` and the exclusive
-//! forms (exact; [`super::number`]), `enum`,
+//! `minimum`/`maximum`, the exclusive forms and `multipleOf` (exact;
+//! [`super::number`]), `enum`,
 //! `const`, `anyOf`/`oneOf` whose alternatives begin with different bytes
 //! (a string, a number, an array, literals) or are objects told apart by
 //! their first property past those they begin with alike, a one-schema `allOf`, `nullable`, and `$ref` into
 //! the document (`#/$defs/...`, `#/definitions/...`, recursion included).
 //! Keywords that constrain values in ways this grammar does not enforce
-//! (other `format`s, `multipleOf`, ...), and keywords beside a combinator,
+//! (other `format`s, `uniqueItems`, ...), and keywords beside a combinator,
 //! are refused by name, never ignored; annotations (`title`,
 //! `description`, ...) are ignored.
 
@@ -44,8 +44,7 @@ const MAX_NESTING: usize = 256;
 const MAX_PATTERN_STATES: usize = 8192;
 
 /// Keywords that constrain values beyond what the grammar enforces.
-const REFUSED: [&str; 21] = [
-    "multipleOf",
+const REFUSED: [&str; 20] = [
     "uniqueItems",
     "patternProperties",
     "propertyNames",
@@ -75,8 +74,17 @@ const VALUES: [&str; 2] = ["enum", "const"];
 const OBJECT_KEYWORDS: [&str; 3] = ["properties", "required", "additionalProperties"];
 const ARRAY_KEYWORDS: [&str; 3] = ["items", "minItems", "maxItems"];
 /// Keywords of one scalar type: kept only with a `type` they apply to.
-const SCALAR_KEYWORDS: [&str; 8] =
-    ["minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"];
+const SCALAR_KEYWORDS: [&str; 9] = [
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+];
 
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum Node {
@@ -104,7 +112,7 @@ pub(crate) enum Node {
     /// units of 10^-scale: `number::DECIMALS` for a number) if any.
     Number {
         integer: bool,
-        bounds: Option<(i128, i128)>,
+        bounds: Option<number::Bounds>,
     },
     /// Exactly one of these JSON texts (compact): enum, const, booleans, null.
     Literals(Vec<Vec<u8>>),
@@ -458,11 +466,12 @@ impl Compiler<'_> {
                     None => None,
                 };
                 if let Some((lo, hi)) = width {
-                    let (blo, bhi) = bounds.unwrap_or((lo, hi));
-                    if blo.max(lo) > bhi.min(hi) {
+                    let b = bounds.unwrap_or(number::Bounds { lo, hi, step: 1 });
+                    let b = number::Bounds { lo: b.lo.max(lo), hi: b.hi.min(hi), ..b };
+                    if b.lo > b.hi || b.hi.div_euclid(b.step) * b.step < b.lo {
                         return Err(format!("{at}: no integer of that format is within the bounds"));
                     }
-                    bounds = Some((blo.max(lo), bhi.min(hi)));
+                    bounds = Some(b);
                 }
                 self.push(Node::Number { integer: true, bounds })
             }

@@ -452,6 +452,7 @@ fn valid(doc: &Value, schema: &Value, v: &Value) -> bool {
                     && bound("maximum").is_none_or(|m| f <= m)
                     && bound("exclusiveMinimum").is_none_or(|m| f > m)
                     && bound("exclusiveMaximum").is_none_or(|m| f < m)
+                    && bound("multipleOf").is_none_or(|k| (f / k).fract() == 0.0)
             })
         }
         ("array", Value::Array(items)) => {
@@ -493,6 +494,10 @@ fn random_walks_never_dead_end_and_end_valid() {
             "p": {"type": "number", "minimum": 0.25, "maximum": 1}, "t": {"type": "number", "exclusiveMinimum": -273.15},
             "x": {"type": "number", "minimum": -7.5, "exclusiveMaximum": -0.001}},
             "required": ["s", "n", "p", "t", "x"]}),
+        json!({"type": "object", "properties": {"q": {"type": "integer", "multipleOf": 5, "minimum": -20, "maximum": 1000},
+            "r": {"type": "number", "multipleOf": 0.25}, "m": {"type": "integer", "multipleOf": 3},
+            "h": {"type": "number", "multipleOf": 0.5, "exclusiveMinimum": 0, "maximum": 2}},
+            "required": ["q", "r", "m", "h"]}),
         // Free-keyed objects of themselves: their keys stop where the frames run out.
         json!({"type": "object", "additionalProperties": {"$ref": "#"}}),
         // (Patterns whose meaning is the same in the `regex` crate's syntax.)
