@@ -34,8 +34,10 @@ pub(crate) struct Bounds {
 impl Bounds {
     /// Whether some multiple of the step lies in `lo..=hi` (a range of
     /// magnitudes, or of values of either sign).
-    fn holds_multiple(&self, lo: i128, hi: i128) -> bool {
-        lo <= hi && hi.div_euclid(self.step) * self.step >= lo
+    pub(crate) fn holds_multiple(&self, lo: i128, hi: i128) -> bool {
+        // (The multiple at or below `hi`, saturating: below i128's range
+        // it is below any `lo` too.)
+        lo <= hi && hi.saturating_sub(hi.rem_euclid(self.step)) >= lo
     }
 }
 
@@ -161,9 +163,9 @@ fn scaled(mag: u128, scale: u32) -> i128 {
 }
 
 /// A node's bounds from `minimum`, `maximum` and their exclusive forms, in
-/// units of 10^-scale, and its step from `multipleOf` (`None` without any):
-/// exact for any decimal the schema writes, a bound between two units
-/// rounded inward.
+/// units of 10^-scale, and its step from `multipleOf` (`None` without any,
+/// or where the step takes every integer of an integer node): exact for
+/// any decimal the schema writes, a bound between two units rounded inward.
 pub(crate) fn bounds(m: &Map<String, Value>, scale: u32, at: &str) -> Result<Option<Bounds>, String> {
     let (mut lo, mut hi, mut any) = (i128::MIN, i128::MAX, false);
     for k in BOUNDS {
@@ -200,7 +202,8 @@ pub(crate) fn bounds(m: &Map<String, Value>, scale: u32, at: &str) -> Result<Opt
     if !b.holds_multiple(lo, hi) {
         return Err(format!("{at}: no multiple of multipleOf lies within its bounds"));
     }
-    Ok((any || step > 1).then_some(b))
+    let every_integer = scale == 0 && step == 1;
+    Ok((any || (m.contains_key("multipleOf") && !every_integer)).then_some(b))
 }
 
 /// `multipleOf` in units of 10^-scale: the step between the values (in

@@ -133,6 +133,11 @@ fn steps_in_units() {
     for bad in [serde_json::json!(0), serde_json::json!(-2), serde_json::json!("2"), serde_json::json!(1e-19)] {
         assert!(bounds_of(serde_json::json!({"multipleOf": bad}), 0).unwrap_err().contains("multipleOf"), "{bad}");
     }
+    // A number's step of one unit still bounds it (18 decimals at most).
+    assert_eq!(step(serde_json::json!({"multipleOf": 1e-18}), DECIMALS), Ok(Some(1)));
+    // Steps near the largest magnitudes: no overflow, nothing within.
+    let far = serde_json::json!({"multipleOf": 9e19, "maximum": -9.5e19});
+    assert!(bounds_of(far, DECIMALS).unwrap_err().contains("no multiple"));
     let none = bounds_of(serde_json::json!({"minimum": 1, "maximum": 4, "multipleOf": 5}), 0).unwrap_err();
     assert!(none.contains("no multiple"), "{none}");
     assert!(bounds_of(serde_json::json!({"minimum": -6, "maximum": -4, "multipleOf": 5}), 0).is_ok());

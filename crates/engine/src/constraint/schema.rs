@@ -109,7 +109,8 @@ pub(crate) enum Node {
         pattern: Option<u16>,
     },
     /// A number (an integer if `integer`), within `bounds` (inclusive, in
-    /// units of 10^-scale: `number::DECIMALS` for a number) if any.
+    /// units of 10^-scale: `number::DECIMALS` for a number) and a multiple
+    /// of their step, if any.
     Number {
         integer: bool,
         bounds: Option<number::Bounds>,
@@ -468,8 +469,8 @@ impl Compiler<'_> {
                 if let Some((lo, hi)) = width {
                     let b = bounds.unwrap_or(number::Bounds { lo, hi, step: 1 });
                     let b = number::Bounds { lo: b.lo.max(lo), hi: b.hi.min(hi), ..b };
-                    if b.lo > b.hi || b.hi.div_euclid(b.step) * b.step < b.lo {
-                        return Err(format!("{at}: no integer of that format is within the bounds"));
+                    if !b.holds_multiple(b.lo, b.hi) {
+                        return Err(format!("{at}: no integer of that format is within the bounds and multipleOf"));
                     }
                     bounds = Some(b);
                 }
