@@ -64,36 +64,41 @@ fn valid(text: &[u8], lo: f64, hi: f64) -> bool {
     serde_json::from_str::<serde_json::Number>(t).is_ok() && (lo..=hi).contains(&t.parse::<f64>().unwrap())
 }
 
-/// Every string of up to 6 bytes over an alphabet of number bytes, against
-/// bounds: one that some valid string extends is accepted, and an accepted
-/// one may end exactly when it is a number within them.
-#[test]
-fn prefixes_of_numbers_within_are_accepted_and_end_exactly() {
-    let cases = [(0.25, 1.5), (-1.0, -0.125), (-0.5, 0.5), (3.0, 3.0), (0.1, 0.1), (-12.0, 40.0), (0.0, 0.0)];
-    let alphabet = b"-012359.";
+/// Every string of up to 6 bytes over `alphabet`, walked under `b`: one
+/// that some `valid` string extends is accepted, and an accepted one may
+/// end exactly when it is `valid`.
+fn check_prefixes(alphabet: &[u8], scale: u32, integer: bool, b: Option<Bounds>, valid: impl Fn(&[u8]) -> bool) {
     let mut all: Vec<Vec<u8>> = Vec::new();
     let mut level = vec![Vec::new()];
     for _ in 0..6 {
         level = level.iter().flat_map(|s: &Vec<u8>| alphabet.iter().map(move |&c| [&s[..], &[c]].concat())).collect();
         all.extend(level.iter().cloned());
     }
+    let good: Vec<&Vec<u8>> = all.iter().filter(|t| valid(t)).collect();
+    assert!(good.len() > 1, "{b:?}");
+    for s in &all {
+        let mut p = NumPos::start(s[0], scale, b);
+        for &c in &s[1..] {
+            p = p.and_then(|p| p.step(c, integer, b));
+        }
+        let text = String::from_utf8_lossy(s);
+        if good.iter().any(|t| t.starts_with(s)) {
+            assert!(p.is_some(), "{b:?}: {text} refused");
+        }
+        if let Some(p) = p {
+            assert_eq!(p.ends_within(scale, b), valid(s), "{b:?}: {text}");
+        }
+    }
+}
+
+/// Every string of up to 6 bytes over an alphabet of number bytes, against
+/// bounds.
+#[test]
+fn prefixes_of_numbers_within_are_accepted_and_end_exactly() {
+    let cases = [(0.25, 1.5), (-1.0, -0.125), (-0.5, 0.5), (3.0, 3.0), (0.1, 0.1), (-12.0, 40.0), (0.0, 0.0)];
     for (lo, hi) in cases {
         let b = bounds_of(serde_json::json!({"minimum": lo, "maximum": hi}), DECIMALS).unwrap();
-        let good: Vec<&Vec<u8>> = all.iter().filter(|t| valid(t, lo, hi)).collect();
-        assert!(!good.is_empty());
-        for s in &all {
-            let mut p = NumPos::start(s[0], DECIMALS, b);
-            for &c in &s[1..] {
-                p = p.and_then(|p| p.step(c, false, b));
-            }
-            let text = String::from_utf8_lossy(s);
-            if good.iter().any(|t| t.starts_with(s)) {
-                assert!(p.is_some(), "{lo}..{hi}: {text} refused");
-            }
-            if let Some(p) = p {
-                assert_eq!(p.ends_within(DECIMALS, b), valid(s, lo, hi), "{lo}..{hi}: {text}");
-            }
-        }
+        check_prefixes(b"-012359.", DECIMALS, false, b, |t| valid(t, lo, hi));
     }
 }
 
@@ -163,30 +168,8 @@ fn prefixes_of_multiples_are_accepted_and_end_exactly() {
     let cases = [(0.0, 100.0, 0.25, false), (-3.0, 3.0, 1.5, false), (-50.0, 50.0, 7.0, true), (-1e9, 1e9, 3.0, true)];
     for (lo, hi, k, integer) in cases {
         let alphabet: &[u8] = if integer { b"-01379" } else { b"-0125.7" };
-        let mut all: Vec<Vec<u8>> = Vec::new();
-        let mut level = vec![Vec::new()];
-        for _ in 0..6 {
-            level =
-                level.iter().flat_map(|s: &Vec<u8>| alphabet.iter().map(move |&c| [&s[..], &[c]].concat())).collect();
-            all.extend(level.iter().cloned());
-        }
         let scale = if integer { 0 } else { DECIMALS };
-        let doc = serde_json::json!({"minimum": lo, "maximum": hi, "multipleOf": k});
-        let b = bounds_of(doc, scale).unwrap();
-        let good: Vec<&Vec<u8>> = all.iter().filter(|t| valid_multiple(t, lo, hi, k)).collect();
-        assert!(good.len() > 3);
-        for s in &all {
-            let mut p = NumPos::start(s[0], scale, b);
-            for &c in &s[1..] {
-                p = p.and_then(|p| p.step(c, integer, b));
-            }
-            let text = String::from_utf8_lossy(s);
-            if good.iter().any(|t| t.starts_with(s)) {
-                assert!(p.is_some(), "{lo}..{hi} by {k}: {text} refused");
-            }
-            if let Some(p) = p {
-                assert_eq!(p.ends_within(scale, b), valid_multiple(s, lo, hi, k), "{lo}..{hi} by {k}: {text}");
-            }
-        }
+        let b = bounds_of(serde_json::json!({"minimum": lo, "maximum": hi, "multipleOf": k}), scale).unwrap();
+        check_prefixes(alphabet, scale, integer, b, |t| valid_multiple(t, lo, hi, k));
     }
 }

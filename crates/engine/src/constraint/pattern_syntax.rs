@@ -356,16 +356,16 @@ pub fn format_pattern(format: &str) -> Option<String> {
             format!("^{ATOM}+(\\.{ATOM}+)*@({LABEL}\\.)+([A-Za-z]{{2,63}}|xn--[A-Za-z0-9-]{{0,58}}[A-Za-z0-9])$")
         }
         // RFC 3986's URI: a scheme, a hierarchical part (an authority of
-        // user, registered name and port, or a path), a query, a fragment;
-        // no IP literals. A reference is a URI or a relative one (the same
-        // parts without the scheme, a first segment with no colon).
+        // user, registered name and port, or a path, maybe empty), a query,
+        // a fragment; no IP literals. A reference is a URI or a relative one
+        // (the same parts without the scheme, a first segment with no colon).
         "uri" | "uri-reference" => {
             let pct = "%[0-9A-Fa-f]{2}";
             let pchar = format!("([{URI_CHARS}:@]|{pct})");
             let user = format!("([{URI_CHARS}:]|{pct})*@");
             let authority = format!("({user})?([{URI_CHARS}]|{pct})*(:[0-9]*)?");
             let segments = format!("(/{pchar}*)*");
-            let hier = format!("(//{authority}{segments}|/({pchar}+{segments})?|{pchar}+{segments})");
+            let hier = format!("(//{authority}{segments}|/({pchar}+{segments})?|{pchar}+{segments}|)");
             let tail = format!("([{URI_CHARS}:@/?]|{pct})*");
             let ends = format!("(\\?{tail})?(#{tail})?");
             let uri = format!("[A-Za-z][A-Za-z0-9+.\\-]*:{hier}{ends}");

@@ -222,8 +222,9 @@ fn formats_fix_their_shapes() {
     assert!(matches(&uri, "https://example.com/a?b=c#d") && matches(&uri, "urn:isbn:0451450523"));
     assert!(matches(&uri, "http://user:pw@host:80/%20x/y?q=1&r=/a?#frag/x") && matches(&uri, "file:///etc/hosts"));
     assert!(matches(&uri, "mailto:jane@example.org") && matches(&uri, "a:/b"));
-    let bad =
-        ["example.com", "1http://x", "http://a b", "http://x/%2", "http:", "a:#b#c", "http://x/[", "http://x:abc/"];
+    // An empty path: a scheme alone, or with a query or fragment.
+    assert!(["about:", "mailto:?to=x", "a:#f"].iter().all(|ok| matches(&uri, ok)));
+    let bad = ["example.com", "1http://x", "http://a b", "http://x/%2", ":", "a:#b#c", "http://x/[", "http://x:abc/"];
     for bad in bad {
         assert!(!matches(&uri, bad), "{bad}");
     }
