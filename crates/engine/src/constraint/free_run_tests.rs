@@ -5,7 +5,6 @@
 //! bytes; and the runs are found where they should be.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use super::super::format::{Constraint, OutputFormat};
 use super::super::gbnf_run::Gbnf;
@@ -180,18 +179,9 @@ fn real_vocabulary_through_a_grammar() {
                 c.mask(&mut logits);
                 assert!(c.advance(t));
             }
-            let mut logits = vec![1.0f32; n];
-            let mut times: Vec<f64> = (0..11)
-                .map(|_| {
-                    logits.fill(1.0);
-                    let t = Instant::now();
-                    c.mask(&mut logits);
-                    t.elapsed().as_secs_f64() * 1e3
-                })
-                .collect();
-            times.sort_by(f64::total_cmp);
+            let median = super::super::median_mask_ms(&c, &mut vec![0.0f32; n], 11);
             let allowed = super::super::checked_mask(&c, n, &(name, prefix)).len();
-            println!("{name}: mask after {prefix:?} {:.3} ms median ({allowed} allowed)", times[5]);
+            println!("{name}: mask after {prefix:?} {median:.3} ms median ({allowed} allowed)");
         }
     }
 }

@@ -571,20 +571,11 @@ fn time_masks(name: &str, vocab: &Arc<JsonVocab>, prefixes: &[&[u8]]) {
     for prefix in prefixes {
         let mut c = Constraint::new(vocab.clone(), &OutputFormat::Object);
         c.set_object_state(feed(State::START, prefix).unwrap());
-        let mut times: Vec<f64> = (0..21)
-            .map(|_| {
-                logits.fill(0.0);
-                let t = Instant::now();
-                c.mask(&mut logits);
-                t.elapsed().as_secs_f64() * 1e3
-            })
-            .collect();
-        times.sort_by(f64::total_cmp);
+        let median = super::super::median_mask_ms(&c, &mut logits, 21);
         let allowed = logits.iter().filter(|&&l| l == 0.0).count();
         println!(
-            "{name}: mask() after {:<16} {:.3} ms median ({allowed} allowed)",
+            "{name}: mask() after {:<16} {median:.3} ms median ({allowed} allowed)",
             format!("{:?}", String::from_utf8_lossy(prefix)),
-            times[10]
         );
     }
 }

@@ -38,6 +38,22 @@ fn checked_mask(c: &format::Constraint, n: usize, after: &dyn std::fmt::Debug) -
     (0..n).filter(|&i| logits[i] == 1.0).collect()
 }
 
+/// The median time of `c.mask` over `runs` calls, in milliseconds;
+/// `logits` ends masked (the allowed left at 0.0).
+#[cfg(test)]
+fn median_mask_ms(c: &format::Constraint, logits: &mut [f32], runs: usize) -> f64 {
+    let mut times: Vec<f64> = (0..runs)
+        .map(|_| {
+            logits.fill(0.0);
+            let t = std::time::Instant::now();
+            c.mask(logits);
+            t.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    times[runs / 2]
+}
+
 /// SmolLM2's tokenizer, where its model file is present (the tests of a
 /// real vocabulary say they skip otherwise).
 #[cfg(test)]

@@ -7,8 +7,9 @@ use std::sync::{Arc, Mutex};
 use super::free_run::{run_step, CharSet, FreeRun};
 use super::lex::{utf8_class, UTF8_CLASSES};
 
-/// A byte-level grammar whose states are small `Copy` values: trying a byte
-/// never allocates and never needs undoing.
+/// A byte-level grammar whose states are small `Copy` values, so that
+/// trying a byte never needs undoing (a grammar that keeps states of its
+/// own, GBNF's, numbers them).
 pub(crate) trait Grammar {
     type State: Copy + fmt::Debug;
     /// The state after byte `b`, or `None` if no valid output has this prefix.
@@ -39,7 +40,7 @@ pub(crate) trait Grammar {
     }
     /// The grammar and state a copy of a constraint at `s` goes on with:
     /// shared, but where the grammar keeps states of its own, a copy.
-    fn fork(this: &std::sync::Arc<Self>, s: Self::State) -> (std::sync::Arc<Self>, Self::State)
+    fn fork(this: &Arc<Self>, s: Self::State) -> (Arc<Self>, Self::State)
     where
         Self: Sized,
     {
