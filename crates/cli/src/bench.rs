@@ -24,9 +24,11 @@ use crate::ModelArgs;
 pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    #[arg(long, default_value_t = 512)]
+    /// Prompt tokens per sequence for the prefill test (0: none).
+    #[arg(short = 'p', long, visible_alias = "n-prompt", default_value_t = 512)]
     pub prompt_tokens: usize,
-    #[arg(long, default_value_t = 128)]
+    /// Tokens decoded per sequence for the decode test (0: none).
+    #[arg(short = 'n', long, visible_alias = "n-gen", default_value_t = 128)]
     pub gen_tokens: usize,
     /// Sequences run together, in prefill and in decode.
     #[arg(long, default_value_t = 1)]
@@ -38,7 +40,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = ferrite_engine::generate::PREFILL_CHUNK)]
     pub prefill_chunk: usize,
     /// Runs of each test; the mean is reported.
-    #[arg(long, default_value_t = 3)]
+    #[arg(short = 'r', long, default_value_t = 3)]
     pub repetitions: usize,
     /// Print one JSON object.
     #[arg(long)]

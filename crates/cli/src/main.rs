@@ -60,7 +60,7 @@ pub struct ModelArgs {
     /// random:llama-3.1-8b:q4_k_m).
     pub model: String,
     /// Worker threads (default: one per physical core).
-    #[arg(long)]
+    #[arg(short = 't', long)]
     pub threads: Option<usize>,
     /// Context in tokens: the KV cache of `run` and `bench`, the longest request
     /// of `serve` (default: the model's context, at most 8192).
@@ -77,12 +77,12 @@ pub struct ModelArgs {
 #[derive(Args, Clone, Debug)]
 pub struct SamplingArgs {
     /// Most tokens to generate.
-    #[arg(long, default_value_t = 256)]
+    #[arg(short = 'n', long, visible_alias = "n-predict", default_value_t = 256)]
     pub max_tokens: usize,
     /// 0 = greedy.
     // allow_negative_numbers: `--temperature -1` reaches validation and gets a
     // clear error instead of clap's "unexpected argument '-1'".
-    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
+    #[arg(long, visible_alias = "temp", default_value_t = 0.8, allow_negative_numbers = true)]
     pub temperature: f32,
     /// 0 = off.
     #[arg(long, default_value_t = 40)]
@@ -99,7 +99,7 @@ pub struct SamplingArgs {
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     pub frequency_penalty: f32,
     /// Same seed, same output.
-    #[arg(long)]
+    #[arg(short = 's', long)]
     pub seed: Option<u64>,
     /// Stop when this text appears (repeatable); it is not printed.
     #[arg(long)]
@@ -159,5 +159,15 @@ fn main() -> ExitCode {
             eprintln!("error: {}", e.to_string().replace('\n', " "));
             ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Clap's own checks of every command's flags (no short flag taken twice
+    /// where commands flatten shared options).
+    #[test]
+    fn flags_are_consistent() {
+        <super::Cli as clap::CommandFactory>::command().debug_assert();
     }
 }

@@ -15,10 +15,10 @@ pub struct PerplexityArgs {
     #[command(flatten)]
     pub model: ModelArgs,
     /// The text file to score.
-    #[arg(long)]
+    #[arg(short = 'f', long)]
     pub file: std::path::PathBuf,
     /// Window size in tokens.
-    #[arg(long, default_value_t = 512)]
+    #[arg(short = 'c', long, default_value_t = 512)]
     pub ctx: usize,
 }
 

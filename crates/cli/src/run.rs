@@ -20,8 +20,11 @@ pub struct RunArgs {
     #[command(flatten)]
     pub sampling: SamplingArgs,
     /// Complete this prompt, print only the completion and exit.
-    #[arg(long)]
+    #[arg(short = 'p', long, conflicts_with = "file")]
     pub prompt: Option<String>,
+    /// As --prompt, the prompt read from this file (- for standard input).
+    #[arg(short = 'f', long, value_name = "FILE")]
+    pub file: Option<PathBuf>,
     /// System message for the chat template.
     #[arg(long)]
     pub system: Option<String>,
@@ -49,6 +52,21 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// The one prompt to complete, from --prompt or --file; None: chat.
+    pub fn prompt_text(&self) -> Result<Option<String>> {
+        let Some(path) = &self.file else { return Ok(self.prompt.clone()) };
+        let bytes = if path.as_os_str() == "-" {
+            let mut b = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut b).map_err(|e| Error::io("stdin", e))?;
+            b
+        } else {
+            std::fs::read(path).map_err(|e| Error::io(path.display().to_string(), e))?
+        };
+        let text = String::from_utf8(bytes)
+            .map_err(|_| Error::InvalidInput(format!("{}: the prompt is not valid UTF-8", path.display())))?;
+        Ok(Some(text))
+    }
+
     /// The replies' format, from --json, --json-schema, --regex or a grammar.
     pub fn output_format(&self) -> Result<Option<OutputFormat>> {
         if self.json {
@@ -150,6 +168,7 @@ pub fn stream(l: &mut Loaded, req: &GenerateRequest, cancel: &dyn Fn() -> bool) 
 pub fn main(a: RunArgs) -> Result<()> {
     a.sampling.params().validate().map_err(Error::InvalidInput)?;
     let format = a.output_format()?;
+    let prompt = a.prompt_text()?;
     let mut l = load(&a.model, true)?;
     // (A grammar's tokens by text named by the model's vocabulary.)
     let size = l.runner.config().vocab_size;
@@ -159,7 +178,7 @@ pub fn main(a: RunArgs) -> Result<()> {
         let why = if a.raw { "--raw" } else { "a model without a chat template" };
         eprintln!("note: --system is not used with {why}");
     }
-    let Some(prompt) = a.prompt.clone() else {
+    let Some(prompt) = prompt else {
         return crate::chat::chat(&mut l, &a, format);
     };
     if l.template.is_none() && !a.raw {

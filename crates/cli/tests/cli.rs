@@ -39,9 +39,33 @@ fn run_prints_only_the_completion() {
     assert!(err.contains("loaded smollm2"), "{err}");
     let (_, generated) = counts(&err);
     assert!((1..=16).contains(&generated), "{err}");
-    // Greedy is deterministic.
-    let (again, _) = ok(&["run", "smollm2", "--prompt", Q, "--max-tokens", "16", "--temperature", "0"]);
+    // Greedy is deterministic; llama.cpp's short flags say the same.
+    let (again, _) = ok(&["run", "smollm2", "-p", Q, "-n", "16", "--temp", "0"]);
     assert_eq!(out, again);
+}
+
+#[test]
+fn run_prompt_from_a_file_or_stdin() {
+    let (inline, _) = ok(&["run", "smollm2", "--prompt", Q, "--max-tokens", "8", "--temperature", "0"]);
+    let dir = scratch("prompt-file");
+    let file = dir.join("q.txt");
+    std::fs::write(&file, Q).unwrap();
+    let (from_file, _) = ok(&["run", "smollm2", "--file", s(&file), "--max-tokens", "8", "--temperature", "0"]);
+    assert_eq!(from_file, inline);
+    let args = ["run", "smollm2", "-f", "-", "-n", "8", "--temperature", "0"];
+    let mut cmd = ferrite_cmd(&args);
+    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    std::io::Write::write_all(&mut child.stdin.take().unwrap(), Q.as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), inline);
+    // Bad files fail before the model loads.
+    fails(&["run", "smollm2", "-f", "/nonexistent/q.txt"], &["/nonexistent/q.txt"]);
+    std::fs::write(&file, b"caf\xe9").unwrap();
+    fails(&["run", "smollm2", "-f", s(&file)], &["q.txt", "UTF-8"]);
+    let both = ferrite(&["run", "smollm2", "-p", "x", "-f", s(&file)]);
+    assert_eq!(both.status.code(), Some(2), "{}", text(&both.stderr));
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]
@@ -293,6 +317,9 @@ fn perplexity_of_a_small_file() {
     let last = out.lines().last().unwrap();
     let value: f64 = last.strip_prefix("perplexity: ").expect(last).parse().unwrap();
     assert!((1.0..1000.0).contains(&value), "{last}");
+    // llama.cpp's short flags.
+    let (short, _) = ok(&["perplexity", "smollm2", "-f", s(&file), "-c", "32", "-t", "1"]);
+    assert_eq!(short.lines().last().unwrap(), last);
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -312,7 +339,7 @@ fn bench_json() {
     // settings, so the same settings must give the same digest.
     let digest = o["decode_picks_digest"].as_str().unwrap_or_else(|| panic!("no digest: {o}")).to_string();
     assert!(digest.len() == 16 && digest.chars().all(|c| c.is_ascii_hexdigit()), "{digest}");
-    let (again, _) = ok(&["bench", "smollm2", "--prompt-tokens", "0", "--gen-tokens", "4", "--repetitions", "1"]);
+    let (again, _) = ok(&["bench", "smollm2", "-p", "0", "-n", "4", "-r", "1"]);
     assert!(again.contains(&format!("decode picks digest (last repetition): {digest}")), "{again}");
 }
 
