@@ -64,9 +64,9 @@ def make_env():
     return env
 
 
-def render(template, messages, add_generation_prompt, bos, eos):
+def render(template, messages, add_generation_prompt, bos, eos, tools=None):
     compiled = make_env().from_string(template)
-    return compiled.render(messages=messages, tools=None, documents=None,
+    return compiled.render(messages=messages, tools=tools, documents=None,
                            add_generation_prompt=add_generation_prompt,
                            bos_token=bos, eos_token=eos)
 
@@ -233,6 +233,71 @@ MISTRAL_V3 = """{%- if messages[0]["role"] == "system" %}
 {%- endfor %}
 """
 
+# Llama 3.1-style function calling: tools in the first user message, one
+# JSON call per assistant turn, results in the ipython role.
+LLAMA31_TOOLS = """{{- bos_token }}
+{%- if not tools_in_user_message is defined %}
+    {%- set tools_in_user_message = true %}
+{%- endif %}
+{%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content']|trim %}
+    {%- set messages = messages[1:] %}
+{%- else %}
+    {%- set system_message = "" %}
+{%- endif %}
+{{- "<|start_header_id|>system<|end_header_id|>\\n\\n" }}
+{%- if tools is not none %}
+    {{- "Environment: ipython\\n" }}
+{%- endif %}
+{{- system_message }}
+{{- "<|eot_id|>" }}
+{%- if tools_in_user_message and not tools is none %}
+    {%- if messages | length != 0 %}
+        {%- set first_user_message = messages[0]['content']|trim %}
+        {%- set messages = messages[1:] %}
+    {%- else %}
+        {{- raise_exception("Cannot put tools in the first user message when there's no first user message!") }}
+    {%- endif %}
+    {{- '<|start_header_id|>user<|end_header_id|>\\n\\n' -}}
+    {{- "Given the following functions, please respond with a JSON for a function call " }}
+    {{- "with its proper arguments that best answers the given prompt.\\n\\n" }}
+    {{- 'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.' }}
+    {{- "Do not use variables.\\n\\n" }}
+    {%- for t in tools %}
+        {{- t | tojson(indent=4) }}
+        {{- "\\n\\n" }}
+    {%- endfor %}
+    {{- first_user_message + "<|eot_id|>"}}
+{%- endif %}
+{%- for message in messages %}
+    {%- if not (message.role == 'ipython' or message.role == 'tool' or 'tool_calls' in message) %}
+        {{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n'+ message['content'] | trim + '<|eot_id|>' }}
+    {%- elif 'tool_calls' in message %}
+        {%- if not message.tool_calls|length == 1 %}
+            {{- raise_exception("This model only supports single tool-calls at once!") }}
+        {%- endif %}
+        {%- set tool_call = message.tool_calls[0].function %}
+        {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' -}}
+        {{- '{"name": "' + tool_call.name + '", ' }}
+        {{- '"parameters": ' }}
+        {{- tool_call.arguments | tojson }}
+        {{- "}" }}
+        {{- "<|eot_id|>" }}
+    {%- elif message.role == "tool" or message.role == "ipython" %}
+        {{- "<|start_header_id|>ipython<|end_header_id|>\\n\\n" }}
+        {%- if message.content is mapping or message.content is iterable %}
+            {{- message.content | tojson }}
+        {%- else %}
+            {{- message.content }}
+        {%- endif %}
+        {{- "<|eot_id|>" }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}
+{%- endif %}
+"""
+
 # SmolLM3-style assistant masking tags: must render like plain text.
 GENERATION_TAGS = """{%- for message in messages %}
     {%- if message.role == "assistant" %}
@@ -311,6 +376,53 @@ MESSAGE_LISTS = {
     "assistant_first": [m("assistant", "I speak first"), m("user", "ok")],
 }
 
+# Function calling: the tools offered (OpenAI's shape, as transformers takes
+# them) and conversations with calls and results (arguments as objects, as
+# the server hands them to templates).
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather in a city.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]}},
+            "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "add", "description": "Sum of two numbers.",
+        "parameters": {"type": "object", "properties": {
+            "a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]}}},
+]
+
+
+def call(id_, name, arguments):
+    return {"id": id_, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+TOOL_MESSAGE_LISTS = {
+    "tools_offered": [m("user", "What's the weather in Paris?")],
+    "tools_with_system": [m("system", "You are terse."), m("user", "Add 2 and 3.")],
+    "one_call_round_trip": [
+        m("user", "Weather in Paris?"),
+        {"role": "assistant", "content": "", "tool_calls": [call("call_1", "get_weather", {"city": "Paris"})]},
+        {"role": "tool", "content": "{\"temp\": 18, \"sky\": \"clear\"}", "tool_call_id": "call_1",
+         "name": "get_weather"},
+    ],
+    "two_calls_round_trip": [
+        m("user", "Weather in Köln, and 2+3?"),
+        {"role": "assistant", "content": "Checking.", "tool_calls": [
+            call("call_1", "get_weather", {"city": "Köln", "unit": "c"}),
+            call("call_2", "add", {"a": 2, "b": 3.5})]},
+        {"role": "tool", "content": "18", "tool_call_id": "call_1", "name": "get_weather"},
+        {"role": "tool", "content": "5.5", "tool_call_id": "call_2", "name": "add"},
+        m("assistant", "18 degrees; 5.5."),
+        m("user", "Thanks!"),
+    ],
+}
+
+# Templates rendered with TOOLS and the tool conversations (besides the plain lists).
+TOOL_TEMPLATES = [
+    ("qwen2_5_tools", lambda: QWEN25, "", "<|im_end|>"),
+    ("llama3_1_tools", lambda: LLAMA31_TOOLS, "<|begin_of_text|>", "<|eot_id|>"),
+]
+
 TEMPLATES = [
     ("chatml_smollm2", smollm2_template, "<|im_start|>", "<|im_end|>"),
     ("gemma3", lambda: GEMMA3, "<bos>", "<eos>"),
@@ -325,15 +437,19 @@ TEMPLATES = [
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    for name, get_template, bos, eos in TEMPLATES:
+    tool_runs = [(name, get, bos, eos, TOOL_MESSAGE_LISTS, TOOLS) for name, get, bos, eos in TOOL_TEMPLATES]
+    for name, get_template, bos, eos, lists, tools in [
+            (name, get, bos, eos, MESSAGE_LISTS, None) for name, get, bos, eos in TEMPLATES] + tool_runs:
         template = get_template()
         cases = []
-        for list_name, messages in MESSAGE_LISTS.items():
+        for list_name, messages in lists.items():
             for agp in (False, True):
                 case = {"name": f"{list_name}/agp={str(agp).lower()}",
                         "messages": messages, "add_generation_prompt": agp}
+                if tools is not None:
+                    case["tools"] = tools
                 try:
-                    case["expected"] = render(template, messages, agp, bos, eos)
+                    case["expected"] = render(template, messages, agp, bos, eos, tools)
                 except TemplateError as e:
                     case["expected_error"] = str(e)
                 cases.append(case)

@@ -26,7 +26,7 @@ pub fn chat(l: &mut Loaded, a: &RunArgs, format: Option<OutputFormat>) -> Result
     eprintln!("chatting with {} — Ctrl-C stops a reply, Ctrl-D or /exit quits, /help lists commands", l.name);
     let mut history: Vec<Message> = Vec::new();
     if let Some(s) = &a.system {
-        history.push(Message { role: "system".into(), content: s.clone() });
+        history.push(Message::new("system", s.clone()));
     }
     let mut input = chat_input::open();
     while let Some(text) = read_message(input.as_mut())? {
@@ -50,7 +50,7 @@ pub fn chat(l: &mut Loaded, a: &RunArgs, format: Option<OutputFormat>) -> Result
             }
             Input::Message(m) => m,
         };
-        history.push(Message { role: "user".into(), content });
+        history.push(Message::new("user", content));
         let ids = match fit_history(l, &mut history, a) {
             Ok(ids) => ids,
             Err(e) => {
@@ -67,7 +67,7 @@ pub fn chat(l: &mut Loaded, a: &RunArgs, format: Option<OutputFormat>) -> Result
                 if g.finish == FinishReason::Cancelled {
                     eprintln!("[stopped]");
                 }
-                history.push(Message { role: "assistant".into(), content: g.text });
+                history.push(Message::new("assistant", g.text));
             }
             // Standard output is gone: nowhere to chat to.
             Err(e @ Error::Io { .. }) => return Err(e),
@@ -131,7 +131,7 @@ mod tests {
 
     #[test]
     fn whole_turns_are_dropped_oldest_first() {
-        let m = |role: &str, content: &str| Message { role: role.into(), content: content.into() };
+        let m = |role: &str, content: &str| Message::new(role, content);
         let history = vec![
             m("system", "s"),
             m("user", "u1"),

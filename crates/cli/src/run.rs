@@ -186,9 +186,9 @@ pub fn main(a: RunArgs) -> Result<()> {
     }
     let mut messages = Vec::new();
     if let Some(s) = &a.system {
-        messages.push(Message { role: "system".into(), content: s.clone() });
+        messages.push(Message::new("system", s.clone()));
     }
-    messages.push(Message { role: "user".into(), content: prompt });
+    messages.push(Message::new("user", prompt));
     let ids = prompt_ids(&l, &messages, a.raw)?;
     let req = request(ids, &a.sampling, format);
     let g = stream(&mut l, &req, &|| false)?;

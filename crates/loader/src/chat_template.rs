@@ -23,10 +23,26 @@ const TEMPLATE_NAME: &str = "chat_template";
 /// while nested loops over huge ranges would run for hours.
 const TEMPLATE_FUEL: u64 = 50_000_000;
 
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// One message as templates see it. The tool fields are there only when
+/// given, as in the message dicts transformers passes: an assistant's
+/// `tool_calls` (`{type, function: {name, arguments}}`, the arguments an
+/// object), a tool result's `tool_call_id` and `name`.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Message {
     pub role: String,
     pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl Message {
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Message {
+        Message { role: role.into(), content: content.into(), ..Default::default() }
+    }
 }
 
 /// A compiled chat template together with the special tokens it may print.
@@ -62,6 +78,17 @@ impl ChatTemplate {
     /// Renders the prompt. `raise_exception(msg)` in the template becomes
     /// `Error::Template(msg)`; any other failure is an `Error::Template` too.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.render_with_tools(messages, None, add_generation_prompt)
+    }
+
+    /// As `render`, with the functions the model may call (OpenAI's `tools`
+    /// list, as transformers' `apply_chat_template(tools=...)` passes it).
+    pub fn render_with_tools(
+        &self,
+        messages: &[Message],
+        tools: Option<&[serde_json::Value]>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| Error::Template(e.to_string()))?;
         // transformers passes `tools` and `documents` as None when absent, and
         // templates test them with `is not none`, so they must be defined.
@@ -70,7 +97,7 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
-            tools => (),
+            tools => tools,
             documents => (),
         };
         template.render(ctx).map_err(render_error)
@@ -594,7 +621,7 @@ mod tests {
     use super::*;
 
     fn msg(role: &str, content: &str) -> Message {
-        Message { role: role.into(), content: content.into() }
+        Message::new(role, content)
     }
 
     fn render(src: &str, messages: &[Message], agp: bool) -> Result<String> {

@@ -20,6 +20,9 @@ struct Fixture {
 struct Case {
     name: String,
     messages: Vec<Message>,
+    /// The functions offered, where the case offers any.
+    #[serde(default)]
+    tools: Option<Vec<serde_json::Value>>,
     add_generation_prompt: bool,
     expected: Option<String>,
     expected_error: Option<String>,
@@ -48,7 +51,7 @@ fn chat_templates_match_python_jinja2() {
             .unwrap_or_else(|e| panic!("{}: does not compile: {e}", fx.name));
         for case in &fx.cases {
             checked += 1;
-            let got = template.render(&case.messages, case.add_generation_prompt);
+            let got = template.render_with_tools(&case.messages, case.tools.as_deref(), case.add_generation_prompt);
             let id = format!("{} / {}", fx.name, case.name);
             match (&case.expected, &case.expected_error, got) {
                 (Some(want), _, Ok(got)) if *want == got => {}

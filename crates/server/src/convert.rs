@@ -404,7 +404,51 @@ pub fn messages(list: &[ChatMessage]) -> Result<Vec<Message>, ApiError> {
                 let msg = format!("unknown role {:?} (one of {})", m.role, ROLES.join(", "));
                 return Err(ApiError::param(&format!("messages[{i}].role"), msg));
             }
-            Ok(Message { role: m.role.clone(), content: content(i, &m.role, m.content.as_ref())? })
+            let tool_calls = match &m.tool_calls {
+                None | Some(Value::Null) => None,
+                Some(calls) => Some(tool_calls(i, calls)?),
+            };
+            let content = match m.content.as_ref() {
+                None | Some(Value::Null) if tool_calls.is_some() => String::new(),
+                v => content(i, &m.role, v)?,
+            };
+            Ok(Message {
+                role: m.role.clone(),
+                content,
+                tool_calls,
+                tool_call_id: m.tool_call_id.clone(),
+                name: m.name.clone(),
+            })
+        })
+        .collect()
+}
+
+/// An assistant message's calls as templates take them: OpenAI's shape, the
+/// arguments' JSON text read into an object (as vLLM hands them over; text
+/// that is no JSON object stays text).
+fn tool_calls(i: usize, calls: &Value) -> Result<Vec<Value>, ApiError> {
+    let param = format!("messages[{i}].tool_calls");
+    let bad = || {
+        ApiError::param(
+            &param,
+            format!("{param} must be a list of {{id, type: \"function\", function: {{name, arguments}}}}"),
+        )
+    };
+    let list = calls.as_array().ok_or_else(bad)?;
+    list.iter()
+        .map(|c| {
+            let f = c.get("function").filter(|f| f.get("name").is_some_and(Value::is_string)).ok_or_else(bad)?;
+            let arguments = match f.get("arguments") {
+                None | Some(Value::Null) => Value::Object(Default::default()),
+                Some(Value::String(s)) => {
+                    serde_json::from_str(s).ok().filter(Value::is_object).unwrap_or_else(|| Value::String(s.clone()))
+                }
+                Some(a) => a.clone(),
+            };
+            let mut call = c.clone();
+            call["type"] = Value::from("function");
+            call["function"]["arguments"] = arguments;
+            Ok(call)
         })
         .collect()
 }

@@ -28,6 +28,7 @@ mod router;
 mod routes;
 mod sse;
 mod state;
+mod tools;
 
 #[cfg(test)]
 mod tests;

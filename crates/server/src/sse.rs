@@ -29,10 +29,11 @@ pub trait Format: Send + 'static {
     fn prompt(&mut self, _index: usize, _scores: Vec<TokenScore>) -> Option<Value> {
         None
     }
-    /// Newly final text of choice `index`, with the tokens since the last chunk.
-    fn text(&mut self, index: usize, text: String, tokens: Vec<TokenInfo>) -> Value;
-    /// The last chunk of a choice that ended normally.
-    fn finish(&mut self, index: usize, reason: &'static str, tokens: Vec<TokenInfo>) -> Value;
+    /// The chunks for newly final text of choice `index`, with the tokens
+    /// since the last chunk (none: the text is held back).
+    fn text(&mut self, index: usize, text: String, tokens: Vec<TokenInfo>) -> Vec<Value>;
+    /// The last chunks of a choice that ended normally.
+    fn finish(&mut self, index: usize, reason: &'static str, tokens: Vec<TokenInfo>) -> Vec<Value>;
     /// The `stream_options.include_usage` chunk: no choices, just usage.
     fn usage(&mut self, usage: Usage) -> Value;
 }
@@ -104,7 +105,7 @@ impl<F: Format> Driver<F> {
                     self.phase = Phase::Events;
                     let chunks = self.format.opening(self.pending.len());
                     if !chunks.is_empty() {
-                        return Some(chunks.into_iter().flat_map(|c| data(&self.usage_field(c))).collect());
+                        return Some(self.all(chunks));
                     }
                 }
                 Phase::Events => match self.events.next().await {
@@ -133,6 +134,10 @@ impl<F: Format> Driver<F> {
         chunk
     }
 
+    fn all(&self, chunks: Vec<Value>) -> Vec<u8> {
+        chunks.into_iter().flat_map(|c| data(&self.usage_field(c))).collect()
+    }
+
     fn event(&mut self, i: usize, ev: Event) -> Option<Vec<u8>> {
         match ev {
             Event::PromptLogprobs(scores) => {
@@ -147,16 +152,16 @@ impl<F: Format> Driver<F> {
                     return None;
                 }
                 let tokens = std::mem::take(&mut self.pending[i]);
-                let chunk = self.format.text(i, text, tokens);
-                Some(data(&self.usage_field(chunk)))
+                let chunks = self.format.text(i, text, tokens);
+                (!chunks.is_empty()).then(|| self.all(chunks))
             }
             Event::Done(s) => {
                 let out = match finish_error(&s) {
                     Some(e) => data(&e.body()),
                     None => {
                         let tokens = std::mem::take(&mut self.pending[i]);
-                        let chunk = self.format.finish(i, s.finish.as_str(), tokens);
-                        data(&self.usage_field(chunk))
+                        let chunks = self.format.finish(i, s.finish.as_str(), tokens);
+                        self.all(chunks)
                     }
                 };
                 self.summaries[i] = Some(s);

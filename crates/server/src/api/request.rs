@@ -1,7 +1,7 @@
 //! Request bodies as clients send them. Fields whose JSON type varies (stop,
 //! prompt, content, logit_bias, response_format) stay `Value` here and are
 //! checked in `convert`, which gives clearer messages than untagged enums.
-//! Unknown fields (`user`, `parallel_tool_calls`, ...) are ignored.
+//! Unknown fields (`user`, `store`, ...) are ignored.
 
 use serde::Deserialize;
 use serde_json::{Number, Value};
@@ -61,7 +61,11 @@ pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
     pub logprobs: Option<bool>,
     pub top_logprobs: Option<i64>,
+    /// Functions the model may call (`{type: "function", function: {name,
+    /// description, parameters}}`), and how: `tool_choice`.
     pub tools: Option<Value>,
+    pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<bool>,
     /// vLLM's extensions: end with the opening of the assistant's turn
     /// (default true), or leave the final assistant message open.
     pub add_generation_prompt: Option<bool>,
@@ -79,6 +83,14 @@ pub struct ChatMessage {
     /// A string, a list of `{type: "text", text}` parts, or null.
     #[serde(default)]
     pub content: Option<Value>,
+    /// An assistant's calls: `[{id, type: "function", function: {name, arguments}}]`.
+    #[serde(default)]
+    pub tool_calls: Option<Value>,
+    /// A tool message's call, and the function's name.
+    #[serde(default)]
+    pub tool_call_id: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -55,7 +55,41 @@ pub struct ChatChoice {
 #[derive(Serialize)]
 pub struct AssistantMessage {
     pub role: &'static str,
-    pub content: String,
+    /// Null when the reply is calls alone.
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+}
+
+/// A function call of a reply; in a stream's delta with its `index`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ToolCall {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<usize>,
+    pub id: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub function: FunctionCall,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct FunctionCall {
+    pub name: String,
+    /// JSON text.
+    pub arguments: String,
+}
+
+impl ToolCall {
+    /// The calls of a reply, each with a fresh id (`indexed`: for a delta).
+    pub fn list(calls: Vec<crate::tools::Call>, indexed: bool) -> Vec<ToolCall> {
+        let call = |(i, c): (usize, crate::tools::Call)| ToolCall {
+            index: indexed.then_some(i),
+            id: crate::tools::call_id(),
+            kind: "function",
+            function: FunctionCall { name: c.name, arguments: c.arguments },
+        };
+        calls.into_iter().enumerate().map(call).collect()
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -103,6 +137,8 @@ pub struct Delta {
     pub role: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
 }
 
 /// A /v1/completions response, and (with `usage: None`) one of its stream chunks.

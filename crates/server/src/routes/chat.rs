@@ -6,23 +6,25 @@ use axum::Json;
 use serde_json::Value;
 
 use crate::api::request::ChatRequest;
-use crate::api::response::{AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChunkChoice, Delta, Meta, Usage};
+use crate::api::response::{
+    AssistantMessage, ChatChoice, ChatChunk, ChatCompletion, ChunkChoice, Delta, Meta, ToolCall, Usage,
+};
 use crate::convert::{self, Limits};
 use crate::errors::ApiError;
 use crate::extract::ApiJson;
 use crate::generate::{self, TokenInfo};
 use crate::state::AppState;
+use crate::tools::{self, Held, ToolUse};
 use crate::{logprobs, prompt, sse};
 use ferrite_loader::chat_template::Message;
+use std::sync::Arc;
 
 pub async fn chat_completions(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(req.common.model.as_deref())?;
-    if req.tools.as_ref().and_then(Value::as_array).is_some_and(|t| !t.is_empty()) {
-        return Err(ApiError::param("tools", "tool calling is not supported"));
-    }
+    let tools = tools::from_request(req.tools.as_ref(), req.tool_choice.as_ref(), req.parallel_tool_calls)?;
     let backend = state.generator()?;
     let limits = Limits {
         max_context: backend.max_context(),
@@ -30,11 +32,22 @@ pub async fn chat_completions(
         tokenizer: Some(backend.tokenizer()),
     };
     let top_logprobs = convert::chat_logprobs(req.logprobs, req.top_logprobs)?;
-    let settings = convert::settings(&req.common, top_logprobs, limits, false)?;
-    let messages = convert::messages(&req.messages)?;
+    let mut settings = convert::settings(&req.common, top_logprobs, limits, false)?;
+    if let Some(format) = tools.as_ref().map(ToolUse::format).transpose()?.flatten() {
+        if settings.format.is_some() {
+            let msg = "a required or named tool_choice constrains the reply itself: drop response_format or the guide";
+            return Err(ApiError::param("tool_choice", msg));
+        }
+        settings.format = Some(format);
+    }
+    let mut messages = convert::messages(&req.messages)?;
     let template = prompt::require_template(state.template.as_ref())?;
+    if let Some(t) = &tools {
+        messages = t.prepare(template, &messages);
+    }
     let ending = prompt::Ending::from_request(req.add_generation_prompt, req.continue_final_message)?;
-    let ids = prompt::chat_ids(backend.tokenizer(), template, &messages, ending)?;
+    let tool_list = tools.as_ref().map(|t| t.tools.as_slice());
+    let ids = prompt::chat_ids(backend.tokenizer(), template, &messages, tool_list, ending)?;
     let role = reply_role(&messages, req.add_generation_prompt);
     let echo = messages.last().filter(|m| req.echo == Some(true) && m.role == role).map(|m| m.content.clone());
     let streams = generate::submit_all(&state, settings.requests(ids, limits.max_context))?;
@@ -43,7 +56,11 @@ pub async fn chat_completions(
     if settings.stream {
         let opts =
             sse::Options { logprobs: want_logprobs, include_usage: settings.include_usage, per_prompt: settings.n };
-        let format = ChatFormat { meta, state: state.clone(), logprobs: want_logprobs, role, echo };
+        let held = (0..streams.len()).map(|_| Held::default()).collect();
+        let tools = tools.map(Arc::new);
+        let held_tokens = vec![Vec::new(); streams.len()];
+        let format =
+            ChatFormat { meta, state: state.clone(), logprobs: want_logprobs, role, echo, tools, held, held_tokens };
         return Ok(sse::response(streams, format, opts));
     }
     let outputs = generate::collect_all(streams, want_logprobs).await?;
@@ -51,11 +68,23 @@ pub async fn chat_completions(
     let choices = outputs
         .iter()
         .enumerate()
-        .map(|(index, o)| ChatChoice {
-            index,
-            message: AssistantMessage { role, content: echo.clone().unwrap_or_default() + &o.text },
-            logprobs: want_logprobs.then(|| logprobs::chat(tok, &o.tokens)),
-            finish_reason: o.summary.finish.as_str(),
+        .map(|(index, o)| {
+            let text = echo.clone().unwrap_or_default() + &o.text;
+            let reply = match &tools {
+                Some(t) => t.read(&text),
+                None => tools::Reply { content: Some(text), calls: Vec::new() },
+            };
+            let called = !reply.calls.is_empty();
+            ChatChoice {
+                index,
+                message: AssistantMessage {
+                    role,
+                    content: reply.content,
+                    tool_calls: called.then(|| ToolCall::list(reply.calls, false)),
+                },
+                logprobs: want_logprobs.then(|| logprobs::chat(tok, &o.tokens)),
+                finish_reason: if called { "tool_calls" } else { o.summary.finish.as_str() },
+            }
         })
         .collect();
     let usage = generate::usage(outputs.iter().map(|o| &o.summary), settings.n);
@@ -80,13 +109,19 @@ fn reply_role(messages: &[Message], add_generation_prompt: Option<bool>) -> &'st
 }
 
 /// `chat.completion.chunk`s: a role delta first (then the echoed final
-/// message, if any), then content deltas.
+/// message, if any), then content deltas; with tools, a reply's calls in
+/// one delta before its finish (`Held` keeps back the text that may be one).
 struct ChatFormat {
     meta: Meta,
     state: AppState,
     logprobs: bool,
     role: &'static str,
     echo: Option<String>,
+    tools: Option<Arc<ToolUse>>,
+    /// Per choice, with tools: the text read for calls so far, and the
+    /// tokens of text held back.
+    held: Vec<Held>,
+    held_tokens: Vec<Vec<TokenInfo>>,
 }
 
 impl ChatFormat {
@@ -103,6 +138,13 @@ impl ChatFormat {
         serde_json::to_value(c).unwrap_or_default()
     }
 
+    /// The tokens of held text, then `tokens`.
+    fn take_tokens(&mut self, index: usize, tokens: Vec<TokenInfo>) -> Vec<TokenInfo> {
+        let mut all = std::mem::take(&mut self.held_tokens[index]);
+        all.extend(tokens);
+        all
+    }
+
     fn choice(&self, index: usize, delta: Delta, tokens: &[TokenInfo], finish: Option<&'static str>) -> Value {
         // The finish chunk usually has no tokens left: null, as OpenAI sends.
         let logprobs = (self.logprobs && !tokens.is_empty()).then(|| logprobs::chat(self.state.tokenizer(), tokens));
@@ -115,21 +157,54 @@ impl sse::Format for ChatFormat {
         let echo = self.echo.take().filter(|e| !e.is_empty());
         let mut chunks = Vec::new();
         for index in 0..n {
-            let delta = Delta { role: Some(self.role), content: Some(String::new()) };
+            let delta = Delta { role: Some(self.role), content: Some(String::new()), tool_calls: None };
             chunks.push(self.chunk(vec![ChunkChoice { index, delta, logprobs: None, finish_reason: None }], None));
             if let Some(text) = &echo {
-                let delta = Delta { role: None, content: Some(text.clone()) };
+                let delta = Delta { content: Some(text.clone()), ..Delta::default() };
                 chunks.push(self.chunk(vec![ChunkChoice { index, delta, logprobs: None, finish_reason: None }], None));
             }
         }
         chunks
     }
-    fn text(&mut self, index: usize, text: String, tokens: Vec<TokenInfo>) -> Value {
-        self.choice(index, Delta { role: None, content: Some(text) }, &tokens, None)
+    fn text(&mut self, index: usize, text: String, tokens: Vec<TokenInfo>) -> Vec<Value> {
+        let text = match &self.tools {
+            Some(t) => self.held[index].push(t, &text),
+            None => text,
+        };
+        // (Held text's logprobs go with the next chunk that has text.)
+        if text.is_empty() {
+            self.held_tokens[index].extend(tokens);
+            return Vec::new();
+        }
+        let tokens = self.take_tokens(index, tokens);
+        vec![self.choice(index, Delta { content: Some(text), ..Delta::default() }, &tokens, None)]
     }
-    fn finish(&mut self, index: usize, reason: &'static str, tokens: Vec<TokenInfo>) -> Value {
-        self.choice(index, Delta::default(), &tokens, Some(reason))
+    fn finish(&mut self, index: usize, reason: &'static str, tokens: Vec<TokenInfo>) -> Vec<Value> {
+        let tokens = self.take_tokens(index, tokens);
+        let Some(t) = self.tools.clone() else {
+            return vec![self.choice(index, Delta::default(), &tokens, Some(reason))];
+        };
+        let reply = self.held[index].finish(&t);
+        let mut deltas = Vec::new();
+        if let Some(content) = reply.content.filter(|c| !c.is_empty()) {
+            deltas.push(Delta { content: Some(content), ..Delta::default() });
+        }
+        let called = !reply.calls.is_empty();
+        if called {
+            deltas.push(Delta { tool_calls: Some(ToolCall::list(reply.calls, true)), ..Delta::default() });
+        }
+        let reason = if called { "tool_calls" } else { reason };
+        deltas.push(Delta::default());
+        let last = deltas.len() - 1;
+        // The tokens go with the first chunk, the finish with the last.
+        (deltas.into_iter().enumerate())
+            .map(|(i, d)| {
+                let tokens = if i == 0 { tokens.as_slice() } else { &[] };
+                self.choice(index, d, tokens, (i == last).then_some(reason))
+            })
+            .collect()
     }
+
     fn usage(&mut self, usage: Usage) -> Value {
         self.chunk(Vec::new(), Some(usage))
     }

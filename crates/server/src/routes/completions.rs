@@ -180,11 +180,11 @@ impl sse::Format for CompletionFormat {
         let choice = CompletionChoice { index, text: echo.text, logprobs, finish_reason: None, prompt_logprobs: None };
         Some(self.wrap(vec![choice], None))
     }
-    fn text(&mut self, index: usize, text: String, tokens: Vec<TokenInfo>) -> Value {
-        self.chunk(index, text, &tokens, None)
+    fn text(&mut self, index: usize, text: String, tokens: Vec<TokenInfo>) -> Vec<Value> {
+        vec![self.chunk(index, text, &tokens, None)]
     }
-    fn finish(&mut self, index: usize, reason: &'static str, tokens: Vec<TokenInfo>) -> Value {
-        self.chunk(index, String::new(), &tokens, Some(reason))
+    fn finish(&mut self, index: usize, reason: &'static str, tokens: Vec<TokenInfo>) -> Vec<Value> {
+        vec![self.chunk(index, String::new(), &tokens, Some(reason))]
     }
     fn usage(&mut self, usage: Usage) -> Value {
         self.wrap(Vec::new(), Some(usage))

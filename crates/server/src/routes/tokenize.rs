@@ -24,7 +24,7 @@ pub async fn tokenize(
             let messages = convert::messages(messages)?;
             let template = prompt::require_template(state.template.as_ref())?;
             let ending = prompt::Ending::from_request(req.add_generation_prompt, req.continue_final_message)?;
-            prompt::chat_ids(tok, template, &messages, ending)?
+            prompt::chat_ids(tok, template, &messages, None, ending)?
         }
         _ => return Err(ApiError::invalid("send exactly one of `prompt` and `messages`")),
     };

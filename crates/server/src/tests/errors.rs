@@ -51,7 +51,7 @@ async fn bad_values_are_400() {
         json!({"top_p": 2}),
         json!({"logprobs": true, "top_logprobs": 50}),
         json!({"response_format": {"type": "json_schema", "json_schema": {}}}),
-        json!({"tools": [{"type": "function", "function": {"name": "f"}}]}),
+        json!({"tools": [{"type": "function", "function": {"name": "f g"}}]}),
         json!({"messages": []}),
         json!({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}),
         json!({"seed": 1e300}),

@@ -8,6 +8,7 @@ mod routes;
 mod shutdown;
 mod streaming;
 mod timeouts;
+mod tools;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -45,6 +46,8 @@ pub struct Fake {
     pub submitted: Mutex<Vec<Request>>,
     pub busy: AtomicBool,
     pub hang: AtomicBool,
+    /// The output's token texts instead of `OUTPUT`'s (ids 8, 9, ...).
+    pub script: Mutex<Option<Vec<String>>>,
     /// Streams handed out and not dropped yet.
     pub live: Arc<AtomicUsize>,
     stop: tokio::sync::watch::Sender<bool>,
@@ -65,6 +68,7 @@ impl Fake {
             submitted: Mutex::default(),
             busy: AtomicBool::new(false),
             hang: AtomicBool::new(false),
+            script: Mutex::default(),
             live: Arc::default(),
             stop: tokio::sync::watch::channel(false).0,
         })
@@ -74,14 +78,18 @@ impl Fake {
         self.submitted.lock().unwrap().clone()
     }
 
-    fn events(req: &Request) -> Vec<Event> {
-        let n = req.max_tokens.min(OUTPUT.len());
+    fn events(&self, req: &Request) -> Vec<Event> {
+        let output: Vec<(u32, String)> = match &*self.script.lock().unwrap() {
+            Some(texts) => texts.iter().enumerate().map(|(i, t)| (8 + i as u32, t.clone())).collect(),
+            None => OUTPUT.iter().map(|&(id, t)| (id, t.to_string())).collect(),
+        };
+        let n = req.max_tokens.min(output.len());
         let top = req.sampling.logprobs.unwrap_or(0);
-        let mut events: Vec<Event> = OUTPUT[..n]
+        let mut events: Vec<Event> = output[..n]
             .iter()
-            .map(|&(token, text)| Event::Token {
-                token,
-                text: text.to_string(),
+            .map(|(token, text)| Event::Token {
+                token: *token,
+                text: text.clone(),
                 logprob: -0.5,
                 top_logprobs: (0..top as u32)
                     .map(|i| TokenLogprob { token: 8 + i, logprob: -1.0 - i as f32 })
@@ -125,7 +133,7 @@ impl Backend for Fake {
             e
         };
         if self.hang.load(Ordering::SeqCst) {
-            let first = Fake::events(&req).remove(0);
+            let first = self.events(&req).remove(0);
             let mut rx = self.stop.subscribe();
             let prompt_tokens = req.prompt.len();
             let end = stream::once(async move {
@@ -135,7 +143,7 @@ impl Backend for Fake {
             return Ok(Box::pin(stream::iter([first]).chain(end).map(owned)));
         }
         // The channel stays open after `Done`: the server must not wait for it to close.
-        Ok(Box::pin(stream::iter(Fake::events(&req)).chain(stream::pending()).map(owned)))
+        Ok(Box::pin(stream::iter(self.events(&req)).chain(stream::pending()).map(owned)))
     }
     fn metrics(&self) -> Metrics {
         Metrics { running: 1, waiting: 2, kv_blocks_total: 100, kv_blocks_used: 25, ..Default::default() }
