@@ -156,6 +156,70 @@ check(text == r.choices[0].text, f"streamed completion {text!r} != {r.choices[0]
 r = client.completions.create(model=MODEL, prompt="The quick brown fox", max_tokens=3, temperature=0, logprobs=2)
 check(len(r.choices[0].logprobs.token_logprobs) == 3, f"completion logprobs: {r.choices[0].logprobs}")
 
+# Function calling. SmolLM2's template shows no tools, so the server lists
+# them in a system message; "required" and a named function constrain the
+# reply, which must come back as calls the client parses.
+TOOLS = [
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Current weather in a city.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "maxLength": 20}, "unit": {"type": "string", "enum": ["c", "f"]}},
+            "required": ["city", "unit"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "add", "description": "Sum of two integers.",
+        "parameters": {"type": "object", "properties": {
+            "a": {"type": "integer", "maximum": 1000}, "b": {"type": "integer", "maximum": 1000}},
+            "required": ["a", "b"], "additionalProperties": False}}},
+]
+
+
+def check_call(call, names):
+    check(call.type == "function" and call.id.startswith("call_"), f"call envelope: {call}")
+    check(call.function.name in names, f"call name: {call}")
+    args = json.loads(call.function.arguments)
+    required = next(t["function"]["parameters"]["required"] for t in TOOLS if t["function"]["name"] == call.function.name)
+    check(sorted(args) == sorted(required), f"call arguments: {call}")
+    if call.function.name == "get_weather":
+        check(isinstance(args["city"], str) and args["unit"] in ("c", "f"), f"weather arguments: {args}")
+    else:
+        check(all(isinstance(args[k], int) and args[k] <= 1000 for k in "ab"), f"add arguments: {args}")
+    return args
+
+
+ask = "What is the weather in Paris?"
+r = chat(ask, tools=TOOLS, tool_choice="required", max_tokens=60)
+c = r.choices[0]
+check(c.finish_reason == "tool_calls" and c.message.content is None and c.message.tool_calls, f"required: {r}")
+for call in c.message.tool_calls:
+    check_call(call, {"get_weather", "add"})
+r = chat("Add 2 and 3.", tools=TOOLS, tool_choice={"type": "function", "function": {"name": "add"}}, max_tokens=40)
+c = r.choices[0]
+check(c.finish_reason == "tool_calls" and len(c.message.tool_calls) == 1, f"named: {r}")
+check_call(c.message.tool_calls[0], {"add"})
+# Streamed: the client assembles the call from its delta.
+calls, finish = {}, None
+for chunk in chat(ask, tools=TOOLS, tool_choice="required", parallel_tool_calls=False, max_tokens=60, stream=True):
+    for ch in chunk.choices:
+        finish = ch.finish_reason or finish
+        for d in ch.delta.tool_calls or []:
+            slot = calls.setdefault(d.index, {"id": d.id, "name": "", "arguments": ""})
+            slot["name"] += d.function.name or ""
+            slot["arguments"] += d.function.arguments or ""
+check(finish == "tool_calls" and len(calls) == 1, f"streamed call: {calls} {finish}")
+streamed = calls[0]
+check(streamed["name"] in ("get_weather", "add") and json.loads(streamed["arguments"]), f"streamed call: {streamed}")
+# The call and its result sent back: the conversation goes on.
+history = [
+    {"role": "user", "content": ask},
+    {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": json.dumps({"city": "Paris", "unit": "c"})}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"temperature": 18, "sky": "clear"})},
+]
+r = client.chat.completions.create(model=MODEL, messages=history, tools=TOOLS, temperature=0, max_tokens=30)
+check(r.choices[0].finish_reason in ("stop", "length", "tool_calls"), f"after a tool result: {r}")
+r = chat(ask, tools=TOOLS, tool_choice="none", max_tokens=8)
+check(r.choices[0].message.tool_calls is None and r.choices[0].message.content, f"tool_choice none: {r}")
+
 # Concurrent greedy requests give what they give alone.
 prompts = [f"Write one sentence about the number {i}." for i in range(12)]
 alone = [chat(p, max_tokens=12).choices[0].message.content for p in prompts]
@@ -179,6 +243,7 @@ check("context" in str(e), f"over-context message: {e}")
 raises(openai.BadRequestError, lambda: chat("x", temperature=-1))
 raises(openai.BadRequestError, lambda: chat("x", n=0))
 raises(openai.BadRequestError, lambda: client.chat.completions.create(model=MODEL, messages=[]))
+raises(openai.BadRequestError, lambda: chat("x", tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}))
 bad = openai.OpenAI(base_url=f"{BASE}/v1", api_key="wrong", max_retries=0)
 raises(openai.AuthenticationError, lambda: bad.models.list())
 
