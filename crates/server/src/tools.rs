@@ -159,16 +159,27 @@ impl ToolUse {
 
     /// The messages as the template is to get them: where `template` shows
     /// no tools, a system message that lists them (added to the first
-    /// system message, if any), and earlier calls written into their
-    /// assistant messages' text in the syntax that message asks for.
+    /// system message, if any; for a template that takes no system
+    /// message, ahead of the first user message's text), and earlier calls
+    /// written into their assistant messages' text in the syntax the note
+    /// asks for.
     pub fn prepare(&self, template: &ChatTemplate, messages: &[Message]) -> Vec<Message> {
         if shows_tools(template) {
             return messages.to_vec();
         }
-        let mut out: Vec<Message> = messages.iter().map(written_calls).collect();
+        let calls_written: Vec<Message> = messages.iter().map(written_calls).collect();
+        let note = self.note();
+        let mut out = calls_written.clone();
         match out.first_mut() {
-            Some(first) if first.role == "system" => first.content = format!("{}\n\n{}", first.content, self.note()),
-            _ => out.insert(0, Message::new("system", self.note())),
+            Some(first) if first.role == "system" => first.content = format!("{}\n\n{note}", first.content),
+            _ => out.insert(0, Message::new("system", note.clone())),
+        }
+        if template.render(&out, true).is_ok() || template.render(&calls_written, true).is_err() {
+            return out;
+        }
+        let mut out = calls_written;
+        if let Some(user) = out.iter_mut().find(|m| m.role == "user") {
+            user.content = format!("{note}\n\n{}", user.content);
         }
         out
     }

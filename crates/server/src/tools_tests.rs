@@ -206,4 +206,10 @@ fn templates_that_show_no_tools_get_them_in_a_system_message() {
     let out = t.prepare(&plain, &[Message::new("system", "Be brief."), Message::new("user", "hi")]);
     assert_eq!(out.len(), 2);
     assert!(out[0].content.starts_with("Be brief.\n\nYou can call these functions"), "{}", out[0].content);
+    // A template that refuses system messages: the note leads the first user message.
+    let no_system = "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system') }}{% endif %}\
+                     [{{ m.role }}] {{ m.content }}{% endfor %}";
+    let out = t.prepare(&ChatTemplate::new(no_system, "", "").unwrap(), &[Message::new("user", "hi")]);
+    assert_eq!(out.len(), 1);
+    assert!(out[0].content.starts_with("You can call these functions") && out[0].content.ends_with("\n\nhi"));
 }

@@ -117,6 +117,8 @@ pub struct TokenizeRequest {
     pub add_generation_prompt: Option<bool>,
     /// For `messages`: leave the final assistant message open (default false).
     pub continue_final_message: Option<bool>,
+    /// For `messages`: the functions offered, as chat requests give them.
+    pub tools: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]

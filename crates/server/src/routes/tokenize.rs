@@ -21,10 +21,14 @@ pub async fn tokenize(
     let tokens = match (&req.prompt, &req.messages) {
         (Some(text), None) => tok.encode(text, req.add_special_tokens.unwrap_or(true))?,
         (None, Some(messages)) => {
-            let messages = convert::messages(messages)?;
+            let mut messages = convert::messages(messages)?;
             let template = prompt::require_template(state.template.as_ref())?;
+            let tools = crate::tools::from_request(req.tools.as_ref(), None, None)?;
+            if let Some(t) = &tools {
+                messages = t.prepare(template, &messages);
+            }
             let ending = prompt::Ending::from_request(req.add_generation_prompt, req.continue_final_message)?;
-            prompt::chat_ids(tok, template, &messages, None, ending)?
+            prompt::chat_ids(tok, template, &messages, tools.as_ref().map(|t| t.tools.as_slice()), ending)?
         }
         _ => return Err(ApiError::invalid("send exactly one of `prompt` and `messages`")),
     };

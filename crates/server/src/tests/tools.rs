@@ -143,3 +143,14 @@ async fn bad_tool_requests_are_400() {
         assert_eq!(r.error()["param"], param, "{extra}");
     }
 }
+
+#[tokio::test]
+async fn tokenize_counts_the_prompt_with_tools() {
+    let (fake, app) = scripted(&["x"]);
+    let messages = json!([{"role": "user", "content": "hello"}]);
+    let with = post(&app, "/tokenize", json!({"messages": messages, "tools": tools()})).await.json();
+    post(&app, "/v1/chat/completions", chat(json!({}))).await;
+    assert_eq!(with["tokens"], json!(fake.requests()[0].prompt));
+    let without = post(&app, "/tokenize", json!({"messages": messages})).await.json();
+    assert!(without["count"].as_u64() < with["count"].as_u64(), "{without} {with}");
+}
