@@ -48,6 +48,7 @@ impl Message {
 /// A compiled chat template together with the special tokens it may print.
 pub struct ChatTemplate {
     env: Environment<'static>,
+    source: String,
     bos_token: String,
     eos_token: String,
 }
@@ -69,10 +70,15 @@ impl ChatTemplate {
         env.add_filter("tojson", tojson);
         env.add_function("raise_exception", raise_exception);
         env.add_function("strftime_now", strftime_now);
-        let source = rewrite_generation_tags(source).into_owned();
-        env.add_template_owned(TEMPLATE_NAME, source)
+        env.add_template_owned(TEMPLATE_NAME, rewrite_generation_tags(source).into_owned())
             .map_err(|e| Error::Template(format!("chat template does not compile: {e}")))?;
-        Ok(ChatTemplate { env, bos_token: bos_token.to_string(), eos_token: eos_token.to_string() })
+        let (source, bos_token, eos_token) = (source.to_string(), bos_token.to_string(), eos_token.to_string());
+        Ok(ChatTemplate { env, source, bos_token, eos_token })
+    }
+
+    /// The template's text.
+    pub fn source(&self) -> &str {
+        &self.source
     }
 
     /// Renders the prompt. `raise_exception(msg)` in the template becomes

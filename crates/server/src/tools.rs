@@ -98,10 +98,18 @@ pub fn from_request(
         if names.iter().any(|n| n == name) {
             return Err(ApiError::param(&at, format!("two tools are named {name:?}")));
         }
+        // Arguments are an object: a schema that does not say so is made to.
         let p = match f.get("parameters") {
             None | Some(Value::Null) => json!({"type": "object", "properties": {}}),
-            Some(p @ Value::Object(_)) => p.clone(),
-            Some(_) => return Err(ApiError::param(&at, format!("{at}.function.parameters must be an object"))),
+            Some(Value::Object(p)) if p.get("type").is_none_or(|t| t == "object") => {
+                let mut p = p.clone();
+                p.insert("type".into(), json!("object"));
+                Value::Object(p)
+            }
+            Some(_) => {
+                let msg = format!("{at}.function.parameters must be the JSON Schema of an object");
+                return Err(ApiError::param(&at, msg));
+            }
         };
         names.push(name.to_string());
         params.push(p);
@@ -137,13 +145,29 @@ impl ToolUse {
                 for (i, p) in self.params.iter().enumerate() {
                     compile(p, &format!("tools[{i}]"))?;
                 }
-                let alternatives: Vec<Value> = (self.names.iter().zip(&self.params))
-                    .map(|(name, p)| {
-                        json!({"type": "object", "properties": {"name": {"const": name}, "arguments": p},
+                // A schema with references goes whole into `$defs`, its
+                // references rewritten to point into that copy.
+                let mut defs = Map::new();
+                let alternatives: Vec<Value> = (self.names.iter().zip(&self.params).enumerate())
+                    .map(|(i, (name, p))| {
+                        let args = match has_ref(p) {
+                            true => {
+                                let key = format!("tool{i}");
+                                let mut copy = p.clone();
+                                rebase_refs(&mut copy, &format!("#/$defs/{key}"));
+                                defs.insert(key.clone(), copy);
+                                json!({"$ref": format!("#/$defs/{key}")})
+                            }
+                            false => p.clone(),
+                        };
+                        json!({"type": "object", "properties": {"name": {"const": name}, "arguments": args},
                                "required": ["name", "arguments"], "additionalProperties": false})
                     })
                     .collect();
                 let mut list = json!({"type": "array", "items": {"anyOf": alternatives}, "minItems": 1});
+                if !defs.is_empty() {
+                    list["$defs"] = Value::Object(defs);
+                }
                 if !self.parallel {
                     list["maxItems"] = json!(1);
                 }
@@ -167,7 +191,7 @@ impl ToolUse {
         if shows_tools(template) {
             return messages.to_vec();
         }
-        let calls_written: Vec<Message> = messages.iter().map(written_calls).collect();
+        let calls_written = results_as_user(messages.iter().map(written_calls).collect());
         let note = self.note();
         let mut out = calls_written.clone();
         match out.first_mut() {
@@ -220,9 +244,22 @@ impl ToolUse {
     }
 
     fn read_auto(&self, text: &str) -> Reply {
+        let mut reply = self.read_calls(text);
+        if !self.parallel {
+            reply.calls.truncate(1);
+        }
+        reply
+    }
+
+    /// The text outside call blocks is content: the part before the first
+    /// as written (but its trailing whitespace), then each later part
+    /// trimmed, on a line of its own (streams send the same). One block
+    /// that does not read (cut short, say) makes the whole reply content, as
+    /// in vLLM.
+    fn read_calls(&self, text: &str) -> Reply {
         let plain = || Reply { content: Some(text.to_string()), calls: Vec::new() };
         if let Some(first) = text.find(OPEN) {
-            let mut content = text[..first].trim().to_string();
+            let mut content = text[..first].trim_end().to_string();
             let mut calls = Vec::new();
             let mut rest = &text[first..];
             while let Some(at) = rest.find(OPEN) {
@@ -246,9 +283,8 @@ impl ToolUse {
             Ok(Value::Array(list)) => self.calls(&list),
             Ok(v @ Value::Object(_)) => self.call(&v).map(|c| vec![c]),
             // Llama 3.2 writes several calls separated by semicolons.
-            _ if body.starts_with('{') => body
-                .split(';')
-                .map(|part| serde_json::from_str::<Value>(part.trim()).ok().and_then(|v| self.call(&v)))
+            _ if body.starts_with('{') => (body.split(';').map(str::trim).filter(|p| !p.is_empty()))
+                .map(|part| serde_json::from_str::<Value>(part).ok().and_then(|v| self.call(&v)))
                 .collect(),
             _ => None,
         };
@@ -278,6 +314,30 @@ impl ToolUse {
             Some(_) => return None,
         };
         Some(Call { name: name.to_string(), arguments })
+    }
+}
+
+fn has_ref(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m.iter().any(|(k, v)| k == "$ref" || has_ref(v)),
+        Value::Array(l) => l.iter().any(has_ref),
+        _ => false,
+    }
+}
+
+/// Every `"$ref": "#..."` in `v` made to point under `base` instead of the root.
+fn rebase_refs(v: &mut Value, base: &str) {
+    match v {
+        Value::Object(m) => {
+            for (k, v) in m.iter_mut() {
+                match v {
+                    Value::String(r) if k == "$ref" && r.starts_with('#') => *r = format!("{base}{}", &r[1..]),
+                    v => rebase_refs(v, base),
+                }
+            }
+        }
+        Value::Array(l) => l.iter_mut().for_each(|v| rebase_refs(v, base)),
+        _ => {}
     }
 }
 
@@ -350,6 +410,8 @@ impl Held {
             // (ASCII: any cut before a prefix of it is a character boundary.)
             None => unsent.len() - (1..OPEN.len()).rev().find(|&n| unsent.ends_with(&OPEN[..n])).unwrap_or(0),
         };
+        // Whitespace before a call is no content: it waits for what follows.
+        let end = unsent[..end].trim_end().len();
         let out = unsent[..end].to_string();
         self.sent += end;
         out
@@ -361,17 +423,60 @@ impl Held {
             return tools.read(&self.text);
         }
         let rest = &self.text[self.sent..];
-        let reply = tools.read_auto(rest);
-        match reply.calls.is_empty() {
-            true => Reply { content: Some(rest.to_string()).filter(|r| !r.is_empty()), calls: Vec::new() },
-            false => reply,
+        let mut reply = tools.read_auto(rest);
+        if reply.calls.is_empty() {
+            return Reply { content: Some(rest.to_string()).filter(|r| !r.is_empty()), calls: Vec::new() };
         }
+        // Text after the calls goes on a line of its own, as `read` puts it.
+        let sent = !self.text[..self.sent].trim().is_empty();
+        reply.content = reply.content.map(|c| if sent { format!("\n{c}") } else { c });
+        reply
     }
 }
 
-/// A call's id, as OpenAI's look.
-pub fn call_id() -> String {
-    format!("call_{:016x}{:08x}", crate::convert::random_u64(), crate::convert::random_u64() as u32)
+/// Tool results as user messages of `<tool_response>` blocks (the
+/// results of one turn's calls in one message), for templates that know
+/// no tool role.
+fn results_as_user(messages: Vec<Message>) -> Vec<Message> {
+    let mut out: Vec<Message> = Vec::new();
+    let mut after_result = false;
+    for m in messages {
+        let result = m.role == "tool";
+        if result {
+            let block = format!("<tool_response>\n{}\n</tool_response>", m.content);
+            match out.last_mut() {
+                Some(last) if after_result => last.content = format!("{}\n{block}", last.content),
+                _ => out.push(Message::new("user", block)),
+            }
+        } else {
+            out.push(m);
+        }
+        after_result = result;
+    }
+    out
+}
+
+/// Whether a template checks for Mistral's call ids of 9 letters and digits.
+pub fn wants_short_ids(template: &ChatTemplate) -> bool {
+    let s = template.source();
+    s.contains("length == 9") || s.contains("length != 9")
+}
+
+/// A call's id: as OpenAI's look, or (`short`) 9 letters and digits, as
+/// Mistral's templates require.
+pub fn call_id(short: bool) -> String {
+    if !short {
+        return format!("call_{:016x}{:08x}", crate::convert::random_u64(), crate::convert::random_u64() as u32);
+    }
+    const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+    let mut x = crate::convert::random_u64();
+    (0..9)
+        .map(|_| {
+            let c = DIGITS[(x % 62) as usize] as char;
+            x /= 62;
+            c
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -50,8 +50,10 @@ fn requests_are_checked() {
     assert!(err(json!([f("a b")]), Value::Null).contains("letters, digits"));
     assert!(err(json!([f(&"x".repeat(65))]), Value::Null).contains("1 to 64"));
     assert!(err(json!([f("a"), f("a")]), Value::Null).contains("two tools"));
-    let bad_params = json!([{"type": "function", "function": {"name": "f", "parameters": "x"}}]);
-    assert!(err(bad_params, Value::Null).contains("parameters must be an object"));
+    for p in [json!("x"), json!({"type": "string"})] {
+        let bad = json!([{"type": "function", "function": {"name": "f", "parameters": p}}]);
+        assert!(err(bad, Value::Null).contains("parameters must be the JSON Schema of an object"));
+    }
     assert!(err(json!([f("a")]), json!("sometimes")).contains("tool_choice must be"));
     assert!(err(json!([f("a")]), json!({"type": "function", "function": {"name": "b"}})).contains("no tool"));
     assert!(err(json!([]), json!("required")).contains("non-empty tools"));
@@ -85,8 +87,13 @@ fn auto_replies_are_read_in_the_shapes_models_write() {
     assert_eq!(calls(&r), [("now", json!({})), ("add", json!({"a": 1, "b": 2}))]);
     let r = t.read(" [TOOL_CALLS] [{\"name\": \"now\", \"arguments\": {}}, {\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Oslo\\\"}\"}]");
     assert_eq!(calls(&r), [("now", json!({})), ("get_weather", json!({"city": "Oslo"}))]);
-    // A call without arguments gets an empty object.
+    // A call without arguments gets an empty object; a trailing semicolon is no call.
     assert_eq!(t.read("{\"name\": \"now\"}").calls, [call("now", "{}")]);
+    assert_eq!(t.read("{\"name\": \"now\"};").calls, [call("now", "{}")]);
+    // Without parallel calls, the first only.
+    let two = "<tool_call>{\"name\": \"now\"}</tool_call><tool_call>{\"name\": \"now\"}</tool_call>";
+    assert_eq!(t.read(two).calls.len(), 2);
+    assert_eq!(tool_use(json!("auto"), Some(false)).read(two).calls.len(), 1);
     // Anything else is content, as written: plain text, JSON that is no call,
     // an undeclared function, a broken block.
     for text in [
@@ -122,6 +129,7 @@ fn required_and_named_replies_are_constrained_and_read() {
         assert!(!accepts(&f, bad), "{bad}");
     }
     assert!(accepts(&f, r#"[{"name": "now", "arguments": {}}]"#));
+    assert!(!accepts(&f, r#"[{"name": "now", "arguments": 5}]"#));
     // One call only without parallel calls.
     let single = tool_use(json!("required"), Some(false)).format().unwrap().unwrap();
     assert!(!accepts(&single, two) && accepts(&single, r#"[{"name": "now", "arguments": {}}]"#));
@@ -133,19 +141,41 @@ fn required_and_named_replies_are_constrained_and_read() {
     // A reply cut short (max_tokens) stays content.
     assert_eq!(t.read(r#"{"a": 1,"#).content.as_deref(), Some(r#"{"a": 1,"#));
     assert!(tool_use(json!("auto"), None).format().unwrap().is_none());
+    // Schemas with references (pydantic's `$defs`, a recursive `#`) keep them.
+    let tools = json!([
+        {"type": "function", "function": {"name": "put", "parameters": {"type": "object",
+            "properties": {"item": {"$ref": "#/$defs/Item"}}, "required": ["item"], "additionalProperties": false,
+            "$defs": {"Item": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+                "additionalProperties": false}}}}},
+        {"type": "function", "function": {"name": "tree", "parameters": {"type": "object",
+            "properties": {"kids": {"type": "array", "items": {"$ref": "#"}, "maxItems": 2}}, "required": ["kids"],
+            "additionalProperties": false}}}
+    ]);
+    let t = from_request(Some(&tools), Some(&json!("required")), None).unwrap().unwrap();
+    let f = t.format().unwrap().unwrap();
+    assert!(accepts(&f, r#"[{"name": "put", "arguments": {"item": {"n": 3}}}]"#));
+    assert!(accepts(&f, r#"[{"name": "tree", "arguments": {"kids": [{"kids": []}, {"kids": [{"kids": []}]}]}}]"#));
+    assert!(!accepts(&f, r#"[{"name": "put", "arguments": {"item": {"n": "x"}}}]"#));
+    assert!(!accepts(&f, r#"[{"name": "tree", "arguments": {"kids": [{"kids": [1]}]}}]"#));
     // Parameters the constraint cannot take are a 400 naming the tool.
-    let tools =
-        json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "string", "pattern": "(?=a)"}}}]);
+    let tools = json!([{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+        "properties": {"s": {"type": "string", "pattern": "(?=a)"}}}}}]);
     let t = from_request(Some(&tools), Some(&json!("required")), None).unwrap().unwrap();
     let e = serde_json::to_value(t.format().unwrap_err().body()).unwrap();
     assert!(e["error"]["message"].as_str().unwrap().contains("tools[0].function.parameters"), "{e}");
 }
 
-/// The content a stream sends as the pieces come, then what `finish` gives.
+/// The content a stream sends as the pieces come, then what `finish` gives;
+/// checked to add up to what `read` makes of the whole text.
 fn stream(t: &ToolUse, pieces: &[&str]) -> (String, Reply) {
     let mut held = Held::default();
     let sent: String = pieces.iter().map(|p| held.push(t, p)).collect();
-    (sent, held.finish(t))
+    let end = held.finish(t);
+    let whole = t.read(&pieces.concat());
+    let streamed = sent.clone() + end.content.as_deref().unwrap_or_default();
+    assert_eq!(Some(streamed).filter(|s| !s.is_empty()), whole.content, "{pieces:?}");
+    assert_eq!(end.calls, whole.calls, "{pieces:?}");
+    (sent, end)
 }
 
 #[test]
@@ -155,12 +185,20 @@ fn streams_send_content_until_a_call_begins() {
     let (sent, end) = stream(&t, &["Hello", " <to", "ol> is", " a tag"]);
     assert_eq!((sent.as_str(), end.content, end.calls.len()), ("Hello <tool> is a tag", None, 0));
     let (sent, end) = stream(&t, &["It is", " <tool_c"]);
-    assert_eq!((sent.as_str(), end.content.as_deref()), ("It is ", Some("<tool_c")));
-    // Text before a block goes; the block comes at the end, with the text after it.
+    assert_eq!((sent.as_str(), end.content.as_deref()), ("It is", Some(" <tool_c")));
+    // Text before a block goes (but the whitespace before it); the block
+    // comes at the end, with the text after it on a line of its own.
     let pieces = ["Checking", ".\n<tool_", "call>{\"name\": \"now\", ", "\"arguments\": {}}</tool_call>", " Done."];
     let (sent, end) = stream(&t, &pieces);
-    assert_eq!((sent.as_str(), end.content.as_deref()), ("Checking.\n", Some("Done.")));
+    assert_eq!((sent.as_str(), end.content.as_deref()), ("Checking.", Some("\nDone.")));
     assert_eq!(end.calls, [call("now", "{}")]);
+    let (sent, end) = stream(&t, &["Köln é<to", "ol_call>{\"name\": \"now\"}</tool_call>"]);
+    assert_eq!((sent.as_str(), end.content, end.calls.len()), ("Köln é", None, 1));
+    let (sent, end) = stream(&t, &["  Hi", " \n", "there"]);
+    assert_eq!((sent.as_str(), end.content), ("  Hi \nthere", None));
+    // A block cut short: the whole reply is content.
+    let (sent, end) = stream(&t, &["Hm.", " <tool_call>{\"name\": \"now\""]);
+    assert_eq!((sent.as_str(), end.content.as_deref()), ("Hm.", Some(" <tool_call>{\"name\": \"now\"")));
     // A reply that may be one call in JSON is held whole; if it is none, it is content.
     let (sent, end) = stream(&t, &["  {\"name\"", ": \"now\"}"]);
     assert_eq!((sent.as_str(), end.content, end.calls), ("", None, vec![call("now", "{}")]));
@@ -172,6 +210,17 @@ fn streams_send_content_until_a_call_begins() {
     let t = tool_use(json!("required"), None);
     let (sent, end) = stream(&t, &["[{\"name\": \"now\", ", "\"arguments\": {}}]"]);
     assert_eq!((sent.as_str(), end.calls), ("", vec![call("now", "{}")]));
+}
+
+#[test]
+fn mistral_templates_get_ids_of_nine_letters_and_digits() {
+    let mistral = "{% for m in messages %}{% for c in m.tool_calls %}{% if c.id|length != 9 %}\
+                   {{ raise_exception('ids of 9') }}{% endif %}{% endfor %}{% endfor %}";
+    assert!(wants_short_ids(&ChatTemplate::new(mistral, "", "").unwrap()));
+    assert!(!wants_short_ids(&ChatTemplate::new("{{ messages }}", "", "").unwrap()));
+    let id = call_id(true);
+    assert!(id.len() == 9 && id.chars().all(|c| c.is_ascii_alphanumeric()), "{id}");
+    assert!(call_id(false).starts_with("call_"));
 }
 
 #[test]
@@ -201,7 +250,15 @@ fn templates_that_show_no_tools_get_them_in_a_system_message() {
     }
     assert_eq!(out[2].content, "<tool_call>{\"name\":\"add\",\"arguments\":{\"a\":1,\"b\":2}}</tool_call>");
     assert!(out[2].tool_calls.is_none());
-    assert_eq!(out[3], messages[2]);
+    // Results as a user's `<tool_response>` blocks, one turn's in one message.
+    assert_eq!(out[3], Message::new("user", "<tool_response>\n3\n</tool_response>"));
+    let mut more = messages.clone();
+    more.push(Message::new("tool", "4"));
+    more.push(Message::new("user", "ok"));
+    let out = t.prepare(&plain, &more);
+    assert_eq!(out.len(), 5);
+    assert_eq!(out[3].content, "<tool_response>\n3\n</tool_response>\n<tool_response>\n4\n</tool_response>");
+    assert_eq!(out[4], Message::new("user", "ok"));
     // A system message of the request's own gets the note after its text.
     let out = t.prepare(&plain, &[Message::new("system", "Be brief."), Message::new("user", "hi")]);
     assert_eq!(out.len(), 2);

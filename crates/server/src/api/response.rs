@@ -80,11 +80,12 @@ pub struct FunctionCall {
 }
 
 impl ToolCall {
-    /// The calls of a reply, each with a fresh id (`indexed`: for a delta).
-    pub fn list(calls: Vec<crate::tools::Call>, indexed: bool) -> Vec<ToolCall> {
+    /// The calls of a reply, each with a fresh id (`indexed`: for a delta;
+    /// `short_ids`: Mistral's, `tools::call_id`).
+    pub fn list(calls: Vec<crate::tools::Call>, indexed: bool, short_ids: bool) -> Vec<ToolCall> {
         let call = |(i, c): (usize, crate::tools::Call)| ToolCall {
             index: indexed.then_some(i),
-            id: crate::tools::call_id(),
+            id: crate::tools::call_id(short_ids),
             kind: "function",
             function: FunctionCall { name: c.name, arguments: c.arguments },
         };

@@ -45,6 +45,7 @@ pub async fn chat_completions(
     if let Some(t) = &tools {
         messages = t.prepare(template, &messages);
     }
+    let short_ids = tools::wants_short_ids(template);
     let ending = prompt::Ending::from_request(req.add_generation_prompt, req.continue_final_message)?;
     let tool_list = tools.as_ref().map(|t| t.tools.as_slice());
     let ids = prompt::chat_ids(backend.tokenizer(), template, &messages, tool_list, ending)?;
@@ -59,8 +60,8 @@ pub async fn chat_completions(
         let held = (0..streams.len()).map(|_| Held::default()).collect();
         let tools = tools.map(Arc::new);
         let held_tokens = vec![Vec::new(); streams.len()];
-        let format =
-            ChatFormat { meta, state: state.clone(), logprobs: want_logprobs, role, echo, tools, held, held_tokens };
+        let (logprobs, state) = (want_logprobs, state.clone());
+        let format = ChatFormat { meta, state, logprobs, role, echo, tools, held, held_tokens, short_ids };
         return Ok(sse::response(streams, format, opts));
     }
     let outputs = generate::collect_all(streams, want_logprobs).await?;
@@ -69,18 +70,21 @@ pub async fn chat_completions(
         .iter()
         .enumerate()
         .map(|(index, o)| {
-            let text = echo.clone().unwrap_or_default() + &o.text;
-            let reply = match &tools {
-                Some(t) => t.read(&text),
-                None => tools::Reply { content: Some(text), calls: Vec::new() },
+            // (Calls are read in the generated text alone, as streams read it.)
+            let mut reply = match &tools {
+                Some(t) => t.read(&o.text),
+                None => tools::Reply { content: Some(o.text.clone()), calls: Vec::new() },
             };
+            if let Some(echo) = &echo {
+                reply.content = Some(echo.clone() + reply.content.as_deref().unwrap_or_default());
+            }
             let called = !reply.calls.is_empty();
             ChatChoice {
                 index,
                 message: AssistantMessage {
                     role,
                     content: reply.content,
-                    tool_calls: called.then(|| ToolCall::list(reply.calls, false)),
+                    tool_calls: called.then(|| ToolCall::list(reply.calls, false, short_ids)),
                 },
                 logprobs: want_logprobs.then(|| logprobs::chat(tok, &o.tokens)),
                 finish_reason: if called { "tool_calls" } else { o.summary.finish.as_str() },
@@ -122,6 +126,7 @@ struct ChatFormat {
     /// tokens of text held back.
     held: Vec<Held>,
     held_tokens: Vec<Vec<TokenInfo>>,
+    short_ids: bool,
 }
 
 impl ChatFormat {
@@ -191,7 +196,8 @@ impl sse::Format for ChatFormat {
         }
         let called = !reply.calls.is_empty();
         if called {
-            deltas.push(Delta { tool_calls: Some(ToolCall::list(reply.calls, true)), ..Delta::default() });
+            let calls = ToolCall::list(reply.calls, true, self.short_ids);
+            deltas.push(Delta { tool_calls: Some(calls), ..Delta::default() });
         }
         let reason = if called { "tool_calls" } else { reason };
         deltas.push(Delta::default());

@@ -81,8 +81,22 @@ async fn a_streamed_call() {
     let call = &calls[0][0];
     assert_eq!((call["index"].clone(), call["function"]["name"].clone()), (json!(0), json!("sky")));
     assert!(call["id"].as_str().unwrap().starts_with("call_"));
+    assert_eq!(call["type"], "function");
+    let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+    assert_eq!(args, json!({"a": 1, "b": 2}));
     let last = &chunks.last().unwrap()["choices"][0];
     assert_eq!((last["finish_reason"].clone(), last["delta"].clone()), (json!("tool_calls"), json!({})));
+    // n = 2: each choice's call, in its own chunks.
+    let r = post(&app, "/v1/chat/completions", chat(json!({"stream": true, "n": 2}))).await;
+    let events = r.events();
+    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    for index in 0..2 {
+        let mine: Vec<&Value> = chunks.iter().map(|c| &c["choices"][0]).filter(|c| c["index"] == index).collect();
+        let calls = mine.iter().filter(|c| c["delta"].get("tool_calls").is_some()).count();
+        let text: String = mine.iter().filter_map(|c| c["delta"]["content"].as_str()).collect();
+        assert_eq!((calls, text.as_str()), (1, "Sure."), "choice {index}: {chunks:?}");
+        assert_eq!(mine.last().unwrap()["finish_reason"], "tool_calls");
+    }
 }
 
 #[tokio::test]
