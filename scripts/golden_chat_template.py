@@ -64,11 +64,11 @@ def make_env():
     return env
 
 
-def render(template, messages, add_generation_prompt, bos, eos, tools=None):
+def render(template, messages, add_generation_prompt, bos, eos, tools=None, kwargs=None):
     compiled = make_env().from_string(template)
     return compiled.render(messages=messages, tools=tools, documents=None,
                            add_generation_prompt=add_generation_prompt,
-                           bos_token=bos, eos_token=eos)
+                           bos_token=bos, eos_token=eos, **(kwargs or {}))
 
 
 # --- templates ---------------------------------------------------------------
@@ -298,6 +298,28 @@ LLAMA31_TOOLS = """{{- bos_token }}
 {%- endif %}
 """
 
+# Qwen3-style thinking: earlier replies' reasoning dropped, and with
+# `enable_thinking` false (a keyword argument) an empty block opened and
+# closed in the generation prompt.
+QWEN3_THINKING = """{%- for message in messages %}
+    {%- if message.role == "assistant" %}
+        {%- set content = message.content %}
+        {%- if '</think>' in content %}
+            {%- set content = content.split('</think>')[-1].lstrip('\\n') %}
+        {%- endif %}
+        {{- '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' }}
+    {%- else %}
+        {{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}
+    {%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\\n\\n</think>\\n\\n' }}
+    {%- endif %}
+{%- endif %}
+"""
+
 # SmolLM3-style assistant masking tags: must render like plain text.
 GENERATION_TAGS = """{%- for message in messages %}
     {%- if message.role == "assistant" %}
@@ -417,6 +439,13 @@ TOOL_MESSAGE_LISTS = {
     ],
 }
 
+# Conversations with earlier reasoning, rendered with and without keyword arguments.
+THINKING_LISTS = {
+    "thought_before": [m("user", "2+2?"), m("assistant", "<think>\nFour, surely.\n</think>\n\n4"),
+                       m("user", "And 3+3?")],
+}
+KWARGS = [None, {"enable_thinking": False}, {"enable_thinking": True, "unused": [1, "x"]}]
+
 # Templates rendered with TOOLS and the tool conversations (besides the plain lists).
 TOOL_TEMPLATES = [
     ("qwen2_5_tools", lambda: QWEN25, "", "<|im_end|>"),
@@ -437,22 +466,28 @@ TEMPLATES = [
 
 def main():
     os.makedirs(OUT, exist_ok=True)
-    tool_runs = [(name, get, bos, eos, TOOL_MESSAGE_LISTS, TOOLS) for name, get, bos, eos in TOOL_TEMPLATES]
-    for name, get_template, bos, eos, lists, tools in [
-            (name, get, bos, eos, MESSAGE_LISTS, None) for name, get, bos, eos in TEMPLATES] + tool_runs:
+    tool_runs = [(name, get, bos, eos, TOOL_MESSAGE_LISTS, TOOLS, [None]) for name, get, bos, eos in TOOL_TEMPLATES]
+    thinking_run = [("qwen3_thinking", lambda: QWEN3_THINKING, "", "<|im_end|>", THINKING_LISTS, None, KWARGS)]
+    for name, get_template, bos, eos, lists, tools, kwargs_list in [
+            (name, get, bos, eos, MESSAGE_LISTS, None, [None]) for name, get, bos, eos in TEMPLATES
+    ] + tool_runs + thinking_run:
         template = get_template()
         cases = []
         for list_name, messages in lists.items():
             for agp in (False, True):
-                case = {"name": f"{list_name}/agp={str(agp).lower()}",
-                        "messages": messages, "add_generation_prompt": agp}
-                if tools is not None:
-                    case["tools"] = tools
-                try:
-                    case["expected"] = render(template, messages, agp, bos, eos, tools)
-                except TemplateError as e:
-                    case["expected_error"] = str(e)
-                cases.append(case)
+                for kwargs in kwargs_list:
+                    case = {"name": f"{list_name}/agp={str(agp).lower()}",
+                            "messages": messages, "add_generation_prompt": agp}
+                    if kwargs is not None:
+                        case["name"] += f"/kwargs={json.dumps(kwargs)}"
+                        case["kwargs"] = kwargs
+                    if tools is not None:
+                        case["tools"] = tools
+                    try:
+                        case["expected"] = render(template, messages, agp, bos, eos, tools, kwargs)
+                    except TemplateError as e:
+                        case["expected_error"] = str(e)
+                    cases.append(case)
         fixture = {"name": name, "jinja2_version": jinja2.__version__,
                    "template": template, "bos_token": bos, "eos_token": eos,
                    "cases": cases}

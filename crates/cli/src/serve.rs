@@ -72,6 +72,17 @@ pub struct ServeArgs {
     /// cosine 0.99996 or more to f32 on all-MiniLM-L6-v2.
     #[arg(long, value_enum, default_value_t = Precision::Auto)]
     pub precision: Precision,
+    /// Chat replies' `<think>` blocks: auto (apart, as `reasoning_content`,
+    /// where the chat template has them) or none (left in the content).
+    #[arg(long, value_enum, default_value_t = ReasoningFormat::Auto, help_heading = GENERATION)]
+    pub reasoning_format: ReasoningFormat,
+}
+
+/// `--reasoning-format` (llama.cpp's server's name for it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReasoningFormat {
+    Auto,
+    None,
 }
 
 pub fn main(args: ServeArgs) -> Result<()> {
@@ -115,6 +126,7 @@ pub fn main(args: ServeArgs) -> Result<()> {
         served_model_name: name,
         template: loaded.template,
         allowed_origins: AllowedOrigins::parse(&args.allowed_origins),
+        reasoning: args.reasoning_format == ReasoningFormat::Auto,
     };
     ferrite_server::serve(engine, serve_config)
 }
@@ -154,6 +166,7 @@ fn serve_embeddings(args: ServeArgs, source: &ModelSource, ck: &Checkpoint) -> R
         served_model_name: name,
         template: None,
         allowed_origins: AllowedOrigins::parse(&args.allowed_origins),
+        reasoning: false,
     };
     ferrite_server::serve_embeddings(engine, serve_config)
 }

@@ -84,17 +84,11 @@ impl ChatTemplate {
     /// Renders the prompt. `raise_exception(msg)` in the template becomes
     /// `Error::Template(msg)`; any other failure is an `Error::Template` too.
     pub fn render(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        self.render_with_tools(messages, None, add_generation_prompt)
+        self.render_with(messages, Extras::default(), add_generation_prompt)
     }
 
-    /// As `render`, with the functions the model may call (OpenAI's `tools`
-    /// list, as transformers' `apply_chat_template(tools=...)` passes it).
-    pub fn render_with_tools(
-        &self,
-        messages: &[Message],
-        tools: Option<&[serde_json::Value]>,
-        add_generation_prompt: bool,
-    ) -> Result<String> {
+    /// As `render`, with what `extras` adds.
+    pub fn render_with(&self, messages: &[Message], extras: Extras, add_generation_prompt: bool) -> Result<String> {
         let template = self.env.get_template(TEMPLATE_NAME).map_err(|e| Error::Template(e.to_string()))?;
         // transformers passes `tools` and `documents` as None when absent, and
         // templates test them with `is not none`, so they must be defined.
@@ -103,11 +97,30 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
-            tools => tools,
+            tools => extras.tools,
             documents => (),
+            ..Value::from_serialize(extras.vars)
         };
         template.render(ctx).map_err(render_error)
     }
+}
+
+/// What a render gets besides the messages, as transformers'
+/// `apply_chat_template` takes it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Extras<'a> {
+    /// The functions the model may call (OpenAI's `tools` list).
+    pub tools: Option<&'a [serde_json::Value]>,
+    /// More variables (its keyword arguments: vLLM's `chat_template_kwargs`,
+    /// such as `enable_thinking`); never those the render sets itself
+    /// (`RESERVED`), which win.
+    pub vars: Option<&'a serde_json::Map<String, serde_json::Value>>,
+}
+
+impl Extras<'_> {
+    /// The variables a render sets itself.
+    pub const RESERVED: [&'static str; 6] =
+        ["messages", "add_generation_prompt", "bos_token", "eos_token", "tools", "documents"];
 }
 
 /// Reads the chat template shipped with a Hugging Face model directory:

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use ferrite_core::Error;
-use ferrite_loader::chat_template::{ChatTemplate, Message};
+use ferrite_loader::chat_template::{ChatTemplate, Extras, Message};
 use serde::Deserialize;
 
 #[derive(Deserialize)]
@@ -23,6 +23,9 @@ struct Case {
     /// The functions offered, where the case offers any.
     #[serde(default)]
     tools: Option<Vec<serde_json::Value>>,
+    /// More variables (`apply_chat_template`'s keyword arguments), where given.
+    #[serde(default)]
+    kwargs: Option<serde_json::Map<String, serde_json::Value>>,
     add_generation_prompt: bool,
     expected: Option<String>,
     expected_error: Option<String>,
@@ -51,7 +54,8 @@ fn chat_templates_match_python_jinja2() {
             .unwrap_or_else(|e| panic!("{}: does not compile: {e}", fx.name));
         for case in &fx.cases {
             checked += 1;
-            let got = template.render_with_tools(&case.messages, case.tools.as_deref(), case.add_generation_prompt);
+            let extras = Extras { tools: case.tools.as_deref(), vars: case.kwargs.as_ref() };
+            let got = template.render_with(&case.messages, extras, case.add_generation_prompt);
             let id = format!("{} / {}", fx.name, case.name);
             match (&case.expected, &case.expected_error, got) {
                 (Some(want), _, Ok(got)) if *want == got => {}

@@ -8,7 +8,7 @@ use ferrite_engine::constraint::format::OutputFormat;
 use ferrite_engine::constraint::schema::Schema;
 use ferrite_engine::sampling::SamplingParams;
 use ferrite_engine::Request;
-use ferrite_loader::chat_template::Message;
+use ferrite_loader::chat_template::{Extras, Message};
 use ferrite_loader::tokenizer::Tokenizer;
 use serde_json::Value;
 
@@ -421,6 +421,21 @@ pub fn messages(list: &[ChatMessage]) -> Result<Vec<Message>, ApiError> {
             })
         })
         .collect()
+}
+
+/// `chat_template_kwargs`: an object of variables, none of those the
+/// render sets itself.
+pub fn template_vars(v: Option<&Value>) -> Result<Option<serde_json::Map<String, Value>>, ApiError> {
+    let param = "chat_template_kwargs";
+    let vars = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(vars)) => vars,
+        Some(_) => return Err(ApiError::param(param, "chat_template_kwargs must be an object")),
+    };
+    if let Some(k) = vars.keys().find(|k| Extras::RESERVED.contains(&k.as_str())) {
+        return Err(ApiError::param(param, format!("chat_template_kwargs cannot set `{k}`")));
+    }
+    Ok(Some(vars.clone()))
 }
 
 /// An assistant message's calls as templates take them: OpenAI's shape, the

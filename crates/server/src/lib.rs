@@ -24,6 +24,8 @@ mod listen;
 mod logprobs;
 mod metrics;
 mod prompt;
+mod reasoning;
+mod reply;
 mod router;
 mod routes;
 mod sse;
@@ -64,6 +66,9 @@ pub struct ServeConfig {
     pub template: Option<ChatTemplate>,
     /// Origins whose browser pages may call the API (`--allowed-origins`).
     pub allowed_origins: AllowedOrigins,
+    /// Replies' `<think>` blocks apart as `reasoning_content`, where the
+    /// template has them (`--reasoning-format auto`); else left in the content.
+    pub reasoning: bool,
 }
 
 /// Serves a text generator until Ctrl-C or SIGTERM, then cancels in-flight
@@ -80,10 +85,13 @@ pub fn serve_embeddings(engine: EmbedEngine, config: ServeConfig) -> Result<()> 
 }
 
 fn serve_model(served: Served, config: ServeConfig) -> Result<()> {
-    let ServeConfig { host, port, api_key, served_model_name, template, allowed_origins } = config;
+    let ServeConfig { host, port, api_key, served_model_name, template, allowed_origins, reasoning } = config;
     let template = if matches!(served, Served::Embedder(_)) { None } else { template };
     let api_key = api_key.filter(|k| !k.is_empty());
-    let state = AppState::new(served, served_model_name, api_key, template).with_allowed_origins(allowed_origins);
+    let mut state = AppState::new(served, served_model_name, api_key, template).with_allowed_origins(allowed_origins);
+    if !reasoning {
+        state = state.without_reasoning();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("ferrite-http")

@@ -2,9 +2,8 @@
 //! through the server sees the same tokens as one in the terminal.
 
 use ferrite_core::Result;
-use ferrite_loader::chat_template::{ChatTemplate, Message};
+use ferrite_loader::chat_template::{ChatTemplate, Extras, Message};
 use ferrite_loader::tokenizer::Tokenizer;
-use serde_json::Value;
 
 use crate::convert::Prompt;
 use crate::errors::ApiError;
@@ -39,21 +38,30 @@ impl Ending {
     }
 }
 
-/// Renders the conversation (with the functions the model may call, if
-/// any) and tokenizes it with special tokens; templates usually print BOS
-/// themselves, so a doubled BOS is collapsed to one.
+/// Renders the conversation and tokenizes it (`chat_text`, `chat_tokens`).
 pub fn chat_ids(
     tok: &Tokenizer,
     template: &ChatTemplate,
     messages: &[Message],
-    tools: Option<&[Value]>,
+    extras: Extras,
     ending: Ending,
 ) -> Result<Vec<u32>> {
-    let text = match ending {
-        Ending::Continue => open_final_message(template, messages, tools)?,
-        _ => template.render_with_tools(messages, tools, ending == Ending::Reply)?,
-    };
-    let mut ids = tok.encode(&text, true)?;
+    chat_tokens(tok, &chat_text(template, messages, extras, ending)?)
+}
+
+/// The conversation as the template writes it, with `extras` (the
+/// functions the model may call, more template variables).
+pub fn chat_text(template: &ChatTemplate, messages: &[Message], extras: Extras, ending: Ending) -> Result<String> {
+    match ending {
+        Ending::Continue => open_final_message(template, messages, extras),
+        _ => template.render_with(messages, extras, ending == Ending::Reply),
+    }
+}
+
+/// A rendered conversation's tokens, special tokens included; templates
+/// usually print BOS themselves, so a doubled BOS is collapsed to one.
+pub fn chat_tokens(tok: &Tokenizer, text: &str) -> Result<Vec<u32>> {
+    let mut ids = tok.encode(text, true)?;
     if let Some(bos) = tok.bos_id() {
         if ids.len() >= 2 && ids[0] == bos && ids[1] == bos {
             ids.remove(0);
@@ -68,7 +76,7 @@ pub fn chat_ids(
 /// As in Hugging Face's implementation, the text's trailing whitespace stays
 /// where the template keeps spacing as given (the space after the marker
 /// survives) and goes where it trims the message.
-fn open_final_message(template: &ChatTemplate, messages: &[Message], tools: Option<&[Value]>) -> Result<String> {
+fn open_final_message(template: &ChatTemplate, messages: &[Message], extras: Extras) -> Result<String> {
     const MARK: &str = "\u{1}ferrite:continue\u{1}";
     let invalid = |m: &str| ferrite_core::Error::InvalidInput(format!("continue_final_message: {m}"));
     let mut marked = messages.to_vec();
@@ -76,7 +84,7 @@ fn open_final_message(template: &ChatTemplate, messages: &[Message], tools: Opti
         Some(last) if last.role == "assistant" => last.content.push_str(&format!("{MARK} ")),
         _ => return Err(invalid("the last message must be the assistant's")),
     }
-    let text = template.render_with_tools(&marked, tools, false)?;
+    let text = template.render_with(&marked, extras, false)?;
     let at = text.rfind(MARK).ok_or_else(|| invalid("the chat template does not write the final message's text"))?;
     let kept_spacing = text[at + MARK.len()..].starts_with(' ');
     Ok(if kept_spacing { &text[..at] } else { text[..at].trim_end() }.to_string())
@@ -98,7 +106,7 @@ pub fn require_template(t: Option<&ChatTemplate>) -> std::result::Result<&ChatTe
 
 #[cfg(test)]
 mod tests {
-    use super::{open_final_message, ChatTemplate, Message};
+    use super::{open_final_message, ChatTemplate, Extras, Message};
 
     #[test]
     fn a_final_message_is_left_open_as_hugging_face_does() {
@@ -106,14 +114,16 @@ mod tests {
         let messages = [m("user", "q"), m("assistant", "Sure, here is ")];
         let keeps = "{% for m in messages %}<{{ m.role }}>{{ m.content }}</s>{% endfor %}";
         let trims = "{% for m in messages %}<{{ m.role }}>{{ m.content | trim }}</s>{% endfor %}";
-        let open =
-            |src: &str| open_final_message(&ChatTemplate::new(src, "<s>", "</s>").unwrap(), &messages, None).unwrap();
+        let open = |src: &str| {
+            open_final_message(&ChatTemplate::new(src, "<s>", "</s>").unwrap(), &messages, Extras::default()).unwrap()
+        };
         // Spacing kept as given where the template keeps it; trimmed where it trims.
         assert_eq!(open(keeps), "<user>q</s><assistant>Sure, here is ");
         assert_eq!(open(trims), "<user>q</s><assistant>Sure, here is");
         // Cut where the final text ends, even when that text also occurs earlier.
         let messages = [m("user", "Sure"), m("assistant", "Sure")];
         let template = ChatTemplate::new(keeps, "<s>", "</s>").unwrap();
-        assert_eq!(open_final_message(&template, &messages, None).unwrap(), "<user>Sure</s><assistant>Sure");
+        let open = open_final_message(&template, &messages, Extras::default()).unwrap();
+        assert_eq!(open, "<user>Sure</s><assistant>Sure");
     }
 }

@@ -33,13 +33,24 @@ pub struct Shared {
     pub started: u64,
     /// Origins whose pages may call the API from a browser.
     pub allowed_origins: AllowedOrigins,
+    /// Replies' `<think>` blocks apart as `reasoning_content` (`reasoning`).
+    pub reasoning: bool,
 }
 
 impl AppState {
     pub fn new(served: Served, model: String, api_key: Option<String>, template: Option<ChatTemplate>) -> Self {
         let metrics = ServerMetrics::default();
         let allowed_origins = AllowedOrigins::Any;
-        AppState(Arc::new(Shared { served, model, api_key, template, metrics, started: unix_now(), allowed_origins }))
+        // Where the template has think blocks (`--reasoning-format auto`).
+        let reasoning = template.as_ref().is_some_and(crate::reasoning::thinks);
+        let started = unix_now();
+        AppState(Arc::new(Shared { served, model, api_key, template, metrics, started, allowed_origins, reasoning }))
+    }
+
+    /// This state leaving replies' think blocks in their content (before it is shared).
+    pub fn without_reasoning(mut self) -> Self {
+        Arc::get_mut(&mut self.0).expect("a state not yet shared").reasoning = false;
+        self
     }
 
     /// This state allowing only `origins` (before it is shared).

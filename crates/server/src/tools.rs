@@ -13,7 +13,7 @@
 //! reads whole is plain content.
 
 use ferrite_engine::constraint::format::OutputFormat;
-use ferrite_loader::chat_template::{ChatTemplate, Message};
+use ferrite_loader::chat_template::{ChatTemplate, Extras, Message};
 use serde_json::{json, Map, Value};
 
 use crate::errors::ApiError;
@@ -358,7 +358,8 @@ fn shows_tools(template: &ChatTemplate) -> bool {
     let tools = [json!({"type": "function", "function": {"name": PROBE, "description": "",
         "parameters": {"type": "object", "properties": {}}}})];
     let messages = [Message::new("user", "ping")];
-    template.render_with_tools(&messages, Some(&tools), true).is_ok_and(|text| text.contains(PROBE))
+    let extras = Extras { tools: Some(&tools), vars: None };
+    template.render_with(&messages, extras, true).is_ok_and(|text| text.contains(PROBE))
 }
 
 /// An assistant message's calls written into its text as `<tool_call>`

@@ -66,6 +66,8 @@ pub struct ChatRequest {
     pub tools: Option<Value>,
     pub tool_choice: Option<Value>,
     pub parallel_tool_calls: Option<bool>,
+    /// vLLM's extension: more chat-template variables (`enable_thinking`, ...).
+    pub chat_template_kwargs: Option<Value>,
     /// vLLM's extensions: end with the opening of the assistant's turn
     /// (default true), or leave the final assistant message open.
     pub add_generation_prompt: Option<bool>,
@@ -117,8 +119,10 @@ pub struct TokenizeRequest {
     pub add_generation_prompt: Option<bool>,
     /// For `messages`: leave the final assistant message open (default false).
     pub continue_final_message: Option<bool>,
-    /// For `messages`: the functions offered, as chat requests give them.
+    /// For `messages`: the functions offered, and more template variables,
+    /// as chat requests give them.
     pub tools: Option<Value>,
+    pub chat_template_kwargs: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]

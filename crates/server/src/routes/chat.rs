@@ -13,10 +13,11 @@ use crate::convert::{self, Limits};
 use crate::errors::ApiError;
 use crate::extract::ApiJson;
 use crate::generate::{self, TokenInfo};
+use crate::reply::{Rules, Streamed};
 use crate::state::AppState;
-use crate::tools::{self, Held, ToolUse};
-use crate::{logprobs, prompt, sse};
-use ferrite_loader::chat_template::Message;
+use crate::tools::{self, ToolUse};
+use crate::{logprobs, prompt, reasoning, sse};
+use ferrite_loader::chat_template::{Extras, Message};
 use std::sync::Arc;
 
 pub async fn chat_completions(
@@ -47,8 +48,13 @@ pub async fn chat_completions(
     }
     let short_ids = tools::wants_short_ids(template);
     let ending = prompt::Ending::from_request(req.add_generation_prompt, req.continue_final_message)?;
-    let tool_list = tools.as_ref().map(|t| t.tools.as_slice());
-    let ids = prompt::chat_ids(backend.tokenizer(), template, &messages, tool_list, ending)?;
+    let vars = convert::template_vars(req.chat_template_kwargs.as_ref())?;
+    let extras = Extras { tools: tools.as_ref().map(|t| t.tools.as_slice()), vars: vars.as_ref() };
+    let text = prompt::chat_text(template, &messages, extras, ending)?;
+    let ids = prompt::chat_tokens(backend.tokenizer(), &text)?;
+    // (A constrained reply is the constrained value alone: no think block.)
+    let think = (state.reasoning && settings.format.is_none()).then(|| reasoning::opened_by(&text));
+    let rules = Arc::new(Rules { tools: tools.map(Arc::new), think });
     let role = reply_role(&messages, req.add_generation_prompt);
     let echo = messages.last().filter(|m| req.echo == Some(true) && m.role == role).map(|m| m.content.clone());
     let streams = generate::submit_all(&state, settings.requests(ids, limits.max_context))?;
@@ -57,11 +63,10 @@ pub async fn chat_completions(
     if settings.stream {
         let opts =
             sse::Options { logprobs: want_logprobs, include_usage: settings.include_usage, per_prompt: settings.n };
-        let held = (0..streams.len()).map(|_| Held::default()).collect();
-        let tools = tools.map(Arc::new);
+        let streamed = (0..streams.len()).map(|_| Streamed::new(&rules)).collect();
         let held_tokens = vec![Vec::new(); streams.len()];
         let (logprobs, state) = (want_logprobs, state.clone());
-        let format = ChatFormat { meta, state, logprobs, role, echo, tools, held, held_tokens, short_ids };
+        let format = ChatFormat { meta, state, logprobs, role, echo, rules, streamed, held_tokens, short_ids };
         return Ok(sse::response(streams, format, opts));
     }
     let outputs = generate::collect_all(streams, want_logprobs).await?;
@@ -70,11 +75,8 @@ pub async fn chat_completions(
         .iter()
         .enumerate()
         .map(|(index, o)| {
-            // (Calls are read in the generated text alone, as streams read it.)
-            let mut reply = match &tools {
-                Some(t) => t.read(&o.text),
-                None => tools::Reply { content: Some(o.text.clone()), calls: Vec::new() },
-            };
+            // (The generated text alone is read, as streams read it.)
+            let mut reply = rules.read(&o.text);
             if let Some(echo) = &echo {
                 reply.content = Some(echo.clone() + reply.content.as_deref().unwrap_or_default());
             }
@@ -84,6 +86,7 @@ pub async fn chat_completions(
                 message: AssistantMessage {
                     role,
                     content: reply.content,
+                    reasoning_content: reply.reasoning,
                     tool_calls: called.then(|| ToolCall::list(reply.calls, false, short_ids)),
                 },
                 logprobs: want_logprobs.then(|| logprobs::chat(tok, &o.tokens)),
@@ -113,18 +116,18 @@ fn reply_role(messages: &[Message], add_generation_prompt: Option<bool>) -> &'st
 }
 
 /// `chat.completion.chunk`s: a role delta first (then the echoed final
-/// message, if any), then content deltas; with tools, a reply's calls in
-/// one delta before its finish (`Held` keeps back the text that may be one).
+/// message, if any), then reasoning and content deltas; with tools, a
+/// reply's calls in one delta before its finish (`Streamed` keeps back the
+/// text that may be a tag or a call).
 struct ChatFormat {
     meta: Meta,
     state: AppState,
     logprobs: bool,
     role: &'static str,
     echo: Option<String>,
-    tools: Option<Arc<ToolUse>>,
-    /// Per choice, with tools: the text read for calls so far, and the
-    /// tokens of text held back.
-    held: Vec<Held>,
+    rules: Arc<Rules>,
+    /// Per choice: its text read so far, and the tokens of text held back.
+    streamed: Vec<Streamed>,
     held_tokens: Vec<Vec<TokenInfo>>,
     short_ids: bool,
 }
@@ -162,7 +165,7 @@ impl sse::Format for ChatFormat {
         let echo = self.echo.take().filter(|e| !e.is_empty());
         let mut chunks = Vec::new();
         for index in 0..n {
-            let delta = Delta { role: Some(self.role), content: Some(String::new()), tool_calls: None };
+            let delta = Delta { role: Some(self.role), content: Some(String::new()), ..Delta::default() };
             chunks.push(self.chunk(vec![ChunkChoice { index, delta, logprobs: None, finish_reason: None }], None));
             if let Some(text) = &echo {
                 let delta = Delta { content: Some(text.clone()), ..Delta::default() };
@@ -172,27 +175,23 @@ impl sse::Format for ChatFormat {
         chunks
     }
     fn text(&mut self, index: usize, text: String, tokens: Vec<TokenInfo>) -> Vec<Value> {
-        let text = match &self.tools {
-            Some(t) => self.held[index].push(t, &text),
-            None => text,
-        };
+        let (reasoning, content) = self.streamed[index].push(&self.rules, &text);
         // (Held text's logprobs go with the next chunk that has text.)
-        if text.is_empty() {
+        if reasoning.is_empty() && content.is_empty() {
             self.held_tokens[index].extend(tokens);
             return Vec::new();
         }
         let tokens = self.take_tokens(index, tokens);
-        vec![self.choice(index, Delta { content: Some(text), ..Delta::default() }, &tokens, None)]
+        let some = |s: String| Some(s).filter(|s| !s.is_empty());
+        let delta = Delta { reasoning_content: some(reasoning), content: some(content), ..Delta::default() };
+        vec![self.choice(index, delta, &tokens, None)]
     }
     fn finish(&mut self, index: usize, reason: &'static str, tokens: Vec<TokenInfo>) -> Vec<Value> {
         let tokens = self.take_tokens(index, tokens);
-        let Some(t) = self.tools.clone() else {
-            return vec![self.choice(index, Delta::default(), &tokens, Some(reason))];
-        };
-        let reply = self.held[index].finish(&t);
+        let reply = self.streamed[index].finish(&self.rules);
         let mut deltas = Vec::new();
-        if let Some(content) = reply.content.filter(|c| !c.is_empty()) {
-            deltas.push(Delta { content: Some(content), ..Delta::default() });
+        if reply.reasoning.is_some() || reply.content.is_some() {
+            deltas.push(Delta { reasoning_content: reply.reasoning, content: reply.content, ..Delta::default() });
         }
         let called = !reply.calls.is_empty();
         if called {

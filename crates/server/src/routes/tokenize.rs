@@ -11,6 +11,7 @@ use crate::errors::ApiError;
 use crate::extract::ApiJson;
 use crate::prompt;
 use crate::state::AppState;
+use ferrite_loader::chat_template::Extras;
 
 pub async fn tokenize(
     State(state): State<AppState>,
@@ -28,7 +29,9 @@ pub async fn tokenize(
                 messages = t.prepare(template, &messages);
             }
             let ending = prompt::Ending::from_request(req.add_generation_prompt, req.continue_final_message)?;
-            prompt::chat_ids(tok, template, &messages, tools.as_ref().map(|t| t.tools.as_slice()), ending)?
+            let vars = convert::template_vars(req.chat_template_kwargs.as_ref())?;
+            let extras = Extras { tools: tools.as_ref().map(|t| t.tools.as_slice()), vars: vars.as_ref() };
+            prompt::chat_ids(tok, template, &messages, extras, ending)?
         }
         _ => return Err(ApiError::invalid("send exactly one of `prompt` and `messages`")),
     };

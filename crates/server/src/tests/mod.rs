@@ -4,6 +4,7 @@
 mod echo;
 mod embeddings;
 mod errors;
+mod reasoning;
 mod routes;
 mod shutdown;
 mod streaming;
