@@ -23,10 +23,10 @@ const TEMPLATE_NAME: &str = "chat_template";
 /// while nested loops over huge ranges would run for hours.
 const TEMPLATE_FUEL: u64 = 50_000_000;
 
-/// One message as templates see it. The tool fields are there only when
+/// One message as templates see it. The other fields are there only when
 /// given, as in the message dicts transformers passes: an assistant's
 /// `tool_calls` (`{type, function: {name, arguments}}`, the arguments an
-/// object), a tool result's `tool_call_id` and `name`.
+/// object) and `reasoning_content`, a tool result's `tool_call_id` and `name`.
 #[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Message {
     pub role: String,
@@ -37,6 +37,8 @@ pub struct Message {
     pub tool_call_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_content: Option<String>,
 }
 
 impl Message {

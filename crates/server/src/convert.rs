@@ -418,6 +418,7 @@ pub fn messages(list: &[ChatMessage]) -> Result<Vec<Message>, ApiError> {
                 tool_calls,
                 tool_call_id: m.tool_call_id.clone(),
                 name: m.name.clone(),
+                reasoning_content: m.reasoning_content.clone(),
             })
         })
         .collect()

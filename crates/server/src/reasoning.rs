@@ -22,6 +22,22 @@ pub fn opened_by(prompt: &str) -> bool {
     prompt.trim_end().ends_with(OPEN)
 }
 
+/// Whether a message's text ends inside a think block (a final message
+/// the reply goes on with).
+pub fn left_open(text: &str) -> bool {
+    text.rfind(OPEN) > text.rfind(CLOSE)
+}
+
+/// The prompt closed where it leaves a block open, for a constrained
+/// reply (the constrained value is the answer), as Qwen3's templates close
+/// it when thinking is off.
+pub fn closed(mut prompt: String) -> String {
+    if opened_by(&prompt) {
+        prompt.push_str("\n</think>\n\n");
+    }
+    prompt
+}
+
 /// A reply's reasoning (trimmed) and answer (from its first non-space).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Split {
@@ -29,9 +45,13 @@ pub struct Split {
     pub content: String,
 }
 
-/// A finished reply split; `open`: the prompt opened the block.
+/// A finished reply split; `open`: the prompt opened the block (the reply
+/// may still begin with its own opening tag, which is dropped).
 pub fn split(text: &str, open: bool) -> Split {
-    let body = if open { Some(text) } else { text.trim_start().strip_prefix(OPEN) };
+    let body = match text.trim_start().strip_prefix(OPEN) {
+        Some(body) => Some(body),
+        None => open.then_some(text),
+    };
     let Some(body) = body else { return Split { reasoning: None, content: text.to_string() } };
     let (reasoning, content) = body.split_once(CLOSE).unwrap_or((body, ""));
     Split { reasoning: Some(reasoning.trim().to_string()), content: content.trim_start().to_string() }
@@ -39,8 +59,11 @@ pub fn split(text: &str, open: bool) -> Split {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Part {
-    /// Not yet known whether the reply begins with a block.
-    Start,
+    /// Not yet known whether the reply begins with an opening tag (`open`:
+    /// the prompt opened the block).
+    Start {
+        open: bool,
+    },
     Reasoning,
     /// Past the block, before the answer's first non-space.
     Between,
@@ -60,7 +83,7 @@ pub struct Thinking {
 
 impl Thinking {
     pub fn new(open: bool) -> Thinking {
-        Thinking { part: if open { Part::Reasoning } else { Part::Start }, held: String::new(), reasoned: false }
+        Thinking { part: Part::Start { open }, held: String::new(), reasoned: false }
     }
 
     /// Takes the next piece; returns the reasoning and the content that may go out now.
@@ -69,7 +92,7 @@ impl Thinking {
         let (mut reasoning, mut content) = (String::new(), String::new());
         loop {
             match self.part {
-                Part::Start => {
+                Part::Start { open } => {
                     let t = self.held.trim_start();
                     if let Some(rest) = t.strip_prefix(OPEN) {
                         self.held = rest.to_string();
@@ -77,7 +100,7 @@ impl Thinking {
                     } else if OPEN.starts_with(t) {
                         return (reasoning, content);
                     } else {
-                        self.part = Part::Content;
+                        self.part = if open { Part::Reasoning } else { Part::Content };
                     }
                 }
                 Part::Reasoning => {
@@ -117,7 +140,8 @@ impl Thinking {
     pub fn finish(&mut self) -> (String, String) {
         let held = std::mem::take(&mut self.held);
         match self.part {
-            Part::Start | Part::Content => (String::new(), held),
+            Part::Start { open: true } => (held.trim().to_string(), String::new()),
+            Part::Start { open: false } | Part::Content => (String::new(), held),
             Part::Reasoning if self.reasoned => (held.trim_end().to_string(), String::new()),
             Part::Reasoning => (held.trim().to_string(), String::new()),
             Part::Between => (String::new(), String::new()),
@@ -155,8 +179,10 @@ mod tests {
     fn a_block_then_the_answer() {
         let pieces = ["<th", "ink>\nLet me", " think.\n", "</thi", "nk>\n\n", "Paris", "."];
         assert_eq!(stream(&pieces, false), split_of(Some("Let me think."), "Paris."));
-        // Opened by the prompt: no opening tag in the reply.
+        // Opened by the prompt: no opening tag in the reply, or one that is dropped.
         assert_eq!(stream(&["Hmm,", " sure.</think>", "\n\nYes."], true), split_of(Some("Hmm, sure."), "Yes."));
+        assert_eq!(stream(&["\n<th", "ink>Hmm.</think>Yes."], true), split_of(Some("Hmm."), "Yes."));
+        assert_eq!(stream(&["<thi"], true), split_of(Some("<thi"), ""));
         // An empty block (Qwen3 with thinking off writes it into the prompt; a model may too).
         assert_eq!(stream(&["<think>\n\n</think>\n\n", "Hi"], false), split_of(Some(""), "Hi"));
         // Space inside the reasoning stays; Köln's bytes are no tag.
@@ -183,5 +209,8 @@ mod tests {
         assert!(thinks(&ChatTemplate::new(qwen3, "", "").unwrap()));
         assert!(!thinks(&ChatTemplate::new("{{ messages }}", "", "").unwrap()));
         assert!(opened_by("<|Assistant|><think>\n") && !opened_by("<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+        assert!(left_open("<think>\nLet me") && !left_open("<think>a</think>b") && !left_open("plain"));
+        assert_eq!(closed("<|Assistant|><think>\n".into()), "<|Assistant|><think>\n\n</think>\n\n");
+        assert_eq!(closed("<|im_start|>assistant\n".into()), "<|im_start|>assistant\n");
     }
 }

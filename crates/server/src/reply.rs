@@ -8,11 +8,12 @@ use crate::reasoning::{self, Thinking};
 use crate::tools::{Call, Held, ToolUse};
 
 /// How a request's replies are read.
-#[derive(Default)]
 pub struct Rules {
     pub tools: Option<Arc<ToolUse>>,
     /// Think blocks read apart; `Some(true)`: the prompt opened one.
     pub think: Option<bool>,
+    /// The reasoning goes out (vLLM's `include_reasoning`); else it is dropped.
+    pub keep_reasoning: bool,
 }
 
 /// A reply's parts. Content is `None` when the reply is calls alone, or
@@ -42,6 +43,8 @@ impl Rules {
             None => (Some(answer), Vec::new()),
         };
         let content = content.filter(|c| reasoning.is_none() || !c.is_empty());
+        // (An empty block is no reasoning: streams send none.)
+        let reasoning = reasoning.filter(|r| self.keep_reasoning && !r.is_empty());
         Parts { reasoning, content, calls }
     }
 }
@@ -64,6 +67,7 @@ impl Streamed {
             Some(t) => t.push(text),
             None => (String::new(), text.to_string()),
         };
+        let reasoning = if rules.keep_reasoning { reasoning } else { String::new() };
         match &rules.tools {
             Some(t) => (reasoning, self.held.push(t, &content)),
             None => (reasoning, content),
@@ -84,7 +88,8 @@ impl Streamed {
             calls = rest.calls;
         }
         let some = |s: String| Some(s).filter(|s| !s.is_empty());
-        Parts { reasoning: some(reasoning), content: some(content), calls }
+        let reasoning = some(reasoning).filter(|_| rules.keep_reasoning);
+        Parts { reasoning, content: some(content), calls }
     }
 }
 
@@ -97,7 +102,7 @@ mod tests {
     fn rules(think: Option<bool>, tools: bool) -> Rules {
         let list = json!([{"type": "function", "function": {"name": "now"}}]);
         let tools = tools.then(|| Arc::new(crate::tools::from_request(Some(&list), None, None).unwrap().unwrap()));
-        Rules { tools, think }
+        Rules { tools, think, keep_reasoning: true }
     }
 
     /// Streams `pieces` and checks the sum against `read` of the whole.

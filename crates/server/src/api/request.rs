@@ -68,6 +68,8 @@ pub struct ChatRequest {
     pub parallel_tool_calls: Option<bool>,
     /// vLLM's extension: more chat-template variables (`enable_thinking`, ...).
     pub chat_template_kwargs: Option<Value>,
+    /// vLLM's extension: false leaves the reasoning out of the reply.
+    pub include_reasoning: Option<bool>,
     /// vLLM's extensions: end with the opening of the assistant's turn
     /// (default true), or leave the final assistant message open.
     pub add_generation_prompt: Option<bool>,
@@ -93,6 +95,11 @@ pub struct ChatMessage {
     pub tool_call_id: Option<String>,
     #[serde(default)]
     pub name: Option<String>,
+    /// An assistant's reasoning, as replies give it (vLLM's newer name:
+    /// `reasoning`); templates such as Qwen3's show it in the turns of a
+    /// tool-calling loop.
+    #[serde(default, alias = "reasoning")]
+    pub reasoning_content: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -50,11 +50,20 @@ pub async fn chat_completions(
     let ending = prompt::Ending::from_request(req.add_generation_prompt, req.continue_final_message)?;
     let vars = convert::template_vars(req.chat_template_kwargs.as_ref())?;
     let extras = Extras { tools: tools.as_ref().map(|t| t.tools.as_slice()), vars: vars.as_ref() };
-    let text = prompt::chat_text(template, &messages, extras, ending)?;
+    let mut text = prompt::chat_text(template, &messages, extras, ending)?;
+    // A constrained reply is the answer alone: a block the prompt opens is closed.
+    let constrained = settings.format.is_some();
+    if constrained {
+        text = reasoning::closed(text);
+    }
     let ids = prompt::chat_tokens(backend.tokenizer(), &text)?;
-    // (A constrained reply is the constrained value alone: no think block.)
-    let think = (state.reasoning && settings.format.is_none()).then(|| reasoning::opened_by(&text));
-    let rules = Arc::new(Rules { tools: tools.map(Arc::new), think });
+    let open = match ending {
+        prompt::Ending::Continue => messages.last().is_some_and(|m| reasoning::left_open(&m.content)),
+        _ => reasoning::opened_by(&text),
+    };
+    let think = (state.reasoning && !constrained).then_some(open);
+    let keep_reasoning = req.include_reasoning != Some(false);
+    let rules = Arc::new(Rules { tools: tools.map(Arc::new), think, keep_reasoning });
     let role = reply_role(&messages, req.add_generation_prompt);
     let echo = messages.last().filter(|m| req.echo == Some(true) && m.role == role).map(|m| m.content.clone());
     let streams = generate::submit_all(&state, settings.requests(ids, limits.max_context))?;

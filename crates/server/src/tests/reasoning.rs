@@ -8,7 +8,8 @@ use super::*;
 /// A template with think blocks that opens one unless `enable_thinking` is
 /// false (the fake's vocabulary has "sky" and "is").
 fn thinking_template() -> ChatTemplate {
-    let src = "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|> {{ m.content }} {% endfor %}\
+    let src =
+        "{{ bos_token }}{% for m in messages %}<|{{ m.role }}|> {{ m.reasoning_content }} {{ m.content }} {% endfor %}\
                {% if add_generation_prompt %}<|assistant|>{% if enable_thinking is false %} sky is \
                {% endif %}{% endif %}{# </think> #}";
     ChatTemplate::new(src, "<s>", "</s>").unwrap()
@@ -58,6 +59,12 @@ async fn reasoning_comes_apart_from_the_answer() {
     let (_, app) = scripted(&THOUGHT, true);
     let r = post(&app, "/v1/chat/completions", chat(json!({"guided_regex": ".*"}))).await;
     assert!(r.json()["choices"][0]["message"].get("reasoning_content").is_none());
+    // `include_reasoning: false` leaves it out.
+    for stream in [false, true] {
+        let r = post(&app, "/v1/chat/completions", chat(json!({"include_reasoning": false, "stream": stream}))).await;
+        assert!(!r.text().contains("reasoning_content") && !r.text().contains("Hmm"), "{}", r.text());
+        assert!(r.text().contains("The sky."), "{}", r.text());
+    }
     // A plain reply has no reasoning.
     let (_, app) = scripted(&["The", " sky."], true);
     let r = post(&app, "/v1/chat/completions", chat(json!({}))).await;
@@ -81,6 +88,12 @@ async fn chat_template_kwargs_reach_the_template() {
     body["messages"] = json!([{"role": "user", "content": "hello"}]);
     let t = post(&app, "/tokenize", body).await.json();
     assert_eq!(t["tokens"], json!(fake.requests()[1].prompt));
+    // An assistant's reasoning sent back reaches the template.
+    let messages = json!([{"role": "user", "content": "hello"}, {"role": "assistant", "content": "a",
+        "reasoning_content": "wor"}, {"role": "user", "content": "hello"}]);
+    post(&app, "/v1/chat/completions", chat(json!({"messages": messages}))).await;
+    let prompt = fake.tokenizer().decode(&fake.requests().last().unwrap().prompt, false);
+    assert!(prompt.contains("wor a"), "{prompt}");
     for bad in [json!({"chat_template_kwargs": [1]}), json!({"chat_template_kwargs": {"messages": []}})] {
         let r = post(&app, "/v1/chat/completions", chat(bad.clone())).await;
         assert_eq!(r.status, StatusCode::BAD_REQUEST, "{bad}");
