@@ -220,6 +220,46 @@ check(r.choices[0].finish_reason in ("stop", "length", "tool_calls"), f"after a 
 r = chat(ask, tools=TOOLS, tool_choice="none", max_tokens=8)
 check(r.choices[0].message.tool_calls is None and r.choices[0].message.content, f"tool_choice none: {r}")
 
+# The Responses API: the same model answers through it, whole and streamed.
+ask = "What is the capital of France?"
+r = client.responses.create(model=MODEL, input=ask, instructions="Be brief.", max_output_tokens=16, temperature=0)
+check(r.status in ("completed", "incomplete") and r.output_text, f"responses: {r}")
+check(r.usage.output_tokens <= 16 and r.usage.total_tokens == r.usage.input_tokens + r.usage.output_tokens, f"responses usage: {r.usage}")
+events, text, final = [], "", None
+for ev in client.responses.create(model=MODEL, input=ask, instructions="Be brief.", max_output_tokens=16, temperature=0, stream=True):
+    events.append(ev)
+    if ev.type == "response.output_text.delta":
+        text += ev.delta
+    if ev.type in ("response.completed", "response.incomplete"):
+        final = ev.response
+check(events[0].type == "response.created" and final is not None, f"responses stream: {[e.type for e in events]}")
+check([e.sequence_number for e in events] == list(range(len(events))), "responses sequence numbers")
+check(text == r.output_text == final.output_text, f"streamed response {text!r} != {r.output_text!r}")
+rtools = [{"type": "function", "name": t["function"]["name"], "description": t["function"]["description"],
+           "parameters": t["function"]["parameters"]} for t in TOOLS]
+r = client.responses.create(model=MODEL, input="Weather in Paris?", tools=rtools, tool_choice="required", temperature=0)
+calls = [o for o in r.output if o.type == "function_call"]
+check(calls and all(c.name in ("get_weather", "add") and json.loads(c.arguments) for c in calls), f"responses call: {r.output}")
+with client.responses.stream(model=MODEL, input="Weather in Paris?", tools=rtools, tool_choice="required", temperature=0) as s:
+    for _ in s:
+        pass
+    streamed_calls = [o for o in s.get_final_response().output if o.type == "function_call"]
+check(streamed_calls and json.loads(streamed_calls[0].arguments), f"streamed responses call: {streamed_calls}")
+follow = [{"role": "user", "content": "Weather in Paris?"},
+          {"type": "function_call", "call_id": calls[0].call_id, "name": calls[0].name, "arguments": calls[0].arguments},
+          {"type": "function_call_output", "call_id": calls[0].call_id, "output": "18 degrees, clear"}]
+r = client.responses.create(model=MODEL, input=follow, tools=rtools, temperature=0, max_output_tokens=20)
+check(r.status in ("completed", "incomplete"), f"responses after a call: {r}")
+
+
+class Town(pydantic.BaseModel):
+    name: str
+    country: str
+
+
+p = client.responses.parse(model=MODEL, input="Name a town in France.", text_format=Town, temperature=0, max_output_tokens=60)
+check(isinstance(p.output_parsed, Town) and p.output_parsed.name, f"responses parse: {p}")
+
 # Concurrent greedy requests give what they give alone.
 prompts = [f"Write one sentence about the number {i}." for i in range(12)]
 alone = [chat(p, max_tokens=12).choices[0].message.content for p in prompts]
@@ -244,6 +284,7 @@ raises(openai.BadRequestError, lambda: chat("x", temperature=-1))
 raises(openai.BadRequestError, lambda: chat("x", n=0))
 raises(openai.BadRequestError, lambda: client.chat.completions.create(model=MODEL, messages=[]))
 raises(openai.BadRequestError, lambda: chat("x", tools=TOOLS, tool_choice={"type": "function", "function": {"name": "nope"}}))
+raises(openai.BadRequestError, lambda: client.responses.create(model=MODEL, input="x", previous_response_id="resp_1"))
 bad = openai.OpenAI(base_url=f"{BASE}/v1", api_key="wrong", max_retries=0)
 raises(openai.AuthenticationError, lambda: bad.models.list())
 

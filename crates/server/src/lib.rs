@@ -26,6 +26,7 @@ mod metrics;
 mod prompt;
 mod reasoning;
 mod reply;
+mod responses;
 mod router;
 mod routes;
 mod sse;

@@ -32,8 +32,8 @@ pub trait Format: Send + 'static {
     /// The chunks for newly final text of choice `index`, with the tokens
     /// since the last chunk (none: the text is held back).
     fn text(&mut self, index: usize, text: String, tokens: Vec<TokenInfo>) -> Vec<Value>;
-    /// The last chunks of a choice that ended normally.
-    fn finish(&mut self, index: usize, reason: &'static str, tokens: Vec<TokenInfo>) -> Vec<Value>;
+    /// The last chunks of a choice that ended normally (`summary`: how, and its counts).
+    fn finish(&mut self, index: usize, summary: &Summary, tokens: Vec<TokenInfo>) -> Vec<Value>;
     /// The `stream_options.include_usage` chunk: no choices, just usage.
     fn usage(&mut self, usage: Usage) -> Value;
 }
@@ -160,7 +160,7 @@ impl<F: Format> Driver<F> {
                     Some(e) => data(&e.body()),
                     None => {
                         let tokens = std::mem::take(&mut self.pending[i]);
-                        let chunks = self.format.finish(i, s.finish.as_str(), tokens);
+                        let chunks = self.format.finish(i, &s, tokens);
                         self.all(chunks)
                     }
                 };

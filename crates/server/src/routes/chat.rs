@@ -3,6 +3,7 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use ferrite_engine::Summary;
 use serde_json::Value;
 
 use crate::api::request::ChatRequest;
@@ -24,6 +25,71 @@ pub async fn chat_completions(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
+    let Started { streams, rules, settings, role, echo, short_ids, want_logprobs } = start(&state, &req)?;
+    let meta = Meta::new("chatcmpl", &state.model);
+    if settings.stream {
+        let opts =
+            sse::Options { logprobs: want_logprobs, include_usage: settings.include_usage, per_prompt: settings.n };
+        let streamed = (0..streams.len()).map(|_| Streamed::new(&rules)).collect();
+        let held_tokens = vec![Vec::new(); streams.len()];
+        let (logprobs, state) = (want_logprobs, state.clone());
+        let format = ChatFormat { meta, state, logprobs, role, echo, rules, streamed, held_tokens, short_ids };
+        return Ok(sse::response(streams, format, opts));
+    }
+    let outputs = generate::collect_all(streams, want_logprobs).await?;
+    let tok = state.tokenizer();
+    let choices = outputs
+        .iter()
+        .enumerate()
+        .map(|(index, o)| {
+            // (The generated text alone is read, as streams read it.)
+            let mut reply = rules.read(&o.text);
+            if let Some(echo) = &echo {
+                reply.content = Some(echo.clone() + reply.content.as_deref().unwrap_or_default());
+            }
+            let called = !reply.calls.is_empty();
+            ChatChoice {
+                index,
+                message: AssistantMessage {
+                    role,
+                    content: reply.content,
+                    reasoning_content: reply.reasoning,
+                    tool_calls: called.then(|| ToolCall::list(reply.calls, false, short_ids)),
+                },
+                logprobs: want_logprobs.then(|| logprobs::chat(tok, &o.tokens)),
+                finish_reason: if called { "tool_calls" } else { o.summary.finish.as_str() },
+            }
+        })
+        .collect();
+    let usage = generate::usage(outputs.iter().map(|o| &o.summary), settings.n);
+    let prompt_logprobs = settings.prompt_logprobs.map(|k| logprobs::ranked_prompt(tok, &outputs[0].prompt, k));
+    let body = ChatCompletion {
+        id: meta.id,
+        object: "chat.completion",
+        created: meta.created,
+        model: meta.model,
+        choices,
+        usage,
+        prompt_logprobs,
+    };
+    Ok(Json(body).into_response())
+}
+
+/// A chat request submitted: its choices' streams, and how to read them.
+pub struct Started {
+    pub streams: Vec<crate::backend::EventStream>,
+    pub rules: Arc<Rules>,
+    pub settings: convert::Settings,
+    pub role: &'static str,
+    /// The final message's text, where it leads the reply (`echo`).
+    pub echo: Option<String>,
+    /// Call ids as Mistral's templates want them (`tools::call_id`).
+    pub short_ids: bool,
+    pub want_logprobs: bool,
+}
+
+/// Checks and submits a chat request (also the Responses API's, converted).
+pub fn start(state: &AppState, req: &ChatRequest) -> Result<Started, ApiError> {
     state.check_model(req.common.model.as_deref())?;
     let tools = tools::from_request(req.tools.as_ref(), req.tool_choice.as_ref(), req.parallel_tool_calls)?;
     let backend = state.generator()?;
@@ -66,55 +132,9 @@ pub async fn chat_completions(
     let rules = Arc::new(Rules { tools: tools.map(Arc::new), think, keep_reasoning });
     let role = reply_role(&messages, req.add_generation_prompt);
     let echo = messages.last().filter(|m| req.echo == Some(true) && m.role == role).map(|m| m.content.clone());
-    let streams = generate::submit_all(&state, settings.requests(ids, limits.max_context))?;
-    let meta = Meta::new("chatcmpl", &state.model);
+    let streams = generate::submit_all(state, settings.requests(ids, limits.max_context))?;
     let want_logprobs = top_logprobs.is_some();
-    if settings.stream {
-        let opts =
-            sse::Options { logprobs: want_logprobs, include_usage: settings.include_usage, per_prompt: settings.n };
-        let streamed = (0..streams.len()).map(|_| Streamed::new(&rules)).collect();
-        let held_tokens = vec![Vec::new(); streams.len()];
-        let (logprobs, state) = (want_logprobs, state.clone());
-        let format = ChatFormat { meta, state, logprobs, role, echo, rules, streamed, held_tokens, short_ids };
-        return Ok(sse::response(streams, format, opts));
-    }
-    let outputs = generate::collect_all(streams, want_logprobs).await?;
-    let tok = backend.tokenizer();
-    let choices = outputs
-        .iter()
-        .enumerate()
-        .map(|(index, o)| {
-            // (The generated text alone is read, as streams read it.)
-            let mut reply = rules.read(&o.text);
-            if let Some(echo) = &echo {
-                reply.content = Some(echo.clone() + reply.content.as_deref().unwrap_or_default());
-            }
-            let called = !reply.calls.is_empty();
-            ChatChoice {
-                index,
-                message: AssistantMessage {
-                    role,
-                    content: reply.content,
-                    reasoning_content: reply.reasoning,
-                    tool_calls: called.then(|| ToolCall::list(reply.calls, false, short_ids)),
-                },
-                logprobs: want_logprobs.then(|| logprobs::chat(tok, &o.tokens)),
-                finish_reason: if called { "tool_calls" } else { o.summary.finish.as_str() },
-            }
-        })
-        .collect();
-    let usage = generate::usage(outputs.iter().map(|o| &o.summary), settings.n);
-    let prompt_logprobs = settings.prompt_logprobs.map(|k| logprobs::ranked_prompt(tok, &outputs[0].prompt, k));
-    let body = ChatCompletion {
-        id: meta.id,
-        object: "chat.completion",
-        created: meta.created,
-        model: meta.model,
-        choices,
-        usage,
-        prompt_logprobs,
-    };
-    Ok(Json(body).into_response())
+    Ok(Started { streams, rules, settings, role, echo, short_ids, want_logprobs })
 }
 
 /// The reply's role, as vLLM names it: the assistant's, or with
@@ -195,7 +215,8 @@ impl sse::Format for ChatFormat {
         let delta = Delta { reasoning_content: some(reasoning), content: some(content), ..Delta::default() };
         vec![self.choice(index, delta, &tokens, None)]
     }
-    fn finish(&mut self, index: usize, reason: &'static str, tokens: Vec<TokenInfo>) -> Vec<Value> {
+    fn finish(&mut self, index: usize, summary: &Summary, tokens: Vec<TokenInfo>) -> Vec<Value> {
+        let reason = summary.finish.as_str();
         let tokens = self.take_tokens(index, tokens);
         let reply = self.streamed[index].finish(&self.rules);
         let mut deltas = Vec::new();

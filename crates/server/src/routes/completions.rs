@@ -4,6 +4,7 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use ferrite_engine::sampling::TokenScore;
+use ferrite_engine::Summary;
 use ferrite_loader::tokenizer::Tokenizer;
 use serde_json::Value;
 
@@ -183,8 +184,8 @@ impl sse::Format for CompletionFormat {
     fn text(&mut self, index: usize, text: String, tokens: Vec<TokenInfo>) -> Vec<Value> {
         vec![self.chunk(index, text, &tokens, None)]
     }
-    fn finish(&mut self, index: usize, reason: &'static str, tokens: Vec<TokenInfo>) -> Vec<Value> {
-        vec![self.chunk(index, String::new(), &tokens, Some(reason))]
+    fn finish(&mut self, index: usize, summary: &Summary, tokens: Vec<TokenInfo>) -> Vec<Value> {
+        vec![self.chunk(index, String::new(), &tokens, Some(summary.finish.as_str()))]
     }
     fn usage(&mut self, usage: Usage) -> Value {
         self.wrap(Vec::new(), Some(usage))

@@ -5,5 +5,6 @@ pub mod completions;
 pub mod embeddings;
 pub mod misc;
 pub mod models;
+pub mod responses;
 pub mod tei;
 pub mod tokenize;

@@ -5,6 +5,7 @@ mod echo;
 mod embeddings;
 mod errors;
 mod reasoning;
+mod responses;
 mod routes;
 mod shutdown;
 mod streaming;

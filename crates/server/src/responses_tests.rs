@@ -1,0 +1,123 @@
+use super::*;
+use crate::tools::Call;
+
+fn message(err: ApiError) -> String {
+    let body = err.body();
+    format!("{} {}", body["error"]["param"], body["error"]["message"])
+}
+
+#[test]
+fn requests_become_chat_requests() {
+    let chat = to_chat(&json!({"model": "m", "input": "hi", "instructions": "Be brief.", "max_output_tokens": 9,
+        "temperature": 0.5, "stream": true, "store": true, "metadata": {"k": "v"}, "reasoning": {"effort": "low"}}))
+    .unwrap();
+    assert_eq!(
+        chat,
+        json!({"model": "m", "temperature": 0.5, "stream": true, "max_completion_tokens": 9,
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]})
+    );
+    // Items: messages with text parts, calls onto the assistant message before them, outputs as tool messages.
+    let input = json!([
+        {"role": "user", "content": [{"type": "input_text", "text": "a"}, {"type": "input_text", "text": "b"}]},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "g", "arguments": "{\"x\":1}"},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "function_call_output", "call_id": "c1", "output": "one"},
+        {"type": "function_call_output", "call_id": "c2", "output": [{"type": "input_text", "text": "two"}]},
+        {"type": "function_call", "call_id": "c3", "name": "f", "arguments": "{}"}
+    ]);
+    let chat = to_chat(&json!({"input": input})).unwrap();
+    assert_eq!(
+        chat["messages"],
+        json!([
+            {"role": "user", "content": "a\nb"},
+            {"role": "assistant", "content": "Checking.", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                {"id": "c2", "type": "function", "function": {"name": "g", "arguments": "{\"x\":1}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "one"},
+            {"role": "tool", "tool_call_id": "c2", "content": "two"},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c3", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}
+        ])
+    );
+    // Flat function tools, a named choice, text formats.
+    let chat = to_chat(&json!({"input": "x", "tools": [{"type": "function", "name": "f", "description": "d",
+        "parameters": {"type": "object"}, "strict": true}], "tool_choice": {"type": "function", "name": "f"},
+        "text": {"format": {"type": "json_schema", "name": "out", "schema": {"type": "object"}, "strict": true}}}))
+    .unwrap();
+    assert_eq!(
+        chat["tools"],
+        json!([{"type": "function", "function": {"name": "f", "description": "d",
+        "parameters": {"type": "object"}}}])
+    );
+    assert_eq!(chat["tool_choice"], json!({"type": "function", "function": {"name": "f"}}));
+    assert_eq!(
+        chat["response_format"],
+        json!({"type": "json_schema", "json_schema": {"name": "out",
+        "schema": {"type": "object"}}})
+    );
+    let chat = to_chat(&json!({"input": "x", "text": {"format": {"type": "text"}}})).unwrap();
+    assert!(chat.get("response_format").is_none());
+}
+
+#[test]
+fn what_is_not_supported_is_a_400() {
+    for (body, needle) in [
+        (json!({"input": "x", "previous_response_id": "resp_1"}), "not stored"),
+        (json!({"input": "x", "background": true}), "background"),
+        (json!({"input": 5}), "input must be"),
+        (json!({}), "input must be"),
+        (json!({"input": [{"type": "input_image", "image_url": "u"}]}), "input[0]"),
+        (json!({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}), "text parts"),
+        (json!({"input": [{"type": "function_call", "name": "f"}]}), "call_id"),
+        (json!({"input": "x", "tools": [{"type": "web_search"}]}), "only function tools"),
+        (json!({"input": "x", "text": {"format": {"type": "xml"}}}), "text.format"),
+        (json!({"input": "x", "instructions": 3}), "instructions"),
+        (json!([1]), "JSON object"),
+    ] {
+        let m = message(to_chat(&body).unwrap_err());
+        assert!(m.contains(needle), "{body}: {m}");
+    }
+}
+
+#[test]
+fn replies_become_output_items() {
+    let parts = Parts {
+        reasoning: Some("think".into()),
+        content: Some("Paris.".into()),
+        calls: vec![Call { name: "f".into(), arguments: "{}".into() }],
+    };
+    let items = items(parts, true, false);
+    let kinds: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["reasoning", "message", "function_call"]);
+    assert_eq!(items[0]["content"], json!([{"type": "reasoning_text", "text": "think"}]));
+    assert_eq!(items[1]["content"][0]["text"], "Paris.");
+    assert_eq!((items[1]["role"].clone(), items[1]["status"].clone()), (json!("assistant"), json!("completed")));
+    assert!(
+        items[2]["id"].as_str().unwrap().starts_with("fc_")
+            && items[2]["call_id"].as_str().unwrap().starts_with("call_")
+    );
+    let cut = items_of_cut();
+    assert_eq!(cut[0]["status"], "incomplete");
+    // The response echoes the request's settings.
+    let r = response(
+        "resp_1",
+        7,
+        "m",
+        &json!({"temperature": 0.2, "metadata": {"a": "b"}}),
+        "incomplete",
+        cut,
+        usage(5, 1, 3),
+    );
+    assert_eq!((r["temperature"].clone(), r["metadata"]["a"].clone()), (json!(0.2), json!("b")));
+    assert_eq!(r["incomplete_details"]["reason"], "max_output_tokens");
+    assert_eq!(
+        (r["usage"]["total_tokens"].clone(), r["usage"]["input_tokens_details"]["cached_tokens"].clone()),
+        (json!(8), json!(1))
+    );
+}
+
+fn items_of_cut() -> Vec<Value> {
+    items(Parts { reasoning: None, content: Some("Par".into()), calls: Vec::new() }, false, false)
+}

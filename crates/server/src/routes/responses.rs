@@ -1,0 +1,192 @@
+//! `POST /v1/responses`: OpenAI's Responses API over the chat pipeline
+//! (`crate::responses` converts), whole or streamed as its typed events.
+
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use ferrite_engine::{FinishReason, Summary};
+use serde_json::{json, Value};
+
+use crate::api::request::ChatRequest;
+use crate::api::response::Usage;
+use crate::errors::ApiError;
+use crate::extract::ApiJson;
+use crate::generate::{self, TokenInfo};
+use crate::reply::{Parts, Rules, Streamed};
+use crate::responses::{self as api, id};
+use crate::routes::chat::{self, Started};
+use crate::sse;
+use crate::state::AppState;
+use std::sync::Arc;
+
+pub async fn create(State(state): State<AppState>, ApiJson(body): ApiJson<Value>) -> Result<Response, ApiError> {
+    let chat_body = api::to_chat(&body)?;
+    let req: ChatRequest =
+        serde_json::from_value(chat_body).map_err(|e| ApiError::invalid(format!("invalid request: {e}")))?;
+    let Started { mut streams, rules, settings, short_ids, .. } = chat::start(&state, &req)?;
+    let (id, created) = (id("resp"), crate::state::unix_now());
+    if settings.stream {
+        let opts = sse::Options { logprobs: false, include_usage: false, per_prompt: 1 };
+        let format = EventFormat::new(id, created, state.model.clone(), body, rules, short_ids);
+        return Ok(sse::response(streams, format, opts));
+    }
+    let Some(stream) = streams.pop() else { return Err(ApiError::invalid("nothing was generated")) };
+    let outputs = generate::collect_all(vec![stream], false).await?;
+    let o = &outputs[0];
+    let complete = o.summary.finish != FinishReason::Length;
+    let s = &o.summary;
+    let usage = api::usage(s.prompt_tokens, s.cached_tokens, s.completion_tokens);
+    let output = api::items(rules.read(&o.text), complete, short_ids);
+    let status = if complete { "completed" } else { "incomplete" };
+    Ok(Json(api::response(&id, created, &state.model, &body, status, output, usage)).into_response())
+}
+
+/// An output item being streamed: its id and place in `output`.
+struct Open {
+    id: String,
+    index: usize,
+    text: String,
+}
+
+/// The Responses API's stream: `response.created`, then each output item
+/// added, its text's deltas, done; calls whole at the end; then
+/// `response.completed` with the whole response. Every event numbered.
+struct EventFormat {
+    id: String,
+    created: u64,
+    model: String,
+    request: Value,
+    rules: Arc<Rules>,
+    streamed: Streamed,
+    short_ids: bool,
+    seq: u64,
+    /// The items done so far.
+    output: Vec<Value>,
+    reasoning: Option<Open>,
+    message: Option<Open>,
+}
+
+impl EventFormat {
+    fn new(id: String, created: u64, model: String, request: Value, rules: Arc<Rules>, short_ids: bool) -> Self {
+        let streamed = Streamed::new(&rules);
+        let (output, reasoning, message) = (Vec::new(), None, None);
+        EventFormat { id, created, model, request, rules, streamed, short_ids, seq: 0, output, reasoning, message }
+    }
+
+    fn event(&mut self, kind: &str, mut fields: Value) -> Value {
+        fields["type"] = json!(kind);
+        fields["sequence_number"] = json!(self.seq);
+        self.seq += 1;
+        fields
+    }
+
+    fn response(&self, status: &str, usage: Value) -> Value {
+        api::response(&self.id, self.created, &self.model, &self.request, status, self.output.clone(), usage)
+    }
+
+    /// Events for newly final reasoning and content.
+    fn parts(&mut self, reasoning: &str, content: &str, out: &mut Vec<Value>) {
+        if !reasoning.is_empty() {
+            if self.reasoning.is_none() {
+                let open = Open { id: id("rs"), index: self.output.len(), text: String::new() };
+                let item = api::reasoning_item(&open.id, "", "in_progress");
+                out.push(self.event("response.output_item.added", json!({"output_index": open.index, "item": item})));
+                self.reasoning = Some(open);
+            }
+            let r = self.reasoning.as_mut().map(|r| (r.id.clone(), r.index)).unwrap_or_default();
+            if let Some(open) = &mut self.reasoning {
+                open.text += reasoning;
+            }
+            let delta = json!({"item_id": r.0, "output_index": r.1, "content_index": 0, "delta": reasoning});
+            out.push(self.event("response.reasoning_text.delta", delta));
+        }
+        if content.is_empty() {
+            return;
+        }
+        self.close_reasoning(out);
+        if self.message.is_none() {
+            let open = Open { id: id("msg"), index: self.output.len(), text: String::new() };
+            let item = api::message_item(&open.id, "", "in_progress");
+            out.push(self.event("response.output_item.added", json!({"output_index": open.index, "item": item})));
+            let part = json!({"item_id": open.id, "output_index": open.index, "content_index": 0,
+                              "part": api::text_part("")});
+            out.push(self.event("response.content_part.added", part));
+            self.message = Some(open);
+        }
+        let Some(m) = self.message.as_mut() else { return };
+        m.text += content;
+        let delta = json!({"item_id": m.id, "output_index": m.index, "content_index": 0, "delta": content,
+                           "logprobs": []});
+        out.push(self.event("response.output_text.delta", delta));
+    }
+
+    fn close_reasoning(&mut self, out: &mut Vec<Value>) {
+        let Some(r) = self.reasoning.take() else { return };
+        let done = json!({"item_id": r.id, "output_index": r.index, "content_index": 0, "text": r.text});
+        out.push(self.event("response.reasoning_text.done", done));
+        let item = api::reasoning_item(&r.id, &r.text, "completed");
+        out.push(self.event("response.output_item.done", json!({"output_index": r.index, "item": item})));
+        self.output.push(item);
+    }
+
+    fn close_message(&mut self, status: &str, out: &mut Vec<Value>) {
+        let Some(m) = self.message.take() else { return };
+        let at = json!({"item_id": m.id, "output_index": m.index, "content_index": 0});
+        let mut done = at.clone();
+        done["text"] = json!(m.text);
+        done["logprobs"] = json!([]);
+        out.push(self.event("response.output_text.done", done));
+        let mut part = at;
+        part["part"] = api::text_part(&m.text);
+        out.push(self.event("response.content_part.done", part));
+        let item = api::message_item(&m.id, &m.text, status);
+        out.push(self.event("response.output_item.done", json!({"output_index": m.index, "item": item})));
+        self.output.push(item);
+    }
+}
+
+impl sse::Format for EventFormat {
+    fn opening(&mut self, _n: usize) -> Vec<Value> {
+        let response = self.response("in_progress", Value::Null);
+        let created = self.event("response.created", json!({"response": response}));
+        vec![created, self.event("response.in_progress", json!({"response": response}))]
+    }
+
+    fn text(&mut self, _index: usize, text: String, _tokens: Vec<TokenInfo>) -> Vec<Value> {
+        let (reasoning, content) = self.streamed.push(&self.rules, &text);
+        let mut out = Vec::new();
+        self.parts(&reasoning, &content, &mut out);
+        out
+    }
+
+    fn finish(&mut self, _index: usize, summary: &Summary, _tokens: Vec<TokenInfo>) -> Vec<Value> {
+        let Parts { reasoning, content, calls } = self.streamed.finish(&self.rules);
+        let mut out = Vec::new();
+        self.parts(&reasoning.unwrap_or_default(), &content.unwrap_or_default(), &mut out);
+        let complete = summary.finish != FinishReason::Length;
+        let status = if complete { "completed" } else { "incomplete" };
+        self.close_reasoning(&mut out);
+        self.close_message(status, &mut out);
+        for c in calls {
+            let (item_id, call_id, index) = (id("fc"), crate::tools::call_id(self.short_ids), self.output.len());
+            let item = api::call_item(&item_id, &call_id, &c.name, "", "in_progress");
+            out.push(self.event("response.output_item.added", json!({"output_index": index, "item": item})));
+            let delta = json!({"item_id": item_id, "output_index": index, "delta": c.arguments});
+            out.push(self.event("response.function_call_arguments.delta", delta));
+            let done = json!({"item_id": item_id, "output_index": index, "arguments": c.arguments});
+            out.push(self.event("response.function_call_arguments.done", done));
+            let item = api::call_item(&item_id, &call_id, &c.name, &c.arguments, "completed");
+            out.push(self.event("response.output_item.done", json!({"output_index": index, "item": item})));
+            self.output.push(item);
+        }
+        let usage = api::usage(summary.prompt_tokens, summary.cached_tokens, summary.completion_tokens);
+        let response = self.response(status, usage);
+        let kind = if complete { "response.completed" } else { "response.incomplete" };
+        out.push(self.event(kind, json!({"response": response})));
+        out
+    }
+
+    fn usage(&mut self, _usage: Usage) -> Value {
+        Value::Null
+    }
+}

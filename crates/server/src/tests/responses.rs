@@ -1,0 +1,105 @@
+//! `POST /v1/responses` over the scripted engine.
+
+use axum::http::StatusCode;
+use serde_json::json;
+
+use super::*;
+
+#[tokio::test]
+async fn a_response_whole_and_streamed() {
+    let (fake, app) = app();
+    let r =
+        post(&app, "/v1/responses", json!({"input": "hello", "instructions": "the sky", "metadata": {"k": 1}})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let v = r.json();
+    assert!(v["id"].as_str().unwrap().starts_with("resp_"));
+    assert_eq!(
+        (v["object"].clone(), v["status"].clone(), v["model"].clone()),
+        (json!("response"), json!("completed"), json!(MODEL))
+    );
+    assert_eq!(v["output"].as_array().unwrap().len(), 1);
+    let message = &v["output"][0];
+    assert_eq!((message["type"].clone(), message["role"].clone()), (json!("message"), json!("assistant")));
+    assert_eq!(
+        message["content"][0],
+        json!({"type": "output_text", "text": "hello world", "annotations": [], "logprobs": []})
+    );
+    assert_eq!(v["usage"]["output_tokens"], 3);
+    assert_eq!(v["metadata"], json!({"k": 1}));
+    // The instructions came first, as a system message.
+    let prompt = fake.tokenizer().decode(&fake.requests()[0].prompt, false);
+    assert!(prompt.contains("the sky <|user|> hello"), "{prompt}");
+    // Cut by max_output_tokens: incomplete.
+    let v = post(&app, "/v1/responses", json!({"input": "hello", "max_output_tokens": 1})).await.json();
+    assert_eq!(
+        (v["status"].clone(), v["incomplete_details"]["reason"].clone()),
+        (json!("incomplete"), json!("max_output_tokens"))
+    );
+    // Streamed: typed events, numbered in order, the text's deltas adding up.
+    let r = post(&app, "/v1/responses", json!({"input": "hello", "stream": true})).await;
+    let events: Vec<Value> =
+        r.events().iter().filter(|e| *e != "[DONE]").map(|e| serde_json::from_str(e).unwrap()).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta",
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    assert!(events.iter().enumerate().all(|(i, e)| e["sequence_number"] == i), "{events:?}");
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "hello world");
+    let done = &events.last().unwrap()["response"];
+    assert_eq!(
+        (done["status"].clone(), done["output"][0]["content"][0]["text"].clone()),
+        (json!("completed"), json!("hello world"))
+    );
+    assert_eq!(done["usage"]["total_tokens"], done["usage"]["input_tokens"].as_u64().unwrap() + 3);
+}
+
+#[tokio::test]
+async fn calls_come_back_as_items() {
+    let fake = Fake::new();
+    *fake.script.lock().unwrap() = Some(vec!["[{\"name\": \"sky\", \"arguments\": {\"a\": 1}}]".into()]);
+    // (A template that shows the tools briefly: the fake's context is small.)
+    let src = "{% if tools %}{{ tools[0].function.name }} {% endif %}{% for m in messages %}<|{{ m.role }}|> {{ m.content }} \
+               {% endfor %}{% if add_generation_prompt %}<|assistant|>{% endif %}";
+    let app = app_with(&fake, None, Some(ChatTemplate::new(src, "<s>", "</s>").unwrap()));
+    let tools = json!([{"type": "function", "name": "sky", "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}}}]);
+    let body = json!({"input": "hello", "tools": tools, "tool_choice": "required"});
+    let v = post(&app, "/v1/responses", body.clone()).await.json();
+    let call = &v["output"][0];
+    assert_eq!(
+        (call["type"].clone(), call["name"].clone(), call["arguments"].clone()),
+        (json!("function_call"), json!("sky"), json!("{\"a\":1}"))
+    );
+    assert!(fake.requests()[0].format.is_some());
+    let mut stream = body;
+    stream["stream"] = json!(true);
+    let r = post(&app, "/v1/responses", stream).await;
+    let events: Vec<Value> =
+        r.events().iter().filter(|e| *e != "[DONE]").map(|e| serde_json::from_str(e).unwrap()).collect();
+    let args = events.iter().find(|e| e["type"] == "response.function_call_arguments.done").unwrap();
+    assert_eq!(args["arguments"], "{\"a\":1}");
+    assert_eq!(events.last().unwrap()["response"]["output"][0]["name"], "sky");
+    // A conversation with a call and its output goes to the template as chat messages.
+    let input = json!([{"role": "user", "content": "hello"}, {"type": "function_call", "call_id": "c1", "name": "sky",
+        "arguments": "{}"}, {"type": "function_call_output", "call_id": "c1", "output": "is"}]);
+    let r = post(&app, "/v1/responses", json!({"input": input, "tools": tools})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    let r = post(&app, "/v1/responses", json!({"input": "x", "previous_response_id": "resp_1"})).await;
+    assert_eq!((r.status, r.error()["param"].clone()), (StatusCode::BAD_REQUEST, json!("previous_response_id")));
+}
