@@ -9,9 +9,9 @@ use serde_json::{json, Map, Value};
 use crate::errors::ApiError;
 use crate::reply::Parts;
 
-/// The request's fields a chat request takes as they are (extensions
-/// included).
-const PASSED: [&str; 10] = [
+/// The request's fields a chat request takes as they are (the chat
+/// extensions included, as clients send them in `extra_body`).
+const PASSED: [&str; 21] = [
     "model",
     "temperature",
     "top_p",
@@ -21,8 +21,22 @@ const PASSED: [&str; 10] = [
     "top_k",
     "min_p",
     "repetition_penalty",
-    "chat_template_kwargs",
+    "presence_penalty",
+    "frequency_penalty",
+    "stop",
+    "logit_bias",
+    "ignore_eos",
+    "min_tokens",
+    "include_reasoning",
+    "structured_outputs",
+    "guided_json",
+    "guided_choice",
+    "guided_regex",
+    "guided_grammar",
 ];
+
+/// Input messages' roles.
+const ROLES: [&str; 4] = ["user", "assistant", "system", "developer"];
 
 /// The chat request (JSON) a Responses request stands for.
 pub fn to_chat(body: &Value) -> Result<Value, ApiError> {
@@ -40,6 +54,12 @@ pub fn to_chat(body: &Value) -> Result<Value, ApiError> {
     if given("background").and_then(Value::as_bool) == Some(true) {
         return Err(ApiError::param("background", "background responses are not supported"));
     }
+    if given("top_logprobs").and_then(Value::as_u64).is_some_and(|n| n > 0) {
+        return Err(ApiError::param("top_logprobs", "logprobs are not supported here: use /v1/chat/completions"));
+    }
+    if given("truncation").is_some_and(|t| t != "disabled") {
+        return Err(ApiError::param("truncation", "only truncation \"disabled\" is supported"));
+    }
     let mut chat = Map::new();
     for k in PASSED {
         if let Some(v) = given(k) {
@@ -49,6 +69,18 @@ pub fn to_chat(body: &Value) -> Result<Value, ApiError> {
     if let Some(m) = given("max_output_tokens") {
         chat.insert("max_completion_tokens".into(), m.clone());
     }
+    // Template variables, with `reasoning.effort` as the templates that take it name it.
+    let mut vars = match given("chat_template_kwargs") {
+        Some(Value::Object(v)) => v.clone(),
+        Some(_) => return Err(ApiError::param("chat_template_kwargs", "chat_template_kwargs must be an object")),
+        None => Map::new(),
+    };
+    if let Some(effort) = given("reasoning").and_then(|r| r.get("effort")).filter(|e| !e.is_null()) {
+        vars.insert("reasoning_effort".into(), effort.clone());
+    }
+    if !vars.is_empty() {
+        chat.insert("chat_template_kwargs".into(), Value::Object(vars));
+    }
     let mut messages = Vec::new();
     if let Some(i) = given("instructions") {
         let text = i.as_str().ok_or_else(|| ApiError::param("instructions", "instructions must be a string"))?;
@@ -57,8 +89,9 @@ pub fn to_chat(body: &Value) -> Result<Value, ApiError> {
     match given("input") {
         Some(Value::String(text)) => messages.push(json!({"role": "user", "content": text})),
         Some(Value::Array(items)) => {
+            let mut reasoning = None;
             for (i, item) in items.iter().enumerate() {
-                input_item(&mut messages, i, item)?;
+                input_item(&mut messages, &mut reasoning, i, item)?;
             }
         }
         _ => return Err(ApiError::param("input", "input must be a string or a list of items")),
@@ -71,7 +104,9 @@ pub fn to_chat(body: &Value) -> Result<Value, ApiError> {
         let c = match choice {
             Value::String(_) => choice.clone(),
             c if c.get("type").and_then(Value::as_str) == Some("function") => {
-                json!({"type": "function", "function": {"name": c.get("name").cloned().unwrap_or_default()}})
+                let name = c.get("name").filter(|n| n.is_string());
+                let name = name.ok_or_else(|| ApiError::param("tool_choice", "a function tool_choice needs a name"))?;
+                json!({"type": "function", "function": {"name": name}})
             }
             _ => return Err(ApiError::param("tool_choice", "tool_choice must be auto, none, required or a function")),
         };
@@ -86,22 +121,47 @@ pub fn to_chat(body: &Value) -> Result<Value, ApiError> {
 }
 
 /// One input item onto the chat messages: a message, a function call (onto
-/// the assistant message before it, or a new one) or a call's output.
-fn input_item(messages: &mut Vec<Value>, i: usize, item: &Value) -> Result<(), ApiError> {
+/// the assistant message before it, or a new one) or a call's output; a
+/// reasoning item's text goes with the assistant message after it (the
+/// templates that show reasoning do so in a tool-calling loop).
+fn input_item(
+    messages: &mut Vec<Value>,
+    reasoning: &mut Option<String>,
+    i: usize,
+    item: &Value,
+) -> Result<(), ApiError> {
     let at = format!("input[{i}]");
     let bad = |what: &str| ApiError::param(&at, format!("{at}: {what}"));
     let kind = item.get("type").and_then(Value::as_str).unwrap_or("message");
+    let new_assistant = |content: Value, reasoning: &mut Option<String>| {
+        let mut m = json!({"role": "assistant", "content": content});
+        if let Some(r) = reasoning.take() {
+            m["reasoning_content"] = json!(r);
+        }
+        m
+    };
     match kind {
         "message" => {
             let role = item.get("role").and_then(Value::as_str).ok_or_else(|| bad("a message needs a role"))?;
+            if !ROLES.contains(&role) {
+                let msg = format!("role {role:?} is not one of {}", ROLES.join(", "));
+                return Err(ApiError::param(&format!("{at}.role"), format!("{at}: {msg}")));
+            }
             let content = text_of(item.get("content")).ok_or_else(|| bad("content must be text or text parts"))?;
-            messages.push(json!({"role": role, "content": content}));
+            match role {
+                "assistant" => messages.push(new_assistant(json!(content), reasoning)),
+                _ => messages.push(json!({"role": role, "content": content})),
+            }
         }
         "function_call" => {
             let field = |k: &str| item.get(k).and_then(Value::as_str).ok_or_else(|| bad(&format!("`{k}` is missing")));
             let call = json!({"id": field("call_id")?, "type": "function",
                 "function": {"name": field("name")?, "arguments": field("arguments")?}});
-            match messages.last_mut().and_then(Value::as_object_mut).filter(|m| m["role"] == "assistant") {
+            if reasoning.is_some() {
+                messages.push(new_assistant(Value::Null, reasoning));
+            }
+            let last = messages.last_mut().and_then(Value::as_object_mut);
+            match last.filter(|m| m.get("role").is_some_and(|r| r == "assistant")) {
                 Some(m) => match m.entry("tool_calls").or_insert_with(|| json!([])) {
                     Value::Array(calls) => calls.push(call),
                     _ => return Err(bad("the assistant message before it has malformed tool_calls")),
@@ -114,8 +174,10 @@ fn input_item(messages: &mut Vec<Value>, i: usize, item: &Value) -> Result<(), A
             let output = text_of(item.get("output")).ok_or_else(|| bad("output must be text or text parts"))?;
             messages.push(json!({"role": "tool", "tool_call_id": id, "content": output}));
         }
-        // Earlier reasoning is not shown again, as OpenAI's own models drop it.
-        "reasoning" => {}
+        "reasoning" => {
+            let texts = |k: &str| item.get(k).and_then(|c| text_of(Some(c)).filter(|t| !t.is_empty()));
+            *reasoning = texts("content").or_else(|| texts("summary"));
+        }
         other => return Err(bad(&format!("items of type `{other}` are not supported"))),
     }
     Ok(())
@@ -129,7 +191,9 @@ fn text_of(v: Option<&Value>) -> Option<String> {
             let texts: Option<Vec<&str>> = parts
                 .iter()
                 .map(|p| match p.get("type").and_then(Value::as_str) {
-                    Some("input_text" | "output_text" | "text") => p.get("text").and_then(Value::as_str),
+                    Some("input_text" | "output_text" | "text" | "reasoning_text" | "summary_text") => {
+                        p.get("text").and_then(Value::as_str)
+                    }
                     _ => None,
                 })
                 .collect();

@@ -14,7 +14,7 @@ fn requests_become_chat_requests() {
     assert_eq!(
         chat,
         json!({"model": "m", "temperature": 0.5, "stream": true, "max_completion_tokens": 9,
-            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]})
+            "chat_template_kwargs": {"reasoning_effort": "low"}, "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]})
     );
     // Items: messages with text parts, calls onto the assistant message before them, outputs as tool messages.
     let input = json!([
@@ -59,6 +59,24 @@ fn requests_become_chat_requests() {
     );
     let chat = to_chat(&json!({"input": "x", "text": {"format": {"type": "text"}}})).unwrap();
     assert!(chat.get("response_format").is_none());
+    // Chat extensions pass; reasoning effort becomes a template variable.
+    let chat = to_chat(&json!({"input": "x", "stop": ["\n"], "min_tokens": 2, "reasoning": {"effort": "high"},
+        "chat_template_kwargs": {"enable_thinking": true}}))
+    .unwrap();
+    assert_eq!((chat["stop"].clone(), chat["min_tokens"].clone()), (json!(["\n"]), json!(2)));
+    assert_eq!(chat["chat_template_kwargs"], json!({"enable_thinking": true, "reasoning_effort": "high"}));
+    // A reasoning item's text goes with the assistant turn after it.
+    let input = json!([
+        {"role": "user", "content": "q"},
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "hmm"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "1"},
+        {"type": "reasoning", "id": "rs_2", "summary": [{"type": "summary_text", "text": "so"}]},
+        {"role": "assistant", "content": "One."}
+    ]);
+    let m = to_chat(&json!({"input": input})).unwrap()["messages"].clone();
+    assert_eq!((m[1]["reasoning_content"].clone(), m[1]["tool_calls"][0]["id"].clone()), (json!("hmm"), json!("c1")));
+    assert_eq!((m[3]["reasoning_content"].clone(), m[3]["content"].clone()), (json!("so"), json!("One.")));
 }
 
 #[test]
@@ -74,6 +92,10 @@ fn what_is_not_supported_is_a_400() {
         (json!({"input": "x", "tools": [{"type": "web_search"}]}), "only function tools"),
         (json!({"input": "x", "text": {"format": {"type": "xml"}}}), "text.format"),
         (json!({"input": "x", "instructions": 3}), "instructions"),
+        (json!({"input": [{"role": "tool", "content": "x"}]}), "input[0].role"),
+        (json!({"input": "x", "top_logprobs": 2}), "logprobs"),
+        (json!({"input": "x", "truncation": "auto"}), "truncation"),
+        (json!({"input": "x", "tool_choice": {"type": "function"}}), "needs a name"),
         (json!([1]), "JSON object"),
     ] {
         let m = message(to_chat(&body).unwrap_err());

@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use crate::api::response::Usage;
 use crate::backend::EventStream;
+use crate::errors::ApiError;
 use crate::generate::{finish_error, usage, vanished, TokenInfo};
 
 /// How one endpoint writes its chunks.
@@ -36,6 +37,11 @@ pub trait Format: Send + 'static {
     fn finish(&mut self, index: usize, summary: &Summary, tokens: Vec<TokenInfo>) -> Vec<Value>;
     /// The `stream_options.include_usage` chunk: no choices, just usage.
     fn usage(&mut self, usage: Usage) -> Value;
+    /// A typed stream's events for a choice that failed (none: the
+    /// generic `error` event).
+    fn failed(&mut self, _index: usize, _error: &ApiError) -> Vec<Value> {
+        Vec::new()
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -45,6 +51,9 @@ pub struct Options {
     pub include_usage: bool,
     /// `n`: the streams are each prompt's `n` choices in turn (for usage).
     pub per_prompt: usize,
+    /// Typed events (the Responses API's, Anthropic's): each chunk's `type`
+    /// also as the event's name, errors as `error` events, no `[DONE]`.
+    pub typed: bool,
 }
 
 pub fn data(v: &impl Serialize) -> Vec<u8> {
@@ -135,7 +144,35 @@ impl<F: Format> Driver<F> {
     }
 
     fn all(&self, chunks: Vec<Value>) -> Vec<u8> {
-        chunks.into_iter().flat_map(|c| data(&self.usage_field(c))).collect()
+        chunks.into_iter().flat_map(|c| self.chunk(c)).collect()
+    }
+
+    fn chunk(&self, c: Value) -> Vec<u8> {
+        if !self.opts.typed {
+            return data(&self.usage_field(c));
+        }
+        let mut out = match c.get("type").and_then(Value::as_str) {
+            Some(kind) => format!("event: {kind}\n").into_bytes(),
+            None => Vec::new(),
+        };
+        out.extend(data(&c));
+        out
+    }
+
+    /// A failed choice's error: the error body, or in a typed stream the
+    /// format's events (by default an `error` event carrying the body, and
+    /// its message where clients look).
+    fn error(&mut self, i: usize, e: &ApiError) -> Vec<u8> {
+        let body = e.body();
+        if !self.opts.typed {
+            return data(&body);
+        }
+        let events = self.format.failed(i, e);
+        if !events.is_empty() {
+            return self.all(events);
+        }
+        let message = body["error"]["message"].clone();
+        self.chunk(serde_json::json!({"type": "error", "error": body["error"], "message": message}))
     }
 
     fn event(&mut self, i: usize, ev: Event) -> Option<Vec<u8>> {
@@ -157,7 +194,7 @@ impl<F: Format> Driver<F> {
             }
             Event::Done(s) => {
                 let out = match finish_error(&s) {
-                    Some(e) => data(&e.body()),
+                    Some(e) => self.error(i, &e),
                     None => {
                         let tokens = std::mem::take(&mut self.pending[i]);
                         let chunks = self.format.finish(i, &s, tokens);
@@ -173,18 +210,23 @@ impl<F: Format> Driver<F> {
     /// Errors for choices that never finished, the usage chunk, `[DONE]`.
     fn tail(&mut self) -> Vec<u8> {
         let mut out = Vec::new();
-        for s in self.summaries.iter_mut().filter(|s| s.is_none()) {
+        for i in 0..self.summaries.len() {
+            if self.summaries[i].is_some() {
+                continue;
+            }
             let lost = vanished(0);
             if let Some(e) = finish_error(&lost) {
-                out.extend(data(&e.body()));
+                out.extend(self.error(i, &e));
             }
-            *s = Some(lost);
+            self.summaries[i] = Some(lost);
         }
         if self.opts.include_usage {
             let u = usage(self.summaries.iter().flatten(), self.opts.per_prompt);
             out.extend(data(&self.format.usage(u)));
         }
-        out.extend_from_slice(DONE);
+        if !self.opts.typed {
+            out.extend_from_slice(DONE);
+        }
         out
     }
 }

@@ -28,8 +28,12 @@ pub async fn chat_completions(
     let Started { streams, rules, settings, role, echo, short_ids, want_logprobs } = start(&state, &req)?;
     let meta = Meta::new("chatcmpl", &state.model);
     if settings.stream {
-        let opts =
-            sse::Options { logprobs: want_logprobs, include_usage: settings.include_usage, per_prompt: settings.n };
+        let opts = sse::Options {
+            logprobs: want_logprobs,
+            include_usage: settings.include_usage,
+            per_prompt: settings.n,
+            typed: false,
+        };
         let streamed = (0..streams.len()).map(|_| Streamed::new(&rules)).collect();
         let held_tokens = vec![Vec::new(); streams.len()];
         let (logprobs, state) = (want_logprobs, state.clone());

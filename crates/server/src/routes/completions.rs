@@ -67,7 +67,12 @@ pub async fn completions(
     let streams = generate::submit_all(&state, requests)?;
     let meta = Meta::new("cmpl", &state.model);
     if settings.stream {
-        let opts = sse::Options { logprobs: want_logprobs, include_usage: settings.include_usage, per_prompt: n };
+        let opts = sse::Options {
+            logprobs: want_logprobs,
+            include_usage: settings.include_usage,
+            per_prompt: n,
+            typed: false,
+        };
         let offsets = vec![0; streams.len()];
         let format = CompletionFormat { meta, state: state.clone(), logprobs: want_logprobs, offsets, echoes };
         return Ok(sse::response(streams, format, opts));

@@ -26,7 +26,7 @@ pub async fn create(State(state): State<AppState>, ApiJson(body): ApiJson<Value>
     let Started { mut streams, rules, settings, short_ids, .. } = chat::start(&state, &req)?;
     let (id, created) = (id("resp"), crate::state::unix_now());
     if settings.stream {
-        let opts = sse::Options { logprobs: false, include_usage: false, per_prompt: 1 };
+        let opts = sse::Options { logprobs: false, include_usage: false, per_prompt: 1, typed: true };
         let format = EventFormat::new(id, created, state.model.clone(), body, rules, short_ids);
         return Ok(sse::response(streams, format, opts));
     }
@@ -91,6 +91,9 @@ impl EventFormat {
                 let open = Open { id: id("rs"), index: self.output.len(), text: String::new() };
                 let item = api::reasoning_item(&open.id, "", "in_progress");
                 out.push(self.event("response.output_item.added", json!({"output_index": open.index, "item": item})));
+                let part = json!({"item_id": open.id, "output_index": open.index, "content_index": 0,
+                                  "part": {"type": "reasoning_text", "text": ""}});
+                out.push(self.event("response.content_part.added", part));
                 self.reasoning = Some(open);
             }
             let r = self.reasoning.as_mut().map(|r| (r.id.clone(), r.index)).unwrap_or_default();
@@ -103,7 +106,7 @@ impl EventFormat {
         if content.is_empty() {
             return;
         }
-        self.close_reasoning(out);
+        self.close_reasoning("completed", out);
         if self.message.is_none() {
             let open = Open { id: id("msg"), index: self.output.len(), text: String::new() };
             let item = api::message_item(&open.id, "", "in_progress");
@@ -120,11 +123,14 @@ impl EventFormat {
         out.push(self.event("response.output_text.delta", delta));
     }
 
-    fn close_reasoning(&mut self, out: &mut Vec<Value>) {
+    fn close_reasoning(&mut self, status: &str, out: &mut Vec<Value>) {
         let Some(r) = self.reasoning.take() else { return };
         let done = json!({"item_id": r.id, "output_index": r.index, "content_index": 0, "text": r.text});
         out.push(self.event("response.reasoning_text.done", done));
-        let item = api::reasoning_item(&r.id, &r.text, "completed");
+        let part = json!({"item_id": r.id, "output_index": r.index, "content_index": 0,
+                          "part": {"type": "reasoning_text", "text": r.text}});
+        out.push(self.event("response.content_part.done", part));
+        let item = api::reasoning_item(&r.id, &r.text, status);
         out.push(self.event("response.output_item.done", json!({"output_index": r.index, "item": item})));
         self.output.push(item);
     }
@@ -165,7 +171,7 @@ impl sse::Format for EventFormat {
         self.parts(&reasoning.unwrap_or_default(), &content.unwrap_or_default(), &mut out);
         let complete = summary.finish != FinishReason::Length;
         let status = if complete { "completed" } else { "incomplete" };
-        self.close_reasoning(&mut out);
+        self.close_reasoning(status, &mut out);
         self.close_message(status, &mut out);
         for c in calls {
             let (item_id, call_id, index) = (id("fc"), crate::tools::call_id(self.short_ids), self.output.len());
@@ -173,7 +179,7 @@ impl sse::Format for EventFormat {
             out.push(self.event("response.output_item.added", json!({"output_index": index, "item": item})));
             let delta = json!({"item_id": item_id, "output_index": index, "delta": c.arguments});
             out.push(self.event("response.function_call_arguments.delta", delta));
-            let done = json!({"item_id": item_id, "output_index": index, "arguments": c.arguments});
+            let done = json!({"item_id": item_id, "output_index": index, "name": c.name, "arguments": c.arguments});
             out.push(self.event("response.function_call_arguments.done", done));
             let item = api::call_item(&item_id, &call_id, &c.name, &c.arguments, "completed");
             out.push(self.event("response.output_item.done", json!({"output_index": index, "item": item})));
@@ -188,5 +194,20 @@ impl sse::Format for EventFormat {
 
     fn usage(&mut self, _usage: Usage) -> Value {
         Value::Null
+    }
+
+    /// An `error` event, then `response.failed` with what was made so far
+    /// (open items closed as incomplete).
+    fn failed(&mut self, _index: usize, error: &ApiError) -> Vec<Value> {
+        let body = error.body();
+        let (code, message) = (body["error"]["type"].clone(), body["error"]["message"].clone());
+        let mut out = Vec::new();
+        self.close_reasoning("incomplete", &mut out);
+        self.close_message("incomplete", &mut out);
+        out.push(self.event("error", json!({"code": code, "message": message, "param": null})));
+        let mut response = self.response("failed", Value::Null);
+        response["error"] = json!({"code": "server_error", "message": message});
+        out.push(self.event("response.failed", json!({"response": response})));
+        out
     }
 }

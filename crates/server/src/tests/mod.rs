@@ -235,6 +235,19 @@ impl Reply {
         assert!(text.ends_with("\n\n"), "{text}");
         text.split("\n\n").filter(|e| !e.is_empty()).map(|e| e.strip_prefix("data: ").expect(e).to_string()).collect()
     }
+    /// A typed SSE body's events, checking that each one's name is its `type`.
+    pub fn typed_events(&self) -> Vec<Value> {
+        let text = self.text();
+        assert!(text.ends_with("\n\n") && !text.contains("[DONE]"), "{text}");
+        (text.split("\n\n").filter(|e| !e.is_empty()))
+            .map(|e| {
+                let (name, data) = e.split_once('\n').expect(e);
+                let v: Value = serde_json::from_str(data.strip_prefix("data: ").expect(e)).unwrap();
+                assert_eq!(name.strip_prefix("event: "), v["type"].as_str(), "{e}");
+                v
+            })
+            .collect()
+    }
     /// The error body's `error` object, checking its shape.
     pub fn error(&self) -> Value {
         let v = self.json();

@@ -37,8 +37,7 @@ async fn a_response_whole_and_streamed() {
     );
     // Streamed: typed events, numbered in order, the text's deltas adding up.
     let r = post(&app, "/v1/responses", json!({"input": "hello", "stream": true})).await;
-    let events: Vec<Value> =
-        r.events().iter().filter(|e| *e != "[DONE]").map(|e| serde_json::from_str(e).unwrap()).collect();
+    let events: Vec<Value> = r.typed_events();
     let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
     assert_eq!(
         kinds,
@@ -90,8 +89,7 @@ async fn calls_come_back_as_items() {
     let mut stream = body;
     stream["stream"] = json!(true);
     let r = post(&app, "/v1/responses", stream).await;
-    let events: Vec<Value> =
-        r.events().iter().filter(|e| *e != "[DONE]").map(|e| serde_json::from_str(e).unwrap()).collect();
+    let events: Vec<Value> = r.typed_events();
     let args = events.iter().find(|e| e["type"] == "response.function_call_arguments.done").unwrap();
     assert_eq!(args["arguments"], "{\"a\":1}");
     assert_eq!(events.last().unwrap()["response"]["output"][0]["name"], "sky");
@@ -102,4 +100,38 @@ async fn calls_come_back_as_items() {
     assert_eq!(r.status, StatusCode::OK, "{}", r.text());
     let r = post(&app, "/v1/responses", json!({"input": "x", "previous_response_id": "resp_1"})).await;
     assert_eq!((r.status, r.error()["param"].clone()), (StatusCode::BAD_REQUEST, json!("previous_response_id")));
+}
+
+#[tokio::test]
+async fn a_failure_mid_stream_ends_in_response_failed() {
+    let (fake, app) = app();
+    fake.hang.store(true, std::sync::atomic::Ordering::SeqCst);
+    let call = tokio::spawn({
+        let app = app.clone();
+        async move { post(&app, "/v1/responses", json!({"input": "hello", "stream": true})).await }
+    });
+    while fake.requests().is_empty() {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // Shutting down cancels the request: the stream ends failed, its open message closed.
+    fake.shutdown();
+    let events = call.await.unwrap().typed_events();
+    let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds[kinds.len() - 5..],
+        [
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "error",
+            "response.failed"
+        ]
+    );
+    assert!(events.iter().enumerate().all(|(i, e)| e["sequence_number"] == i), "{events:?}");
+    let failed = &events.last().unwrap()["response"];
+    assert_eq!(
+        (failed["status"].clone(), failed["output"][0]["status"].clone()),
+        (json!("failed"), json!("incomplete"))
+    );
+    assert!(failed["error"]["message"].as_str().unwrap().contains("shutting down"));
 }
