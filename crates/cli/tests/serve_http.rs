@@ -1,5 +1,5 @@
 //! `ferrite serve` end to end, driven by real clients: curl for the raw HTTP
-//! surface, the official `openai` Python package, a 200-request load test with
+//! surface, the official `openai` and `anthropic` Python packages, a 200-request load test with
 //! early disconnects, and the chat page in headless Chromium (Playwright).
 //! The Python clients run from the repo's `.venv` (scripts/setup-test-models.sh
 //! installs them), Chromium from the system (`/usr/bin/chromium`).
@@ -114,6 +114,7 @@ fn http_surface_with_curl_openai_client_load_and_browser() {
 
     let key = KEY;
     run_script("openai_client.py", &[b, key, MODEL]);
+    run_script("anthropic_client.py", &[b, key, MODEL]);
     run_script("load_test.py", &[b, key, MODEL, "200"]);
     run_script("chat_page.py", &[b, key]);
 

@@ -12,7 +12,10 @@ use crate::state::AppState;
 
 pub async fn require_key(State(state): State<AppState>, req: Request, next: Next) -> Response {
     if let Some(key) = &state.api_key {
-        let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer);
+        // `Authorization: Bearer KEY`, or Anthropic's clients' `x-api-key: KEY`.
+        let headers = req.headers();
+        let given = (headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer))
+            .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::trim));
         if !given.is_some_and(|g| same(g.as_bytes(), key.as_bytes())) {
             let error = ApiError::unauthorized();
             if is_tei_route(req.method(), req.uri().path()) {

@@ -11,6 +11,7 @@
 //! - `listen`: the accept loop, with a deadline on request heads.
 //! - `metrics`: Prometheus text; `errors`/`extract`: OpenAI-shaped errors.
 
+mod anthropic;
 mod api;
 mod auth;
 mod backend;

@@ -5,7 +5,7 @@ use axum::middleware;
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::routes::{chat, completions, embeddings, misc, models, responses, tei, tokenize};
+use crate::routes::{chat, completions, embeddings, messages, misc, models, responses, tei, tokenize};
 use crate::state::AppState;
 use crate::{auth, cors};
 
@@ -17,6 +17,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(chat::chat_completions))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/responses", post(responses::create))
+        .route("/v1/messages", post(messages::create))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/embed", post(tei::embed))
         .route("/info", get(tei::info))

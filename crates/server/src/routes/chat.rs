@@ -25,7 +25,7 @@ pub async fn chat_completions(
     State(state): State<AppState>,
     ApiJson(req): ApiJson<ChatRequest>,
 ) -> Result<Response, ApiError> {
-    let Started { streams, rules, settings, role, echo, short_ids, want_logprobs } = start(&state, &req)?;
+    let Started { streams, rules, settings, role, echo, short_ids, want_logprobs, .. } = start(&state, &req)?;
     let meta = Meta::new("chatcmpl", &state.model);
     if settings.stream {
         let opts = sse::Options {
@@ -90,6 +90,8 @@ pub struct Started {
     /// Call ids as Mistral's templates want them (`tools::call_id`).
     pub short_ids: bool,
     pub want_logprobs: bool,
+    /// The prompt's length in tokens.
+    pub prompt_tokens: usize,
 }
 
 /// Checks and submits a chat request (also the Responses API's, converted).
@@ -136,9 +138,10 @@ pub fn start(state: &AppState, req: &ChatRequest) -> Result<Started, ApiError> {
     let rules = Arc::new(Rules { tools: tools.map(Arc::new), think, keep_reasoning });
     let role = reply_role(&messages, req.add_generation_prompt);
     let echo = messages.last().filter(|m| req.echo == Some(true) && m.role == role).map(|m| m.content.clone());
+    let prompt_tokens = ids.len();
     let streams = generate::submit_all(state, settings.requests(ids, limits.max_context))?;
     let want_logprobs = top_logprobs.is_some();
-    Ok(Started { streams, rules, settings, role, echo, short_ids, want_logprobs })
+    Ok(Started { streams, rules, settings, role, echo, short_ids, want_logprobs, prompt_tokens })
 }
 
 /// The reply's role, as vLLM names it: the assistant's, or with

@@ -4,6 +4,7 @@
 mod echo;
 mod embeddings;
 mod errors;
+mod messages;
 mod reasoning;
 mod responses;
 mod routes;

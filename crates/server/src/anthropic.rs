@@ -1,0 +1,230 @@
+//! Anthropic's Messages API (`POST /v1/messages`) as the chat pipeline sees
+//! it: a request becomes a chat request (`to_chat`), a reply's parts become
+//! content blocks (`blocks`), all as pure functions.
+
+use serde_json::{json, Map, Value};
+
+use crate::errors::ApiError;
+use crate::reply::Parts;
+
+/// The request's fields a chat request takes as they are.
+const PASSED: [&str; 5] = ["model", "temperature", "top_p", "top_k", "stream"];
+
+/// The chat request (JSON) a Messages request stands for.
+pub fn to_chat(body: &Value) -> Result<Value, ApiError> {
+    let req = body.as_object().ok_or_else(|| ApiError::invalid("the body must be a JSON object"))?;
+    let given = |k: &str| req.get(k).filter(|v| !v.is_null());
+    let mut chat = Map::new();
+    for k in PASSED {
+        if let Some(v) = given(k) {
+            chat.insert(k.into(), v.clone());
+        }
+    }
+    let max = given("max_tokens").ok_or_else(|| ApiError::param("max_tokens", "max_tokens is required"))?;
+    chat.insert("max_completion_tokens".into(), max.clone());
+    if let Some(stops) = given("stop_sequences") {
+        chat.insert("stop".into(), stops.clone());
+    }
+    // Extended thinking and its effort as the templates that take them name them.
+    let mut vars = Map::new();
+    if let Some(t) = given("thinking") {
+        let on = match t.get("type").and_then(Value::as_str) {
+            Some("enabled" | "adaptive") => true,
+            Some("disabled") => false,
+            _ => return Err(ApiError::param("thinking", "thinking.type must be enabled, adaptive or disabled")),
+        };
+        vars.insert("enable_thinking".into(), json!(on));
+    }
+    let config = given("output_config");
+    if let Some(effort) = config.and_then(|c| c.get("effort")).filter(|e| !e.is_null()) {
+        vars.insert("reasoning_effort".into(), effort.clone());
+    }
+    if !vars.is_empty() {
+        chat.insert("chat_template_kwargs".into(), Value::Object(vars));
+    }
+    // Structured outputs: a JSON Schema.
+    if let Some(f) = config.and_then(|c| c.get("format")).filter(|f| !f.is_null()) {
+        if f.get("type").and_then(Value::as_str) != Some("json_schema") {
+            return Err(ApiError::param("output_config.format", "output_config.format.type must be json_schema"));
+        }
+        let schema = f.get("schema").cloned().unwrap_or(Value::Null);
+        chat.insert(
+            "response_format".into(),
+            json!({"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}),
+        );
+    }
+    let mut messages = Vec::new();
+    if let Some(system) = given("system") {
+        let text = text_of(system).ok_or_else(|| ApiError::param("system", "system must be text or text blocks"))?;
+        messages.push(json!({"role": "system", "content": text}));
+    }
+    let list = given("messages").and_then(Value::as_array);
+    let list = list.ok_or_else(|| ApiError::param("messages", "messages must be a list"))?;
+    for (i, m) in list.iter().enumerate() {
+        message(&mut messages, i, m)?;
+    }
+    chat.insert("messages".into(), Value::Array(messages));
+    if let Some(tools) = given("tools") {
+        chat.insert("tools".into(), chat_tools(tools)?);
+    }
+    if let Some(choice) = given("tool_choice") {
+        let kind = choice.get("type").and_then(Value::as_str);
+        let c = match kind {
+            Some("auto") => json!("auto"),
+            Some("any") => json!("required"),
+            Some("none") => json!("none"),
+            Some("tool") => {
+                let name = choice.get("name").filter(|n| n.is_string());
+                let name = name.ok_or_else(|| ApiError::param("tool_choice", "a tool tool_choice needs a name"))?;
+                json!({"type": "function", "function": {"name": name}})
+            }
+            _ => return Err(ApiError::param("tool_choice", "tool_choice.type must be auto, any, tool or none")),
+        };
+        chat.insert("tool_choice".into(), c);
+        if choice.get("disable_parallel_tool_use").and_then(Value::as_bool) == Some(true) {
+            chat.insert("parallel_tool_calls".into(), json!(false));
+        }
+    }
+    Ok(Value::Object(chat))
+}
+
+/// One message onto the chat messages: a user's tool results become tool
+/// messages (ahead of its text), an assistant's thinking its reasoning and
+/// its tool uses its calls.
+fn message(messages: &mut Vec<Value>, i: usize, m: &Value) -> Result<(), ApiError> {
+    let at = format!("messages[{i}]");
+    let bad = |what: &str| ApiError::param(&at, format!("{at}: {what}"));
+    let role = m.get("role").and_then(Value::as_str).ok_or_else(|| bad("a message needs a role"))?;
+    if role != "user" && role != "assistant" {
+        return Err(bad(&format!("role must be user or assistant, not {role:?}")));
+    }
+    let blocks = match m.get("content") {
+        Some(Value::String(s)) => vec![json!({"type": "text", "text": s})],
+        Some(Value::Array(b)) => b.clone(),
+        _ => return Err(bad("content must be text or a list of blocks")),
+    };
+    let (mut text, mut reasoning, mut calls) = (Vec::new(), None::<String>, Vec::new());
+    for (j, b) in blocks.iter().enumerate() {
+        let kind = b.get("type").and_then(Value::as_str).unwrap_or_default();
+        let field = |k: &str| b.get(k).ok_or_else(|| bad(&format!("content[{j}] needs `{k}`")));
+        match (role, kind) {
+            (_, "text") => text.push(field("text")?.as_str().unwrap_or_default().to_string()),
+            ("user", "tool_result") => {
+                let id = field("tool_use_id")?.as_str().unwrap_or_default();
+                let content = b.get("content").map_or(Some(String::new()), text_of);
+                let content = content.ok_or_else(|| bad(&format!("content[{j}]: a tool result is text")))?;
+                let content = if b.get("is_error").and_then(Value::as_bool) == Some(true) {
+                    format!("Error: {content}")
+                } else {
+                    content
+                };
+                messages.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
+            }
+            ("assistant", "thinking") => reasoning = field("thinking")?.as_str().map(str::to_string),
+            ("assistant", "redacted_thinking") => {}
+            ("assistant", "tool_use") => {
+                let input = field("input")?;
+                calls.push(json!({"id": field("id")?, "type": "function",
+                    "function": {"name": field("name")?, "arguments": input.to_string()}}));
+            }
+            _ => return Err(bad(&format!("content[{j}]: {role} blocks of type `{kind}` are not supported"))),
+        }
+    }
+    if role == "user" {
+        if !text.is_empty() {
+            messages.push(json!({"role": "user", "content": text.join("\n")}));
+        }
+        return Ok(());
+    }
+    let mut out = json!({"role": "assistant", "content": text.join("\n")});
+    if !calls.is_empty() {
+        out["tool_calls"] = Value::Array(calls);
+    }
+    if let Some(r) = reasoning {
+        out["reasoning_content"] = json!(r);
+    }
+    messages.push(out);
+    Ok(())
+}
+
+/// A string, or the text of text blocks, joined.
+fn text_of(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(blocks) => {
+            let texts: Option<Vec<&str>> = blocks
+                .iter()
+                .map(|b| (b.get("type").and_then(Value::as_str) == Some("text")).then(|| b.get("text")?.as_str())?)
+                .collect();
+            texts.map(|t| t.join("\n"))
+        }
+        _ => None,
+    }
+}
+
+/// Client tools (`{name, description, input_schema}`) in the chat shape.
+fn chat_tools(tools: &Value) -> Result<Value, ApiError> {
+    let list = tools.as_array().ok_or_else(|| ApiError::param("tools", "tools must be a list"))?;
+    let converted: Result<Vec<Value>, ApiError> = list
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            if t.get("type").and_then(Value::as_str).is_some_and(|k| k != "custom") {
+                return Err(ApiError::param("tools", format!("tools[{i}]: only client tools are supported")));
+            }
+            let mut f = Map::new();
+            for (from, to) in [("name", "name"), ("description", "description"), ("input_schema", "parameters")] {
+                if let Some(v) = t.get(from) {
+                    f.insert(to.into(), v.clone());
+                }
+            }
+            Ok(json!({"type": "function", "function": f}))
+        })
+        .collect();
+    converted.map(Value::Array)
+}
+
+/// An id of the API's shape: `prefix` and 24 hex digits.
+pub fn id(prefix: &str) -> String {
+    format!("{prefix}_{:016x}{:08x}", crate::convert::random_u64(), crate::convert::random_u64() as u32)
+}
+
+/// A reply's content blocks: its thinking, its text, its tool uses.
+pub fn blocks(parts: Parts) -> Vec<Value> {
+    let mut out = Vec::new();
+    if let Some(r) = parts.reasoning {
+        out.push(json!({"type": "thinking", "thinking": r, "signature": ""}));
+    }
+    if let Some(text) = parts.content.filter(|t| !t.is_empty()) {
+        out.push(json!({"type": "text", "text": text}));
+    }
+    for c in parts.calls {
+        let input: Value = serde_json::from_str(&c.arguments).unwrap_or_else(|_| json!({}));
+        out.push(json!({"type": "tool_use", "id": id("toolu"), "name": c.name, "input": input}));
+    }
+    out
+}
+
+/// Why a reply ended, in the API's words.
+pub fn stop_reason(cut: bool, called: bool) -> &'static str {
+    match (cut, called) {
+        (true, _) => "max_tokens",
+        (false, true) => "tool_use",
+        (false, false) => "end_turn",
+    }
+}
+
+pub fn usage(input: usize, cached: usize, output: usize) -> Value {
+    json!({"input_tokens": input, "output_tokens": output, "cache_read_input_tokens": cached,
+           "cache_creation_input_tokens": 0})
+}
+
+/// The message object (`content` empty and no `stop_reason` while streaming).
+pub fn message_object(id: &str, model: &str, content: Vec<Value>, stop: Option<&str>, usage: Value) -> Value {
+    json!({"id": id, "type": "message", "role": "assistant", "model": model, "content": content,
+           "stop_reason": stop, "stop_sequence": null, "usage": usage})
+}
+
+#[cfg(test)]
+#[path = "anthropic_tests.rs"]
+mod tests;

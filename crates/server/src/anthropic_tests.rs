@@ -1,0 +1,106 @@
+use super::*;
+use crate::tools::Call;
+
+fn message(err: ApiError) -> String {
+    let body = err.body();
+    format!("{} {}", body["error"]["param"], body["error"]["message"])
+}
+
+#[test]
+fn requests_become_chat_requests() {
+    let chat = to_chat(&json!({"model": "m", "max_tokens": 9, "system": [{"type": "text", "text": "Be brief."}],
+        "messages": [{"role": "user", "content": "hi"}], "stop_sequences": ["\n"], "temperature": 0.5,
+        "thinking": {"type": "enabled", "budget_tokens": 100}, "metadata": {"user_id": "u"}}))
+    .unwrap();
+    assert_eq!(
+        chat,
+        json!({"model": "m", "temperature": 0.5, "max_completion_tokens": 9, "stop": ["\n"],
+            "chat_template_kwargs": {"enable_thinking": true},
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]})
+    );
+    // A tool loop: the assistant's thinking, text and tool uses; the user's results, then text.
+    let messages = json!([
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "Need the tool.", "signature": "s"},
+            {"type": "text", "text": "Checking."},
+            {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "t1", "content": [{"type": "text", "text": "18C"}]},
+            {"type": "tool_result", "tool_use_id": "t2", "content": "down", "is_error": true},
+            {"type": "text", "text": "Thanks."}]}
+    ]);
+    let chat = to_chat(&json!({"max_tokens": 5, "messages": messages, "tools": [{"name": "weather",
+        "description": "d", "input_schema": {"type": "object"}}], "tool_choice": {"type": "tool", "name": "weather",
+        "disable_parallel_tool_use": true}}))
+    .unwrap();
+    assert_eq!(
+        chat["messages"],
+        json!([
+            {"role": "user", "content": "Weather?"},
+            {"role": "assistant", "content": "Checking.", "reasoning_content": "Need the tool.", "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Paris\"}"}}]},
+            {"role": "tool", "tool_call_id": "t1", "content": "18C"},
+            {"role": "tool", "tool_call_id": "t2", "content": "Error: down"},
+            {"role": "user", "content": "Thanks."}
+        ])
+    );
+    assert_eq!(
+        chat["tools"],
+        json!([{"type": "function", "function": {"name": "weather", "description": "d",
+        "parameters": {"type": "object"}}}])
+    );
+    assert_eq!(chat["tool_choice"], json!({"type": "function", "function": {"name": "weather"}}));
+    assert_eq!(chat["parallel_tool_calls"], json!(false));
+    for (choice, want) in [("auto", json!("auto")), ("any", json!("required")), ("none", json!("none"))] {
+        let chat = to_chat(&json!({"max_tokens": 5, "messages": [], "tool_choice": {"type": choice}})).unwrap();
+        assert_eq!(chat["tool_choice"], want);
+    }
+    // Structured outputs and effort.
+    let chat = to_chat(&json!({"max_tokens": 5, "messages": [], "output_config": {"effort": "low",
+        "format": {"type": "json_schema", "schema": {"type": "object"}}}}))
+    .unwrap();
+    assert_eq!(chat["response_format"]["json_schema"]["schema"], json!({"type": "object"}));
+    assert_eq!(chat["chat_template_kwargs"], json!({"reasoning_effort": "low"}));
+}
+
+#[test]
+fn what_is_not_supported_is_a_400() {
+    let user = |content: Value| json!({"max_tokens": 5, "messages": [{"role": "user", "content": content}]});
+    for (body, needle) in [
+        (json!({"messages": []}), "max_tokens is required"),
+        (json!({"max_tokens": 5}), "messages must be a list"),
+        (user(json!([{"type": "image", "source": {}}])), "`image` are not supported"),
+        (user(json!(5)), "content must be"),
+        (json!({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}), "user or assistant"),
+        (
+            json!({"max_tokens": 5, "messages": [], "tools": [{"type": "web_search_20250305", "name": "s"}]}),
+            "client tools",
+        ),
+        (json!({"max_tokens": 5, "messages": [], "tool_choice": {"type": "tool"}}), "needs a name"),
+        (json!({"max_tokens": 5, "messages": [], "thinking": {"type": "sometimes"}}), "thinking.type"),
+        (json!({"max_tokens": 5, "messages": [], "system": 3}), "system must be"),
+        (user(json!([{"type": "tool_use", "id": "t", "name": "f", "input": {}}])), "user blocks of type `tool_use`"),
+    ] {
+        let m = message(to_chat(&body).unwrap_err());
+        assert!(m.contains(needle), "{body}: {m}");
+    }
+}
+
+#[test]
+fn replies_become_content_blocks() {
+    let parts = Parts {
+        reasoning: Some("hmm".into()),
+        content: Some("Paris.".into()),
+        calls: vec![Call { name: "f".into(), arguments: "{\"a\":1}".into() }],
+    };
+    let blocks = blocks(parts);
+    assert_eq!(blocks[0], json!({"type": "thinking", "thinking": "hmm", "signature": ""}));
+    assert_eq!(blocks[1], json!({"type": "text", "text": "Paris."}));
+    assert_eq!((blocks[2]["type"].clone(), blocks[2]["input"].clone()), (json!("tool_use"), json!({"a": 1})));
+    assert!(blocks[2]["id"].as_str().unwrap().starts_with("toolu_"));
+    assert_eq!(
+        [stop_reason(true, true), stop_reason(false, true), stop_reason(false, false)],
+        ["max_tokens", "tool_use", "end_turn"]
+    );
+}
