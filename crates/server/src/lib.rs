@@ -7,6 +7,10 @@
 //! - `embed`: /v1/embeddings requests -> token ids and options (pure, tested).
 //! - `api`: wire types; `convert`: request -> engine request (pure, tested);
 //!   `prompt`: chat template + tokenization as `ferrite run` does it.
+//! - `reply`: a chat reply read into its parts: `reasoning` (think blocks)
+//!   and `tools` (function calls, and the tools' way into the prompt).
+//! - `responses`, `anthropic`: OpenAI's Responses API and Anthropic's
+//!   Messages API as chat requests and back (pure, tested).
 //! - `generate`: submitting and collecting; `sse`: streaming bodies.
 //! - `listen`: the accept loop, with a deadline on request heads.
 //! - `metrics`: Prometheus text; `errors`/`extract`: OpenAI-shaped errors.
