@@ -27,6 +27,10 @@ m = client.messages.create(model=MODEL, max_tokens=16, system="Be brief.", messa
 check(m.role == "assistant" and m.content and m.content[0].type == "text" and m.content[0].text, f"message: {m}")
 check(m.stop_reason in ("end_turn", "max_tokens") and 0 < m.usage.output_tokens <= 16, f"stop and usage: {m}")
 
+# Counting: the prompt's tokens, as the request renders them.
+counted = client.messages.count_tokens(model=MODEL, system="Be brief.", messages=ask)
+check(counted.input_tokens == m.usage.input_tokens, f"count_tokens {counted} != {m.usage}")
+
 # Streamed: the same text, and the helper's final message.
 with client.messages.stream(model=MODEL, max_tokens=16, system="Be brief.", messages=ask, extra_body=GREEDY) as s:
     text = "".join(s.text_stream)

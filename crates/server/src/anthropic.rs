@@ -7,8 +7,9 @@ use serde_json::{json, Map, Value};
 use crate::errors::ApiError;
 use crate::reply::Parts;
 
-/// The request's fields a chat request takes as they are.
-const PASSED: [&str; 5] = ["model", "temperature", "top_p", "top_k", "stream"];
+/// The request's fields a chat request takes as they are. (Not `model`:
+/// Anthropic's clients name their own models, so any name is served.)
+const PASSED: [&str; 4] = ["temperature", "top_p", "top_k", "stream"];
 
 /// The chat request (JSON) a Messages request stands for.
 pub fn to_chat(body: &Value) -> Result<Value, ApiError> {
@@ -26,22 +27,19 @@ pub fn to_chat(body: &Value) -> Result<Value, ApiError> {
         chat.insert("stop".into(), stops.clone());
     }
     // Extended thinking and its effort as the templates that take them name them.
+    // (No `thinking`: none, as Anthropic's default is.)
+    let on = match given("thinking").map(|t| t.get("type").and_then(Value::as_str)) {
+        None | Some(Some("disabled")) => false,
+        Some(Some("enabled" | "adaptive")) => true,
+        _ => return Err(ApiError::param("thinking", "thinking.type must be enabled, adaptive or disabled")),
+    };
     let mut vars = Map::new();
-    if let Some(t) = given("thinking") {
-        let on = match t.get("type").and_then(Value::as_str) {
-            Some("enabled" | "adaptive") => true,
-            Some("disabled") => false,
-            _ => return Err(ApiError::param("thinking", "thinking.type must be enabled, adaptive or disabled")),
-        };
-        vars.insert("enable_thinking".into(), json!(on));
-    }
+    vars.insert("enable_thinking".into(), json!(on));
     let config = given("output_config");
     if let Some(effort) = config.and_then(|c| c.get("effort")).filter(|e| !e.is_null()) {
         vars.insert("reasoning_effort".into(), effort.clone());
     }
-    if !vars.is_empty() {
-        chat.insert("chat_template_kwargs".into(), Value::Object(vars));
-    }
+    chat.insert("chat_template_kwargs".into(), Value::Object(vars));
     // Structured outputs: a JSON Schema.
     if let Some(f) = config.and_then(|c| c.get("format")).filter(|f| !f.is_null()) {
         if f.get("type").and_then(Value::as_str) != Some("json_schema") {
@@ -63,7 +61,12 @@ pub fn to_chat(body: &Value) -> Result<Value, ApiError> {
     for (i, m) in list.iter().enumerate() {
         message(&mut messages, i, m)?;
     }
-    chat.insert("messages".into(), Value::Array(messages));
+    // A final assistant message is a prefill: the reply goes on with it.
+    if messages.last().is_some_and(|m| m["role"] == "assistant" && m.get("tool_calls").is_none()) {
+        chat.insert("continue_final_message".into(), json!(true));
+        chat.insert("add_generation_prompt".into(), json!(false));
+    }
+    chat.insert("messages".into(), Value::Array(merged(messages)));
     if let Some(tools) = given("tools") {
         chat.insert("tools".into(), chat_tools(tools)?);
     }
@@ -103,15 +106,25 @@ fn message(messages: &mut Vec<Value>, i: usize, m: &Value) -> Result<(), ApiErro
         Some(Value::Array(b)) => b.clone(),
         _ => return Err(bad("content must be text or a list of blocks")),
     };
-    let (mut text, mut reasoning, mut calls) = (Vec::new(), None::<String>, Vec::new());
+    let (mut text, mut reasoning, mut calls) = (Vec::new(), Vec::new(), Vec::new());
     for (j, b) in blocks.iter().enumerate() {
         let kind = b.get("type").and_then(Value::as_str).unwrap_or_default();
         let field = |k: &str| b.get(k).ok_or_else(|| bad(&format!("content[{j}] needs `{k}`")));
+        let string = |k: &str| field(k)?.as_str().ok_or_else(|| bad(&format!("content[{j}].{k} must be a string")));
         match (role, kind) {
-            (_, "text") => text.push(field("text")?.as_str().unwrap_or_default().to_string()),
+            (_, "text") => text.push(string("text")?.to_string()),
+            // A plain-text document or a search result: its text.
+            (_, "document" | "search_result") => {
+                let t = b.get("source").and_then(|s| s.get("data")).and_then(Value::as_str);
+                let t = t.map(str::to_string).or_else(|| b.get("content").and_then(text_of));
+                text.push(t.ok_or_else(|| bad(&format!("content[{j}]: only text documents are supported")))?);
+            }
             ("user", "tool_result") => {
-                let id = field("tool_use_id")?.as_str().unwrap_or_default();
-                let content = b.get("content").map_or(Some(String::new()), text_of);
+                let id = string("tool_use_id")?;
+                let content = match b.get("content") {
+                    None | Some(Value::Null) => Some(String::new()),
+                    Some(c) => text_of(c),
+                };
                 let content = content.ok_or_else(|| bad(&format!("content[{j}]: a tool result is text")))?;
                 let content = if b.get("is_error").and_then(Value::as_bool) == Some(true) {
                     format!("Error: {content}")
@@ -120,7 +133,7 @@ fn message(messages: &mut Vec<Value>, i: usize, m: &Value) -> Result<(), ApiErro
                 };
                 messages.push(json!({"role": "tool", "tool_call_id": id, "content": content}));
             }
-            ("assistant", "thinking") => reasoning = field("thinking")?.as_str().map(str::to_string),
+            ("assistant", "thinking") => reasoning.push(string("thinking")?.to_string()),
             ("assistant", "redacted_thinking") => {}
             ("assistant", "tool_use") => {
                 let input = field("input")?;
@@ -140,21 +153,53 @@ fn message(messages: &mut Vec<Value>, i: usize, m: &Value) -> Result<(), ApiErro
     if !calls.is_empty() {
         out["tool_calls"] = Value::Array(calls);
     }
-    if let Some(r) = reasoning {
-        out["reasoning_content"] = json!(r);
+    if !reasoning.is_empty() {
+        out["reasoning_content"] = json!(reasoning.join("\n"));
     }
     messages.push(out);
     Ok(())
 }
 
-/// A string, or the text of text blocks, joined.
+/// Consecutive user or assistant messages as one, as Anthropic reads them
+/// (templates that want turns to alternate refuse them otherwise).
+fn merged(messages: Vec<Value>) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::new();
+    for m in messages {
+        let role = m["role"].as_str().unwrap_or_default().to_string();
+        let last = out.last_mut().filter(|l| l["role"] == role.as_str() && (role == "user" || role == "assistant"));
+        let Some(last) = last else {
+            out.push(m);
+            continue;
+        };
+        let text = |v: &Value| v["content"].as_str().unwrap_or_default().to_string();
+        let joined = [text(last), text(&m)].into_iter().filter(|t| !t.is_empty()).collect::<Vec<_>>().join("\n");
+        last["content"] = json!(joined);
+        if let Some(Value::Array(calls)) = m.get("tool_calls") {
+            match last.get_mut("tool_calls") {
+                Some(Value::Array(mine)) => mine.extend(calls.iter().cloned()),
+                _ => last["tool_calls"] = json!(calls),
+            }
+        }
+        if let Some(r) = m.get("reasoning_content") {
+            last["reasoning_content"] = r.clone();
+        }
+    }
+    out
+}
+
+/// A string, or the text of text blocks, joined (an image, which this
+/// server cannot show a model, as a placeholder saying so).
 fn text_of(v: &Value) -> Option<String> {
     match v {
         Value::String(s) => Some(s.clone()),
         Value::Array(blocks) => {
             let texts: Option<Vec<&str>> = blocks
                 .iter()
-                .map(|b| (b.get("type").and_then(Value::as_str) == Some("text")).then(|| b.get("text")?.as_str())?)
+                .map(|b| match b.get("type").and_then(Value::as_str) {
+                    Some("text") => b.get("text")?.as_str(),
+                    Some("image") => Some("[an image, not shown]"),
+                    _ => None,
+                })
                 .collect();
             texts.map(|t| t.join("\n"))
         }
@@ -214,9 +259,32 @@ pub fn stop_reason(cut: bool, called: bool) -> &'static str {
     }
 }
 
-pub fn usage(input: usize, cached: usize, output: usize) -> Value {
-    json!({"input_tokens": input, "output_tokens": output, "cache_read_input_tokens": cached,
+/// Usage in the API's terms: `input_tokens` are the prompt's not read from
+/// the prefix cache (`prompt` counts all of them).
+pub fn usage(prompt: usize, cached: usize, output: usize) -> Value {
+    json!({"input_tokens": prompt.saturating_sub(cached), "output_tokens": output, "cache_read_input_tokens": cached,
            "cache_creation_input_tokens": 0})
+}
+
+/// An error in Anthropic's shape (`{"type": "error", "error": {type, message}}`),
+/// its status kept; a prompt past the context says so as Anthropic does.
+pub fn error(e: &ApiError) -> (axum::http::StatusCode, Value) {
+    let kind = match e.status.as_u16() {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        413 => "request_too_large",
+        429 => "rate_limit_error",
+        503 | 529 => "overloaded_error",
+        400..=499 => "invalid_request_error",
+        _ => "api_error",
+    };
+    let message = match e.status.as_u16() {
+        400 if e.message.contains("context") => format!("prompt is too long: {}", e.message),
+        401 => "missing or incorrect API key; send it as `x-api-key: KEY`".to_string(),
+        _ => e.message.clone(),
+    };
+    (e.status, json!({"type": "error", "error": {"type": kind, "message": message}}))
 }
 
 /// The message object (`content` empty and no `stop_reason` while streaming).

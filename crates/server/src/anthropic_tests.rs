@@ -14,7 +14,7 @@ fn requests_become_chat_requests() {
     .unwrap();
     assert_eq!(
         chat,
-        json!({"model": "m", "temperature": 0.5, "max_completion_tokens": 9, "stop": ["\n"],
+        json!({"temperature": 0.5, "max_completion_tokens": 9, "stop": ["\n"],
             "chat_template_kwargs": {"enable_thinking": true},
             "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"}]})
     );
@@ -61,7 +61,33 @@ fn requests_become_chat_requests() {
         "format": {"type": "json_schema", "schema": {"type": "object"}}}}))
     .unwrap();
     assert_eq!(chat["response_format"]["json_schema"]["schema"], json!({"type": "object"}));
-    assert_eq!(chat["chat_template_kwargs"], json!({"reasoning_effort": "low"}));
+    assert_eq!(chat["chat_template_kwargs"], json!({"enable_thinking": false, "reasoning_effort": "low"}));
+    // A final assistant message is continued (a prefill); consecutive turns
+    // of one role are one; a tool result's image is a placeholder, a text
+    // document its text.
+    let chat = to_chat(&json!({"max_tokens": 5, "messages": [
+        {"role": "user", "content": "a"},
+        {"role": "user", "content": [{"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "doc"}}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+            {"type": "text", "text": "see"}, {"type": "image", "source": {}}]}, {"type": "tool_result", "tool_use_id": "u"}]},
+        {"role": "assistant", "content": "The answer is"}]}))
+    .unwrap();
+    assert_eq!(
+        chat["messages"],
+        json!([
+            {"role": "user", "content": "a\ndoc"},
+            {"role": "assistant", "content": "", "tool_calls": [{"id": "t", "type": "function",
+                "function": {"name": "f", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "t", "content": "see\n[an image, not shown]"},
+            {"role": "tool", "tool_call_id": "u", "content": ""},
+            {"role": "assistant", "content": "The answer is"}
+        ])
+    );
+    assert_eq!(
+        (chat["continue_final_message"].clone(), chat["add_generation_prompt"].clone()),
+        (json!(true), json!(false))
+    );
 }
 
 #[test]
@@ -81,6 +107,7 @@ fn what_is_not_supported_is_a_400() {
         (json!({"max_tokens": 5, "messages": [], "thinking": {"type": "sometimes"}}), "thinking.type"),
         (json!({"max_tokens": 5, "messages": [], "system": 3}), "system must be"),
         (user(json!([{"type": "tool_use", "id": "t", "name": "f", "input": {}}])), "user blocks of type `tool_use`"),
+        (user(json!([{"type": "text", "text": 5}])), "text must be a string"),
     ] {
         let m = message(to_chat(&body).unwrap_err());
         assert!(m.contains(needle), "{body}: {m}");
@@ -103,4 +130,21 @@ fn replies_become_content_blocks() {
         [stop_reason(true, true), stop_reason(false, true), stop_reason(false, false)],
         ["max_tokens", "tool_use", "end_turn"]
     );
+    // Input tokens are those not read from the cache.
+    assert_eq!(
+        usage(10, 4, 2),
+        json!({"input_tokens": 6, "output_tokens": 2, "cache_read_input_tokens": 4,
+        "cache_creation_input_tokens": 0})
+    );
+}
+
+#[test]
+fn errors_in_anthropics_shape() {
+    let (status, body) = error(&ApiError::invalid("this model's context holds 64 tokens"));
+    assert_eq!(status.as_u16(), 400);
+    assert_eq!(body["type"], "error");
+    assert_eq!(body["error"]["type"], "invalid_request_error");
+    assert!(body["error"]["message"].as_str().unwrap().starts_with("prompt is too long: "));
+    assert_eq!(error(&ApiError::unauthorized()).1["error"]["type"], "authentication_error");
+    assert_eq!(error(&ApiError::internal("x")).1["error"]["type"], "api_error");
 }

@@ -21,6 +21,9 @@ pub async fn require_key(State(state): State<AppState>, req: Request, next: Next
             if is_tei_route(req.method(), req.uri().path()) {
                 return TeiError::from(error).into_response();
             }
+            if req.uri().path().starts_with("/v1/messages") {
+                return crate::routes::messages::AnthropicError::from(error).into_response();
+            }
             return error.into_response();
         }
     }

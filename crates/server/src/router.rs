@@ -18,6 +18,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/completions", post(completions::completions))
         .route("/v1/responses", post(responses::create))
         .route("/v1/messages", post(messages::create))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .route("/v1/embeddings", post(embeddings::embeddings))
         .route("/embed", post(tei::embed))
         .route("/info", get(tei::info))

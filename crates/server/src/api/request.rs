@@ -70,6 +70,10 @@ pub struct ChatRequest {
     pub chat_template_kwargs: Option<Value>,
     /// vLLM's extension: false leaves the reasoning out of the reply.
     pub include_reasoning: Option<bool>,
+    /// (Set by the other APIs' routes, never sent:) `max_tokens` cut to the
+    /// context's room after the prompt instead of refused.
+    #[serde(skip)]
+    pub fit_max_tokens: bool,
     /// vLLM's extensions: end with the opening of the assistant's turn
     /// (default true), or leave the final assistant message open.
     pub add_generation_prompt: Option<bool>,

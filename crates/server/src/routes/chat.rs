@@ -94,8 +94,28 @@ pub struct Started {
     pub prompt_tokens: usize,
 }
 
-/// Checks and submits a chat request (also the Responses API's, converted).
+/// Checks and submits a chat request (also the other APIs', converted).
 pub fn start(state: &AppState, req: &ChatRequest) -> Result<Started, ApiError> {
+    let Rendered { ids, rules, settings, role, echo, short_ids, want_logprobs, max_context } = render(state, req)?;
+    let prompt_tokens = ids.len();
+    let streams = generate::submit_all(state, settings.requests(ids, max_context))?;
+    Ok(Started { streams, rules, settings, role, echo, short_ids, want_logprobs, prompt_tokens })
+}
+
+/// A chat request checked and its prompt rendered, before submitting.
+pub struct Rendered {
+    pub ids: Vec<u32>,
+    rules: Arc<Rules>,
+    settings: convert::Settings,
+    role: &'static str,
+    echo: Option<String>,
+    short_ids: bool,
+    want_logprobs: bool,
+    max_context: usize,
+}
+
+/// Checks a chat request and renders its prompt.
+pub fn render(state: &AppState, req: &ChatRequest) -> Result<Rendered, ApiError> {
     state.check_model(req.common.model.as_deref())?;
     let tools = tools::from_request(req.tools.as_ref(), req.tool_choice.as_ref(), req.parallel_tool_calls)?;
     let backend = state.generator()?;
@@ -138,10 +158,12 @@ pub fn start(state: &AppState, req: &ChatRequest) -> Result<Started, ApiError> {
     let rules = Arc::new(Rules { tools: tools.map(Arc::new), think, keep_reasoning });
     let role = reply_role(&messages, req.add_generation_prompt);
     let echo = messages.last().filter(|m| req.echo == Some(true) && m.role == role).map(|m| m.content.clone());
-    let prompt_tokens = ids.len();
-    let streams = generate::submit_all(state, settings.requests(ids, limits.max_context))?;
-    let want_logprobs = top_logprobs.is_some();
-    Ok(Started { streams, rules, settings, role, echo, short_ids, want_logprobs, prompt_tokens })
+    let (want_logprobs, max_context) = (top_logprobs.is_some(), limits.max_context);
+    if req.fit_max_tokens {
+        let room = max_context.saturating_sub(ids.len()).max(1);
+        settings.max_tokens = settings.max_tokens.map(|m| m.min(room));
+    }
+    Ok(Rendered { ids, rules, settings, role, echo, short_ids, want_logprobs, max_context })
 }
 
 /// The reply's role, as vLLM names it: the assistant's, or with

@@ -19,23 +19,62 @@ use crate::sse;
 use crate::state::AppState;
 use std::sync::Arc;
 
-pub async fn create(State(state): State<AppState>, ApiJson(body): ApiJson<Value>) -> Result<Response, ApiError> {
-    let req: ChatRequest =
-        serde_json::from_value(api::to_chat(&body)?).map_err(|e| ApiError::invalid(format!("invalid request: {e}")))?;
+/// Errors in Anthropic's shape.
+pub struct AnthropicError(ApiError);
+
+impl From<ApiError> for AnthropicError {
+    fn from(e: ApiError) -> Self {
+        AnthropicError(e)
+    }
+}
+
+impl IntoResponse for AnthropicError {
+    fn into_response(self) -> Response {
+        let (status, body) = api::error(&self.0);
+        (status, Json(body)).into_response()
+    }
+}
+
+/// The chat request a Messages request stands for: any model name is
+/// served (and echoed back), and `max_tokens` is cut to the context's room,
+/// as Anthropic's clients ask for far more than local models hold.
+fn chat_request(body: &Value) -> Result<ChatRequest, ApiError> {
+    let mut req: ChatRequest =
+        serde_json::from_value(api::to_chat(body)?).map_err(|e| ApiError::invalid(format!("invalid request: {e}")))?;
+    req.fit_max_tokens = true;
+    Ok(req)
+}
+
+pub async fn create(State(state): State<AppState>, ApiJson(body): ApiJson<Value>) -> Result<Response, AnthropicError> {
+    let req = chat_request(&body)?;
     let Started { mut streams, rules, settings, prompt_tokens, .. } = chat::start(&state, &req)?;
     let id = id("msg");
+    let model = body.get("model").and_then(Value::as_str).unwrap_or(&state.model).to_string();
     if settings.stream {
         let opts = sse::Options { logprobs: false, include_usage: false, per_prompt: 1, typed: true };
-        let format = EventFormat::new(id, state.model.clone(), rules, prompt_tokens);
+        let format = EventFormat::new(id, model, rules, prompt_tokens);
         return Ok(sse::response(streams, format, opts));
     }
-    let Some(stream) = streams.pop() else { return Err(ApiError::invalid("nothing was generated")) };
+    let Some(stream) = streams.pop() else { return Err(ApiError::invalid("nothing was generated").into()) };
     let outputs = generate::collect_all(vec![stream], false).await?;
     let (o, s) = (&outputs[0], &outputs[0].summary);
     let parts = rules.read(&o.text);
     let stop = api::stop_reason(s.finish == FinishReason::Length, !parts.calls.is_empty());
     let usage = api::usage(s.prompt_tokens, s.cached_tokens, s.completion_tokens);
-    Ok(Json(api::message_object(&id, &state.model, api::blocks(parts), Some(stop), usage)).into_response())
+    Ok(Json(api::message_object(&id, &model, api::blocks(parts), Some(stop), usage)).into_response())
+}
+
+/// `POST /v1/messages/count_tokens`: the prompt's length, as the request
+/// would render it (no `max_tokens` needed).
+pub async fn count_tokens(
+    State(state): State<AppState>,
+    ApiJson(mut body): ApiJson<Value>,
+) -> Result<Response, AnthropicError> {
+    if let Some(b) = body.as_object_mut() {
+        b.entry("max_tokens").or_insert(json!(1));
+    }
+    let rendered = chat::render(&state, &chat_request(&body)?)?;
+    Ok(Json(json!({"input_tokens": rendered.ids.len()})).into_response())
 }
 
 /// The block being streamed: its place and kind (`thinking` or `text`).
@@ -127,7 +166,7 @@ impl sse::Format for EventFormat {
             out.push(json!({"type": "content_block_stop", "index": self.blocks}));
             self.blocks += 1;
         }
-        let usage = json!({"output_tokens": summary.completion_tokens});
+        let usage = api::usage(summary.prompt_tokens, summary.cached_tokens, summary.completion_tokens);
         out.push(
             json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": usage}),
         );
@@ -141,7 +180,6 @@ impl sse::Format for EventFormat {
 
     /// Anthropic's `error` event.
     fn failed(&mut self, _index: usize, error: &ApiError) -> Vec<Value> {
-        let message = error.body()["error"]["message"].clone();
-        vec![json!({"type": "error", "error": {"type": "api_error", "message": message}})]
+        vec![api::error(error).1]
     }
 }

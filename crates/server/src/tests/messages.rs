@@ -25,6 +25,21 @@ async fn a_message_whole_and_streamed() {
     let mut cut = body.clone();
     cut["max_tokens"] = json!(1);
     assert_eq!(post(&app, "/v1/messages", cut).await.json()["stop_reason"], "max_tokens");
+    // Any model name is served and echoed; max_tokens past the context is cut to its room.
+    let mut other = body.clone();
+    other["model"] = json!("claude-some-model");
+    other["max_tokens"] = json!(64000);
+    let r = post(&app, "/v1/messages", other).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(r.json()["model"], "claude-some-model");
+    assert!(fake.requests().last().unwrap().max_tokens < MAX_CONTEXT);
+    // Errors in Anthropic's shape.
+    let r = post(&app, "/v1/messages", json!({"messages": []})).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        (r.json()["type"].clone(), r.json()["error"]["type"].clone()),
+        (json!("error"), json!("invalid_request_error"))
+    );
     // Streamed: Anthropic's typed events.
     let mut stream = body;
     stream["stream"] = json!(true);
@@ -48,6 +63,10 @@ async fn a_message_whole_and_streamed() {
     assert_eq!(events[6]["delta"]["stop_reason"], "end_turn");
     assert_eq!(events[6]["usage"]["output_tokens"], 3);
     assert!(events[0]["message"]["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    // count_tokens: the prompt's length, as the request renders it.
+    let body = json!({"model": MODEL, "system": "the sky", "messages": [{"role": "user", "content": "hello"}]});
+    let counted = post(&app, "/v1/messages/count_tokens", body).await.json();
+    assert_eq!(counted["input_tokens"], json!(fake.requests()[0].prompt.len()));
 }
 
 #[tokio::test]
@@ -61,6 +80,7 @@ async fn tool_uses_and_the_api_key_header() {
         "input_schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}], "tool_choice": {"type": "any"}});
     let unauthorized = post(&app, "/v1/messages", body.clone()).await;
     assert_eq!(unauthorized.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(unauthorized.json()["error"]["type"], "authentication_error");
     let req = request(Method::POST, "/v1/messages", Some(&body), &[("x-api-key", "k")]);
     let v = send(&app, req).await.json();
     assert_eq!(v["stop_reason"], "tool_use");
