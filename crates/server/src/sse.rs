@@ -1,5 +1,6 @@
 //! Server-sent events for streaming responses: `data: {json}\n\n` per chunk,
-//! `data: [DONE]\n\n` at the end.
+//! `data: [DONE]\n\n` at the end; or typed events (the Responses API's,
+//! Anthropic's): `event: TYPE` before each chunk, no `[DONE]`.
 //!
 //! The response body owns the engine streams. When the client disconnects,
 //! hyper drops the body, which drops the streams, which cancels the requests;
