@@ -49,11 +49,15 @@ pub async fn completions(
             }
             (convert::Prompt::Tokens(ids), true) => Some(tok.decode(ids, false)),
         };
-        let ids = prompt::completion_ids(tok, input)?;
+        let (ids, ends) = match req.suffix.as_deref().filter(|s| !s.is_empty()) {
+            Some(suffix) => prompt::fim_ids(tok, input, suffix)?,
+            None => (prompt::completion_ids(tok, input)?, Vec::new()),
+        };
         if ids.is_empty() {
             return Err(ApiError::param("prompt", "the prompt is empty"));
         }
         for (j, mut r) in settings.requests(ids, limits.max_context).into_iter().enumerate() {
+            r.stop_ids.extend(&ends);
             // Scored once, with the more alternatives of the two asks; by
             // each choice where each streams its own echo first.
             if echo && (j == 0 || settings.stream) {
@@ -127,8 +131,8 @@ impl Echo {
 
 /// Options we do not implement get a clear 400 rather than being ignored.
 fn unsupported(req: &CompletionRequest) -> Result<(), ApiError> {
-    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
-        return Err(ApiError::param("suffix", "suffix is not supported"));
+    if req.suffix.as_deref().is_some_and(|s| !s.is_empty()) && req.echo == Some(true) {
+        return Err(ApiError::param("suffix", "suffix (fill-in-the-middle) cannot be combined with echo"));
     }
     let n = req.common.n.unwrap_or(1);
     if req.best_of.is_some_and(|b| b != 1 && b != n) {

@@ -39,7 +39,7 @@ pub struct FakeEmbedder {
 impl FakeEmbedder {
     pub fn new() -> Arc<FakeEmbedder> {
         Arc::new(FakeEmbedder {
-            tokenizer: tokenizer(),
+            tokenizer: tokenizer(&[]),
             submitted: Mutex::default(),
             normalize: Mutex::default(),
             busy: AtomicBool::new(false),

@@ -66,8 +66,12 @@ impl Drop for Guard {
 
 impl Fake {
     pub fn new() -> Arc<Fake> {
+        Fake::with_tokenizer(tokenizer(&[]))
+    }
+
+    pub fn with_tokenizer(tokenizer: Tokenizer) -> Arc<Fake> {
         Arc::new(Fake {
-            tokenizer: tokenizer(),
+            tokenizer,
             submitted: Mutex::default(),
             busy: AtomicBool::new(false),
             hang: AtomicBool::new(false),
@@ -168,13 +172,15 @@ impl Backend for Fake {
     }
 }
 
-/// A word-level tokenizer.json with BOS added, written to a temp folder.
-fn tokenizer() -> Tokenizer {
+/// A word-level tokenizer.json with BOS added, written to a temp folder:
+/// `WORDS`, then `special` (more special tokens, ids from 12 on).
+pub fn tokenizer(special: &[&str]) -> Tokenizer {
+    let words: Vec<&str> = WORDS.iter().chain(special).copied().collect();
     let vocab: serde_json::Map<String, Value> =
-        WORDS.iter().enumerate().map(|(i, w)| (w.to_string(), Value::from(i))).collect();
-    let added: Vec<Value> = WORDS[..5]
-        .iter()
-        .enumerate()
+        words.iter().enumerate().map(|(i, w)| (w.to_string(), Value::from(i))).collect();
+    let specials = (0..5).chain(WORDS.len()..words.len());
+    let added: Vec<Value> = specials
+        .map(|i| (i, words[i]))
         .map(|(i, w)| {
             serde_json::json!({"id": i, "content": w, "single_word": false, "lstrip": false, "rstrip": false,
                 "normalized": false, "special": true})

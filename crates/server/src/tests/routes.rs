@@ -397,3 +397,25 @@ async fn json_schema_reaches_the_engine() {
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert!(r.error()["message"].as_str().unwrap().contains("\"idn-email\" is not supported"), "{}", r.text());
 }
+
+#[tokio::test]
+async fn a_suffix_fills_in_the_middle() {
+    let fim = ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|fim_pad|>"];
+    let fake = Fake::with_tokenizer(tokenizer(&fim));
+    let app = app_with(&fake, None, None);
+    let r = post(&app, "/v1/completions", json!({"prompt": "the", "suffix": "sky is"})).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    // BOS, prefix token, the prompt, suffix token, the suffix, middle token (llama.cpp's order).
+    let req = &fake.requests()[0];
+    assert_eq!(req.prompt, [0, 12, 8, 13, 10, 11, 14]);
+    assert!(req.stop_ids.contains(&15), "{:?}", req.stop_ids);
+    // Token-id prompts too; not with echo; and not for a model without the tokens.
+    post(&app, "/v1/completions", json!({"prompt": [8, 9], "suffix": "sky"})).await;
+    assert_eq!(fake.requests()[1].prompt, [0, 12, 8, 9, 13, 10, 14]);
+    let r = post(&app, "/v1/completions", json!({"prompt": "the", "suffix": "sky", "echo": true})).await;
+    assert_eq!((r.status, r.error()["param"].clone()), (StatusCode::BAD_REQUEST, json!("suffix")));
+    let (_, plain) = super::app();
+    let r = post(&plain, "/v1/completions", json!({"prompt": "the", "suffix": "sky"})).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert!(r.error()["message"].as_str().unwrap().contains("fill-in-the-middle"));
+}
