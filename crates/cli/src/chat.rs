@@ -88,12 +88,12 @@ pub fn chat(l: &mut Loaded, a: &RunArgs, format: Option<OutputFormat>) -> Result
 fn fit_history(l: &Loaded, history: &mut Vec<Message>, a: &RunArgs) -> Result<Vec<u32>> {
     let ctx = l.runner.max_context();
     if a.raw || l.template.is_none() {
-        return prompt_ids(l, history, a.raw);
+        return prompt_ids(l, history, a);
     }
     let budget = ctx - a.sampling.max_tokens.min(ctx / 4).max(1);
     let mut ids = Vec::new();
     let (kept, dropped) = recent_turns(history, |messages| {
-        ids = prompt_ids(l, messages, a.raw)?;
+        ids = prompt_ids(l, messages, a)?;
         Ok(ids.len() <= budget)
     })?;
     if ids.len() >= ctx {

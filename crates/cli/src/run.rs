@@ -8,7 +8,7 @@ use ferrite_core::{Error, Result};
 use ferrite_engine::constraint::format::OutputFormat;
 use ferrite_engine::sampling::SamplingParams;
 use ferrite_engine::{generate, GenerateRequest, Generation};
-use ferrite_loader::chat_template::Message;
+use ferrite_loader::chat_template::{Extras, Message};
 
 use crate::load::{load, Loaded};
 use crate::{ModelArgs, SamplingArgs};
@@ -31,6 +31,10 @@ pub struct RunArgs {
     /// No chat template: tokenize the prompt as is (BOS as the model says).
     #[arg(long)]
     pub raw: bool,
+    /// More chat-template variables, a JSON object (as `serve` takes
+    /// `chat_template_kwargs`), e.g. '{"enable_thinking": false}' for Qwen3.
+    #[arg(long, value_name = "JSON", value_parser = template_vars)]
+    pub chat_template_kwargs: Option<TemplateVars>,
     /// Constrain each reply to one JSON object.
     #[arg(long, group = "format")]
     pub json: bool,
@@ -49,6 +53,17 @@ pub struct RunArgs {
     /// As --grammar, the grammar read from this file.
     #[arg(long, value_name = "FILE", group = "format")]
     pub grammar_file: Option<PathBuf>,
+}
+
+/// A JSON object of template variables (`--chat-template-kwargs`).
+pub type TemplateVars = serde_json::Map<String, serde_json::Value>;
+
+fn template_vars(text: &str) -> std::result::Result<TemplateVars, String> {
+    let vars: TemplateVars = serde_json::from_str(text).map_err(|e| format!("not a JSON object: {e}"))?;
+    match vars.keys().find(|k| Extras::RESERVED.contains(&k.as_str())) {
+        Some(k) => Err(format!("`{k}` is set by the chat itself")),
+        None => Ok(vars),
+    }
 }
 
 impl RunArgs {
@@ -111,12 +126,14 @@ impl SamplingArgs {
 }
 
 /// Token ids for a conversation: through the chat template when there is one
-/// (and --raw is off), else the last message's text as is.
-pub fn prompt_ids(l: &Loaded, messages: &[Message], raw: bool) -> Result<Vec<u32>> {
+/// (and --raw is off), with --chat-template-kwargs, else the last message's
+/// text as is.
+pub fn prompt_ids(l: &Loaded, messages: &[Message], a: &RunArgs) -> Result<Vec<u32>> {
     let tok = l.tokenizer()?;
-    match (&l.template, raw) {
+    match (&l.template, a.raw) {
         (Some(t), false) => {
-            let text = t.render(messages, true)?;
+            let extras = Extras { tools: None, vars: a.chat_template_kwargs.as_ref() };
+            let text = t.render_with(messages, extras, true)?;
             let mut ids = tok.encode(&text, true)?;
             // Templates usually write the BOS text themselves; keep one BOS.
             if let Some(bos) = tok.bos_id() {
@@ -189,7 +206,7 @@ pub fn main(a: RunArgs) -> Result<()> {
         messages.push(Message::new("system", s.clone()));
     }
     messages.push(Message::new("user", prompt));
-    let ids = prompt_ids(&l, &messages, a.raw)?;
+    let ids = prompt_ids(&l, &messages, &a)?;
     let req = request(ids, &a.sampling, format);
     let g = stream(&mut l, &req, &|| false)?;
     outln!()?;

@@ -42,6 +42,15 @@ fn run_prints_only_the_completion() {
     // Greedy is deterministic; llama.cpp's short flags say the same.
     let (again, _) = ok(&["run", "smollm2", "-p", Q, "-n", "16", "--temp", "0"]);
     assert_eq!(out, again);
+    // Template variables SmolLM2's template does not read change nothing.
+    let vars = ["--chat-template-kwargs", r#"{"enable_thinking": false}"#];
+    let (with_vars, _) = ok(&[&["run", "smollm2", "-p", Q, "-n", "16", "--temp", "0"][..], &vars].concat());
+    assert_eq!(out, with_vars);
+    for bad in ["[1]", "{nope", r#"{"messages": []}"#] {
+        let o = ferrite(&["run", "smollm2", "--chat-template-kwargs", bad, "-p", "hi"]);
+        let err = text(&o.stderr);
+        assert!(o.status.code() == Some(2) && err.contains("--chat-template-kwargs"), "{bad}: {err}");
+    }
 }
 
 #[test]
