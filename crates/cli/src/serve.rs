@@ -31,7 +31,7 @@ pub struct ServeArgs {
     pub host: String,
     #[arg(long, default_value_t = 8080)]
     pub port: u16,
-    /// Require `Authorization: Bearer KEY` on the API routes.
+    /// Require `Authorization: Bearer KEY` (or `x-api-key: KEY`) on the API routes.
     #[arg(long)]
     pub api_key: Option<String>,
     /// Origins whose browser pages may call the API (CORS): * for any,

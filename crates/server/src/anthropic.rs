@@ -115,7 +115,8 @@ fn message(messages: &mut Vec<Value>, i: usize, m: &Value) -> Result<(), ApiErro
             (_, "text") => text.push(string("text")?.to_string()),
             // A plain-text document or a search result: its text.
             (_, "document" | "search_result") => {
-                let t = b.get("source").and_then(|s| s.get("data")).and_then(Value::as_str);
+                let source = b.get("source").filter(|s| s.get("type").and_then(Value::as_str) == Some("text"));
+                let t = source.and_then(|s| s.get("data")).and_then(Value::as_str);
                 let t = t.map(str::to_string).or_else(|| b.get("content").and_then(text_of));
                 text.push(t.ok_or_else(|| bad(&format!("content[{j}]: only text documents are supported")))?);
             }

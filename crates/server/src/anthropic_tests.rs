@@ -108,6 +108,12 @@ fn what_is_not_supported_is_a_400() {
         (json!({"max_tokens": 5, "messages": [], "system": 3}), "system must be"),
         (user(json!([{"type": "tool_use", "id": "t", "name": "f", "input": {}}])), "user blocks of type `tool_use`"),
         (user(json!([{"type": "text", "text": 5}])), "text must be a string"),
+        (
+            user(
+                json!([{"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBE"}}]),
+            ),
+            "only text documents",
+        ),
     ] {
         let m = message(to_chat(&body).unwrap_err());
         assert!(m.contains(needle), "{body}: {m}");
