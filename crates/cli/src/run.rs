@@ -191,9 +191,15 @@ pub fn main(a: RunArgs) -> Result<()> {
     let size = l.runner.config().vocab_size;
     let id_of = |text: &str| l.tokenizer.as_ref().and_then(|t| t.token_to_id(text));
     let format = format.map(|f| f.in_vocabulary(size, id_of)).transpose().map_err(Error::InvalidInput)?;
-    if a.system.is_some() && (a.raw || l.template.is_none()) {
-        let why = if a.raw { "--raw" } else { "a model without a chat template" };
-        eprintln!("note: --system is not used with {why}");
+    let why = if a.raw { "--raw" } else { "a model without a chat template" };
+    if a.raw || l.template.is_none() {
+        for (given, flag) in
+            [(a.system.is_some(), "--system"), (a.chat_template_kwargs.is_some(), "--chat-template-kwargs")]
+        {
+            if given {
+                eprintln!("note: {flag} is not used with {why}");
+            }
+        }
     }
     let Some(prompt) = prompt else {
         return crate::chat::chat(&mut l, &a, format);
