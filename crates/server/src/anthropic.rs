@@ -4,6 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::convert::random_id;
 use crate::errors::ApiError;
 use crate::reply::Parts;
 
@@ -230,11 +231,6 @@ fn chat_tools(tools: &Value) -> Result<Value, ApiError> {
     converted.map(Value::Array)
 }
 
-/// An id of the API's shape: `prefix` and 24 hex digits.
-pub fn id(prefix: &str) -> String {
-    format!("{prefix}_{:016x}{:08x}", crate::convert::random_u64(), crate::convert::random_u64() as u32)
-}
-
 /// A reply's content blocks: its thinking, its text, its tool uses.
 pub fn blocks(parts: Parts) -> Vec<Value> {
     let mut out = Vec::new();
@@ -246,7 +242,7 @@ pub fn blocks(parts: Parts) -> Vec<Value> {
     }
     for c in parts.calls {
         let input: Value = serde_json::from_str(&c.arguments).unwrap_or_else(|_| json!({}));
-        out.push(json!({"type": "tool_use", "id": id("toolu"), "name": c.name, "input": input}));
+        out.push(json!({"type": "tool_use", "id": random_id("toolu_"), "name": c.name, "input": input}));
     }
     out
 }

@@ -527,6 +527,12 @@ fn token_ids(items: &[Value], vocab_size: usize) -> Result<Vec<u32>, ApiError> {
         .collect()
 }
 
+/// An id of the APIs' shape: `prefix` (its separator included), then 24
+/// random hex digits.
+pub fn random_id(prefix: &str) -> String {
+    format!("{prefix}{:016x}{:08x}", random_u64(), random_u64() as u32)
+}
+
 /// Unpredictable 64 bits without a RNG crate: std's randomly keyed hasher.
 pub fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};

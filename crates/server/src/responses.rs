@@ -6,6 +6,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::convert::random_id;
 use crate::errors::ApiError;
 use crate::reply::Parts;
 
@@ -236,23 +237,18 @@ fn response_format(f: &Value) -> Result<Option<Value>, ApiError> {
     }
 }
 
-/// An id of the API's shape: `prefix` and 24 hex digits.
-pub fn id(prefix: &str) -> String {
-    format!("{prefix}_{:016x}{:08x}", crate::convert::random_u64(), crate::convert::random_u64() as u32)
-}
-
 /// A reply's output items: its reasoning, its message, its calls.
 pub fn items(parts: Parts, complete: bool, short_ids: bool) -> Vec<Value> {
     let status = if complete { "completed" } else { "incomplete" };
     let mut out = Vec::new();
     if let Some(r) = parts.reasoning {
-        out.push(reasoning_item(&id("rs"), &r, status));
+        out.push(reasoning_item(&random_id("rs_"), &r, status));
     }
     if let Some(text) = parts.content {
-        out.push(message_item(&id("msg"), &text, status));
+        out.push(message_item(&random_id("msg_"), &text, status));
     }
     for c in parts.calls {
-        out.push(call_item(&id("fc"), &crate::tools::call_id(short_ids), &c.name, &c.arguments, "completed"));
+        out.push(call_item(&random_id("fc_"), &crate::tools::call_id(short_ids), &c.name, &c.arguments, "completed"));
     }
     out
 }

@@ -467,7 +467,7 @@ pub fn wants_short_ids(template: &ChatTemplate) -> bool {
 /// Mistral's templates require.
 pub fn call_id(short: bool) -> String {
     if !short {
-        return format!("call_{:016x}{:08x}", crate::convert::random_u64(), crate::convert::random_u64() as u32);
+        return crate::convert::random_id("call_");
     }
     const DIGITS: &[u8] = b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
     let mut x = crate::convert::random_u64();

@@ -13,7 +13,7 @@ pub struct Meta {
 impl Meta {
     /// `prefix` is `chatcmpl` or `cmpl`.
     pub fn new(prefix: &str, model: &str) -> Meta {
-        let id = format!("{prefix}-{:016x}{:08x}", crate::convert::random_u64(), crate::convert::random_u64() as u32);
+        let id = crate::convert::random_id(&format!("{prefix}-"));
         Meta { id, created: crate::state::unix_now(), model: model.to_string() }
     }
 }

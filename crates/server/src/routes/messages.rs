@@ -7,9 +7,10 @@ use axum::Json;
 use ferrite_engine::{FinishReason, Summary};
 use serde_json::{json, Value};
 
-use crate::anthropic::{self as api, id};
+use crate::anthropic as api;
 use crate::api::request::ChatRequest;
 use crate::api::response::Usage;
+use crate::convert::random_id;
 use crate::errors::ApiError;
 use crate::extract::ApiJson;
 use crate::generate::{self, TokenInfo};
@@ -48,7 +49,7 @@ fn chat_request(body: &Value) -> Result<ChatRequest, ApiError> {
 pub async fn create(State(state): State<AppState>, ApiJson(body): ApiJson<Value>) -> Result<Response, AnthropicError> {
     let req = chat_request(&body)?;
     let Started { mut streams, rules, settings, prompt_tokens, .. } = chat::start(&state, &req)?;
-    let id = id("msg");
+    let id = random_id("msg_");
     let model = body.get("model").and_then(Value::as_str).unwrap_or(&state.model).to_string();
     if settings.stream {
         let opts = sse::Options { logprobs: false, include_usage: false, per_prompt: 1, typed: true };
@@ -159,7 +160,7 @@ impl sse::Format for EventFormat {
         self.stop_block(&mut out);
         let stop = api::stop_reason(summary.finish == FinishReason::Length, !calls.is_empty());
         for c in calls {
-            let block = json!({"type": "tool_use", "id": id("toolu"), "name": c.name, "input": {}});
+            let block = json!({"type": "tool_use", "id": random_id("toolu_"), "name": c.name, "input": {}});
             out.push(json!({"type": "content_block_start", "index": self.blocks, "content_block": block}));
             let delta = json!({"type": "input_json_delta", "partial_json": c.arguments});
             out.push(json!({"type": "content_block_delta", "index": self.blocks, "delta": delta}));

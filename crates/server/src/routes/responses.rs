@@ -9,11 +9,12 @@ use serde_json::{json, Value};
 
 use crate::api::request::ChatRequest;
 use crate::api::response::Usage;
+use crate::convert::random_id;
 use crate::errors::ApiError;
 use crate::extract::ApiJson;
 use crate::generate::{self, TokenInfo};
 use crate::reply::{Parts, Rules, Streamed};
-use crate::responses::{self as api, id};
+use crate::responses as api;
 use crate::routes::chat::{self, Started};
 use crate::sse;
 use crate::state::AppState;
@@ -24,7 +25,7 @@ pub async fn create(State(state): State<AppState>, ApiJson(body): ApiJson<Value>
     let req: ChatRequest =
         serde_json::from_value(chat_body).map_err(|e| ApiError::invalid(format!("invalid request: {e}")))?;
     let Started { mut streams, rules, settings, short_ids, .. } = chat::start(&state, &req)?;
-    let (id, created) = (id("resp"), crate::state::unix_now());
+    let (id, created) = (random_id("resp_"), crate::state::unix_now());
     if settings.stream {
         let opts = sse::Options { logprobs: false, include_usage: false, per_prompt: 1, typed: true };
         let format = EventFormat::new(id, created, state.model.clone(), body, rules, short_ids);
@@ -88,7 +89,7 @@ impl EventFormat {
     fn parts(&mut self, reasoning: &str, content: &str, out: &mut Vec<Value>) {
         if !reasoning.is_empty() {
             if self.reasoning.is_none() {
-                let open = Open { id: id("rs"), index: self.output.len(), text: String::new() };
+                let open = Open { id: random_id("rs_"), index: self.output.len(), text: String::new() };
                 let item = api::reasoning_item(&open.id, "", "in_progress");
                 out.push(self.event("response.output_item.added", json!({"output_index": open.index, "item": item})));
                 let part = json!({"item_id": open.id, "output_index": open.index, "content_index": 0,
@@ -108,7 +109,7 @@ impl EventFormat {
         }
         self.close_reasoning("completed", out);
         if self.message.is_none() {
-            let open = Open { id: id("msg"), index: self.output.len(), text: String::new() };
+            let open = Open { id: random_id("msg_"), index: self.output.len(), text: String::new() };
             let item = api::message_item(&open.id, "", "in_progress");
             out.push(self.event("response.output_item.added", json!({"output_index": open.index, "item": item})));
             let part = json!({"item_id": open.id, "output_index": open.index, "content_index": 0,
@@ -174,7 +175,8 @@ impl sse::Format for EventFormat {
         self.close_reasoning(status, &mut out);
         self.close_message(status, &mut out);
         for c in calls {
-            let (item_id, call_id, index) = (id("fc"), crate::tools::call_id(self.short_ids), self.output.len());
+            let (item_id, call_id, index) =
+                (random_id("fc_"), crate::tools::call_id(self.short_ids), self.output.len());
             let item = api::call_item(&item_id, &call_id, &c.name, "", "in_progress");
             out.push(self.event("response.output_item.added", json!({"output_index": index, "item": item})));
             let delta = json!({"item_id": item_id, "output_index": index, "delta": c.arguments});
