@@ -32,6 +32,13 @@ counted = client.messages.count_tokens(model=MODEL, system="Be brief.", messages
 # (Usage leaves out the prompt's tokens read from the prefix cache; counting does not.)
 check(counted.input_tokens == m.usage.input_tokens + m.usage.cache_read_input_tokens, f"count_tokens {counted} != {m.usage}")
 
+# A stop sequence: the reply ends before it, and says which.
+stopped = client.messages.create(model=MODEL, max_tokens=16, system="Be brief.", messages=ask,
+                                 stop_sequences=["Paris", "Lyon"], extra_body=GREEDY)
+check("Paris" in m.content[0].text, f"the greedy reply names Paris: {m}")
+check(stopped.stop_reason == "stop_sequence" and stopped.stop_sequence == "Paris", f"stop sequence: {stopped}")
+check(m.content[0].text.startswith(stopped.content[0].text) and "Paris" not in stopped.content[0].text, f"cut: {stopped}")
+
 # Streamed: the same text, and the helper's final message.
 with client.messages.stream(model=MODEL, max_tokens=16, system="Be brief.", messages=ask, extra_body=GREEDY) as s:
     text = "".join(s.text_stream)

@@ -7,6 +7,7 @@ use serde_json::{json, Map, Value};
 use crate::convert::random_id;
 use crate::errors::ApiError;
 use crate::reply::Parts;
+use ferrite_engine::{FinishReason, Summary};
 
 /// The request's fields a chat request takes as they are. (Not `model`:
 /// Anthropic's clients name their own models, so any name is served.)
@@ -247,12 +248,14 @@ pub fn blocks(parts: Parts) -> Vec<Value> {
     out
 }
 
-/// Why a reply ended, in the API's words.
-pub fn stop_reason(cut: bool, called: bool) -> &'static str {
-    match (cut, called) {
-        (true, _) => "max_tokens",
-        (false, true) => "tool_use",
-        (false, false) => "end_turn",
+/// Why a reply ended, in the API's words: `stop_reason`, and the
+/// `stop_sequence` that ended it, where one did.
+pub fn stop_reason(s: &Summary, called: bool) -> (&'static str, Option<String>) {
+    match (s.finish == FinishReason::Length, called, &s.stop) {
+        (true, _, _) => ("max_tokens", None),
+        (false, true, _) => ("tool_use", None),
+        (false, false, Some(stop)) => ("stop_sequence", Some(stop.clone())),
+        (false, false, None) => ("end_turn", None),
     }
 }
 
@@ -285,9 +288,16 @@ pub fn error(e: &ApiError) -> (axum::http::StatusCode, Value) {
 }
 
 /// The message object (`content` empty and no `stop_reason` while streaming).
-pub fn message_object(id: &str, model: &str, content: Vec<Value>, stop: Option<&str>, usage: Value) -> Value {
+pub fn message_object(
+    id: &str,
+    model: &str,
+    content: Vec<Value>,
+    stop: Option<(&str, Option<String>)>,
+    usage: Value,
+) -> Value {
+    let (reason, sequence) = stop.unzip();
     json!({"id": id, "type": "message", "role": "assistant", "model": model, "content": content,
-           "stop_reason": stop, "stop_sequence": null, "usage": usage})
+           "stop_reason": reason, "stop_sequence": sequence.flatten(), "usage": usage})
 }
 
 #[cfg(test)]

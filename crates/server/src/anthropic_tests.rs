@@ -1,5 +1,6 @@
 use super::*;
 use crate::tools::Call;
+use ferrite_engine::FinishReason::{Length, Stop};
 
 fn message(err: ApiError) -> String {
     let body = err.body();
@@ -133,8 +134,18 @@ fn replies_become_content_blocks() {
     assert_eq!((blocks[2]["type"].clone(), blocks[2]["input"].clone()), (json!("tool_use"), json!({"a": 1})));
     assert!(blocks[2]["id"].as_str().unwrap().starts_with("toolu_"));
     assert_eq!(
-        [stop_reason(true, true), stop_reason(false, true), stop_reason(false, false)],
-        ["max_tokens", "tool_use", "end_turn"]
+        [(Length, true, None), (Stop, true, None), (Stop, false, None), (Stop, false, Some("\n"))].map(|(f, c, s)| {
+            let summary = Summary {
+                finish: f,
+                prompt_tokens: 1,
+                completion_tokens: 1,
+                cached_tokens: 0,
+                error: None,
+                stop: s.map(str::to_string),
+            };
+            stop_reason(&summary, c)
+        }),
+        [("max_tokens", None), ("tool_use", None), ("end_turn", None), ("stop_sequence", Some("\n".to_string()))]
     );
     // Input tokens are those not read from the cache.
     assert_eq!(

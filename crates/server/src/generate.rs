@@ -92,6 +92,7 @@ pub fn vanished(prompt_tokens: usize) -> Summary {
         completion_tokens: 0,
         cached_tokens: 0,
         error: Some("the engine stopped before the request finished".into()),
+        stop: None,
     }
 }
 

@@ -10,7 +10,8 @@ pub struct StopChecker {
     max_len: usize,
     /// Text seen but not yet emitted: a suffix that is a proper prefix of a stop string.
     pending: String,
-    stopped: bool,
+    /// The stop string that matched, once one has.
+    matched: Option<usize>,
 }
 
 impl StopChecker {
@@ -18,25 +19,30 @@ impl StopChecker {
     pub fn new(stop_strings: Vec<String>) -> Self {
         let stops: Vec<String> = stop_strings.into_iter().filter(|s| !s.is_empty()).collect();
         let max_len = stops.iter().map(String::len).max().unwrap_or(0);
-        StopChecker { stops, max_len, pending: String::new(), stopped: false }
+        StopChecker { stops, max_len, pending: String::new(), matched: None }
     }
 
     /// Whether a stop string has matched; later pushes emit nothing.
     pub fn is_stopped(&self) -> bool {
-        self.stopped
+        self.matched.is_some()
+    }
+
+    /// The stop string that matched, if one has.
+    pub fn matched(&self) -> Option<&str> {
+        self.matched.map(|i| self.stops[i].as_str())
     }
 
     /// Feed newly decoded text; returns (text safe to emit now, stopped).
     /// On a match the text before the earliest stop string is returned with
     /// `stopped = true`, and everything after it is dropped.
     pub fn push(&mut self, text: &str) -> (String, bool) {
-        if self.stopped {
+        if self.is_stopped() {
             return (String::new(), true);
         }
         self.pending.push_str(text);
-        if let Some(at) = self.earliest_match() {
+        if let Some((at, which)) = self.earliest_match() {
             self.pending.truncate(at);
-            self.stopped = true;
+            self.matched = Some(which);
             return (std::mem::take(&mut self.pending), true);
         }
         let keep = self.held_back_len();
@@ -55,10 +61,11 @@ impl StopChecker {
         self.push(tail).0 + &self.flush()
     }
 
-    /// Byte offset of the earliest stop string in `pending`. Held-back text
-    /// never contains a whole match, so only the new text can complete one.
-    fn earliest_match(&self) -> Option<usize> {
-        self.stops.iter().filter_map(|s| self.pending.find(s.as_str())).min()
+    /// Byte offset of the earliest stop string in `pending`, and which one
+    /// (the first listed, at a tie). Held-back text never contains a whole
+    /// match, so only the new text can complete one.
+    fn earliest_match(&self) -> Option<(usize, usize)> {
+        self.stops.iter().enumerate().filter_map(|(i, s)| Some((self.pending.find(s.as_str())?, i))).min()
     }
 
     /// Length of the longest suffix of `pending` that begins some stop
@@ -106,6 +113,21 @@ mod tests {
         assert_eq!(c.flush(), "");
         let mut c = checker(&[""]);
         assert_eq!(c.push("x"), ("x".to_string(), false));
+    }
+
+    #[test]
+    fn the_matched_stop_string_is_known() {
+        let mut c = checker(&["xyz", "b", "ab"]);
+        assert_eq!(c.matched(), None);
+        // The earliest match wins; at the same place, the first listed.
+        assert_eq!(c.push("1 ab xyz"), ("1 ".to_string(), true));
+        assert_eq!(c.matched(), Some("ab"));
+        let mut c = checker(&["b", "ab"]);
+        c.push("zab");
+        assert_eq!(c.matched(), Some("ab"));
+        let mut c = checker(&["ab", "a"]);
+        c.push("ab");
+        assert_eq!(c.matched(), Some("ab"));
     }
 
     #[test]

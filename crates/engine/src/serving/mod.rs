@@ -112,6 +112,8 @@ pub struct Summary {
     pub cached_tokens: usize,
     /// Set when finish is `FinishReason::Error`.
     pub error: Option<String>,
+    /// The stop string that ended the output, where one did.
+    pub stop: Option<String>,
 }
 
 /// A snapshot of the engine's counters and gauges (for /metrics and tests).

@@ -424,6 +424,7 @@ impl Worker {
             completion_tokens: a.generated.len(),
             cached_tokens: self.scheduler.cached_tokens(id),
             error,
+            stop: a.stops.matched().map(str::to_string),
         };
         self.scheduler.remove(id);
         let _ = a.tx.send(Event::Done(summary));

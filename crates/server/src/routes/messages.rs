@@ -4,7 +4,7 @@
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use ferrite_engine::{FinishReason, Summary};
+use ferrite_engine::Summary;
 use serde_json::{json, Value};
 
 use crate::anthropic as api;
@@ -60,7 +60,7 @@ pub async fn create(State(state): State<AppState>, ApiJson(body): ApiJson<Value>
     let outputs = generate::collect_all(vec![stream], false).await?;
     let (o, s) = (&outputs[0], &outputs[0].summary);
     let parts = rules.read(&o.text);
-    let stop = api::stop_reason(s.finish == FinishReason::Length, !parts.calls.is_empty());
+    let stop = api::stop_reason(s, !parts.calls.is_empty());
     let usage = api::usage(s.prompt_tokens, s.cached_tokens, s.completion_tokens);
     Ok(Json(api::message_object(&id, &model, api::blocks(parts), Some(stop), usage)).into_response())
 }
@@ -158,7 +158,7 @@ impl sse::Format for EventFormat {
         self.delta("thinking", &reasoning.unwrap_or_default(), &mut out);
         self.delta("text", &content.unwrap_or_default(), &mut out);
         self.stop_block(&mut out);
-        let stop = api::stop_reason(summary.finish == FinishReason::Length, !calls.is_empty());
+        let (stop, sequence) = api::stop_reason(summary, !calls.is_empty());
         for c in calls {
             let block = json!({"type": "tool_use", "id": random_id("toolu_"), "name": c.name, "input": {}});
             out.push(json!({"type": "content_block_start", "index": self.blocks, "content_block": block}));
@@ -169,7 +169,7 @@ impl sse::Format for EventFormat {
         }
         let usage = api::usage(summary.prompt_tokens, summary.cached_tokens, summary.completion_tokens);
         out.push(
-            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": usage}),
+            json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": sequence}, "usage": usage}),
         );
         out.push(json!({"type": "message_stop"}));
         out

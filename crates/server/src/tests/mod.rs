@@ -117,7 +117,7 @@ impl Fake {
 }
 
 fn summary(finish: FinishReason, prompt_tokens: usize, completion_tokens: usize) -> Summary {
-    Summary { finish, prompt_tokens, completion_tokens, cached_tokens: 1, error: None }
+    Summary { finish, prompt_tokens, completion_tokens, cached_tokens: 1, error: None, stop: None }
 }
 
 impl Backend for Fake {
