@@ -4,7 +4,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::convert::random_id;
+use crate::convert::{function_tools, joined_text, random_id};
 use crate::errors::ApiError;
 use crate::reply::Parts;
 use ferrite_engine::{FinishReason, Summary};
@@ -193,43 +193,22 @@ fn merged(messages: Vec<Value>) -> Vec<Value> {
 /// A string, or the text of text blocks, joined (an image, which this
 /// server cannot show a model, as a placeholder saying so).
 fn text_of(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(blocks) => {
-            let texts: Option<Vec<&str>> = blocks
-                .iter()
-                .map(|b| match b.get("type").and_then(Value::as_str) {
-                    Some("text") => b.get("text")?.as_str(),
-                    Some("image") => Some("[an image, not shown]"),
-                    _ => None,
-                })
-                .collect();
-            texts.map(|t| t.join("\n"))
-        }
+    joined_text(v, |b| match b.get("type").and_then(Value::as_str) {
+        Some("text") => b.get("text")?.as_str(),
+        Some("image") => Some("[an image, not shown]"),
         _ => None,
-    }
+    })
 }
 
 /// Client tools (`{name, description, input_schema}`) in the chat shape.
 fn chat_tools(tools: &Value) -> Result<Value, ApiError> {
-    let list = tools.as_array().ok_or_else(|| ApiError::param("tools", "tools must be a list"))?;
-    let converted: Result<Vec<Value>, ApiError> = list
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            if t.get("type").and_then(Value::as_str).is_some_and(|k| k != "custom") {
-                return Err(ApiError::param("tools", format!("tools[{i}]: only client tools are supported")));
-            }
-            let mut f = Map::new();
-            for (from, to) in [("name", "name"), ("description", "description"), ("input_schema", "parameters")] {
-                if let Some(v) = t.get(from) {
-                    f.insert(to.into(), v.clone());
-                }
-            }
-            Ok(json!({"type": "function", "function": f}))
-        })
-        .collect();
-    converted.map(Value::Array)
+    function_tools(tools, |i, t| {
+        if t.get("type").and_then(Value::as_str).is_some_and(|k| k != "custom") {
+            return Err(ApiError::param("tools", format!("tools[{i}]: only client tools are supported")));
+        }
+        let renamed = [("name", "name"), ("description", "description"), ("input_schema", "parameters")];
+        Ok(renamed.iter().filter_map(|(from, to)| Some((to.to_string(), t.get(*from)?.clone()))).collect())
+    })
 }
 
 /// A reply's content blocks: its thinking, its text, its tool uses.

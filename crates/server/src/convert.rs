@@ -527,6 +527,27 @@ fn token_ids(items: &[Value], vocab_size: usize) -> Result<Vec<u32>, ApiError> {
         .collect()
 }
 
+/// The other APIs' text: a string, or a list of parts joined by newlines,
+/// each part's text as `part` reads it (a part it cannot read refuses the whole).
+pub fn joined_text<'a>(v: &'a Value, part: impl Fn(&'a Value) -> Option<&'a str>) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Array(parts) => parts.iter().map(part).collect::<Option<Vec<&str>>>().map(|t| t.join("\n")),
+        _ => None,
+    }
+}
+
+/// The other APIs' `tools` in the chat shape: each entry's function object
+/// from `function` (or its refusal).
+pub fn function_tools(
+    tools: &Value,
+    function: impl Fn(usize, &Value) -> Result<serde_json::Map<String, Value>, ApiError>,
+) -> Result<Value, ApiError> {
+    let list = tools.as_array().ok_or_else(|| ApiError::param("tools", "tools must be a list"))?;
+    let tool = |(i, t)| function(i, t).map(|f| serde_json::json!({"type": "function", "function": f}));
+    list.iter().enumerate().map(tool).collect::<Result<Vec<Value>, ApiError>>().map(Value::Array)
+}
+
 /// An id of the APIs' shape: `prefix` (its separator included), then 24
 /// random hex digits.
 pub fn random_id(prefix: &str) -> String {

@@ -6,7 +6,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::convert::random_id;
+use crate::convert::{function_tools, joined_text, random_id};
 use crate::errors::ApiError;
 use crate::reply::Parts;
 
@@ -186,41 +186,23 @@ fn input_item(
 
 /// A string, or the text of `input_text`/`output_text` parts, joined.
 fn text_of(v: Option<&Value>) -> Option<String> {
-    match v? {
-        Value::String(s) => Some(s.clone()),
-        Value::Array(parts) => {
-            let texts: Option<Vec<&str>> = parts
-                .iter()
-                .map(|p| match p.get("type").and_then(Value::as_str) {
-                    Some("input_text" | "output_text" | "text" | "reasoning_text" | "summary_text") => {
-                        p.get("text").and_then(Value::as_str)
-                    }
-                    _ => None,
-                })
-                .collect();
-            texts.map(|t| t.join("\n"))
-        }
+    joined_text(v?, |p| match p.get("type").and_then(Value::as_str) {
+        Some("input_text" | "output_text" | "text" | "reasoning_text" | "summary_text") => p.get("text")?.as_str(),
         _ => None,
-    }
+    })
 }
 
-/// Function tools in the chat shape (`{type, function: {...}}`).
+/// Function tools (flat: `{type, name, description, parameters}`) in the chat shape.
 fn chat_tools(tools: &Value) -> Result<Value, ApiError> {
-    let list = tools.as_array().ok_or_else(|| ApiError::param("tools", "tools must be a list"))?;
-    let converted: Result<Vec<Value>, ApiError> = list
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            if t.get("type").and_then(Value::as_str) != Some("function") {
-                return Err(ApiError::param("tools", format!("tools[{i}]: only function tools are supported")));
-            }
-            let mut f = t.as_object().cloned().unwrap_or_default();
-            f.remove("type");
-            f.remove("strict");
-            Ok(json!({"type": "function", "function": f}))
-        })
-        .collect();
-    converted.map(Value::Array)
+    function_tools(tools, |i, t| {
+        if t.get("type").and_then(Value::as_str) != Some("function") {
+            return Err(ApiError::param("tools", format!("tools[{i}]: only function tools are supported")));
+        }
+        let mut f = t.as_object().cloned().unwrap_or_default();
+        f.remove("type");
+        f.remove("strict");
+        Ok(f)
+    })
 }
 
 /// `text.format` as a chat `response_format` (`None`: plain text).

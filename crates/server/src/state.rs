@@ -35,6 +35,8 @@ pub struct Shared {
     pub allowed_origins: AllowedOrigins,
     /// Replies' `<think>` blocks apart as `reasoning_content` (`reasoning`).
     pub reasoning: bool,
+    /// What the template does with tools (`tools::TemplateTools`).
+    pub template_tools: crate::tools::TemplateTools,
 }
 
 impl AppState {
@@ -43,8 +45,19 @@ impl AppState {
         let allowed_origins = AllowedOrigins::Any;
         // Where the template has think blocks (`--reasoning-format auto`).
         let reasoning = template.as_ref().is_some_and(crate::reasoning::thinks);
+        let template_tools = template.as_ref().map(crate::tools::TemplateTools::of).unwrap_or_default();
         let started = unix_now();
-        AppState(Arc::new(Shared { served, model, api_key, template, metrics, started, allowed_origins, reasoning }))
+        AppState(Arc::new(Shared {
+            served,
+            model,
+            api_key,
+            template,
+            metrics,
+            started,
+            allowed_origins,
+            reasoning,
+            template_tools,
+        }))
     }
 
     /// This state leaving replies' think blocks in their content (before it is shared).

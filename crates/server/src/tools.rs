@@ -187,8 +187,8 @@ impl ToolUse {
     /// message, ahead of the first user message's text), and earlier calls
     /// written into their assistant messages' text in the syntax the note
     /// asks for.
-    pub fn prepare(&self, template: &ChatTemplate, messages: &[Message]) -> Vec<Message> {
-        if shows_tools(template) {
+    pub fn prepare(&self, template: &ChatTemplate, shown: bool, messages: &[Message]) -> Vec<Message> {
+        if shown {
             return messages.to_vec();
         }
         let calls_written = results_as_user(messages.iter().map(written_calls).collect());
@@ -351,6 +351,21 @@ fn push_text(content: &mut String, text: &str) {
     }
 }
 
+/// What a chat template does with tools, found once per template.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TemplateTools {
+    /// It writes the tools it is given (else `ToolUse::prepare` lists them).
+    pub shown: bool,
+    /// It wants Mistral's call ids (`call_id`).
+    pub short_ids: bool,
+}
+
+impl TemplateTools {
+    pub fn of(template: &ChatTemplate) -> TemplateTools {
+        TemplateTools { shown: shows_tools(template), short_ids: wants_short_ids(template) }
+    }
+}
+
 /// Whether the template writes the tools it is given (a probe function's
 /// name appears in its output).
 fn shows_tools(template: &ChatTemplate) -> bool {
@@ -458,7 +473,7 @@ fn results_as_user(messages: Vec<Message>) -> Vec<Message> {
 }
 
 /// Whether a template checks for Mistral's call ids of 9 letters and digits.
-pub fn wants_short_ids(template: &ChatTemplate) -> bool {
+fn wants_short_ids(template: &ChatTemplate) -> bool {
     let s = template.source();
     s.contains("length == 9") || s.contains("length != 9")
 }

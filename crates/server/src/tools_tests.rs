@@ -216,8 +216,8 @@ fn streams_send_content_until_a_call_begins() {
 fn mistral_templates_get_ids_of_nine_letters_and_digits() {
     let mistral = "{% for m in messages %}{% for c in m.tool_calls %}{% if c.id|length != 9 %}\
                    {{ raise_exception('ids of 9') }}{% endif %}{% endfor %}{% endfor %}";
-    assert!(wants_short_ids(&ChatTemplate::new(mistral, "", "").unwrap()));
-    assert!(!wants_short_ids(&ChatTemplate::new("{{ messages }}", "", "").unwrap()));
+    assert!(TemplateTools::of(&ChatTemplate::new(mistral, "", "").unwrap()).short_ids);
+    assert!(!TemplateTools::of(&ChatTemplate::new("{{ messages }}", "", "").unwrap()).short_ids);
     let id = call_id(true);
     assert!(id.len() == 9 && id.chars().all(|c| c.is_ascii_alphanumeric()), "{id}");
     assert!(call_id(false).starts_with("call_"));
@@ -237,11 +237,11 @@ fn templates_that_show_no_tools_get_them_in_a_system_message() {
     ];
     // Shown: as given.
     let shown = ChatTemplate::new(with_tools, "", "").unwrap();
-    assert_eq!(t.prepare(&shown, &messages), messages);
+    assert_eq!(t.prepare(&shown, TemplateTools::of(&shown).shown, &messages), messages);
     // Not shown: a system message with the functions and the syntax; the
     // earlier call written into its message's text.
     let plain = ChatTemplate::new(chatml, "", "").unwrap();
-    let out = t.prepare(&plain, &messages);
+    let out = t.prepare(&plain, TemplateTools::of(&plain).shown, &messages);
     assert_eq!(out.len(), 4);
     assert_eq!(out[0].role, "system");
     for needle in ["get_weather", "\"description\":\"Weather in a city.\"", "\"name\":\"now\"", "<tool_call>{\"name\""]
@@ -255,18 +255,18 @@ fn templates_that_show_no_tools_get_them_in_a_system_message() {
     let mut more = messages.clone();
     more.push(Message::new("tool", "4"));
     more.push(Message::new("user", "ok"));
-    let out = t.prepare(&plain, &more);
+    let out = t.prepare(&plain, false, &more);
     assert_eq!(out.len(), 5);
     assert_eq!(out[3].content, "<tool_response>\n3\n</tool_response>\n<tool_response>\n4\n</tool_response>");
     assert_eq!(out[4], Message::new("user", "ok"));
     // A system message of the request's own gets the note after its text.
-    let out = t.prepare(&plain, &[Message::new("system", "Be brief."), Message::new("user", "hi")]);
+    let out = t.prepare(&plain, false, &[Message::new("system", "Be brief."), Message::new("user", "hi")]);
     assert_eq!(out.len(), 2);
     assert!(out[0].content.starts_with("Be brief.\n\nYou can call these functions"), "{}", out[0].content);
     // A template that refuses system messages: the note leads the first user message.
     let no_system = "{% for m in messages %}{% if m.role == 'system' %}{{ raise_exception('no system') }}{% endif %}\
                      [{{ m.role }}] {{ m.content }}{% endfor %}";
-    let out = t.prepare(&ChatTemplate::new(no_system, "", "").unwrap(), &[Message::new("user", "hi")]);
+    let out = t.prepare(&ChatTemplate::new(no_system, "", "").unwrap(), false, &[Message::new("user", "hi")]);
     assert_eq!(out.len(), 1);
     assert!(out[0].content.starts_with("You can call these functions") && out[0].content.ends_with("\n\nhi"));
 }

@@ -136,9 +136,9 @@ pub fn render(state: &AppState, req: &ChatRequest) -> Result<Rendered, ApiError>
     let mut messages = convert::messages(&req.messages)?;
     let template = prompt::require_template(state.template.as_ref())?;
     if let Some(t) = &tools {
-        messages = t.prepare(template, &messages);
+        messages = t.prepare(template, state.template_tools.shown, &messages);
     }
-    let short_ids = tools::wants_short_ids(template);
+    let short_ids = state.template_tools.short_ids;
     let ending = prompt::Ending::from_request(req.add_generation_prompt, req.continue_final_message)?;
     let vars = convert::template_vars(req.chat_template_kwargs.as_ref())?;
     let extras = Extras { tools: tools.as_ref().map(|t| t.tools.as_slice()), vars: vars.as_ref() };

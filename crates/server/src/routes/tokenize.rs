@@ -26,7 +26,7 @@ pub async fn tokenize(
             let template = prompt::require_template(state.template.as_ref())?;
             let tools = crate::tools::from_request(req.tools.as_ref(), None, None)?;
             if let Some(t) = &tools {
-                messages = t.prepare(template, &messages);
+                messages = t.prepare(template, state.template_tools.shown, &messages);
             }
             let ending = prompt::Ending::from_request(req.add_generation_prompt, req.continue_final_message)?;
             let vars = convert::template_vars(req.chat_template_kwargs.as_ref())?;
