@@ -27,6 +27,14 @@ def check(cond, what):
     checks += 1
 
 
+def raises(exc, f):
+    try:
+        f()
+    except exc as e:
+        return e
+    sys.exit(f"FAILED: expected {exc.__name__}")
+
+
 def chat(content, **kw):
     kw.setdefault("temperature", 0)
     return client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": content}], **kw)
@@ -235,6 +243,22 @@ for ev in client.responses.create(model=MODEL, input=ask, instructions="Be brief
 check(events[0].type == "response.created" and final is not None, f"responses stream: {[e.type for e in events]}")
 check([e.sequence_number for e in events] == list(range(len(events))), "responses sequence numbers")
 check(text == r.output_text == final.output_text, f"streamed response {text!r} != {r.output_text!r}")
+# Logprobs through the Responses API: the chat endpoint's, for the same prompt.
+r = client.responses.create(model=MODEL, input=ask, instructions="Be brief.", max_output_tokens=8, temperature=0,
+                            include=["message.output_text.logprobs"], top_logprobs=3)
+lp = r.output[0].content[0].logprobs
+c = client.chat.completions.create(model=MODEL, messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": ask}],
+                                   max_tokens=8, temperature=0, logprobs=True, top_logprobs=3)
+check(len(lp) == r.usage.output_tokens and all(len(t.top_logprobs) == 3 for t in lp), f"responses logprobs: {lp}")
+check("".join(t.token for t in lp).startswith(r.output_text), f"responses logprob tokens: {lp}")  # (and the end token)
+check([(t.token, t.logprob) for t in lp] == [(t.token, t.logprob) for t in c.choices[0].logprobs.content], "responses logprobs vs chat's")
+# A conversation longer than the context (2,048 tokens): refused, or cut from its oldest turn with truncation auto.
+long_turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"Turn {i}: " + "the sky is blue and " * 40} for i in range(24)]
+long_turns.append({"role": "user", "content": "What colour is the sky?"})
+raises(openai.BadRequestError, lambda: client.responses.create(model=MODEL, input=long_turns, max_output_tokens=8))
+r = client.responses.create(model=MODEL, input=long_turns, max_output_tokens=8, truncation="auto", temperature=0)
+check(r.status in ("completed", "incomplete") and r.truncation == "auto", f"responses truncation auto: {r}")
+check(r.usage.input_tokens + 8 <= 2048 and r.usage.input_tokens > 1500, f"responses truncation kept: {r.usage}")
 rtools = [{"type": "function", "name": t["function"]["name"], "description": t["function"]["description"],
            "parameters": t["function"]["parameters"]} for t in TOOLS]
 r = client.responses.create(model=MODEL, input="Weather in Paris?", tools=rtools, tool_choice="required", temperature=0)
@@ -268,14 +292,6 @@ with concurrent.futures.ThreadPoolExecutor(12) as pool:
 check(alone == together, f"batched != alone: {alone} vs {together}")
 
 # Errors come back as the client's typed exceptions.
-def raises(exc, f):
-    try:
-        f()
-    except exc as e:
-        return e
-    sys.exit(f"FAILED: expected {exc.__name__}")
-
-
 e = raises(openai.NotFoundError, lambda: client.chat.completions.create(model="nope", messages=[{"role": "user", "content": "x"}]))
 check("nope" in str(e), f"unknown model message: {e}")
 e = raises(openai.BadRequestError, lambda: chat("x", max_tokens=10**7))

@@ -55,17 +55,26 @@ pub fn to_chat(body: &Value) -> Result<Value, ApiError> {
     if given("background").and_then(Value::as_bool) == Some(true) {
         return Err(ApiError::param("background", "background responses are not supported"));
     }
-    if given("top_logprobs").and_then(Value::as_u64).is_some_and(|n| n > 0) {
-        return Err(ApiError::param("top_logprobs", "logprobs are not supported here: use /v1/chat/completions"));
-    }
-    if given("truncation").is_some_and(|t| t != "disabled") {
-        return Err(ApiError::param("truncation", "only truncation \"disabled\" is supported"));
+    if given("truncation").is_some_and(|t| t != "disabled" && t != "auto") {
+        return Err(ApiError::param("truncation", "truncation must be \"auto\" or \"disabled\""));
     }
     let mut chat = Map::new();
     for k in PASSED {
         if let Some(v) = given(k) {
             chat.insert(k.into(), v.clone());
         }
+    }
+    // Logprobs come with `include` naming them, or with `top_logprobs` above 0.
+    let include = match given("include") {
+        Some(Value::Array(names)) => names.clone(),
+        Some(_) => return Err(ApiError::param("include", "include must be a list")),
+        None => Vec::new(),
+    };
+    let top = given("top_logprobs");
+    if include.iter().any(|n| n == "message.output_text.logprobs") || top.and_then(Value::as_u64).is_some_and(|n| n > 0)
+    {
+        chat.insert("logprobs".into(), json!(true));
+        chat.insert("top_logprobs".into(), top.cloned().unwrap_or(json!(0)));
     }
     if let Some(m) = given("max_output_tokens") {
         chat.insert("max_completion_tokens".into(), m.clone());
@@ -119,6 +128,25 @@ pub fn to_chat(body: &Value) -> Result<Value, ApiError> {
         }
     }
     Ok(Value::Object(chat))
+}
+
+/// With `truncation: "auto"`, the chat request (from `to_chat`) less its
+/// oldest turn: the first message after the system ones, with the tool
+/// results that answered it; false where only the last message is left.
+pub fn drop_oldest(chat: &mut Value) -> bool {
+    let Some(messages) = chat.get_mut("messages").and_then(Value::as_array_mut) else { return false };
+    let role = |m: &Value| m.get("role").and_then(Value::as_str).unwrap_or_default().to_string();
+    let Some(first) = messages.iter().position(|m| role(m) != "system" && role(m) != "developer") else {
+        return false;
+    };
+    if first + 1 >= messages.len() {
+        return false;
+    }
+    messages.remove(first);
+    while first + 1 < messages.len() && role(&messages[first]) == "tool" {
+        messages.remove(first);
+    }
+    true
 }
 
 /// One input item onto the chat messages: a message, a function call (onto
@@ -219,15 +247,16 @@ fn response_format(f: &Value) -> Result<Option<Value>, ApiError> {
     }
 }
 
-/// A reply's output items: its reasoning, its message, its calls.
-pub fn items(parts: Parts, complete: bool, short_ids: bool) -> Vec<Value> {
+/// A reply's output items: its reasoning, its message (with `logprobs`,
+/// a list), its calls.
+pub fn items(parts: Parts, complete: bool, short_ids: bool, logprobs: Value) -> Vec<Value> {
     let status = if complete { "completed" } else { "incomplete" };
     let mut out = Vec::new();
     if let Some(r) = parts.reasoning {
         out.push(reasoning_item(&random_id("rs_"), &r, status));
     }
     if let Some(text) = parts.content {
-        out.push(message_item(&random_id("msg_"), &text, status));
+        out.push(message_item(&random_id("msg_"), &text, status, logprobs));
     }
     for c in parts.calls {
         out.push(call_item(&random_id("fc_"), &crate::tools::call_id(short_ids), &c.name, &c.arguments, "completed"));
@@ -240,13 +269,13 @@ pub fn reasoning_item(id: &str, text: &str, status: &str) -> Value {
     json!({"type": "reasoning", "id": id, "summary": [], "content": content, "status": status})
 }
 
-pub fn message_item(id: &str, text: &str, status: &str) -> Value {
-    let content = if status == "in_progress" { json!([]) } else { json!([text_part(text)]) };
+pub fn message_item(id: &str, text: &str, status: &str, logprobs: Value) -> Value {
+    let content = if status == "in_progress" { json!([]) } else { json!([text_part(text, logprobs)]) };
     json!({"type": "message", "id": id, "status": status, "role": "assistant", "content": content})
 }
 
-pub fn text_part(text: &str) -> Value {
-    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
+pub fn text_part(text: &str, logprobs: Value) -> Value {
+    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": logprobs})
 }
 
 pub fn call_item(id: &str, call_id: &str, name: &str, arguments: &str, status: &str) -> Value {
@@ -275,7 +304,8 @@ pub fn response(
         "temperature": r("temperature", json!(1.0)), "top_p": r("top_p", json!(1.0)),
         "max_output_tokens": r("max_output_tokens", Value::Null), "previous_response_id": null,
         "reasoning": {"effort": null, "summary": null}, "store": false,
-        "text": r("text", json!({"format": {"type": "text"}})), "truncation": "disabled",
+        "text": r("text", json!({"format": {"type": "text"}})), "truncation": r("truncation", json!("disabled")),
+        "top_logprobs": r("top_logprobs", json!(0)),
         "metadata": r("metadata", json!({})), "usage": usage,
     })
 }

@@ -93,8 +93,8 @@ fn what_is_not_supported_is_a_400() {
         (json!({"input": "x", "text": {"format": {"type": "xml"}}}), "text.format"),
         (json!({"input": "x", "instructions": 3}), "instructions"),
         (json!({"input": [{"role": "tool", "content": "x"}]}), "input[0].role"),
-        (json!({"input": "x", "top_logprobs": 2}), "logprobs"),
-        (json!({"input": "x", "truncation": "auto"}), "truncation"),
+        (json!({"input": "x", "truncation": "middle"}), "truncation"),
+        (json!({"input": "x", "include": "message.output_text.logprobs"}), "include must be a list"),
         (json!({"input": "x", "tool_choice": {"type": "function"}}), "needs a name"),
         (json!([1]), "JSON object"),
     ] {
@@ -110,11 +110,13 @@ fn replies_become_output_items() {
         content: Some("Paris.".into()),
         calls: vec![Call { name: "f".into(), arguments: "{}".into() }],
     };
-    let items = items(parts, true, false);
+    let lp = json!([{"token": "Paris", "logprob": -0.5, "bytes": [80], "top_logprobs": []}]);
+    let items = items(parts, true, false, lp.clone());
     let kinds: Vec<&str> = items.iter().map(|i| i["type"].as_str().unwrap()).collect();
     assert_eq!(kinds, ["reasoning", "message", "function_call"]);
     assert_eq!(items[0]["content"], json!([{"type": "reasoning_text", "text": "think"}]));
     assert_eq!(items[1]["content"][0]["text"], "Paris.");
+    assert_eq!(items[1]["content"][0]["logprobs"], lp);
     assert_eq!((items[1]["role"].clone(), items[1]["status"].clone()), (json!("assistant"), json!("completed")));
     assert!(
         items[2]["id"].as_str().unwrap().starts_with("fc_")
@@ -141,5 +143,50 @@ fn replies_become_output_items() {
 }
 
 fn items_of_cut() -> Vec<Value> {
-    items(Parts { reasoning: None, content: Some("Par".into()), calls: Vec::new() }, false, false)
+    items(Parts { reasoning: None, content: Some("Par".into()), calls: Vec::new() }, false, false, json!([]))
+}
+
+#[test]
+fn logprobs_are_asked_for_by_include_or_top_logprobs() {
+    let include = json!(["reasoning.encrypted_content", "message.output_text.logprobs"]);
+    let chat = to_chat(&json!({"input": "x", "include": include})).unwrap();
+    assert_eq!((chat["logprobs"].clone(), chat["top_logprobs"].clone()), (json!(true), json!(0)));
+    let chat = to_chat(&json!({"input": "x", "include": include, "top_logprobs": 3})).unwrap();
+    assert_eq!((chat["logprobs"].clone(), chat["top_logprobs"].clone()), (json!(true), json!(3)));
+    let chat = to_chat(&json!({"input": "x", "top_logprobs": 2})).unwrap();
+    assert_eq!((chat["logprobs"].clone(), chat["top_logprobs"].clone()), (json!(true), json!(2)));
+    for body in [json!({"input": "x", "top_logprobs": 0}), json!({"input": "x", "include": ["x"]})] {
+        assert!(to_chat(&body).unwrap().get("logprobs").is_none(), "{body}");
+    }
+    // The response says what was asked.
+    let r =
+        response("r", 1, "m", &json!({"top_logprobs": 3, "truncation": "auto"}), "completed", vec![], usage(1, 0, 1));
+    assert_eq!((r["top_logprobs"].clone(), r["truncation"].clone()), (json!(3), json!("auto")));
+}
+
+#[test]
+fn truncation_drops_the_oldest_turns_first() {
+    let input = json!([
+        {"role": "developer", "content": "Rules."},
+        {"role": "user", "content": "one"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "1"},
+        {"type": "function_call_output", "call_id": "c1", "output": "again"},
+        {"role": "assistant", "content": "two"},
+        {"role": "user", "content": "three"}
+    ]);
+    let mut chat = to_chat(&json!({"input": input, "instructions": "Be brief.", "truncation": "auto"})).unwrap();
+    let contents = |chat: &Value| -> Vec<String> {
+        chat["messages"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap_or("-").to_string()).collect()
+    };
+    assert_eq!(contents(&chat), ["Be brief.", "Rules.", "one", "-", "1", "again", "two", "three"]);
+    assert!(drop_oldest(&mut chat));
+    // The call's turn goes with the results that answered it.
+    assert!(drop_oldest(&mut chat));
+    assert_eq!(contents(&chat), ["Be brief.", "Rules.", "two", "three"]);
+    assert!(drop_oldest(&mut chat));
+    assert_eq!(contents(&chat), ["Be brief.", "Rules.", "three"]);
+    // The last message stays.
+    assert!(!drop_oldest(&mut chat));
+    assert_eq!(contents(&chat), ["Be brief.", "Rules.", "three"]);
 }

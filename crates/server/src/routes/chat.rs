@@ -96,7 +96,12 @@ pub struct Started {
 
 /// Checks and submits a chat request (also the other APIs', converted).
 pub fn start(state: &AppState, req: &ChatRequest) -> Result<Started, ApiError> {
-    let Rendered { ids, rules, settings, role, echo, short_ids, want_logprobs, max_context } = render(state, req)?;
+    submit(state, render(state, req)?)
+}
+
+/// Submits a rendered chat request.
+pub fn submit(state: &AppState, rendered: Rendered) -> Result<Started, ApiError> {
+    let Rendered { ids, rules, settings, role, echo, short_ids, want_logprobs, max_context } = rendered;
     let prompt_tokens = ids.len();
     let streams = generate::submit_all(state, settings.requests(ids, max_context))?;
     Ok(Started { streams, rules, settings, role, echo, short_ids, want_logprobs, prompt_tokens })
@@ -112,6 +117,14 @@ pub struct Rendered {
     short_ids: bool,
     want_logprobs: bool,
     max_context: usize,
+}
+
+impl Rendered {
+    /// Whether the prompt leaves the context room for the reply (its
+    /// `max_tokens`, or one token).
+    pub fn fits(&self) -> bool {
+        self.ids.len() + self.settings.max_tokens.unwrap_or(1) <= self.max_context
+    }
 }
 
 /// Checks a chat request and renders its prompt.

@@ -13,6 +13,7 @@ use crate::convert::random_id;
 use crate::errors::ApiError;
 use crate::extract::ApiJson;
 use crate::generate::{self, TokenInfo};
+use crate::logprobs;
 use crate::reply::{Parts, Rules, Streamed};
 use crate::responses as api;
 use crate::routes::chat::{self, Started};
@@ -21,32 +22,44 @@ use crate::state::AppState;
 use std::sync::Arc;
 
 pub async fn create(State(state): State<AppState>, ApiJson(body): ApiJson<Value>) -> Result<Response, ApiError> {
-    let chat_body = api::to_chat(&body)?;
-    let req: ChatRequest =
-        serde_json::from_value(chat_body).map_err(|e| ApiError::invalid(format!("invalid request: {e}")))?;
-    let Started { mut streams, rules, settings, short_ids, .. } = chat::start(&state, &req)?;
+    // With `truncation: "auto"`, the oldest turns go until the prompt fits.
+    let auto = body.get("truncation").is_some_and(|t| t == "auto");
+    let mut chat_body = api::to_chat(&body)?;
+    let rendered = loop {
+        let req: ChatRequest = serde_json::from_value(chat_body.clone())
+            .map_err(|e| ApiError::invalid(format!("invalid request: {e}")))?;
+        let rendered = chat::render(&state, &req)?;
+        if !auto || rendered.fits() || !api::drop_oldest(&mut chat_body) {
+            break rendered;
+        }
+    };
+    let Started { mut streams, rules, settings, short_ids, want_logprobs, .. } = chat::submit(&state, rendered)?;
     let (id, created) = (random_id("resp_"), crate::state::unix_now());
     if settings.stream {
-        let opts = sse::Options { logprobs: false, include_usage: false, per_prompt: 1, typed: true };
-        let format = EventFormat::new(id, created, state.model.clone(), body, rules, short_ids);
+        let opts = sse::Options { logprobs: want_logprobs, include_usage: false, per_prompt: 1, typed: true };
+        let logprobs = want_logprobs.then(|| state.clone());
+        let format = EventFormat::new(id, created, state.model.clone(), body, rules, short_ids, logprobs);
         return Ok(sse::response(streams, format, opts));
     }
     let Some(stream) = streams.pop() else { return Err(ApiError::invalid("nothing was generated")) };
-    let outputs = generate::collect_all(vec![stream], false).await?;
+    let outputs = generate::collect_all(vec![stream], want_logprobs).await?;
     let o = &outputs[0];
     let complete = o.summary.finish != FinishReason::Length;
     let s = &o.summary;
     let usage = api::usage(s.prompt_tokens, s.cached_tokens, s.completion_tokens);
-    let output = api::items(rules.read(&o.text), complete, short_ids);
+    let lp = json!(logprobs::chat(state.tokenizer(), &o.tokens).content);
+    let output = api::items(rules.read(&o.text), complete, short_ids, lp);
     let status = if complete { "completed" } else { "incomplete" };
     Ok(Json(api::response(&id, created, &state.model, &body, status, output, usage)).into_response())
 }
 
-/// An output item being streamed: its id and place in `output`.
+/// An output item being streamed: its id and place in `output`, its text
+/// and (a message's) logprobs.
 struct Open {
     id: String,
     index: usize,
     text: String,
+    logprobs: Vec<Value>,
 }
 
 /// The Responses API's stream: `response.created`, then each output item
@@ -65,13 +78,47 @@ struct EventFormat {
     output: Vec<Value>,
     reasoning: Option<Open>,
     message: Option<Open>,
+    /// With logprobs: the server (its tokenizer), and the tokens of text
+    /// not shown yet.
+    logprobs: Option<AppState>,
+    held: Vec<TokenInfo>,
 }
 
 impl EventFormat {
-    fn new(id: String, created: u64, model: String, request: Value, rules: Arc<Rules>, short_ids: bool) -> Self {
+    fn new(
+        id: String,
+        created: u64,
+        model: String,
+        request: Value,
+        rules: Arc<Rules>,
+        short_ids: bool,
+        logprobs: Option<AppState>,
+    ) -> Self {
         let streamed = Streamed::new(&rules);
-        let (output, reasoning, message) = (Vec::new(), None, None);
-        EventFormat { id, created, model, request, rules, streamed, short_ids, seq: 0, output, reasoning, message }
+        let (output, reasoning, message, held) = (Vec::new(), None, None, Vec::new());
+        let seq = 0;
+        EventFormat {
+            id,
+            created,
+            model,
+            request,
+            rules,
+            streamed,
+            short_ids,
+            seq,
+            output,
+            reasoning,
+            message,
+            logprobs,
+            held,
+        }
+    }
+
+    /// The held tokens' logprobs, in the API's shape (none without logprobs).
+    fn take_logprobs(&mut self) -> Vec<Value> {
+        let held = std::mem::take(&mut self.held);
+        let Some(state) = &self.logprobs else { return Vec::new() };
+        logprobs::chat(state.tokenizer(), &held).content.iter().map(|t| json!(t)).collect()
     }
 
     fn event(&mut self, kind: &str, mut fields: Value) -> Value {
@@ -85,11 +132,16 @@ impl EventFormat {
         api::response(&self.id, self.created, &self.model, &self.request, status, self.output.clone(), usage)
     }
 
-    /// Events for newly final reasoning and content.
+    /// Events for newly final reasoning and content (the held tokens'
+    /// logprobs go with content; reasoning's are dropped).
     fn parts(&mut self, reasoning: &str, content: &str, out: &mut Vec<Value>) {
         if !reasoning.is_empty() {
+            if content.is_empty() {
+                self.held.clear();
+            }
             if self.reasoning.is_none() {
-                let open = Open { id: random_id("rs_"), index: self.output.len(), text: String::new() };
+                let open =
+                    Open { id: random_id("rs_"), index: self.output.len(), text: String::new(), logprobs: vec![] };
                 let item = api::reasoning_item(&open.id, "", "in_progress");
                 out.push(self.event("response.output_item.added", json!({"output_index": open.index, "item": item})));
                 let part = json!({"item_id": open.id, "output_index": open.index, "content_index": 0,
@@ -109,18 +161,20 @@ impl EventFormat {
         }
         self.close_reasoning("completed", out);
         if self.message.is_none() {
-            let open = Open { id: random_id("msg_"), index: self.output.len(), text: String::new() };
-            let item = api::message_item(&open.id, "", "in_progress");
+            let open = Open { id: random_id("msg_"), index: self.output.len(), text: String::new(), logprobs: vec![] };
+            let item = api::message_item(&open.id, "", "in_progress", json!([]));
             out.push(self.event("response.output_item.added", json!({"output_index": open.index, "item": item})));
             let part = json!({"item_id": open.id, "output_index": open.index, "content_index": 0,
-                              "part": api::text_part("")});
+                              "part": api::text_part("", json!([]))});
             out.push(self.event("response.content_part.added", part));
             self.message = Some(open);
         }
+        let logprobs = self.take_logprobs();
         let Some(m) = self.message.as_mut() else { return };
         m.text += content;
+        m.logprobs.extend(logprobs.iter().cloned());
         let delta = json!({"item_id": m.id, "output_index": m.index, "content_index": 0, "delta": content,
-                           "logprobs": []});
+                           "logprobs": logprobs});
         out.push(self.event("response.output_text.delta", delta));
     }
 
@@ -141,12 +195,12 @@ impl EventFormat {
         let at = json!({"item_id": m.id, "output_index": m.index, "content_index": 0});
         let mut done = at.clone();
         done["text"] = json!(m.text);
-        done["logprobs"] = json!([]);
+        done["logprobs"] = json!(m.logprobs);
         out.push(self.event("response.output_text.done", done));
         let mut part = at;
-        part["part"] = api::text_part(&m.text);
+        part["part"] = api::text_part(&m.text, json!(m.logprobs));
         out.push(self.event("response.content_part.done", part));
-        let item = api::message_item(&m.id, &m.text, status);
+        let item = api::message_item(&m.id, &m.text, status, json!(m.logprobs));
         out.push(self.event("response.output_item.done", json!({"output_index": m.index, "item": item})));
         self.output.push(item);
     }
@@ -159,14 +213,16 @@ impl sse::Format for EventFormat {
         vec![created, self.event("response.in_progress", json!({"response": response}))]
     }
 
-    fn text(&mut self, _index: usize, text: String, _tokens: Vec<TokenInfo>) -> Vec<Value> {
+    fn text(&mut self, _index: usize, text: String, tokens: Vec<TokenInfo>) -> Vec<Value> {
+        self.held.extend(tokens);
         let (reasoning, content) = self.streamed.push(&self.rules, &text);
         let mut out = Vec::new();
         self.parts(&reasoning, &content, &mut out);
         out
     }
 
-    fn finish(&mut self, _index: usize, summary: &Summary, _tokens: Vec<TokenInfo>) -> Vec<Value> {
+    fn finish(&mut self, _index: usize, summary: &Summary, tokens: Vec<TokenInfo>) -> Vec<Value> {
+        self.held.extend(tokens);
         let Parts { reasoning, content, calls } = self.streamed.finish(&self.rules);
         let mut out = Vec::new();
         self.parts(&reasoning.unwrap_or_default(), &content.unwrap_or_default(), &mut out);

@@ -135,3 +135,59 @@ async fn a_failure_mid_stream_ends_in_response_failed() {
     );
     assert!(failed["error"]["message"].as_str().unwrap().contains("shutting down"));
 }
+
+#[tokio::test]
+async fn logprobs_whole_and_streamed() {
+    let (_, app) = app();
+    let body = json!({"input": "hello", "include": ["message.output_text.logprobs"], "top_logprobs": 2});
+    let v = post(&app, "/v1/responses", body.clone()).await.json();
+    let whole = v["output"][0]["content"][0]["logprobs"].clone();
+    let tokens: Vec<&str> = whole.as_array().unwrap().iter().map(|t| t["token"].as_str().unwrap()).collect();
+    assert_eq!(tokens, ["hello", "wor", "ld"], "{whole}");
+    assert_eq!((whole[0]["logprob"].clone(), whole[0]["bytes"].clone()), (json!(-0.5), json!(b"hello".to_vec())));
+    let top: Vec<&str> =
+        whole[0]["top_logprobs"].as_array().unwrap().iter().map(|t| t["token"].as_str().unwrap()).collect();
+    assert_eq!(top, ["the", "a"]);
+    assert_eq!(v["top_logprobs"], 2);
+    // Streamed: the deltas' logprobs add up to the done event's and the item's.
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    let events = post(&app, "/v1/responses", streamed).await.typed_events();
+    let of = |kind: &str| events.iter().filter(|e| e["type"] == kind).cloned().collect::<Vec<Value>>();
+    let deltas: Vec<Value> =
+        of("response.output_text.delta").iter().flat_map(|e| e["logprobs"].as_array().unwrap().clone()).collect();
+    assert_eq!(json!(deltas), whole);
+    assert_eq!(of("response.output_text.done")[0]["logprobs"], whole);
+    assert_eq!(of("response.completed")[0]["response"]["output"][0]["content"][0]["logprobs"], whole);
+    // Without asking: none.
+    let v = post(&app, "/v1/responses", json!({"input": "hello"})).await.json();
+    assert_eq!(v["output"][0]["content"][0]["logprobs"], json!([]));
+}
+
+#[tokio::test]
+async fn truncation_auto_drops_the_oldest_turns() {
+    let (fake, app) = app();
+    // Six turns of ten words and more: past the fake's context of 64 tokens.
+    let turn = |i: usize| {
+        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        json!({"role": role, "content": format!("{} a a a a a a a a a", ["the", "sky", "is", "a", "hello", "sky"][i])})
+    };
+    let input: Vec<Value> = (0..6).map(turn).collect();
+    let body = json!({"input": input, "instructions": "is", "max_output_tokens": 3});
+    let r = post(&app, "/v1/responses", body.clone()).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.text());
+    let mut auto = body;
+    auto["truncation"] = json!("auto");
+    let r = post(&app, "/v1/responses", auto).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+    assert_eq!(r.json()["truncation"], "auto");
+    let req = fake.requests().pop().unwrap();
+    assert!(req.prompt.len() + 3 <= MAX_CONTEXT, "{}", req.prompt.len());
+    let prompt = fake.tokenizer().decode(&req.prompt, false);
+    // The instructions (the system turn, its tag unknown to the fake's
+    // words) and the latest turns stay; the oldest went.
+    let kept =
+        (1..6).map(|i| format!("<|{}|> {}", turn(i)["role"].as_str().unwrap(), turn(i)["content"].as_str().unwrap()));
+    let expected = format!("<s> <unk> <unk> <unk> is {} <|assistant|>", kept.collect::<Vec<_>>().join(" "));
+    assert_eq!(prompt, expected);
+}
