@@ -112,6 +112,74 @@ __device__ __forceinline__ void q4k_step(const Q4kW& w, const uint4 (&x)[4], uin
     }
 }
 
+#ifdef Q4K_BD
+// (Trial, batch 1: a sub-block a column.) The mma's 8 columns take the
+// input's 8 sub-blocks, one each: lane group g gives column g its
+// sub-block g's bytes in the mma of that sub-block's pair and zeros in the
+// others, so the accumulators keep every sub-block's sums apart through
+// the super-block and lane (g, i) scales only sub-blocks 2i and 2i + 1 of
+// its rows g and g + 8 (`q4k_step` has each lane scale all eight, three
+// quarters of it for columns a batch of 1 does not have). The low
+// nibbles need no mask: the whole bytes (value + 16 high) go to the
+// even column, and the high nibbles' products (16 times theirs, masked)
+// to both, to be taken off the even one. The quad's lanes sum their
+// parts after the loop.
+__device__ __forceinline__ void mma_u8s8_acc(u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, int (&c)[4]) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+// The lane's constants for `q4k_step_bd`: masks keeping its input bytes in
+// pair j's mmas (`here`: the high nibbles', all lanes of pair j; `whole`:
+// the whole bytes', its even lanes), and where its two sub-blocks' bytes
+// sit in the words of scales, mins and shifts.
+struct BdLane {
+    u32 here[4], whole[4];
+    u32 sel0, sel1, down;
+    bool second;
+};
+__device__ __forceinline__ BdLane bd_lane(u32 g, u32 i) {
+    BdLane l;
+#pragma unroll
+    for (u32 j = 0; j < 4; j++) {
+        l.here[j] = (g >> 1) == j ? ~0u : 0u;
+        l.whole[j] = (g >> 1) == j && !(g & 1) ? ~0u : 0u;
+    }
+    l.sel0 = 0x4440 | (2 * (i & 1)), l.sel1 = 0x4441 | (2 * (i & 1)), l.down = 16 * (i & 1);
+    l.second = i >= 2;
+    return l;
+}
+// xg: the lane's 8 input bytes of sub-block g (its column), h0: the
+// super-block's step and shifts, bs: the input sums of sub-blocks 2i, 2i + 1.
+__device__ __forceinline__ void q4k_step_bd(const Q4kW& w, uint2 xg, uint4 h0, u32 bs, const BdLane& l,
+                                            float (&acc)[4]) {
+    int whole[4] = {0, 0, 0, 0}, high[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {  // sub-block pair j: 2j in the low nibbles, 2j + 1 in the high
+        const uint4 pa = j < 2 ? w.a01 : w.a23, pb = j < 2 ? w.b01 : w.b23;
+        const u32 a0 = (j & 1) ? pa.z : pa.x, a2 = (j & 1) ? pa.w : pa.y;
+        const u32 a1 = (j & 1) ? pb.z : pb.x, a3 = (j & 1) ? pb.w : pb.y;
+        mma_u8s8_acc(a0, a1, a2, a3, xg.x & l.whole[j], xg.y & l.whole[j], whole);
+        const u32 m = 0xf0f0f0f0u;
+        mma_u8s8_acc(a0 & m, a1 & m, a2 & m, a3 & m, xg.x & l.here[j], xg.y & l.here[j], high);
+    }
+    // Lane (g, i): whole[0], high[0], high[1] of row g (columns 2i, 2i + 1), [2], [3] of row g + 8.
+    const u32 shifts = l.second ? h0.z : h0.y;
+    const int t0 = __byte_perm(shifts, 0, l.sel0), t1 = __byte_perm(shifts, 0, l.sel1);
+    const float step = __uint_as_float(h0.x);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const Q4kHead hd = q4k_head(r ? w.hb : w.ha);
+        const u32 sc = l.second ? hd.sc[1] : hd.sc[0], mn = l.second ? hd.mn[1] : hd.mn[0];
+        const int lo = whole[2 * r] - high[2 * r], hi = high[2 * r + 1] >> 4;
+        const int dot = (int)__byte_perm(sc, 0, l.sel0) * (lo << t0) + (int)__byte_perm(sc, 0, l.sel1) * (hi << t1);
+        const int mins = dp2a_lo(bs, mn >> l.down, 0);
+        acc[2 * r] += step * (hd.d * __int2float_rn(dot) - hd.dmin * __int2float_rn(mins));
+    }
+}
+#endif
+
 // The weight (of up to three: m0, m1, m2 rows; `which`) whose tiles of 16
 // rows hold tile `tile` of the launch, and the tile within it.
 __device__ __forceinline__ bool pick_tile(u32& tile, const u8*& w, float*& y, u32& m, const u8* w1, const u8* w2,
@@ -348,10 +416,21 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
     const uint4* mp0 = (const uint4*)(meta + (u64)n0 * nsb * 8);
     const uint4* mp1 = (const uint4*)(meta + (u64)n1 * nsb * 8);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#ifdef Q4K_BD
+    const BdLane bd = bd_lane(g, i);
+#endif
     auto step = [&](const typename KT::W& cur, u32 sb) {
 #ifdef GEMV_NO_MATH  // (measurement aid: the weights' loads alone, each used once; outputs wrong)
         acc[0] += (float)no_math_use(cur);
         return;
+#endif
+#ifdef Q4K_BD
+        if constexpr (N == 1 && KT::sums) {
+            const uint2 xg = ((const uint2*)(xr + 256 * (u64)sb))[g];
+            const u32 bs = ((const u32*)(mp0 + 2 * sb + 1))[i];
+            q4k_step_bd(cur, xg, mp0[2 * sb], bs, bd, acc);
+            return;
+        }
 #endif
         const uint4* xs = (const uint4*)(xr + 256 * (u64)sb);
         const uint4 x[4] = {xs[0], xs[1], xs[2], xs[3]};
@@ -381,6 +460,15 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
             if (sb + 3 * nw < nsb) wb = tile_fetch<KT>(tw, sb_stride, sb + 3 * nw, lane);
         }
     }
+#ifdef Q4K_BD
+    if constexpr (N == 1 && KT::sums) {  // the quad's sub-blocks, in a fixed order
+#pragma unroll
+        for (int q = 0; q < 4; q += 2) {
+            acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], 1);
+            acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], 2);
+        }
+    }
+#endif
     trace_mark("tile.loop");
     pdl_trigger();
     if (nw > 1) {
