@@ -443,6 +443,37 @@ fn tiny_bpe_vocab_works() {
 }
 
 #[test]
+fn fill_in_the_middle_tokens_by_metadata_or_name() {
+    let with_tokens = |extra: &[&str]| {
+        let mut m = tiny_bpe("gpt2");
+        let mut tokens = vec!["a", "b", "ab", "Ġ", "Ġab", "<|end|>"];
+        tokens.extend(extra);
+        m.retain(|(k, _)| k != "tokenizer.ggml.tokens" && k != "tokenizer.ggml.token_type");
+        m.extend(meta(vec![
+            ("tokenizer.ggml.tokens", strs(&tokens)),
+            ("tokenizer.ggml.token_type", MetaValue::Array(MetaArray::Int(vec![1; tokens.len()]))),
+        ]));
+        m
+    };
+    // None: no such tokens.
+    assert_eq!(tokenizer_from_metadata("tiny", &tiny_bpe("gpt2")).unwrap().fim(), None);
+    // By name (Code Llama's spelling); its infill's end token ends generation.
+    let tok = tokenizer_from_metadata("named", &with_tokens(&["<PRE>", "<SUF>", "<MID>", "<EOT>"])).unwrap();
+    let fim = tok.fim().unwrap();
+    assert_eq!((fim.prefix, fim.suffix, fim.middle), (6, 7, 8));
+    assert!(tok.eos_ids().contains(&9), "{:?}", tok.eos_ids());
+    // The metadata's ids win over names (llama.cpp's order).
+    let mut m = with_tokens(&["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "x", "y", "z"]);
+    m.extend(meta(vec![
+        ("tokenizer.ggml.fim_pre_token_id", MetaValue::U32(9)),
+        ("tokenizer.ggml.fim_suf_token_id", MetaValue::U32(10)),
+        ("tokenizer.ggml.fim_mid_token_id", MetaValue::U32(11)),
+    ]));
+    let fim = tokenizer_from_metadata("ids", &m).unwrap().fim().cloned().unwrap();
+    assert_eq!((fim.prefix, fim.suffix, fim.middle), (9, 10, 11));
+}
+
+#[test]
 fn missing_tokens_array_is_an_error() {
     let mut m = tiny_bpe("gpt2");
     m.retain(|(k, _)| k != "tokenizer.ggml.tokens");

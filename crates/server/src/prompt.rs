@@ -90,43 +90,24 @@ fn open_final_message(template: &ChatTemplate, messages: &[Message], extras: Ext
     Ok(if kept_spacing { &text[..at] } else { text[..at].trim_end() }.to_string())
 }
 
-/// Fill-in-the-middle tokens (prefix, suffix, middle) as model families
-/// spell them: Qwen2.5-Coder and CodeGemma, StarCoder and Granite,
-/// DeepSeek-Coder, Code Llama (GGUF and HF spellings).
-const FIM: [[&str; 3]; 5] = [
-    ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"],
-    ["<fim_prefix>", "<fim_suffix>", "<fim_middle>"],
-    ["<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>"],
-    ["▁<PRE>", "▁<SUF>", "▁<MID>"],
-    ["<PRE>", "<SUF>", "<MID>"],
-];
-/// Tokens that end a filled middle besides EOS (padding, file and
-/// repository separators), where the vocabulary has them.
-const FIM_ENDS: [&str; 7] =
-    ["<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<fim_pad>", "<file_sep>", "<EOT>", "<|endoftext|>"];
-
 /// A fill-in-the-middle prompt, as llama.cpp builds it: BOS (where the
 /// model adds one), the prefix token and the prompt, the suffix token and
 /// `suffix`, the middle token; and the ids that end the middle.
 pub fn fim_ids(tok: &Tokenizer, prompt: Prompt, suffix: &str) -> std::result::Result<(Vec<u32>, Vec<u32>), ApiError> {
-    let ids = |names: &[&str; 3]| -> Option<[u32; 3]> {
-        Some([tok.token_to_id(names[0])?, tok.token_to_id(names[1])?, tok.token_to_id(names[2])?])
-    };
-    let [pre, suf, mid] = FIM.iter().find_map(ids).ok_or_else(|| {
+    let fim = tok.fim().ok_or_else(|| {
         ApiError::param("suffix", "this model has no fill-in-the-middle tokens, so it cannot take a suffix")
     })?;
     let mut out: Vec<u32> =
         tok.bos_id().filter(|&b| tok.encode("a", true).is_ok_and(|e| e.first() == Some(&b))).into_iter().collect();
-    out.push(pre);
+    out.push(fim.prefix);
     match prompt {
         Prompt::Text(t) => out.extend(tok.encode(&t, false)?),
         Prompt::Tokens(t) => out.extend(t),
     }
-    out.push(suf);
+    out.push(fim.suffix);
     out.extend(tok.encode(suffix, false)?);
-    out.push(mid);
-    let ends = FIM_ENDS.iter().filter_map(|t| tok.token_to_id(t)).collect();
-    Ok((out, ends))
+    out.push(fim.middle);
+    Ok((out, fim.ends.clone()))
 }
 
 /// A completions prompt: text gets BOS as the model's metadata says; token

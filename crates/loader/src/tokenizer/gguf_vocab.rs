@@ -11,7 +11,7 @@ use super::pretok::{self, PreConfig, PreTokenizer};
 use super::special::{Fragment, SpecialMatcher};
 use super::spm::Spm;
 use super::vocab::Vocab;
-use super::{byte_level, detok};
+use super::{byte_level, detok, Fim};
 use crate::gguf::{GgufFile, MetaArray, MetaValue};
 
 /// Token attributes, as llama.cpp derives them from `tokenizer.ggml.token_type`.
@@ -40,6 +40,7 @@ pub(crate) struct GgufVocab {
     pub eos: Option<u32>,
     /// eos first, then the other end-of-generation ids in ascending order.
     pub eog: Vec<u32>,
+    pub fim: Option<Fim>,
     add_bos: bool,
     add_eos: bool,
     add_space_prefix: bool,
@@ -187,7 +188,7 @@ impl GgufVocab {
             return Err(Error::Tokenizer("GGUF sets add_eos_token but has no EOS token id".into()));
         }
 
-        let eog = end_of_generation(gguf, &vocab, &mut attrs, eos);
+        let (eog, fim) = end_of_generation(gguf, &vocab, &mut attrs, eos);
         // llama.cpp always renders these gpt-oss tokens, so they are user-defined.
         for name in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
             if let Some(id) = vocab.get(name) {
@@ -212,6 +213,7 @@ impl GgufVocab {
             bos,
             eos,
             eog,
+            fim,
             add_bos,
             add_eos,
             add_space_prefix,

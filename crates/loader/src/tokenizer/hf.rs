@@ -11,6 +11,8 @@ use serde_json::Value;
 use tokenizers::{DecoderWrapper, ModelWrapper};
 
 use super::byte_level;
+use super::eog::fim_by_name;
+use super::Fim;
 
 /// How far past the vocabulary's entry count a token id may lie before the
 /// file counts as corrupt (a huge id would make the id-to-text table huge).
@@ -38,6 +40,7 @@ pub(crate) struct HfTokenizer {
     pub eos: Option<u32>,
     /// eos first, then generation_config's other ids.
     pub eos_ids: Vec<u32>,
+    pub fim: Option<Fim>,
     /// tokenizer_config's add_bos_token / add_eos_token, applied when the
     /// post-processor has not already added the token.
     add_bos: bool,
@@ -157,6 +160,7 @@ impl HfTokenizer {
             ModelWrapper::Unigram(_) => "Unigram",
         };
         let style = piece_style(tok.get_decoder());
+        let fim = fim_by_name(|name| tok.token_to_id(name));
         Ok(HfTokenizer {
             add_bos: config.get("add_bos_token").and_then(Value::as_bool).unwrap_or(false),
             add_eos: config.get("add_eos_token").and_then(Value::as_bool).unwrap_or(false),
@@ -167,6 +171,7 @@ impl HfTokenizer {
             bos,
             eos,
             eos_ids,
+            fim,
             style,
         })
     }

@@ -30,6 +30,17 @@ enum Inner {
     Hf(Box<HfTokenizer>),
 }
 
+/// A vocabulary's fill-in-the-middle tokens: the prefix, suffix and middle
+/// markers, and the ids besides EOS that end an infill (padding, file and
+/// repository separators, end of turn).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fim {
+    pub prefix: u32,
+    pub suffix: u32,
+    pub middle: u32,
+    pub ends: Vec<u32>,
+}
+
 /// A model's tokenizer. Cheap to share: `Send + Sync`, all methods take `&self`.
 pub struct Tokenizer {
     inner: Inner,
@@ -127,6 +138,16 @@ impl Tokenizer {
         match &self.inner {
             Inner::Gguf(v) => &v.eog,
             Inner::Hf(h) => &h.eos_ids,
+        }
+    }
+
+    /// The fill-in-the-middle tokens: GGUF's `tokenizer.ggml.fim_*_token_id`,
+    /// else (and for HF tokenizers) the names llama.cpp knows them by
+    /// (`<|fim_prefix|>`, `<fim_prefix>`, `<｜fim▁begin｜>`, `<PRE>` ...).
+    pub fn fim(&self) -> Option<&Fim> {
+        match &self.inner {
+            Inner::Gguf(v) => v.fim.as_ref(),
+            Inner::Hf(h) => h.fim.as_ref(),
         }
     }
 

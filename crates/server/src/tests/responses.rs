@@ -169,7 +169,7 @@ async fn truncation_auto_drops_the_oldest_turns() {
     let (fake, app) = app();
     // Six turns of ten words and more: past the fake's context of 64 tokens.
     let turn = |i: usize| {
-        let role = if i % 2 == 0 { "user" } else { "assistant" };
+        let role = if i.is_multiple_of(2) { "user" } else { "assistant" };
         json!({"role": role, "content": format!("{} a a a a a a a a a", ["the", "sky", "is", "a", "hello", "sky"][i])})
     };
     let input: Vec<Value> = (0..6).map(turn).collect();

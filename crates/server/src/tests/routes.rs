@@ -414,6 +414,19 @@ async fn a_suffix_fills_in_the_middle() {
     assert_eq!(fake.requests()[1].prompt, [0, 12, 8, 9, 13, 10, 14]);
     let r = post(&app, "/v1/completions", json!({"prompt": "the", "suffix": "sky", "echo": true})).await;
     assert_eq!((r.status, r.error()["param"].clone()), (StatusCode::BAD_REQUEST, json!("suffix")));
+    // Other families' spellings: DeepSeek-Coder's, Code Llama's (ending at its <EOT>).
+    for fim in [["<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>", "</s>"], ["<PRE>", "<SUF>", "<MID>", "<EOT>"]]
+    {
+        let fake = Fake::with_tokenizer(tokenizer(&fim));
+        let app = app_with(&fake, None, None);
+        let r = post(&app, "/v1/completions", json!({"prompt": "the", "suffix": "sky is"})).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.text());
+        let req = &fake.requests()[0];
+        assert_eq!(req.prompt, [0, 12, 8, 13, 10, 11, 14], "{fim:?}");
+        if fim[3] == "<EOT>" {
+            assert!(req.stop_ids.contains(&15), "{:?}", req.stop_ids);
+        }
+    }
     let (_, plain) = super::app();
     let r = post(&plain, "/v1/completions", json!({"prompt": "the", "suffix": "sky"})).await;
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
