@@ -110,9 +110,8 @@ pub const Q4K_TILE_BLOCK: usize = 16 * 144;
 /// GGUF block's order) of the 4-bit values of the tile's row `rr` (0..16).
 pub fn q4_k_tile_word(rr: usize, w: usize) -> usize {
     let (pair, h, i) = (w / 8, w / 4 % 2, w % 4);
-    let unit = 2 * (rr / 8) + pair / 2;
     let lane = 4 * (rr % 8) + i;
-    256 + 16 * (32 * unit + lane) + 4 * (2 * (pair % 2) + h)
+    256 + 16 * (32 * pair + lane) + 4 * (2 * h + rr / 8)
 }
 
 /// Q4_K rows (blocks of 144 bytes: d, dmin, 12 scale bytes, 128 of 4-bit
@@ -122,10 +121,11 @@ pub fn q4_k_tile_word(rr: usize, w: usize) -> usize {
 /// in order, each 2,304 contiguous bytes, which one warp reads at once:
 /// the 16 rows' heads (16 bytes each), then four units of 32 lanes x 16
 /// bytes, unit `u` holding for lane (g, i) (g = lane / 4, i = lane % 4) the
-/// words of row g + 8 (u / 2) that lane's matrix fragments take: word `i`
-/// and `4 + i` of sub-block pairs 2 (u % 2) and 2 (u % 2) + 1
-/// ([`q4_k_tile_word`]). Each of a warp's 16-byte loads then reads 512
-/// contiguous bytes, and a warp walks its tile's bytes in order.
+/// words of sub-block pair `u` that lane's matrix fragment takes, in the
+/// fragment's register order: word `i` of rows g and g + 8, then word
+/// `4 + i` of both ([`q4_k_tile_word`]). Each of a warp's 16-byte loads then
+/// reads 512 contiguous bytes, a whole fragment in a lane's registers, and a
+/// warp walks its tile's bytes in order.
 pub fn q4_k_tiles(src: &[u8], k: usize) -> Vec<u8> {
     regroup_in_tiles(src, k, 144, |blk, rr, b| {
         blk[16 * rr..16 * rr + 16].copy_from_slice(&b[..16]);

@@ -303,7 +303,8 @@ __device__ __forceinline__ Q4kW dl_q4k(const unsigned char* sb, u32 lane) {
     const uint4* b = (const uint4*)sb;
     Q4kW w;
     w.ha = b[lane >> 2], w.hb = b[8 + (lane >> 2)];
-    w.a01 = b[16 + lane], w.a23 = b[48 + lane], w.b01 = b[80 + lane], w.b23 = b[112 + lane];
+#pragma unroll
+    for (int j = 0; j < 4; j++) w.p[j] = b[16 + 32 * j + lane];
     return w;
 }
 __device__ __forceinline__ Q6kW dl_q6k(const unsigned char* sb, u32 lane) {

@@ -50,18 +50,19 @@ __device__ __forceinline__ Q4kHead q4k_head(uint4 h) {
 }
 
 // A lane's weights of one super-block: rows g (a) and g + 8 (b) of its
-// warp's tile, their heads and, for sub-block pairs 0-1 and 2-3, the 16
-// bytes of their 4-bit values the lane's fragments take (`q4_k_tiles`:
-// each load of the warp reads 512 contiguous bytes, the heads 256).
+// warp's tile, their heads and, for each sub-block pair j, the 16 bytes of
+// 4-bit values its matrix fragment takes, in register order (`q4_k_tiles`:
+// each load of the warp reads 512 contiguous bytes, the heads 256): words
+// i of rows g and g + 8, then words 4 + i.
 struct Q4kW {
-    uint4 ha, hb, a01, a23, b01, b23;
+    uint4 ha, hb, p[4];
 };
 __device__ __forceinline__ Q4kW q4k_fetch(const u8* tile, u32 sb, u32 lane) {
     const uint4* blk = (const uint4*)(tile + 2304 * (u64)sb);
     Q4kW w;
     w.ha = load_blocks(blk + (lane >> 2)), w.hb = load_blocks(blk + 8 + (lane >> 2));
-    w.a01 = load_blocks(blk + 16 + lane), w.a23 = load_blocks(blk + 48 + lane);
-    w.b01 = load_blocks(blk + 80 + lane), w.b23 = load_blocks(blk + 112 + lane);
+#pragma unroll
+    for (int j = 0; j < 4; j++) w.p[j] = load_blocks(blk + 16 + 32 * j + lane);
     return w;
 }
 
@@ -75,9 +76,7 @@ __device__ __forceinline__ void q4k_step(const Q4kW& w, const uint4 (&x)[4], uin
     int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int j = 0; j < 4; j++) {  // sub-block pair j: sub-blocks 2j (low nibbles), 2j + 1 (high)
-        const uint4 pa = j < 2 ? w.a01 : w.a23, pb = j < 2 ? w.b01 : w.b23;
-        const u32 a0 = (j & 1) ? pa.z : pa.x, a2 = (j & 1) ? pa.w : pa.y;
-        const u32 a1 = (j & 1) ? pb.z : pb.x, a3 = (j & 1) ? pb.w : pb.y;
+        const u32 a0 = w.p[j].x, a1 = w.p[j].y, a2 = w.p[j].z, a3 = w.p[j].w;
 #pragma unroll
         for (int hs = 0; hs < 2; hs++) {
             const int s = 2 * j + hs;
@@ -112,40 +111,40 @@ __device__ __forceinline__ void q4k_step(const Q4kW& w, const uint4 (&x)[4], uin
     }
 }
 
-#ifdef Q4K_BD
-// (Trial, batch 1: a sub-block a column.) The mma's 8 columns take the
-// input's 8 sub-blocks, one each: lane group g gives column g its
+// Batch 1, a sub-block a column: the mma's 8 columns take the input's 8
+// sub-blocks, one each: lane group g gives column g its
 // sub-block g's bytes in the mma of that sub-block's pair and zeros in the
 // others, so the accumulators keep every sub-block's sums apart through
 // the super-block and lane (g, i) scales only sub-blocks 2i and 2i + 1 of
 // its rows g and g + 8 (`q4k_step` has each lane scale all eight, three
 // quarters of it for columns a batch of 1 does not have). The low
-// nibbles need no mask: the whole bytes (value + 16 high) go to the
-// even column, and the high nibbles' products (16 times theirs, masked)
-// to both, to be taken off the even one. The quad's lanes sum their
-// parts after the loop.
+// nibbles need no mask: the whole bytes (value + 16 high) go to both
+// columns of the pair (the odd one's sums unused), and the high nibbles'
+// products (16 times theirs, masked) to both too, to be taken off the
+// even one. The quad's lanes sum their
+// parts after the loop. (H100, random Llama-3.1-8B Q4_K_M: 1.012 of
+// `q4k_step` in one column, which `Q4K_ONE_COLUMN` restores; 155
+// instructions a super-block in the loop against 172, fifty-sixth session.)
 __device__ __forceinline__ void mma_u8s8_acc(u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, int (&c)[4]) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-// The lane's constants for `q4k_step_bd`: masks keeping its input bytes in
-// pair j's mmas (`here`: the high nibbles', all lanes of pair j; `whole`:
-// the whole bytes', its even lanes), and where its two sub-blocks' bytes
-// sit in the words of scales, mins and shifts.
+// The lane's constants for `q4k_step_bd` (and `q6k_step_bd`): masks keeping
+// its input bytes in pair j's mmas only (column j's), and where its two
+// sub-blocks' bytes sit in the words of scales, mins and shifts.
 struct BdLane {
-    u32 here[4], whole[4];
+    u32 here[4], col[8];
     u32 sel0, sel1, down;
     bool second;
 };
 __device__ __forceinline__ BdLane bd_lane(u32 g, u32 i) {
     BdLane l;
 #pragma unroll
-    for (u32 j = 0; j < 4; j++) {
-        l.here[j] = (g >> 1) == j ? ~0u : 0u;
-        l.whole[j] = (g >> 1) == j && !(g & 1) ? ~0u : 0u;
-    }
+    for (u32 j = 0; j < 4; j++) l.here[j] = (g >> 1) == j ? ~0u : 0u;
+#pragma unroll
+    for (u32 j = 0; j < 8; j++) l.col[j] = g == j ? ~0u : 0u;
     l.sel0 = 0x4440 | (2 * (i & 1)), l.sel1 = 0x4441 | (2 * (i & 1)), l.down = 16 * (i & 1);
     l.second = i >= 2;
     return l;
@@ -157,12 +156,11 @@ __device__ __forceinline__ void q4k_step_bd(const Q4kW& w, uint2 xg, uint4 h0, u
     int whole[4] = {0, 0, 0, 0}, high[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int j = 0; j < 4; j++) {  // sub-block pair j: 2j in the low nibbles, 2j + 1 in the high
-        const uint4 pa = j < 2 ? w.a01 : w.a23, pb = j < 2 ? w.b01 : w.b23;
-        const u32 a0 = (j & 1) ? pa.z : pa.x, a2 = (j & 1) ? pa.w : pa.y;
-        const u32 a1 = (j & 1) ? pb.z : pb.x, a3 = (j & 1) ? pb.w : pb.y;
-        mma_u8s8_acc(a0, a1, a2, a3, xg.x & l.whole[j], xg.y & l.whole[j], whole);
+        const u32 a0 = w.p[j].x, a1 = w.p[j].y, a2 = w.p[j].z, a3 = w.p[j].w;
+        const u32 b0 = xg.x & l.here[j], b1 = xg.y & l.here[j];
+        mma_u8s8_acc(a0, a1, a2, a3, b0, b1, whole);
         const u32 m = 0xf0f0f0f0u;
-        mma_u8s8_acc(a0 & m, a1 & m, a2 & m, a3 & m, xg.x & l.here[j], xg.y & l.here[j], high);
+        mma_u8s8_acc(a0 & m, a1 & m, a2 & m, a3 & m, b0, b1, high);
     }
     // Lane (g, i): whole[0], high[0], high[1] of row g (columns 2i, 2i + 1), [2], [3] of row g + 8.
     const u32 shifts = l.second ? h0.z : h0.y;
@@ -178,7 +176,6 @@ __device__ __forceinline__ void q4k_step_bd(const Q4kW& w, uint2 xg, uint4 h0, u
         acc[2 * r] += step * (hd.d * __int2float_rn(dot) - hd.dmin * __int2float_rn(mins));
     }
 }
-#endif
 
 // The weight (of up to three: m0, m1, m2 rows; `which`) whose tiles of 16
 // rows hold tile `tile` of the launch, and the tile within it.
@@ -284,12 +281,69 @@ __device__ __forceinline__ void q6k_step(const Q6kW& w, const uint4 (&x)[4], uin
     }
 }
 
+#ifdef Q6K_BD
+// (Trial.) Batch 1, a sub-block a column, as `q4k_step_bd`: sub-blocks s
+// and s + 8 take column s % 8 in turn (lane group g gives it its input's
+// bytes of that sub-block in that sub-block's mma, zeros in the others), so
+// lane (g, i) scales only sub-blocks 2i, 2i + 1 and their second-round
+// partners of its rows g and g + 8, each of the two rounds one 32-value
+// group of the input, one shift.
+__device__ __forceinline__ void mma_s8s8_k16_acc(u32 a0, u32 a1, u32 b0, int (&c)[4]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+}
+// x: the lane's input words of sub-blocks g and g + 8; h0: the step and
+// shifts; i: the lane's place in its quad; here: g as a mask per column.
+__device__ __forceinline__ void q6k_step_bd(const Q6kW& w, uint2 x, uint4 h0, u32 i, const BdLane& lane,
+                                            float (&acc)[4]) {
+    const u32 lw[16] = {w.lo[0].x, w.lo[0].y, w.lo[0].z, w.lo[0].w, w.lo[1].x, w.lo[1].y, w.lo[1].z, w.lo[1].w,
+                        w.lo[2].x, w.lo[2].y, w.lo[2].z, w.lo[2].w, w.lo[3].x, w.lo[3].y, w.lo[3].z, w.lo[3].w};
+    const u32 hw[8] = {w.hi[0].x, w.hi[0].y, w.hi[0].z, w.hi[0].w, w.hi[1].x, w.hi[1].y, w.hi[1].z, w.hi[1].w};
+    // The lane's scales: words 2 round + i / 2 of each row's, bytes 2 (i % 2) and + 1, sign-extended.
+    const u32 b = 2 * (i & 1), sel0 = b | 0x8880 | (b << 4) | (b << 8) | (b << 12), sel1 = sel0 + 0x1111;
+    int sum[2] = {0, 0};
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int c[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int s = 8 * r; s < 8 * r + 8; s++) {
+            const int p = s >> 1, h = s & 1;
+            const u32 l = lw[s], q = hw[p];
+            const u32 a0 = ((l << 2) & 0x3c3c3c3cu) | ((q << (6 - 4 * h)) & 0xc0c0c0c0u);
+            const u32 a1 = ((l >> 2) & 0x3c3c3c3cu) | ((q << (4 - 4 * h)) & 0xc0c0c0c0u);
+            mma_s8s8_k16_acc(a0, a1, (r ? x.y : x.x) & lane.col[s & 7], c);
+        }
+        // c: columns 2i, 2i + 1 (sub-blocks 8 r + 2i, + 1: the input's group 4 r + i) of rows g, g + 8.
+        const u32 wa = i < 2 ? (r ? w.sa.z : w.sa.x) : (r ? w.sa.w : w.sa.y);
+        const u32 wb = i < 2 ? (r ? w.sb.z : w.sb.x) : (r ? w.sb.w : w.sb.y);
+        const int t = __byte_perm(r ? h0.z : h0.y, 0, 0x4440 | i);
+        sum[0] += ((int)__byte_perm(wa, 0, sel0) * c[0] + (int)__byte_perm(wa, 0, sel1) * c[1]) << t;
+        sum[1] += ((int)__byte_perm(wb, 0, sel0) * c[2] + (int)__byte_perm(wb, 0, sel1) * c[3]) << t;
+    }
+    const float step = __uint_as_float(h0.x);
+    const float da = f16_to_f32((u16)(w.d & 0xffff)) * 0.25f, db = f16_to_f32((u16)(w.d >> 16)) * 0.25f;
+    acc[0] += step * da * __int2float_rn(sum[0]);
+    acc[2] += step * db * __int2float_rn(sum[1]);
+}
+#endif
+
 // The two tensor-core GEMVs' weight types, for `gemv_tile_body`: bytes per
 // tile super-block, the lane's weights, their loads and their step (`sums`:
 // whether it reads the input's sums, `bsums`).
 struct Q4kTile {
     static constexpr u32 block = 2304;
     static constexpr bool sums = true;
+#ifdef Q4K_ONE_COLUMN
+    static constexpr bool split = false;
+#else
+    static constexpr bool split = true;
+#endif
+    // Batch 1 (`q4k_step_bd`): x, the super-block's input; m, its step, shifts and sums.
+    static __device__ __forceinline__ void step_split(const Q4kW& w, const signed char* x, const uint4* m, u32 g, u32 i,
+                                                      const BdLane& l, float (&acc)[4]) {
+        q4k_step_bd(w, ((const uint2*)x)[g], m[0], ((const u32*)(m + 1))[i], l, acc);
+    }
     using W = Q4kW;
     static __device__ __forceinline__ W fetch(const u8* t, u32 sb, u32 lane) { return q4k_fetch(t, sb, lane); }
     template <int N>
@@ -301,6 +355,17 @@ struct Q4kTile {
 struct Q6kTile {
     static constexpr u32 block = 3360;
     static constexpr bool sums = false;
+#ifdef Q6K_BD
+    static constexpr bool split = true;
+    static __device__ __forceinline__ void step_split(const Q6kW& w, const signed char* x, const uint4* m, u32 g, u32 i,
+                                                      const BdLane& l, float (&acc)[4]) {
+        q6k_step_bd(w, make_uint2(((const u32*)x)[g], ((const u32*)x)[8 + g]), m[0], i, l, acc);
+    }
+#else
+    static constexpr bool split = false;
+    static __device__ __forceinline__ void step_split(const Q6kW&, const signed char*, const uint4*, u32, u32,
+                                                      const BdLane&, float (&)[4]) {}
+#endif
     using W = Q6kW;
     static __device__ __forceinline__ W fetch(const u8* t, u32 sb, u32 lane) { return q6k_fetch(t, sb, lane); }
     template <int N>
@@ -416,22 +481,16 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
     const uint4* mp0 = (const uint4*)(meta + (u64)n0 * nsb * 8);
     const uint4* mp1 = (const uint4*)(meta + (u64)n1 * nsb * 8);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};
-#ifdef Q4K_BD
     const BdLane bd = bd_lane(g, i);
-#endif
     auto step = [&](const typename KT::W& cur, u32 sb) {
 #ifdef GEMV_NO_MATH  // (measurement aid: the weights' loads alone, each used once; outputs wrong)
         acc[0] += (float)no_math_use(cur);
         return;
 #endif
-#ifdef Q4K_BD
-        if constexpr (N == 1 && KT::sums) {
-            const uint2 xg = ((const uint2*)(xr + 256 * (u64)sb))[g];
-            const u32 bs = ((const u32*)(mp0 + 2 * sb + 1))[i];
-            q4k_step_bd(cur, xg, mp0[2 * sb], bs, bd, acc);
+        if constexpr (N == 1 && KT::split) {
+            KT::step_split(cur, xr + 256 * (u64)sb, mp0 + 2 * sb, g, i, bd, acc);
             return;
         }
-#endif
         const uint4* xs = (const uint4*)(xr + 256 * (u64)sb);
         const uint4 x[4] = {xs[0], xs[1], xs[2], xs[3]};
         const uint4 h0 = mp0[2 * sb], h1 = N > 1 ? mp1[2 * sb] : h0;
@@ -460,15 +519,13 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
             if (sb + 3 * nw < nsb) wb = tile_fetch<KT>(tw, sb_stride, sb + 3 * nw, lane);
         }
     }
-#ifdef Q4K_BD
-    if constexpr (N == 1 && KT::sums) {  // the quad's sub-blocks, in a fixed order
+    if constexpr (N == 1 && KT::split) {  // the quad's sub-blocks, in a fixed order
 #pragma unroll
         for (int q = 0; q < 4; q += 2) {
             acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], 1);
             acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], 2);
         }
     }
-#endif
     trace_mark("tile.loop");
     pdl_trigger();
     if (nw > 1) {

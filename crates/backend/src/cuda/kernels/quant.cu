@@ -83,13 +83,9 @@ __device__ __forceinline__ void q4k_sub(const u8* w, u64 r, u32 nsb, u32 c, floa
     const u32 rr = r & 15;
     const u8* blk = w + ((r >> 4) * nsb + (c >> 3)) * 2304;
     k_scale_min(blk + 16 * rr, j, d, m);
-    const u32 unit = 2 * (rr >> 3) + (pair >> 1);
-    const uint2* p = (const uint2*)(blk + 256 + 16 * (32 * unit + 4 * (rr & 7)) + 8 * (pair & 1));
+    const u32* p = (const u32*)(blk + 256 + 16 * (32 * pair + 4 * (rr & 7))) + (rr >> 3);
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const uint2 v = __ldg(p + 2 * i);
-        q[i] = v.x, q[4 + i] = v.y;
-    }
+    for (int i = 0; i < 4; i++) q[i] = __ldg(p + 4 * i), q[4 + i] = __ldg(p + 4 * i + 2);
 }
 
 // Q6_K in its tiles (quant/repack.rs, `q6_k_tiles`): row r's super-block
