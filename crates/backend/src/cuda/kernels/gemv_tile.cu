@@ -288,6 +288,13 @@ __device__ __forceinline__ void q6k_step(const Q6kW& w, const uint4 (&x)[4], uin
 // lane (g, i) scales only sub-blocks 2i, 2i + 1 and their second-round
 // partners of its rows g and g + 8, each of the two rounds one 32-value
 // group of the input, one shift.
+// The bytes of w that `sel` picks, PTX's prmt (`__byte_perm` drops the sign
+// bit of each selector nibble, which replicates the picked byte's sign).
+__device__ __forceinline__ int prmt(u32 w, u32 sel) {
+    int d;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(d) : "r"(w), "r"(sel));
+    return d;
+}
 __device__ __forceinline__ void mma_s8s8_k16_acc(u32 a0, u32 a1, u32 b0, int (&c)[4]) {
     asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
@@ -318,8 +325,8 @@ __device__ __forceinline__ void q6k_step_bd(const Q6kW& w, uint2 x, uint4 h0, u3
         const u32 wa = i < 2 ? (r ? w.sa.z : w.sa.x) : (r ? w.sa.w : w.sa.y);
         const u32 wb = i < 2 ? (r ? w.sb.z : w.sb.x) : (r ? w.sb.w : w.sb.y);
         const int t = __byte_perm(r ? h0.z : h0.y, 0, 0x4440 | i);
-        sum[0] += ((int)__byte_perm(wa, 0, sel0) * c[0] + (int)__byte_perm(wa, 0, sel1) * c[1]) << t;
-        sum[1] += ((int)__byte_perm(wb, 0, sel0) * c[2] + (int)__byte_perm(wb, 0, sel1) * c[3]) << t;
+        sum[0] += (prmt(wa, sel0) * c[0] + prmt(wa, sel1) * c[1]) << t;
+        sum[1] += (prmt(wb, sel0) * c[2] + prmt(wb, sel1) * c[3]) << t;
     }
     const float step = __uint_as_float(h0.x);
     const float da = f16_to_f32((u16)(w.d & 0xffff)) * 0.25f, db = f16_to_f32((u16)(w.d >> 16)) * 0.25f;
