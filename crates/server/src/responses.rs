@@ -131,21 +131,17 @@ pub fn to_chat(body: &Value) -> Result<Value, ApiError> {
 }
 
 /// With `truncation: "auto"`, the chat request (from `to_chat`) less its
-/// oldest turn: the first message after the system ones, with the tool
-/// results that answered it; false where only the last message is left.
+/// oldest turn: the messages after the system ones up to the next user
+/// message (so roles still alternate, and calls keep their results); false
+/// where only the last turn is left.
 pub fn drop_oldest(chat: &mut Value) -> bool {
     let Some(messages) = chat.get_mut("messages").and_then(Value::as_array_mut) else { return false };
     let role = |m: &Value| m.get("role").and_then(Value::as_str).unwrap_or_default().to_string();
     let Some(first) = messages.iter().position(|m| role(m) != "system" && role(m) != "developer") else {
         return false;
     };
-    if first + 1 >= messages.len() {
-        return false;
-    }
-    messages.remove(first);
-    while first + 1 < messages.len() && role(&messages[first]) == "tool" {
-        messages.remove(first);
-    }
+    let Some(next) = messages.iter().skip(first + 1).position(|m| role(m) == "user") else { return false };
+    messages.drain(first..first + 1 + next);
     true
 }
 

@@ -180,13 +180,20 @@ fn truncation_drops_the_oldest_turns_first() {
         chat["messages"].as_array().unwrap().iter().map(|m| m["content"].as_str().unwrap_or("-").to_string()).collect()
     };
     assert_eq!(contents(&chat), ["Be brief.", "Rules.", "one", "-", "1", "again", "two", "three"]);
-    assert!(drop_oldest(&mut chat));
-    // The call's turn goes with the results that answered it.
-    assert!(drop_oldest(&mut chat));
-    assert_eq!(contents(&chat), ["Be brief.", "Rules.", "two", "three"]);
+    // A whole turn goes: the user's message, the call, its results and the answer.
     assert!(drop_oldest(&mut chat));
     assert_eq!(contents(&chat), ["Be brief.", "Rules.", "three"]);
-    // The last message stays.
+    // The last turn stays, its calls with their results.
     assert!(!drop_oldest(&mut chat));
     assert_eq!(contents(&chat), ["Be brief.", "Rules.", "three"]);
+    let input = json!([
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "q"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "1"}
+    ]);
+    let mut chat = to_chat(&json!({"input": input})).unwrap();
+    assert!(drop_oldest(&mut chat));
+    assert_eq!(contents(&chat), ["q", "-", "1"]);
+    assert!(!drop_oldest(&mut chat));
 }

@@ -175,6 +175,18 @@ mod tests {
     }
 
     #[test]
+    fn q4_k_tile_words_are_in_the_fragments_register_order() {
+        // Lane (g, i)'s 16 bytes of pair j: word i of rows g and g + 8, then word 4 + i of both.
+        for (g, i, j) in (0..8).flat_map(|g| (0..4).flat_map(move |i| (0..4).map(move |j| (g, i, j)))) {
+            let at = 256 + 16 * (32 * j + 4 * g + i);
+            let words = [(g, 8 * j + i), (g + 8, 8 * j + i), (g, 8 * j + 4 + i), (g + 8, 8 * j + 4 + i)];
+            for (r, (rr, w)) in words.into_iter().enumerate() {
+                assert_eq!(super::q4_k_tile_word(rr, w), at + 4 * r, "row {rr} word {w}");
+            }
+        }
+    }
+
+    #[test]
     fn q4_k_tiles_hold_every_byte_once() {
         // Every (row, word) of a tile block has its own 4 bytes after the heads.
         let mut seen = vec![false; super::Q4K_TILE_BLOCK];

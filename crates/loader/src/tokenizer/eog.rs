@@ -56,15 +56,17 @@ const FIM_MID_NAMES: &[&str] =
     &["<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>"];
 const FIM_PAD_NAMES: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
 const FIM_REP_NAMES: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
-const FIM_SEP_NAMES: &[&str] = &["<|file_sep|>"];
-/// Infilling's end-of-turn names besides the pad/repo/separator tokens.
-const FIM_END_NAMES: &[&str] = &["<EOT>", "<|endoftext|>"];
+const FIM_SEP_NAMES: &[&str] = &["<|file_sep|>", "<file_sep>"];
+/// Infilling's end-of-turn names besides the pad/repo/separator tokens
+/// (Code Llama's HF tokenizer spells its with "▁").
+const FIM_END_NAMES: &[&str] = &["<EOT>", "▁<EOT>", "<|endoftext|>"];
 
 /// A vocabulary's fill-in-the-middle tokens by their names (HF tokenizers,
 /// which have no metadata ids): `id` looks a name up.
 pub(crate) fn fim_by_name(id: impl Fn(&str) -> Option<u32>) -> Option<Fim> {
     let first = |names: &[&str]| names.iter().find_map(|n| id(n));
-    let ends = [FIM_PAD_NAMES, FIM_REP_NAMES, FIM_SEP_NAMES, FIM_END_NAMES].iter().filter_map(|n| first(n)).collect();
+    let mut ends: Vec<u32> = [FIM_PAD_NAMES, FIM_REP_NAMES, FIM_SEP_NAMES].iter().filter_map(|n| first(n)).collect();
+    ends.extend(FIM_END_NAMES.iter().filter_map(|n| id(n)));
     Some(Fim { prefix: first(FIM_PRE_NAMES)?, suffix: first(FIM_SUF_NAMES)?, middle: first(FIM_MID_NAMES)?, ends })
 }
 

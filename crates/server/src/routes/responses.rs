@@ -133,12 +133,10 @@ impl EventFormat {
     }
 
     /// Events for newly final reasoning and content (the held tokens'
-    /// logprobs go with content; reasoning's are dropped).
+    /// logprobs go with the next content, reasoning's too: a whole
+    /// response's message has every token's).
     fn parts(&mut self, reasoning: &str, content: &str, out: &mut Vec<Value>) {
         if !reasoning.is_empty() {
-            if content.is_empty() {
-                self.held.clear();
-            }
             if self.reasoning.is_none() {
                 let open =
                     Open { id: random_id("rs_"), index: self.output.len(), text: String::new(), logprobs: vec![] };
@@ -226,6 +224,11 @@ impl sse::Format for EventFormat {
         let Parts { reasoning, content, calls } = self.streamed.finish(&self.rules);
         let mut out = Vec::new();
         self.parts(&reasoning.unwrap_or_default(), &content.unwrap_or_default(), &mut out);
+        // Tokens that showed no text (the end token): on the message, as a whole response's.
+        let rest = self.take_logprobs();
+        if let Some(m) = &mut self.message {
+            m.logprobs.extend(rest);
+        }
         let complete = summary.finish != FinishReason::Length;
         let status = if complete { "completed" } else { "incomplete" };
         self.close_reasoning(status, &mut out);

@@ -149,7 +149,8 @@ async fn logprobs_whole_and_streamed() {
         whole[0]["top_logprobs"].as_array().unwrap().iter().map(|t| t["token"].as_str().unwrap()).collect();
     assert_eq!(top, ["the", "a"]);
     assert_eq!(v["top_logprobs"], 2);
-    // Streamed: the deltas' logprobs add up to the done event's and the item's.
+    // Streamed: the deltas' logprobs add up to the done event's and the item's
+    // (tokens that showed no text go on the done event only).
     let mut streamed = body;
     streamed["stream"] = json!(true);
     let events = post(&app, "/v1/responses", streamed).await.typed_events();
@@ -185,9 +186,9 @@ async fn truncation_auto_drops_the_oldest_turns() {
     assert!(req.prompt.len() + 3 <= MAX_CONTEXT, "{}", req.prompt.len());
     let prompt = fake.tokenizer().decode(&req.prompt, false);
     // The instructions (the system turn, its tag unknown to the fake's
-    // words) and the latest turns stay; the oldest went.
+    // words) and the latest turns stay; the oldest user turn and its answer went.
     let kept =
-        (1..6).map(|i| format!("<|{}|> {}", turn(i)["role"].as_str().unwrap(), turn(i)["content"].as_str().unwrap()));
+        (2..6).map(|i| format!("<|{}|> {}", turn(i)["role"].as_str().unwrap(), turn(i)["content"].as_str().unwrap()));
     let expected = format!("<s> <unk> <unk> <unk> is {} <|assistant|>", kept.collect::<Vec<_>>().join(" "));
     assert_eq!(prompt, expected);
 }

@@ -122,9 +122,11 @@ __device__ __forceinline__ void q4k_step(const Q4kW& w, const uint4 (&x)[4], uin
 // columns of the pair (the odd one's sums unused), and the high nibbles'
 // products (16 times theirs, masked) to both too, to be taken off the
 // even one. The quad's lanes sum their
-// parts after the loop. (H100, random Llama-3.1-8B Q4_K_M: 1.012 of
-// `q4k_step` in one column, which `Q4K_ONE_COLUMN` restores; 155
-// instructions a super-block in the loop against 172, fifty-sixth session.)
+// parts after the loop. (H100, random Llama-3.1-8B Q4_K_M: 1.006-1.012 of
+// `q4k_step` in one column, which `Q4K_ONE_COLUMN` restores; 130
+// instructions a super-block in the loop against 172, fifty-sixth session.
+// Its float sums round otherwise than a batch's rows: the batch-invariant
+// mode takes `gemv_q4_k_whole_1`.)
 __device__ __forceinline__ void mma_u8s8_acc(u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, int (&c)[4]) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
@@ -417,7 +419,9 @@ __device__ __forceinline__ u32 no_math_use(const W& w) {
 // `bx`: the block's index among the launch's blocks of this type. With RKV
 // (N = 1, q/k/v): RoPE and the KV write in the epilogue instead of the
 // stores (rope_kv.cuh); `which0`: the index (q 0, k 1, v 2) of w0.
-template <class KT, int N, bool RKV = false>
+// `SPLIT`: at batch 1, the weight type's step a sub-block a column
+// (`KT::step_split`), whose sums round otherwise than a batch's.
+template <class KT, int N, bool RKV = false, bool SPLIT = KT::split>
 __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2,
                                u32 m0, u32 m1, u32 m2, const signed char* xq, const u32* meta, u32 k, u64 row_bytes,
                                const float* ss, float eps, int add, const RopeKv& rk = RopeKv(), u32 which0 = 0) {
@@ -494,7 +498,7 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
         acc[0] += (float)no_math_use(cur);
         return;
 #endif
-        if constexpr (N == 1 && KT::split) {
+        if constexpr (N == 1 && SPLIT) {
             KT::step_split(cur, xr + 256 * (u64)sb, mp0 + 2 * sb, g, i, bd, acc);
             return;
         }
@@ -526,7 +530,7 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
             if (sb + 3 * nw < nsb) wb = tile_fetch<KT>(tw, sb_stride, sb + 3 * nw, lane);
         }
     }
-    if constexpr (N == 1 && KT::split) {  // the quad's sub-blocks, in a fixed order
+    if constexpr (N == 1 && SPLIT) {  // the quad's sub-blocks, in a fixed order
 #pragma unroll
         for (int q = 0; q < 4; q += 2) {
             acc[q] += __shfl_xor_sync(0xffffffffu, acc[q], 1);
@@ -582,6 +586,11 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
     }
 FOR_EACH_N(GEMV_TILE, q4_k, Q4kTile)
 FOR_EACH_N(GEMV_TILE, q6_k, Q6kTile)
+// Batch 1 summed as a batch's rows are (`q4k_step`), for the batch-invariant mode.
+extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_whole_1(GEMVQ_ARGS) {
+    gemv_tile_body<Q4kTile, 1, false, false>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k,
+                                             row_bytes, ss, eps, add);
+}
 
 // The step's RoPE and KV write fused into q/k/v's GEMV at batch 1 (host:
 // gemv.rs `RopeKvArgs`): q/k/v all of one type, or Q4_K q/k with a Q6_K v
