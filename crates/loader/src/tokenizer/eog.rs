@@ -56,10 +56,12 @@ const FIM_MID_NAMES: &[&str] =
     &["<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>"];
 const FIM_PAD_NAMES: &[&str] = &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"];
 const FIM_REP_NAMES: &[&str] = &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"];
-const FIM_SEP_NAMES: &[&str] = &["<|file_sep|>", "<file_sep>"];
-/// Infilling's end-of-turn names besides the pad/repo/separator tokens
-/// (Code Llama's HF tokenizer spells its with "▁").
-const FIM_END_NAMES: &[&str] = &["<EOT>", "▁<EOT>", "<|endoftext|>"];
+const FIM_SEP_NAMES: &[&str] = &["<|file_sep|>"];
+/// What else ends an infill of an HF tokenizer (which has no end-of-turn
+/// metadata): StarCoder's file separator (not in llama.cpp's separator
+/// names, so not for GGUF files), end-of-turn names (Code Llama's HF
+/// tokenizer spells its with "▁").
+const FIM_END_NAMES: &[&str] = &["<file_sep>", "<EOT>", "▁<EOT>", "<|endoftext|>"];
 
 /// A vocabulary's fill-in-the-middle tokens by their names (HF tokenizers,
 /// which have no metadata ids): `id` looks a name up.
