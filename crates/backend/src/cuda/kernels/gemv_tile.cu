@@ -11,12 +11,16 @@
 // per weight row, more bytes than the weights themselves, and spent three
 // times the instructions per value; here a warp's inputs serve 16 rows.
 
-// 16 weight rows x 32 values (u8) times 32 inputs x 8 columns (s8), exact.
-__device__ __forceinline__ void mma_u8s8(u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, int (&c)[4]) {
+// c plus 16 weight rows x 32 values (u8) times 32 inputs x 8 columns (s8), exact.
+__device__ __forceinline__ void mma_u8s8_acc(u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, int (&c)[4]) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%10, %10, %10, %10};"
-        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "r"(0));
+        "{%0, %1, %2, %3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void mma_u8s8(u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, int (&c)[4]) {
+    c[0] = c[1] = c[2] = c[3] = 0;
+    mma_u8s8_acc(a0, a1, a2, a3, b0, b1, c);
 }
 // c plus two signed 16-bit values (a) times bytes 0 and 1 (lo) or 2 and 3 (hi) of b.
 __device__ __forceinline__ int dp2a_lo(u32 a, u32 b, int c) {
@@ -127,18 +131,12 @@ __device__ __forceinline__ void q4k_step(const Q4kW& w, const uint4 (&x)[4], uin
 // instructions a super-block in the loop against 172, fifty-sixth session.
 // Its float sums round otherwise than a batch's rows: the batch-invariant
 // mode takes `gemv_q4_k_whole_1`.)
-__device__ __forceinline__ void mma_u8s8_acc(u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, int (&c)[4]) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 // The lane's constants for `q4k_step_bd` (and `q6k_step_bd`): masks keeping
 // its input bytes in pair j's mmas only (column j's), and where its two
 // sub-blocks' bytes sit in the words of scales, mins and shifts.
 struct BdLane {
     u32 here[4], col[8];
-    u32 sel0, sel1, down;
+    u32 sel0, sel1, down;  // byte_of's selectors of the lane's two bytes (kept: one instruction a loop fewer)
     bool second;
 };
 __device__ __forceinline__ BdLane bd_lane(u32 g, u32 i) {
@@ -147,7 +145,7 @@ __device__ __forceinline__ BdLane bd_lane(u32 g, u32 i) {
     for (u32 j = 0; j < 4; j++) l.here[j] = (g >> 1) == j ? ~0u : 0u;
 #pragma unroll
     for (u32 j = 0; j < 8; j++) l.col[j] = g == j ? ~0u : 0u;
-    l.sel0 = 0x4440 | (2 * (i & 1)), l.sel1 = 0x4441 | (2 * (i & 1)), l.down = 16 * (i & 1);
+    l.sel0 = 0x4440 | (2 * (i & 1)), l.sel1 = l.sel0 + 1, l.down = 16 * (i & 1);
     l.second = i >= 2;
     return l;
 }
@@ -202,11 +200,15 @@ __device__ __forceinline__ bool pick_tile(u32& tile, const u8*& w, float*& y, u3
 // OR per 4 values, so no sums of the input are needed; the input is
 // Q4_K's (`quantize_sb`): its 32-value groups are two of the sub-blocks.
 
-// 16 weight rows x 16 values (s8) times 16 inputs x 8 columns (s8), exact.
+// c plus 16 weight rows x 16 values (s8) times 16 inputs x 8 columns (s8), exact.
+__device__ __forceinline__ void mma_s8s8_k16_acc(u32 a0, u32 a1, u32 b0, int (&c)[4]) {
+    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a0), "r"(a1), "r"(b0));
+}
 __device__ __forceinline__ void mma_s8s8_k16(u32 a0, u32 a1, u32 b0, int (&c)[4]) {
-    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %7, %7, %7};"
-        : "=r"(c[0]), "=r"(c[1]), "=r"(c[2]), "=r"(c[3])
-        : "r"(a0), "r"(a1), "r"(b0), "r"(0));
+    c[0] = c[1] = c[2] = c[3] = 0;
+    mma_s8s8_k16_acc(a0, a1, b0, c);
 }
 
 // A lane's weights of one super-block (`q6_k_tiles`): rows g and g + 8 of
@@ -290,18 +292,6 @@ __device__ __forceinline__ void q6k_step(const Q6kW& w, const uint4 (&x)[4], uin
 // lane (g, i) scales only sub-blocks 2i, 2i + 1 and their second-round
 // partners of its rows g and g + 8, each of the two rounds one 32-value
 // group of the input, one shift.
-// The bytes of w that `sel` picks, PTX's prmt (`__byte_perm` drops the sign
-// bit of each selector nibble, which replicates the picked byte's sign).
-__device__ __forceinline__ int prmt(u32 w, u32 sel) {
-    int d;
-    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(d) : "r"(w), "r"(sel));
-    return d;
-}
-__device__ __forceinline__ void mma_s8s8_k16_acc(u32 a0, u32 a1, u32 b0, int (&c)[4]) {
-    asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a0), "r"(a1), "r"(b0));
-}
 // x: the lane's input words of sub-blocks g and g + 8; h0: the step and
 // shifts; i: the lane's place in its quad; here: g as a mask per column.
 __device__ __forceinline__ void q6k_step_bd(const Q6kW& w, uint2 x, uint4 h0, u32 i, const BdLane& lane,
@@ -310,7 +300,7 @@ __device__ __forceinline__ void q6k_step_bd(const Q6kW& w, uint2 x, uint4 h0, u3
                         w.lo[2].x, w.lo[2].y, w.lo[2].z, w.lo[2].w, w.lo[3].x, w.lo[3].y, w.lo[3].z, w.lo[3].w};
     const u32 hw[8] = {w.hi[0].x, w.hi[0].y, w.hi[0].z, w.hi[0].w, w.hi[1].x, w.hi[1].y, w.hi[1].z, w.hi[1].w};
     // The lane's scales: words 2 round + i / 2 of each row's, bytes 2 (i % 2) and + 1, sign-extended.
-    const u32 b = 2 * (i & 1), sel0 = b | 0x8880 | (b << 4) | (b << 8) | (b << 12), sel1 = sel0 + 0x1111;
+    const u32 b = 16 * (i & 1);
     int sum[2] = {0, 0};
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -326,9 +316,9 @@ __device__ __forceinline__ void q6k_step_bd(const Q6kW& w, uint2 x, uint4 h0, u3
         // c: columns 2i, 2i + 1 (sub-blocks 8 r + 2i, + 1: the input's group 4 r + i) of rows g, g + 8.
         const u32 wa = i < 2 ? (r ? w.sa.z : w.sa.x) : (r ? w.sa.w : w.sa.y);
         const u32 wb = i < 2 ? (r ? w.sb.z : w.sb.x) : (r ? w.sb.w : w.sb.y);
-        const int t = __byte_perm(r ? h0.z : h0.y, 0, 0x4440 | i);
-        sum[0] += (prmt(wa, sel0) * c[0] + prmt(wa, sel1) * c[1]) << t;
-        sum[1] += (prmt(wb, sel0) * c[2] + prmt(wb, sel1) * c[3]) << t;
+        const int t = byte_of(r ? h0.z : h0.y, i);
+        sum[0] += ((signed char)(wa >> b) * c[0] + (signed char)(wa >> (b + 8)) * c[1]) << t;
+        sum[1] += ((signed char)(wb >> b) * c[2] + (signed char)(wb >> (b + 8)) * c[3]) << t;
     }
     const float step = __uint_as_float(h0.x);
     const float da = f16_to_f32((u16)(w.d & 0xffff)) * 0.25f, db = f16_to_f32((u16)(w.d >> 16)) * 0.25f;
