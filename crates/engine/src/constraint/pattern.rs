@@ -80,7 +80,7 @@ pub struct Pattern {
     /// after `len` characters. Rows of `words` u64s.
     live: Vec<u64>,
     words: usize,
-    /// The source, for messages.
+    /// The sources, quoted, for messages.
     source: String,
 }
 
@@ -96,7 +96,7 @@ impl PartialEq for Runs {
 
 impl std::fmt::Debug for Pattern {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Pattern({:?}, {} states)", self.source, self.accept.len())
+        write!(f, "Pattern({}, {} states)", self.source, self.accept.len())
     }
 }
 
@@ -104,26 +104,21 @@ impl Pattern {
     /// Compiles `source` for `how`; the error says why it cannot be used.
     pub fn new(source: &str, how: PatternUse) -> Result<Pattern, String> {
         let mut work = MAX_WORK;
-        Pattern::within(source, how, &mut work)
+        Pattern::within(&[source], how, &mut work)
     }
 
-    /// As [`Pattern::new`], its analysis taking at most `work` steps (less
-    /// what it took), so that one request's patterns share one budget.
-    pub fn within(source: &str, how: PatternUse, work: &mut usize) -> Result<Pattern, String> {
-        if source.len() > MAX_SOURCE {
-            return Err(format!("a pattern over {MAX_SOURCE} bytes is not supported"));
-        }
-        let dialect = if how == PatternUse::Whole { Dialect::Python } else { Dialect::Ecma };
-        let body = translate(source, dialect)?;
-        // Whole on its own first, so that the wrapper below cannot change
-        // how it parses (`a)|(b`).
-        syntax::parse(&body).map_err(|e| format!("pattern {source:?}: {}", innermost(&e)))?;
-        let (regex, min, max, json) = match how {
-            PatternUse::Whole => (body, 0, u32::MAX, false),
-            // A match anywhere in the content, as JSON Schema's validators search.
-            PatternUse::Json { min, max } => (format!("(?s:.)*(?:{body})(?s:.)*"), min, max, true),
+    /// As [`Pattern::new`] for text that matches every one of `sources`
+    /// (a `pattern` beside a `format`; a format written as two), its
+    /// analysis taking at most `work` steps (less what it took), so that
+    /// one request's patterns share one budget.
+    pub fn within(sources: &[&str], how: PatternUse, work: &mut usize) -> Result<Pattern, String> {
+        let (min, max, json) = match how {
+            PatternUse::Whole => (0, u32::MAX, false),
+            PatternUse::Json { min, max } => (min, max, true),
         };
-        let (mut next, accept) = table(&regex).map_err(|e| format!("pattern {source:?}: {e}"))?;
+        let mut tables = sources.iter().map(|source| source_table(source, how));
+        let first = tables.next().ok_or("no pattern")??;
+        let (mut next, accept) = tables.try_fold(first, |a, b| intersect(&a, &b?))?;
         if json {
             // Only the bytes a JSON string can carry are ever walked.
             for (i, t) in next.iter_mut().enumerate() {
@@ -133,11 +128,12 @@ impl Pattern {
             }
         }
         let cap = if max == u32::MAX { min } else { max };
-        let (live, words, ends, runs, source) = (Vec::new(), 0, Vec::new(), Runs(Vec::new()), source.to_string());
+        let source = sources.iter().map(|s| format!("{s:?}")).collect::<Vec<_>>().join(" and ");
+        let (live, words, ends, runs) = (Vec::new(), 0, Vec::new(), Runs(Vec::new()));
         let mut p = Pattern { next, accept, cap, min, max, ends, runs, live, words, source };
         p.analyse(work)?;
         if !p.ok(0, 0) {
-            return Err(format!("pattern {:?} has no match that fits here", p.source));
+            return Err(format!("pattern {} has no match that fits here", p.source));
         }
         if !json {
             p.ends = (0..p.states() as u32)
@@ -342,7 +338,7 @@ impl Pattern {
         let work = edges.max(n).saturating_mul(lengths);
         if work > *work_left {
             return Err(format!(
-                "pattern {:?} with a length of up to {} is too large to enforce (with the request's other patterns)",
+                "pattern {} with a length of up to {} is too large to enforce (with the request's other patterns)",
                 self.source, self.cap
             ));
         }
@@ -450,6 +446,54 @@ fn table(regex: &str) -> Result<(Vec<u32>, Vec<bool>), String> {
             });
             if order.len() > MAX_STATES {
                 return Err(format!("it needs over {MAX_STATES} automaton states"));
+            }
+            next.push(id);
+        }
+        i += 1;
+    }
+    Ok((next, accept))
+}
+
+/// One pattern's automaton for `how` (in a JSON string, a match anywhere
+/// in the content, as JSON Schema's validators search).
+fn source_table(source: &str, how: PatternUse) -> Result<(Vec<u32>, Vec<bool>), String> {
+    if source.len() > MAX_SOURCE {
+        return Err(format!("a pattern over {MAX_SOURCE} bytes is not supported"));
+    }
+    let dialect = if how == PatternUse::Whole { Dialect::Python } else { Dialect::Ecma };
+    let body = translate(source, dialect)?;
+    // Whole on its own first, so that the wrapper below cannot change how
+    // it parses (`a)|(b`).
+    syntax::parse(&body).map_err(|e| format!("pattern {source:?}: {}", innermost(&e)))?;
+    let regex = match how {
+        PatternUse::Whole => body,
+        PatternUse::Json { .. } => format!("(?s:.)*(?:{body})(?s:.)*"),
+    };
+    table(&regex).map_err(|e| format!("pattern {source:?}: {e}"))
+}
+
+/// The automaton of the text both tables accept: a state per pair of
+/// theirs reachable from the two starts.
+fn intersect(a: &(Vec<u32>, Vec<bool>), b: &(Vec<u32>, Vec<bool>)) -> Result<(Vec<u32>, Vec<bool>), String> {
+    let mut ids = HashMap::from([((0u32, 0u32), 0u32)]);
+    let mut order = vec![(0u32, 0u32)];
+    let (mut next, mut accept) = (Vec::new(), Vec::new());
+    let mut i = 0;
+    while i < order.len() {
+        let (s, t) = (order[i].0 as usize, order[i].1 as usize);
+        accept.push(a.1[s] && b.1[t]);
+        for byte in 0..256 {
+            let pair = (a.0[256 * s + byte], b.0[256 * t + byte]);
+            if pair.0 == DEAD || pair.1 == DEAD {
+                next.push(DEAD);
+                continue;
+            }
+            let id = *ids.entry(pair).or_insert_with(|| {
+                order.push(pair);
+                (order.len() - 1) as u32
+            });
+            if order.len() > MAX_STATES {
+                return Err(format!("the patterns together need over {MAX_STATES} automaton states"));
             }
             next.push(id);
         }

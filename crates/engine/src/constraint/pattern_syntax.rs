@@ -305,23 +305,43 @@ pub fn format_max_len(format: &str) -> u32 {
     }
 }
 
-/// The pattern a JSON Schema `format` stands for: RFC 3339 dates (each
-/// month's days, leap years, no year 0000), times (no leap second) and
-/// durations, UUIDs, IPv4 and IPv6 addresses, host names, email addresses,
-/// URIs and URI references, JSON pointers (RFC 6901) and relative ones.
-pub fn format_pattern(format: &str) -> Option<String> {
+/// The patterns a JSON Schema `format` stands for (a string of it matches
+/// each): RFC 3339 dates (each month's days, leap years, no year 0000),
+/// times (no leap second) and durations, UUIDs, IPv4 and IPv6 addresses,
+/// host names, email addresses, URIs and URI references, JSON pointers
+/// (RFC 6901) and relative ones.
+pub fn format_pattern(format: &str) -> Option<Vec<String>> {
+    if format == "email" {
+        // (Its local part's 64 characters: a second pattern, since one
+        // cannot count a dot-atom's characters.)
+        return Some(vec![email_pattern(), "^[^@]{1,64}@".into()]);
+    }
+    one_format_pattern(format).map(|p| vec![p])
+}
+
+/// An address as email validators take it: a dot-atom local part at a
+/// domain name whose last label is letters or punycode (the whole's 254
+/// characters by `format_max_len`).
+fn email_pattern() -> String {
+    const ATOM: &str = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]";
+    format!("^{ATOM}+(\\.{ATOM}+)*@({LABEL}\\.)+([A-Za-z]{{2,63}}|xn--[A-Za-z0-9-]{{0,58}}[A-Za-z0-9])$")
+}
+
+/// A host name's label: 1-63 letters, digits and inner hyphens.
+const LABEL: &str = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+
+/// The one pattern of each format but `email`.
+fn one_format_pattern(format: &str) -> Option<String> {
     const YEAR: &str = "([0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})";
     const LEAP: &str = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)";
     const MONTH_DAY: &str =
         "((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|02-(0[1-9]|1[0-9]|2[0-8]))";
     const TIME: &str = r"([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\.[0-9]{1,9})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
     const OCTET: &str = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
-    const LABEL: &str = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
     // (A top-level label starts with a letter: never all digits.)
     const TOP: &str = "[A-Za-z]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
     // RFC 3986's unreserved characters and sub-delimiters, in a class.
     const URI_CHARS: &str = r"A-Za-z0-9\-._~!$&'()*+,;=";
-    const ATOM: &str = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]";
     let date = format!("({YEAR}-{MONTH_DAY}|{LEAP}-02-29)");
     Some(match format {
         "date-time" => format!("^{date}T{TIME}$"),
@@ -348,13 +368,6 @@ pub fn format_pattern(format: &str) -> Option<String> {
         // hyphens, the last starting with a letter (the whole's 253
         // characters by `format_max_len`).
         "hostname" => format!("^({LABEL}\\.)*{TOP}$"),
-        // An address as email validators take it: a dot-atom local part at
-        // a domain name whose last label is letters or punycode (the local
-        // part's 64 characters are not enforced; the whole's 254 by
-        // `format_max_len`).
-        "email" => {
-            format!("^{ATOM}+(\\.{ATOM}+)*@({LABEL}\\.)+([A-Za-z]{{2,63}}|xn--[A-Za-z0-9-]{{0,58}}[A-Za-z0-9])$")
-        }
         // RFC 3986's URI: a scheme, a hierarchical part (an authority of
         // user, registered name and port, or a path, maybe empty), a query,
         // a fragment; no IP literals. A reference is a URI or a relative one
@@ -386,7 +399,10 @@ pub fn format_pattern(format: &str) -> Option<String> {
             format!("^P({n}W|{date}({time})?|{time})$")
         }
         "json-pointer" => "^(/([^/~]|~[01])*)*$".into(),
-        "relative-json-pointer" => "^(0|[1-9][0-9]*)(#|(/([^/~]|~[01])*)*)$".into(),
+        // (Levels up, then an index moved by `+n` or `-n`, then `#` or a
+        // pointer: draft-bhutton-relative-json-pointer-00, JSON Schema
+        // 2020-12's.)
+        "relative-json-pointer" => "^(0|[1-9][0-9]*)([+-][1-9][0-9]*)?(#|(/([^/~]|~[01])*)*)$".into(),
         _ => return None,
     })
 }

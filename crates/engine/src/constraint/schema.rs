@@ -6,7 +6,7 @@
 //! object's keys come in the order the schema lists them; no other keys),
 //! `additionalProperties` as the value schema of a free-keyed object,
 //! `items` with `minItems`/`maxItems`, `minLength`/`maxLength`, a string's
-//! `pattern` (its content contains a match) or `format` (`date-time`,
+//! `pattern` (its content contains a match) and `format` (`date-time`,
 //! `date`, `time`, `duration`, `uuid`, `ipv4`, `ipv6`, `hostname`, `email`,
 //! `uri`, `uri-reference`, `json-pointer`, `relative-json-pointer`),
 //! `minimum`/`maximum`, the exclusive forms and `multipleOf` (exact;
@@ -295,22 +295,26 @@ impl Compiler<'_> {
     /// A string's `pattern` or `format` compiled with its lengths, as an
     /// index into the patterns.
     fn string_pattern(&mut self, m: &Map<String, Value>, min: u32, max: u32, at: &str) -> Result<Option<u16>, String> {
-        let source = match (m.get("pattern"), m.get("format")) {
-            (Some(_), Some(_)) => return Err(format!("{at}: `pattern` beside `format` is not supported")),
-            (Some(p), None) => p.as_str().ok_or_else(|| format!("{at}/pattern: must be a string"))?.to_string(),
-            (None, Some(f)) => {
-                let f = f.as_str().ok_or_else(|| format!("{at}/format: must be a string"))?;
-                format_pattern(f).ok_or_else(|| {
-                    format!(
-                        "{at}/format: {f:?} is not supported \
-                         (date-time, date, time, duration, uuid, ipv4, ipv6, hostname, email, uri, \
-                         uri-reference, json-pointer and relative-json-pointer are)"
-                    )
-                })?
-            }
-            (None, None) => return Ok(None),
-        };
-        let p = Pattern::within(&source, PatternUse::Json { min, max }, &mut self.pattern_work)
+        // (A `pattern` beside a `format`: the content matches both.)
+        let mut sources = Vec::new();
+        if let Some(p) = m.get("pattern") {
+            sources.push(p.as_str().ok_or_else(|| format!("{at}/pattern: must be a string"))?.to_string());
+        }
+        if let Some(f) = m.get("format") {
+            let f = f.as_str().ok_or_else(|| format!("{at}/format: must be a string"))?;
+            sources.extend(format_pattern(f).ok_or_else(|| {
+                format!(
+                    "{at}/format: {f:?} is not supported \
+                     (date-time, date, time, duration, uuid, ipv4, ipv6, hostname, email, uri, \
+                     uri-reference, json-pointer and relative-json-pointer are)"
+                )
+            })?);
+        }
+        if sources.is_empty() {
+            return Ok(None);
+        }
+        let sources: Vec<&str> = sources.iter().map(String::as_str).collect();
+        let p = Pattern::within(&sources, PatternUse::Json { min, max }, &mut self.pattern_work)
             .map_err(|e| format!("{at}: {e}"))?;
         let states: usize = self.patterns.iter().map(Pattern::states).sum::<usize>() + p.states();
         if states > MAX_PATTERN_STATES {

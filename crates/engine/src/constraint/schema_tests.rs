@@ -105,7 +105,7 @@ fn refusals_name_the_problem() {
     let cases = [
         (json!({"type": "string", "pattern": "(?=a)a"}), "look-around"),
         (json!({"type": "string", "pattern": "^abc$", "maxLength": 2}), "no match that fits"),
-        (json!({"type": "string", "pattern": "a", "format": "date"}), "`pattern` beside `format`"),
+        (json!({"type": "string", "pattern": "^a", "format": "date"}), "no match that fits"),
         (json!({"pattern": "a"}), "`pattern` without a `type`"),
         (json!({"type": "integer", "format": "uint8"}), "format"),
         (json!({"type": "string", "maxLength": -1}), "maxLength"),
@@ -295,6 +295,10 @@ fn patterns_and_formats_hold_on_the_decoded_content() {
     assert!(accepts(&s, r#"{"when":"2024-02-29T23:59:59.5+01:00","id":-2147483648}"#));
     assert!(!accepts(&s, r#"{"when":"2024-02-29T23:59:59Z","id":2147483648}"#));
     assert_eq!(feed(&s, br#"{"when":"2024-13"#).err(), Some(15));
+    // A pattern beside a format: both hold.
+    let s = compile(json!({"type": "string", "format": "date", "pattern": "-12-"}));
+    assert!(accepts(&s, r#""2024-12-31""#) && !accepts(&s, r#""2024-11-30""#));
+    assert_eq!(feed(&s, br#""2024-11"#).err(), Some(7));
 }
 
 #[test]
@@ -438,10 +442,11 @@ fn valid(doc: &Value, schema: &Value, v: &Value) -> bool {
             let n = t.chars().count() as u64;
             let bound = |k: &str| schema.get(k).and_then(Value::as_u64);
             let format = schema.get("format").and_then(Value::as_str).and_then(super::format_pattern);
-            let pattern = schema.get("pattern").and_then(Value::as_str).map(str::to_string).or(format);
+            let pattern = schema.get("pattern").and_then(Value::as_str).map(str::to_string);
+            let patterns = pattern.into_iter().chain(format.into_iter().flatten());
             n >= bound("minLength").unwrap_or(0)
                 && n <= bound("maxLength").unwrap_or(u64::MAX)
-                && pattern.is_none_or(|p| regex::Regex::new(&p).unwrap().is_match(t))
+                && patterns.into_iter().all(|p| regex::Regex::new(&p).unwrap().is_match(t))
         }
         ("null", Value::Null) | ("boolean", Value::Bool(_)) => true,
         ("number" | "integer", Value::Number(n)) => {
@@ -503,8 +508,9 @@ fn random_walks_never_dead_end_and_end_valid() {
         // (Patterns whose meaning is the same in the `regex` crate's syntax.)
         json!({"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"},
             "when": {"type": "string", "format": "date"},
+            "mail": {"type": "string", "format": "email", "pattern": "^[a-c.]+@"},
             "tag": {"type": "string", "pattern": "ab|c\n|é", "minLength": 2, "maxLength": 6}},
-            "required": ["code", "when", "tag"]}),
+            "required": ["code", "when", "mail", "tag"]}),
         json!({"type": "array", "maxItems": 3, "items": {"anyOf": [
             {"type": "object", "properties": {"n": {"type": "string", "maxLength": 4}, "a": {"type": "integer"},
                 "k": {"const": "x"}, "b": {"type": "boolean"}}, "required": ["n", "a", "k"]},
