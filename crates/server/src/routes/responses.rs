@@ -16,23 +16,14 @@ use crate::generate::{self, TokenInfo};
 use crate::logprobs;
 use crate::reply::{Parts, Rules, Streamed};
 use crate::responses as api;
-use crate::routes::chat::{self, Started};
+use crate::routes::chat::{self, Rendered, Started};
 use crate::sse;
 use crate::state::AppState;
 use std::sync::Arc;
 
 pub async fn create(State(state): State<AppState>, ApiJson(body): ApiJson<Value>) -> Result<Response, ApiError> {
-    // With `truncation: "auto"`, the oldest turns go until the prompt fits.
     let auto = body.get("truncation").is_some_and(|t| t == "auto");
-    let mut chat_body = api::to_chat(&body)?;
-    let rendered = loop {
-        let req: ChatRequest = serde_json::from_value(chat_body.clone())
-            .map_err(|e| ApiError::invalid(format!("invalid request: {e}")))?;
-        let rendered = chat::render(&state, &req)?;
-        if !auto || rendered.fits() || !api::drop_oldest(&mut chat_body) {
-            break rendered;
-        }
-    };
+    let rendered = fitted(&state, api::to_chat(&body)?, auto)?;
     let Started { mut streams, rules, settings, short_ids, want_logprobs, .. } = chat::submit(&state, rendered)?;
     let (id, created) = (random_id("resp_"), crate::state::unix_now());
     if settings.stream {
@@ -51,6 +42,53 @@ pub async fn create(State(state): State<AppState>, ApiJson(body): ApiJson<Value>
     let output = api::items(rules.read(&o.text), complete, short_ids, lp);
     let status = if complete { "completed" } else { "incomplete" };
     Ok(Json(api::response(&id, created, &state.model, &body, status, output, usage)).into_response())
+}
+
+/// The chat request's prompt; with `truncation: "auto"`, less the fewest
+/// oldest turns that make it fit (found by halving, so a long conversation
+/// is rendered a few times, not once per turn dropped), or less all but
+/// the last where none does (its error then says why).
+fn fitted(state: &AppState, chat_body: Value, auto: bool) -> Result<Rendered, ApiError> {
+    let render = |body: &Value| {
+        let req: ChatRequest =
+            serde_json::from_value(body.clone()).map_err(|e| ApiError::invalid(format!("invalid request: {e}")))?;
+        chat::render(state, &req)
+    };
+    let whole = render(&chat_body)?;
+    if !auto || whole.fits() {
+        return Ok(whole);
+    }
+    // The request less its k oldest turns, and the most that can go.
+    let less = |k: usize| {
+        let mut body = chat_body.clone();
+        for _ in 0..k {
+            api::drop_oldest(&mut body);
+        }
+        body
+    };
+    let mut most = 0;
+    let mut probe = chat_body.clone();
+    while api::drop_oldest(&mut probe) {
+        most += 1;
+    }
+    if most == 0 {
+        return Ok(whole);
+    }
+    // The fewest turns dropped that fit lie in lo..=hi.
+    let (mut lo, mut hi, mut at_hi) = (1, most, None);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        let r = render(&less(mid))?;
+        if r.fits() {
+            (hi, at_hi) = (mid, Some(r));
+        } else {
+            lo = mid + 1;
+        }
+    }
+    match at_hi {
+        Some(r) => Ok(r),
+        None => render(&less(hi)),
+    }
 }
 
 /// An output item being streamed: its id and place in `output`, its text

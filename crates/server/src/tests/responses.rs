@@ -191,4 +191,16 @@ async fn truncation_auto_drops_the_oldest_turns() {
         (2..6).map(|i| format!("<|{}|> {}", turn(i)["role"].as_str().unwrap(), turn(i)["content"].as_str().unwrap()));
     let expected = format!("<s> <unk> <unk> <unk> is {} <|assistant|>", kept.collect::<Vec<_>>().join(" "));
     assert_eq!(prompt, expected);
+    // Of a longer conversation, the fewest turns go: the turns kept fit,
+    // and one more would not.
+    let short = |i: usize| json!({"role": if i.is_multiple_of(2) { "user" } else { "assistant" }, "content": "a a"});
+    let input: Vec<Value> = (0..40).map(short).collect();
+    let body = |from: usize, auto: bool| json!({"input": input[from..], "max_output_tokens": 3, "truncation": if auto { "auto" } else { "disabled" }});
+    assert_eq!(post(&app, "/v1/responses", body(0, true)).await.status, StatusCode::OK);
+    let prompt = fake.tokenizer().decode(&fake.requests().pop().unwrap().prompt, false);
+    let kept = prompt.matches("<|user|>").count();
+    assert!((2..20).contains(&kept), "{prompt}");
+    let first = 40 - 2 * kept;
+    assert_eq!(post(&app, "/v1/responses", body(first, false)).await.status, StatusCode::OK);
+    assert_eq!(post(&app, "/v1/responses", body(first - 2, false)).await.status, StatusCode::BAD_REQUEST);
 }
