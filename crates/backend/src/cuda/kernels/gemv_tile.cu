@@ -137,6 +137,7 @@ __device__ __forceinline__ void q4k_step(const Q4kW& w, const uint4 (&x)[4], uin
 struct BdLane {
     u32 here[4], col[8];
     u32 sel0, sel1, down;  // byte_of's selectors of the lane's two bytes (kept: one instruction a loop fewer)
+    u32 even;              // all ones where the lane's column g is even
     bool second;
 };
 __device__ __forceinline__ BdLane bd_lane(u32 g, u32 i) {
@@ -147,6 +148,7 @@ __device__ __forceinline__ BdLane bd_lane(u32 g, u32 i) {
     for (u32 j = 0; j < 8; j++) l.col[j] = g == j ? ~0u : 0u;
     l.sel0 = 0x4440 | (2 * (i & 1)), l.sel1 = l.sel0 + 1, l.down = 16 * (i & 1);
     l.second = i >= 2;
+    l.even = g & 1 ? 0u : ~0u;
     return l;
 }
 // xg: the lane's 8 input bytes of sub-block g (its column), h0: the
@@ -327,6 +329,57 @@ __device__ __forceinline__ void q6k_step_bd(const Q6kW& w, uint2 x, uint4 h0, u3
 }
 #endif
 
+#ifdef Q6K_RAW
+// (Trial.) Batch 1 as `q6k_step_bd`, each mma m16n8k32 taking sub-blocks
+// 2p and 2p + 1 (columns 2p % 8 and + 1: the lane's input word masked into
+// b0 for the one and b1 for the other), and the 4-bit parts apart from the
+// 2-bit ones: the low-nibble words go in whole as u8 (row g's slots: its
+// value plus 16 times row g + 8's; row g + 8's: the high nibbles alone, 16
+// times its value), so row g's sums are the difference and no shifts are
+// needed; the 2-bit fields (top bit flipped at upload: signed) are moved to
+// each byte's top, 64 times their value, in an s8 mma of their own.
+__device__ __forceinline__ void mma_s8s8_acc(u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, int (&c)[4]) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void q6k_step_raw(const Q6kW& w, uint2 x, uint4 h0, u32 i, const BdLane& lane,
+                                             float (&acc)[4]) {
+    const u32 lw[16] = {w.lo[0].x, w.lo[0].y, w.lo[0].z, w.lo[0].w, w.lo[1].x, w.lo[1].y, w.lo[1].z, w.lo[1].w,
+                        w.lo[2].x, w.lo[2].y, w.lo[2].z, w.lo[2].w, w.lo[3].x, w.lo[3].y, w.lo[3].z, w.lo[3].w};
+    const u32 hw[8] = {w.hi[0].x, w.hi[0].y, w.hi[0].z, w.hi[0].w, w.hi[1].x, w.hi[1].y, w.hi[1].z, w.hi[1].w};
+    const u32 b = 16 * (i & 1), nib = 0xf0f0f0f0u, top = 0xc0c0c0c0u;
+    int sum[2] = {0, 0};
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
+        // (The lane's input goes to b0 where its column is even, b1 where odd.)
+        const u32 xr = r ? x.y : x.x, xe = xr & lane.even, xo = xr & ~lane.even;
+#pragma unroll
+        for (int p = 4 * r; p < 4 * r + 4; p++) {
+            const u32 l0 = lw[2 * p], l1 = lw[2 * p + 1], q = hw[p];
+            const u32 b0 = xe & lane.here[p & 3], b1 = xo & lane.here[p & 3];
+            mma_u8s8_acc(l0 & ~nib, l0 & nib, l1 & ~nib, l1 & nib, b0, b1, lo);
+            mma_s8s8_acc((q << 6) & top, (q << 4) & top, (q << 2) & top, q & top, b0, b1, hi);
+        }
+        // Columns 2i, 2i + 1 (sub-blocks 8 r + 2i, + 1) of rows g, g + 8, as
+        // sums of 4 (q - 32) x: 4 (low nibbles' sums) + hi.
+        const int g0 = (lo[0] << 2) + hi[0], g1 = (lo[1] << 2) + hi[1];
+        const int e0 = (lo[2] >> 2) + hi[2], e1 = (lo[3] >> 2) + hi[3];
+        const u32 wa = i < 2 ? (r ? w.sa.z : w.sa.x) : (r ? w.sa.w : w.sa.y);
+        const u32 wb = i < 2 ? (r ? w.sb.z : w.sb.x) : (r ? w.sb.w : w.sb.y);
+        const int t = byte_of(r ? h0.z : h0.y, i);
+        sum[0] += ((signed char)(wa >> b) * g0 + (signed char)(wa >> (b + 8)) * g1) << t;
+        sum[1] += ((signed char)(wb >> b) * e0 + (signed char)(wb >> (b + 8)) * e1) << t;
+    }
+    const float step = __uint_as_float(h0.x);
+    const float da = f16_to_f32((u16)(w.d & 0xffff)) * 0.25f, db = f16_to_f32((u16)(w.d >> 16)) * 0.25f;
+    acc[0] += step * da * __int2float_rn(sum[0]);
+    acc[2] += step * db * __int2float_rn(sum[1]);
+}
+#endif
+
 // The two tensor-core GEMVs' weight types, for `gemv_tile_body`: bytes per
 // tile super-block, the lane's weights, their loads and their step (`sums`:
 // whether it reads the input's sums, `bsums`).
@@ -354,11 +407,15 @@ struct Q4kTile {
 struct Q6kTile {
     static constexpr u32 block = 3360;
     static constexpr bool sums = false;
-#ifdef Q6K_BD
+#if defined(Q6K_BD) || defined(Q6K_RAW)
     static constexpr bool split = true;
     static __device__ __forceinline__ void step_split(const Q6kW& w, const signed char* x, const uint4* m, u32 g, u32 i,
                                                       const BdLane& l, float (&acc)[4]) {
+#ifdef Q6K_RAW
+        q6k_step_raw(w, make_uint2(((const u32*)x)[g], ((const u32*)x)[8 + g]), m[0], i, l, acc);
+#else
         q6k_step_bd(w, make_uint2(((const u32*)x)[g], ((const u32*)x)[8 + g]), m[0], i, l, acc);
+#endif
     }
 #else
     static constexpr bool split = false;
