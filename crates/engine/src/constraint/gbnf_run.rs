@@ -75,16 +75,34 @@ enum Loop {
 }
 
 /// The stacks (sorted, distinct; an empty one: the output may end) and the
-/// bytes of a character begun.
+/// bytes of a character begun. Beside a character begun, `fresh` holds
+/// the stacks at a character's start that a token taken whole left, where
+/// its bytes, taken one by one, end inside a character (`feed_token`):
+/// the next byte continues the one group or starts a character for the
+/// other, never both.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct State {
     stacks: Vec<Vec<Pos>>,
     partial: Vec<u8>,
+    fresh: Vec<Vec<Pos>>,
 }
 
 impl State {
+    fn new(stacks: Vec<Vec<Pos>>) -> State {
+        State { stacks, partial: Vec::new(), fresh: Vec::new() }
+    }
+
     fn positions(&self) -> usize {
-        self.stacks.iter().map(Vec::len).sum::<usize>() + 1
+        self.stacks.iter().chain(&self.fresh).map(Vec::len).sum::<usize>() + 1
+    }
+
+    /// The stacks at a character's start.
+    fn starting(&self) -> &[Vec<Pos>] {
+        if self.partial.is_empty() {
+            &self.stacks
+        } else {
+            &self.fresh
+        }
     }
 }
 
@@ -138,7 +156,7 @@ impl Gbnf {
             }
         }
         let stacks = tidy(stacks);
-        (!stacks.is_empty()).then_some(State { stacks, partial: Vec::new() })
+        (!stacks.is_empty()).then_some(State::new(stacks))
     }
 
     /// The first state interned (0): the start, or the one state a copy
@@ -243,17 +261,14 @@ impl Gbnf {
         (!chars.is_empty()).then_some(chars)
     }
 
-    /// The state after a token taken whole, from the stacks whose top is a
-    /// token reference `takes` says it matches (at a character's start
-    /// only).
+    /// The state after a token taken whole, from the stacks at a
+    /// character's start whose top is a token reference `takes` says it
+    /// matches.
     fn whole_step(&self, s: u32, takes: impl Fn(u32, bool) -> bool) -> Option<State> {
         let st = self.state(s)?;
-        if !st.partial.is_empty() {
-            return None;
-        }
         let mut out = Vec::new();
         let mut budget = MAX_EXPANSION;
-        for stack in &st.stacks {
+        for stack in st.starting() {
             let Some(&top) = stack.last() else { continue };
             if let &Elem::Token { id, negated } = self.elem(top) {
                 if takes(id, negated) {
@@ -266,11 +281,15 @@ impl Gbnf {
             }
         }
         let stacks = tidy(out);
-        (!stacks.is_empty()).then_some(State { stacks, partial: Vec::new() })
+        (!stacks.is_empty()).then_some(State::new(stacks))
     }
 
     /// The state after byte `b`, computed (its step not yet memoized).
     fn next(&self, s: &State, b: u8) -> Option<State> {
+        if !s.partial.is_empty() && !(0x80..=0xbf).contains(&b) {
+            // A character starts: only the stacks at a start can take it.
+            return if s.fresh.is_empty() { None } else { self.next(&State::new(s.fresh.clone()), b) };
+        }
         let mut partial = s.partial.clone();
         partial.push(b);
         match utf8_prefix(&partial)? {
@@ -289,11 +308,11 @@ impl Gbnf {
                     }
                 }
                 let stacks = tidy(out);
-                (!stacks.is_empty()).then_some(State { stacks, partial: Vec::new() })
+                (!stacks.is_empty()).then_some(State::new(stacks))
             }
             Prefix::Begun(lo, hi) => {
                 let live = s.stacks.iter().any(|st| st.last().is_some_and(|&top| self.elem(top).meets(lo, hi)));
-                live.then(|| State { stacks: s.stacks.clone(), partial })
+                live.then(|| State { stacks: s.stacks.clone(), partial, fresh: Vec::new() })
             }
         }
     }
@@ -335,8 +354,8 @@ impl Grammar for Gbnf {
     }
     /// (Those whose stacks go on: none cut at the depth limit.)
     fn whole_tokens(&self, s: &u32) -> Vec<(u32, bool)> {
-        let Some(st) = self.state(*s).filter(|st| st.partial.is_empty()) else { return Vec::new() };
-        let tops = st.stacks.iter().filter_map(|stack| match self.elem(*stack.last()?) {
+        let Some(st) = self.state(*s) else { return Vec::new() };
+        let tops = st.starting().iter().filter_map(|stack| match self.elem(*stack.last()?) {
             &Elem::Token { id, negated } => Some((id, negated)),
             _ => None,
         });
@@ -347,15 +366,20 @@ impl Grammar for Gbnf {
         out
     }
     /// Stacks that take the token whole and stacks that take its bytes go
-    /// on together. (Where its bytes end inside a character, the whole
-    /// token's stacks alone: a state holds one character begun, so a
-    /// character completed by the next token is not followed there.)
+    /// on together (where its bytes end inside a character, apart: the
+    /// whole token's as `fresh`).
     fn feed_token(&self, s: u32, id: u32, bytes: Option<&[u8]>) -> Option<u32> {
         let by_bytes = bytes.and_then(|b| b.iter().try_fold(s, |s, &b| self.step(s, b)));
         let Some(mut whole) = self.whole_step(s, |t, negated| (t == id) != negated) else { return by_bytes };
-        if let Some(b) = by_bytes.and_then(|b| self.state(b)).filter(|b| b.partial.is_empty()) {
-            whole.stacks.extend(b.stacks.iter().cloned());
-            whole.stacks = tidy(whole.stacks);
+        if let Some(b) = by_bytes.and_then(|b| self.state(b)) {
+            let mut starting = whole.stacks;
+            starting.extend(b.starting().iter().cloned());
+            let starting = tidy(starting);
+            whole = if b.partial.is_empty() {
+                State::new(starting)
+            } else {
+                State { stacks: b.stacks.clone(), partial: b.partial.clone(), fresh: starting }
+            };
         }
         self.intern(whole)
     }
@@ -376,7 +400,7 @@ impl Grammar for Gbnf {
         Some(FreeRun { chars: chars?, sub: StrMode::Plain })
     }
     fn may_end(&self, s: &u32) -> bool {
-        self.state(*s).is_some_and(|st| st.partial.is_empty() && st.stacks.iter().any(Vec::is_empty))
+        self.state(*s).is_some_and(|st| st.starting().iter().any(Vec::is_empty))
     }
     fn is_complete(&self, s: &u32) -> bool {
         self.state(*s).is_some_and(|st| st.partial.is_empty() && st.stacks.iter().all(Vec::is_empty))

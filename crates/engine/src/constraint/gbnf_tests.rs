@@ -374,6 +374,17 @@ fn token_references_through_a_vocabulary() {
     let s = g.feed_token(g.start(), 7, Some(b"a")).unwrap();
     let s = g.feed_token(s, 9, Some(b"\xc3")).unwrap();
     assert!(accepts_from(&g, s, "a.") && g.feed_token(s, 0, Some(b"z")).is_none());
+    // A token whose bytes end inside a character: taken whole, or by its
+    // bytes, the character then completed by the next byte.
+    let g = Gbnf::new("root ::= <[5]> \"!\" | \"aé?\" | <[5]>").unwrap();
+    let s = g.feed_token(g.start(), 5, Some(b"a\xc3")).unwrap();
+    assert!(g.may_end(&s) && accepts_from(&g, s, "!"));
+    let completed = g.step(s, 0xa9).unwrap();
+    assert!(!g.may_end(&completed) && accepts_from(&g, completed, "?"));
+    assert!(g.step(s, b'?').is_none() && g.step(s, 0xa8).is_none() && g.step(completed, b'!').is_none());
+    // Another token of those bytes takes the byte path alone.
+    let s = g.feed_token(g.start(), 6, Some(b"a\xc3")).unwrap();
+    assert!(!g.may_end(&s) && g.step(s, b'!').is_none() && g.step(s, 0xa9).is_some());
     // A reference whose stacks are cut at the depth limit is not offered.
     let deep = Gbnf::new("root ::= <[5]> root \"x\" | \"y\"").unwrap();
     let mut s = deep.start();
