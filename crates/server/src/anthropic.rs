@@ -200,15 +200,71 @@ fn text_of(v: &Value) -> Option<String> {
     })
 }
 
-/// Client tools (`{name, description, input_schema}`) in the chat shape.
+/// Client tools (`{name, description, input_schema}`) in the chat shape,
+/// and the client tools whose schema the API defines (bash, the text
+/// editor) with it. Server tools (web search, code execution, ...) run on
+/// the API's own servers: refused.
 fn chat_tools(tools: &Value) -> Result<Value, ApiError> {
     function_tools(tools, |i, t| {
-        if t.get("type").and_then(Value::as_str).is_some_and(|k| k != "custom") {
-            return Err(ApiError::param("tools", format!("tools[{i}]: only client tools are supported")));
-        }
         let renamed = [("name", "name"), ("description", "description"), ("input_schema", "parameters")];
-        Ok(renamed.iter().filter_map(|(from, to)| Some((to.to_string(), t.get(*from)?.clone()))).collect())
+        let mut f: Map<String, Value> =
+            renamed.iter().filter_map(|(from, to)| Some((to.to_string(), t.get(*from)?.clone()))).collect();
+        match t.get("type").and_then(Value::as_str) {
+            None | Some("custom") => {}
+            Some(kind) => {
+                let Some((description, parameters)) = defined_tool(kind) else {
+                    let msg = format!(
+                        "tools[{i}]: {kind:?} is a server tool, not supported \
+                         (client tools are, and the bash and text editor tools)"
+                    );
+                    return Err(ApiError::param("tools", msg));
+                };
+                f.insert("description".into(), json!(description));
+                f.insert("parameters".into(), parameters);
+            }
+        }
+        Ok(f)
     })
+}
+
+/// The description and input schema of a client tool the API defines, by
+/// its versioned type (`bash_20250124`, `text_editor_20250728`, ...).
+fn defined_tool(kind: &str) -> Option<(&'static str, Value)> {
+    let (family, version) = kind.rsplit_once('_')?;
+    if version.len() != 8 || !version.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    match family {
+        "bash" => Some((
+            "Runs a command in a persistent bash session; `restart` starts a new session.",
+            json!({"type": "object", "properties": {
+                "command": {"type": "string", "description": "The command to run."},
+                "restart": {"type": "boolean", "description": "Restart the session."}}}),
+        )),
+        "text_editor" => {
+            // (Undoing an edit went after the January 2025 version.)
+            let mut commands = vec!["view", "create", "str_replace", "insert"];
+            if version < "20250429" {
+                commands.push("undo_edit");
+            }
+            Some((
+                "Views, creates and edits text files: `view` a file (`view_range`: first and last line, \
+                 1-based, -1 for the end) or a directory, `create` one with `file_text`, `str_replace` \
+                 the one occurrence of `old_str` with `new_str`, `insert` `new_str` after line \
+                 `insert_line` (0: at the start).",
+                json!({"type": "object", "properties": {
+                    "command": {"type": "string", "enum": commands},
+                    "path": {"type": "string", "description": "The file's or directory's absolute path."},
+                    "file_text": {"type": "string"},
+                    "old_str": {"type": "string"},
+                    "new_str": {"type": "string"},
+                    "insert_line": {"type": "integer", "minimum": 0},
+                    "view_range": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}},
+                    "required": ["command", "path"]}),
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// A reply's content blocks: its thinking, its text, its tool uses.

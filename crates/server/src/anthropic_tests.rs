@@ -53,6 +53,19 @@ fn requests_become_chat_requests() {
     );
     assert_eq!(chat["tool_choice"], json!({"type": "function", "function": {"name": "weather"}}));
     assert_eq!(chat["parallel_tool_calls"], json!(false));
+    // The client tools the API defines get its schemas, by version.
+    let tools = json!([{"type": "bash_20250124", "name": "bash"},
+        {"type": "text_editor_20250124", "name": "str_replace_editor"},
+        {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool", "max_characters": 1000}]);
+    let chat = to_chat(&json!({"max_tokens": 5, "messages": [], "tools": tools})).unwrap();
+    let f = |i: usize| chat["tools"][i]["function"].clone();
+    assert_eq!(f(0)["name"], "bash");
+    assert_eq!(f(0)["parameters"]["properties"]["command"]["type"], "string");
+    assert_eq!(f(1)["name"], "str_replace_editor");
+    assert_eq!(f(1)["parameters"]["properties"]["command"]["enum"][4], "undo_edit");
+    assert_eq!(f(2)["parameters"]["properties"]["command"]["enum"].as_array().unwrap().len(), 4);
+    assert_eq!(f(2)["parameters"]["required"], json!(["command", "path"]));
+    assert!(f(2).get("max_characters").is_none());
     for (choice, want) in [("auto", json!("auto")), ("any", json!("required")), ("none", json!("none"))] {
         let chat = to_chat(&json!({"max_tokens": 5, "messages": [], "tool_choice": {"type": choice}})).unwrap();
         assert_eq!(chat["tool_choice"], want);
@@ -102,8 +115,9 @@ fn what_is_not_supported_is_a_400() {
         (json!({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}), "user or assistant"),
         (
             json!({"max_tokens": 5, "messages": [], "tools": [{"type": "web_search_20250305", "name": "s"}]}),
-            "client tools",
+            "is a server tool, not supported",
         ),
+        (json!({"max_tokens": 5, "messages": [], "tools": [{"type": "bash_2025", "name": "s"}]}), "server tool"),
         (json!({"max_tokens": 5, "messages": [], "tool_choice": {"type": "tool"}}), "needs a name"),
         (json!({"max_tokens": 5, "messages": [], "thinking": {"type": "sometimes"}}), "thinking.type"),
         (json!({"max_tokens": 5, "messages": [], "system": 3}), "system must be"),
