@@ -214,8 +214,8 @@ fn chat_tools(tools: &Value) -> Result<Value, ApiError> {
             Some(kind) => {
                 let Some((description, parameters)) = defined_tool(kind) else {
                     let msg = format!(
-                        "tools[{i}]: {kind:?} is a server tool, not supported \
-                         (client tools are, and the bash and text editor tools)"
+                        "tools[{i}]: tools of type {kind:?} are not supported (custom tools are, and \
+                         bash_* and text_editor_*; server tools run on the API's own servers)"
                     );
                     return Err(ApiError::param("tools", msg));
                 };

@@ -382,6 +382,13 @@ fn token_references_through_a_vocabulary() {
     let completed = g.step(s, 0xa9).unwrap();
     assert!(!g.may_end(&completed) && accepts_from(&g, completed, "?"));
     assert!(g.step(s, b'?').is_none() && g.step(s, 0xa8).is_none() && g.step(completed, b'!').is_none());
+    // There the whole token's stacks offer the tokens they reference.
+    let g = Gbnf::new("root ::= <[5]> <[6]> | \"aé\"").unwrap();
+    let s = g.feed_token(g.start(), 5, Some(b"a\xc3")).unwrap();
+    assert_eq!(g.whole_tokens(&s), vec![(6, false)]);
+    assert!(g.feed_token(s, 6, None).is_some_and(|e| g.may_end(&e)));
+    assert!(g.step(s, 0xa9).is_some_and(|e| g.may_end(&e)));
+    let g = Gbnf::new("root ::= <[5]> \"!\" | \"aé?\" | <[5]>").unwrap();
     // Another token of those bytes takes the byte path alone.
     let s = g.feed_token(g.start(), 6, Some(b"a\xc3")).unwrap();
     assert!(!g.may_end(&s) && g.step(s, b'!').is_none() && g.step(s, 0xa9).is_some());

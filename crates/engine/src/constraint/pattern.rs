@@ -117,8 +117,9 @@ impl Pattern {
             PatternUse::Json { min, max } => (min, max, true),
         };
         let mut tables = sources.iter().map(|source| source_table(source, how));
+        // (At least one source: the callers' patterns, or a format's.)
         let first = tables.next().ok_or("no pattern")??;
-        let (mut next, accept) = tables.try_fold(first, |a, b| intersect(&a, &b?))?;
+        let (mut next, accept) = tables.try_fold(first, |a, b| intersect(&prune(a), &prune(b?)))?;
         if json {
             // Only the bytes a JSON string can carry are ever walked.
             for (i, t) in next.iter_mut().enumerate() {
@@ -470,6 +471,35 @@ fn source_table(source: &str, how: PatternUse) -> Result<(Vec<u32>, Vec<bool>), 
         PatternUse::Json { .. } => format!("(?s:.)*(?:{body})(?s:.)*"),
     };
     table(&regex).map_err(|e| format!("pattern {source:?}: {e}"))
+}
+
+/// `t` with each step into a state that no match can be reached from made
+/// dead, so that an intersection pairs no such state (a pattern searched
+/// for in a JSON string keeps one once its `^` can no longer hold).
+fn prune(mut t: (Vec<u32>, Vec<bool>)) -> (Vec<u32>, Vec<bool>) {
+    let n = t.1.len();
+    let mut into: Vec<Vec<u32>> = vec![Vec::new(); n];
+    for (i, &to) in t.0.iter().enumerate() {
+        if to != DEAD {
+            into[to as usize].push((i / 256) as u32);
+        }
+    }
+    let mut live = t.1.clone();
+    let mut work: Vec<usize> = (0..n).filter(|&s| live[s]).collect();
+    while let Some(s) = work.pop() {
+        for &from in &into[s] {
+            if !live[from as usize] {
+                live[from as usize] = true;
+                work.push(from as usize);
+            }
+        }
+    }
+    for to in t.0.iter_mut() {
+        if *to != DEAD && !live[*to as usize] {
+            *to = DEAD;
+        }
+    }
+    t
 }
 
 /// The automaton of the text both tables accept: a state per pair of

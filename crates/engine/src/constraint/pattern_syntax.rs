@@ -314,7 +314,8 @@ pub fn format_pattern(format: &str) -> Option<Vec<String>> {
     if format == "email" {
         // (Its local part's 64 characters: a second pattern, since one
         // cannot count a dot-atom's characters.)
-        return Some(vec![email_pattern(), "^[^@]{1,64}@".into()]);
+        // (ASCII, as the first has it: fewer automaton states.)
+        return Some(vec![email_pattern(), r"^[\x21-\x3f\x41-\x7e]{1,64}@".into()]);
     }
     one_format_pattern(format).map(|p| vec![p])
 }

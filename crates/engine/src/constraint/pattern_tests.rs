@@ -28,7 +28,8 @@ fn json(source: &str, min: u32, max: u32) -> Pattern {
 fn formatted(name: &str, max: u32) -> Pattern {
     let sources = format_pattern(name).unwrap();
     let sources: Vec<&str> = sources.iter().map(String::as_str).collect();
-    Pattern::within(&sources, PatternUse::Json { min: 0, max }, &mut MAX_WORK.clone()).unwrap()
+    let mut work = MAX_WORK;
+    Pattern::within(&sources, PatternUse::Json { min: 0, max }, &mut work).unwrap()
 }
 
 #[test]

@@ -292,8 +292,8 @@ impl Compiler<'_> {
         Ok(any)
     }
 
-    /// A string's `pattern` or `format` compiled with its lengths, as an
-    /// index into the patterns.
+    /// A string's `pattern` and/or `format` compiled with its lengths, as
+    /// an index into the patterns.
     fn string_pattern(&mut self, m: &Map<String, Value>, min: u32, max: u32, at: &str) -> Result<Option<u16>, String> {
         // (A `pattern` beside a `format`: the content matches both.)
         let mut sources = Vec::new();

@@ -106,6 +106,7 @@ fn refusals_name_the_problem() {
         (json!({"type": "string", "pattern": "(?=a)a"}), "look-around"),
         (json!({"type": "string", "pattern": "^abc$", "maxLength": 2}), "no match that fits"),
         (json!({"type": "string", "pattern": "^a", "format": "date"}), "no match that fits"),
+        (json!({"type": "string", "pattern": "^@", "format": "email"}), "no match that fits"),
         (json!({"pattern": "a"}), "`pattern` without a `type`"),
         (json!({"type": "integer", "format": "uint8"}), "format"),
         (json!({"type": "string", "maxLength": -1}), "maxLength"),
@@ -443,10 +444,10 @@ fn valid(doc: &Value, schema: &Value, v: &Value) -> bool {
             let bound = |k: &str| schema.get(k).and_then(Value::as_u64);
             let format = schema.get("format").and_then(Value::as_str).and_then(super::format_pattern);
             let pattern = schema.get("pattern").and_then(Value::as_str).map(str::to_string);
-            let patterns = pattern.into_iter().chain(format.into_iter().flatten());
+            let mut patterns = pattern.into_iter().chain(format.into_iter().flatten());
             n >= bound("minLength").unwrap_or(0)
                 && n <= bound("maxLength").unwrap_or(u64::MAX)
-                && patterns.into_iter().all(|p| regex::Regex::new(&p).unwrap().is_match(t))
+                && patterns.all(|p| regex::Regex::new(&p).unwrap().is_match(t))
         }
         ("null", Value::Null) | ("boolean", Value::Bool(_)) => true,
         ("number" | "integer", Value::Number(n)) => {

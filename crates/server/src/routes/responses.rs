@@ -46,8 +46,9 @@ pub async fn create(State(state): State<AppState>, ApiJson(body): ApiJson<Value>
 
 /// The chat request's prompt; with `truncation: "auto"`, less the fewest
 /// oldest turns that make it fit (found by halving, so a long conversation
-/// is rendered a few times, not once per turn dropped), or less all but
-/// the last where none does (its error then says why).
+/// is rendered a few times, not once per turn dropped: a prompt is taken
+/// to grow no longer as turns go), or less all but the last where none
+/// does (its error then says why).
 fn fitted(state: &AppState, chat_body: Value, auto: bool) -> Result<Rendered, ApiError> {
     let render = |body: &Value| {
         let req: ChatRequest =

@@ -333,11 +333,12 @@ __device__ __forceinline__ void q6k_step_bd(const Q6kW& w, uint2 x, uint4 h0, u3
 // (Trial.) Batch 1 as `q6k_step_bd`, each mma m16n8k32 taking sub-blocks
 // 2p and 2p + 1 (columns 2p % 8 and + 1: the lane's input word masked into
 // b0 for the one and b1 for the other), and the 4-bit parts apart from the
-// 2-bit ones: the low-nibble words go in whole as u8 (row g's slots: its
-// value plus 16 times row g + 8's; row g + 8's: the high nibbles alone, 16
-// times its value), so row g's sums are the difference and no shifts are
-// needed; the 2-bit fields (top bit flipped at upload: signed) are moved to
-// each byte's top, 64 times their value, in an s8 mma of their own.
+// 2-bit ones: the low-nibble words masked in place as u8 (row g's slots its
+// low nibbles, row g + 8's its high ones, 16 times their value), so no
+// shifts are needed; the 2-bit fields h (top bit flipped at upload: read
+// signed, h - 2) moved to each byte's top, 64 (h - 2), in an s8 mma of
+// their own. (Whole words in row g's slots, row g + 8's taken off after
+// the loop, measured one instruction more a pair in the kernel report.)
 __device__ __forceinline__ void mma_s8s8_acc(u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, int (&c)[4]) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
