@@ -425,28 +425,44 @@ fn table(regex: &str) -> Result<(Vec<u32>, Vec<bool>), String> {
         .build(regex)
         .map_err(|e| innermost(&e))?;
     let start = dfa.start_state(&start::Config::new().anchored(Anchored::Yes)).map_err(|e| innermost(&e))?;
+    let step = |sid, b| {
+        let t = dfa.next_state(sid, b);
+        if dfa.is_quit_state(t) {
+            return Err("it needs look-around the automaton cannot follow".to_string());
+        }
+        Ok((!dfa.is_dead_state(t)).then_some(t))
+    };
+    let accepts = |sid| dfa.is_match_state(dfa.next_eoi_state(sid));
+    explore(start, accepts, step)
+        .map_err(|e| e.unwrap_or_else(|| format!("it needs over {MAX_STATES} automaton states")))
+}
+
+/// The table of the states reachable from `start`, numbered as found:
+/// whether each `accepts`, and each byte's `step` (`None`: dead). The
+/// error: the step's, or `None` past [`MAX_STATES`].
+fn explore<K: Copy + Eq + std::hash::Hash>(
+    start: K,
+    accepts: impl Fn(K) -> bool,
+    step: impl Fn(K, u8) -> Result<Option<K>, String>,
+) -> Result<(Vec<u32>, Vec<bool>), Option<String>> {
     let mut ids = HashMap::from([(start, 0u32)]);
     let mut order = vec![start];
     let (mut next, mut accept) = (Vec::new(), Vec::new());
     let mut i = 0;
     while i < order.len() {
-        let sid = order[i];
-        accept.push(dfa.is_match_state(dfa.next_eoi_state(sid)));
+        let k = order[i];
+        accept.push(accepts(k));
         for b in 0..=255u8 {
-            let t = dfa.next_state(sid, b);
-            if dfa.is_dead_state(t) {
+            let Some(t) = step(k, b)? else {
                 next.push(DEAD);
                 continue;
-            }
-            if dfa.is_quit_state(t) {
-                return Err("it needs look-around the automaton cannot follow".into());
-            }
+            };
             let id = *ids.entry(t).or_insert_with(|| {
                 order.push(t);
                 (order.len() - 1) as u32
             });
             if order.len() > MAX_STATES {
-                return Err(format!("it needs over {MAX_STATES} automaton states"));
+                return Err(None);
             }
             next.push(id);
         }
@@ -505,31 +521,12 @@ fn prune(mut t: (Vec<u32>, Vec<bool>)) -> (Vec<u32>, Vec<bool>) {
 /// The automaton of the text both tables accept: a state per pair of
 /// theirs reachable from the two starts.
 fn intersect(a: &(Vec<u32>, Vec<bool>), b: &(Vec<u32>, Vec<bool>)) -> Result<(Vec<u32>, Vec<bool>), String> {
-    let mut ids = HashMap::from([((0u32, 0u32), 0u32)]);
-    let mut order = vec![(0u32, 0u32)];
-    let (mut next, mut accept) = (Vec::new(), Vec::new());
-    let mut i = 0;
-    while i < order.len() {
-        let (s, t) = (order[i].0 as usize, order[i].1 as usize);
-        accept.push(a.1[s] && b.1[t]);
-        for byte in 0..256 {
-            let pair = (a.0[256 * s + byte], b.0[256 * t + byte]);
-            if pair.0 == DEAD || pair.1 == DEAD {
-                next.push(DEAD);
-                continue;
-            }
-            let id = *ids.entry(pair).or_insert_with(|| {
-                order.push(pair);
-                (order.len() - 1) as u32
-            });
-            if order.len() > MAX_STATES {
-                return Err(format!("the patterns together need over {MAX_STATES} automaton states"));
-            }
-            next.push(id);
-        }
-        i += 1;
-    }
-    Ok((next, accept))
+    let step = |(s, t): (u32, u32), byte: u8| {
+        let pair = (a.0[256 * s as usize + byte as usize], b.0[256 * t as usize + byte as usize]);
+        Ok((pair.0 != DEAD && pair.1 != DEAD).then_some(pair))
+    };
+    explore((0u32, 0u32), |(s, t)| a.1[s as usize] && b.1[t as usize], step)
+        .map_err(|e| e.unwrap_or_else(|| format!("the patterns together need over {MAX_STATES} automaton states")))
 }
 
 /// The innermost cause's message (the parser's, say) without its
