@@ -338,7 +338,8 @@ __device__ __forceinline__ void q6k_step_bd(const Q6kW& w, uint2 x, uint4 h0, u3
 // shifts are needed; the 2-bit fields h (top bit flipped at upload: read
 // signed, h - 2) moved to each byte's top, 64 (h - 2), in an s8 mma of
 // their own. (Whole words in row g's slots, row g + 8's taken off after
-// the loop, measured one instruction more a pair in the kernel report.)
+// the loop: 460 loop instructions for two super-blocks against 454, the
+// mma's operands needing moves.)
 __device__ __forceinline__ void mma_s8s8_acc(u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, int (&c)[4]) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};"
