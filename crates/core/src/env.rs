@@ -130,6 +130,14 @@ pub fn cuda_gemm_tune() -> bool {
     var("FERRITE_CUDA_GEMM_TUNE").is_some_and(|v| v == "1")
 }
 
+/// `FERRITE_CUDA_PINNED_N=<tokens>`: the token count whose cuBLASLt algorithm
+/// every GEMM of a weight shape uses in the batch-invariant mode (default
+/// 4096): smaller counts pick smaller tiles, more blocks at one token and
+/// fewer for prefill; for measuring that trade.
+pub fn cuda_pinned_n() -> Option<usize> {
+    var("FERRITE_CUDA_PINNED_N").and_then(|v| v.to_str()?.parse().ok()).filter(|&n| n > 0)
+}
+
 /// `FERRITE_CUDA_PREFETCH=<bytes>`: how much of its weight row each CUDA GEMV
 /// warp on quantized blocks prefetches into L2 before its input is ready.
 pub fn cuda_prefetch() -> Option<u32> {

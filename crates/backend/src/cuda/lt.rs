@@ -21,7 +21,7 @@ use cudarc::cublaslt::result::CublasError;
 use cudarc::cublaslt::{result as lt, sys as lsys};
 
 /// The token count whose algorithm every GEMM of a shape uses in the
-/// batch-invariant mode.
+/// batch-invariant mode (`FERRITE_CUDA_PINNED_N` sets another).
 const PINNED_N: usize = 4096;
 
 /// Token counts from which a shape's algorithm is chosen by timing
@@ -77,6 +77,8 @@ pub struct Lt {
     /// Batch-invariant mode: one algorithm per (m, k, types) whatever n,
     /// without split-K, so that a token's output never depends on the others.
     pinned: bool,
+    /// The token count whose algorithm the batch-invariant mode pins.
+    pinned_n: usize,
     /// Time candidates for prefill-sized GEMMs (`Lt::tuned`).
     tune: bool,
 }
@@ -108,7 +110,8 @@ impl Lt {
     /// `tune`: time candidates for prefill-sized GEMMs (`Lt::tuned`).
     pub fn new(workspace: (u64, usize), pinned: bool, tune: bool) -> Result<Lt, CublasError> {
         let handle = lt::create_handle()?;
-        Ok(Lt { handle, plans: Mutex::default(), algos: Mutex::default(), workspace, pinned, tune })
+        let pinned_n = ferrite_core::env::cuda_pinned_n().unwrap_or(PINNED_N);
+        Ok(Lt { handle, plans: Mutex::default(), algos: Mutex::default(), workspace, pinned, pinned_n, tune })
     }
 
     /// The operation and layout descriptors of shape `s` (no algorithm yet).
@@ -150,7 +153,7 @@ impl Lt {
     /// `ops`: A's and B's pointers and the stream, for timing candidates.
     fn plan(&self, s: &Shape, ops: ([u64; 2], lsys::cudaStream_t)) -> Result<Plan, CublasError> {
         let mut plan = self.plan_layouts(s)?;
-        let range = Shape { n: if self.pinned { PINNED_N } else { s.n.next_power_of_two() }, ..*s };
+        let range = Shape { n: if self.pinned { self.pinned_n } else { s.n.next_power_of_two() }, ..*s };
         let known = self.algos.lock().unwrap_or_else(|e| e.into_inner()).get(&range).copied();
         if let Some(algo) = known {
             if self.supports(&plan, &algo) {
@@ -181,7 +184,7 @@ impl Lt {
         Ok(plan)
     }
 
-    /// The batch-invariant mode's algorithm for `range` (n = PINNED_N): the
+    /// The batch-invariant mode's algorithm for `range` (n = pinned_n): the
     /// heuristic's choice among those that reduce in place (no split-K), with
     /// the split count set to one.
     fn pinned_algo(&self, range: &Shape) -> Result<lsys::cublasLtMatmulAlgo_t, CublasError> {
