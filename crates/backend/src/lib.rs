@@ -286,19 +286,58 @@ pub struct RowSampling {
     pub seed: u64,
     /// Per-token changes before anything else, one per distinct token.
     pub edits: Vec<LogitEdit>,
+    /// A token generated but not yet on the host: this row's pick in the
+    /// last sampling launch (the device's own, read there; it is the row's
+    /// input, fed), which `edits` leave out and which counts as the newest
+    /// token of the history.
+    pub pending: Option<PendingEdit>,
 }
 
 /// `x += bias`, then the repetition penalty (`x / rep` if positive, `x * rep`
 /// if not; 1.0 for none), then `x -= sub` (presence and frequency penalties).
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct LogitEdit {
     pub token: u32,
     pub bias: f32,
     pub rep: f32,
     pub sub: f32,
+    /// How many times the token was generated (what `sub` counts), for a
+    /// pending token equal to it (`PendingEdit`).
+    pub count: u32,
+}
+
+/// What a pending token (`RowSampling::pending`) does to its own edit: the
+/// repetition penalty `rep` (1.0 for none), and where `presence` or
+/// `frequency` is not zero, `sub` as for one generation more.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PendingEdit {
+    pub rep: f32,
+    pub presence: f32,
+    pub frequency: f32,
+}
+
+impl PendingEdit {
+    /// `e` (the pending token's edit, or the empty one) once the token is
+    /// generated once more (`sub` as the host writes it, `count * frequency +
+    /// presence`, so that a step fed ahead draws as one that waits).
+    pub fn after(&self, e: &LogitEdit) -> LogitEdit {
+        let count = e.count + 1;
+        let counted = self.presence != 0.0 || self.frequency != 0.0;
+        LogitEdit {
+            rep: if self.rep != 1.0 { self.rep } else { e.rep },
+            sub: if counted { count as f32 * self.frequency + self.presence } else { e.sub },
+            count,
+            ..*e
+        }
+    }
 }
 
 impl LogitEdit {
+    /// No change to `token`.
+    pub fn none(token: u32) -> LogitEdit {
+        LogitEdit { token, bias: 0.0, rep: 1.0, sub: 0.0, count: 0 }
+    }
+
     pub fn apply(&self, x: f32) -> f32 {
         let mut v = x + self.bias;
         if self.rep != 1.0 {

@@ -1,7 +1,18 @@
 //! The distribution a [`RowSampling`] draws from, computed plainly (sorting
 //! the row): the reference the device samplers are checked against.
 
-use crate::RowSampling;
+use crate::{LogitEdit, RowSampling};
+
+/// `r` with its pending token, once known, folded into its edits.
+pub fn with_pending(r: &RowSampling, token: u32) -> RowSampling {
+    let Some(p) = r.pending else { return r.clone() };
+    let mut edits = r.edits.clone();
+    match edits.iter_mut().find(|e| e.token == token) {
+        Some(e) => *e = p.after(e),
+        None => edits.push(p.after(&LogitEdit::none(token))),
+    }
+    RowSampling { edits, pending: None, ..r.clone() }
+}
 
 /// The row after edits and sanitizing (NaN -> -inf, +inf -> f32::MAX).
 pub fn edited(logits: &[f32], r: &RowSampling) -> Vec<f32> {

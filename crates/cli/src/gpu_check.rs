@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use clap::Args;
 use ferrite_backend::cuda::{CudaBackend, CudaOptions};
 use ferrite_backend::harness::{check_backend, TOL_BF16, TOL_F32};
+use ferrite_backend::picks::{fed, Picks};
 use ferrite_core::{Error, Result};
+use ferrite_engine::sampling::{Sampler, SamplingParams};
 use ferrite_engine::{Logits, Runner, Sequence};
 use ferrite_models::KvDtype;
 
@@ -157,6 +159,14 @@ fn main_checks(a: &GpuCheckArgs) -> Result<usize> {
             inv.fed_differ
         )?;
         failed += usize::from(!ok);
+        let ok = inv.pending_differ == 0 && inv.penalized > 0;
+        outln!(
+            "  {:4} {SEQS} streams batched with penalties, each step fed its picks and counting them in on the device before they are read vs after ({mode}): {} streams differ ({} streams' tokens changed by the penalties)",
+            if ok { "ok" } else { "FAIL" },
+            inv.pending_differ,
+            inv.penalized
+        )?;
+        failed += usize::from(!ok);
     }
     // Quantized weights: the graphs take their memory from a pool of their
     // own, so their kernels start early (cuda/capture_alloc.rs).
@@ -247,6 +257,10 @@ struct Invariance {
     /// Streams whose tokens differ between device picks read after each
     /// step and device picks fed to the next step before they are read.
     fed_differ: usize,
+    /// The same with penalties, the unread picks counted in on the device
+    /// (`RowSampling::pending`), and the streams the penalties changed.
+    pending_differ: usize,
+    penalized: usize,
 }
 
 /// The random-weight model of the invariance and graph checks, and its
@@ -302,6 +316,10 @@ fn invariance(gpu: usize, model: &str, deterministic: bool) -> Result<Invariance
     }
     let (device_differ, device_not_after_tie) = compare_streams(&device[0], &alone, &prompts);
     let fed_differ = device[1].iter().zip(&device[0]).filter(|(f, s)| f.tokens != s.tokens).count();
+    let [waited, fed] = [false, true].map(|ahead| penalized_steps(&mut r, &prompts, STEPS, ahead));
+    let (waited, fed) = (waited?, fed?);
+    let pending_differ = fed.iter().zip(&waited).filter(|(f, w)| f != w).count();
+    let penalized = waited.iter().zip(&device[0]).filter(|(w, g)| **w != g.tokens).count();
     Ok(Invariance {
         differ,
         total: SEQS * STEPS,
@@ -310,7 +328,52 @@ fn invariance(gpu: usize, model: &str, deterministic: bool) -> Result<Invariance
         device_differ,
         device_not_after_tie,
         fed_differ,
+        pending_differ,
+        penalized,
     })
+}
+
+/// Greedy decoding with repetition, presence and frequency penalties, drawn
+/// on the device: each step's picks read before the next step goes out, or
+/// (`ahead`) fed to it unread, counted in its penalties there. The streams' tokens.
+fn penalized_steps(r: &mut Runner, prompts: &[Vec<u32>], steps: usize, ahead: bool) -> Result<Vec<Vec<u32>>> {
+    let params = SamplingParams {
+        repetition_penalty: 1.3,
+        penalty_last_n: 8,
+        presence_penalty: 0.6,
+        frequency_penalty: 0.4,
+        ..SamplingParams::greedy()
+    };
+    let mut seqs: Vec<Sequence> = prompts.iter().map(|p| Sequence::new(p.clone())).collect();
+    let mut samplers: Vec<Sampler> = prompts.iter().map(|_| Sampler::new(params.clone())).collect();
+    let mut generated = vec![Vec::new(); prompts.len()];
+    let mut unread: Option<Picks> = None;
+    for i in 0..steps {
+        let mut rows = Vec::new();
+        for ((s, p), g) in samplers.iter_mut().zip(prompts).zip(&generated) {
+            let row = s.device_request(p, g, &[], unread.is_some());
+            rows.push(row.ok_or_else(|| Error::Unsupported("a greedy draw on the host".into()))?);
+        }
+        let mut refs: Vec<&mut Sequence> = seqs.iter_mut().collect();
+        let launched = r.step_sampled_begin(&mut refs, 512, &rows)?;
+        if let Some(prev) = unread.take() {
+            for ((q, g), &(p, _)) in seqs.iter_mut().zip(&mut generated).zip(&prev.wait()?) {
+                *q.tokens.last_mut().expect("fed") = p;
+                g.push(p);
+            }
+        }
+        if ahead && i + 1 < steps {
+            seqs.iter_mut().enumerate().for_each(|(j, q)| q.tokens.push(fed(j)));
+            unread = Some(launched);
+        } else {
+            for ((q, g), &(p, _)) in seqs.iter_mut().zip(&mut generated).zip(&launched.wait()?) {
+                q.tokens.push(p);
+                g.push(p);
+            }
+        }
+    }
+    seqs.iter_mut().for_each(|s| r.release(s));
+    Ok(seqs.into_iter().map(|s| s.tokens).collect())
 }
 
 /// Greedy decoding of batches of 1, 3 and 5 streams with CUDA graphs (captured at

@@ -11,7 +11,7 @@ use common::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use ferrite_backend::picks::fed_row;
+use ferrite_backend::picks::{fed, fed_row};
 use ferrite_backend::sampling;
 use ferrite_core::Result;
 use ferrite_engine::sampling::SamplingParams;
@@ -29,6 +29,8 @@ const NEW: usize = 10;
 struct DeviceLike {
     inner: Box<dyn CausalLm>,
     draws: Arc<AtomicUsize>,
+    /// Rows drawn with a pending token (their last pick, unread).
+    pending: Arc<AtomicUsize>,
     feeds: bool,
     last: Vec<u32>,
 }
@@ -53,10 +55,19 @@ impl CausalLm for DeviceLike {
     fn forward_sample(&mut self, batch: &ForwardBatch, rows: &[RowSampling]) -> Result<Vec<(u32, f32)>> {
         assert_eq!(rows.len(), batch.logit_rows.len());
         let vocab = self.config().vocab_size;
+        // A pending token is the row's own pick of the last launch, its fed input.
+        let mut resolved = Vec::new();
+        for (i, r) in rows.iter().enumerate() {
+            if r.pending.is_some() {
+                assert_eq!(batch_input(batch, i), fed(i), "row {i}'s pending token is another row's pick");
+                self.pending.fetch_add(1, Ordering::SeqCst);
+            }
+            resolved.push(sampling::with_pending(r, self.last.get(i).copied().unwrap_or(u32::MAX)));
+        }
         let batch = self.resolve(batch);
         let logits = self.inner.forward(&batch)?;
         self.draws.fetch_add(rows.len(), Ordering::SeqCst);
-        let picks: Vec<(u32, f32)> = logits.chunks(vocab).zip(rows).map(|(row, r)| draw(row, r)).collect();
+        let picks: Vec<(u32, f32)> = logits.chunks(vocab).zip(&resolved).map(|(row, r)| draw(row, r)).collect();
         self.last = picks.iter().map(|p| p.0).collect();
         Ok(picks)
     }
@@ -77,6 +88,11 @@ impl DeviceLike {
         }
         batch
     }
+}
+
+/// The input token of the row whose logits row `i` is.
+fn batch_input(batch: &ForwardBatch, i: usize) -> u32 {
+    batch.tokens[batch.logit_rows[i]]
 }
 
 /// One draw from the reference distribution, by the row's seed.
@@ -104,7 +120,18 @@ fn device_runner(draws: &Arc<AtomicUsize>, n_blocks: Option<usize>) -> Runner {
 }
 
 fn feeding_runner(draws: &Arc<AtomicUsize>, n_blocks: Option<usize>, feeds: bool) -> Runner {
-    let lm = Box::new(DeviceLike { inner: model(), draws: draws.clone(), feeds, last: Vec::new() });
+    pending_runner(draws, &Arc::default(), n_blocks, feeds)
+}
+
+/// A runner whose model counts the rows drawn with a pending token in `pending`.
+fn pending_runner(
+    draws: &Arc<AtomicUsize>,
+    pending: &Arc<AtomicUsize>,
+    n_blocks: Option<usize>,
+    feeds: bool,
+) -> Runner {
+    let (draws, pending) = (draws.clone(), pending.clone());
+    let lm = Box::new(DeviceLike { inner: model(), draws, pending, feeds, last: Vec::new() });
     match n_blocks {
         Some(n) => Runner::with_pool(lm, CTX, n, 16, KvDtype::F16).unwrap(),
         None => Runner::new(lm, CTX, 16, KvDtype::F16).unwrap(),
@@ -255,6 +282,60 @@ fn steps_fed_from_the_device_give_the_tokens_of_steps_that_wait() {
             assert!(f == w || (f == w + 1 && stop_at.is_some()), "{f} draws fed against {w} waiting");
         }
     }
+}
+
+/// Requests with repetition, presence and frequency penalties fed ahead, the
+/// device counting each row's unread pick in (`Runner::feeds_pending`): the
+/// same tokens as steps that wait, greedy and seeded, in `run` and in
+/// `serve`, where the first request ends first, so the others' rows move
+/// and the step after waits for their picks instead.
+#[test]
+fn penalized_steps_fed_ahead_give_the_tokens_of_steps_that_wait() {
+    let tok = tokenizer();
+    let prompts = prompts(&tok);
+    let penalized = |i: usize| SamplingParams {
+        repetition_penalty: 1.3,
+        penalty_last_n: 3 + i,
+        presence_penalty: 0.5,
+        frequency_penalty: 0.3,
+        temperature: if i.is_multiple_of(2) { 0.0 } else { 0.8 },
+        seed: Some(i as u64),
+        ..SamplingParams::greedy()
+    };
+    let pending = Arc::new(AtomicUsize::new(0));
+    let mut waiting = feeding_runner(&Arc::default(), None, false);
+    let mut feeding = pending_runner(&Arc::default(), &pending, None, true);
+    feeding.set_feeds_pending(true);
+    for (i, p) in prompts.iter().enumerate() {
+        let req = request(p, penalized(i));
+        let want = generate(&mut waiting, &tok, &req, &mut |_| true).unwrap();
+        let got = generate(&mut feeding, &tok, &req, &mut |_| true).unwrap();
+        assert_eq!(got.tokens, want.tokens, "run, request {i}");
+    }
+    // Each request's first two tokens come from steps whose inputs were known.
+    assert_eq!(pending.load(Ordering::SeqCst), prompts.len() * (NEW - 2));
+
+    let requests: Vec<Request> = (0..prompts.len())
+        .map(|i| {
+            let mut r = Request::new(prompts[i].clone(), penalized(i), NEW - 2 * (prompts.len() - 1 - i));
+            r.ignore_eos = true;
+            r
+        })
+        .collect();
+    let engine = Engine::start(feeding_runner(&Arc::default(), Some(64), false), tok.clone(), EngineConfig::default());
+    let engine = engine.unwrap();
+    let want: Vec<Vec<u32>> = requests.iter().map(|r| drain(engine.submit(r.clone()).unwrap()).0).collect();
+    engine.shutdown();
+    let pending = Arc::new(AtomicUsize::new(0));
+    let mut runner = pending_runner(&Arc::default(), &pending, Some(64), true);
+    runner.set_feeds_pending(true);
+    let engine = Engine::start(runner, tok.clone(), EngineConfig::default()).unwrap();
+    let streams: Vec<_> = requests.iter().map(|r| engine.submit(r.clone()).unwrap()).collect();
+    for (i, s) in streams.into_iter().enumerate() {
+        assert_eq!(drain(s).0, want[i], "serve, request {i}");
+    }
+    assert!(pending.load(Ordering::SeqCst) > 0, "no step was fed ahead");
+    engine.shutdown();
 }
 
 /// `serve` launches each step before the last one's picks are read where the

@@ -292,6 +292,14 @@ pub fn cuda_qkv_rope() -> bool {
     on_unless_zero("FERRITE_CUDA_QKV_ROPE")
 }
 
+/// `FERRITE_FEED_PENDING=1`: requests with repetition, presence or frequency
+/// penalties are fed ahead too, the device counting each row's last pick
+/// (still unread) in its penalties (`RowSampling::pending`); off by default
+/// until measured on a GPU.
+pub fn feed_pending() -> bool {
+    var("FERRITE_FEED_PENDING").is_some_and(|v| v == "1")
+}
+
 /// `FERRITE_FEED_AHEAD=0`: `run`, `serve` and `bench` wait for each step's sampled token
 /// before launching the next step, instead of launching it fed from the
 /// device (`ferrite_backend::picks`); for measuring what feeding saves.

@@ -111,7 +111,7 @@ fn step_and_pick(
         return Ok(sampler.sample(&logits, prompt, generated));
     }
     if runner.samples_on_device() {
-        if let Some(row) = sampler.device_request(prompt, generated, &[]) {
+        if let Some(row) = sampler.device_request(prompt, generated, &[], false) {
             let picked = runner.step_sampled(&mut [seq], chunk, &[row])?;
             let (token, logprob) = picked.first().copied().unwrap_or((0, f32::NEG_INFINITY));
             return Ok(Sampled { token, logprob, top: Vec::new() });
@@ -124,14 +124,21 @@ fn step_and_pick(
 
 /// Whether decode steps go out one ahead of the host (`Runner::step_sampled_begin`):
 /// where the device samples and feeds its picks to the next step, and the
-/// draw does not depend on earlier picks.
+/// draw does not depend on earlier picks or the device counts them in.
 fn feeds_ahead(runner: &Runner, sampler: &Sampler) -> bool {
-    runner.feeds_ahead(1) && !sampler.reads_history() && !sampler.wants_host()
+    runner.feeds_ahead(1) && (!sampler.reads_history() || runner.feeds_pending()) && !sampler.wants_host()
 }
 
-/// Launches the next decode step of `seq`, its token drawn on the device.
-fn begin(runner: &mut Runner, seq: &mut Sequence, sampler: &mut Sampler, prompt: &[u32]) -> Result<Picks> {
-    let Some(row) = sampler.device_request(prompt, &[], &[]) else {
+/// Launches the next decode step of `seq`, its token drawn on the device;
+/// `pending`: its input is the last step's pick, not yet in `generated`.
+fn begin(
+    runner: &mut Runner,
+    seq: &mut Sequence,
+    sampler: &mut Sampler,
+    (prompt, generated): (&[u32], &[u32]),
+    pending: bool,
+) -> Result<Picks> {
+    let Some(row) = sampler.device_request(prompt, generated, &[], pending) else {
         return Err(Error::Unsupported("this request samples on the host (checked by feeds_ahead)".into()));
     };
     runner.step_sampled_begin(&mut [seq], 1, &[row])
@@ -199,7 +206,7 @@ fn run(
             }
             None if feed => {
                 seq.tokens.push(s.token);
-                begin(runner, seq, &mut sampler, &req.prompt)?
+                begin(runner, seq, &mut sampler, (&req.prompt, &generated), false)?
             }
             None => {
                 seq.tokens.push(s.token);
@@ -211,7 +218,7 @@ fn run(
         // unless that pick will be the last token.
         if feed && generated.len() + 1 < max_tokens {
             seq.tokens.push(fed(0));
-            ahead = Some(begin(runner, seq, &mut sampler, &req.prompt)?);
+            ahead = Some(begin(runner, seq, &mut sampler, (&req.prompt, &generated), true)?);
         }
         let (token, logprob) = step.wait()?.first().copied().unwrap_or((0, f32::NEG_INFINITY));
         s = Sampled { token, logprob, top: Vec::new() };

@@ -43,6 +43,8 @@ pub struct Runner {
     /// The last step's batch, whose lists the next step refills (a warm
     /// decode step allocates nothing for them).
     batch: ForwardBatch,
+    /// `feeds_pending`.
+    feed_pending: bool,
 }
 
 /// Which logits a step returns.
@@ -75,7 +77,8 @@ impl Runner {
         model.alloc_kv(n_blocks, block_size, kv)?;
         let max_context = context.min(n_blocks * block_size);
         let blocks = BlockManager::new(n_blocks, block_size);
-        Ok(Runner { model, blocks, max_context, batch: ForwardBatch::default() })
+        let feed_pending = ferrite_core::env::feed_pending();
+        Ok(Runner { model, blocks, max_context, batch: ForwardBatch::default(), feed_pending })
     }
 
     pub fn config(&self) -> &LmConfig {
@@ -112,6 +115,18 @@ impl Runner {
             && self.model.samples_on_device()
             && self.model.feeds_tokens()
             && ferrite_core::env::feed_ahead()
+    }
+
+    /// Whether steps fed ahead may carry requests whose draws read their
+    /// history (penalties): the device counts each row's last pick, still
+    /// unread, in them (`RowSampling::pending`); `FERRITE_FEED_PENDING=1`
+    /// or `set_feeds_pending`.
+    pub fn feeds_pending(&self) -> bool {
+        self.feed_pending
+    }
+
+    pub fn set_feeds_pending(&mut self, on: bool) {
+        self.feed_pending = on;
     }
 
     /// Runs a scheduler's plan in one forward pass. Block tables come from the

@@ -38,6 +38,9 @@ impl CudaBackend {
             // SAFETY: every row's thread 0 writes both of its words.
             false => Some(unsafe { self.dev.alloc::<u32>(2 * rows.len()) }.map_err(|e| device_err("alloc", e))?),
         };
+        if own.is_some() && rows.iter().any(|r| r.pending.is_some()) {
+            return Err(Error::Device("a pending token is read from the pick buffer, which holds fewer rows".into()));
+        }
         // The last launch's picks may still be on their way back (picks.rs).
         self.dev.picks.before_sample(&self.dev.stream)?;
         let vocab = logits.cols as u32;
@@ -66,19 +69,21 @@ impl CudaBackend {
     }
 }
 
-/// Rows' parameters (8 words each), then their edits (4 words each), as
+/// Rows' parameters (12 words each), then their edits (5 words each), as
 /// kernels/sample.cu reads them; and where the edits start.
 fn pack_sampling(rows: &[RowSampling]) -> (Vec<u32>, usize) {
-    let mut params = Vec::with_capacity(8 * rows.len());
+    let mut params = Vec::with_capacity(12 * rows.len());
     let mut edits = Vec::new();
     for r in rows {
-        let first = (edits.len() / 4) as u32;
+        let first = (edits.len() / 5) as u32;
         for e in &r.edits {
-            edits.extend([e.token, e.bias.to_bits(), e.rep.to_bits(), e.sub.to_bits()]);
+            edits.extend([e.token, e.bias.to_bits(), e.rep.to_bits(), e.sub.to_bits(), e.count]);
         }
-        let end = (edits.len() / 4) as u32;
+        let end = (edits.len() / 5) as u32;
         let (t, p, m) = (r.temperature.to_bits(), r.top_p.to_bits(), r.min_p.to_bits());
         params.extend([t, r.top_k, p, m, r.seed as u32, (r.seed >> 32) as u32, first, end]);
+        let pending = r.pending.map_or([0; 4], |q| [1, q.rep.to_bits(), q.presence.to_bits(), q.frequency.to_bits()]);
+        params.extend(pending);
     }
     if edits.is_empty() {
         edits.push(0);

@@ -7,7 +7,7 @@ mod attention;
 
 use crate::cpu::CpuBackend;
 use crate::sampling;
-use crate::{Activation, AttnParams, Backend, LogitEdit, RawWeight, Reduce, Rope, RowSampling};
+use crate::{Activation, AttnParams, Backend, LogitEdit, PendingEdit, RawWeight, Reduce, Rope, RowSampling};
 use ferrite_core::{DType, HostBytes, Result};
 
 /// Relative error limits of the issue: f32 arithmetic, f16 and bf16 operands.
@@ -529,7 +529,7 @@ impl<B: Backend> Harness<'_, B> {
         let vocab = 4096;
         let mut logits = self.rng.vec(vocab, 4.0);
         logits[7] = f32::NAN;
-        let edit = |token, bias, rep, sub| LogitEdit { token, bias, rep, sub };
+        let edit = |token, bias, rep, sub| LogitEdit { token, bias, rep, sub, count: u32::from(sub != 0.0) };
         let (top, _) = logits.iter().enumerate().fold((0, f32::MIN), |a, (i, &v)| if v > a.1 { (i, v) } else { a });
         let edits = vec![
             edit(top as u32, f32::NEG_INFINITY, 1.0, 0.0),
@@ -538,7 +538,8 @@ impl<B: Backend> Harness<'_, B> {
             edit(11, 0.0, 1.0, 2.5),
         ];
         let greedy = RowSampling { temperature: 0.0, top_p: 1.0, edits: edits.clone(), ..Default::default() };
-        let filtered = RowSampling { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.05, edits, seed: 0 };
+        let filtered =
+            RowSampling { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.05, edits, seed: 0, pending: None };
         let plain = RowSampling { temperature: 1.5, top_p: 1.0, ..Default::default() };
         // Greedy: the reference's token, its logprob.
         let mut t = self.b.upload(logits.clone(), 1, vocab)?;
@@ -549,6 +550,7 @@ impl<B: Backend> Harness<'_, B> {
             _ => 1.0,
         };
         self.push("sample greedy, with bias/penalty edits and a NaN".into(), err, 1e-4);
+        self.sampling_pending(&logits)?;
         // Draws: the same row under many seeds.
         for (name, r, width) in [("T=0.8 top-k 40 top-p 0.9 min-p 0.05", filtered, 2048), ("T=1.5", plain, 64)] {
             let draws = 16384;
@@ -583,6 +585,54 @@ impl<B: Backend> Harness<'_, B> {
 }
 
 impl<B: Backend> Harness<'_, B> {
+    /// Rows whose last pick, still on the device, counts as generated
+    /// (`RowSampling::pending`): greedy (rows split between blocks) and drawn.
+    fn sampling_pending(&mut self, first: &[f32]) -> Result<()> {
+        let vocab = first.len();
+        let greedy = RowSampling { temperature: 0.0, top_p: 1.0, ..Default::default() };
+        let want = sampling::probabilities(first, &greedy).iter().position(|&p| p == 1.0).unwrap_or(0) as u32;
+        let mut t = self.b.upload(first.repeat(2), 2, vocab)?;
+        let got = self.b.sample(&mut t, &[greedy.clone(), greedy.clone()])?.unwrap_or_default();
+        let pending = PendingEdit { rep: 1.3, presence: 0.7, frequency: 0.4 };
+        // The pick on top by a margin the pending edit takes away.
+        let mut next = self.rng.vec(vocab, 4.0);
+        let top = next.iter().copied().fold(f32::MIN, f32::max);
+        next[want as usize] = top + 0.3;
+        let seen = LogitEdit { token: want, bias: 0.2, rep: 1.3, sub: 2.0 * 0.4 + 0.7, count: 2 };
+        let rows = [
+            RowSampling { edits: vec![seen, LogitEdit { rep: 1.3, ..LogitEdit::none(5) }], ..greedy.clone() },
+            RowSampling { edits: vec![LogitEdit { bias: 1.0, ..LogitEdit::none(9) }], ..greedy.clone() },
+        ];
+        let rows = rows.map(|r| RowSampling { pending: Some(pending), ..r });
+        let mut t = self.b.upload(next.repeat(2), 2, vocab)?;
+        let picks = self.b.sample(&mut t, &rows)?.unwrap_or_default();
+        let mut err = if got.len() == 2 && got.iter().all(|&(tok, _)| tok == want) { 0.0 } else { 1.0 };
+        for (r, pick) in rows.iter().zip(picks.iter().chain([&(u32::MAX, 0.0)]).take(2)) {
+            let r = sampling::with_pending(r, want);
+            let best = sampling::probabilities(&next, &r).iter().position(|&p| p == 1.0).unwrap_or(0) as u32;
+            err = f32::max(err, if pick.0 == best { (pick.1 - sampling::logprob(&next, &r, best)).abs() } else { 1.0 });
+        }
+        self.push("sample greedy with a pending pick (seen before, and not)".into(), err, 1e-4);
+        // A draw, its pending token the first row's pick above, with only a bias of its own.
+        let Some(&(last, _)) = picks.first() else {
+            self.push("sample with a pending pick: no picks".into(), 1.0, 1e-4);
+            return Ok(());
+        };
+        let edits = vec![LogitEdit { bias: 0.5, ..LogitEdit::none(last) }];
+        let drawn = RowSampling { temperature: 0.8, top_p: 0.95, edits, pending: Some(pending), ..greedy };
+        let mut t = self.b.upload(next.clone(), 1, vocab)?;
+        let got = self.b.sample(&mut t, std::slice::from_ref(&drawn))?.unwrap_or_default();
+        let r = sampling::with_pending(&drawn, last);
+        let err = match got.first() {
+            Some(&(tok, lp)) if sampling::probabilities(&next, &r)[tok as usize] > 0.0 => {
+                (lp - sampling::logprob(&next, &r, tok)).abs()
+            }
+            _ => 1.0,
+        };
+        self.push("sample T=0.8 with a pending pick: its logprob".into(), err, 1e-4);
+        Ok(())
+    }
+
     /// Ops whose output a GEMM with 16-bit weights reads next (a GPU may
     /// hand it a 16-bit copy the op wrote), and an op in place between
     /// (which must drop such a copy).

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use ferrite_backend::{LogitEdit, RowSampling};
+use ferrite_backend::{LogitEdit, PendingEdit, RowSampling};
 
 use super::math::{exp_fast, max_argmax, sanitize, sum_exp};
 use super::params::SamplingParams;
@@ -114,15 +114,24 @@ impl Sampler {
     /// The same draw described for a device that holds the logits, with
     /// `banned` tokens (e.g. end of generation before `min_tokens`) set to
     /// -inf first; `None` when the request needs the logits on the host
-    /// (top logprobs). Draws the row's seed from this sampler's RNG.
-    pub fn device_request(&mut self, prompt: &[u32], generated: &[u32], banned: &[u32]) -> Option<RowSampling> {
+    /// (top logprobs). `pending`: one more token was generated after
+    /// `generated`, still on the device (the row's last pick, its fed
+    /// input), which the device counts in (`RowSampling::pending`). Draws
+    /// the row's seed from this sampler's RNG.
+    pub fn device_request(
+        &mut self,
+        prompt: &[u32],
+        generated: &[u32],
+        banned: &[u32],
+        pending: bool,
+    ) -> Option<RowSampling> {
         if self.wants_host() {
             return None;
         }
         let p = &self.params;
         let mut edits: HashMap<u32, LogitEdit> = HashMap::new();
         fn edit(edits: &mut HashMap<u32, LogitEdit>, t: u32) -> &mut LogitEdit {
-            edits.entry(t).or_insert(LogitEdit { token: t, bias: 0.0, rep: 1.0, sub: 0.0 })
+            edits.entry(t).or_insert(LogitEdit::none(t))
         }
         for &t in banned {
             edit(&mut edits, t).bias = f32::NEG_INFINITY;
@@ -131,9 +140,11 @@ impl Sampler {
             edit(&mut edits, t).bias += b;
         }
         let penalty = p.repetition_penalty;
-        if penalty != 1.0 && !penalty.is_nan() && penalty > 0.0 {
-            let total = prompt.len() + generated.len();
-            let n = if p.penalty_last_n == 0 { total } else { p.penalty_last_n.min(total) };
+        let repeats = penalty != 1.0 && !penalty.is_nan() && penalty > 0.0;
+        if repeats {
+            // The window's newest token may be the pending one: the rest from here.
+            let total = prompt.len() + generated.len() + usize::from(pending);
+            let n = if p.penalty_last_n == 0 { total } else { p.penalty_last_n.min(total) } - usize::from(pending);
             let from_generated = n.min(generated.len());
             let from_prompt = n - from_generated;
             for &t in prompt[prompt.len() - from_prompt..].iter().chain(&generated[generated.len() - from_generated..])
@@ -147,9 +158,14 @@ impl Sampler {
                 *counts.entry(t).or_default() += 1;
             }
             for (t, c) in counts {
-                edit(&mut edits, t).sub = c as f32 * p.frequency_penalty + p.presence_penalty;
+                let e = edit(&mut edits, t);
+                e.sub = c as f32 * p.frequency_penalty + p.presence_penalty;
+                e.count = c;
             }
         }
+        let rep = if repeats { penalty } else { 1.0 };
+        let pending =
+            pending.then_some(PendingEdit { rep, presence: p.presence_penalty, frequency: p.frequency_penalty });
         let t = if p.temperature.is_nan() { 0.0 } else { p.temperature };
         Some(RowSampling {
             temperature: t,
@@ -158,6 +174,7 @@ impl Sampler {
             min_p: p.min_p,
             seed: self.rng.next_u64(),
             edits: edits.into_values().collect(),
+            pending,
         })
     }
 
@@ -349,7 +366,7 @@ mod tests {
         };
         for p in [with(0.0, 40, 0.9, 0.05), with(0.9, 20, 0.8, 0.02), with(1.3, 0, 1.0, 0.0)] {
             let mut host = Sampler::new(p.clone());
-            let req = host.device_request(&prompt, &generated, &[1]).unwrap();
+            let req = host.device_request(&prompt, &generated, &[1], false).unwrap();
             let probs = ferrite_backend::sampling::probabilities(&logits, &req);
             let mut banned = logits.clone();
             banned[1] = f32::NEG_INFINITY;
@@ -365,7 +382,47 @@ mod tests {
             assert!(tv < 0.03, "{p:?}: total variation {tv}");
         }
         let top = SamplingParams { logprobs: Some(3), ..params(0.5, 0, 1.0, 0.0) };
-        assert!(Sampler::new(top).device_request(&prompt, &generated, &[]).is_none());
+        assert!(Sampler::new(top).device_request(&prompt, &generated, &[], false).is_none());
+    }
+
+    /// A request whose last token is pending (still on the device), with that
+    /// token folded in as the device does, edits the logits exactly as the
+    /// request made once the token is known: bit for bit, so that steps fed
+    /// ahead draw as steps that wait.
+    #[test]
+    fn a_pending_token_edits_as_a_known_one() {
+        let mut rng = Rng::seeded(9);
+        let logits = random_logits(300, &mut rng);
+        let (prompt, generated) = ([3u32, 4, 5, 3, 250, 7], [4u32, 9, 9, 17, 250]);
+        let full = SamplingParams {
+            repetition_penalty: 1.3,
+            penalty_last_n: 6,
+            presence_penalty: 0.4,
+            frequency_penalty: 0.3,
+            logit_bias: vec![(9, 2.0), (23, -1.0)],
+            ..params(0.8, 0, 1.0, 0.0)
+        };
+        let cases = [
+            full.clone(),
+            SamplingParams { penalty_last_n: 0, ..full.clone() },
+            SamplingParams { penalty_last_n: 3, ..full.clone() },
+            SamplingParams { repetition_penalty: 1.0, ..full.clone() },
+            SamplingParams { presence_penalty: 0.0, frequency_penalty: 0.0, ..full.clone() },
+            SamplingParams { presence_penalty: 0.0, frequency_penalty: -0.7, ..full.clone() },
+        ];
+        for p in cases {
+            // Generated before (9), new but biased (23), in the prompt only (3, 7), new (42).
+            for last in [9u32, 23, 3, 7, 42, 250] {
+                let known: Vec<u32> = generated.iter().copied().chain([last]).collect();
+                let want = Sampler::new(p.clone()).device_request(&prompt, &known, &[1], false).unwrap();
+                let got = Sampler::new(p.clone()).device_request(&prompt, &generated, &[1], true).unwrap();
+                assert!(got.pending.is_some() && want.pending.is_none());
+                let got = ferrite_backend::sampling::with_pending(&got, last);
+                let edited = |r| ferrite_backend::sampling::edited(&logits, r);
+                let (a, b) = (edited(&got), edited(&want));
+                assert!(a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits()), "{p:?}, last {last}");
+            }
+        }
     }
 
     /// f64 log-softmax reference.

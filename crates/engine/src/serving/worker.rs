@@ -256,14 +256,16 @@ impl Worker {
 
     /// Whether the step after `plan` may go out before `plan`'s picks are
     /// read: the device feeds them, and no sampled request's next draw
-    /// depends on their values (penalties, a JSON constraint).
+    /// depends on their values (a JSON constraint; penalties, unless the
+    /// device counts the unread picks in, `Runner::feeds_pending`).
     fn feeds_ahead(&self, plan: &StepPlan) -> bool {
+        let pending = self.runner.feeds_pending();
         self.runner.feeds_ahead(plan.seqs.iter().filter(|s| s.sample).count())
-            && plan
-                .seqs
-                .iter()
-                .filter(|s| s.sample)
-                .all(|s| self.active.get(&s.id).is_some_and(|a| !a.sampler.reads_history() && a.constraint.is_none()))
+            && plan.seqs.iter().filter(|s| s.sample).all(|s| {
+                self.active
+                    .get(&s.id)
+                    .is_some_and(|a| (pending || !a.sampler.reads_history()) && a.constraint.is_none())
+            })
     }
 
     /// Each sampled sequence's draw, for the device, when the model samples
@@ -277,17 +279,29 @@ impl Worker {
         if sampled().any(|a| a.constraint.is_some() || a.sampler.params().logprobs.is_some_and(|n| n > 0)) {
             return None;
         }
+        // A row's unread pick is counted in on the device as its own slot of
+        // the last launch's picks: a request whose draw reads its history
+        // and whose pick was another row's waits for the picks instead.
+        let fed = |s: &ScheduledSeq| s.tokens.last().and_then(|&t| fed_row(t));
+        let moved = plan.seqs.iter().filter(|s| s.sample).enumerate().any(|(r, s)| {
+            fed(s).is_some_and(|j| j != r) && self.active.get(&s.id).is_some_and(|a| a.sampler.reads_history())
+        });
+        if moved {
+            self.read_ahead();
+        }
+        let unread = self.ahead.is_some();
         let mut rows = Vec::new();
         for s in plan.seqs.iter().filter(|s| s.sample) {
             let a = self.active.get_mut(&s.id)?;
-            // A fed input is a pick not yet read: it counts as generated.
-            let fed_input = s.tokens.last().is_some_and(|&t| fed_row(t).is_some());
-            let banned: Vec<u32> = if a.generated.len() + usize::from(fed_input) < a.req.min_tokens {
+            // A fed input not yet read counts as generated.
+            let pending = unread && fed(s).is_some();
+            let banned: Vec<u32> = if a.generated.len() + usize::from(pending) < a.req.min_tokens {
                 self.tokenizer.eos_ids().iter().chain(&a.req.stop_ids).copied().collect()
             } else {
                 Vec::new()
             };
-            rows.push(a.sampler.device_request(&a.req.prompt, &a.generated, &banned)?);
+            let counted = pending && a.sampler.reads_history();
+            rows.push(a.sampler.device_request(&a.req.prompt, &a.generated, &banned, counted)?);
         }
         Some(rows)
     }

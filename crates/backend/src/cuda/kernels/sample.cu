@@ -9,9 +9,13 @@
 //      (each a threshold on the logit, found by bisection over the row), then
 //      one draw from softmax((x - max) / T) over them by the Gumbel-max trick
 //      with per-token noise from a counter-based hash of the row's seed.
-// Rows of `params` (8 words): temperature, top_k, top_p, min_p (f32 bits, k
-// as an integer), seed low, seed high, first edit, end of edits. Edits (4
-// words): token, bias, rep, sub. Output per row: token, logprob (f32 bits).
+// Rows of `params` (12 words): temperature, top_k, top_p, min_p (f32 bits, k
+// as an integer), seed low, seed high, first edit, end of edits, then
+// whether the row has a pending token and its rep, presence, frequency
+// (host lib.rs `PendingEdit`). Edits (5 words): token, bias, rep, sub, times
+// generated. Output per row: token, logprob (f32 bits). A pending token is
+// the row's own pick of the last launch, still in `out`: every block reads
+// it before the row's output is written.
 
 #define SAMPLE_THREADS 1024
 #define SPLIT_THREADS 256
@@ -136,17 +140,42 @@ __device__ u32 draw(const float* x, u32 vocab, const u32* p, float mx, float mn,
     return block_min_u(best == top ? best_i : 0xffffffffu);
 }
 
-// Step 1 for the tokens c0 .. c1 of a row. Edits touch distinct tokens: no
-// two threads write one logit.
-__device__ void apply_edits(float* x, const u32* p, const u32* edits, u32 c0, u32 c1) {
+__device__ __forceinline__ float edit_value(float x, float bias, float rep, float sub) {
+    float v = x + bias;
+    if (rep != 1.f) v = v > 0.f ? v / rep : v * rep;
+    return v - sub;
+}
+
+// The row's pending token (0xffffffff if none): its pick in the last launch.
+__device__ __forceinline__ u32 pending_token(const u32* p, const u32* out) {
+    return p[8] ? __ldcg(out) : 0xffffffffu;
+}
+
+// Step 1 for the tokens c0 .. c1 of a row, the pending token `pt` counted
+// as generated once more (lib.rs `PendingEdit::after`; its sub rounded as
+// the host's, unfused). Edits touch distinct tokens: no two threads write
+// one logit.
+__device__ void apply_edits(float* x, const u32* p, const u32* edits, u32 c0, u32 c1, u32 pt) {
+    __shared__ u32 pending_seen;
+    if (threadIdx.x == 0) pending_seen = 0;
+    __syncthreads();
+    const float prep = __uint_as_float(p[9]), pres = __uint_as_float(p[10]), freq = __uint_as_float(p[11]);
+    const bool counted = pres != 0.f || freq != 0.f;
     for (u32 e = p[6] + threadIdx.x; e < p[7]; e += blockDim.x) {
-        const u32 t = edits[4 * e];
+        const u32* d = edits + 5 * e;
+        const u32 t = d[0];
         if (t < c0 || t >= c1) continue;
-        const float rep = __uint_as_float(edits[4 * e + 2]);
-        float v = x[t] + __uint_as_float(edits[4 * e + 1]);
-        if (rep != 1.f) v = v > 0.f ? v / rep : v * rep;
-        x[t] = v - __uint_as_float(edits[4 * e + 3]);
+        float rep = __uint_as_float(d[2]), sub = __uint_as_float(d[3]);
+        if (t == pt) {
+            pending_seen = 1;
+            if (prep != 1.f) rep = prep;
+            if (counted) sub = __fadd_rn(__fmul_rn((float)(d[4] + 1), freq), pres);
+        }
+        x[t] = edit_value(x[t], __uint_as_float(d[1]), rep, sub);
     }
+    __syncthreads();
+    if (threadIdx.x == 0 && pt >= c0 && pt < c1 && !pending_seen)
+        x[pt] = edit_value(x[pt], 0.f, prep, counted ? __fadd_rn(freq, pres) : 0.f);
     __syncthreads();
 }
 
@@ -202,8 +231,8 @@ extern "C" __global__ void __launch_bounds__(SAMPLE_THREADS)
     pdl_trigger();
     pdl_wait();
     float* x = logits + (u64)blockIdx.x * vocab;
-    const u32* p = params + 8 * blockIdx.x;
-    apply_edits(x, p, edits, 0, vocab);
+    const u32* p = params + 12 * blockIdx.x;
+    apply_edits(x, p, edits, 0, vocab, pending_token(p, out + 2 * blockIdx.x));
     float mx, mn, z;
     u32 argmax;
     sanitize(x, 0, vocab, mx, mn);
@@ -225,9 +254,9 @@ extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
     pdl_wait();
     const u32 row = blockIdx.x, z = blockIdx.y, S = gridDim.y;
     float* x = logits + (u64)row * vocab;
-    const u32* p = params + 8 * row;
+    const u32* p = params + 12 * row;
     const u32 chunk = (vocab + S - 1) / S, c0 = min(vocab, z * chunk), c1 = min(vocab, c0 + chunk);
-    apply_edits(x, p, edits, c0, c1);
+    apply_edits(x, p, edits, c0, c1, pending_token(p, out + 2 * row));
     float mx, mn, mass;
     u32 first;
     sanitize(x, c0, c1, mx, mn);
