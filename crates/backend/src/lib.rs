@@ -295,14 +295,15 @@ pub struct RowSampling {
 
 /// `x += bias`, then the repetition penalty (`x / rep` if positive, `x * rep`
 /// if not; 1.0 for none), then `x -= sub` (presence and frequency penalties).
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LogitEdit {
     pub token: u32,
     pub bias: f32,
     pub rep: f32,
     pub sub: f32,
-    /// How many times the token was generated (what `sub` counts), for a
-    /// pending token equal to it (`PendingEdit`).
+    /// How many times the token was generated (what `sub` counts; 0 where
+    /// neither presence nor frequency penalty is on), for a pending token
+    /// equal to it (`PendingEdit`).
     pub count: u32,
 }
 

@@ -29,8 +29,10 @@ const NEW: usize = 10;
 struct DeviceLike {
     inner: Box<dyn CausalLm>,
     draws: Arc<AtomicUsize>,
-    /// Rows drawn with a pending token (their last pick, unread).
+    /// Rows drawn with a pending token (their last pick, unread), and steps
+    /// whose logits went to the host.
     pending: Arc<AtomicUsize>,
+    host_steps: Arc<AtomicUsize>,
     feeds: bool,
     last: Vec<u32>,
 }
@@ -46,6 +48,7 @@ impl CausalLm for DeviceLike {
         self.inner.alloc_kv(n_blocks, block_size, dtype)
     }
     fn forward(&mut self, batch: &ForwardBatch) -> Result<Vec<f32>> {
+        self.host_steps.fetch_add(1, Ordering::SeqCst);
         let batch = self.resolve(batch);
         self.inner.forward(&batch)
     }
@@ -120,18 +123,19 @@ fn device_runner(draws: &Arc<AtomicUsize>, n_blocks: Option<usize>) -> Runner {
 }
 
 fn feeding_runner(draws: &Arc<AtomicUsize>, n_blocks: Option<usize>, feeds: bool) -> Runner {
-    pending_runner(draws, &Arc::default(), n_blocks, feeds)
+    pending_runner(draws, [&Arc::default(), &Arc::default()], n_blocks, feeds)
 }
 
-/// A runner whose model counts the rows drawn with a pending token in `pending`.
+/// A runner whose model counts the rows drawn with a pending token and the
+/// steps whose logits go to the host in `counts`.
 fn pending_runner(
     draws: &Arc<AtomicUsize>,
-    pending: &Arc<AtomicUsize>,
+    counts: [&Arc<AtomicUsize>; 2],
     n_blocks: Option<usize>,
     feeds: bool,
 ) -> Runner {
-    let (draws, pending) = (draws.clone(), pending.clone());
-    let lm = Box::new(DeviceLike { inner: model(), draws, pending, feeds, last: Vec::new() });
+    let (draws, pending, host_steps) = (draws.clone(), counts[0].clone(), counts[1].clone());
+    let lm = Box::new(DeviceLike { inner: model(), draws, pending, host_steps, feeds, last: Vec::new() });
     match n_blocks {
         Some(n) => Runner::with_pool(lm, CTX, n, 16, KvDtype::F16).unwrap(),
         None => Runner::new(lm, CTX, 16, KvDtype::F16).unwrap(),
@@ -304,7 +308,7 @@ fn penalized_steps_fed_ahead_give_the_tokens_of_steps_that_wait() {
     };
     let pending = Arc::new(AtomicUsize::new(0));
     let mut waiting = feeding_runner(&Arc::default(), None, false);
-    let mut feeding = pending_runner(&Arc::default(), &pending, None, true);
+    let mut feeding = pending_runner(&Arc::default(), [&pending, &Arc::default()], None, true);
     feeding.set_feeds_pending(true);
     for (i, p) in prompts.iter().enumerate() {
         let req = request(p, penalized(i));
@@ -324,10 +328,18 @@ fn penalized_steps_fed_ahead_give_the_tokens_of_steps_that_wait() {
         .collect();
     let engine = Engine::start(feeding_runner(&Arc::default(), Some(64), false), tok.clone(), EngineConfig::default());
     let engine = engine.unwrap();
-    let want: Vec<Vec<u32>> = requests.iter().map(|r| drain(engine.submit(r.clone()).unwrap()).0).collect();
+    let mut want: Vec<Vec<u32>> = requests.iter().map(|r| drain(engine.submit(r.clone()).unwrap()).0).collect();
     engine.shutdown();
-    let pending = Arc::new(AtomicUsize::new(0));
-    let mut runner = pending_runner(&Arc::default(), &pending, Some(64), true);
+    // The second request stops at a stop id drawn in the first one's last
+    // step (where they start together): the step after, whose rows moved,
+    // reads that pick first and ends the request it holds.
+    let mut requests = requests;
+    let at = requests[0].max_tokens - 1;
+    requests[1].stop_ids = vec![want[1][at]];
+    let cut = want[1].iter().position(|&t| t == want[1][at]).unwrap();
+    want[1].truncate(cut + 1);
+    let (pending, host_steps) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut runner = pending_runner(&Arc::default(), [&pending, &host_steps], Some(64), true);
     runner.set_feeds_pending(true);
     let engine = Engine::start(runner, tok.clone(), EngineConfig::default()).unwrap();
     let streams: Vec<_> = requests.iter().map(|r| engine.submit(r.clone()).unwrap()).collect();
@@ -335,6 +347,7 @@ fn penalized_steps_fed_ahead_give_the_tokens_of_steps_that_wait() {
         assert_eq!(drain(s).0, want[i], "serve, request {i}");
     }
     assert!(pending.load(Ordering::SeqCst) > 0, "no step was fed ahead");
+    assert_eq!(host_steps.load(Ordering::SeqCst), 0, "a step's logits went to the host");
     engine.shutdown();
 }
 

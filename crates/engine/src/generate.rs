@@ -130,7 +130,8 @@ fn feeds_ahead(runner: &Runner, sampler: &Sampler) -> bool {
 }
 
 /// Launches the next decode step of `seq`, its token drawn on the device;
-/// `pending`: its input is the last step's pick, not yet in `generated`.
+/// `pending`: its input is the last step's pick, not yet in `generated`,
+/// and the draw's penalties count it in.
 fn begin(
     runner: &mut Runner,
     seq: &mut Sequence,
@@ -218,7 +219,8 @@ fn run(
         // unless that pick will be the last token.
         if feed && generated.len() + 1 < max_tokens {
             seq.tokens.push(fed(0));
-            ahead = Some(begin(runner, seq, &mut sampler, (&req.prompt, &generated), true)?);
+            let pending = sampler.reads_history();
+            ahead = Some(begin(runner, seq, &mut sampler, (&req.prompt, &generated), pending)?);
         }
         let (token, logprob) = step.wait()?.first().copied().unwrap_or((0, f32::NEG_INFINITY));
         s = Sampled { token, logprob, top: Vec::new() };

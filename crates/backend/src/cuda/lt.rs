@@ -6,7 +6,7 @@
 //! every batch: its choice is kept per power-of-two range of n and reused,
 //! after cuBLASLt confirms it supports the exact shape. In the batch-invariant
 //! mode one algorithm serves every n of a weight shape (chosen for PINNED_N
-//! tokens, without split-K): a token's output is then summed in the same
+//! tokens, or `FERRITE_CUDA_PINNED_N`, without split-K): a token's output is then summed in the same
 //! order whatever else is in the batch. With `FERRITE_CUDA_GEMM_TUNE=1`,
 //! prefill-sized GEMMs (`TUNE_MIN_N` tokens and more) time the heuristic's
 //! first candidates on their own operands instead, once per range, and keep

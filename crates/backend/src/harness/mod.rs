@@ -594,10 +594,11 @@ impl<B: Backend> Harness<'_, B> {
         let mut t = self.b.upload(first.repeat(2), 2, vocab)?;
         let got = self.b.sample(&mut t, &[greedy.clone(), greedy.clone()])?.unwrap_or_default();
         let pending = PendingEdit { rep: 1.3, presence: 0.7, frequency: 0.4 };
-        // The pick on top by a margin the pending edit takes away.
+        // The pick on top for the first row as a token generated twice (sub
+        // 1.5, edited (x + 0.2) / 1.3 - 1.5 = top + 0.2), not three times (top - 0.2).
         let mut next = self.rng.vec(vocab, 4.0);
-        let top = next.iter().copied().fold(f32::MIN, f32::max);
-        next[want as usize] = top + 0.3;
+        let top = next.iter().enumerate().filter(|&(i, _)| i != want as usize).fold(f32::MIN, |m, (_, &v)| m.max(v));
+        next[want as usize] = 1.3 * (top + 1.7) - 0.2;
         let seen = LogitEdit { token: want, bias: 0.2, rep: 1.3, sub: 2.0 * 0.4 + 0.7, count: 2 };
         let rows = [
             RowSampling { edits: vec![seen, LogitEdit { rep: 1.3, ..LogitEdit::none(5) }], ..greedy.clone() },

@@ -406,13 +406,14 @@ mod tests {
             full.clone(),
             SamplingParams { penalty_last_n: 0, ..full.clone() },
             SamplingParams { penalty_last_n: 3, ..full.clone() },
+            SamplingParams { penalty_last_n: 1, ..full.clone() },
             SamplingParams { repetition_penalty: 1.0, ..full.clone() },
             SamplingParams { presence_penalty: 0.0, frequency_penalty: 0.0, ..full.clone() },
             SamplingParams { presence_penalty: 0.0, frequency_penalty: -0.7, ..full.clone() },
         ];
         for p in cases {
-            // Generated before (9), new but biased (23), in the prompt only (3, 7), new (42).
-            for last in [9u32, 23, 3, 7, 42, 250] {
+            // Generated before (9), new but biased (23), in the prompt only (3, 7), new (42), banned (1).
+            for last in [9u32, 23, 3, 7, 42, 250, 1] {
                 let known: Vec<u32> = generated.iter().copied().chain([last]).collect();
                 let want = Sampler::new(p.clone()).device_request(&prompt, &known, &[1], false).unwrap();
                 let got = Sampler::new(p.clone()).device_request(&prompt, &generated, &[1], true).unwrap();

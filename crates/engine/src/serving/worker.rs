@@ -282,9 +282,9 @@ impl Worker {
         // A row's unread pick is counted in on the device as its own slot of
         // the last launch's picks: a request whose draw reads its history
         // and whose pick was another row's waits for the picks instead.
-        let fed = |s: &ScheduledSeq| s.tokens.last().and_then(|&t| fed_row(t));
+        let fed_input = |s: &ScheduledSeq| s.tokens.last().and_then(|&t| fed_row(t));
         let moved = plan.seqs.iter().filter(|s| s.sample).enumerate().any(|(r, s)| {
-            fed(s).is_some_and(|j| j != r) && self.active.get(&s.id).is_some_and(|a| a.sampler.reads_history())
+            fed_input(s).is_some_and(|j| j != r) && self.active.get(&s.id).is_some_and(|a| a.sampler.reads_history())
         });
         if moved {
             self.read_ahead();
@@ -292,9 +292,13 @@ impl Worker {
         let unread = self.ahead.is_some();
         let mut rows = Vec::new();
         for s in plan.seqs.iter().filter(|s| s.sample) {
-            let a = self.active.get_mut(&s.id)?;
+            let Some(a) = self.active.get_mut(&s.id) else {
+                // Ended by the picks just read: its draw goes unused.
+                rows.push(RowSampling { top_p: 1.0, ..RowSampling::default() });
+                continue;
+            };
             // A fed input not yet read counts as generated.
-            let pending = unread && fed(s).is_some();
+            let pending = unread && fed_input(s).is_some();
             let banned: Vec<u32> = if a.generated.len() + usize::from(pending) < a.req.min_tokens {
                 self.tokenizer.eos_ids().iter().chain(&a.req.stop_ids).copied().collect()
             } else {

@@ -140,10 +140,11 @@ __device__ u32 draw(const float* x, u32 vocab, const u32* p, float mx, float mn,
     return block_min_u(best == top ? best_i : 0xffffffffu);
 }
 
+// An edit, rounded step by step as the host's (lib.rs `LogitEdit::apply`; no fused multiply-add).
 __device__ __forceinline__ float edit_value(float x, float bias, float rep, float sub) {
-    float v = x + bias;
-    if (rep != 1.f) v = v > 0.f ? v / rep : v * rep;
-    return v - sub;
+    float v = __fadd_rn(x, bias);
+    if (rep != 1.f) v = v > 0.f ? __fdiv_rn(v, rep) : __fmul_rn(v, rep);
+    return __fsub_rn(v, sub);
 }
 
 // The row's pending token (0xffffffff if none): its pick in the last launch.
