@@ -192,6 +192,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "quantize_x8_dual",
             "gemv_q4k_q6k_1",
             "gemv_q4_k_whole_1",
+            "gemv_q6_k_whole_1",
             "gemv_q4_k_rkv_1",
             "gemv_q6_k_rkv_1",
             "gemv_q4k_q6k_rkv_1",

@@ -642,11 +642,11 @@ fn gemv_in(
         let name = match (dense_norm, rkv) {
             (_, Some(_)) => gemv_name(ws[0].storage, 1).replacen("_1", "_rkv_1", 1),
             (true, None) => gemv_name(ws[0].storage, nc).replacen("gemv_", "gemv_norm_", 1),
-            // A lone Q4_K row sums its sub-blocks in another order than a
-            // batch's rows (kernels/gemv_tile.cu `q4k_step_bd`): in the
-            // batch-invariant mode, as a batch's.
-            (false, None) if dev.deterministic && nc == 1 && ws[0].storage == Storage::Quant(DType::Q4K) => {
-                "gemv_q4_k_whole_1".to_string()
+            // A lone Q4_K or Q6_K row sums its sub-blocks in another order
+            // than a batch's rows (kernels/gemv_tile.cu `q4k_step_bd`,
+            // `q6k_step_bd`): in the batch-invariant mode, as a batch's.
+            (false, None) if dev.deterministic && nc == 1 && tiled(ws[0].storage) => {
+                gemv_name(ws[0].storage, 1).replace("_1", "_whole_1") // gemv_q4_k_whole_1, gemv_q6_k_whole_1
             }
             (false, None) => gemv_name(ws[0].storage, nc),
         };

@@ -287,13 +287,15 @@ __device__ __forceinline__ void q6k_step(const Q6kW& w, const uint4 (&x)[4], uin
     }
 }
 
-#ifdef Q6K_BD
-// (Trial.) Batch 1, a sub-block a column, as `q4k_step_bd`: sub-blocks s
-// and s + 8 take column s % 8 in turn (lane group g gives it its input's
-// bytes of that sub-block in that sub-block's mma, zeros in the others), so
-// lane (g, i) scales only sub-blocks 2i, 2i + 1 and their second-round
-// partners of its rows g and g + 8, each of the two rounds one 32-value
-// group of the input, one shift.
+// Batch 1, a sub-block a column, as `q4k_step_bd`: sub-blocks s and s + 8
+// take column s % 8 in turn (lane group g gives it its input's bytes of
+// that sub-block in that sub-block's mma, zeros in the others), so lane
+// (g, i) scales only sub-blocks 2i, 2i + 1 and their second-round partners
+// of its rows g and g + 8, each of the two rounds one 32-value group of the
+// input, one shift. (H200, random Llama-3.1-8B Q4_K_M batch 1: 1.009 of
+// `q6k_step` in one column, which `Q6K_ONE_COLUMN` restores; fifty-eighth
+// session. Its float sums round otherwise than a batch's rows: the
+// batch-invariant mode takes `gemv_q6_k_whole_1`.)
 // x: the lane's input words of sub-blocks g and g + 8; h0: the step and
 // shifts; i: the lane's place in its quad; here: g as a mask per column.
 __device__ __forceinline__ void q6k_step_bd(const Q6kW& w, uint2 x, uint4 h0, u32 i, const BdLane& lane,
@@ -327,60 +329,7 @@ __device__ __forceinline__ void q6k_step_bd(const Q6kW& w, uint2 x, uint4 h0, u3
     acc[0] += step * da * __int2float_rn(sum[0]);
     acc[2] += step * db * __int2float_rn(sum[1]);
 }
-#endif
 
-#ifdef Q6K_RAW
-// (Trial.) Batch 1 as `q6k_step_bd`, each mma m16n8k32 taking sub-blocks
-// 2p and 2p + 1 (columns 2p % 8 and + 1: the lane's input word masked into
-// b0 for the one and b1 for the other), and the 4-bit parts apart from the
-// 2-bit ones: the low-nibble words masked in place as u8 (row g's slots its
-// low nibbles, row g + 8's its high ones, 16 times their value), so no
-// shifts are needed; the 2-bit fields h (top bit flipped at upload: read
-// signed, h - 2) moved to each byte's top, 64 (h - 2), in an s8 mma of
-// their own. (Whole words in row g's slots, row g + 8's taken off after
-// the loop: 460 loop instructions for two super-blocks against 454, the
-// mma's operands needing moves.)
-__device__ __forceinline__ void mma_s8s8_acc(u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, int (&c)[4]) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void q6k_step_raw(const Q6kW& w, uint2 x, uint4 h0, u32 i, const BdLane& lane,
-                                             float (&acc)[4]) {
-    const u32 lw[16] = {w.lo[0].x, w.lo[0].y, w.lo[0].z, w.lo[0].w, w.lo[1].x, w.lo[1].y, w.lo[1].z, w.lo[1].w,
-                        w.lo[2].x, w.lo[2].y, w.lo[2].z, w.lo[2].w, w.lo[3].x, w.lo[3].y, w.lo[3].z, w.lo[3].w};
-    const u32 hw[8] = {w.hi[0].x, w.hi[0].y, w.hi[0].z, w.hi[0].w, w.hi[1].x, w.hi[1].y, w.hi[1].z, w.hi[1].w};
-    const u32 b = 16 * (i & 1), nib = 0xf0f0f0f0u, top = 0xc0c0c0c0u;
-    int sum[2] = {0, 0};
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int lo[4] = {0, 0, 0, 0}, hi[4] = {0, 0, 0, 0};
-        // (The lane's input goes to b0 where its column is even, b1 where odd.)
-        const u32 xr = r ? x.y : x.x, xe = xr & lane.even, xo = xr & ~lane.even;
-#pragma unroll
-        for (int p = 4 * r; p < 4 * r + 4; p++) {
-            const u32 l0 = lw[2 * p], l1 = lw[2 * p + 1], q = hw[p];
-            const u32 b0 = xe & lane.here[p & 3], b1 = xo & lane.here[p & 3];
-            mma_u8s8_acc(l0 & ~nib, l0 & nib, l1 & ~nib, l1 & nib, b0, b1, lo);
-            mma_s8s8_acc((q << 6) & top, (q << 4) & top, (q << 2) & top, q & top, b0, b1, hi);
-        }
-        // Columns 2i, 2i + 1 (sub-blocks 8 r + 2i, + 1) of rows g, g + 8, as
-        // sums of 4 (q - 32) x: 4 (low nibbles' sums) + hi.
-        const int g0 = (lo[0] << 2) + hi[0], g1 = (lo[1] << 2) + hi[1];
-        const int e0 = (lo[2] >> 2) + hi[2], e1 = (lo[3] >> 2) + hi[3];
-        const u32 wa = i < 2 ? (r ? w.sa.z : w.sa.x) : (r ? w.sa.w : w.sa.y);
-        const u32 wb = i < 2 ? (r ? w.sb.z : w.sb.x) : (r ? w.sb.w : w.sb.y);
-        const int t = byte_of(r ? h0.z : h0.y, i);
-        sum[0] += ((signed char)(wa >> b) * g0 + (signed char)(wa >> (b + 8)) * g1) << t;
-        sum[1] += ((signed char)(wb >> b) * e0 + (signed char)(wb >> (b + 8)) * e1) << t;
-    }
-    const float step = __uint_as_float(h0.x);
-    const float da = f16_to_f32((u16)(w.d & 0xffff)) * 0.25f, db = f16_to_f32((u16)(w.d >> 16)) * 0.25f;
-    acc[0] += step * da * __int2float_rn(sum[0]);
-    acc[2] += step * db * __int2float_rn(sum[1]);
-}
-#endif
 
 // The two tensor-core GEMVs' weight types, for `gemv_tile_body`: bytes per
 // tile super-block, the lane's weights, their loads and their step (`sums`:
@@ -409,21 +358,16 @@ struct Q4kTile {
 struct Q6kTile {
     static constexpr u32 block = 3360;
     static constexpr bool sums = false;
-#if defined(Q6K_BD) || defined(Q6K_RAW)
+#ifdef Q6K_ONE_COLUMN
+    static constexpr bool split = false;
+#else
     static constexpr bool split = true;
+#endif
+    // Batch 1 (`q6k_step_bd`): x, the super-block's input; m, its step and shifts.
     static __device__ __forceinline__ void step_split(const Q6kW& w, const signed char* x, const uint4* m, u32 g, u32 i,
                                                       const BdLane& l, float (&acc)[4]) {
-#ifdef Q6K_RAW
-        q6k_step_raw(w, make_uint2(((const u32*)x)[g], ((const u32*)x)[8 + g]), m[0], i, l, acc);
-#else
         q6k_step_bd(w, make_uint2(((const u32*)x)[g], ((const u32*)x)[8 + g]), m[0], i, l, acc);
-#endif
     }
-#else
-    static constexpr bool split = false;
-    static __device__ __forceinline__ void step_split(const Q6kW&, const signed char*, const uint4*, u32, u32,
-                                                      const BdLane&, float (&)[4]) {}
-#endif
     using W = Q6kW;
     static __device__ __forceinline__ W fetch(const u8* t, u32 sb, u32 lane) { return q6k_fetch(t, sb, lane); }
     template <int N>
@@ -635,9 +579,13 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
     }
 FOR_EACH_N(GEMV_TILE, q4_k, Q4kTile)
 FOR_EACH_N(GEMV_TILE, q6_k, Q6kTile)
-// Batch 1 summed as a batch's rows are (`q4k_step`), for the batch-invariant mode.
+// Batch 1 summed as a batch's rows are (`q4k_step`, `q6k_step`), for the batch-invariant mode.
 extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_whole_1(GEMVQ_ARGS) {
     gemv_tile_body<Q4kTile, 1, false, false>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k,
+                                             row_bytes, ss, eps, add);
+}
+extern "C" __global__ void __launch_bounds__(512) gemv_q6_k_whole_1(GEMVQ_ARGS) {
+    gemv_tile_body<Q6kTile, 1, false, false>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k,
                                              row_bytes, ss, eps, add);
 }
 
