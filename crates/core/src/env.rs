@@ -292,12 +292,12 @@ pub fn cuda_qkv_rope() -> bool {
     on_unless_zero("FERRITE_CUDA_QKV_ROPE")
 }
 
-/// `FERRITE_FEED_PENDING=1`: requests with repetition, presence or frequency
-/// penalties are fed ahead too, the device counting each row's last pick
-/// (still unread) in its penalties (`RowSampling::pending`); off by default
-/// until measured on a GPU.
+/// `FERRITE_FEED_PENDING=0`: requests with repetition, presence or frequency
+/// penalties wait for each pick, instead of being fed ahead with the device
+/// counting each row's last pick (still unread) in their penalties
+/// (`RowSampling::pending`); for comparison.
 pub fn feed_pending() -> bool {
-    var("FERRITE_FEED_PENDING").is_some_and(|v| v == "1")
+    on_unless_zero("FERRITE_FEED_PENDING")
 }
 
 /// `FERRITE_FEED_AHEAD=0`: `run`, `serve` and `bench` wait for each step's sampled token

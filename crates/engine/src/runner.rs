@@ -119,8 +119,8 @@ impl Runner {
 
     /// Whether steps fed ahead may carry requests whose draws read their
     /// history (penalties): the device counts each row's last pick, still
-    /// unread, in them (`RowSampling::pending`); `FERRITE_FEED_PENDING=1`
-    /// or `set_feeds_pending`.
+    /// unread, in them (`RowSampling::pending`); unless
+    /// `FERRITE_FEED_PENDING=0` or `set_feeds_pending`.
     pub fn feeds_pending(&self) -> bool {
         self.feed_pending
     }
