@@ -646,7 +646,8 @@ fn gemv_in(
             // than a batch's rows (kernels/gemv_tile.cu `q4k_step_bd`,
             // `q6k_step_bd`): in the batch-invariant mode, as a batch's.
             (false, None) if dev.deterministic && nc == 1 && tiled(ws[0].storage) => {
-                gemv_name(ws[0].storage, 1).replace("_1", "_whole_1") // gemv_q4_k_whole_1, gemv_q6_k_whole_1
+                let stem = if ws[0].storage == Storage::Quant(DType::Q4K) { "q4_k" } else { "q6_k" };
+                format!("gemv_{stem}_whole_1")
             }
             (false, None) => gemv_name(ws[0].storage, nc),
         };

@@ -104,7 +104,8 @@ impl Sampler {
     }
 
     /// Whether `device_request`'s edits depend on the tokens generated so
-    /// far (penalties): the next step's request must then wait for the pick.
+    /// far (penalties): the next step's request must then wait for the pick,
+    /// or count it in on the device (`pending`, `Runner::feeds_pending`).
     pub fn reads_history(&self) -> bool {
         let p = &self.params;
         let rep = p.repetition_penalty;

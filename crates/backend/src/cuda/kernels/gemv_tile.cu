@@ -137,7 +137,6 @@ __device__ __forceinline__ void q4k_step(const Q4kW& w, const uint4 (&x)[4], uin
 struct BdLane {
     u32 here[4], col[8];
     u32 sel0, sel1, down;  // byte_of's selectors of the lane's two bytes (kept: one instruction a loop fewer)
-    u32 even;              // all ones where the lane's column g is even
     bool second;
 };
 __device__ __forceinline__ BdLane bd_lane(u32 g, u32 i) {
@@ -148,7 +147,6 @@ __device__ __forceinline__ BdLane bd_lane(u32 g, u32 i) {
     for (u32 j = 0; j < 8; j++) l.col[j] = g == j ? ~0u : 0u;
     l.sel0 = 0x4440 | (2 * (i & 1)), l.sel1 = l.sel0 + 1, l.down = 16 * (i & 1);
     l.second = i >= 2;
-    l.even = g & 1 ? 0u : ~0u;
     return l;
 }
 // xg: the lane's 8 input bytes of sub-block g (its column), h0: the
@@ -329,7 +327,6 @@ __device__ __forceinline__ void q6k_step_bd(const Q6kW& w, uint2 x, uint4 h0, u3
     acc[0] += step * da * __int2float_rn(sum[0]);
     acc[2] += step * db * __int2float_rn(sum[1]);
 }
-
 
 // The two tensor-core GEMVs' weight types, for `gemv_tile_body`: bytes per
 // tile super-block, the lane's weights, their loads and their step (`sums`:
