@@ -133,12 +133,29 @@ pub(crate) fn greedy_steps(
     steps: usize,
     chunk: usize,
     ahead: bool,
+    each: impl FnMut(&[(u32, f32)]),
+) -> Result<()> {
+    let greedy = |s: &[Sequence]| Ok(vec![RowSampling { top_p: 1.0, ..Default::default() }; s.len()]);
+    decode_steps(r, s, steps, chunk, ahead, greedy, each)
+}
+
+/// `greedy_steps` with each step's draws on the device from `rows` of the
+/// streams as they are at its launch (with `ahead`, a stream's last token
+/// may be a fed id, its pick not yet read); greedy where the model samples
+/// on the host.
+pub(crate) fn decode_steps(
+    r: &mut Runner,
+    s: &mut [Sequence],
+    steps: usize,
+    chunk: usize,
+    ahead: bool,
+    mut rows: impl FnMut(&[Sequence]) -> Result<Vec<RowSampling>>,
     mut each: impl FnMut(&[(u32, f32)]),
 ) -> Result<()> {
     // The last step launched, when its picks are not read yet (ahead).
     let mut pending: Option<Picks> = None;
     for i in 0..steps {
-        let launched = greedy_step(r, s, chunk, ahead)?;
+        let launched = decode_step(r, s, chunk, ahead, &mut rows)?;
         if let Some(prev) = pending.take() {
             // Fed to the step just launched: its input, each stream's last token.
             let picks = prev.wait()?;
@@ -157,18 +174,25 @@ pub(crate) fn greedy_steps(
     Ok(())
 }
 
-/// One step of every stream and its greedy picks: drawn on the device where
-/// the model samples there (as serving does; `ahead`: not waited for), else
-/// from the logits.
-fn greedy_step(r: &mut Runner, s: &mut [Sequence], chunk: usize, ahead: bool) -> Result<Picks> {
-    let mut refs: Vec<&mut Sequence> = s.iter_mut().collect();
+/// One step of every stream and its picks: drawn on the device by `rows`
+/// where the model samples there (as serving does; `ahead`: not waited
+/// for), else greedy from the logits.
+fn decode_step(
+    r: &mut Runner,
+    s: &mut [Sequence],
+    chunk: usize,
+    ahead: bool,
+    rows: &mut impl FnMut(&[Sequence]) -> Result<Vec<RowSampling>>,
+) -> Result<Picks> {
     if r.samples_on_device() {
-        let greedy = vec![RowSampling { top_p: 1.0, ..Default::default() }; refs.len()];
+        let rows = rows(s)?;
+        let mut refs: Vec<&mut Sequence> = s.iter_mut().collect();
         return match ahead {
-            true => r.step_sampled_begin(&mut refs, chunk, &greedy),
-            false => r.step_sampled(&mut refs, chunk, &greedy).map(Picks::ready),
+            true => r.step_sampled_begin(&mut refs, chunk, &rows),
+            false => r.step_sampled(&mut refs, chunk, &rows).map(Picks::ready),
         };
     }
+    let mut refs: Vec<&mut Sequence> = s.iter_mut().collect();
     let vocab = r.config().vocab_size;
     let logits = r.step(&mut refs, chunk, Logits::Last)?;
     Ok(Picks::ready(logits.chunks(vocab).map(|row| (argmax(row) as u32, 0.0)).collect()))

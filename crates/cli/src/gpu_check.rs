@@ -7,13 +7,13 @@ use std::path::PathBuf;
 use clap::Args;
 use ferrite_backend::cuda::{CudaBackend, CudaOptions};
 use ferrite_backend::harness::{check_backend, TOL_BF16, TOL_F32};
-use ferrite_backend::picks::{fed, Picks};
+use ferrite_backend::picks::fed_row;
 use ferrite_core::{Error, Result};
 use ferrite_engine::sampling::{Sampler, SamplingParams};
 use ferrite_engine::{Logits, Runner, Sequence};
-use ferrite_models::KvDtype;
+use ferrite_models::{KvDtype, RowSampling};
 
-use crate::bench::greedy_steps;
+use crate::bench::{decode_steps, greedy_steps};
 use crate::device::{DeviceArgs, DeviceChoice};
 use crate::load::{load, load_with_pool, KvPool};
 use crate::ModelArgs;
@@ -346,32 +346,18 @@ fn penalized_steps(r: &mut Runner, prompts: &[Vec<u32>], steps: usize, ahead: bo
     };
     let mut seqs: Vec<Sequence> = prompts.iter().map(|p| Sequence::new(p.clone())).collect();
     let mut samplers: Vec<Sampler> = prompts.iter().map(|_| Sampler::new(params.clone())).collect();
-    let mut generated = vec![Vec::new(); prompts.len()];
-    let mut unread: Option<Picks> = None;
-    for i in 0..steps {
+    // Each stream's draw from its history: a last token that is a fed id is pending.
+    let rows = |seqs: &[Sequence]| -> Result<Vec<RowSampling>> {
         let mut rows = Vec::new();
-        for ((s, p), g) in samplers.iter_mut().zip(prompts).zip(&generated) {
-            let row = s.device_request(p, g, &[], unread.is_some());
+        for ((q, s), p) in seqs.iter().zip(&mut samplers).zip(prompts) {
+            let pending = q.tokens.last().is_some_and(|&t| fed_row(t).is_some());
+            let generated = &q.tokens[p.len()..q.tokens.len() - usize::from(pending)];
+            let row = s.device_request(p, generated, &[], pending);
             rows.push(row.ok_or_else(|| Error::Unsupported("a greedy draw on the host".into()))?);
         }
-        let mut refs: Vec<&mut Sequence> = seqs.iter_mut().collect();
-        let launched = r.step_sampled_begin(&mut refs, 512, &rows)?;
-        if let Some(prev) = unread.take() {
-            for ((q, g), &(p, _)) in seqs.iter_mut().zip(&mut generated).zip(&prev.wait()?) {
-                *q.tokens.last_mut().expect("fed") = p;
-                g.push(p);
-            }
-        }
-        if ahead && i + 1 < steps {
-            seqs.iter_mut().enumerate().for_each(|(j, q)| q.tokens.push(fed(j)));
-            unread = Some(launched);
-        } else {
-            for ((q, g), &(p, _)) in seqs.iter_mut().zip(&mut generated).zip(&launched.wait()?) {
-                q.tokens.push(p);
-                g.push(p);
-            }
-        }
-    }
+        Ok(rows)
+    };
+    decode_steps(r, &mut seqs, steps, 512, ahead, rows, |_| {})?;
     seqs.iter_mut().for_each(|s| r.release(s));
     Ok(seqs.into_iter().map(|s| s.tokens).collect())
 }
