@@ -12,11 +12,12 @@ use ferrite_backend::cuda::profile::{self, Profile};
 use ferrite_backend::cuda::trace;
 use ferrite_backend::picks::{fed, Picks};
 use ferrite_core::Result;
+use ferrite_engine::sampling::SamplingParams;
 use ferrite_engine::{Logits, Runner, Sequence};
-use ferrite_models::{LmConfig, RowSampling};
+use ferrite_models::LmConfig;
 use serde_json::json;
 
-use crate::gpu_check::argmax;
+use crate::draws::Draws;
 use crate::load::{load_with_pool, KvPool};
 use crate::ModelArgs;
 
@@ -39,6 +40,16 @@ pub struct BenchArgs {
     /// Prompt tokens per sequence per forward pass.
     #[arg(long, default_value_t = ferrite_engine::generate::PREFILL_CHUNK)]
     pub prefill_chunk: usize,
+    /// Repetition penalty of the decode test's greedy draws (1: none), over
+    /// the last 64 tokens; with the next two, times decoding with penalties.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub repeat_penalty: f32,
+    /// Presence penalty of the decode test's draws.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    /// Frequency penalty of the decode test's draws.
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
     /// Runs of each test; the mean is reported.
     #[arg(short = 'r', long, default_value_t = 3)]
     pub repetitions: usize,
@@ -96,11 +107,13 @@ fn fold_pick(digest: u64, pick: u32) -> u64 {
 }
 
 /// Generated tokens per second over all streams (untimed context first), and
-/// the digest of every stream's greedy picks. Each stream's first input is a
-/// fixed token and every later one its own last pick, as in generation;
-/// where the device feeds its picks to the next step, that step is launched
-/// before the picks are read, as `run` does (`FERRITE_FEED_AHEAD=0`: after).
-/// Both orders compute the same tokens, so their digests match.
+/// the digest of every stream's picks: greedy, after the penalties where
+/// any is set. Each stream's first input is a fixed token and every later
+/// one its own last pick, as in generation; where the device feeds its
+/// picks to the next step, that step is launched before the picks are read,
+/// as `run` does (`FERRITE_FEED_AHEAD=0`, or with penalties
+/// `FERRITE_FEED_PENDING=0`: after). Both orders compute the same tokens, so
+/// their digests match.
 fn decode(r: &mut Runner, a: &BenchArgs, n: usize, seed: u64) -> Result<(f64, u64)> {
     let mut s = seqs(r, a.batch, a.decode_context.max(1), seed);
     let res = (|| {
@@ -110,16 +123,40 @@ fn decode(r: &mut Runner, a: &BenchArgs, n: usize, seed: u64) -> Result<(f64, u6
         let _ = trace::take();
         let first = tokens(1, r.config().vocab_size, seed + 7)[0];
         s.iter_mut().for_each(|q| q.tokens.push(first));
-        let ahead = r.feeds_ahead(s.len());
+        let mut draws = a.draws(&s);
+        let ahead = r.feeds_ahead(s.len()) && (!draws.reads_history() || r.feeds_pending());
         let mut digest = 0xcbf2_9ce4_8422_2325u64;
         let t = Instant::now();
-        greedy_steps(r, &mut s, n, 1, ahead, |picks| {
+        decode_steps(r, &mut s, n, 1, ahead, &mut draws, |picks| {
             digest = picks.iter().fold(digest, |d, &(p, _)| fold_pick(d, p));
         })?;
         Ok(((a.batch * n) as f64 / t.elapsed().as_secs_f64(), digest))
     })();
     release(r, &mut s);
     res
+}
+
+impl BenchArgs {
+    fn penalties(&self) -> SamplingParams {
+        SamplingParams {
+            repetition_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            ..SamplingParams::greedy()
+        }
+    }
+
+    fn penalized(&self) -> bool {
+        self.repeat_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0
+    }
+
+    /// The decode test's draws for streams `s`, their tokens so far their prompts.
+    fn draws(&self, s: &[Sequence]) -> Draws {
+        match self.penalized() {
+            true => Draws::penalized(&self.penalties(), s.iter().map(|q| q.tokens.len())),
+            false => Draws::greedy(),
+        }
+    }
 }
 
 /// `steps` greedy steps of every stream (up to `chunk` new tokens each),
@@ -135,27 +172,26 @@ pub(crate) fn greedy_steps(
     ahead: bool,
     each: impl FnMut(&[(u32, f32)]),
 ) -> Result<()> {
-    let greedy = |s: &[Sequence]| Ok(vec![RowSampling { top_p: 1.0, ..Default::default() }; s.len()]);
-    decode_steps(r, s, steps, chunk, ahead, greedy, each)
+    decode_steps(r, s, steps, chunk, ahead, &mut Draws::greedy(), each)
 }
 
-/// `greedy_steps` with each step's draws on the device from `rows` of the
-/// streams as they are at its launch (with `ahead`, a stream's last token
-/// may be a fed id, its pick not yet read); greedy where the model samples
-/// on the host.
+/// `greedy_steps` with each step's picks drawn by `draws` from the streams
+/// as they are at its launch (with `ahead`, a stream's last token may be a
+/// fed id, its pick not yet read: only where `draws` reads no history or
+/// the runner `feeds_pending`).
 pub(crate) fn decode_steps(
     r: &mut Runner,
     s: &mut [Sequence],
     steps: usize,
     chunk: usize,
     ahead: bool,
-    mut rows: impl FnMut(&[Sequence]) -> Result<Vec<RowSampling>>,
+    draws: &mut Draws,
     mut each: impl FnMut(&[(u32, f32)]),
 ) -> Result<()> {
     // The last step launched, when its picks are not read yet (ahead).
     let mut pending: Option<Picks> = None;
     for i in 0..steps {
-        let launched = decode_step(r, s, chunk, ahead, &mut rows)?;
+        let launched = decode_step(r, s, chunk, ahead, draws)?;
         if let Some(prev) = pending.take() {
             // Fed to the step just launched: its input, each stream's last token.
             let picks = prev.wait()?;
@@ -174,18 +210,12 @@ pub(crate) fn decode_steps(
     Ok(())
 }
 
-/// One step of every stream and its picks: drawn on the device by `rows`
-/// where the model samples there (as serving does; `ahead`: not waited
-/// for), else greedy from the logits.
-fn decode_step(
-    r: &mut Runner,
-    s: &mut [Sequence],
-    chunk: usize,
-    ahead: bool,
-    rows: &mut impl FnMut(&[Sequence]) -> Result<Vec<RowSampling>>,
-) -> Result<Picks> {
+/// One step of every stream and its picks: drawn on the device where the
+/// model samples there (as serving does; `ahead`: not waited for), else on
+/// the host from the logits.
+fn decode_step(r: &mut Runner, s: &mut [Sequence], chunk: usize, ahead: bool, draws: &mut Draws) -> Result<Picks> {
     if r.samples_on_device() {
-        let rows = rows(s)?;
+        let rows = draws.device_rows(s)?;
         let mut refs: Vec<&mut Sequence> = s.iter_mut().collect();
         return match ahead {
             true => r.step_sampled_begin(&mut refs, chunk, &rows),
@@ -195,7 +225,8 @@ fn decode_step(
     let mut refs: Vec<&mut Sequence> = s.iter_mut().collect();
     let vocab = r.config().vocab_size;
     let logits = r.step(&mut refs, chunk, Logits::Last)?;
-    Ok(Picks::ready(logits.chunks(vocab).map(|row| (argmax(row) as u32, 0.0)).collect()))
+    let picks = logits.chunks(vocab).enumerate().map(|(i, row)| (draws.host_pick(i, row, &s[i]), 0.0));
+    Ok(Picks::ready(picks.collect()))
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -276,6 +307,7 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
             "nothing to measure: --prompt-tokens and --gen-tokens are both 0".into(),
         ));
     }
+    a.penalties().validate().map_err(|e| ferrite_core::Error::InvalidInput(format!("bad penalty: {e}")))?;
     // At least the warm-up's 4 tokens.
     let longest = a.prompt_tokens.max(a.decode_context + a.gen_tokens).max(4) + 1;
     if let Some(given) = a.model.ctx_size.filter(|&c| c < longest) {
@@ -343,6 +375,9 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
                 "gen_tokens": a.gen_tokens,
                 "decode_context": a.decode_context,
                 "repetitions": reps,
+                "repeat_penalty": a.repeat_penalty,
+                "presence_penalty": a.presence_penalty,
+                "frequency_penalty": a.frequency_penalty,
                 "prefill_tokens_per_s": (!pp.is_empty()).then(|| mean(&pp)),
                 "decode_tokens_per_s": (!tg.is_empty()).then(|| mean(&tg)),
                 "prefill_runs": pp,
@@ -381,6 +416,10 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
     }
     if roof.is_some() {
         outln!("(pp: % of the bf16 GEMM rate (MFU); tg: % of the memory roofline, weights + KV per step)")?;
+    }
+    if a.penalized() {
+        let (r, p, f) = (a.repeat_penalty, a.presence_penalty, a.frequency_penalty);
+        outln!("(tg: greedy after penalties: repetition {r} over the last 64 tokens, presence {p}, frequency {f})")?;
     }
     if let Some(d) = picks {
         outln!("decode picks digest (last repetition): {d:016x}")?;

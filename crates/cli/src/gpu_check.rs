@@ -7,14 +7,14 @@ use std::path::PathBuf;
 use clap::Args;
 use ferrite_backend::cuda::{CudaBackend, CudaOptions};
 use ferrite_backend::harness::{check_backend, TOL_BF16, TOL_F32};
-use ferrite_backend::picks::fed_row;
 use ferrite_core::{Error, Result};
-use ferrite_engine::sampling::{Sampler, SamplingParams};
+use ferrite_engine::sampling::SamplingParams;
 use ferrite_engine::{Logits, Runner, Sequence};
-use ferrite_models::{KvDtype, RowSampling};
+use ferrite_models::KvDtype;
 
 use crate::bench::{decode_steps, greedy_steps};
 use crate::device::{DeviceArgs, DeviceChoice};
+use crate::draws::Draws;
 use crate::load::{load, load_with_pool, KvPool};
 use crate::ModelArgs;
 
@@ -345,19 +345,8 @@ fn penalized_steps(r: &mut Runner, prompts: &[Vec<u32>], steps: usize, ahead: bo
         ..SamplingParams::greedy()
     };
     let mut seqs: Vec<Sequence> = prompts.iter().map(|p| Sequence::new(p.clone())).collect();
-    let mut samplers: Vec<Sampler> = prompts.iter().map(|_| Sampler::new(params.clone())).collect();
-    // Each stream's draw from its history: a last token that is a fed id is pending.
-    let rows = |seqs: &[Sequence]| -> Result<Vec<RowSampling>> {
-        let mut rows = Vec::new();
-        for ((q, s), p) in seqs.iter().zip(&mut samplers).zip(prompts) {
-            let pending = q.tokens.last().is_some_and(|&t| fed_row(t).is_some());
-            let generated = &q.tokens[p.len()..q.tokens.len() - usize::from(pending)];
-            let row = s.device_request(p, generated, &[], pending);
-            rows.push(row.ok_or_else(|| Error::Unsupported("a greedy draw on the host".into()))?);
-        }
-        Ok(rows)
-    };
-    decode_steps(r, &mut seqs, steps, 512, ahead, rows, |_| {})?;
+    let mut draws = Draws::penalized(&params, prompts.iter().map(|p| p.len()));
+    decode_steps(r, &mut seqs, steps, 512, ahead, &mut draws, |_| {})?;
     seqs.iter_mut().for_each(|s| r.release(s));
     Ok(seqs.into_iter().map(|s| s.tokens).collect())
 }

@@ -27,6 +27,7 @@ mod chat;
 mod chat_input;
 mod cores;
 mod device;
+mod draws;
 mod embed;
 mod gpu_check;
 mod inspect;

@@ -352,6 +352,27 @@ fn bench_json() {
     assert!(again.contains(&format!("decode picks digest (last repetition): {digest}")), "{again}");
 }
 
+/// `--repeat-penalty` and the rest: the decode test's greedy draws read
+/// each stream's history, so the picks change; a bad value is one error.
+#[test]
+fn bench_with_penalties() {
+    // Long enough for the greedy picks to repeat a token.
+    let args = ["bench", "smollm2", "-p", "0", "-n", "64", "-r", "1", "--json"];
+    let digest = |extra: &[&str]| {
+        let (out, _) = ok(&[&args[..], extra].concat());
+        let o: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        (o["decode_picks_digest"].as_str().unwrap().to_string(), o["repeat_penalty"].as_f64().unwrap())
+    };
+    let (plain, rep) = digest(&[]);
+    assert_eq!(rep, 1.0);
+    let penalized = ["--repeat-penalty", "1.5", "--presence-penalty", "1", "--frequency-penalty", "1"];
+    let (with, rep) = digest(&penalized);
+    assert_eq!(rep, 1.5);
+    assert_ne!(plain, with, "the penalties changed no pick");
+    assert_eq!(digest(&penalized).0, with, "the same penalties, other picks");
+    fails(&["bench", "smollm2", "--repeat-penalty", "0"], &["repetition_penalty must be"]);
+}
+
 #[test]
 fn bench_with_nothing_to_time() {
     fails(&["bench", "smollm2", "--prompt-tokens", "0", "--gen-tokens", "0"], &["nothing to measure"]);
