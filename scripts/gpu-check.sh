@@ -6,7 +6,8 @@
 #   2. the model goldens: SmolLM2 and Gemma-3-270M teacher-forced on the GPU
 #      against the CPU and llama.cpp's continuations, perplexity on both, the
 #      tiny HF checkpoints (bf16 on the GPU) against transformers' logits, and
-#      `serve` with 64 concurrent greedy requests against one at a time, and
+#      `serve` with 64 concurrent greedy requests against one at a time (also
+#      with penalties, and exactly under --deterministic), and
 #      its echoed prompt logprobs against an exact float64 reference, and
 #      structured outputs (scripts/gpu-structured.sh);
 #   3. the benchmarks with random bf16 (and Q4_K_M) weights of Llama-3.1-8B's
@@ -54,6 +55,12 @@ if [[ $what == models || $what == all ]]; then
     if [[ -f $MODELS/smollm2.gguf ]]; then
         python3 scripts/serve_equality_check.py --ferrite "$BIN" --model "$MODELS/smollm2.gguf" --device cuda --n 64 \
             --exact $fx/smollm2_exact.json
+        # Penalized requests of several lengths, fed ahead with their last
+        # pick counted in on the device: exact under --deterministic.
+        for mode in "" --deterministic; do
+            python3 scripts/serve_equality_check.py --ferrite "$BIN" --model "$MODELS/smollm2.gguf" --device cuda \
+                --n 64 --penalties $mode
+        done
         # Structured outputs: constrained requests beside plain ones.
         FERRITE_BIN=$BIN scripts/gpu-structured.sh "$MODELS/smollm2.gguf"
     fi

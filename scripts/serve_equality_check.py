@@ -5,6 +5,12 @@ the texts part). The one-at-a-time requests ask for top logprobs, so they are
 sampled on the host; the concurrent ones are not, so on a GPU they take the
 device sampler: the check covers both paths and the batching.
 
+With --penalties, every request has repetition, presence and frequency
+penalties and a length of its own (so rows leave the running batch at
+different steps): on a GPU the concurrent ones are fed ahead with their
+last pick counted in on the device. With --deterministic (`serve
+--deterministic`), every request must equal its lone run exactly.
+
 With --exact (a fixture of scripts/golden_exact.py for the same model),
 the prompt logprobs of `echo` requests (the engine's scored prompt rows) are
 checked against its float64 reference too: a position off by one, or rows
@@ -15,6 +21,7 @@ Standard library only (runs on the GPU machine as it is).
 
 Usage: python3 scripts/serve_equality_check.py --ferrite BIN --model FILE
            [--device cuda] [--n 64] [--tokens 24] [--port 8093] [--exact FILE]
+           [--penalties] [--deterministic]
 Exit status 0 when every request passes.
 """
 
@@ -121,18 +128,26 @@ def main():
     ap.add_argument("--tokens", type=int, default=24)
     ap.add_argument("--port", type=int, default=8093)
     ap.add_argument("--exact", help="scripts/golden_exact.py's fixture for this model: check echo's logprobs")
+    ap.add_argument("--penalties", action="store_true", help="penalized requests of lengths that differ")
+    ap.add_argument("--deterministic", action="store_true", help="serve --deterministic: no difference allowed")
     a = ap.parse_args()
     base = f"http://127.0.0.1:{a.port}"
     cmd = [a.ferrite, "serve", a.model, "--device", a.device, "--port", str(a.port), "--max-num-seqs", str(a.n)]
+    cmd += ["--deterministic"] if a.deterministic else []
+    penalties = {"repetition_penalty": 1.3, "presence_penalty": 0.4, "frequency_penalty": 0.3} if a.penalties else {}
+
+    def body(i):
+        # With penalties, lengths from a.tokens down to a.tokens - 12.
+        tokens = a.tokens - (i % 7) * 2 if a.penalties else a.tokens
+        return {"prompt": prompt(i), "max_tokens": max(tokens, 1), "temperature": 0, "ignore_eos": True, **penalties}
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_ready(base, proc)
-        common = {"max_tokens": a.tokens, "temperature": 0, "ignore_eos": True}
-        alone = [post(base, {"prompt": prompt(i), "logprobs": 2, **common}) for i in range(a.n)]
+        alone = [post(base, {**body(i), "logprobs": 2}) for i in range(a.n)]
         together = [None] * a.n
 
         def one(i):
-            together[i] = post(base, {"prompt": prompt(i), **common})["text"]
+            together[i] = post(base, body(i))["text"]
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(a.n)]
         for t in threads:
@@ -156,10 +171,12 @@ def main():
         tops = al["logprobs"]["top_logprobs"]
         lps = sorted(tops[at].values(), reverse=True) if at < len(tops) else []
         gap = lps[0] - lps[1] if len(lps) > 1 else float("inf")
-        ok = gap <= NEAR_TIE
+        ok = gap <= NEAR_TIE and not a.deterministic
         bad += 0 if ok else 1
         print(f"request {i}: differs at token {at}, top-two gap there {gap:.3f} ({'near-tie' if ok else 'FAIL'})")
-    print(f"{a.n} concurrent requests against one at a time: {differ} differ, {bad} not after a near-tie")
+    what = ", penalized" if a.penalties else ""
+    what += ", --deterministic" if a.deterministic else ""
+    print(f"{a.n} concurrent requests{what} against one at a time: {differ} differ, {bad} not after a near-tie")
     sys.exit(1 if bad or echo_bad else 0)
 
 
