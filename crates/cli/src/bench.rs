@@ -40,16 +40,9 @@ pub struct BenchArgs {
     /// Prompt tokens per sequence per forward pass.
     #[arg(long, default_value_t = ferrite_engine::generate::PREFILL_CHUNK)]
     pub prefill_chunk: usize,
-    /// Repetition penalty of the decode test's greedy draws (1: none), over
-    /// the last 64 tokens; with the next two, times decoding with penalties.
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub repeat_penalty: f32,
-    /// Presence penalty of the decode test's draws.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub presence_penalty: f32,
-    /// Frequency penalty of the decode test's draws.
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub frequency_penalty: f32,
+    // The decode test draws greedily after these penalties.
+    #[command(flatten)]
+    pub penalties: crate::PenaltyArgs,
     /// Runs of each test; the mean is reported.
     #[arg(short = 'r', long, default_value_t = 3)]
     pub repetitions: usize,
@@ -138,16 +131,12 @@ fn decode(r: &mut Runner, a: &BenchArgs, n: usize, seed: u64) -> Result<(f64, u6
 
 impl BenchArgs {
     fn penalties(&self) -> SamplingParams {
-        SamplingParams {
-            repetition_penalty: self.repeat_penalty,
-            presence_penalty: self.presence_penalty,
-            frequency_penalty: self.frequency_penalty,
-            ..SamplingParams::greedy()
-        }
+        self.penalties.apply(SamplingParams::greedy())
     }
 
     fn penalized(&self) -> bool {
-        self.repeat_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0
+        let p = &self.penalties;
+        p.repeat_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0
     }
 
     /// The decode test's draws for streams `s`, their tokens so far their prompts.
@@ -375,9 +364,9 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
                 "gen_tokens": a.gen_tokens,
                 "decode_context": a.decode_context,
                 "repetitions": reps,
-                "repeat_penalty": a.repeat_penalty,
-                "presence_penalty": a.presence_penalty,
-                "frequency_penalty": a.frequency_penalty,
+                "repeat_penalty": a.penalties.repeat_penalty,
+                "presence_penalty": a.penalties.presence_penalty,
+                "frequency_penalty": a.penalties.frequency_penalty,
                 "prefill_tokens_per_s": (!pp.is_empty()).then(|| mean(&pp)),
                 "decode_tokens_per_s": (!tg.is_empty()).then(|| mean(&tg)),
                 "prefill_runs": pp,
@@ -418,7 +407,7 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
         outln!("(pp: % of the bf16 GEMM rate (MFU); tg: % of the memory roofline, weights + KV per step)")?;
     }
     if a.penalized() {
-        let (r, p, f) = (a.repeat_penalty, a.presence_penalty, a.frequency_penalty);
+        let (r, p, f) = (a.penalties.repeat_penalty, a.penalties.presence_penalty, a.penalties.frequency_penalty);
         outln!("(tg: greedy after penalties: repetition {r} over the last 64 tokens, presence {p}, frequency {f})")?;
     }
     if let Some(d) = picks {

@@ -40,6 +40,7 @@ mod serve;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use ferrite_engine::sampling::SamplingParams;
 
 #[derive(Parser)]
 #[command(
@@ -92,19 +93,38 @@ pub struct SamplingArgs {
     pub top_p: f32,
     #[arg(long, default_value_t = 0.05, allow_negative_numbers = true)]
     pub min_p: f32,
-    /// 1.0 = off.
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    pub repeat_penalty: f32,
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub presence_penalty: f32,
-    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
-    pub frequency_penalty: f32,
+    #[command(flatten)]
+    pub penalties: PenaltyArgs,
     /// Same seed, same output.
     #[arg(short = 's', long)]
     pub seed: Option<u64>,
     /// Stop when this text appears (repeatable); it is not printed.
     #[arg(long)]
     pub stop: Vec<String>,
+}
+
+/// The penalties over a sequence's history (`run`'s sampling, `bench`'s decode test).
+#[derive(Args, Clone, Debug)]
+pub struct PenaltyArgs {
+    /// Over the last 64 tokens; 1.0 = off.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub repeat_penalty: f32,
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub presence_penalty: f32,
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
+    pub frequency_penalty: f32,
+}
+
+impl PenaltyArgs {
+    /// `params` with these penalties.
+    pub fn apply(&self, params: SamplingParams) -> SamplingParams {
+        SamplingParams {
+            repetition_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            ..params
+        }
+    }
 }
 
 #[derive(Subcommand)]

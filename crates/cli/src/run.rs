@@ -111,17 +111,14 @@ impl RunArgs {
 
 impl SamplingArgs {
     pub fn params(&self) -> SamplingParams {
-        SamplingParams {
+        self.penalties.apply(SamplingParams {
             temperature: self.temperature,
             top_k: self.top_k,
             top_p: self.top_p,
             min_p: self.min_p,
-            repetition_penalty: self.repeat_penalty,
-            presence_penalty: self.presence_penalty,
-            frequency_penalty: self.frequency_penalty,
             seed: self.seed,
             ..SamplingParams::default()
-        }
+        })
     }
 }
 
