@@ -439,3 +439,59 @@ fn serving_fed_from_the_device_gives_the_tokens_of_steps_that_wait() {
     }
     engine.shutdown();
 }
+
+/// Penalized requests that join while others decode (so rows are added and
+/// leave in the middle of steps fed ahead), of several lengths: each gives
+/// the tokens it gives alone with every step waiting.
+#[test]
+fn penalized_requests_joining_mid_decode_give_the_tokens_they_give_alone() {
+    let tok = tokenizer();
+    let prompts = prompts(&tok);
+    let requests: Vec<Request> = (0..12)
+        .map(|i| {
+            let sampling = SamplingParams {
+                repetition_penalty: 1.3,
+                presence_penalty: 0.4,
+                frequency_penalty: 0.3,
+                temperature: if i % 3 == 2 { 0.8 } else { 0.0 },
+                seed: Some(i as u64),
+                ..SamplingParams::greedy()
+            };
+            let mut r = Request::new(prompts[i % prompts.len()].clone(), sampling, NEW + 4 - (i % 5) * 2);
+            r.ignore_eos = true;
+            r
+        })
+        .collect();
+    let engine = Engine::start(feeding_runner(&Arc::default(), Some(128), false), tok.clone(), EngineConfig::default());
+    let engine = engine.unwrap();
+    let want: Vec<Vec<u32>> = requests.iter().map(|r| drain(engine.submit(r.clone()).unwrap()).0).collect();
+    engine.shutdown();
+
+    let (pending, host_steps) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut runner = pending_runner(&Arc::default(), [&pending, &host_steps], Some(128), true);
+    runner.set_feeds_pending(true);
+    let engine = Engine::start(runner, tok.clone(), EngineConfig::default()).unwrap();
+    let mut streams = Vec::new();
+    let mut early: Vec<Vec<u32>> = Vec::new();
+    for group in requests.chunks(4) {
+        streams.extend(group.iter().map(|r| engine.submit(r.clone()).unwrap()));
+        // Two tokens of the group's first stream before the next group joins.
+        let first = streams.len() - group.len();
+        let mut got = Vec::new();
+        for _ in 0..2 {
+            match streams[first].next_blocking() {
+                Some(Event::Token { token, .. }) => got.push(token),
+                _ => panic!("a token expected"),
+            }
+        }
+        early.push(got);
+    }
+    for (i, s) in streams.into_iter().enumerate() {
+        let mut got = if i % 4 == 0 { early[i / 4].clone() } else { Vec::new() };
+        got.extend(drain(s).0);
+        assert_eq!(got, want[i], "request {i}");
+    }
+    assert!(pending.load(Ordering::SeqCst) > 0, "no step was fed ahead");
+    assert_eq!(host_steps.load(Ordering::SeqCst), 0, "a step's logits went to the host");
+    engine.shutdown();
+}
