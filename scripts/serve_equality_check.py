@@ -2,8 +2,9 @@
 `ferrite serve` equal the same requests sent one at a time, or differ only
 after a near-tie (the one-at-a-time run's top two logprobs within 0.5 where
 the texts part). The one-at-a-time requests ask for top logprobs, so they are
-sampled on the host; the concurrent ones are not, so on a GPU they take the
-device sampler: the check covers both paths and the batching.
+sampled on the host; the concurrent ones ask for none (logprobs 0: their
+tokens only), so on a GPU they take the device sampler: the check covers
+both paths and the batching. Outputs are compared token by token.
 
 With --penalties, every request has repetition, presence and frequency
 penalties and a length of its own (so rows leave the running batch at
@@ -103,20 +104,12 @@ def check_echo(base, exact_file):
 
 
 def first_difference(alone, together):
-    """Index of the token of `alone` where `together`'s text leaves it, or None.
-    (By characters: a token may be a prefix of the other run's, as " " of " The".)"""
-    text = alone["text"]
-    if text == together:
+    """Index of the first token where `together`'s tokens leave `alone`'s, or None.
+    (By tokens, not text: one text may be two tokenizations, whose penalties differ.)"""
+    a = alone["logprobs"]["tokens"]
+    if a == together:
         return None
-    d = next((i for i, (x, y) in enumerate(zip(text, together)) if x != y), min(len(text), len(together)))
-    tokens = alone["logprobs"]["tokens"]
-    end = 0
-    for i, tok in enumerate(tokens):
-        end += len(tok)
-        if end > d:
-            return i
-    # `alone` is a prefix of `together`: its last token is where they part.
-    return max(len(tokens) - 1, 0)
+    return next((i for i, (x, y) in enumerate(zip(a, together)) if x != y), min(len(a), len(together)))
 
 
 def main():
@@ -147,7 +140,8 @@ def main():
         together = [None] * a.n
 
         def one(i):
-            together[i] = post(base, body(i))["text"]
+            # logprobs 0: the tokens, drawn on the device all the same.
+            together[i] = post(base, {**body(i), "logprobs": 0})["logprobs"]["tokens"]
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(a.n)]
         for t in threads:
@@ -174,6 +168,8 @@ def main():
         ok = gap <= NEAR_TIE and not a.deterministic
         bad += 0 if ok else 1
         print(f"request {i}: differs at token {at}, top-two gap there {gap:.3f} ({'near-tie' if ok else 'FAIL'})")
+        if not ok:
+            print(f"  alone:    {al['logprobs']['tokens']}\n  together: {tg}\n  alone's top logprobs there and before: {tops[max(at - 1, 0):at + 1]}")
     what = ", penalized" if a.penalties else ""
     what += ", --deterministic" if a.deterministic else ""
     print(f"{a.n} concurrent requests{what} against one at a time: {differ} differ, {bad} not after a near-tie")
