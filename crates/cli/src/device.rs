@@ -37,8 +37,9 @@ pub struct DeviceArgs {
     #[arg(long, default_value_t = 0.9)]
     pub gpu_memory_utilization: f64,
     /// Batch-invariant GPU arithmetic: a request's results never depend on
-    /// what else is batched with it (about 3x slower prefill and batch-1
-    /// decode; GPU only: the CPU's arithmetic is batch-invariant always).
+    /// what else is batched with it (dense weights: about 2x slower prefill,
+    /// 1.6x slower batch-1 decode, 64 streams 8% slower; GPU only: the CPU's
+    /// arithmetic is batch-invariant always).
     #[arg(long)]
     pub deterministic: bool,
     /// Never capture decode steps or encoder passes as CUDA graphs: every

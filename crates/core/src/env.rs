@@ -132,7 +132,7 @@ pub fn cuda_gemm_tune() -> bool {
 
 /// `FERRITE_CUDA_PINNED_N=<tokens>`: the token count whose cuBLASLt algorithm
 /// every GEMM of a weight shape uses in the batch-invariant mode (default
-/// 4096): smaller counts pick smaller tiles, more blocks at one token and
+/// 256): smaller counts pick smaller tiles, more blocks at one token and
 /// fewer for prefill; for measuring that trade.
 pub fn cuda_pinned_n() -> Option<usize> {
     var("FERRITE_CUDA_PINNED_N").and_then(|v| v.to_str()?.parse().ok()).filter(|&n| n > 0)
