@@ -12,7 +12,7 @@ use ferrite_backend::cuda::profile::{self, Profile};
 use ferrite_backend::cuda::trace;
 use ferrite_backend::picks::{fed, Picks};
 use ferrite_core::Result;
-use ferrite_engine::sampling::SamplingParams;
+use ferrite_engine::sampling::{Sampler, SamplingParams};
 use ferrite_engine::{Logits, Runner, Sequence};
 use ferrite_models::LmConfig;
 use serde_json::json;
@@ -114,9 +114,10 @@ fn decode(r: &mut Runner, a: &BenchArgs, n: usize, seed: u64) -> Result<(f64, u6
         // The context's prefill is not part of the decode profile.
         let _ = profile::take();
         let _ = trace::take();
+        // The first input stands for the prompt's pick: generated, as in `run`.
+        let mut draws = a.draws(&s);
         let first = tokens(1, r.config().vocab_size, seed + 7)[0];
         s.iter_mut().for_each(|q| q.tokens.push(first));
-        let mut draws = a.draws(&s);
         let ahead = r.feeds_ahead(s.len()) && (!draws.reads_history() || r.feeds_pending());
         let mut digest = 0xcbf2_9ce4_8422_2325u64;
         let t = Instant::now();
@@ -135,8 +136,7 @@ impl BenchArgs {
     }
 
     fn penalized(&self) -> bool {
-        let p = &self.penalties;
-        p.repeat_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0
+        Sampler::new(self.penalties()).reads_history()
     }
 
     /// The decode test's draws for streams `s`, their tokens so far their prompts.
@@ -166,8 +166,9 @@ pub(crate) fn greedy_steps(
 
 /// `greedy_steps` with each step's picks drawn by `draws` from the streams
 /// as they are at its launch (with `ahead`, a stream's last token may be a
-/// fed id, its pick not yet read: only where `draws` reads no history or
-/// the runner `feeds_pending`).
+/// fed id, its pick not yet read, which a draw reading history counts in on
+/// the device: as `run` feeds only where the runner `feeds_pending`;
+/// gpu-check feeds regardless, to check that mechanism).
 pub(crate) fn decode_steps(
     r: &mut Runner,
     s: &mut [Sequence],
@@ -216,6 +217,12 @@ fn decode_step(r: &mut Runner, s: &mut [Sequence], chunk: usize, ahead: bool, dr
     let logits = r.step(&mut refs, chunk, Logits::Last)?;
     let picks = logits.chunks(vocab).enumerate().map(|(i, row)| (draws.host_pick(i, row, &s[i]), 0.0));
     Ok(Picks::ready(picks.collect()))
+}
+
+/// An f32 setting as JSON shows it: its shortest decimal (1.1, not
+/// 1.100000023841858 as the widened f64 would print).
+fn shortest(x: f32) -> f64 {
+    x.to_string().parse().unwrap_or(x as f64)
 }
 
 fn mean(v: &[f64]) -> f64 {
@@ -296,7 +303,7 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
             "nothing to measure: --prompt-tokens and --gen-tokens are both 0".into(),
         ));
     }
-    a.penalties().validate().map_err(|e| ferrite_core::Error::InvalidInput(format!("bad penalty: {e}")))?;
+    a.penalties().validate().map_err(crate::flag_error)?;
     // At least the warm-up's 4 tokens.
     let longest = a.prompt_tokens.max(a.decode_context + a.gen_tokens).max(4) + 1;
     if let Some(given) = a.model.ctx_size.filter(|&c| c < longest) {
@@ -364,9 +371,9 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
                 "gen_tokens": a.gen_tokens,
                 "decode_context": a.decode_context,
                 "repetitions": reps,
-                "repeat_penalty": a.penalties.repeat_penalty,
-                "presence_penalty": a.penalties.presence_penalty,
-                "frequency_penalty": a.penalties.frequency_penalty,
+                "repeat_penalty": shortest(a.penalties.repeat_penalty),
+                "presence_penalty": shortest(a.penalties.presence_penalty),
+                "frequency_penalty": shortest(a.penalties.frequency_penalty),
                 "prefill_tokens_per_s": (!pp.is_empty()).then(|| mean(&pp)),
                 "decode_tokens_per_s": (!tg.is_empty()).then(|| mean(&tg)),
                 "prefill_runs": pp,
@@ -407,8 +414,10 @@ pub fn main(mut a: BenchArgs) -> Result<()> {
         outln!("(pp: % of the bf16 GEMM rate (MFU); tg: % of the memory roofline, weights + KV per step)")?;
     }
     if a.penalized() {
-        let (r, p, f) = (a.penalties.repeat_penalty, a.penalties.presence_penalty, a.penalties.frequency_penalty);
-        outln!("(tg: greedy after penalties: repetition {r} over the last 64 tokens, presence {p}, frequency {f})")?;
+        let p = a.penalties();
+        let (r, n) = (p.repetition_penalty, p.penalty_last_n);
+        let (pr, f) = (p.presence_penalty, p.frequency_penalty);
+        outln!("(tg: greedy after penalties: repetition {r} over the last {n} tokens, presence {pr}, frequency {f})")?;
     }
     if let Some(d) = picks {
         outln!("decode picks digest (last repetition): {d:016x}")?;

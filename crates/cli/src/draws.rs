@@ -41,9 +41,13 @@ impl Draws {
         if self.penalized.is_empty() {
             return Ok(vec![RowSampling { top_p: 1.0, ..Default::default() }; s.len()]);
         }
-        let rows = s.iter().zip(&mut self.penalized).map(|(q, (sampler, prompt_len))| {
-            // A last token that is a fed id is the pending pick.
-            let pending = q.tokens.last().is_some_and(|&t| fed_row(t).is_some());
+        debug_assert_eq!(s.len(), self.penalized.len(), "a sampler per stream");
+        let rows = s.iter().zip(&mut self.penalized).enumerate().map(|(i, (q, (sampler, prompt_len)))| {
+            // A last token that is a fed id is the pending pick: the device
+            // reads it from the last launch's row of the same index.
+            let fed = q.tokens.last().and_then(|&t| fed_row(t));
+            debug_assert!(fed.is_none_or(|j| j == i), "stream {i} fed another row's pick");
+            let pending = fed.is_some();
             let (prompt, generated) = q.tokens[..q.tokens.len() - usize::from(pending)].split_at(*prompt_len);
             sampler.device_request(prompt, generated, &[], pending)
         });
@@ -52,6 +56,7 @@ impl Draws {
 
     /// Stream `i`'s pick from its logits, on the host.
     pub(crate) fn host_pick(&mut self, i: usize, logits: &[f32], q: &Sequence) -> u32 {
+        debug_assert!(self.penalized.is_empty() || i < self.penalized.len(), "a sampler per stream");
         match self.penalized.get_mut(i) {
             None => argmax(logits) as u32,
             Some((sampler, prompt_len)) => {
@@ -89,8 +94,12 @@ mod tests {
         let mut d = Draws::penalized(&params(), [2]);
         assert!(d.reads_history());
         let q = Sequence::new(vec![2, 0, 1]);
-        assert_eq!(d.host_pick(0, &[0.0, 0.0, 3.0, 2.0], &q), 3);
+        let logits = [0.0, 0.0, 3.0, 2.0];
+        assert_eq!(d.host_pick(0, &logits, &q), 3);
         let row = &d.device_rows(std::slice::from_ref(&q)).unwrap()[0];
+        // The device's edits give the host's pick.
+        let edited = ferrite_backend::sampling::edited(&logits, row);
+        assert_eq!(argmax(&edited), 3, "{edited:?}");
         let edit = |t: u32| row.edits.iter().find(|e| e.token == t).copied();
         // Token 2 only in the prompt: repetition, no presence; token 1 generated: both.
         assert!(edit(2).is_some_and(|e| e.rep == 2.0 && e.sub == 0.0), "{row:?}");

@@ -115,6 +115,21 @@ pub struct PenaltyArgs {
     pub frequency_penalty: f32,
 }
 
+/// A sampling setting's error as the CLI's flags name it (`SamplingParams::validate`
+/// speaks the HTTP API's field names).
+pub fn flag_error(msg: String) -> ferrite_core::Error {
+    let names = [
+        ("repetition_penalty", "--repeat-penalty"),
+        ("presence_penalty", "--presence-penalty"),
+        ("frequency_penalty", "--frequency-penalty"),
+        ("temperature", "--temperature"),
+        ("top_p", "--top-p"),
+        ("min_p", "--min-p"),
+    ];
+    let msg = names.iter().fold(msg, |m, (field, flag)| m.replace(field, flag));
+    ferrite_core::Error::InvalidInput(msg)
+}
+
 impl PenaltyArgs {
     /// `params` with these penalties.
     pub fn apply(&self, params: SamplingParams) -> SamplingParams {

@@ -180,7 +180,7 @@ pub fn stream(l: &mut Loaded, req: &GenerateRequest, cancel: &dyn Fn() -> bool) 
 }
 
 pub fn main(a: RunArgs) -> Result<()> {
-    a.sampling.params().validate().map_err(Error::InvalidInput)?;
+    a.sampling.params().validate().map_err(crate::flag_error)?;
     let format = a.output_format()?;
     let prompt = a.prompt_text()?;
     let mut l = load(&a.model, true)?;

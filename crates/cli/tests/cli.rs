@@ -370,7 +370,7 @@ fn bench_with_penalties() {
     assert_eq!(rep, 1.5);
     assert_ne!(plain, with, "the penalties changed no pick");
     assert_eq!(digest(&penalized).0, with, "the same penalties, other picks");
-    fails(&["bench", "smollm2", "--repeat-penalty", "0"], &["repetition_penalty must be"]);
+    fails(&["bench", "smollm2", "--repeat-penalty", "0"], &["--repeat-penalty must be"]);
 }
 
 #[test]
@@ -517,9 +517,10 @@ fn bad_flags() {
     fails(&["score", "smollm2", "--tokens", ","], &["--tokens", "empty"]);
     fails_after_load(&["score", "smollm2", "--tokens", "1,99999999"], &["99999999", "vocabulary"]);
     fails_after_load(&["score", "smollm2", "--tokens", "49152"], &["49152", "vocabulary"]);
-    fails(&["run", "smollm2", "--temperature", "-1", "--prompt", "hi"], &["temperature", "-1"]);
+    fails(&["run", "smollm2", "--temperature", "-1", "--prompt", "hi"], &["--temperature must", "-1"]);
     fails(&["run", "smollm2", "--temperature=-1", "--prompt", "hi"], &["temperature"]);
-    fails(&["run", "smollm2", "--top-p", "2", "--prompt", "hi"], &["top_p"]);
+    fails(&["run", "smollm2", "--top-p", "2", "--prompt", "hi"], &["--top-p must"]);
+    fails(&["run", "smollm2", "--presence-penalty", "inf", "--prompt", "hi"], &["--presence-penalty must"]);
     fails(&["run", "smollm2", "--threads", "0", "--prompt", "hi"], &["--threads"]);
 }
 
