@@ -317,6 +317,20 @@ pub struct PendingEdit {
     pub frequency: f32,
 }
 
+/// What the presence and frequency penalties subtract from a token generated
+/// `count` times: the one rounding every sampler (host, reference, device's
+/// `sample.cu`) applies, so that their edits agree bit for bit.
+pub fn penalty_sub(count: u32, presence: f32, frequency: f32) -> f32 {
+    count as f32 * frequency + presence
+}
+
+impl RowSampling {
+    /// Plain argmax: every filter and edit off.
+    pub fn greedy() -> RowSampling {
+        RowSampling { top_p: 1.0, ..RowSampling::default() }
+    }
+}
+
 impl PendingEdit {
     /// `e` (the pending token's edit, or the empty one) once the token is
     /// generated once more (`sub` as the host writes it, `count * frequency +
@@ -326,7 +340,7 @@ impl PendingEdit {
         let counted = self.presence != 0.0 || self.frequency != 0.0;
         LogitEdit {
             rep: if self.rep != 1.0 { self.rep } else { e.rep },
-            sub: if counted { count as f32 * self.frequency + self.presence } else { e.sub },
+            sub: if counted { penalty_sub(count, self.presence, self.frequency) } else { e.sub },
             count,
             ..*e
         }

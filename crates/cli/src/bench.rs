@@ -12,7 +12,7 @@ use ferrite_backend::cuda::profile::{self, Profile};
 use ferrite_backend::cuda::trace;
 use ferrite_backend::picks::{fed, Picks};
 use ferrite_core::Result;
-use ferrite_engine::sampling::{Sampler, SamplingParams};
+use ferrite_engine::sampling::SamplingParams;
 use ferrite_engine::{Logits, Runner, Sequence};
 use ferrite_models::LmConfig;
 use serde_json::json;
@@ -136,7 +136,7 @@ impl BenchArgs {
     }
 
     fn penalized(&self) -> bool {
-        Sampler::new(self.penalties()).reads_history()
+        self.penalties().reads_history()
     }
 
     /// The decode test's draws for streams `s`, their tokens so far their prompts.

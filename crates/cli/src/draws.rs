@@ -39,7 +39,7 @@ impl Draws {
     /// Each stream's draw, described for the device that holds the logits.
     pub(crate) fn device_rows(&mut self, s: &[Sequence]) -> Result<Vec<RowSampling>> {
         if self.penalized.is_empty() {
-            return Ok(vec![RowSampling { top_p: 1.0, ..Default::default() }; s.len()]);
+            return Ok(vec![RowSampling::greedy(); s.len()]);
         }
         debug_assert_eq!(s.len(), self.penalized.len(), "a sampler per stream");
         let rows = s.iter().zip(&mut self.penalized).enumerate().map(|(i, (q, (sampler, prompt_len)))| {

@@ -537,10 +537,10 @@ impl<B: Backend> Harness<'_, B> {
             edit(9, 0.0, 1.3, 0.0),
             edit(11, 0.0, 1.0, 2.5),
         ];
-        let greedy = RowSampling { temperature: 0.0, top_p: 1.0, edits: edits.clone(), ..Default::default() };
+        let greedy = RowSampling { edits: edits.clone(), ..RowSampling::greedy() };
         let filtered =
             RowSampling { temperature: 0.8, top_k: 40, top_p: 0.9, min_p: 0.05, edits, seed: 0, pending: None };
-        let plain = RowSampling { temperature: 1.5, top_p: 1.0, ..Default::default() };
+        let plain = RowSampling { temperature: 1.5, ..RowSampling::greedy() };
         // Greedy: the reference's token, its logprob.
         let mut t = self.b.upload(logits.clone(), 1, vocab)?;
         let got = self.b.sample(&mut t, std::slice::from_ref(&greedy))?.unwrap_or_default();
@@ -589,7 +589,7 @@ impl<B: Backend> Harness<'_, B> {
     /// (`RowSampling::pending`): greedy (rows split between blocks) and drawn.
     fn sampling_pending(&mut self, first: &[f32]) -> Result<()> {
         let vocab = first.len();
-        let greedy = RowSampling { temperature: 0.0, top_p: 1.0, ..Default::default() };
+        let greedy = RowSampling::greedy();
         let want = sampling::probabilities(first, &greedy).iter().position(|&p| p == 1.0).unwrap_or(0) as u32;
         let mut t = self.b.upload(first.repeat(2), 2, vocab)?;
         let got = self.b.sample(&mut t, &[greedy.clone(), greedy.clone()])?.unwrap_or_default();

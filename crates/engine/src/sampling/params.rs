@@ -63,6 +63,12 @@ impl SamplingParams {
         SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, ..SamplingParams::default() }
     }
 
+    /// Whether a draw depends on the tokens generated so far (penalties).
+    pub fn reads_history(&self) -> bool {
+        let rep = self.repetition_penalty;
+        (rep != 1.0 && !rep.is_nan() && rep > 0.0) || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0
+    }
+
     /// Rejects settings that have no sensible meaning, with a message naming
     /// the field. The sampler never panics on invalid settings either; this is
     /// for turning bad requests into clear errors.

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use ferrite_backend::{LogitEdit, PendingEdit, RowSampling};
+use ferrite_backend::{penalty_sub, LogitEdit, PendingEdit, RowSampling};
 
 use super::math::{exp_fast, max_argmax, sanitize, sum_exp};
 use super::params::SamplingParams;
@@ -107,9 +107,7 @@ impl Sampler {
     /// far (penalties): the next step's request must then wait for the pick,
     /// or count it in on the device (`pending`, `Runner::feeds_pending`).
     pub fn reads_history(&self) -> bool {
-        let p = &self.params;
-        let rep = p.repetition_penalty;
-        (rep != 1.0 && !rep.is_nan() && rep > 0.0) || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0
+        self.params.reads_history()
     }
 
     /// The same draw described for a device that holds the logits, with
@@ -160,7 +158,7 @@ impl Sampler {
             }
             for (t, c) in counts {
                 let e = edit(&mut edits, t);
-                e.sub = c as f32 * p.frequency_penalty + p.presence_penalty;
+                e.sub = penalty_sub(c, p.presence_penalty, p.frequency_penalty);
                 e.count = c;
             }
         }
@@ -238,7 +236,7 @@ impl Sampler {
                 continue;
             };
             if *c > 0 {
-                *x -= *c as f32 * frequency + presence;
+                *x -= penalty_sub(*c, presence, frequency);
                 *c = 0;
             }
         }

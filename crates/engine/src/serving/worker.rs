@@ -294,7 +294,7 @@ impl Worker {
         for s in plan.seqs.iter().filter(|s| s.sample) {
             let Some(a) = self.active.get_mut(&s.id) else {
                 // Ended by the picks just read: its draw goes unused.
-                rows.push(RowSampling { top_p: 1.0, ..RowSampling::default() });
+                rows.push(RowSampling::greedy());
                 continue;
             };
             // A fed input not yet read counts as generated.
