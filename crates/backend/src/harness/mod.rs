@@ -723,6 +723,32 @@ impl<B: Backend> Harness<'_, B> {
         self.record("glu, add, then a Q4_K GEMV".into(), &got, &want, TOL_X8_TAILED)?;
         Ok(())
     }
+
+    /// The 32-value block types (Q4_0 .. Q8_0) in rows of 3 and 9 blocks
+    /// (k = 96, 288: rows only 2-, 4- or 8-byte aligned; every other check
+    /// has rows of a multiple of 8 blocks): matmuls at decode and prefill
+    /// sizes, and embedding tables. Run last, so that the random data of the
+    /// checks before stays as it was.
+    fn block_rows(&mut self, dense_f32_tol: f32) -> Result<()> {
+        let types = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0];
+        for (&(n, m, k), dt) in [(1, 37, 96), (3, 40, 288), (40, 33, 288)].iter().flat_map(|s| types.map(|t| (s, t))) {
+            let w = raw("w", dt, m, k, self.rng.weight(dt, m, k));
+            let reference = dequantized_or_same(&w)?;
+            let x = self.rng.vec(n * k, 1.0);
+            let (xb, xc) = self.up(&x, n, k)?;
+            let got = self.b.matmul(&xb, &self.b.weight(w)?)?;
+            let want = self.cpu.matmul(&xc, &self.cpu.weight(reference)?)?;
+            self.record(format!("matmul {dt} [{n}x{k}]·[{m}x{k}]ᵀ"), &got, &want, matmul_tol(dt, dense_f32_tol))?;
+        }
+        let ids = [3, 0, 49, 3, 17];
+        for dt in types {
+            let w = raw("embd", dt, 50, 288, self.rng.weight(dt, 50, 288));
+            let got = self.b.embedding(&self.b.weight(w.clone())?, &ids)?;
+            let want = self.cpu.embedding(&self.cpu.weight(w)?, &ids)?;
+            self.record(format!("embedding {dt} [50x288]"), &got, &want, TOL_F16)?;
+        }
+        Ok(())
+    }
 }
 
 /// Runs every op of `b` against the CPU. `dense_f32_tol`: the limit for f32
@@ -738,6 +764,7 @@ pub fn check_backend<B: Backend>(b: &B, dense_f32_tol: f32, report: &mut dyn FnM
     if b.samples_on_device() {
         h.sampling()?;
     }
+    h.block_rows(dense_f32_tol)?;
     Ok(h.out)
 }
 
