@@ -40,15 +40,15 @@ __device__ __forceinline__ void blk_halves(const u8* p, u32 (&w)[N]) {
 }
 
 // The same for the dp4a GEMVs (`load_chunk`), as the aligned words around
-// the run, shifted into place. A warp's lanes read adjacent blocks, so each
-// load instruction spans about nine cache lines and L1's throughput bounds
-// the GEMV: half the loads of `blk_halves` made batch-1 decode 1.10x faster
-// for Q8_0, 1.09x for Q4_0, 1.06x for Q4_1, 1.01-1.03x for Q5_0 and Q5_1,
-// and Q8_0 at batch 4 1.13x (H100, random Llama-3.1-8B;
-// `-D DP4A_HALVES` restores the halves for an A/B). Measured and dropped:
-// 8-byte words (1.00x), and the blocks loaded as "last use", as the tile
-// GEMVs' are (2-6 times slower). No load reaches past the aligned word
-// that holds the run's last byte.
+// the run, shifted into place: half the loads of `blk_halves` made batch-1
+// decode 1.10x faster for Q8_0, 1.09x for Q4_0, 1.06x for Q4_1, 1.01-1.03x
+// for Q5_0 and Q5_1, and Q8_0 at batch 4 1.13x (H100, random Llama-3.1-8B;
+// `-D DP4A_HALVES` restores the halves for an A/B). Measured and dropped
+// (docs/cuda-journal.md, sixtieth session): 8-byte words (1.00x), the
+// blocks loaded as "last use", as the tile GEMVs' are (2-6 times slower),
+// and each row's values stored ahead of its heads for 16-byte loads
+// (0.91-0.95x). No load reaches past the aligned word that holds the run's
+// last byte.
 template <int N>
 __device__ __forceinline__ void blk_words(const u8* p, u32 (&w)[N]) {
 #ifdef DP4A_HALVES
