@@ -122,6 +122,15 @@ fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Stor
         }
         DType::Q6K => (Cow::Owned(crate::quant::repack::q6_k_tiles(src, raw.cols)), Storage::Quant(DType::Q6K)),
         DType::Q4K => (Cow::Owned(crate::quant::repack::q4_k_tiles(src, raw.cols)), Storage::Quant(DType::Q4K)),
+        // Blocks of 18, 22 or 34 bytes: an odd count leaves the tensor 2 bytes
+        // short of a whole word, which the dp4a GEMVs' word loads read
+        // (kernels/quant.cu `blk_words`); padded, no load leaves it.
+        q if quant_code(q).is_some() && !src.len().is_multiple_of(4) => {
+            let mut padded = Vec::with_capacity(src.len() + 2);
+            padded.extend_from_slice(src);
+            padded.resize(src.len().next_multiple_of(4), 0);
+            (Cow::Owned(padded), Storage::Quant(q))
+        }
         q if quant_code(q).is_some() => (Cow::Borrowed(src), Storage::Quant(q)),
         q => return Err(Error::Unsupported(format!("{}: {q} weights on the GPU", raw.name))),
     })
@@ -522,5 +531,29 @@ impl Gemm {
         )
         .map(|_| false)
         .map_err(|e| format!("cuBLAS: {e:?}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrite_core::HostBytes;
+
+    #[test]
+    fn block_tensors_are_padded_to_whole_words() {
+        // 37 rows of 3 blocks: 111 blocks, 2 bytes short of a word for 18-,
+        // 22- and 34-byte blocks; Q4_1's 20-byte blocks need nothing.
+        for (dtype, padded) in [(DType::Q4_0, true), (DType::Q5_0, true), (DType::Q8_0, true), (DType::Q4_1, false)] {
+            let n = 37 * 3 * dtype.block_bytes();
+            let bytes: Vec<u8> = (0..n).map(|i| i as u8).collect();
+            let raw =
+                RawWeight { name: "w".into(), dtype, rows: 37, cols: 96, bytes: HostBytes::from_vec(bytes.clone()) };
+            let (out, storage) = device_bytes(&raw, false).unwrap();
+            assert_eq!(storage, Storage::Quant(dtype));
+            assert_eq!(out.len(), if padded { n + 2 } else { n }, "{dtype}");
+            assert_eq!(out[..n], bytes[..], "{dtype}");
+            assert!(out[n..].iter().all(|&b| b == 0));
+            assert_eq!(matches!(out, Cow::Borrowed(_)), !padded, "{dtype}: only padded tensors are copied");
+        }
     }
 }

@@ -725,10 +725,11 @@ impl<B: Backend> Harness<'_, B> {
     }
 
     /// The 32-value block types (Q4_0 .. Q8_0) in rows of 3 and 9 blocks
-    /// (k = 96, 288: rows only 2-, 4- or 8-byte aligned; every other check
-    /// has rows of a multiple of 8 blocks): matmuls at decode and prefill
-    /// sizes, and embedding tables. Run last, so that the random data of the
-    /// checks before stays as it was.
+    /// (k = 96, 288: rows only 2-, 4- or 8-byte aligned, and fewer blocks
+    /// than a warp's lanes; every other check has rows of a multiple of 8
+    /// blocks): plain matmuls at decode and prefill sizes, and embedding
+    /// tables. Run last, so that the random data of the checks before stays
+    /// as it was.
     fn block_rows(&mut self, dense_f32_tol: f32) -> Result<()> {
         let types = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0];
         for (&(n, m, k), dt) in [(1, 37, 96), (3, 40, 288), (40, 33, 288)].iter().flat_map(|s| types.map(|t| (s, t))) {

@@ -6,7 +6,9 @@
 // instead, see below).
 //
 // Type codes match `quant_code` on the host. Blocks of 18, 22 and 34 bytes
-// are only 2-byte aligned, so multi-byte fields are read as halves. Q4_K
+// are only 2-byte aligned: the 32-value blocks' multi-byte fields are read
+// as halves (`blk_halves`) or, in the dp4a GEMVs, as the aligned words
+// around them, shifted (`blk_words`). Q4_K
 // and Q6_K rows are regrouped at upload in tiles of 16 (quant/repack.rs,
 // `q4_k_tiles`, `q6_k_tiles`; see `q4k_sub`, `q6k_sub`) for the tensor-core
 // GEMVs (kernels/gemv_tile.cu, compiled after this file).
@@ -39,16 +41,18 @@ __device__ __forceinline__ void blk_halves(const u8* p, u32 (&w)[N]) {
     }
 }
 
-// The same for the dp4a GEMVs (`load_chunk`), as the aligned words around
-// the run, shifted into place: half the loads of `blk_halves` made batch-1
+// The same for the dp4a GEMVs (`load_chunk`, every 32-value block type), as
+// the aligned words around the run, shifted into place where the run is
+// not 4-byte aligned: half the loads of `blk_halves` made batch-1
 // decode 1.10x faster for Q8_0, 1.09x for Q4_0, 1.06x for Q4_1, 1.01-1.03x
 // for Q5_0 and Q5_1, and Q8_0 at batch 4 1.13x (H100, random Llama-3.1-8B;
 // `-D DP4A_HALVES` restores the halves for an A/B). Measured and dropped
 // (docs/cuda-journal.md, sixtieth session): 8-byte words (1.00x), the
 // blocks loaded as "last use", as the tile GEMVs' are (2-6 times slower),
 // and each row's values stored ahead of its heads for 16-byte loads
-// (0.91-0.95x). No load reaches past the aligned word that holds the run's
-// last byte.
+// (0.91-0.95x for Q8_0, Q4_0 and Q4_1, 0.99-1.00x for Q5_0 and Q5_1). No
+// load reaches past the aligned word that holds the run's last byte (the
+// host pads a tensor to whole words: `weight::device_bytes`).
 template <int N>
 __device__ __forceinline__ void blk_words(const u8* p, u32 (&w)[N]) {
 #ifdef DP4A_HALVES
@@ -375,7 +379,7 @@ __device__ __forceinline__ void load_chunk(const u8* row, u32 nsb, u32 c, Chunk&
         // Q5_1: d and m in word 0, then qh and the nibbles.
         const u8* b = row + (u64)c * (T == T_Q5_0 ? 22 : 24);
         u32 q[T == T_Q5_0 ? 5 : 6];
-        if (T == T_Q5_0) {
+        if constexpr (T == T_Q5_0) {  // (constexpr: the other run would read past a Q5_1 block)
             k.da = k.db = ld_f16(b);
             k.off = 16;
             blk_words(b + 2, q);
