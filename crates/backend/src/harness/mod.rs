@@ -163,6 +163,18 @@ impl<B: Backend> Harness<'_, B> {
         self.out.push(c);
     }
 
+    /// x [n, k] times a random weight [m, k] of type `dt`, against the CPU
+    /// with the weight dequantized.
+    fn matmul_random(&mut self, dt: DType, (n, m, k): (usize, usize, usize), dense_f32_tol: f32) -> Result<()> {
+        let w = raw("w", dt, m, k, self.rng.weight(dt, m, k));
+        let reference = dequantized_or_same(&w)?;
+        let x = self.rng.vec(n * k, 1.0);
+        let (xb, xc) = self.up(&x, n, k)?;
+        let got = self.b.matmul(&xb, &self.b.weight(w)?)?;
+        let want = self.cpu.matmul(&xc, &self.cpu.weight(reference)?)?;
+        self.record(format!("matmul {dt} [{n}x{k}]·[{m}x{k}]ᵀ"), &got, &want, matmul_tol(dt, dense_f32_tol))
+    }
+
     fn matmuls(&mut self, dense_f32_tol: f32) -> Result<()> {
         // 12,801 rows: enough for GPU kernels that take several weight rows
         // per warp (and a partial group at the end); 5,001 and 70 rows: one
@@ -180,14 +192,7 @@ impl<B: Backend> Harness<'_, B> {
             (1, 70, 3072),
         ] {
             for dt in [DType::F32, DType::F16, DType::BF16].into_iter().chain(QUANT_TYPES) {
-                let w = raw("w", dt, m, k, self.rng.weight(dt, m, k));
-                let reference = dequantized_or_same(&w)?;
-                let x = self.rng.vec(n * k, 1.0);
-                let (xb, xc) = self.up(&x, n, k)?;
-                let got = self.b.matmul(&xb, &self.b.weight(w)?)?;
-                let want = self.cpu.matmul(&xc, &self.cpu.weight(reference)?)?;
-                let tol = matmul_tol(dt, dense_f32_tol);
-                self.record(format!("matmul {dt} [{n}x{k}]·[{m}x{k}]ᵀ"), &got, &want, tol)?;
+                self.matmul_random(dt, (n, m, k), dense_f32_tol)?;
             }
         }
         // Projections sharing an input, in one call (decode and prefill sizes).
@@ -732,14 +737,8 @@ impl<B: Backend> Harness<'_, B> {
     /// as it was.
     fn block_rows(&mut self, dense_f32_tol: f32) -> Result<()> {
         let types = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0];
-        for (&(n, m, k), dt) in [(1, 37, 96), (3, 40, 288), (40, 33, 288)].iter().flat_map(|s| types.map(|t| (s, t))) {
-            let w = raw("w", dt, m, k, self.rng.weight(dt, m, k));
-            let reference = dequantized_or_same(&w)?;
-            let x = self.rng.vec(n * k, 1.0);
-            let (xb, xc) = self.up(&x, n, k)?;
-            let got = self.b.matmul(&xb, &self.b.weight(w)?)?;
-            let want = self.cpu.matmul(&xc, &self.cpu.weight(reference)?)?;
-            self.record(format!("matmul {dt} [{n}x{k}]·[{m}x{k}]ᵀ"), &got, &want, matmul_tol(dt, dense_f32_tol))?;
+        for (&shape, dt) in [(1, 37, 96), (3, 40, 288), (40, 33, 288)].iter().flat_map(|s| types.map(|t| (s, t))) {
+            self.matmul_random(dt, shape, dense_f32_tol)?;
         }
         let ids = [3, 0, 49, 3, 17];
         for dt in types {
