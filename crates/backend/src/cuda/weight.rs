@@ -126,8 +126,7 @@ fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Stor
         // short of a whole word, which the dp4a GEMVs' word loads read
         // (kernels/quant.cu `blk_words`); padded, no load leaves it.
         q if quant_code(q).is_some() && !src.len().is_multiple_of(4) => {
-            let mut padded = Vec::with_capacity(src.len() + 2);
-            padded.extend_from_slice(src);
+            let mut padded = src.to_vec();
             padded.resize(src.len().next_multiple_of(4), 0);
             (Cow::Owned(padded), Storage::Quant(q))
         }

@@ -508,21 +508,25 @@ impl<B: Backend> Harness<'_, B> {
     }
 
     fn embeddings(&mut self, dense_f32_tol: f32) -> Result<()> {
-        let (v, d) = (50, 256);
-        let ids = [3, 0, 49, 3, 17];
         for dt in [DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4K, DType::Q6K] {
-            let w = raw("embd", dt, v, d, self.rng.weight(dt, v, d));
-            let got = self.b.embedding(&self.b.weight(w.clone())?, &ids)?;
-            let want = self.cpu.embedding(&self.cpu.weight(w)?, &ids)?;
-            // Exact on the CPU; a GPU may hold quantized tables as f16, f32 ones as bf16.
-            let tol = match dt {
-                DType::F32 => dense_f32_tol,
-                _ if dt.is_quantized() => TOL_F16,
-                _ => TOL_F32,
-            };
-            self.record(format!("embedding {dt}"), &got, &want, tol)?;
+            self.embedding_random(dt, 256, dense_f32_tol)?;
         }
         Ok(())
+    }
+
+    /// Rows of a random table [50, d] of type `dt`, against the CPU's.
+    fn embedding_random(&mut self, dt: DType, d: usize, dense_f32_tol: f32) -> Result<()> {
+        let (v, ids) = (50, [3, 0, 49, 3, 17]);
+        let w = raw("embd", dt, v, d, self.rng.weight(dt, v, d));
+        let got = self.b.embedding(&self.b.weight(w.clone())?, &ids)?;
+        let want = self.cpu.embedding(&self.cpu.weight(w)?, &ids)?;
+        // Exact on the CPU; a GPU may hold quantized tables as f16, f32 ones as bf16.
+        let tol = match dt {
+            DType::F32 => dense_f32_tol,
+            _ if dt.is_quantized() => TOL_F16,
+            _ => TOL_F32,
+        };
+        self.record(format!("embedding {dt} [{v}x{d}]"), &got, &want, tol)
     }
 
     /// A mixed step: a sequence mid-prefill, a decode, and a fresh prompt,
@@ -740,12 +744,8 @@ impl<B: Backend> Harness<'_, B> {
         for (&shape, dt) in [(1, 37, 96), (3, 40, 288), (40, 33, 288)].iter().flat_map(|s| types.map(|t| (s, t))) {
             self.matmul_random(dt, shape, dense_f32_tol)?;
         }
-        let ids = [3, 0, 49, 3, 17];
         for dt in types {
-            let w = raw("embd", dt, 50, 288, self.rng.weight(dt, 50, 288));
-            let got = self.b.embedding(&self.b.weight(w.clone())?, &ids)?;
-            let want = self.cpu.embedding(&self.cpu.weight(w)?, &ids)?;
-            self.record(format!("embedding {dt} [50x288]"), &got, &want, TOL_F16)?;
+            self.embedding_random(dt, 288, dense_f32_tol)?;
         }
         Ok(())
     }
