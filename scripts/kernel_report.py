@@ -30,6 +30,7 @@ PARTS = {
         "quantize_x8.cuh",
         "quant.cu",
         "gemv_tile.cu",
+        "gemv_tile_b32.cu",
         "decode_layers.cu",
         "decode_window.cu",
         "mlp_fused.cu",

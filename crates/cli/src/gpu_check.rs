@@ -123,13 +123,14 @@ fn main_checks(a: &GpuCheckArgs) -> Result<usize> {
     for (m, g) in a.model.iter().zip(&a.golden) {
         failed += compare_model(m, g, a.gpu)?;
     }
-    // (Also Q4_K_M weights in the batch-invariant mode: a lone row's GEMV
-    // is not a batch's in the default mode.)
-    for (model, deterministic) in [(SMALL, false), (SMALL, true), (PERSISTENT, true)] {
+    // (Also Q4_K_M and Q8_0 weights in the batch-invariant mode: a lone
+    // row's GEMV on tiles is not a batch's in the default mode.)
+    for (model, deterministic) in [(SMALL, false), (SMALL, true), (PERSISTENT, true), (SMALL_Q8, true)] {
         let inv = invariance(a.gpu, model, deterministic)?;
-        let mode = match (deterministic, model == PERSISTENT) {
-            (true, true) => "--deterministic, Q4_K_M",
-            (true, false) => "--deterministic",
+        let mode = match (deterministic, model) {
+            (true, PERSISTENT) => "--deterministic, Q4_K_M",
+            (true, SMALL_Q8) => "--deterministic, Q8_0",
+            (true, _) => "--deterministic",
             _ => "default",
         };
         // Default: a stream may differ only after a near-tie; deterministic: never.

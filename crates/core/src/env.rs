@@ -278,6 +278,17 @@ pub fn cuda_dual_x8() -> bool {
     on_unless_zero("FERRITE_CUDA_DUAL_X8")
 }
 
+/// `FERRITE_CUDA_B32_TILES=0`: Q4_0, Q4_1 and Q8_0 rows of whole
+/// super-blocks keep the file's blocks on the GPU and decode on the dp4a
+/// GEMVs, instead of tiles of 16 rows on the tensor cores
+/// (kernels/gemv_tile_b32.cu); for comparison.
+pub fn cuda_b32_tiles() -> bool {
+    use std::sync::OnceLock;
+    // (Read once: a weight's layout and its kernels must agree.)
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| on_unless_zero("FERRITE_CUDA_B32_TILES"))
+}
+
 /// `FERRITE_CUDA_MIXED_QKV=0`: Q4_K q/k and a Q6_K v at batch 1 run as two
 /// GEMV launches instead of one; for comparison.
 pub fn cuda_mixed_qkv() -> bool {

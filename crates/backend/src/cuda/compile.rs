@@ -14,8 +14,8 @@ const COMMON: &str = include_str!("kernels/common.cuh");
 /// (module name, source) of every kernel file; attention's flash kernel
 /// needs the wgmma wrappers (kernels/wgmma.cuh) in front and its decode
 /// kernel on tensor cores follows (kernels/attention_rows_mma.cu); the
-/// block-type kernels end with the tensor-core GEMVs (kernels/gemv_tile.cu),
-/// whose q/k/v launches need the RoPE epilogue (kernels/rope_kv.cuh), and the
+/// block-type kernels end with the tensor-core GEMVs (kernels/gemv_tile.cu,
+/// then kernels/gemv_tile_b32.cu for the 32-value blocks), whose q/k/v launches need the RoPE epilogue (kernels/rope_kv.cuh), and the
 /// persistent decode kernel that runs them (kernels/decode_layers.cu); both
 /// modules quantize GEMV inputs (kernels/quantize_x8.cuh).
 pub const MODULES: &[(&str, &str)] = &[
@@ -38,6 +38,7 @@ pub const MODULES: &[(&str, &str)] = &[
             include_str!("kernels/quantize_x8.cuh"),
             include_str!("kernels/quant.cu"),
             include_str!("kernels/gemv_tile.cu"),
+            include_str!("kernels/gemv_tile_b32.cu"),
             include_str!("kernels/decode_layers.cu"),
             include_str!("kernels/decode_window.cu"),
             include_str!("kernels/mlp_fused.cu")

@@ -10,7 +10,7 @@ use cudarc::nvrtc::Ptx;
 use ferrite_core::{Error, Result};
 
 use super::compile;
-use super::gemv::gemv_name;
+use super::gemv::{b32_tile_names, gemv_name};
 use super::weight::{Storage, QUANT_KERNELS};
 
 /// How a CUDA backend is opened.
@@ -186,6 +186,7 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
         "quant",
         &[
             "dequant_f16",
+            "dequant_f16_tiled",
             "embedding_q",
             "quantize_x8",
             "quantize_x8_sb",
@@ -218,6 +219,9 @@ pub(super) fn functions(module: &str) -> Vec<String> {
     };
     for st in stores {
         names.extend((1..=8).map(|n| gemv_name(st, n)));
+    }
+    if module == "quant" {
+        names.extend(b32_tile_names());
     }
     if module == "gemv" {
         names.extend((1..=8).flat_map(|n| [format!("gemv_glu_bf16_{n}"), format!("gemv_glu_f16_{n}")]));

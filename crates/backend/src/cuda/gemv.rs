@@ -20,7 +20,7 @@ use ferrite_core::{DType, Error, Result};
 
 use super::device::{device_err, elementwise, Device};
 use super::launch::Launch;
-use super::weight::{alloc_out, CudaWeight, Storage, QUANT_KERNELS};
+use super::weight::{alloc_out, tiled, CudaWeight, Storage, QUANT_KERNELS};
 use super::CudaTensor;
 
 /// An input norm fused into a GEMV: the RMS norm's weights (one per input
@@ -96,7 +96,8 @@ pub enum GemvOut<'a> {
     Add(&'a mut CudaSlice<f32>),
 }
 
-/// The GEMV kernel for `n` (1..=8) input rows of weights stored as `st`.
+/// The GEMV kernel for `n` (1..=8) input rows of weights stored as `st`
+/// (blocks: the dp4a GEMV of rows that are not `tiled`).
 pub fn gemv_name(st: Storage, n: usize) -> String {
     let stem = match st {
         Storage::Bf16 => "bf16",
@@ -287,23 +288,39 @@ impl X8 {
     }
 }
 
-/// How a block type's GEMV reads its input, the index of its `X8` among a
-/// matmul group's (kernels/quant.cu): groups of 32 in place (0), in k-quant
-/// piece order (1), or super-blocks in the tensor-core GEMVs' fragment order
-/// (2: Q4_K and Q6_K).
-fn input_order(q: DType) -> usize {
+/// How the GEMV of a block type with `k` values a row reads its input, the
+/// index of its `X8` among a matmul group's (kernels/quant.cu): groups of 32
+/// in place (0), in k-quant piece order (1), or super-blocks in the
+/// tensor-core GEMVs' fragment order (2: `tiled`).
+fn input_order(q: DType, k: usize) -> usize {
     match q {
-        DType::Q4K | DType::Q6K => TILE_ORDER,
+        _ if tiled(Storage::Quant(q), k) => TILE_ORDER,
         DType::Q5K => 1,
         _ => 0,
     }
 }
 const TILE_ORDER: usize = 2;
 
-/// Whether weights stored as `st` run on the tensor-core GEMV (tiles of 16
-/// rows, `gemv_tile_body` in kernels/gemv_tile.cu).
-fn tiled(st: Storage) -> bool {
-    matches!(st, Storage::Quant(DType::Q4K | DType::Q6K))
+/// The tensor-core GEMV's kernel-name stem for tiled weights (`tiled`).
+fn tile_stem(st: Storage) -> &'static str {
+    match st {
+        Storage::Quant(DType::Q4K) => "q4_k",
+        Storage::Quant(DType::Q6K) => "q6_k",
+        Storage::Quant(DType::Q4_0) => "q4_0t",
+        Storage::Quant(DType::Q4_1) => "q4_1t",
+        _ => "q8_0t",
+    }
+}
+
+/// The tensor-core GEMVs of the 32-value block types (kernels/gemv_tile_b32.cu),
+/// for the module's function list: 1..=8 input rows, and the batch-invariant
+/// mode's batch 1 (`_whole_1`).
+pub fn b32_tile_names() -> Vec<String> {
+    let stems = [DType::Q4_0, DType::Q4_1, DType::Q8_0].map(|q| tile_stem(Storage::Quant(q)));
+    stems
+        .iter()
+        .flat_map(|s| (1..=8).map(move |n| format!("gemv_{s}_{n}")).chain([format!("gemv_{s}_whole_1")]))
+        .collect()
 }
 
 /// Warps an SM holds of the tensor-core GEMV (its registers: two blocks of
@@ -355,7 +372,7 @@ fn alloc_x8(dev: &Device, len: usize, order: usize, squares: bool) -> Result<X8>
 pub fn x8_room(dev: &Device, n: usize, k: usize, w: &CudaWeight, span: usize) -> Result<Option<X8>> {
     match w.storage {
         Storage::Quant(q) if w.cols == k && uses_gemv(dev, n, k, w.storage) => {
-            let order = input_order(q);
+            let order = input_order(q, k);
             let unit = if order == 0 { 32 } else { 256 };
             let whole = span > 0 && span.is_multiple_of(unit) && k.is_multiple_of(span);
             whole.then(|| alloc_x8(dev, n * k, order, false)).transpose()
@@ -369,7 +386,7 @@ pub fn x8_room(dev: &Device, n: usize, k: usize, w: &CudaWeight, span: usize) ->
 /// all of them are tensor-core GEMVs at that size (super-blocks, with
 /// squares).
 pub fn x8_normed_room(dev: &Device, k: usize, ws: &[&CudaWeight]) -> Result<Option<X8>> {
-    let all = ws.iter().all(|w| tiled(w.storage) && w.cols == k && uses_gemv(dev, 1, k, w.storage));
+    let all = ws.iter().all(|w| tiled(w.storage, k) && w.cols == k && uses_gemv(dev, 1, k, w.storage));
     (all && !ws.is_empty() && k.is_multiple_of(256)).then(|| alloc_x8(dev, k, TILE_ORDER, true)).transpose()
 }
 
@@ -392,8 +409,9 @@ pub fn quantize_ahead(
 ) -> Result<()> {
     let (n, k) = (x.rows, x.cols);
     let reads = |o: usize| {
-        ws.iter()
-            .any(|w| matches!(w.storage, Storage::Quant(q) if input_order(q) == o) && uses_gemv(dev, n, k, w.storage))
+        ws.iter().any(|w| {
+            matches!(w.storage, Storage::Quant(q) if input_order(q, k) == o) && uses_gemv(dev, n, k, w.storage)
+        })
     };
     if !dev.dual_x8 || !reads(TILE_ORDER) || !reads(1) || x8[TILE_ORDER].is_some() || x8[1].is_some() {
         return Ok(());
@@ -615,7 +633,7 @@ fn gemv_in(
     // Blocks: the input quantized to 8 bits (`input_order`), with each
     // group's scale and sums (kernels/quant.cu).
     let quant = match ws[0].storage {
-        Storage::Quant(q) => Some(x8_of(dev, x, x8, input_order(q), norm, glu)?),
+        Storage::Quant(q) => Some(x8_of(dev, x, x8, input_order(q, k), norm, glu)?),
         _ if glu.is_some() => return Err(Error::Shape("gemv: a gated input needs quantized weights".into())),
         _ => None,
     };
@@ -627,7 +645,7 @@ fn gemv_in(
     if dense_norm && !folds_norm(dev, x, ws) {
         return Err(Error::Shape(format!("gemv {}: a norm not folded into the 16-bit weights", ws[0].name)));
     }
-    let tiles = tiled(ws[0].storage);
+    let tiles = tiled(ws[0].storage, k);
     if tiles && ws[0].rows == 0 {
         return Err(Error::Shape(format!("gemv {}: no rows", ws[0].name)));
     }
@@ -642,13 +660,14 @@ fn gemv_in(
         let name = match (dense_norm, rkv) {
             (_, Some(_)) => gemv_name(ws[0].storage, 1).replacen("_1", "_rkv_1", 1),
             (true, None) => gemv_name(ws[0].storage, nc).replacen("gemv_", "gemv_norm_", 1),
-            // A lone Q4_K or Q6_K row sums its sub-blocks in another order
-            // than a batch's rows (kernels/gemv_tile.cu `q4k_step_bd`,
-            // `q6k_step_bd`): in the batch-invariant mode, as a batch's.
-            (false, None) if dev.deterministic && nc == 1 && tiled(ws[0].storage) => {
-                let stem = if ws[0].storage == Storage::Quant(DType::Q4K) { "q4_k" } else { "q6_k" };
-                format!("gemv_{stem}_whole_1")
+            // A lone row of tiles sums its blocks in another order than a
+            // batch's rows (kernels/gemv_tile.cu `q4k_step_bd`,
+            // `q6k_step_bd`, gemv_tile_b32.cu `b32_step_bd`): in the
+            // batch-invariant mode, as a batch's.
+            (false, None) if dev.deterministic && nc == 1 && tiles => {
+                format!("gemv_{}_whole_1", tile_stem(ws[0].storage))
             }
+            (false, None) if tiles => format!("gemv_{}_{nc}", tile_stem(ws[0].storage)),
             (false, None) => gemv_name(ws[0].storage, nc),
         };
         let cfg = if tiles {

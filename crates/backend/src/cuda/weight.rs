@@ -41,6 +41,16 @@ impl Storage {
             Storage::Quant(q) => quant_code(q).unwrap_or(-1),
         }
     }
+    /// The code of a weight of this storage, `k` values a row, for the
+    /// kernels that read its blocks (kernels/quant.cu `dq32`): tiled rows of
+    /// 32-value blocks (`tiled`) add `T_TILED` (8).
+    pub fn code_at(self, k: usize) -> i32 {
+        const T_TILED: i32 = 8;
+        match self {
+            Storage::Quant(q) if !matches!(q, DType::Q4K | DType::Q6K) && tiled(self, k) => self.code() + T_TILED,
+            _ => self.code(),
+        }
+    }
     /// The type a GEMM reads: blocks are dequantized to f16 first.
     fn cuda_type(self) -> cudaDataType {
         match self {
@@ -56,6 +66,19 @@ impl Storage {
         } else {
             Storage::F16
         }
+    }
+}
+
+/// Whether weights stored as `st`, `k` values a row, are regrouped in tiles
+/// of 16 rows for the tensor-core GEMV (`gemv_tile_body` in
+/// kernels/gemv_tile.cu): Q4_K and Q6_K always; Q4_0, Q4_1 and Q8_0 rows of
+/// whole super-blocks (`repack::block32_tiled`) unless
+/// `FERRITE_CUDA_B32_TILES=0`.
+pub fn tiled(st: Storage, k: usize) -> bool {
+    match st {
+        Storage::Quant(DType::Q4K | DType::Q6K) => true,
+        Storage::Quant(q) => ferrite_core::env::cuda_b32_tiles() && crate::quant::repack::block32_tiled(q, k),
+        _ => false,
     }
 }
 
@@ -89,8 +112,9 @@ pub struct CudaWeight {
 
 impl CudaWeight {
     /// Bytes from one row to the next in `data`: for blocks the file's
-    /// (Q4_K's and Q6_K's rows are regrouped in tiles of 16: a tile takes 16
-    /// times this).
+    /// (Q4_K's and Q6_K's rows, and Q4_0's, Q4_1's and Q8_0's of whole
+    /// super-blocks, are regrouped in tiles of 16: a tile takes 16 times
+    /// this).
     pub fn row_bytes(&self) -> u64 {
         let k = self.cols;
         (match self.storage {
@@ -102,8 +126,9 @@ impl CudaWeight {
 }
 
 /// The bytes to upload for a checkpoint weight, and how they are stored:
-/// stored types as they are (borrowed; Q4_K and Q6_K regrouped in tiles
-/// for the decode kernels), others converted.
+/// stored types as they are (borrowed; Q4_K and Q6_K, and Q4_0, Q4_1 and
+/// Q8_0 rows of whole super-blocks, regrouped in tiles for the decode
+/// kernels), others converted.
 fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Storage)> {
     let src = raw.bytes.as_slice();
     Ok(match raw.dtype {
@@ -122,6 +147,9 @@ fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Stor
         }
         DType::Q6K => (Cow::Owned(crate::quant::repack::q6_k_tiles(src, raw.cols)), Storage::Quant(DType::Q6K)),
         DType::Q4K => (Cow::Owned(crate::quant::repack::q4_k_tiles(src, raw.cols)), Storage::Quant(DType::Q4K)),
+        q if tiled(Storage::Quant(q), raw.cols) => {
+            (Cow::Owned(crate::quant::repack::block32_tiles(q, src, raw.cols)), Storage::Quant(q))
+        }
         // Blocks of 18, 22 or 34 bytes: an odd count leaves the tensor 2 bytes
         // short of a whole word, which the dp4a GEMVs' word loads read
         // (kernels/quant.cu `blk_words`); padded, no load leaves it.
@@ -421,16 +449,31 @@ fn gemm_quant(
     // SAFETY: each tile is fully written by `dequant_f16` before the GEMM reads it.
     let mut tile = unsafe { dev.alloc::<u16>(tile_rows * k) }.map_err(|e| device_err("alloc", e))?;
     let row_bytes = w.row_bytes();
-    let (code, k32) = (w.storage.code(), k as u32);
+    let (code, k32) = (w.storage.code_at(k), k as u32);
+    // Tiled 32-value blocks: `dequant_f16_tiled`.
+    let tiles32 = code != w.storage.code();
     for r0 in (0..m).step_by(tile_rows) {
         let rows = (m - r0).min(tile_rows);
         let r0_32 = r0 as u32;
         let span = super::profile::span(s, "  dequant_f16");
-        let mut b = dev.launch("dequant_f16");
+        let cfg = if tiles32 {
+            // A warp per tile column of the tiles holding these rows.
+            let tiles = (r0 + rows).div_ceil(16) - r0 / 16;
+            LaunchConfig {
+                grid_dim: ((tiles * k / 256).div_ceil(8) as u32, 1, 1),
+                block_dim: (256, 1, 1),
+                shared_mem_bytes: 0,
+            }
+        } else {
+            // A block row per weight row, a thread per 32 values.
+            let grid = ((k / 32).div_ceil(128) as u32, rows as u32, 1);
+            LaunchConfig { grid_dim: grid, block_dim: (128, 1, 1), shared_mem_bytes: 0 }
+        };
+        let mut b = dev.launch(if tiles32 { "dequant_f16_tiled" } else { "dequant_f16" });
         b.arg(&w.data).arg(&mut tile).arg(code).arg(row_bytes).arg(k32).arg(r0_32);
-        // A block row per weight row, a thread per 32 values.
-        let grid = ((k / 32).div_ceil(128) as u32, rows as u32, 1);
-        let cfg = LaunchConfig { grid_dim: grid, block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+        if tiles32 {
+            b.arg(rows as u32);
+        }
         // Rows r0..r0+rows exist; the tile holds rows x k values.
         b.run(cfg)?;
         drop(span);

@@ -737,7 +737,7 @@ impl<B: Backend> Harness<'_, B> {
     /// (k = 96, 288: rows only 2-, 4- or 8-byte aligned, and fewer blocks
     /// than a warp's lanes; every other check has rows of a multiple of 8
     /// blocks): plain matmuls at decode and prefill sizes, and embedding
-    /// tables. Run last, so that the random data of the checks before stays
+    /// tables; then Q4_0 and Q4_1 tables of whole super-blocks. Run last, so that the random data of the checks before stays
     /// as it was.
     fn block_rows(&mut self, dense_f32_tol: f32) -> Result<()> {
         let types = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0];
@@ -746,6 +746,11 @@ impl<B: Backend> Harness<'_, B> {
         }
         for dt in types {
             self.embedding_random(dt, 288, dense_f32_tol)?;
+        }
+        // Tables of rows of whole super-blocks, which a GPU may store in its
+        // GEMVs' tiles (Q8_0's: `embeddings`).
+        for dt in [DType::Q4_0, DType::Q4_1] {
+            self.embedding_random(dt, 512, dense_f32_tol)?;
         }
         Ok(())
     }

@@ -8,8 +8,10 @@
 //!
 //! For the GPU, Q4_K and Q6_K blocks are regrouped in tiles of 16 rows for
 //! the tensor-core GEMV ([`q4_k_tiles`], [`q6_k_tiles`]): the same bits,
-//! in the order a warp's loads read them.
+//! in the order a warp's loads read them; so are Q4_0, Q4_1 and Q8_0 rows
+//! of whole super-blocks ([`block32_tiles`]).
 
+use ferrite_core::DType;
 use rayon::prelude::*;
 
 /// Q5_0 blocks (22 bytes: d, qh, qs) as Q8_0 blocks (34 bytes: d, 32 x i8).
@@ -132,6 +134,75 @@ pub fn q4_k_tiles(src: &[u8], k: usize) -> Vec<u8> {
         for w in 0..32 {
             let to = q4_k_tile_word(rr, w);
             blk[to..to + 4].copy_from_slice(&b[16 + 4 * w..20 + 4 * w]);
+        }
+    })
+}
+
+/// Whether a GPU weight of 32-value blocks (Q4_0, Q4_1, Q8_0) with `k`
+/// values a row is stored in [`block32_tiles`] (rows of whole super-blocks
+/// of 256 values; other rows keep the file's blocks for the dp4a GEMVs).
+pub fn block32_tiled(q: DType, k: usize) -> bool {
+    matches!(q, DType::Q4_0 | DType::Q4_1 | DType::Q8_0) && k.is_multiple_of(256)
+}
+
+/// Bytes of one super-block column of a tile in [`block32_tiles`]: 16 rows
+/// of eight blocks.
+pub fn block32_tile_block(q: DType) -> usize {
+    16 * 8 * q.block_bytes()
+}
+
+/// Where value `v` (0..256) of row `rr` (0..16) of a [`block32_tiles`]
+/// column is: its byte and the shift of its bits (4-bit values: 0 or 4).
+/// Lane `4 (rr % 8) + (v % 16) / 4` holds values `v % 16 / 4 * 4 ..+ 4` and
+/// `+ 16` of rows `rr % 8` and `rr % 8 + 8` of one block (Q8_0) or of a pair
+/// of blocks (the 4-bit types: block 2j in the low nibbles, 2j + 1 in the
+/// high), in the register order of an `m16n8k32` fragment, one 16-byte
+/// load a lane and 512 contiguous bytes a warp per block or pair.
+pub fn block32_tile_value(q: DType, rr: usize, v: usize) -> (usize, u32) {
+    let (b, l) = (v / 32, v % 32);
+    let lane = 4 * (rr % 8) + l % 16 / 4;
+    let at = 16 * lane + 4 * (2 * (l / 16) + rr / 8) + l % 4;
+    match q {
+        DType::Q8_0 => (512 * b + at, 0),
+        _ => (512 * (b / 2) + at, 4 * (b % 2) as u32),
+    }
+}
+
+/// Offset in a [`block32_tiles`] column of the f16 d of block `b` (0..8) of
+/// row `rr`; Q4_1's m is 8 bytes after it. After the values, lane (g, i)'s
+/// 8 (16) bytes: blocks 2i and 2i + 1 of rows g, then of g + 8 (then their
+/// m), the scales its sums take at batch 1.
+pub fn block32_tile_head(q: DType, rr: usize, b: usize) -> usize {
+    let values = if q == DType::Q8_0 { 4096 } else { 2048 };
+    let stride = if q == DType::Q4_1 { 16 } else { 8 };
+    values + stride * (4 * (rr % 8) + b / 2) + 2 * (2 * (rr / 8) + b % 2)
+}
+
+/// Q4_0, Q4_1 or Q8_0 rows of `k` values (k % 256 == 0) regrouped in tiles
+/// of 16 rows for the tensor-core GEMV (kernels/gemv_tile.cu, `B32Tile`), as
+/// [`q4_k_tiles`] does Q4_K's: per tile, a column of
+/// [`block32_tile_block`] bytes per 256 values, the values
+/// ([`block32_tile_value`]) then the scales ([`block32_tile_head`]); the
+/// last tile's missing rows are zeros.
+pub fn block32_tiles(q: DType, src: &[u8], k: usize) -> Vec<u8> {
+    let bb = q.block_bytes();
+    regroup_in_tiles(src, k, 8 * bb, |blk, rr, blocks| {
+        for (b, block) in blocks.chunks_exact(bb).enumerate() {
+            let d = block32_tile_head(q, rr, b);
+            blk[d..d + 2].copy_from_slice(&block[..2]);
+            if q == DType::Q4_1 {
+                blk[d + 8..d + 10].copy_from_slice(&block[2..4]);
+            }
+            for l in 0..32 {
+                let (at, shift) = block32_tile_value(q, rr, 32 * b + l);
+                blk[at] |= match q {
+                    DType::Q8_0 => block[2 + l],
+                    _ => {
+                        let qs = &block[bb - 16..];
+                        (qs[l % 16] >> (4 * (l / 16)) & 0xF) << shift
+                    }
+                };
+            }
         }
     })
 }
@@ -261,6 +332,66 @@ mod tests {
                     assert_eq!(got, *w, "row {r} value {v}");
                 } else {
                     assert_eq!((blk[lo] >> ls & 0xF, blk[hi] >> hs & 3, d), (0, 0, 0.0));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn block32_tiles_hold_every_value_once() {
+        for q in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
+            let (bb, size) = (q.block_bytes(), super::block32_tile_block(q));
+            // Every (row, value) has its own bits; with the heads, every byte is used.
+            let mut seen = vec![0u8; size];
+            let bits = if q == DType::Q8_0 { 0xFF } else { 0xF };
+            for rr in 0..16 {
+                for v in 0..256 {
+                    let (at, shift) = super::block32_tile_value(q, rr, v);
+                    assert_eq!(seen[at] & (bits << shift), 0, "{q} row {rr} value {v}");
+                    seen[at] |= bits << shift;
+                }
+                for b in 0..8 {
+                    let d = super::block32_tile_head(q, rr, b);
+                    let heads = if q == DType::Q4_1 { [d, d + 8].to_vec() } else { vec![d] };
+                    for h in heads {
+                        assert!(seen[h..h + 2].iter().all(|&s| s == 0));
+                        seen[h..h + 2].fill(0xFF);
+                    }
+                }
+            }
+            assert!(seen.iter().all(|&b| b == 0xFF), "{q}");
+            // 21 rows of 512 values: two tiles, the second padded with zeros.
+            let (k, rows) = (512, 21);
+            let mut bytes = random_bytes(rows * 16 * bb);
+            for b in bytes.chunks_mut(bb) {
+                b[0..2].copy_from_slice(&half::f16::from_f32(0.013).to_le_bytes());
+                if q == DType::Q4_1 {
+                    b[2..4].copy_from_slice(&half::f16::from_f32(-0.07).to_le_bytes());
+                }
+            }
+            let out = super::block32_tiles(q, &bytes, k);
+            assert_eq!(out.len(), 2 * 16 * 2 * 8 * bb);
+            for r in 0..32 {
+                let mut want = vec![0f32; k];
+                if r < rows {
+                    dequantize_row(q, &bytes[r * 16 * bb..(r + 1) * 16 * bb], &mut want).unwrap();
+                }
+                for (v, w) in want.iter().enumerate() {
+                    let col = &out[((r / 16) * 2 + v / 256) * size..][..size];
+                    let (rr, v) = (r % 16, v % 256);
+                    let (at, shift) = super::block32_tile_value(q, rr, v);
+                    let h = super::block32_tile_head(q, rr, v / 32);
+                    let f16 = |o: usize| half::f16::from_le_bytes([col[o], col[o + 1]]).to_f32();
+                    let got = match q {
+                        DType::Q8_0 => f16(h) * col[at] as i8 as f32,
+                        DType::Q4_0 => f16(h) * ((col[at] >> shift & 0xF) as f32 - 8.0),
+                        _ => f16(h) * (col[at] >> shift & 0xF) as f32 + f16(h + 8),
+                    };
+                    if r < rows {
+                        assert_eq!(got, *w, "{q} row {r} value {v}");
+                    } else {
+                        assert_eq!((col[at] >> shift & 0xF, f16(h)), (0, 0.0));
+                    }
                 }
             }
         }

@@ -23,6 +23,9 @@ typedef unsigned char u8;
 #define T_Q4_K 5
 #define T_Q5_K 6
 #define T_Q6_K 7
+// Q4_0, Q4_1 and Q8_0 rows of whole super-blocks in tiles (`dq32_tiled`):
+// their code plus this (weight.rs `Storage::code_at`).
+#define T_TILED 8
 
 __device__ __forceinline__ float ld_f16(const u8* p) { return f16_to_f32(__ldg((const u16*)p)); }
 __device__ __forceinline__ float half_lo(u32 w) { return f16_to_f32((u16)(w & 0xffffu)); }
@@ -151,12 +154,45 @@ __device__ __forceinline__ void q6k_sub(const u8* w, u64 r, u32 nsb, u32 c, floa
     }
 }
 
+// Block c of row r of Q4_0, Q4_1 or Q8_0 rows of whole super-blocks, which
+// are stored in tiles of 16 rows (quant/repack.rs `block32_tiles`, read by
+// kernels/gemv_tile_b32.cu): in the column of super-block c / 8, row rr's
+// word i of the block (or of its pair, the 4-bit types: block 2j in the low
+// nibbles) in lane 4 (rr % 8) + i % 4's 16 bytes, word 2 (i / 4) + rr / 8;
+// after the values, lane 4 (rr % 8) + b / 2's scales of blocks b, b + 1.
+template <int T>
+__device__ __forceinline__ void dq32_tiled(const u8* base, u64 r, u64 row_bytes, u32 c, float* w) {
+    constexpr u32 bb = T == T_Q8_0 ? 34 : T == T_Q4_0 ? 18 : 20, values = T == T_Q8_0 ? 4096 : 2048;
+    const u8* col = base + (r >> 4) * 16 * row_bytes + (u64)(c >> 3) * (128 * bb);
+    const u32 g = r & 7, u = (r >> 3) & 1, b = c & 7;
+    const u8* h = col + values + (T == T_Q4_1 ? 16 : 8) * (4 * g + (b >> 1)) + 2 * (2 * u + (b & 1));
+    const float d = ld_f16(h);
+    const float m = T == T_Q4_0 ? -8.f * d : T == T_Q4_1 ? ld_f16(h + 8) : 0.f;
+    const u8* unit = col + 512 * (T == T_Q8_0 ? b : b >> 1);
+    const u32 shift = T == T_Q8_0 ? 0 : 4 * (b & 1);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            const u32 word = __ldg((const u32*)(unit + 16 * (4 * g + i) + 4 * (2 * half + u)));
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const u32 v = (word >> (8 * e)) & 0xffu;
+                w[16 * half + 4 * i + e] =
+                    T == T_Q8_0 ? (float)(signed char)v * d : (float)((v >> shift) & 0xfu) * d + m;
+            }
+        }
+    }
+}
+
 // Values c*32 .. c*32+31 of row r of weight `base` (rows of `row_bytes`;
 // k-quants: of `nsb` super-blocks).
 template <int T>
 __device__ __forceinline__ void dq32(const u8* base, u64 r, u64 row_bytes, u32 nsb, u32 c, float* w) {
     const u8* row = base + r * row_bytes;
-    if (T == T_Q4_0 || T == T_Q4_1) {
+    if constexpr (T >= T_TILED) {
+        dq32_tiled<T - T_TILED>(base, r, row_bytes, c, w);
+    } else if (T == T_Q4_0 || T == T_Q4_1) {
         const u8* b = row + (u64)c * (T == T_Q4_0 ? 18 : 20);
         const float d = ld_f16(b);
         const float m = T == T_Q4_0 ? -8.f * d : ld_f16(b + 2);
@@ -219,6 +255,9 @@ __device__ __forceinline__ void dq32_any(int t, const u8* base, u64 r, u64 rb, u
         case T_Q5_0: dq32<T_Q5_0>(base, r, rb, nsb, c, w); break;
         case T_Q5_1: dq32<T_Q5_1>(base, r, rb, nsb, c, w); break;
         case T_Q8_0: dq32<T_Q8_0>(base, r, rb, nsb, c, w); break;
+        case T_TILED + T_Q4_0: dq32<T_TILED + T_Q4_0>(base, r, rb, nsb, c, w); break;
+        case T_TILED + T_Q4_1: dq32<T_TILED + T_Q4_1>(base, r, rb, nsb, c, w); break;
+        case T_TILED + T_Q8_0: dq32<T_TILED + T_Q8_0>(base, r, rb, nsb, c, w); break;
         case T_Q4_K: dq32<T_Q4_K>(base, r, rb, nsb, c, w); break;
         case T_Q5_K: dq32<T_Q5_K>(base, r, rb, nsb, c, w); break;
         default: dq32<T_Q6_K>(base, r, rb, nsb, c, w); break;
@@ -254,9 +293,72 @@ extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_byt
         case T_Q5_0: dequant_tile<T_Q5_0>(w, out, row_bytes, k, r0); break;
         case T_Q5_1: dequant_tile<T_Q5_1>(w, out, row_bytes, k, r0); break;
         case T_Q8_0: dequant_tile<T_Q8_0>(w, out, row_bytes, k, r0); break;
+        case T_TILED + T_Q4_0: dequant_tile<T_TILED + T_Q4_0>(w, out, row_bytes, k, r0); break;
+        case T_TILED + T_Q4_1: dequant_tile<T_TILED + T_Q4_1>(w, out, row_bytes, k, r0); break;
+        case T_TILED + T_Q8_0: dequant_tile<T_TILED + T_Q8_0>(w, out, row_bytes, k, r0); break;
         case T_Q4_K: dequant_tile<T_Q4_K>(w, out, row_bytes, k, r0); break;
         case T_Q5_K: dequant_tile<T_Q5_K>(w, out, row_bytes, k, r0); break;
         default: dequant_tile<T_Q6_K>(w, out, row_bytes, k, r0); break;
+    }
+}
+
+// Rows r0 .. r0 + rows of tiled Q4_0, Q4_1 or Q8_0 rows (`dq32_tiled`'s
+// layout; t: the type's T code) to f16 [rows, k], as `dequant_f16` does
+// others: a warp per tile column, each lane's 16-byte loads (coalesced, as
+// the GEMV's) giving 8 values (16 for the 4-bit types) of rows g and g + 8.
+// (`dq32_tiled`, a thread a block, read half of each sector it touched:
+// prefill 4-9% slower than from the file's blocks.)
+template <int T>
+__device__ void dequant_tiled(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r0, u32 rows) {
+    constexpr u32 bb = T == T_Q8_0 ? 34 : T == T_Q4_0 ? 18 : 20, values = T == T_Q8_0 ? 4096 : 2048;
+    constexpr u32 units = values / 512, stride = T == T_Q4_1 ? 16 : 8;
+    const u32 lane = threadIdx.x & 31, g = lane >> 2, i = lane & 3, nsb = k / 256;
+    const u64 job = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const u64 tile = r0 / 16 + job / nsb, sb = job % nsb;
+    if (tile * 16 >= (u64)r0 + rows) return;
+    const u8* col = w + tile * 16 * row_bytes + sb * (128 * bb);
+#pragma unroll
+    for (u32 j = 0; j < units; j++) {
+        const uint4 v = __ldg((const uint4*)(col + 512 * j) + lane);
+        const u32 words[4] = {v.x, v.y, v.z, v.w};  // row g, row g + 8 (values 4i..), then both at 16 + 4i..
+#pragma unroll
+        for (u32 u = 0; u < 2; u++) {
+            const u64 r = tile * 16 + g + 8 * u;
+            if (r < r0 || r >= (u64)r0 + rows) continue;
+#pragma unroll
+            for (u32 h = 0; h < (T == T_Q8_0 ? 1u : 2u); h++) {  // the 4-bit types: block 2j, then 2j + 1
+                const u32 b = T == T_Q8_0 ? j : 2 * j + h;
+                const u8* hd = col + values + stride * (4 * g + (b >> 1)) + 2 * (2 * u + (b & 1));
+                const float d = ld_f16(hd), m = T == T_Q4_0 ? -8.f * d : T == T_Q4_1 ? ld_f16(hd + 8) : 0.f;
+                u16* o = out + (r - r0) * k + 256 * sb + 32 * b + 4 * i;
+#pragma unroll
+                for (u32 half = 0; half < 2; half++) {
+                    const u32 word = words[2 * half + u];
+                    u32 p[2];
+#pragma unroll
+                    for (u32 e = 0; e < 4; e += 2) {
+                        float f[2];
+#pragma unroll
+                        for (u32 q = 0; q < 2; q++) {
+                            const u32 byte = (word >> (8 * (e + q))) & 0xffu;
+                            f[q] = T == T_Q8_0 ? (float)(signed char)byte * d : (float)((byte >> (4 * h)) & 0xfu) * d + m;
+                        }
+                        p[e / 2] = (u32)f32_to_f16(f[0]) | ((u32)f32_to_f16(f[1]) << 16);
+                    }
+                    *(uint2*)(o + 16 * half) = make_uint2(p[0], p[1]);
+                }
+            }
+        }
+    }
+}
+
+extern "C" __global__ void dequant_f16_tiled(const u8* w, u16* out, int t, u64 row_bytes, u32 k, u32 r0, u32 rows) {
+    pdl_trigger();
+    pdl_wait();
+    switch (t) {
+        case T_TILED + T_Q4_0: dequant_tiled<T_Q4_0>(w, out, row_bytes, k, r0, rows); break;
+        case T_TILED + T_Q4_1: dequant_tiled<T_Q4_1>(w, out, row_bytes, k, r0, rows); break;
+        default: dequant_tiled<T_Q8_0>(w, out, row_bytes, k, r0, rows); break;
     }
 }
 
