@@ -124,7 +124,8 @@ fn main_checks(a: &GpuCheckArgs) -> Result<usize> {
         failed += compare_model(m, g, a.gpu)?;
     }
     // (Also Q4_K_M and Q8_0 weights in the batch-invariant mode: a lone
-    // row's GEMV on tiles is not a batch's in the default mode.)
+    // row's GEMV on tiles is not a batch's in the default mode; the Q8_0
+    // model's down projection, k = 1,536, is in tiles.)
     for (model, deterministic) in [(SMALL, false), (SMALL, true), (PERSISTENT, true), (SMALL_Q8, true)] {
         let inv = invariance(a.gpu, model, deterministic)?;
         let mode = match (deterministic, model) {

@@ -15,8 +15,8 @@ const COMMON: &str = include_str!("kernels/common.cuh");
 /// needs the wgmma wrappers (kernels/wgmma.cuh) in front and its decode
 /// kernel on tensor cores follows (kernels/attention_rows_mma.cu); the
 /// block-type kernels end with the tensor-core GEMVs (kernels/gemv_tile.cu,
-/// then kernels/gemv_tile_b32.cu for the 32-value blocks), whose q/k/v launches need the RoPE epilogue (kernels/rope_kv.cuh), and the
-/// persistent decode kernel that runs them (kernels/decode_layers.cu); both
+/// then kernels/gemv_tile_b32.cu for the 32-value blocks), whose q/k/v
+/// launches need the RoPE epilogue (kernels/rope_kv.cuh), and the persistent decode kernel that runs them (kernels/decode_layers.cu); both
 /// modules quantize GEMV inputs (kernels/quantize_x8.cuh).
 pub const MODULES: &[(&str, &str)] = &[
     ("ops", include_str!("kernels/ops.cu")),

@@ -1,8 +1,8 @@
 //! Decode-sized matmuls (up to 8 input rows a launch) on our memory-bound
 //! kernels: kernels/gemv.cu for 16-bit weights, which read the f32 input as
 //! it is, and kernels/quant.cu for GGUF blocks, which read it quantized to 8
-//! bits (`quantize_x8`; `quantize_x8_sb` for the Q4_K and Q6_K tensor-core
-//! kernels).
+//! bits (`quantize_x8`; `quantize_x8_sb` for the tensor-core kernels of
+//! tiled weights, `tiled`).
 //! Both add their sums to the output instead of writing them where asked (`matmul_add`: the residual add). At batch 1 the
 //! block GEMVs also fuse the RMS norm of their input (`norm_matmul_*`): the
 //! quantization multiplies by the norm's weights and sums each group's
@@ -649,7 +649,8 @@ fn gemv_in(
     if tiles && ws[0].rows == 0 {
         return Err(Error::Shape(format!("gemv {}: no rows", ws[0].name)));
     }
-    if rkv.is_some() && !(tiles && n == 1 && ws.len() == 3) {
+    let k_quant = matches!(ws[0].storage, Storage::Quant(DType::Q4K | DType::Q6K));
+    if rkv.is_some() && !(k_quant && n == 1 && ws.len() == 3) {
         return Err(Error::Shape(format!(
             "gemv {}: RoPE in the epilogue needs Q4_K or Q6_K q/k/v, one row",
             ws[0].name

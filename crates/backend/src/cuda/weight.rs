@@ -446,7 +446,8 @@ fn gemm_quant(
     let (n, k, m) = (x.rows, x.cols, w.rows);
     let s = &dev.stream;
     let tile_rows = (DEQUANT_TILE / k).clamp(1, m.min(DEQUANT_ROWS));
-    // SAFETY: each tile is fully written by `dequant_f16` before the GEMM reads it.
+    // SAFETY: each tile is fully written by `dequant_f16` (or
+    // `dequant_f16_tiled`) before the GEMM reads it.
     let mut tile = unsafe { dev.alloc::<u16>(tile_rows * k) }.map_err(|e| device_err("alloc", e))?;
     let row_bytes = w.row_bytes();
     let (code, k32) = (w.storage.code_at(k), k as u32);

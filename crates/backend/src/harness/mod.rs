@@ -737,8 +737,11 @@ impl<B: Backend> Harness<'_, B> {
     /// (k = 96, 288: rows only 2-, 4- or 8-byte aligned, and fewer blocks
     /// than a warp's lanes; every other check has rows of a multiple of 8
     /// blocks): plain matmuls at decode and prefill sizes, and embedding
-    /// tables; then Q4_0 and Q4_1 tables of whole super-blocks. Run last, so that the random data of the checks before stays
-    /// as it was.
+    /// tables; then Q4_0 and Q4_1 tables of whole super-blocks, and a
+    /// prefill matmul with more rows than one pass of a GPU's dequantized
+    /// tiles holds (32 Mi values: 10,922 rows of 3,072), so that a pass
+    /// starts inside a tile of 16 rows. Run last, so that the random data of
+    /// the checks before stays as it was.
     fn block_rows(&mut self, dense_f32_tol: f32) -> Result<()> {
         let types = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0];
         for (&shape, dt) in [(1, 37, 96), (3, 40, 288), (40, 33, 288)].iter().flat_map(|s| types.map(|t| (s, t))) {
@@ -752,7 +755,7 @@ impl<B: Backend> Harness<'_, B> {
         for dt in [DType::Q4_0, DType::Q4_1] {
             self.embedding_random(dt, 512, dense_f32_tol)?;
         }
-        Ok(())
+        self.matmul_random(DType::Q4_0, (9, 11_000, 3072), dense_f32_tol)
     }
 }
 

@@ -179,7 +179,7 @@ pub fn block32_tile_head(q: DType, rr: usize, b: usize) -> usize {
 }
 
 /// Q4_0, Q4_1 or Q8_0 rows of `k` values (k % 256 == 0) regrouped in tiles
-/// of 16 rows for the tensor-core GEMV (kernels/gemv_tile.cu, `B32Tile`), as
+/// of 16 rows for the tensor-core GEMV (kernels/gemv_tile_b32.cu, `B32Tile`), as
 /// [`q4_k_tiles`] does Q4_K's: per tile, a column of
 /// [`block32_tile_block`] bytes per 256 values, the values
 /// ([`block32_tile_value`]) then the scales ([`block32_tile_head`]); the

@@ -328,7 +328,8 @@ __device__ __forceinline__ void q6k_step_bd(const Q6kW& w, uint2 x, uint4 h0, u3
     acc[2] += step * db * __int2float_rn(sum[1]);
 }
 
-// The two tensor-core GEMVs' weight types, for `gemv_tile_body`: bytes per
+// The k-quant tensor-core GEMVs' weight types (the 32-value blocks':
+// gemv_tile_b32.cu `B32Tile`), for `gemv_tile_body`: bytes per
 // tile super-block, the lane's weights, their loads and their step (`sums`:
 // whether it reads the input's sums, `bsums`).
 struct Q4kTile {

@@ -1,5 +1,5 @@
-// GGUF quantized weights read in place: every kernel here sees a weight as
-// its stored blocks. The unit of work is a chunk of 32 consecutive values of
+// GGUF quantized weights read in place: the kernels here see a weight as
+// its stored blocks (but for tiles, below). The unit of work is a chunk of 32 consecutive values of
 // a row (one Q4_0..Q8_0 block, or one eighth of a k-quant super-block), each
 // with its own scale, so a warp's lanes take adjacent chunks and together
 // read whole contiguous blocks (the decode GEMV's k-quant unit is a "piece"
@@ -8,10 +8,12 @@
 // Type codes match `quant_code` on the host. Blocks of 18, 22 and 34 bytes
 // are only 2-byte aligned: the 32-value blocks' multi-byte fields are read
 // as halves (`blk_halves`) or, in the dp4a GEMVs, as the aligned words
-// around them, shifted (`blk_words`). Q4_K
-// and Q6_K rows are regrouped at upload in tiles of 16 (quant/repack.rs,
-// `q4_k_tiles`, `q6_k_tiles`; see `q4k_sub`, `q6k_sub`) for the tensor-core
-// GEMVs (kernels/gemv_tile.cu, compiled after this file).
+// around them, shifted (`blk_words`). Q4_K and Q6_K rows, and Q4_0, Q4_1
+// and Q8_0 rows of whole super-blocks, are regrouped at upload in tiles of
+// 16 (quant/repack.rs `q4_k_tiles`, `q6_k_tiles`, `block32_tiles`; read here
+// by `q4k_sub`, `q6k_sub`, `dq32_tiled`, `dequant_tiled`) for the
+// tensor-core GEMVs (kernels/gemv_tile.cu and gemv_tile_b32.cu, compiled
+// after this file).
 
 typedef unsigned char u8;
 
@@ -159,7 +161,8 @@ __device__ __forceinline__ void q6k_sub(const u8* w, u64 r, u32 nsb, u32 c, floa
 // kernels/gemv_tile_b32.cu): in the column of super-block c / 8, row rr's
 // word i of the block (or of its pair, the 4-bit types: block 2j in the low
 // nibbles) in lane 4 (rr % 8) + i % 4's 16 bytes, word 2 (i / 4) + rr / 8;
-// after the values, lane 4 (rr % 8) + b / 2's scales of blocks b, b + 1.
+// after the values, lane 4 (rr % 8) + b / 2's scales of its blocks 2 (b / 2)
+// and 2 (b / 2) + 1.
 template <int T>
 __device__ __forceinline__ void dq32_tiled(const u8* base, u64 r, u64 row_bytes, u32 c, float* w) {
     constexpr u32 bb = T == T_Q8_0 ? 34 : T == T_Q4_0 ? 18 : 20, values = T == T_Q8_0 ? 4096 : 2048;
@@ -293,9 +296,6 @@ extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_byt
         case T_Q5_0: dequant_tile<T_Q5_0>(w, out, row_bytes, k, r0); break;
         case T_Q5_1: dequant_tile<T_Q5_1>(w, out, row_bytes, k, r0); break;
         case T_Q8_0: dequant_tile<T_Q8_0>(w, out, row_bytes, k, r0); break;
-        case T_TILED + T_Q4_0: dequant_tile<T_TILED + T_Q4_0>(w, out, row_bytes, k, r0); break;
-        case T_TILED + T_Q4_1: dequant_tile<T_TILED + T_Q4_1>(w, out, row_bytes, k, r0); break;
-        case T_TILED + T_Q8_0: dequant_tile<T_TILED + T_Q8_0>(w, out, row_bytes, k, r0); break;
         case T_Q4_K: dequant_tile<T_Q4_K>(w, out, row_bytes, k, r0); break;
         case T_Q5_K: dequant_tile<T_Q5_K>(w, out, row_bytes, k, r0); break;
         default: dequant_tile<T_Q6_K>(w, out, row_bytes, k, r0); break;
@@ -395,8 +395,9 @@ extern "C" __global__ void embedding_q(const u8* w, const u32* ids, const u32* p
 // of piece 2p + h, e < 16). One 16-byte load per lane then brings a warp 512
 // weight bytes, contiguous per super-block, each read once (a sub-block per
 // lane read every byte twice and kept L1 busy). The input is quantized in piece order for
-// it (`kperm`), so a lane's 32 inputs are contiguous as well. (Q4_K and
-// Q6_K have tensor-core kernels of their own, kernels/gemv_tile.cu.)
+// it (`kperm`), so a lane's 32 inputs are contiguous as well. (Tiled
+// weights have tensor-core kernels of their own, kernels/gemv_tile.cu and
+// gemv_tile_b32.cu.)
 
 // The input (`quantize_group`, kernels/quantize_x8.cuh), a warp per group.
 // Launched with programmatic dependent launch: it lets the GEMV after it in

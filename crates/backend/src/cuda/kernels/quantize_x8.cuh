@@ -122,7 +122,7 @@ __device__ __forceinline__ void quantize_sb(u64 g, u32 lane, const float* x, sig
 
 // Where a kernel also writes its output as a quantized GEMV's input: the
 // 8-bit values and their metadata in `order` (gemv.rs `input_order`: 0
-// groups of 32 in place, 1 in k-quant piece order, 2 Q4_K's super-blocks);
+// groups of 32 in place, 1 in k-quant piece order, 2 the tiles' super-blocks);
 // a null `xq`: not at all.
 struct X8Out {
     signed char* xq;
