@@ -451,8 +451,8 @@ fn gemm_quant(
     let mut tile = unsafe { dev.alloc::<u16>(tile_rows * k) }.map_err(|e| device_err("alloc", e))?;
     let row_bytes = w.row_bytes();
     let (code, k32) = (w.storage.code_at(k), k as u32);
-    // Tiled 32-value blocks: `dequant_f16_tiled`.
-    let tiles32 = code != w.storage.code();
+    // Tiled 32-value blocks: `dequant_f16_tiled` (`FERRITE_CUDA_DEQUANT_TILED`).
+    let tiles32 = code != w.storage.code() && ferrite_core::env::cuda_dequant_tiled();
     for r0 in (0..m).step_by(tile_rows) {
         let rows = (m - r0).min(tile_rows);
         let r0_32 = r0 as u32;

@@ -296,6 +296,10 @@ extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_byt
         case T_Q5_0: dequant_tile<T_Q5_0>(w, out, row_bytes, k, r0); break;
         case T_Q5_1: dequant_tile<T_Q5_1>(w, out, row_bytes, k, r0); break;
         case T_Q8_0: dequant_tile<T_Q8_0>(w, out, row_bytes, k, r0); break;
+        // (Tiles a block a thread: `dequant_f16_tiled` reads them coalesced.)
+        case T_TILED + T_Q4_0: dequant_tile<T_TILED + T_Q4_0>(w, out, row_bytes, k, r0); break;
+        case T_TILED + T_Q4_1: dequant_tile<T_TILED + T_Q4_1>(w, out, row_bytes, k, r0); break;
+        case T_TILED + T_Q8_0: dequant_tile<T_TILED + T_Q8_0>(w, out, row_bytes, k, r0); break;
         case T_Q4_K: dequant_tile<T_Q4_K>(w, out, row_bytes, k, r0); break;
         case T_Q5_K: dequant_tile<T_Q5_K>(w, out, row_bytes, k, r0); break;
         default: dequant_tile<T_Q6_K>(w, out, row_bytes, k, r0); break;
