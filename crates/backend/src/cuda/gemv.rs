@@ -308,7 +308,9 @@ fn tile_stem(st: Storage) -> &'static str {
         Storage::Quant(DType::Q6K) => "q6_k",
         Storage::Quant(DType::Q4_0) => "q4_0t",
         Storage::Quant(DType::Q4_1) => "q4_1t",
-        _ => "q8_0t",
+        Storage::Quant(DType::Q8_0) => "q8_0t",
+        // (Not `tiled`: no kernel has this name, so a launch fails loudly.)
+        _ => "untiled",
     }
 }
 
