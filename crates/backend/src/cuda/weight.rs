@@ -43,13 +43,10 @@ impl Storage {
     }
     /// The code of a weight of this storage, `k` values a row, for the
     /// kernels that read its blocks (kernels/quant.cu `dq32`): tiled rows of
-    /// 32-value blocks (`tiled`) add `T_TILED` (8).
+    /// 32-value blocks (`b32_tiled`) add `T_TILED` (8).
     pub fn code_at(self, k: usize) -> i32 {
         const T_TILED: i32 = 8;
-        match self {
-            Storage::Quant(q) if !matches!(q, DType::Q4K | DType::Q6K) && tiled(self, k) => self.code() + T_TILED,
-            _ => self.code(),
-        }
+        self.code() + if b32_tiled(self, k) { T_TILED } else { 0 }
     }
     /// The type a GEMM reads: blocks are dequantized to f16 first.
     fn cuda_type(self) -> cudaDataType {
@@ -75,11 +72,14 @@ impl Storage {
 /// whole super-blocks (`repack::block32_tiled`) unless
 /// `FERRITE_CUDA_B32_TILES=0`.
 pub fn tiled(st: Storage, k: usize) -> bool {
-    match st {
-        Storage::Quant(DType::Q4K | DType::Q6K) => true,
-        Storage::Quant(q) => ferrite_core::env::cuda_b32_tiles() && crate::quant::repack::block32_tiled(q, k),
-        _ => false,
-    }
+    matches!(st, Storage::Quant(DType::Q4K | DType::Q6K)) || b32_tiled(st, k)
+}
+
+/// Whether `tiled` holds for 32-value blocks (their tiles: kernels/quant.cu
+/// `B32Layout`).
+fn b32_tiled(st: Storage, k: usize) -> bool {
+    let Storage::Quant(q) = st else { return false };
+    ferrite_core::env::cuda_b32_tiles() && crate::quant::repack::block32_tiled(q, k)
 }
 
 /// kernels/quant.cu's code (T_*) of a block type, and the kernel-name stem.
@@ -452,25 +452,22 @@ fn gemm_quant(
     let row_bytes = w.row_bytes();
     let (code, k32) = (w.storage.code_at(k), k as u32);
     // Tiled 32-value blocks: `dequant_f16_tiled` (`FERRITE_CUDA_DEQUANT_TILED`).
-    let tiles32 = code != w.storage.code() && ferrite_core::env::cuda_dequant_tiled();
+    let tiles32 = b32_tiled(w.storage, k) && ferrite_core::env::cuda_dequant_tiled();
     for r0 in (0..m).step_by(tile_rows) {
         let rows = (m - r0).min(tile_rows);
         let r0_32 = r0 as u32;
         let span = super::profile::span(s, "  dequant_f16");
-        let cfg = if tiles32 {
+        let (name, cfg) = if tiles32 {
             // A warp per tile column of the tiles holding these rows.
             let tiles = (r0 + rows).div_ceil(16) - r0 / 16;
-            LaunchConfig {
-                grid_dim: ((tiles * k / 256).div_ceil(8) as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
-            }
+            let grid = ((tiles * k / 256).div_ceil(8) as u32, 1, 1);
+            ("dequant_f16_tiled", LaunchConfig { grid_dim: grid, block_dim: (256, 1, 1), shared_mem_bytes: 0 })
         } else {
             // A block row per weight row, a thread per 32 values.
             let grid = ((k / 32).div_ceil(128) as u32, rows as u32, 1);
-            LaunchConfig { grid_dim: grid, block_dim: (128, 1, 1), shared_mem_bytes: 0 }
+            ("dequant_f16", LaunchConfig { grid_dim: grid, block_dim: (128, 1, 1), shared_mem_bytes: 0 })
         };
-        let mut b = dev.launch(if tiles32 { "dequant_f16_tiled" } else { "dequant_f16" });
+        let mut b = dev.launch(name);
         b.arg(&w.data).arg(&mut tile).arg(code).arg(row_bytes).arg(k32).arg(r0_32);
         if tiles32 {
             b.arg(rows as u32);

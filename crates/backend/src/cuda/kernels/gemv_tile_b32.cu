@@ -1,6 +1,7 @@
 // The decode GEMVs on tensor cores for Q4_0, Q4_1 and Q8_0 rows of whole
 // super-blocks (k % 256 == 0), regrouped in tiles of 16 rows at upload
-// (quant/repack.rs `block32_tiles`); compiled after gemv_tile.cu, whose
+// (quant/repack.rs `block32_tiles`, kernels/quant.cu `B32Layout`);
+// compiled after gemv_tile.cu, whose
 // body (`gemv_tile_body`), batch-1 lane constants (`BdLane`) and mma they
 // use, with the same input (`quantize_x8_sb`). As for Q4_K, one mma.sync
 // m16n8k32 multiplies 16 rows by 32 values: one block for Q8_0 (s8), a pair
@@ -18,14 +19,6 @@ __device__ __forceinline__ void mma_s8s8_acc(u32 a0, u32 a1, u32 a2, u32 a3, u32
         : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-
-template <int T>
-struct B32Layout {
-    static constexpr u32 units = T == T_Q8_0 ? 8 : 4;             // 16-byte loads of values a lane
-    static constexpr u32 values = 512 * units;                     // bytes of values a tile column
-    static constexpr u32 stride = T == T_Q4_1 ? 16 : 8;            // bytes of scales a lane
-    static constexpr u32 block = values + 32 * stride;             // bytes a tile column
-};
 
 // A lane's weights of one tile column: its values (word i of rows g and
 // g + 8, then word 4 + i of both, per block or pair) and scales. At batch 1

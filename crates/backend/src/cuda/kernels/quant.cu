@@ -156,21 +156,45 @@ __device__ __forceinline__ void q6k_sub(const u8* w, u64 r, u32 nsb, u32 c, floa
     }
 }
 
-// Block c of row r of Q4_0, Q4_1 or Q8_0 rows of whole super-blocks, which
-// are stored in tiles of 16 rows (quant/repack.rs `block32_tiles`, read by
-// kernels/gemv_tile_b32.cu): in the column of super-block c / 8, row rr's
-// word i of the block (or of its pair, the 4-bit types: block 2j in the low
-// nibbles) in lane 4 (rr % 8) + i % 4's 16 bytes, word 2 (i / 4) + rr / 8;
-// after the values, lane 4 (rr % 8) + b / 2's scales of its blocks 2 (b / 2)
-// and 2 (b / 2) + 1.
+// Q4_0, Q4_1 or Q8_0 rows of whole super-blocks, stored in tiles of 16
+// rows (quant/repack.rs `block32_tiles`; read here by `dq32_tiled` and
+// `dequant_tiled`, by the GEMVs in kernels/gemv_tile_b32.cu): per tile, a
+// column of `block` bytes per super-block. In a column, row rr's word i of
+// block b (or of its pair, the 4-bit types: block 2j in the low nibbles,
+// 2j + 1 in the high) is in unit b (b / 2), lane 4 (rr % 8) + i % 4's 16
+// bytes, word 2 (i / 4) + rr / 8; after the values, lane 4 (rr % 8) + b / 2's
+// scales of its blocks 2 (b / 2) and 2 (b / 2) + 1 (`b32_head`).
+template <int T>
+struct B32Layout {
+    static constexpr u32 units = T == T_Q8_0 ? 8 : 4;  // 16-byte loads of values a lane
+    static constexpr u32 values = 512 * units;          // bytes of values a tile column
+    static constexpr u32 stride = T == T_Q4_1 ? 16 : 8; // bytes of scales a lane
+    static constexpr u32 block = values + 32 * stride;  // bytes a tile column
+};
+// Block b's d (f16) of row g + 8 u in tile column `col`; Q4_1's m 8 bytes on.
+template <int T>
+__device__ __forceinline__ const u8* b32_head(const u8* col, u32 g, u32 u, u32 b) {
+    using L = B32Layout<T>;
+    return col + L::values + L::stride * (4 * g + (b >> 1)) + 2 * (2 * u + (b & 1));
+}
+// Byte v of a tile's values as the weight (4-bit types: the nibble at shift).
+template <int T>
+__device__ __forceinline__ float b32_value(u32 v, u32 shift, float d, float m) {
+    return T == T_Q8_0 ? (float)(signed char)v * d : (float)((v >> shift) & 0xfu) * d + m;
+}
+// d and the offset (Q4_0: -8 d; Q4_1: m) of a block whose d is at h.
+template <int T>
+__device__ __forceinline__ float2 b32_scale(const u8* h) {
+    const float d = ld_f16(h);
+    return make_float2(d, T == T_Q4_0 ? -8.f * d : T == T_Q4_1 ? ld_f16(h + 8) : 0.f);
+}
+
+// Block c of row r of tiled rows.
 template <int T>
 __device__ __forceinline__ void dq32_tiled(const u8* base, u64 r, u64 row_bytes, u32 c, float* w) {
-    constexpr u32 bb = T == T_Q8_0 ? 34 : T == T_Q4_0 ? 18 : 20, values = T == T_Q8_0 ? 4096 : 2048;
-    const u8* col = base + (r >> 4) * 16 * row_bytes + (u64)(c >> 3) * (128 * bb);
+    const u8* col = base + (r >> 4) * 16 * row_bytes + (u64)(c >> 3) * B32Layout<T>::block;
     const u32 g = r & 7, u = (r >> 3) & 1, b = c & 7;
-    const u8* h = col + values + (T == T_Q4_1 ? 16 : 8) * (4 * g + (b >> 1)) + 2 * (2 * u + (b & 1));
-    const float d = ld_f16(h);
-    const float m = T == T_Q4_0 ? -8.f * d : T == T_Q4_1 ? ld_f16(h + 8) : 0.f;
+    const float2 s = b32_scale<T>(b32_head<T>(col, g, u, b));
     const u8* unit = col + 512 * (T == T_Q8_0 ? b : b >> 1);
     const u32 shift = T == T_Q8_0 ? 0 : 4 * (b & 1);
 #pragma unroll
@@ -179,11 +203,8 @@ __device__ __forceinline__ void dq32_tiled(const u8* base, u64 r, u64 row_bytes,
         for (int half = 0; half < 2; half++) {
             const u32 word = __ldg((const u32*)(unit + 16 * (4 * g + i) + 4 * (2 * half + u)));
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const u32 v = (word >> (8 * e)) & 0xffu;
-                w[16 * half + 4 * i + e] =
-                    T == T_Q8_0 ? (float)(signed char)v * d : (float)((v >> shift) & 0xfu) * d + m;
-            }
+            for (int e = 0; e < 4; e++)
+                w[16 * half + 4 * i + e] = b32_value<T>((word >> (8 * e)) & 0xffu, shift, s.x, s.y);
         }
     }
 }
@@ -315,15 +336,14 @@ extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_byt
 // 8-13% faster than them on the H200.)
 template <int T>
 __device__ void dequant_tiled(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r0, u32 rows) {
-    constexpr u32 bb = T == T_Q8_0 ? 34 : T == T_Q4_0 ? 18 : 20, values = T == T_Q8_0 ? 4096 : 2048;
-    constexpr u32 units = values / 512, stride = T == T_Q4_1 ? 16 : 8;
+    using L = B32Layout<T>;
     const u32 lane = threadIdx.x & 31, g = lane >> 2, i = lane & 3, nsb = k / 256;
     const u64 job = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const u64 tile = r0 / 16 + job / nsb, sb = job % nsb;
     if (tile * 16 >= (u64)r0 + rows) return;
-    const u8* col = w + tile * 16 * row_bytes + sb * (128 * bb);
+    const u8* col = w + tile * 16 * row_bytes + sb * L::block;
 #pragma unroll
-    for (u32 j = 0; j < units; j++) {
+    for (u32 j = 0; j < L::units; j++) {
         const uint4 v = __ldg((const uint4*)(col + 512 * j) + lane);
         const u32 words[4] = {v.x, v.y, v.z, v.w};  // row g, row g + 8 (values 4i..), then both at 16 + 4i..
 #pragma unroll
@@ -333,8 +353,7 @@ __device__ void dequant_tiled(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r
 #pragma unroll
             for (u32 h = 0; h < (T == T_Q8_0 ? 1u : 2u); h++) {  // the 4-bit types: block 2j, then 2j + 1
                 const u32 b = T == T_Q8_0 ? j : 2 * j + h;
-                const u8* hd = col + values + stride * (4 * g + (b >> 1)) + 2 * (2 * u + (b & 1));
-                const float d = ld_f16(hd), m = T == T_Q4_0 ? -8.f * d : T == T_Q4_1 ? ld_f16(hd + 8) : 0.f;
+                const float2 s = b32_scale<T>(b32_head<T>(col, g, u, b));
                 u16* o = out + (r - r0) * k + 256 * sb + 32 * b + 4 * i;
 #pragma unroll
                 for (u32 half = 0; half < 2; half++) {
@@ -342,13 +361,9 @@ __device__ void dequant_tiled(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r
                     u32 p[2];
 #pragma unroll
                     for (u32 e = 0; e < 4; e += 2) {
-                        float f[2];
-#pragma unroll
-                        for (u32 q = 0; q < 2; q++) {
-                            const u32 byte = (word >> (8 * (e + q))) & 0xffu;
-                            f[q] = T == T_Q8_0 ? (float)(signed char)byte * d : (float)((byte >> (4 * h)) & 0xfu) * d + m;
-                        }
-                        p[e / 2] = (u32)f32_to_f16(f[0]) | ((u32)f32_to_f16(f[1]) << 16);
+                        const float f0 = b32_value<T>((word >> (8 * e)) & 0xffu, 4 * h, s.x, s.y);
+                        const float f1 = b32_value<T>((word >> (8 * e + 8)) & 0xffu, 4 * h, s.x, s.y);
+                        p[e / 2] = (u32)f32_to_f16(f0) | ((u32)f32_to_f16(f1) << 16);
                     }
                     *(uint2*)(o + 16 * half) = make_uint2(p[0], p[1]);
                 }
