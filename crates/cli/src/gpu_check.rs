@@ -123,13 +123,15 @@ fn main_checks(a: &GpuCheckArgs) -> Result<usize> {
     for (m, g) in a.model.iter().zip(&a.golden) {
         failed += compare_model(m, g, a.gpu)?;
     }
-    // (Also Q4_K_M and Q8_0 weights in the batch-invariant mode: a lone
-    // row's GEMV on tiles is not a batch's in the default mode; the Q8_0
-    // model's down projection, k = 1,536, is in tiles.)
-    for (model, deterministic) in [(SMALL, false), (SMALL, true), (PERSISTENT, true), (SMALL_Q8, true)] {
+    // (Also Q4_K_M, Q5_K_M and Q8_0 weights in the batch-invariant mode: a
+    // lone row's GEMV on tiles is not a batch's in the default mode; the
+    // Q8_0 model's down projection, k = 1,536, is in tiles.)
+    let runs = [(SMALL, false), (SMALL, true), (PERSISTENT, true), (Q5_K_M, true), (SMALL_Q8, true)];
+    for (model, deterministic) in runs {
         let inv = invariance(a.gpu, model, deterministic)?;
         let mode = match (deterministic, model) {
             (true, PERSISTENT) => "--deterministic, Q4_K_M",
+            (true, Q5_K_M) => "--deterministic, Q5_K_M",
             (true, SMALL_Q8) => "--deterministic, Q8_0",
             (true, _) => "--deterministic",
             _ => "default",
@@ -269,6 +271,8 @@ struct Invariance {
 /// Q8_0 blocks.
 const SMALL: &str = "random:smollm2-135m";
 const SMALL_Q8: &str = "random:smollm2-135m:q8_0";
+/// A model of Q5_K tiles with Q6_K v and down projections in some layers.
+const Q5_K_M: &str = "random:llama-3.2-1b:q5_k_m";
 
 /// Greedy decoding of random prompts, batched (host picks, then device
 /// picks) against one at a time, on a random-weight model.

@@ -289,6 +289,16 @@ pub fn cuda_b32_tiles() -> bool {
     *ON.get_or_init(|| on_unless_zero("FERRITE_CUDA_B32_TILES"))
 }
 
+/// `FERRITE_CUDA_Q5K_TILES=0`: Q5_K weights keep the file's blocks on the
+/// GPU and decode on the dp4a GEMV, instead of tiles of 16 rows on the
+/// tensor cores (kernels/gemv_tile.cu `Q5kTile`); for comparison.
+pub fn cuda_q5k_tiles() -> bool {
+    use std::sync::OnceLock;
+    // (Read once: a weight's layout and its kernels must agree.)
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| on_unless_zero("FERRITE_CUDA_Q5K_TILES"))
+}
+
 /// `FERRITE_CUDA_DEQUANT_TILED=0`: prefill dequantizes tiled Q4_0, Q4_1
 /// and Q8_0 weights a block a thread (`dequant_f16`), instead of a warp per
 /// tile column with the GEMV's coalesced loads (`dequant_f16_tiled`: Q8_0

@@ -40,9 +40,10 @@ pub struct RandomCheckpoint {
 enum QuantMix {
     /// Every matrix in one type.
     All(DType),
-    /// llama.cpp's Q4_K_M mix: Q4_K, with Q6_K for the output matrix and for
-    /// attn_v and ffn_down in the layers it gives more bits.
-    Q4KM,
+    /// llama.cpp's Q4_K_M (Q4_K) or Q5_K_M (Q5_K) mix: that type, with Q6_K
+    /// for the output matrix and for attn_v and ffn_down in the layers it
+    /// gives more bits.
+    KMedium(DType),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -55,7 +56,8 @@ enum Kind {
 impl RandomCheckpoint {
     /// A preset by name (see [`PRESETS`]), with bf16 matrices, or
     /// `PRESET:TYPE` with matrices of TYPE: f32, f16, bf16, a GGUF block type
-    /// (q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k) or the q4_k_m mix.
+    /// (q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k) or the q4_k_m or
+    /// q5_k_m mix.
     pub fn preset(spec: &str) -> Result<RandomCheckpoint> {
         let (name, ty) = spec.split_once(':').map_or((spec, None), |(n, t)| (n, Some(t)));
         let (preset, config) =
@@ -67,12 +69,13 @@ impl RandomCheckpoint {
         let ck = RandomCheckpoint { preset, path, config, dtype: DType::BF16, quant: None, lm };
         let mut ck = match ty.map(|t| t.to_ascii_lowercase()) {
             None => Ok(ck),
-            Some(t) if t == "q4_k_m" => Ok(RandomCheckpoint { quant: Some(QuantMix::Q4KM), ..ck }),
+            Some(t) if t == "q4_k_m" => Ok(RandomCheckpoint { quant: Some(QuantMix::KMedium(DType::Q4K)), ..ck }),
+            Some(t) if t == "q5_k_m" => Ok(RandomCheckpoint { quant: Some(QuantMix::KMedium(DType::Q5K)), ..ck }),
             Some(t) => match DType::from_name(&t) {
                 Some(d) if d.is_quantized() => Ok(RandomCheckpoint { quant: Some(QuantMix::All(d)), ..ck }),
                 Some(d) => ck.with_dtype(d),
                 None => Err(Error::InvalidInput(format!(
-                    "unknown weight type {t:?} in random:{spec} (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k or q4_k_m)"
+                    "unknown weight type {t:?} in random:{spec} (f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, q4_k_m or q5_k_m)"
                 ))),
             },
         }?;
@@ -104,7 +107,7 @@ impl RandomCheckpoint {
         match self.quant {
             None => self.dtype,
             Some(QuantMix::All(d)) => d,
-            Some(QuantMix::Q4KM) => {
+            Some(QuantMix::KMedium(base)) => {
                 let n = self.lm.n_layers;
                 let layer = name.strip_prefix("blk.").and_then(|r| r.split_once('.')).and_then(|(l, _)| l.parse().ok());
                 // llama.cpp's use_more_bits: the first and last eighth, and every third between.
@@ -115,7 +118,7 @@ impl RandomCheckpoint {
                 if wide {
                     DType::Q6K
                 } else {
-                    DType::Q4K
+                    base
                 }
             }
         }
@@ -380,7 +383,7 @@ mod tests {
     }
 
     #[test]
-    fn q4_k_m_mix_follows_llama_cpp() {
+    fn k_quant_mixes_follow_llama_cpp() {
         let ck = RandomCheckpoint::preset("llama-3.1-8b:q4_k_m").unwrap();
         let ty = |n: &str| ck.dtype_of(n).unwrap();
         assert_eq!(ty("blk.0.attn_v.weight"), DType::Q6K);
@@ -392,6 +395,14 @@ mod tests {
         // Published Llama-3.1-8B Q4_K_M files are 4.92 GB.
         let bytes = Checkpoint::Random(ck).device_bytes();
         assert!((4_700_000_000..5_100_000_000).contains(&bytes), "{bytes}");
+        let q5 = RandomCheckpoint::preset("llama-3.1-8b:q5_k_m").unwrap();
+        let ty = |n: &str| q5.dtype_of(n).unwrap();
+        assert_eq!(ty("blk.0.attn_v.weight"), DType::Q6K);
+        assert_eq!(ty("blk.4.attn_v.weight"), DType::Q5K);
+        assert_eq!(ty("output.weight"), DType::Q6K);
+        // Published Llama-3.1-8B Q5_K_M files are 5.73 GB.
+        let bytes = Checkpoint::Random(q5).device_bytes();
+        assert!((5_500_000_000..5_900_000_000).contains(&bytes), "{bytes}");
         // SmolLM2's 576-wide rows do not fit 256-blocks: llama.cpp's fallbacks.
         let small = RandomCheckpoint::preset("smollm2-135m:Q4_K").unwrap();
         assert_eq!(small.dtype_of("blk.0.attn_q.weight").unwrap(), DType::Q5_0);

@@ -10,7 +10,7 @@ use cudarc::nvrtc::Ptx;
 use ferrite_core::{Error, Result};
 
 use super::compile;
-use super::gemv::{b32_tile_names, gemv_name};
+use super::gemv::{gemv_name, own_tile_names};
 use super::weight::{Storage, QUANT_KERNELS};
 
 /// How a CUDA backend is opened.
@@ -192,11 +192,14 @@ const FUNCTIONS: &[(&str, &[&str])] = &[
             "quantize_x8_sb",
             "quantize_x8_dual",
             "gemv_q4k_q6k_1",
+            "gemv_q5k_q6k_1",
             "gemv_q4_k_whole_1",
             "gemv_q6_k_whole_1",
             "gemv_q4_k_rkv_1",
+            "gemv_q5_kt_rkv_1",
             "gemv_q6_k_rkv_1",
             "gemv_q4k_q6k_rkv_1",
+            "gemv_q5k_q6k_rkv_1",
             "decode_layers_8",
             "decode_layers_16",
             "decode_window",
@@ -221,7 +224,7 @@ pub(super) fn functions(module: &str) -> Vec<String> {
         names.extend((1..=8).map(|n| gemv_name(st, n)));
     }
     if module == "quant" {
-        names.extend(b32_tile_names());
+        names.extend(own_tile_names());
     }
     if module == "gemv" {
         names.extend((1..=8).flat_map(|n| [format!("gemv_glu_bf16_{n}"), format!("gemv_glu_f16_{n}")]));

@@ -53,9 +53,9 @@ impl RopeKvArgs {
 
 /// q of one input row whose q/k/v GEMVs also turn q and k by RoPE and store
 /// k and v in the KV cache (kernels/rope_kv.cuh), so that no kernel runs
-/// between them and attention: q/k/v all Q4_K or all Q6_K (one launch of
-/// the tensor-core GEMV) or Q4_K q and k with a Q6_K v (`gemv_mixed_qkv`'s
-/// launch), the input norm fused. `None` for any other group (the caller
+/// between them and attention: q/k/v all of one k-quant in tiles (one
+/// launch of the tensor-core GEMV) or Q4_K or Q5_K q and k with a Q6_K v
+/// (`gemv_mixed_qkv`'s launch), the input norm fused. `None` for any other group (the caller
 /// checks the rest: one row, interleaved RoPE, an f16 cache).
 pub fn gemv_qkv_rope_kv(
     dev: &Device,
@@ -80,13 +80,31 @@ pub fn gemv_qkv_rope_kv(
 /// inputs are uploaded).
 pub fn fuses_qkv_rope(dev: &Device, x: &CudaTensor, ws: [&CudaWeight; 3], norm: Norm) -> bool {
     let (n, k) = (x.rows, x.cols);
-    let of = |q: DType| move |w: &&CudaWeight| w.storage == Storage::Quant(q) && w.rows > 0;
-    let (q4k, q6k) = (of(DType::Q4K), of(DType::Q6K));
-    let mixed = q4k(&ws[0]) && q4k(&ws[1]) && q6k(&ws[2]) && dev.mixed_qkv;
+    let same = ws.iter().all(|w| w.storage == ws[0].storage && w.rows > 0) && rope_tiles(ws[0].storage, k);
     n == 1
-        && (ws.iter().all(q4k) || ws.iter().all(q6k) || mixed)
+        && (same || mixed_qk(dev, &ws).is_some())
         && ws.iter().all(|w| w.cols == k && uses_gemv(dev, n, k, w.storage))
         && fuses_norm(dev, x, norm, &ws)
+}
+
+/// Whether a tensor-core GEMV of weights stored as `st` (`k` values a row)
+/// has a kernel with RoPE and the KV write in its epilogue: the k-quants'.
+fn rope_tiles(st: Storage, k: usize) -> bool {
+    matches!(st, Storage::Quant(DType::Q4K | DType::Q5K | DType::Q6K)) && tiled(st, k)
+}
+
+/// The q and k type of a q/k/v group that `gemv_mixed_qkv` takes (Q4_K or
+/// Q5_K tiles, with a Q6_K v), as its kernels' name stem.
+fn mixed_qk(dev: &Device, ws: &[&CudaWeight]) -> Option<&'static str> {
+    let [wq, wk, wv] = ws else { return None };
+    let k = wq.cols;
+    let rows = ws.iter().all(|w| w.rows > 0);
+    let stem = match wq.storage {
+        Storage::Quant(DType::Q4K) => "q4k",
+        Storage::Quant(DType::Q5K) if tiled(wq.storage, k) => "q5k",
+        _ => return None,
+    };
+    (dev.mixed_qkv && rows && wk.storage == wq.storage && wv.storage == Storage::Quant(DType::Q6K)).then_some(stem)
 }
 
 /// Where a GEMV's sums go: new outputs, or added to a tensor of the output's
@@ -305,6 +323,7 @@ const TILE_ORDER: usize = 2;
 fn tile_stem(st: Storage) -> &'static str {
     match st {
         Storage::Quant(DType::Q4K) => "q4_k",
+        Storage::Quant(DType::Q5K) => "q5_kt",
         Storage::Quant(DType::Q6K) => "q6_k",
         Storage::Quant(DType::Q4_0) => "q4_0t",
         Storage::Quant(DType::Q4_1) => "q4_1t",
@@ -314,11 +333,12 @@ fn tile_stem(st: Storage) -> &'static str {
     }
 }
 
-/// The tensor-core GEMVs of the 32-value block types (kernels/gemv_tile_b32.cu),
-/// for the module's function list: 1..=8 input rows, and the batch-invariant
+/// The tensor-core GEMVs whose names are not their block type's (Q5_K's,
+/// kernels/gemv_tile.cu; the 32-value block types', gemv_tile_b32.cu), for
+/// the module's function list: 1..=8 input rows, and the batch-invariant
 /// mode's batch 1 (`_whole_1`).
-pub fn b32_tile_names() -> Vec<String> {
-    let stems = [DType::Q4_0, DType::Q4_1, DType::Q8_0].map(|q| tile_stem(Storage::Quant(q)));
+pub fn own_tile_names() -> Vec<String> {
+    let stems = [DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q5K].map(|q| tile_stem(Storage::Quant(q)));
     stems
         .iter()
         .flat_map(|s| (1..=8).map(move |n| format!("gemv_{s}_{n}")).chain([format!("gemv_{s}_whole_1")]))
@@ -436,10 +456,11 @@ pub fn quantize_ahead(
     Ok(())
 }
 
-/// q/k/v of one input row where q and k are Q4_K and v is Q6_K (Q4_K_M's
-/// layers with a wider value projection), in one launch (`gemv_q4k_q6k_1`:
-/// blocks of the tensor-core GEMV on q and k's Q4_K tiles, then on v's Q6_K
-/// ones, one input); `None` for any other group.
+/// q/k/v of one input row where q and k are Q4_K (or Q5_K) and v is Q6_K
+/// (Q4_K_M's and Q5_K_M's layers with a wider value projection), in one
+/// launch (`gemv_q4k_q6k_1`, `gemv_q5k_q6k_1`: blocks of the tensor-core
+/// GEMV on q and k's tiles, then on v's Q6_K ones, one input); `None` for
+/// any other group (`mixed_qk`).
 pub fn gemv_mixed_qkv(
     dev: &Device,
     x: &CudaTensor,
@@ -449,18 +470,11 @@ pub fn gemv_mixed_qkv(
     rkv: Option<&RopeKvArgs>,
 ) -> Result<Option<Vec<CudaTensor>>> {
     let (n, k) = (x.rows, x.cols);
-    let of = |w: &CudaWeight, q: DType| w.storage == Storage::Quant(q) && w.rows > 0;
     let [wq, wk, wv] = ws else { return Ok(None) };
     // (Not in the batch-invariant mode: the tiles' split of k, and so their
     // sums' order, would differ from the batch's separate launches.)
-    if !dev.mixed_qkv
-        || dev.deterministic
-        || n != 1
-        || !of(wq, DType::Q4K)
-        || !of(wk, DType::Q4K)
-        || !of(wv, DType::Q6K)
-        || !ws.iter().all(|w| w.cols == k && uses_gemv(dev, n, k, w.storage))
-    {
+    let Some(stem) = mixed_qk(dev, ws) else { return Ok(None) };
+    if dev.deterministic || n != 1 || !ws.iter().all(|w| w.cols == k && uses_gemv(dev, n, k, w.storage)) {
         return Ok(None);
     }
     let q = x8_of(dev, x, x8, TILE_ORDER, norm, None)?;
@@ -469,21 +483,22 @@ pub fn gemv_mixed_qkv(
     let qk_tiles = (wq.rows.div_ceil(16) + wk.rows.div_ceil(16)) as u32;
     let tiles = qk_tiles + wv.rows.div_ceil(16) as u32;
     let (per_tile, per_block) = tile_split(dev.q4k_warps, dev.sms, tiles, (k / 256) as u32);
-    let q4k_blocks = qk_tiles.div_ceil(per_block);
-    let grid = q4k_blocks + (wv.rows.div_ceil(16) as u32).div_ceil(per_block);
+    let qk_blocks = qk_tiles.div_ceil(per_block);
+    let grid = qk_blocks + (wv.rows.div_ceil(16) as u32).div_ceil(per_block);
     let cfg = LaunchConfig { grid_dim: (grid, 1, 1), block_dim: (32 * per_tile, per_block, 1), shared_mem_bytes: 0 };
     let (yp, yg): (Vec<u64>, Vec<_>) = out.iter_mut().map(|y| y.device_ptr_mut(s)).unzip();
     let (wp, wg): (Vec<u64>, Vec<_>) = ws.iter().map(|w| w.data.device_ptr(s)).unzip();
     let ([xp, mp, sp], _gx) = q.source(dev);
-    let mut a = dev.launch(if rkv.is_some() { "gemv_q4k_q6k_rkv_1" } else { "gemv_q4k_q6k_1" });
+    let name = format!("gemv_{stem}_q6k{}_1", if rkv.is_some() { "_rkv" } else { "" });
+    let mut a = dev.launch(&name);
     a.arg(wp[0]).arg(wp[1]).arg(wp[2]).arg(yp[0]).arg(yp[1]).arg(yp[2]);
     a.arg(wq.rows as u32).arg(wk.rows as u32).arg(wv.rows as u32);
     a.arg(xp).arg(mp).arg(k as u32).arg(wq.row_bytes()).arg(dev.prefetch).arg(sp);
-    a.arg(norm.map_or(0.0, |n| n.eps)).arg(0i32).arg(wv.row_bytes()).arg(q4k_blocks);
+    a.arg(norm.map_or(0.0, |n| n.eps)).arg(0i32).arg(wv.row_bytes()).arg(qk_blocks);
     if let Some(r) = rkv {
         r.push(&mut a);
     }
-    let _span = super::profile::span(s, "  gemv q4_k + q6_k (q/k/v)");
+    let _span = super::profile::span(s, "  gemv k-quant + q6_k (q/k/v)");
     // Buffers of the sizes given: outputs [1, m], weights and the input as
     // their own launches take them.
     a.run(cfg)?;
@@ -590,8 +605,8 @@ pub fn gemv_add_glu(
 }
 
 /// `gemv` whose input is, with `glu` (quantized weights only), act(x) * up;
-/// with `rkv` (Q4_K or Q6_K q/k/v, one row), RoPE and the KV write in the
-/// epilogue.
+/// with `rkv` (q/k/v of one k-quant in tiles, one row: `rope_tiles`), RoPE
+/// and the KV write in the epilogue.
 #[allow(clippy::too_many_arguments)]
 fn gemv_in(
     dev: &Device,
@@ -651,17 +666,16 @@ fn gemv_in(
     if tiles && ws[0].rows == 0 {
         return Err(Error::Shape(format!("gemv {}: no rows", ws[0].name)));
     }
-    let k_quant = matches!(ws[0].storage, Storage::Quant(DType::Q4K | DType::Q6K));
-    if rkv.is_some() && !(k_quant && n == 1 && ws.len() == 3) {
+    if rkv.is_some() && !(rope_tiles(ws[0].storage, k) && n == 1 && ws.len() == 3) {
         return Err(Error::Shape(format!(
-            "gemv {}: RoPE in the epilogue needs Q4_K or Q6_K q/k/v, one row",
+            "gemv {}: RoPE in the epilogue needs q/k/v of one k-quant in tiles, one row",
             ws[0].name
         )));
     }
     for r0 in (0..n_launched).step_by(8) {
         let nc = (n - r0).min(8);
         let name = match (dense_norm, rkv) {
-            (_, Some(_)) => gemv_name(ws[0].storage, 1).replacen("_1", "_rkv_1", 1),
+            (_, Some(_)) => format!("gemv_{}_rkv_1", tile_stem(ws[0].storage)),
             (true, None) => gemv_name(ws[0].storage, nc).replacen("gemv_", "gemv_norm_", 1),
             // A lone row of tiles sums its blocks in another order than a
             // batch's rows (kernels/gemv_tile.cu `q4k_step_bd`,

@@ -43,10 +43,11 @@ impl Storage {
     }
     /// The code of a weight of this storage, `k` values a row, for the
     /// kernels that read its blocks (kernels/quant.cu `dq32`): tiled rows of
-    /// 32-value blocks (`b32_tiled`) add `T_TILED` (8).
+    /// 32-value blocks (`b32_tiled`) and tiled Q5_K add `T_TILED` (8).
     pub fn code_at(self, k: usize) -> i32 {
         const T_TILED: i32 = 8;
-        self.code() + if b32_tiled(self, k) { T_TILED } else { 0 }
+        let own_tiles = b32_tiled(self, k) || (self == Storage::Quant(DType::Q5K) && tiled(self, k));
+        self.code() + if own_tiles { T_TILED } else { 0 }
     }
     /// The type a GEMM reads: blocks are dequantized to f16 first.
     fn cuda_type(self) -> cudaDataType {
@@ -68,11 +69,13 @@ impl Storage {
 
 /// Whether weights stored as `st`, `k` values a row, are regrouped in tiles
 /// of 16 rows for the tensor-core GEMV (`gemv_tile_body` in
-/// kernels/gemv_tile.cu): Q4_K and Q6_K always; Q4_0, Q4_1 and Q8_0 rows of
-/// whole super-blocks (`repack::block32_tiled`) unless
-/// `FERRITE_CUDA_B32_TILES=0`.
+/// kernels/gemv_tile.cu): Q4_K and Q6_K always; Q5_K unless
+/// `FERRITE_CUDA_Q5K_TILES=0`; Q4_0, Q4_1 and Q8_0 rows of whole
+/// super-blocks (`repack::block32_tiled`) unless `FERRITE_CUDA_B32_TILES=0`.
 pub fn tiled(st: Storage, k: usize) -> bool {
-    matches!(st, Storage::Quant(DType::Q4K | DType::Q6K)) || b32_tiled(st, k)
+    matches!(st, Storage::Quant(DType::Q4K | DType::Q6K))
+        || (st == Storage::Quant(DType::Q5K) && ferrite_core::env::cuda_q5k_tiles())
+        || b32_tiled(st, k)
 }
 
 /// Whether `tiled` holds for 32-value blocks (their tiles: kernels/quant.cu
@@ -126,9 +129,9 @@ impl CudaWeight {
 }
 
 /// The bytes to upload for a checkpoint weight, and how they are stored:
-/// stored types as they are (borrowed; Q4_K and Q6_K, and Q4_0, Q4_1 and
+/// stored types as they are (borrowed; the k-quants, and Q4_0, Q4_1 and
 /// Q8_0 rows of whole super-blocks, regrouped in tiles for the decode
-/// kernels), others converted.
+/// kernels: `tiled`), others converted.
 fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Storage)> {
     let src = raw.bytes.as_slice();
     Ok(match raw.dtype {
@@ -147,6 +150,9 @@ fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Stor
         }
         DType::Q6K => (Cow::Owned(crate::quant::repack::q6_k_tiles(src, raw.cols)), Storage::Quant(DType::Q6K)),
         DType::Q4K => (Cow::Owned(crate::quant::repack::q4_k_tiles(src, raw.cols)), Storage::Quant(DType::Q4K)),
+        DType::Q5K if tiled(Storage::Quant(DType::Q5K), raw.cols) => {
+            (Cow::Owned(crate::quant::repack::q5_k_tiles(src, raw.cols)), Storage::Quant(DType::Q5K))
+        }
         q if tiled(Storage::Quant(q), raw.cols) => {
             (Cow::Owned(crate::quant::repack::block32_tiles(q, src, raw.cols)), Storage::Quant(q))
         }

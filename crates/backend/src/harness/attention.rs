@@ -179,11 +179,12 @@ impl<B: Backend> Harness<'_, B> {
     }
 
     /// `norm_qkv_rope_kv` on GGUF k-quant blocks (Q4_K_M's: Q4_K q and k, a
-    /// Q4_K or Q6_K v; or all Q6_K) with interleaved RoPE: a 36-token
+    /// Q4_K or Q6_K v; or all Q6_K; Q5_K's: `k_quant_tiles`) with
+    /// interleaved RoPE: a 36-token
     /// prompt, then one decode row at position 36 (a GPU turns q and k and writes the cache in the
     /// GEMVs' epilogue unless `FERRITE_CUDA_QKV_ROPE=0`), then attention
     /// over all 37 keys and its projection.
-    fn attention_inputs_decode(&mut self, hd: usize, qk_type: DType, v_type: DType) -> Result<()> {
+    pub(super) fn attention_inputs_decode(&mut self, hd: usize, qk_type: DType, v_type: DType) -> Result<()> {
         let (c, heads, kv_heads, bs, prompt) = (512, 4, 2, 16, 36);
         let inv_freq = (0..hd / 2).map(|i| 10000f32.powf(-((2 * i) as f32) / hd as f32)).collect();
         let rope = Rope { head_dim: hd, inv_freq, interleaved: true };

@@ -327,22 +327,7 @@ impl<B: Backend> Harness<'_, B> {
         for (n, dts) in
             [(1, [b16; 3]), (3, [f16; 3]), (8, [b16; 3]), (12, [b16; 3]), (1, [q4, q4, q6]), (5, [q6, q8, q4])]
         {
-            let raws: [RawWeight; 3] = std::array::from_fn(|i| {
-                let m = [96, 40, 33][i];
-                raw("w", dts[i], m, k, self.rng.weight(dts[i], m, k))
-            });
-            let (x, g) = (self.rng.vec(n * k, 3.0), self.rng.vec(k, 1.0));
-            let (xb, xc) = self.up(&x, n, k)?;
-            let (gb, gc) = self.up(&g, 1, k)?;
-            let [w0, w1, w2] = raws.clone().map(|w| self.b.weight(w));
-            let got = self.b.norm_matmul_many(&xb, &gb, 1e-6, [&w0?, &w1?, &w2?])?;
-            let h = self.cpu.rms_norm(&xc, &gc, 1e-6)?;
-            for (i, (got, w)) in got.iter().zip(&raws).enumerate() {
-                let want = self.cpu.matmul(&h, &self.cpu.weight(dequantized_or_same(w)?)?)?;
-                // Normed by random weights: heavy-tailed inputs for the 8-bit GPU kernels.
-                let tol = if w.dtype.is_quantized() { TOL_X8_TAILED } else { matmul_tol(w.dtype, dense_f32_tol) };
-                self.record(format!("norm_matmul_many {} n={n} weight {i}", w.dtype), got, &want, tol)?;
-            }
+            self.norm_matmul_many(n, dts, k, dense_f32_tol)?;
         }
         for (n, dt, act) in [
             (1, b16, Activation::Silu),
@@ -377,6 +362,28 @@ impl<B: Backend> Harness<'_, B> {
             self.record(format!("matmul_add {dt} n={n}"), &xb, &xc, matmul_tol(dt, dense_f32_tol))?;
         }
         self.mlp_add(dense_f32_tol)
+    }
+
+    /// Three projections of one normed input (`norm_matmul_many`), of types
+    /// `dts`, [n, k] by 96, 40 and 33 rows.
+    fn norm_matmul_many(&mut self, n: usize, dts: [DType; 3], k: usize, dense_f32_tol: f32) -> Result<()> {
+        let raws: [RawWeight; 3] = std::array::from_fn(|i| {
+            let m = [96, 40, 33][i];
+            raw("w", dts[i], m, k, self.rng.weight(dts[i], m, k))
+        });
+        let (x, g) = (self.rng.vec(n * k, 3.0), self.rng.vec(k, 1.0));
+        let (xb, xc) = self.up(&x, n, k)?;
+        let (gb, gc) = self.up(&g, 1, k)?;
+        let [w0, w1, w2] = raws.clone().map(|w| self.b.weight(w));
+        let got = self.b.norm_matmul_many(&xb, &gb, 1e-6, [&w0?, &w1?, &w2?])?;
+        let h = self.cpu.rms_norm(&xc, &gc, 1e-6)?;
+        for (i, (got, w)) in got.iter().zip(&raws).enumerate() {
+            let want = self.cpu.matmul(&h, &self.cpu.weight(dequantized_or_same(w)?)?)?;
+            // Normed by random weights: heavy-tailed inputs for the 8-bit GPU kernels.
+            let tol = if w.dtype.is_quantized() { TOL_X8_TAILED } else { matmul_tol(w.dtype, dense_f32_tol) };
+            self.record(format!("norm_matmul_many {} n={n} weight {i}", w.dtype), got, &want, tol)?;
+        }
+        Ok(())
     }
 
     /// A whole MLP added to the residual stream, at decode and prefill sizes
@@ -757,6 +764,22 @@ impl<B: Backend> Harness<'_, B> {
         }
         self.matmul_random(DType::Q4_0, (9, 11_000, 3072), dense_f32_tol)
     }
+
+    /// Q5_K where a GPU keeps it in its GEMVs' tiles, in the ops that
+    /// launch them apart from plain matmuls (`matmuls` has those): q/k/v of
+    /// one normed input, alone (n = 1, 2) and with a Q6_K v (Q5_K_M's
+    /// layers), RoPE and the KV write in their epilogue, and a table.
+    /// (Last, so that the checks before keep their random data.)
+    fn k_quant_tiles(&mut self, dense_f32_tol: f32) -> Result<()> {
+        let (q5, q6) = (DType::Q5K, DType::Q6K);
+        for (n, dts) in [(1, [q5; 3]), (1, [q5, q5, q6]), (2, [q5, q5, q6])] {
+            self.norm_matmul_many(n, dts, 1024, dense_f32_tol)?;
+        }
+        for (hd, v_type) in [(128, q5), (64, q6)] {
+            self.attention_inputs_decode(hd, q5, v_type)?;
+        }
+        self.embedding_random(q5, 512, dense_f32_tol)
+    }
 }
 
 /// Runs every op of `b` against the CPU. `dense_f32_tol`: the limit for f32
@@ -773,6 +796,7 @@ pub fn check_backend<B: Backend>(b: &B, dense_f32_tol: f32, report: &mut dyn FnM
         h.sampling()?;
     }
     h.block_rows(dense_f32_tol)?;
+    h.k_quant_tiles(dense_f32_tol)?;
     Ok(h.out)
 }
 

@@ -6,10 +6,11 @@
 //! decode on machines with bandwidth to spare). Where the CPU's interleaved
 //! layout applies (`cpu::rows8`), Q5_0 keeps its own bytes instead.
 //!
-//! For the GPU, Q4_K and Q6_K blocks are regrouped in tiles of 16 rows for
-//! the tensor-core GEMV ([`q4_k_tiles`], [`q6_k_tiles`]): the same bits,
-//! in the order a warp's loads read them; so are Q4_0, Q4_1 and Q8_0 rows
-//! of whole super-blocks ([`block32_tiles`]).
+//! For the GPU, Q4_K, Q5_K and Q6_K blocks are regrouped in tiles of 16
+//! rows for the tensor-core GEMV ([`q4_k_tiles`], [`q5_k_tiles`],
+//! [`q6_k_tiles`]): the same bits, in the order a warp's loads read them;
+//! so are Q4_0, Q4_1 and Q8_0 rows of whole super-blocks
+//! ([`block32_tiles`]).
 
 use ferrite_core::DType;
 use rayon::prelude::*;
@@ -134,6 +135,46 @@ pub fn q4_k_tiles(src: &[u8], k: usize) -> Vec<u8> {
         for w in 0..32 {
             let to = q4_k_tile_word(rr, w);
             blk[to..to + 4].copy_from_slice(&b[16 + 4 * w..20 + 4 * w]);
+        }
+    })
+}
+
+/// Bytes of one super-block column of a tile in [`q5_k_tiles`]: 16 rows of
+/// 176-byte Q5_K blocks.
+pub const Q5K_TILE_BLOCK: usize = 16 * 176;
+
+/// Where the fifth bit of value `v` (0..256) of row `rr` (0..16) of a
+/// [`q5_k_tiles`] block is: its byte and bit. After Q4_K's layout of the
+/// heads and the 4-bit values (2,304 bytes), lane (g, i)'s 16 bytes hold in
+/// word j the fifth bits of sub-block pair j's values that its fragment
+/// takes: of byte y of fragment register r (0..4, [`q4_k_tile_word`]'s order),
+/// at bit r of byte y for sub-block 2j, at bit 4 + r for 2j + 1.
+pub fn q5_k_tile_high(rr: usize, v: usize) -> (usize, u32) {
+    let (s, l) = (v / 32, v % 32);
+    let (w, y) = (l / 4, l % 4);
+    let lane = 4 * (rr % 8) + w % 4;
+    let r = 2 * (w / 4) + rr / 8;
+    (2304 + 16 * lane + 4 * (s / 2) + y, (4 * (s % 2) + r) as u32)
+}
+
+/// Q5_K rows (blocks of 176 bytes: d, dmin, 12 scale bytes, 32 of fifth
+/// bits, 128 of 4-bit values) in tiles of 16 rows for the tensor-core GEMV
+/// (kernels/gemv_tile.cu `Q5kTile`): per super-block column, Q4_K's layout
+/// of the heads and the 4-bit values ([`q4_k_tiles`]), then 512 bytes of
+/// fifth bits, a lane's 16 ([`q5_k_tile_high`]), so that each 4-bit word
+/// the lane loads meets its fifth bits with one shift. 2,816 bytes, the
+/// same as the file's; the last tile's missing rows are zeros.
+pub fn q5_k_tiles(src: &[u8], k: usize) -> Vec<u8> {
+    regroup_in_tiles(src, k, 176, |blk, rr, b| {
+        blk[16 * rr..16 * rr + 16].copy_from_slice(&b[..16]);
+        for w in 0..32 {
+            let to = q4_k_tile_word(rr, w);
+            blk[to..to + 4].copy_from_slice(&b[48 + 4 * w..52 + 4 * w]);
+        }
+        for v in 0..256 {
+            // Sub-block s's fifth bits: bit s of the 32 bytes after the head.
+            let (at, bit) = q5_k_tile_high(rr, v);
+            blk[at] |= (b[16 + v % 32] >> (v / 32) & 1) << bit;
         }
     })
 }
@@ -285,6 +326,45 @@ mod tests {
                     let at = super::q4_k_tile_word(rr, w);
                     assert_eq!(blk[at..at + 4], want[16 + 4 * w..20 + 4 * w]);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn q5_k_tiles_hold_every_block_bit_once() {
+        // Every fifth bit has its own place after Q4_K's layout, and every byte is used.
+        let mut seen = vec![0u8; super::Q5K_TILE_BLOCK];
+        seen[..super::Q4K_TILE_BLOCK].fill(0xFF);
+        for rr in 0..16 {
+            for v in 0..256 {
+                let (at, bit) = super::q5_k_tile_high(rr, v);
+                assert_eq!(seen[at] >> bit & 1, 0, "row {rr} value {v}");
+                seen[at] |= 1 << bit;
+            }
+        }
+        assert!(seen.iter().all(|&b| b == 0xFF));
+        // 21 rows of 512 values: each row's blocks read back from the tiles
+        // are the file's, byte for byte; the missing rows are zeros.
+        let (k, rows) = (512, 21);
+        let bytes = random_bytes(rows * 2 * 176);
+        let out = super::q5_k_tiles(&bytes, k);
+        assert_eq!(out.len(), 2 * 16 * 2 * 176);
+        for r in 0..32 {
+            for sb in 0..2 {
+                let blk = &out[((r / 16) * 2 + sb) * super::Q5K_TILE_BLOCK..][..super::Q5K_TILE_BLOCK];
+                let rr = r % 16;
+                let mut back = [0u8; 176];
+                back[..16].copy_from_slice(&blk[16 * rr..16 * rr + 16]);
+                for w in 0..32 {
+                    let at = super::q4_k_tile_word(rr, w);
+                    back[48 + 4 * w..52 + 4 * w].copy_from_slice(&blk[at..at + 4]);
+                }
+                for v in 0..256 {
+                    let (at, bit) = super::q5_k_tile_high(rr, v);
+                    back[16 + v % 32] |= (blk[at] >> bit & 1) << (v / 32);
+                }
+                let want = if r < rows { &bytes[r * 352 + 176 * sb..][..176] } else { &[0u8; 176][..] };
+                assert_eq!(back[..], want[..], "row {r} super-block {sb}");
             }
         }
     }

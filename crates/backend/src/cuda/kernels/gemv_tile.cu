@@ -1,5 +1,6 @@
-// The decode GEMVs on tensor cores, for Q4_K and Q6_K weights regrouped in
-// tiles of 16 rows at upload (quant/repack.rs `q4_k_tiles`, `q6_k_tiles`);
+// The decode GEMVs on tensor cores, for Q4_K, Q5_K and Q6_K weights
+// regrouped in tiles of 16 rows at upload (quant/repack.rs `q4_k_tiles`,
+// `q5_k_tiles`, `q6_k_tiles`);
 // compiled after quant.cu, whose types, loaders and input quantization
 // (`quantize_x8_sb`) they use.
 
@@ -61,8 +62,10 @@ __device__ __forceinline__ Q4kHead q4k_head(uint4 h) {
 struct Q4kW {
     uint4 ha, hb, p[4];
 };
+// (`BLOCK`: bytes a tile super-block; Q5_K's begin with Q4_K's layout.)
+template <u32 BLOCK = 2304>
 __device__ __forceinline__ Q4kW q4k_fetch(const u8* tile, u32 sb, u32 lane) {
-    const uint4* blk = (const uint4*)(tile + 2304 * (u64)sb);
+    const uint4* blk = (const uint4*)(tile + BLOCK * (u64)sb);
     Q4kW w;
     w.ha = load_blocks(blk + (lane >> 2)), w.hb = load_blocks(blk + 8 + (lane >> 2));
 #pragma unroll
@@ -190,6 +193,107 @@ __device__ __forceinline__ bool pick_tile(u32& tile, const u8*& w, float*& y, u3
     tile -= t1;
     w = w2, y = y2, m = m2, which = 2;
     return tile < (m2 + 15) / 16;
+}
+
+// ------------------------------------------------- Q5_K decode GEMV on tensor cores
+// As Q4_K's, on tiles of Q4_K's layout with each lane's fifth bits after
+// them (`q5_k_tiles`: a 16-byte load, word j for sub-block pair j): each
+// 4-bit word of a fragment takes its fifth bits with a shift and two
+// LOP3s, so the operands are the 5-bit values as u8, and the scales and
+// mins are Q4_K's.
+struct Q5kW {
+    Q4kW k4;
+    uint4 f;
+};
+__device__ __forceinline__ Q5kW q5k_fetch(const u8* tile, u32 sb, u32 lane) {
+    Q5kW w;
+    w.k4 = q4k_fetch<2816>(tile, sb, lane);
+    w.f = load_blocks((const uint4*)(tile + 2816 * (u64)sb + 2304) + lane);
+    return w;
+}
+// Fragment register r (0..4) of sub-block 2j (h 0) or 2j + 1 (h 1) of pair
+// j: the 4-bit values q of both (word r of the pair's 16 bytes) with the
+// fifth bits f (the lane's word j; bit r of each byte for 2j, 4 + r for
+// 2j + 1) as bytes of 0..31.
+__device__ __forceinline__ u32 q5k_operand(u32 q, u32 f, int r, int h) {
+    return h ? ((q >> 4) & 0x0f0f0f0fu) | ((f >> r) & 0x10101010u)
+             : (q & 0x0f0f0f0fu) | ((f << (4 - r)) & 0x10101010u);
+}
+
+// One super-block into the lane's four sums, as `q4k_step`.
+template <int N>
+__device__ __forceinline__ void q5k_step(const Q5kW& w, const uint4 (&x)[4], uint4 h0, uint4 s0, uint4 h1,
+                                         uint4 s1, float (&acc)[4]) {
+    const Q4kHead ha = q4k_head(w.k4.ha), hb = q4k_head(w.k4.hb);
+    const u32 f[4] = {w.f.x, w.f.y, w.f.z, w.f.w};
+    // |sum| < 8 * 63 * 31 * 127 * 32 * 8: within 2^31.
+    int sum[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const uint4 p = w.k4.p[j];
+#pragma unroll
+        for (int hs = 0; hs < 2; hs++) {
+            const int s = 2 * j + hs;
+            int c[4];
+            mma_u8s8(q5k_operand(p.x, f[j], 0, hs), q5k_operand(p.y, f[j], 1, hs), q5k_operand(p.z, f[j], 2, hs),
+                     q5k_operand(p.w, f[j], 3, hs), hs ? x[j].z : x[j].x, hs ? x[j].w : x[j].y, c);
+            const int sa = byte_of(ha.sc[s >> 2], s & 3), sb = byte_of(hb.sc[s >> 2], s & 3);
+            const int t0 = byte_of(s < 4 ? h0.y : h0.z, s & 3);
+            sum[0] += sa * (c[0] << t0);
+            sum[2] += sb * (c[2] << t0);
+            if (N > 1) {
+                const int t1 = byte_of(s < 4 ? h1.y : h1.z, s & 3);
+                sum[1] += sa * (c[1] << t1);
+                sum[3] += sb * (c[3] << t1);
+            }
+        }
+    }
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        if (N == 1 && (q & 1)) continue;
+        const Q4kHead& hd = q < 2 ? ha : hb;
+        const uint4 bs = q & 1 ? s1 : s0;
+        const float step = __uint_as_float(q & 1 ? h1.x : h0.x);
+        int mins = dp2a_lo(bs.x, hd.mn[0], 0);
+        mins = dp2a_hi(bs.y, hd.mn[0], mins);
+        mins = dp2a_lo(bs.z, hd.mn[1], mins);
+        mins = dp2a_hi(bs.w, hd.mn[1], mins);
+        acc[q] += step * (hd.d * __int2float_rn(sum[q]) - hd.dmin * __int2float_rn(mins));
+    }
+}
+
+// Batch 1, a sub-block a column, as `q4k_step_bd`: pair j's two mmas take
+// column 2j's input (sub-block 2j) and 2j + 1's, so the even sub-blocks'
+// sums are right in the columns 2i of the first mmas' accumulator and the
+// odd ones' in the columns 2i + 1 of the second's. (Its float sums round
+// otherwise than a batch's rows: the batch-invariant mode takes
+// `gemv_q5_kt_whole_1`.)
+__device__ __forceinline__ void q5k_step_bd(const Q5kW& w, uint2 xg, uint4 h0, u32 bs, const BdLane& l,
+                                            float (&acc)[4]) {
+    const u32 f[4] = {w.f.x, w.f.y, w.f.z, w.f.w};
+    int even[4] = {0, 0, 0, 0}, odd[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const uint4 p = w.k4.p[j];
+        const u32 b0 = xg.x & l.here[j], b1 = xg.y & l.here[j];
+        mma_u8s8_acc(q5k_operand(p.x, f[j], 0, 0), q5k_operand(p.y, f[j], 1, 0), q5k_operand(p.z, f[j], 2, 0),
+                     q5k_operand(p.w, f[j], 3, 0), b0, b1, even);
+        mma_u8s8_acc(q5k_operand(p.x, f[j], 0, 1), q5k_operand(p.y, f[j], 1, 1), q5k_operand(p.z, f[j], 2, 1),
+                     q5k_operand(p.w, f[j], 3, 1), b0, b1, odd);
+    }
+    // Lane (g, i): even[0], odd[1] of row g (columns 2i, 2i + 1), even[2], odd[3] of row g + 8.
+    const u32 shifts = l.second ? h0.z : h0.y;
+    const int t0 = __byte_perm(shifts, 0, l.sel0), t1 = __byte_perm(shifts, 0, l.sel1);
+    const float step = __uint_as_float(h0.x);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const Q4kHead hd = q4k_head(r ? w.k4.hb : w.k4.ha);
+        const u32 sc = l.second ? hd.sc[1] : hd.sc[0], mn = l.second ? hd.mn[1] : hd.mn[0];
+        const int dot = (int)__byte_perm(sc, 0, l.sel0) * (even[2 * r] << t0) +
+                        (int)__byte_perm(sc, 0, l.sel1) * (odd[2 * r + 1] << t1);
+        const int mins = dp2a_lo(bs, mn >> l.down, 0);
+        acc[2 * r] += step * (hd.d * __int2float_rn(dot) - hd.dmin * __int2float_rn(mins));
+    }
 }
 
 // ------------------------------------------------- Q6_K decode GEMV on tensor cores
@@ -351,6 +455,23 @@ struct Q4kTile {
     static __device__ __forceinline__ void step(const W& w, const uint4 (&x)[4], uint4 h0, uint4 s0, uint4 h1,
                                                 uint4 s1, float (&acc)[4]) {
         q4k_step<N>(w, x, h0, s0, h1, s1, acc);
+    }
+};
+struct Q5kTile {
+    static constexpr u32 block = 2816;
+    static constexpr bool sums = true;
+    static constexpr bool split = true;
+    // Batch 1 (`q5k_step_bd`): as Q4_K's.
+    static __device__ __forceinline__ void step_split(const Q5kW& w, const signed char* x, const uint4* m, u32 g, u32 i,
+                                                      const BdLane& l, float (&acc)[4]) {
+        q5k_step_bd(w, ((const uint2*)x)[g], m[0], ((const u32*)(m + 1))[i], l, acc);
+    }
+    using W = Q5kW;
+    static __device__ __forceinline__ W fetch(const u8* t, u32 sb, u32 lane) { return q5k_fetch(t, sb, lane); }
+    template <int N>
+    static __device__ __forceinline__ void step(const W& w, const uint4 (&x)[4], uint4 h0, uint4 s0, uint4 h1,
+                                                uint4 s1, float (&acc)[4]) {
+        q5k_step<N>(w, x, h0, s0, h1, s1, acc);
     }
 };
 struct Q6kTile {
@@ -576,10 +697,15 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
                               ss, eps, add);                                                                   \
     }
 FOR_EACH_N(GEMV_TILE, q4_k, Q4kTile)
+FOR_EACH_N(GEMV_TILE, q5_kt, Q5kTile)  // (`q5_k`: the dp4a GEMV of Q5_K's own blocks)
 FOR_EACH_N(GEMV_TILE, q6_k, Q6kTile)
 // Batch 1 summed as a batch's rows are (`q4k_step`, `q6k_step`), for the batch-invariant mode.
 extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_whole_1(GEMVQ_ARGS) {
     gemv_tile_body<Q4kTile, 1, false, false>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k,
+                                             row_bytes, ss, eps, add);
+}
+extern "C" __global__ void __launch_bounds__(512) gemv_q5_kt_whole_1(GEMVQ_ARGS) {
+    gemv_tile_body<Q5kTile, 1, false, false>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k,
                                              row_bytes, ss, eps, add);
 }
 extern "C" __global__ void __launch_bounds__(512) gemv_q6_k_whole_1(GEMVQ_ARGS) {
@@ -588,40 +714,42 @@ extern "C" __global__ void __launch_bounds__(512) gemv_q6_k_whole_1(GEMVQ_ARGS) 
 }
 
 // The step's RoPE and KV write fused into q/k/v's GEMV at batch 1 (host:
-// gemv.rs `RopeKvArgs`): q/k/v all of one type, or Q4_K q/k with a Q6_K v
-// (Q4_K_M's layers with a wider value projection: `gemv_q4k_q6k_*`, blocks
-// 0 .. q4k_blocks on q and k, the rest on v, all on the one input, so that
-// neither type waits for the other to end). Only q is stored as output
-// (y0); k and v go to the caches.
+// gemv.rs `RopeKvArgs`): q/k/v all of one type, or Q4_K or Q5_K q/k with a
+// Q6_K v (Q4_K_M's and Q5_K_M's layers with a wider value projection:
+// `gemv_q4k_q6k_*`, `gemv_q5k_q6k_*`, blocks 0 .. qk_blocks on q and k, the
+// rest on v, all on the one input, so that neither type waits for the other
+// to end). Only q is stored as output (y0); k and v go to the caches.
 #define RKV_ARGS \
     const u32 *pos, const float *inv_freq, const u32 *slots, u16 *kc, u16 *vc, u32 head_dim, u32 kv_dim
 #define RKV_OF RopeKv{pos, inv_freq, slots, kc, vc, head_dim, kv_dim}
-#define MIXED_ARGS u64 rb6, u32 q4k_blocks
-template <bool RKV>
+#define MIXED_ARGS u64 rb6, u32 qk_blocks
+template <class KT, bool RKV>
 __device__ void mixed_qkv_body(const u8* w0, const u8* w1, const u8* w2, float* y0, float* y1, float* y2, u32 m0,
-                               u32 m1, u32 m2, const signed char* xq, const u32* meta, u32 k, u64 rb4,
-                               const float* ss, float eps, int add, u64 rb6, u32 q4k_blocks,
+                               u32 m1, u32 m2, const signed char* xq, const u32* meta, u32 k, u64 rb_qk,
+                               const float* ss, float eps, int add, u64 rb6, u32 qk_blocks,
                                const RopeKv& rk = RopeKv()) {
-    if (blockIdx.x < q4k_blocks)
-        gemv_tile_body<Q4kTile, 1, RKV>(blockIdx.x, w0, w1, w1, y0, y1, y1, m0, m1, 0, xq, meta, k, rb4, ss, eps, add,
-                                        rk);
+    if (blockIdx.x < qk_blocks)
+        gemv_tile_body<KT, 1, RKV>(blockIdx.x, w0, w1, w1, y0, y1, y1, m0, m1, 0, xq, meta, k, rb_qk, ss, eps, add, rk);
     else
-        gemv_tile_body<Q6kTile, 1, RKV>(blockIdx.x - q4k_blocks, w2, w2, w2, y2, y2, y2, m2, 0, 0, xq, meta, k, rb6,
+        gemv_tile_body<Q6kTile, 1, RKV>(blockIdx.x - qk_blocks, w2, w2, w2, y2, y2, y2, m2, 0, 0, xq, meta, k, rb6,
                                         ss, eps, add, rk, 2);
 }
-extern "C" __global__ void __launch_bounds__(512) gemv_q4k_q6k_1(GEMVQ_ARGS, MIXED_ARGS) {
-    mixed_qkv_body<false>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, ss, eps, add, rb6,
-                          q4k_blocks);
-}
-extern "C" __global__ void __launch_bounds__(512) gemv_q4k_q6k_rkv_1(GEMVQ_ARGS, MIXED_ARGS, RKV_ARGS) {
-    mixed_qkv_body<true>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, ss, eps, add, rb6,
-                         q4k_blocks, RKV_OF);
-}
-extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_rkv_1(GEMVQ_ARGS, RKV_ARGS) {
-    gemv_tile_body<Q4kTile, 1, true>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k,
-                                     row_bytes, ss, eps, add, RKV_OF);
-}
-extern "C" __global__ void __launch_bounds__(512) gemv_q6_k_rkv_1(GEMVQ_ARGS, RKV_ARGS) {
-    gemv_tile_body<Q6kTile, 1, true>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k,
-                                     row_bytes, ss, eps, add, RKV_OF);
-}
+#define GEMV_MIXED(STEM, KT)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(512) gemv_##STEM##_q6k_1(GEMVQ_ARGS, MIXED_ARGS) {             \
+        mixed_qkv_body<KT, false>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, ss, eps, \
+                                  add, rb6, qk_blocks);                                                           \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(512) gemv_##STEM##_q6k_rkv_1(GEMVQ_ARGS, MIXED_ARGS, RKV_ARGS) { \
+        mixed_qkv_body<KT, true>(w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k, row_bytes, ss, eps,  \
+                                 add, rb6, qk_blocks, RKV_OF);                                                    \
+    }
+GEMV_MIXED(q4k, Q4kTile)
+GEMV_MIXED(q5k, Q5kTile)
+#define GEMV_RKV(STEM, KT)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(512) gemv_##STEM##_rkv_1(GEMVQ_ARGS, RKV_ARGS) {             \
+        gemv_tile_body<KT, 1, true>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k,  \
+                                    row_bytes, ss, eps, add, RKV_OF);                                         \
+    }
+GEMV_RKV(q4_k, Q4kTile)
+GEMV_RKV(q5_kt, Q5kTile)
+GEMV_RKV(q6_k, Q6kTile)

@@ -8,10 +8,11 @@
 // Type codes match `quant_code` on the host. Blocks of 18, 22 and 34 bytes
 // are only 2-byte aligned: the 32-value blocks' multi-byte fields are read
 // as halves (`blk_halves`) or, in the dp4a GEMVs, as the aligned words
-// around them, shifted (`blk_words`). Q4_K and Q6_K rows, and Q4_0, Q4_1
-// and Q8_0 rows of whole super-blocks, are regrouped at upload in tiles of
-// 16 (quant/repack.rs `q4_k_tiles`, `q6_k_tiles`, `block32_tiles`; read here
-// by `q4k_sub`, `q6k_sub`, `dq32_tiled`, `dequant_tiled`) for the
+// around them, shifted (`blk_words`). Q4_K, Q5_K and Q6_K rows, and Q4_0,
+// Q4_1 and Q8_0 rows of whole super-blocks, are regrouped at upload in tiles
+// of 16 (quant/repack.rs `q4_k_tiles`, `q5_k_tiles`, `q6_k_tiles`,
+// `block32_tiles`; read here by `q4k_sub`, `q5k_tsub`, `q6k_sub`,
+// `dq32_tiled`, `dequant_tiled`) for the
 // tensor-core GEMVs (kernels/gemv_tile.cu and gemv_tile_b32.cu, compiled
 // after this file).
 
@@ -26,8 +27,10 @@ typedef unsigned char u8;
 #define T_Q5_K 6
 #define T_Q6_K 7
 // Q4_0, Q4_1 and Q8_0 rows of whole super-blocks in tiles (`dq32_tiled`):
-// their code plus this (weight.rs `Storage::code_at`).
+// their code plus this (weight.rs `Storage::code_at`); Q5_K in tiles
+// (`q5k_tsub`) too.
 #define T_TILED 8
+#define T_Q5_K_TILED (T_TILED + T_Q5_K)
 
 __device__ __forceinline__ float ld_f16(const u8* p) { return f16_to_f32(__ldg((const u16*)p)); }
 __device__ __forceinline__ float half_lo(u32 w) { return f16_to_f32((u16)(w & 0xffffu)); }
@@ -106,7 +109,7 @@ __device__ __forceinline__ void k_scale_min(const u8* head_at, int j, float& d, 
 // Sub-block c & 7 of the Q5_K block that holds 32-chunk c of a row: its
 // scale d and min m (value = d * q - m) and the 32 bytes whose low (even
 // sub-blocks) or high (odd) nibbles are its low 4 bits. Returns the block.
-// (Q4_K: `q4k_sub`, on its tiles.)
+// (Q4_K, and Q5_K by default, are read from tiles: `q4k_sub`, `q5k_tsub`.)
 __device__ __forceinline__ const u8* q5k_sub(const u8* row, u32 c, float& d, float& m, u32 (&q)[8]) {
     const int j = c & 7;
     const u8* b = row + (u64)(c >> 3) * 176;
@@ -119,14 +122,36 @@ __device__ __forceinline__ const u8* q5k_sub(const u8* row, u32 c, float& d, flo
 // The same for Q4_K in its tiles (quant/repack.rs, `q4_k_tiles`): row r's
 // super-block sb is in the 2,304-byte block of tile r / 16's column sb, its
 // head at 16 (r % 16), its words 8 pair + 4 h + i at `q4_k_tile_word`.
-__device__ __forceinline__ void q4k_sub(const u8* w, u64 r, u32 nsb, u32 c, float& d, float& m, u32 (&q)[8]) {
+// (Q5_K's tiles, `BLOCK` 2,816, begin so too.) Returns the block.
+template <u32 BLOCK = 2304>
+__device__ __forceinline__ const u8* q4k_sub(const u8* w, u64 r, u32 nsb, u32 c, float& d, float& m, u32 (&q)[8]) {
     const int j = c & 7, pair = j >> 1;
     const u32 rr = r & 15;
-    const u8* blk = w + ((r >> 4) * nsb + (c >> 3)) * 2304;
+    const u8* blk = w + ((r >> 4) * nsb + (c >> 3)) * BLOCK;
     k_scale_min(blk + 16 * rr, j, d, m);
     const u32* p = (const u32*)(blk + 256 + 16 * (32 * pair + 4 * (rr & 7))) + (rr >> 3);
 #pragma unroll
     for (int i = 0; i < 4; i++) q[i] = __ldg(p + 4 * i), q[4 + i] = __ldg(p + 4 * i + 2);
+    return blk;
+}
+
+// Q5_K in its tiles (quant/repack.rs `q5_k_tiles`): Q4_K's layout
+// (`q4k_sub`), then lane 4 (r % 8) + i's fifth bits at 2,304 + 16 lane,
+// word `pair`: value l (0..32) of sub-block 2 pair + h at bit 4 h + 2 (l /
+// 16) + r / 8 % 2 of byte l % 4 of its word of lane i = l / 4 % 4.
+__device__ __forceinline__ void q5k_tsub(const u8* w, u64 r, u32 nsb, u32 c, float* out) {
+    float d, m;
+    u32 q[8];
+    const u8* blk = q4k_sub<2816>(w, r, nsb, c, d, m, q);
+    const u32 rr = r & 15, h = c & 1;
+    u32 hb[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) hb[i] = __ldg((const u32*)(blk + 2304 + 16 * (4 * (rr & 7) + i) + 4 * ((c & 7) >> 1)));
+#pragma unroll
+    for (int l = 0; l < 32; l++) {
+        const u32 fifth = (hb[(l >> 2) & 3] >> (8 * (l & 3) + 4 * h + 2 * (l >> 4) + (rr >> 3))) & 1;
+        out[l] = d * (float)(((byte_at(q, l) >> (4 * h)) & 0xf) | (fifth << 4)) - m;
+    }
 }
 
 // Q6_K in its tiles (quant/repack.rs, `q6_k_tiles`): row r's super-block
@@ -214,7 +239,9 @@ __device__ __forceinline__ void dq32_tiled(const u8* base, u64 r, u64 row_bytes,
 template <int T>
 __device__ __forceinline__ void dq32(const u8* base, u64 r, u64 row_bytes, u32 nsb, u32 c, float* w) {
     const u8* row = base + r * row_bytes;
-    if constexpr (T >= T_TILED) {
+    if constexpr (T == T_Q5_K_TILED) {
+        q5k_tsub(base, r, nsb, c, w);
+    } else if constexpr (T >= T_TILED) {
         dq32_tiled<T - T_TILED>(base, r, row_bytes, c, w);
     } else if (T == T_Q4_0 || T == T_Q4_1) {
         const u8* b = row + (u64)c * (T == T_Q4_0 ? 18 : 20);
@@ -284,6 +311,7 @@ __device__ __forceinline__ void dq32_any(int t, const u8* base, u64 r, u64 rb, u
         case T_TILED + T_Q8_0: dq32<T_TILED + T_Q8_0>(base, r, rb, nsb, c, w); break;
         case T_Q4_K: dq32<T_Q4_K>(base, r, rb, nsb, c, w); break;
         case T_Q5_K: dq32<T_Q5_K>(base, r, rb, nsb, c, w); break;
+        case T_Q5_K_TILED: dq32<T_Q5_K_TILED>(base, r, rb, nsb, c, w); break;
         default: dq32<T_Q6_K>(base, r, rb, nsb, c, w); break;
     }
 }
@@ -323,6 +351,7 @@ extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_byt
         case T_TILED + T_Q8_0: dequant_tile<T_TILED + T_Q8_0>(w, out, row_bytes, k, r0); break;
         case T_Q4_K: dequant_tile<T_Q4_K>(w, out, row_bytes, k, r0); break;
         case T_Q5_K: dequant_tile<T_Q5_K>(w, out, row_bytes, k, r0); break;
+        case T_Q5_K_TILED: dequant_tile<T_Q5_K_TILED>(w, out, row_bytes, k, r0); break;
         default: dequant_tile<T_Q6_K>(w, out, row_bytes, k, r0); break;
     }
 }
