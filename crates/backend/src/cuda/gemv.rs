@@ -237,6 +237,7 @@ fn gemv_span(st: Storage) -> &'static str {
     match st {
         Storage::Bf16 => "  gemv bf16",
         Storage::Quant(DType::Q4K) => "  gemv q4_k",
+        Storage::Quant(DType::Q5K) => "  gemv q5_k",
         Storage::Quant(DType::Q6K) => "  gemv q6_k",
         Storage::Quant(_) => "  gemv other blocks",
         _ => "  gemv f16",
@@ -327,6 +328,8 @@ fn tile_stem(st: Storage) -> &'static str {
         Storage::Quant(DType::Q6K) => "q6_k",
         Storage::Quant(DType::Q4_0) => "q4_0t",
         Storage::Quant(DType::Q4_1) => "q4_1t",
+        Storage::Quant(DType::Q5_0) => "q5_0t",
+        Storage::Quant(DType::Q5_1) => "q5_1t",
         Storage::Quant(DType::Q8_0) => "q8_0t",
         // (Not `tiled`: no kernel has this name, so a launch fails loudly.)
         _ => "untiled",
@@ -338,7 +341,8 @@ fn tile_stem(st: Storage) -> &'static str {
 /// the module's function list: 1..=8 input rows, and the batch-invariant
 /// mode's batch 1 (`_whole_1`).
 pub fn own_tile_names() -> Vec<String> {
-    let stems = [DType::Q4_0, DType::Q4_1, DType::Q8_0, DType::Q5K].map(|q| tile_stem(Storage::Quant(q)));
+    let own = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q5K];
+    let stems = own.map(|q| tile_stem(Storage::Quant(q)));
     stems
         .iter()
         .flat_map(|s| (1..=8).map(move |n| format!("gemv_{s}_{n}")).chain([format!("gemv_{s}_whole_1")]))
@@ -418,8 +422,9 @@ pub fn x8_tile_normed(dev: &Device, x: &CudaTensor, norm: Norm) -> Result<X8> {
 }
 
 /// Quantizes x for a matmul group `ws` ahead of its GEMVs where they read it
-/// in two orders, the tensor-core GEMVs' super-blocks and Q5_K's pieces
-/// (Q5_K_M's layers whose value projection is Q6_K): both in one launch
+/// in two orders, the tensor-core GEMVs' super-blocks and the dp4a Q5_K
+/// GEMV's pieces (Q5_K_M's layers whose value projection is Q6_K, with
+/// `FERRITE_CUDA_Q5K_TILES=0`): both in one launch
 /// (`quantize_x8_dual`), a kernel a layer fewer in those layers. Otherwise
 /// nothing: each GEMV quantizes its order at its first use.
 pub fn quantize_ahead(

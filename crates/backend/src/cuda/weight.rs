@@ -115,8 +115,7 @@ pub struct CudaWeight {
 
 impl CudaWeight {
     /// Bytes from one row to the next in `data`: for blocks the file's
-    /// (Q4_K's and Q6_K's rows, and Q4_0's, Q4_1's and Q8_0's of whole
-    /// super-blocks, are regrouped in tiles of 16: a tile takes 16 times
+    /// (rows regrouped in tiles of 16, `tiled`: a tile takes 16 times
     /// this).
     pub fn row_bytes(&self) -> u64 {
         let k = self.cols;

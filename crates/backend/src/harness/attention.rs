@@ -179,7 +179,7 @@ impl<B: Backend> Harness<'_, B> {
     }
 
     /// `norm_qkv_rope_kv` on GGUF k-quant blocks (Q4_K_M's: Q4_K q and k, a
-    /// Q4_K or Q6_K v; or all Q6_K; Q5_K's: `k_quant_tiles`) with
+    /// Q4_K or Q6_K v; or all Q6_K; Q5_K's: `five_bit_tiles`) with
     /// interleaved RoPE: a 36-token
     /// prompt, then one decode row at position 36 (a GPU turns q and k and writes the cache in the
     /// GEMVs' epilogue unless `FERRITE_CUDA_QKV_ROPE=0`), then attention

@@ -765,12 +765,13 @@ impl<B: Backend> Harness<'_, B> {
         self.matmul_random(DType::Q4_0, (9, 11_000, 3072), dense_f32_tol)
     }
 
-    /// Q5_K where a GPU keeps it in its GEMVs' tiles, in the ops that
-    /// launch them apart from plain matmuls (`matmuls` has those): q/k/v of
-    /// one normed input, alone (n = 1, 2) and with a Q6_K v (Q5_K_M's
-    /// layers), RoPE and the KV write in their epilogue, and a table.
-    /// (Last, so that the checks before keep their random data.)
-    fn k_quant_tiles(&mut self, dense_f32_tol: f32) -> Result<()> {
+    /// The 5-bit types where a GPU keeps them in its GEMVs' tiles, in the
+    /// ops that launch them apart from plain matmuls (`matmuls` has those):
+    /// Q5_K q/k/v of one normed input, alone (n = 1, 2) and with a Q6_K v
+    /// (Q5_K_M's layers), RoPE and the KV write in their epilogue, and
+    /// tables of Q5_K, Q5_0 and Q5_1 rows of whole super-blocks. (Last, so
+    /// that the checks before keep their random data.)
+    fn five_bit_tiles(&mut self, dense_f32_tol: f32) -> Result<()> {
         let (q5, q6) = (DType::Q5K, DType::Q6K);
         for (n, dts) in [(1, [q5; 3]), (1, [q5, q5, q6]), (2, [q5, q5, q6])] {
             self.norm_matmul_many(n, dts, 1024, dense_f32_tol)?;
@@ -778,7 +779,10 @@ impl<B: Backend> Harness<'_, B> {
         for (hd, v_type) in [(128, q5), (64, q6)] {
             self.attention_inputs_decode(hd, q5, v_type)?;
         }
-        self.embedding_random(q5, 512, dense_f32_tol)
+        for dt in [q5, DType::Q5_0, DType::Q5_1] {
+            self.embedding_random(dt, 512, dense_f32_tol)?;
+        }
+        Ok(())
     }
 }
 
@@ -796,7 +800,7 @@ pub fn check_backend<B: Backend>(b: &B, dense_f32_tol: f32, report: &mut dyn FnM
         h.sampling()?;
     }
     h.block_rows(dense_f32_tol)?;
-    h.k_quant_tiles(dense_f32_tol)?;
+    h.five_bit_tiles(dense_f32_tol)?;
     Ok(h.out)
 }
 

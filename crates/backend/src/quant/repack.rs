@@ -150,11 +150,20 @@ pub const Q5K_TILE_BLOCK: usize = 16 * 176;
 /// takes: of byte y of fragment register r (0..4, [`q4_k_tile_word`]'s order),
 /// at bit r of byte y for sub-block 2j, at bit 4 + r for 2j + 1.
 pub fn q5_k_tile_high(rr: usize, v: usize) -> (usize, u32) {
+    fifth_bit_at(2304, rr, v)
+}
+
+/// Where a tile column keeps the fifth bit of value `v` (0..256: 32-value
+/// group v / 32, each pair of groups one `m16n8k32` of 4-bit values, the
+/// first in the low nibbles) of row `rr`, its fifth bits beginning at
+/// `base`: lane (g, i)'s 16 bytes, word v / 64, byte y of the fragment's
+/// register r at bit r (first group) or 4 + r (second).
+fn fifth_bit_at(base: usize, rr: usize, v: usize) -> (usize, u32) {
     let (s, l) = (v / 32, v % 32);
     let (w, y) = (l / 4, l % 4);
     let lane = 4 * (rr % 8) + w % 4;
     let r = 2 * (w / 4) + rr / 8;
-    (2304 + 16 * lane + 4 * (s / 2) + y, (4 * (s % 2) + r) as u32)
+    (base + 16 * lane + 4 * (s / 2) + y, (4 * (s % 2) + r) as u32)
 }
 
 /// Q5_K rows (blocks of 176 bytes: d, dmin, 12 scale bytes, 32 of fifth
@@ -179,11 +188,25 @@ pub fn q5_k_tiles(src: &[u8], k: usize) -> Vec<u8> {
     })
 }
 
-/// Whether a GPU weight of 32-value blocks (Q4_0, Q4_1, Q8_0) with `k`
-/// values a row is stored in [`block32_tiles`] (rows of whole super-blocks
-/// of 256 values; other rows keep the file's blocks for the dp4a GEMVs).
+/// Whether a GPU weight of 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
+/// with `k` values a row is stored in [`block32_tiles`] (rows of whole
+/// super-blocks of 256 values; other rows keep the file's blocks for the
+/// dp4a GEMVs).
 pub fn block32_tiled(q: DType, k: usize) -> bool {
-    matches!(q, DType::Q4_0 | DType::Q4_1 | DType::Q8_0) && k.is_multiple_of(256)
+    matches!(q, DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0) && k.is_multiple_of(256)
+}
+
+/// Whether a 32-value block type has fifth bits (Q5_0, Q5_1).
+fn five_bits(q: DType) -> bool {
+    matches!(q, DType::Q5_0 | DType::Q5_1)
+}
+
+/// Where value `v` (0..256) of row `rr` of a Q5_0 or Q5_1
+/// [`block32_tiles`] column keeps its fifth bit: its byte and bit; after the
+/// 4-bit values (2,048 bytes), a lane's 16 bytes as Q5_K's
+/// ([`q5_k_tile_high`], blocks for sub-blocks).
+pub fn block32_tile_high(rr: usize, v: usize) -> (usize, u32) {
+    fifth_bit_at(2048, rr, v)
 }
 
 /// Bytes of one super-block column of a tile in [`block32_tiles`]: 16 rows
@@ -210,29 +233,43 @@ pub fn block32_tile_value(q: DType, rr: usize, v: usize) -> (usize, u32) {
 }
 
 /// Offset in a [`block32_tiles`] column of the f16 d of block `b` (0..8) of
-/// row `rr`; Q4_1's m is 8 bytes after it. After the values, lane (g, i)'s
-/// 8 (16) bytes: blocks 2i and 2i + 1 of rows g, then of g + 8 (then their
-/// m), the scales its sums take at batch 1.
+/// row `rr`; Q4_1's and Q5_1's m is 8 bytes after it. After the values
+/// (and fifth bits), lane (g, i)'s 8 (16) bytes: blocks 2i and 2i + 1 of
+/// rows g, then of g + 8 (then their m), the scales its sums take at batch 1.
 pub fn block32_tile_head(q: DType, rr: usize, b: usize) -> usize {
-    let values = if q == DType::Q8_0 { 4096 } else { 2048 };
-    let stride = if q == DType::Q4_1 { 16 } else { 8 };
+    let values = match q {
+        DType::Q8_0 => 4096,
+        _ if five_bits(q) => 2560,
+        _ => 2048,
+    };
+    let stride = if matches!(q, DType::Q4_1 | DType::Q5_1) { 16 } else { 8 };
     values + stride * (4 * (rr % 8) + b / 2) + 2 * (2 * (rr / 8) + b % 2)
 }
 
-/// Q4_0, Q4_1 or Q8_0 rows of `k` values (k % 256 == 0) regrouped in tiles
-/// of 16 rows for the tensor-core GEMV (kernels/gemv_tile_b32.cu, `B32Tile`), as
-/// [`q4_k_tiles`] does Q4_K's: per tile, a column of
-/// [`block32_tile_block`] bytes per 256 values, the values
-/// ([`block32_tile_value`]) then the scales ([`block32_tile_head`]); the
-/// last tile's missing rows are zeros.
+/// Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 rows of `k` values (k % 256 == 0)
+/// regrouped in tiles of 16 rows for the tensor-core GEMV
+/// (kernels/gemv_tile_b32.cu, `B32Tile`), as [`q4_k_tiles`] does Q4_K's:
+/// per tile, a column of [`block32_tile_block`] bytes per 256 values, the
+/// values ([`block32_tile_value`]; the 5-bit types' low 4 bits), the fifth
+/// bits ([`block32_tile_high`]), then the scales ([`block32_tile_head`]);
+/// the last tile's missing rows are zeros.
 pub fn block32_tiles(q: DType, src: &[u8], k: usize) -> Vec<u8> {
     let bb = q.block_bytes();
+    let with_m = matches!(q, DType::Q4_1 | DType::Q5_1);
     regroup_in_tiles(src, k, 8 * bb, |blk, rr, blocks| {
         for (b, block) in blocks.chunks_exact(bb).enumerate() {
             let d = block32_tile_head(q, rr, b);
             blk[d..d + 2].copy_from_slice(&block[..2]);
-            if q == DType::Q4_1 {
+            if with_m {
                 blk[d + 8..d + 10].copy_from_slice(&block[2..4]);
+            }
+            if five_bits(q) {
+                let at = if with_m { 4 } else { 2 };
+                let qh = u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]]);
+                for l in 0..32 {
+                    let (at, bit) = block32_tile_high(rr, 32 * b + l);
+                    blk[at] |= ((qh >> l & 1) as u8) << bit;
+                }
             }
             for l in 0..32 {
                 let (at, shift) = block32_tile_value(q, rr, 32 * b + l);
@@ -419,8 +456,9 @@ mod tests {
 
     #[test]
     fn block32_tiles_hold_every_value_once() {
-        for q in [DType::Q4_0, DType::Q4_1, DType::Q8_0] {
+        for q in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0] {
             let (bb, size) = (q.block_bytes(), super::block32_tile_block(q));
+            let (five, with_m) = (super::five_bits(q), matches!(q, DType::Q4_1 | DType::Q5_1));
             // Every (row, value) has its own bits; with the heads, every byte is used.
             let mut seen = vec![0u8; size];
             let bits = if q == DType::Q8_0 { 0xFF } else { 0xF };
@@ -429,10 +467,15 @@ mod tests {
                     let (at, shift) = super::block32_tile_value(q, rr, v);
                     assert_eq!(seen[at] & (bits << shift), 0, "{q} row {rr} value {v}");
                     seen[at] |= bits << shift;
+                    if five {
+                        let (at, bit) = super::block32_tile_high(rr, v);
+                        assert_eq!(seen[at] >> bit & 1, 0, "{q} row {rr} value {v}: fifth bit");
+                        seen[at] |= 1 << bit;
+                    }
                 }
                 for b in 0..8 {
                     let d = super::block32_tile_head(q, rr, b);
-                    let heads = if q == DType::Q4_1 { [d, d + 8].to_vec() } else { vec![d] };
+                    let heads = if with_m { [d, d + 8].to_vec() } else { vec![d] };
                     for h in heads {
                         assert!(seen[h..h + 2].iter().all(|&s| s == 0));
                         seen[h..h + 2].fill(0xFF);
@@ -445,7 +488,7 @@ mod tests {
             let mut bytes = random_bytes(rows * 16 * bb);
             for b in bytes.chunks_mut(bb) {
                 b[0..2].copy_from_slice(&half::f16::from_f32(0.013).to_le_bytes());
-                if q == DType::Q4_1 {
+                if with_m {
                     b[2..4].copy_from_slice(&half::f16::from_f32(-0.07).to_le_bytes());
                 }
             }
@@ -462,10 +505,15 @@ mod tests {
                     let (at, shift) = super::block32_tile_value(q, rr, v);
                     let h = super::block32_tile_head(q, rr, v / 32);
                     let f16 = |o: usize| half::f16::from_le_bytes([col[o], col[o + 1]]).to_f32();
+                    let (hi, hb) = super::block32_tile_high(rr, v);
+                    let fifth = if five { col[hi] >> hb & 1 } else { 0 };
+                    let q5 = (col[at] >> shift & 0xF | fifth << 4) as f32;
                     let got = match q {
                         DType::Q8_0 => f16(h) * col[at] as i8 as f32,
                         DType::Q4_0 => f16(h) * ((col[at] >> shift & 0xF) as f32 - 8.0),
-                        _ => f16(h) * (col[at] >> shift & 0xF) as f32 + f16(h + 8),
+                        DType::Q4_1 => f16(h) * (col[at] >> shift & 0xF) as f32 + f16(h + 8),
+                        DType::Q5_0 => f16(h) * (q5 - 16.0),
+                        _ => f16(h) * q5 + f16(h + 8),
                     };
                     if r < rows {
                         assert_eq!(got, *w, "{q} row {r} value {v}");

@@ -199,8 +199,8 @@ __device__ __forceinline__ bool pick_tile(u32& tile, const u8*& w, float*& y, u3
 // As Q4_K's, on tiles of Q4_K's layout with each lane's fifth bits after
 // them (`q5_k_tiles`: a 16-byte load, word j for sub-block pair j): each
 // 4-bit word of a fragment takes its fifth bits with a shift and two
-// LOP3s, so the operands are the 5-bit values as u8, and the scales and
-// mins are Q4_K's.
+// LOP3s (quant.cu `with_fifth`), so the operands are the 5-bit values as
+// u8, and the scales and mins are Q4_K's.
 struct Q5kW {
     Q4kW k4;
     uint4 f;
@@ -211,15 +211,6 @@ __device__ __forceinline__ Q5kW q5k_fetch(const u8* tile, u32 sb, u32 lane) {
     w.f = load_blocks((const uint4*)(tile + 2816 * (u64)sb + 2304) + lane);
     return w;
 }
-// Fragment register r (0..4) of sub-block 2j (h 0) or 2j + 1 (h 1) of pair
-// j: the 4-bit values q of both (word r of the pair's 16 bytes) with the
-// fifth bits f (the lane's word j; bit r of each byte for 2j, 4 + r for
-// 2j + 1) as bytes of 0..31.
-__device__ __forceinline__ u32 q5k_operand(u32 q, u32 f, int r, int h) {
-    return h ? ((q >> 4) & 0x0f0f0f0fu) | ((f >> r) & 0x10101010u)
-             : (q & 0x0f0f0f0fu) | ((f << (4 - r)) & 0x10101010u);
-}
-
 // One super-block into the lane's four sums, as `q4k_step`.
 template <int N>
 __device__ __forceinline__ void q5k_step(const Q5kW& w, const uint4 (&x)[4], uint4 h0, uint4 s0, uint4 h1,
@@ -235,8 +226,8 @@ __device__ __forceinline__ void q5k_step(const Q5kW& w, const uint4 (&x)[4], uin
         for (int hs = 0; hs < 2; hs++) {
             const int s = 2 * j + hs;
             int c[4];
-            mma_u8s8(q5k_operand(p.x, f[j], 0, hs), q5k_operand(p.y, f[j], 1, hs), q5k_operand(p.z, f[j], 2, hs),
-                     q5k_operand(p.w, f[j], 3, hs), hs ? x[j].z : x[j].x, hs ? x[j].w : x[j].y, c);
+            mma_u8s8(with_fifth(p.x, f[j], 0, hs), with_fifth(p.y, f[j], 1, hs), with_fifth(p.z, f[j], 2, hs),
+                     with_fifth(p.w, f[j], 3, hs), hs ? x[j].z : x[j].x, hs ? x[j].w : x[j].y, c);
             const int sa = byte_of(ha.sc[s >> 2], s & 3), sb = byte_of(hb.sc[s >> 2], s & 3);
             const int t0 = byte_of(s < 4 ? h0.y : h0.z, s & 3);
             sum[0] += sa * (c[0] << t0);
@@ -276,10 +267,10 @@ __device__ __forceinline__ void q5k_step_bd(const Q5kW& w, uint2 xg, uint4 h0, u
     for (int j = 0; j < 4; j++) {
         const uint4 p = w.k4.p[j];
         const u32 b0 = xg.x & l.here[j], b1 = xg.y & l.here[j];
-        mma_u8s8_acc(q5k_operand(p.x, f[j], 0, 0), q5k_operand(p.y, f[j], 1, 0), q5k_operand(p.z, f[j], 2, 0),
-                     q5k_operand(p.w, f[j], 3, 0), b0, b1, even);
-        mma_u8s8_acc(q5k_operand(p.x, f[j], 0, 1), q5k_operand(p.y, f[j], 1, 1), q5k_operand(p.z, f[j], 2, 1),
-                     q5k_operand(p.w, f[j], 3, 1), b0, b1, odd);
+        mma_u8s8_acc(with_fifth(p.x, f[j], 0, 0), with_fifth(p.y, f[j], 1, 0), with_fifth(p.z, f[j], 2, 0),
+                     with_fifth(p.w, f[j], 3, 0), b0, b1, even);
+        mma_u8s8_acc(with_fifth(p.x, f[j], 0, 1), with_fifth(p.y, f[j], 1, 1), with_fifth(p.z, f[j], 2, 1),
+                     with_fifth(p.w, f[j], 3, 1), b0, b1, odd);
     }
     // Lane (g, i): even[0], odd[1] of row g (columns 2i, 2i + 1), even[2], odd[3] of row g + 8.
     const u32 shifts = l.second ? h0.z : h0.y;

@@ -1,13 +1,14 @@
-// The decode GEMVs on tensor cores for Q4_0, Q4_1 and Q8_0 rows of whole
-// super-blocks (k % 256 == 0), regrouped in tiles of 16 rows at upload
+// The decode GEMVs on tensor cores for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 rows
+// of whole super-blocks (k % 256 == 0), regrouped in tiles of 16 rows at upload
 // (quant/repack.rs `block32_tiles`, kernels/quant.cu `B32Layout`);
 // compiled after gemv_tile.cu, whose
 // body (`gemv_tile_body`), batch-1 lane constants (`BdLane`) and mma they
 // use, with the same input (`quantize_x8_sb`). As for Q4_K, one mma.sync
 // m16n8k32 multiplies 16 rows by 32 values: one block for Q8_0 (s8), a pair
 // of blocks for the 4-bit types (u8: block 2j in the low nibbles, 2j + 1 in
-// the high, as Q4_K's sub-block pairs). Each block's sums are then scaled
-// in float by its own f16 d (the 4-bit types: less 8 d, or plus Q4_1's m,
+// the high, as Q4_K's sub-block pairs; the 5-bit types join their fifth
+// bits to them, as Q5_K: `with_fifth`). Each block's sums are then scaled
+// in float by its own f16 d (less 8 d, or 16 d, or plus the block's m,
 // times the input's sums). The dp4a GEMVs (quant.cu), which other rows
 // keep, read the input once per weight row and spend an instruction per
 // four values; here a warp's input serves 16 rows.
@@ -25,10 +26,12 @@ __device__ __forceinline__ void mma_s8s8_acc(u32 a0, u32 a1, u32 a2, u32 a3, u32
 // (SPLIT) its own: blocks 2i and 2i + 1 of rows g (h[0].x: two f16) and
 // g + 8 (.y), Q4_1's m in .z and .w. Else its quad's, all eight blocks of
 // both rows: lane 4g + j's words in turn.
+// The 5-bit types: f, the fifth bits of its values (word j: pair j's).
 template <int T, bool SPLIT>
 struct B32W {
     uint4 p[B32Layout<T>::units];
-    uint4 h[SPLIT ? 1 : T == T_Q4_1 ? 4 : 2];
+    uint4 h[SPLIT ? 1 : B32Layout<T>::has_m ? 4 : 2];
+    uint4 f;
 };
 template <int T, bool SPLIT>
 __device__ __forceinline__ B32W<T, SPLIT> b32_fetch(const u8* col, u32 lane) {
@@ -36,8 +39,9 @@ __device__ __forceinline__ B32W<T, SPLIT> b32_fetch(const u8* col, u32 lane) {
     B32W<T, SPLIT> w;
 #pragma unroll
     for (u32 j = 0; j < L::units; j++) w.p[j] = load_blocks((const uint4*)col + 32 * j + lane);
+    if constexpr (L::five) w.f = load_blocks((const uint4*)(col + L::fifth) + lane);
     const u8* heads = col + L::values;
-    if constexpr (SPLIT && T == T_Q4_1) {
+    if constexpr (SPLIT && L::has_m) {
         w.h[0] = __ldg((const uint4*)heads + lane);
     } else if constexpr (SPLIT) {
         const uint2 h = __ldg((const uint2*)heads + lane);
@@ -45,7 +49,7 @@ __device__ __forceinline__ B32W<T, SPLIT> b32_fetch(const u8* col, u32 lane) {
     } else {
         const uint4* quad = (const uint4*)(heads + 4 * L::stride * (lane >> 2));
 #pragma unroll
-        for (int q = 0; q < (T == T_Q4_1 ? 4 : 2); q++) w.h[q] = __ldg(quad + q);
+        for (int q = 0; q < (L::has_m ? 4 : 2); q++) w.h[q] = __ldg(quad + q);
     }
     return w;
 }
@@ -65,6 +69,7 @@ __device__ __forceinline__ float b32_scaled(int dot, int t, int bsum, float d, f
     const int v = dot << t;
     if (T == T_Q8_0) return d * (float)v;
     if (T == T_Q4_0) return d * (float)(v - 8 * bsum);
+    if (T == T_Q5_0) return d * (float)(v - 16 * bsum);
     return d * (float)v + m * (float)bsum;
 }
 
@@ -81,6 +86,21 @@ __device__ __forceinline__ void b32_step_bd(const B32W<T, true>& w, uint2 xg, ui
 #pragma unroll
         for (int j = 0; j < 8; j++)
             mma_s8s8_acc(w.p[j].x, w.p[j].y, w.p[j].z, w.p[j].w, xg.x & l.col[j], xg.y & l.col[j], dot);
+    } else if constexpr (B32Layout<T>::five) {
+        // Block 2j's sums in columns 2i of the first mma's sums, 2j + 1's in
+        // columns 2i + 1 of the second's (as `q5k_step_bd`).
+        const u32 f[4] = {w.f.x, w.f.y, w.f.z, w.f.w};
+        int odd[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const uint4 p = w.p[j];
+            const u32 b0 = xg.x & l.here[j], b1 = xg.y & l.here[j];
+            mma_u8s8_acc(with_fifth(p.x, f[j], 0, 0), with_fifth(p.y, f[j], 1, 0), with_fifth(p.z, f[j], 2, 0),
+                         with_fifth(p.w, f[j], 3, 0), b0, b1, dot);
+            mma_u8s8_acc(with_fifth(p.x, f[j], 0, 1), with_fifth(p.y, f[j], 1, 1), with_fifth(p.z, f[j], 2, 1),
+                         with_fifth(p.w, f[j], 3, 1), b0, b1, odd);
+        }
+        dot[1] = odd[1], dot[3] = odd[3];
     } else {
         // The whole bytes (value + 16 times the high one) and the high
         // nibbles alone (16 times): block 2j's sums are their difference.
@@ -103,7 +123,8 @@ __device__ __forceinline__ void b32_step_bd(const B32W<T, true>& w, uint2 xg, ui
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         const u32 d = r ? w.h[0].y : w.h[0].x, m = r ? w.h[0].w : w.h[0].z;
-        const float ma = T == T_Q4_1 ? half_lo(m) : 0.f, mb = T == T_Q4_1 ? half_hi(m) : 0.f;
+        const bool has_m = B32Layout<T>::has_m;
+        const float ma = has_m ? half_lo(m) : 0.f, mb = has_m ? half_hi(m) : 0.f;
         acc[2 * r] += step * (b32_scaled<T>(dot[2 * r], t0, s0, half_lo(d), ma) +
                               b32_scaled<T>(dot[2 * r + 1], t1, s1, half_hi(d), mb));
     }
@@ -124,6 +145,11 @@ __device__ __forceinline__ void b32_step(const B32W<T, false>& w, const uint4 (&
         int c[4] = {0, 0, 0, 0};
         if constexpr (T == T_Q8_0) {
             mma_s8s8_acc(w.p[s].x, w.p[s].y, w.p[s].z, w.p[s].w, xa, xb, c);
+        } else if constexpr (B32Layout<T>::five) {
+            const uint4 p = w.p[s >> 1];
+            const u32 f = s < 4 ? (s < 2 ? w.f.x : w.f.y) : (s < 6 ? w.f.z : w.f.w);
+            mma_u8s8_acc(with_fifth(p.x, f, 0, s & 1), with_fifth(p.y, f, 1, s & 1), with_fifth(p.z, f, 2, s & 1),
+                         with_fifth(p.w, f, 3, s & 1), xa, xb, c);
         } else {
             const uint4 p = w.p[s >> 1];
             const u32 mask = s & 1 ? 0xf0f0f0f0u : 0x0f0f0f0fu;
@@ -143,7 +169,7 @@ __device__ __forceinline__ void b32_step(const B32W<T, false>& w, const uint4 (&
             if (N == 1 && (q & 1)) continue;
             const int row = q >> 1, col = q & 1;
             const u32 dw = word_of(w.h, sw * (s >> 1) + row);
-            const u32 mw = T == T_Q4_1 ? word_of(w.h, sw * (s >> 1) + 2 + row) : 0u;
+            const u32 mw = B32Layout<T>::has_m ? word_of(w.h, sw * (s >> 1) + 2 + row) : 0u;
             const float d = s & 1 ? half_hi(dw) : half_lo(dw), m = s & 1 ? half_hi(mw) : half_lo(mw);
             part[q] += b32_scaled<T>(c[q], t[col], bsum[col], d, m);
         }
@@ -190,7 +216,11 @@ struct B32Tile {
     }
 FOR_EACH_N(GEMV_B32, q4_0t, T_Q4_0)
 FOR_EACH_N(GEMV_B32, q4_1t, T_Q4_1)
+FOR_EACH_N(GEMV_B32, q5_0t, T_Q5_0)
+FOR_EACH_N(GEMV_B32, q5_1t, T_Q5_1)
 FOR_EACH_N(GEMV_B32, q8_0t, T_Q8_0)
 GEMV_B32_WHOLE(q4_0t, T_Q4_0)
 GEMV_B32_WHOLE(q4_1t, T_Q4_1)
+GEMV_B32_WHOLE(q5_0t, T_Q5_0)
+GEMV_B32_WHOLE(q5_1t, T_Q5_1)
 GEMV_B32_WHOLE(q8_0t, T_Q8_0)

@@ -189,29 +189,59 @@ __device__ __forceinline__ void q6k_sub(const u8* w, u64 r, u32 nsb, u32 c, floa
 // 2j + 1 in the high) is in unit b (b / 2), lane 4 (rr % 8) + i % 4's 16
 // bytes, word 2 (i / 4) + rr / 8; after the values, lane 4 (rr % 8) + b / 2's
 // scales of its blocks 2 (b / 2) and 2 (b / 2) + 1 (`b32_head`).
+// Q5_0 and Q5_1 as the 4-bit types, their fifth bits after the values: a
+// lane's 16 bytes, word j for pair j (`with_fifth`).
 template <int T>
 struct B32Layout {
-    static constexpr u32 units = T == T_Q8_0 ? 8 : 4;  // 16-byte loads of values a lane
-    static constexpr u32 values = 512 * units;          // bytes of values a tile column
-    static constexpr u32 stride = T == T_Q4_1 ? 16 : 8; // bytes of scales a lane
-    static constexpr u32 block = values + 32 * stride;  // bytes a tile column
+    static constexpr bool five = T == T_Q5_0 || T == T_Q5_1;
+    static constexpr bool has_m = T == T_Q4_1 || T == T_Q5_1;
+    static constexpr u32 units = T == T_Q8_0 ? 8 : 4;           // 16-byte loads of values a lane
+    static constexpr u32 fifth = 512 * units;                   // where the fifth bits are
+    static constexpr u32 values = fifth + (five ? 512 : 0);     // bytes before the scales
+    static constexpr u32 stride = has_m ? 16 : 8;               // bytes of scales a lane
+    static constexpr u32 block = values + 32 * stride;          // bytes a tile column
 };
+// Fragment register r (0..4) of the first (h 0: low nibbles) or second (h
+// 1: high) of a pair of 32-value groups (Q5_K's sub-blocks, Q5_0's and
+// Q5_1's blocks): its 4-bit values q with their fifth bits f (the lane's
+// word for the pair: bit r of each byte for the first group, 4 + r for the
+// second; quant/repack.rs `fifth_bit_at`) as bytes of 0..31.
+__device__ __forceinline__ u32 with_fifth(u32 q, u32 f, int r, int h) {
+    return h ? ((q >> 4) & 0x0f0f0f0fu) | ((f >> r) & 0x10101010u)
+             : (q & 0x0f0f0f0fu) | ((f << (4 - r)) & 0x10101010u);
+}
 // Block b's d (f16) of row g + 8 u in tile column `col`; Q4_1's m 8 bytes on.
 template <int T>
 __device__ __forceinline__ const u8* b32_head(const u8* col, u32 g, u32 u, u32 b) {
     using L = B32Layout<T>;
     return col + L::values + L::stride * (4 * g + (b >> 1)) + 2 * (2 * u + (b & 1));
 }
-// Byte v of a tile's values as the weight (4-bit types: the nibble at shift).
+// Byte v of a tile's values as the weight (4-bit types: the nibble at
+// shift; 5-bit types: v with its fifth bit, `with_fifth`, shift 0).
 template <int T>
 __device__ __forceinline__ float b32_value(u32 v, u32 shift, float d, float m) {
-    return T == T_Q8_0 ? (float)(signed char)v * d : (float)((v >> shift) & 0xfu) * d + m;
+    if (T == T_Q8_0) return (float)(signed char)v * d;
+    return (float)((v >> shift) & (B32Layout<T>::five ? 0x1fu : 0xfu)) * d + m;
 }
-// d and the offset (Q4_0: -8 d; Q4_1: m) of a block whose d is at h.
+// d and the offset (Q4_0: -8 d; Q5_0: -16 d; Q4_1, Q5_1: m) of a block whose d is at h.
 template <int T>
 __device__ __forceinline__ float2 b32_scale(const u8* h) {
     const float d = ld_f16(h);
-    return make_float2(d, T == T_Q4_0 ? -8.f * d : T == T_Q4_1 ? ld_f16(h + 8) : 0.f);
+    const float m = T == T_Q4_0 ? -8.f * d : T == T_Q5_0 ? -16.f * d : B32Layout<T>::has_m ? ld_f16(h + 8) : 0.f;
+    return make_float2(d, m);
+}
+// The 4-bit word `word` of fragment register r of block b (in the low or
+// high nibbles: b % 2) with its fifth bits where the type has them, and the
+// shift of block b's values in it.
+template <int T>
+__device__ __forceinline__ u32 b32_word(const u8* col, u32 lane, u32 word, u32 r, u32 b, u32& shift) {
+    if constexpr (B32Layout<T>::five) {
+        shift = 0;
+        const u32 f = __ldg((const u32*)(col + B32Layout<T>::fifth + 16 * lane) + (b >> 1));
+        return with_fifth(word, f, r, b & 1);
+    }
+    shift = T == T_Q8_0 ? 0 : 4 * (b & 1);
+    return word;
 }
 
 // Block c of row r of tiled rows.
@@ -221,12 +251,13 @@ __device__ __forceinline__ void dq32_tiled(const u8* base, u64 r, u64 row_bytes,
     const u32 g = r & 7, u = (r >> 3) & 1, b = c & 7;
     const float2 s = b32_scale<T>(b32_head<T>(col, g, u, b));
     const u8* unit = col + 512 * (T == T_Q8_0 ? b : b >> 1);
-    const u32 shift = T == T_Q8_0 ? 0 : 4 * (b & 1);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            const u32 word = __ldg((const u32*)(unit + 16 * (4 * g + i) + 4 * (2 * half + u)));
+            const u32 r = 2 * half + u, lane = 4 * g + i;
+            u32 shift;
+            const u32 word = b32_word<T>(col, lane, __ldg((const u32*)(unit + 16 * lane + 4 * r)), r, b, shift);
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 w[16 * half + 4 * i + e] = b32_value<T>((word >> (8 * e)) & 0xffu, shift, s.x, s.y);
@@ -308,6 +339,8 @@ __device__ __forceinline__ void dq32_any(int t, const u8* base, u64 r, u64 rb, u
         case T_Q8_0: dq32<T_Q8_0>(base, r, rb, nsb, c, w); break;
         case T_TILED + T_Q4_0: dq32<T_TILED + T_Q4_0>(base, r, rb, nsb, c, w); break;
         case T_TILED + T_Q4_1: dq32<T_TILED + T_Q4_1>(base, r, rb, nsb, c, w); break;
+        case T_TILED + T_Q5_0: dq32<T_TILED + T_Q5_0>(base, r, rb, nsb, c, w); break;
+        case T_TILED + T_Q5_1: dq32<T_TILED + T_Q5_1>(base, r, rb, nsb, c, w); break;
         case T_TILED + T_Q8_0: dq32<T_TILED + T_Q8_0>(base, r, rb, nsb, c, w); break;
         case T_Q4_K: dq32<T_Q4_K>(base, r, rb, nsb, c, w); break;
         case T_Q5_K: dq32<T_Q5_K>(base, r, rb, nsb, c, w); break;
@@ -348,6 +381,8 @@ extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_byt
         // (Tiles a block a thread: `dequant_f16_tiled` reads them coalesced.)
         case T_TILED + T_Q4_0: dequant_tile<T_TILED + T_Q4_0>(w, out, row_bytes, k, r0); break;
         case T_TILED + T_Q4_1: dequant_tile<T_TILED + T_Q4_1>(w, out, row_bytes, k, r0); break;
+        case T_TILED + T_Q5_0: dequant_tile<T_TILED + T_Q5_0>(w, out, row_bytes, k, r0); break;
+        case T_TILED + T_Q5_1: dequant_tile<T_TILED + T_Q5_1>(w, out, row_bytes, k, r0); break;
         case T_TILED + T_Q8_0: dequant_tile<T_TILED + T_Q8_0>(w, out, row_bytes, k, r0); break;
         case T_Q4_K: dequant_tile<T_Q4_K>(w, out, row_bytes, k, r0); break;
         case T_Q5_K: dequant_tile<T_Q5_K>(w, out, row_bytes, k, r0); break;
@@ -386,12 +421,13 @@ __device__ void dequant_tiled(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r
                 u16* o = out + (r - r0) * k + 256 * sb + 32 * b + 4 * i;
 #pragma unroll
                 for (u32 half = 0; half < 2; half++) {
-                    const u32 word = words[2 * half + u];
+                    u32 shift;
+                    const u32 word = b32_word<T>(col, lane, words[2 * half + u], 2 * half + u, b, shift);
                     u32 p[2];
 #pragma unroll
                     for (u32 e = 0; e < 4; e += 2) {
-                        const float f0 = b32_value<T>((word >> (8 * e)) & 0xffu, 4 * h, s.x, s.y);
-                        const float f1 = b32_value<T>((word >> (8 * e + 8)) & 0xffu, 4 * h, s.x, s.y);
+                        const float f0 = b32_value<T>((word >> (8 * e)) & 0xffu, shift, s.x, s.y);
+                        const float f1 = b32_value<T>((word >> (8 * e + 8)) & 0xffu, shift, s.x, s.y);
                         p[e / 2] = (u32)f32_to_f16(f0) | ((u32)f32_to_f16(f1) << 16);
                     }
                     *(uint2*)(o + 16 * half) = make_uint2(p[0], p[1]);
@@ -407,6 +443,8 @@ extern "C" __global__ void dequant_f16_tiled(const u8* w, u16* out, int t, u64 r
     switch (t) {
         case T_TILED + T_Q4_0: dequant_tiled<T_Q4_0>(w, out, row_bytes, k, r0, rows); break;
         case T_TILED + T_Q4_1: dequant_tiled<T_Q4_1>(w, out, row_bytes, k, r0, rows); break;
+        case T_TILED + T_Q5_0: dequant_tiled<T_Q5_0>(w, out, row_bytes, k, r0, rows); break;
+        case T_TILED + T_Q5_1: dequant_tiled<T_Q5_1>(w, out, row_bytes, k, r0, rows); break;
         default: dequant_tiled<T_Q8_0>(w, out, row_bytes, k, r0, rows); break;
     }
 }
