@@ -278,8 +278,8 @@ pub fn cuda_dual_x8() -> bool {
     on_unless_zero("FERRITE_CUDA_DUAL_X8")
 }
 
-/// `FERRITE_CUDA_B32_TILES=0`: Q4_0, Q4_1 and Q8_0 rows of whole
-/// super-blocks keep the file's blocks on the GPU and decode on the dp4a
+/// `FERRITE_CUDA_B32_TILES=0`: rows of whole super-blocks of 32-value
+/// blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) keep the file's blocks on the GPU and decode on the dp4a
 /// GEMVs, instead of tiles of 16 rows on the tensor cores
 /// (kernels/gemv_tile_b32.cu); for comparison.
 pub fn cuda_b32_tiles() -> bool {
@@ -289,14 +289,15 @@ pub fn cuda_b32_tiles() -> bool {
     *ON.get_or_init(|| on_unless_zero("FERRITE_CUDA_B32_TILES"))
 }
 
-/// `FERRITE_CUDA_Q5K_TILES=0`: Q5_K weights keep the file's blocks on the
-/// GPU and decode on the dp4a GEMV, instead of tiles of 16 rows on the
-/// tensor cores (kernels/gemv_tile.cu `Q5kTile`); for comparison.
-pub fn cuda_q5k_tiles() -> bool {
+/// `FERRITE_CUDA_FIVE_BIT_TILES=0`: Q5_K weights, and Q5_0 and Q5_1 rows of
+/// whole super-blocks, keep the file's blocks on the GPU and decode on the
+/// dp4a GEMVs, instead of tiles of 16 rows on the tensor cores
+/// (kernels/gemv_tile.cu `Q5kTile`, gemv_tile_b32.cu); for comparison.
+pub fn cuda_five_bit_tiles() -> bool {
     use std::sync::OnceLock;
     // (Read once: a weight's layout and its kernels must agree.)
     static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| on_unless_zero("FERRITE_CUDA_Q5K_TILES"))
+    *ON.get_or_init(|| on_unless_zero("FERRITE_CUDA_FIVE_BIT_TILES"))
 }
 
 /// `FERRITE_CUDA_DEQUANT_TILED=0`: prefill dequantizes tiled Q4_0, Q4_1

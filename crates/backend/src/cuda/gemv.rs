@@ -424,7 +424,7 @@ pub fn x8_tile_normed(dev: &Device, x: &CudaTensor, norm: Norm) -> Result<X8> {
 /// Quantizes x for a matmul group `ws` ahead of its GEMVs where they read it
 /// in two orders, the tensor-core GEMVs' super-blocks and the dp4a Q5_K
 /// GEMV's pieces (Q5_K_M's layers whose value projection is Q6_K, with
-/// `FERRITE_CUDA_Q5K_TILES=0`): both in one launch
+/// `FERRITE_CUDA_FIVE_BIT_TILES=0`): both in one launch
 /// (`quantize_x8_dual`), a kernel a layer fewer in those layers. Otherwise
 /// nothing: each GEMV quantizes its order at its first use.
 pub fn quantize_ahead(

@@ -70,11 +70,12 @@ impl Storage {
 /// Whether weights stored as `st`, `k` values a row, are regrouped in tiles
 /// of 16 rows for the tensor-core GEMV (`gemv_tile_body` in
 /// kernels/gemv_tile.cu): Q4_K and Q6_K always; Q5_K unless
-/// `FERRITE_CUDA_Q5K_TILES=0`; Q4_0, Q4_1 and Q8_0 rows of whole
-/// super-blocks (`repack::block32_tiled`) unless `FERRITE_CUDA_B32_TILES=0`.
+/// `FERRITE_CUDA_FIVE_BIT_TILES=0`; 32-value blocks' rows of whole
+/// super-blocks (`repack::block32_tiled`) unless `FERRITE_CUDA_B32_TILES=0`
+/// (Q5_0's and Q5_1's also unless `FERRITE_CUDA_FIVE_BIT_TILES=0`).
 pub fn tiled(st: Storage, k: usize) -> bool {
     matches!(st, Storage::Quant(DType::Q4K | DType::Q6K))
-        || (st == Storage::Quant(DType::Q5K) && ferrite_core::env::cuda_q5k_tiles())
+        || (st == Storage::Quant(DType::Q5K) && ferrite_core::env::cuda_five_bit_tiles())
         || b32_tiled(st, k)
 }
 
@@ -82,7 +83,10 @@ pub fn tiled(st: Storage, k: usize) -> bool {
 /// `B32Layout`).
 fn b32_tiled(st: Storage, k: usize) -> bool {
     let Storage::Quant(q) = st else { return false };
-    ferrite_core::env::cuda_b32_tiles() && crate::quant::repack::block32_tiled(q, k)
+    let five = matches!(q, DType::Q5_0 | DType::Q5_1);
+    ferrite_core::env::cuda_b32_tiles()
+        && (!five || ferrite_core::env::cuda_five_bit_tiles())
+        && crate::quant::repack::block32_tiled(q, k)
 }
 
 /// kernels/quant.cu's code (T_*) of a block type, and the kernel-name stem.
