@@ -20,7 +20,7 @@ use ferrite_core::{DType, Error, Result};
 
 use super::device::{device_err, elementwise, Device};
 use super::launch::Launch;
-use super::weight::{alloc_out, tiled, CudaWeight, Storage, QUANT_KERNELS};
+use super::weight::{alloc_out, CudaWeight, Storage, QUANT_KERNELS};
 use super::CudaTensor;
 
 /// An input norm fused into a GEMV: the RMS norm's weights (one per input
@@ -80,28 +80,27 @@ pub fn gemv_qkv_rope_kv(
 /// inputs are uploaded).
 pub fn fuses_qkv_rope(dev: &Device, x: &CudaTensor, ws: [&CudaWeight; 3], norm: Norm) -> bool {
     let (n, k) = (x.rows, x.cols);
-    let same = ws.iter().all(|w| w.storage == ws[0].storage && w.rows > 0) && rope_tiles(ws[0].storage, k);
+    let same = ws.iter().all(|w| w.storage == ws[0].storage && w.rows > 0) && rope_tiles(ws[0]);
     n == 1
         && (same || mixed_qk(dev, &ws).is_some())
         && ws.iter().all(|w| w.cols == k && uses_gemv(dev, n, k, w.storage))
         && fuses_norm(dev, x, norm, &ws)
 }
 
-/// Whether a tensor-core GEMV of weights stored as `st` (`k` values a row)
-/// has a kernel with RoPE and the KV write in its epilogue: the k-quants'.
-fn rope_tiles(st: Storage, k: usize) -> bool {
-    matches!(st, Storage::Quant(DType::Q4K | DType::Q5K | DType::Q6K)) && tiled(st, k)
+/// Whether the tensor-core GEMV of `w` has a kernel with RoPE and the KV
+/// write in its epilogue: the k-quants'.
+fn rope_tiles(w: &CudaWeight) -> bool {
+    matches!(w.storage, Storage::Quant(DType::Q4K | DType::Q5K | DType::Q6K)) && w.tiled
 }
 
 /// The q and k type of a q/k/v group that `gemv_mixed_qkv` takes (Q4_K or
 /// Q5_K tiles, with a Q6_K v), as its kernels' name stem.
 fn mixed_qk(dev: &Device, ws: &[&CudaWeight]) -> Option<&'static str> {
     let [wq, wk, wv] = ws else { return None };
-    let k = wq.cols;
     let rows = ws.iter().all(|w| w.rows > 0);
     let stem = match wq.storage {
         Storage::Quant(DType::Q4K) => "q4k",
-        Storage::Quant(DType::Q5K) if tiled(wq.storage, k) => "q5k",
+        Storage::Quant(DType::Q5K) if wq.tiled => "q5k",
         _ => return None,
     };
     (dev.mixed_qkv && rows && wk.storage == wq.storage && wv.storage == Storage::Quant(DType::Q6K)).then_some(stem)
@@ -307,20 +306,20 @@ impl X8 {
     }
 }
 
-/// How the GEMV of a block type with `k` values a row reads its input, the
-/// index of its `X8` among a matmul group's (kernels/quant.cu): groups of 32
-/// in place (0), in k-quant piece order (1), or super-blocks in the
-/// tensor-core GEMVs' fragment order (2: `tiled`).
-fn input_order(q: DType, k: usize) -> usize {
-    match q {
-        _ if tiled(Storage::Quant(q), k) => TILE_ORDER,
-        DType::Q5K => 1,
+/// How the GEMV of a block weight reads its input, the index of its `X8`
+/// among a matmul group's (kernels/quant.cu): groups of 32 in place (0), in
+/// k-quant piece order (1: Q5_K's file blocks), or super-blocks in the
+/// tensor-core GEMVs' fragment order (2: `CudaWeight::tiled`).
+fn input_order(w: &CudaWeight) -> usize {
+    match w.storage {
+        _ if w.tiled => TILE_ORDER,
+        Storage::Quant(DType::Q5K) => 1,
         _ => 0,
     }
 }
 const TILE_ORDER: usize = 2;
 
-/// The tensor-core GEMV's kernel-name stem for tiled weights (`tiled`).
+/// The tensor-core GEMV's kernel-name stem for tiled weights.
 fn tile_stem(st: Storage) -> &'static str {
     match st {
         Storage::Quant(DType::Q4K) => "q4_k",
@@ -397,8 +396,8 @@ fn alloc_x8(dev: &Device, len: usize, order: usize, squares: bool) -> Result<X8>
 /// super-blocks).
 pub fn x8_room(dev: &Device, n: usize, k: usize, w: &CudaWeight, span: usize) -> Result<Option<X8>> {
     match w.storage {
-        Storage::Quant(q) if w.cols == k && uses_gemv(dev, n, k, w.storage) => {
-            let order = input_order(q, k);
+        Storage::Quant(_) if w.cols == k && uses_gemv(dev, n, k, w.storage) => {
+            let order = input_order(w);
             let unit = if order == 0 { 32 } else { 256 };
             let whole = span > 0 && span.is_multiple_of(unit) && k.is_multiple_of(span);
             whole.then(|| alloc_x8(dev, n * k, order, false)).transpose()
@@ -412,7 +411,7 @@ pub fn x8_room(dev: &Device, n: usize, k: usize, w: &CudaWeight, span: usize) ->
 /// all of them are tensor-core GEMVs at that size (super-blocks, with
 /// squares).
 pub fn x8_normed_room(dev: &Device, k: usize, ws: &[&CudaWeight]) -> Result<Option<X8>> {
-    let all = ws.iter().all(|w| tiled(w.storage, k) && w.cols == k && uses_gemv(dev, 1, k, w.storage));
+    let all = ws.iter().all(|w| w.tiled && w.cols == k && uses_gemv(dev, 1, k, w.storage));
     (all && !ws.is_empty() && k.is_multiple_of(256)).then(|| alloc_x8(dev, k, TILE_ORDER, true)).transpose()
 }
 
@@ -436,9 +435,8 @@ pub fn quantize_ahead(
 ) -> Result<()> {
     let (n, k) = (x.rows, x.cols);
     let reads = |o: usize| {
-        ws.iter().any(|w| {
-            matches!(w.storage, Storage::Quant(q) if input_order(q, k) == o) && uses_gemv(dev, n, k, w.storage)
-        })
+        ws.iter()
+            .any(|w| matches!(w.storage, Storage::Quant(_)) && input_order(w) == o && uses_gemv(dev, n, k, w.storage))
     };
     if !dev.dual_x8 || !reads(TILE_ORDER) || !reads(1) || x8[TILE_ORDER].is_some() || x8[1].is_some() {
         return Ok(());
@@ -655,7 +653,7 @@ fn gemv_in(
     // Blocks: the input quantized to 8 bits (`input_order`), with each
     // group's scale and sums (kernels/quant.cu).
     let quant = match ws[0].storage {
-        Storage::Quant(q) => Some(x8_of(dev, x, x8, input_order(q, k), norm, glu)?),
+        Storage::Quant(_) => Some(x8_of(dev, x, x8, input_order(ws[0]), norm, glu)?),
         _ if glu.is_some() => return Err(Error::Shape("gemv: a gated input needs quantized weights".into())),
         _ => None,
     };
@@ -667,11 +665,11 @@ fn gemv_in(
     if dense_norm && !folds_norm(dev, x, ws) {
         return Err(Error::Shape(format!("gemv {}: a norm not folded into the 16-bit weights", ws[0].name)));
     }
-    let tiles = tiled(ws[0].storage, k);
+    let tiles = ws[0].tiled;
     if tiles && ws[0].rows == 0 {
         return Err(Error::Shape(format!("gemv {}: no rows", ws[0].name)));
     }
-    if rkv.is_some() && !(rope_tiles(ws[0].storage, k) && n == 1 && ws.len() == 3) {
+    if rkv.is_some() && !(rope_tiles(ws[0]) && n == 1 && ws.len() == 3) {
         return Err(Error::Shape(format!(
             "gemv {}: RoPE in the epilogue needs q/k/v of one k-quant in tiles, one row",
             ws[0].name

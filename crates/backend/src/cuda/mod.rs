@@ -436,7 +436,7 @@ impl Backend for CudaBackend {
             let ids = self.step_words(Field::Ids, || ids.to_vec())?;
             self.graphs.note(|l| l.bounds.push((ids.range(), table.rows)));
             let ids = ids.view();
-            let (cols, code, picks) = (d as u32, table.storage.code_at(d), &self.dev.picks.device);
+            let (cols, code, picks) = (d as u32, table.code(), &self.dev.picks.device);
             if let Storage::Quant(_) = table.storage {
                 let row_bytes = table.row_bytes();
                 let cfg = per_row(ids.len(), d / 32);

@@ -41,14 +41,6 @@ impl Storage {
             Storage::Quant(q) => quant_code(q).unwrap_or(-1),
         }
     }
-    /// The code of a weight of this storage, `k` values a row, for the
-    /// kernels that read its blocks (kernels/quant.cu `dq32`): tiled rows of
-    /// 32-value blocks (`b32_tiled`) and tiled Q5_K add `T_TILED` (8).
-    pub fn code_at(self, k: usize) -> i32 {
-        const T_TILED: i32 = 8;
-        let own_tiles = b32_tiled(self, k) || (self == Storage::Quant(DType::Q5K) && tiled(self, k));
-        self.code() + if own_tiles { T_TILED } else { 0 }
-    }
     /// The type a GEMM reads: blocks are dequantized to f16 first.
     fn cuda_type(self) -> cudaDataType {
         match self {
@@ -67,26 +59,24 @@ impl Storage {
     }
 }
 
-/// Whether weights stored as `st`, `k` values a row, are regrouped in tiles
-/// of 16 rows for the tensor-core GEMV (`gemv_tile_body` in
+/// Whether a weight of `q` blocks, `k` values a row, is regrouped in tiles
+/// of 16 rows at upload for the tensor-core GEMV (`gemv_tile_body` in
 /// kernels/gemv_tile.cu): Q4_K and Q6_K always; Q5_K unless
 /// `FERRITE_CUDA_FIVE_BIT_TILES=0`; 32-value blocks' rows of whole
 /// super-blocks (`repack::block32_tiled`) unless `FERRITE_CUDA_B32_TILES=0`
-/// (Q5_0's and Q5_1's also unless `FERRITE_CUDA_FIVE_BIT_TILES=0`).
-pub fn tiled(st: Storage, k: usize) -> bool {
-    matches!(st, Storage::Quant(DType::Q4K | DType::Q6K))
-        || (st == Storage::Quant(DType::Q5K) && ferrite_core::env::cuda_five_bit_tiles())
-        || b32_tiled(st, k)
-}
-
-/// Whether `tiled` holds for 32-value blocks (their tiles: kernels/quant.cu
-/// `B32Layout`).
-fn b32_tiled(st: Storage, k: usize) -> bool {
-    let Storage::Quant(q) = st else { return false };
-    let five = matches!(q, DType::Q5_0 | DType::Q5_1);
-    ferrite_core::env::cuda_b32_tiles()
-        && (!five || ferrite_core::env::cuda_five_bit_tiles())
-        && crate::quant::repack::block32_tiled(q, k)
+/// (Q5_0's and Q5_1's also unless `FERRITE_CUDA_FIVE_BIT_TILES=0`). In the
+/// batch-invariant mode only Q4_K and Q6_K: over HTTP, 64 penalized
+/// requests of SmolLM2 Q4_1 (its down projection in tiles) differed from
+/// the same run one at a time in one token (a 0.036 near-tie), with the
+/// file's blocks in none (sixty-second session, H100; not understood).
+fn tiles_at_upload(q: DType, k: usize, deterministic: bool) -> bool {
+    let five = matches!(q, DType::Q5_0 | DType::Q5_1 | DType::Q5K);
+    let optional = match q {
+        DType::Q4K | DType::Q6K => return true,
+        DType::Q5K => true,
+        _ => ferrite_core::env::cuda_b32_tiles() && crate::quant::repack::block32_tiled(q, k),
+    };
+    optional && !deterministic && (!five || ferrite_core::env::cuda_five_bit_tiles())
 }
 
 /// kernels/quant.cu's code (T_*) of a block type, and the kernel-name stem.
@@ -115,9 +105,26 @@ pub struct CudaWeight {
     /// Multiplied column by column by the weights of the RMS norm of its
     /// input (`CudaBackend::fold_norm`): the norm passed with it is all ones.
     pub norm_folded: bool,
+    /// Its rows regrouped in tiles of 16 for the tensor-core GEMVs
+    /// (`tiles_at_upload`).
+    pub tiled: bool,
 }
 
 impl CudaWeight {
+    /// Its code for the kernels that read its blocks (kernels/quant.cu
+    /// `dq32`): tiled 32-value blocks and Q5_K add `T_TILED` (8); Q4_K and
+    /// Q6_K, always tiled, keep their own.
+    pub fn code(&self) -> i32 {
+        const T_TILED: i32 = 8;
+        let own_tiles = self.tiled && !matches!(self.storage, Storage::Quant(DType::Q4K | DType::Q6K));
+        self.storage.code() + if own_tiles { T_TILED } else { 0 }
+    }
+
+    /// Whether it is a tiled 32-value block type (kernels/quant.cu `B32Layout`).
+    fn b32_tiled(&self) -> bool {
+        self.tiled && !matches!(self.storage, Storage::Quant(DType::Q4K | DType::Q5K | DType::Q6K))
+    }
+
     /// Bytes from one row to the next in `data`: for blocks the file's
     /// (rows regrouped in tiles of 16, `tiled`: a tile takes 16 times
     /// this).
@@ -131,16 +138,16 @@ impl CudaWeight {
     }
 }
 
-/// The bytes to upload for a checkpoint weight, and how they are stored:
-/// stored types as they are (borrowed; the k-quants, and Q4_0, Q4_1 and
-/// Q8_0 rows of whole super-blocks, regrouped in tiles for the decode
-/// kernels: `tiled`), others converted.
-fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Storage)> {
+/// The bytes to upload for a checkpoint weight, how they are stored, and
+/// whether in tiles: stored types as they are (borrowed; blocks regrouped in
+/// tiles for the decode kernels where `tiles_at_upload`), others converted.
+fn device_bytes(raw: &RawWeight, exact_f32: bool, deterministic: bool) -> Result<(Cow<'_, [u8]>, Storage, bool)> {
     let src = raw.bytes.as_slice();
+    let tiles = raw.dtype.is_quantized() && tiles_at_upload(raw.dtype, raw.cols, deterministic);
     Ok(match raw.dtype {
-        DType::F16 => (Cow::Borrowed(src), Storage::F16),
-        DType::BF16 => (Cow::Borrowed(src), Storage::Bf16),
-        DType::F32 if exact_f32 => (Cow::Borrowed(src), Storage::F32),
+        DType::F16 => (Cow::Borrowed(src), Storage::F16, false),
+        DType::BF16 => (Cow::Borrowed(src), Storage::Bf16, false),
+        DType::F32 if exact_f32 => (Cow::Borrowed(src), Storage::F32, false),
         DType::F32 => {
             let mut out = vec![0u8; src.len() / 2];
             out.par_chunks_mut(2 << 16).zip(src.par_chunks(4 << 16)).for_each(|(o, s)| {
@@ -149,37 +156,35 @@ fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Stor
                     o.copy_from_slice(&half::bf16::from_f32(v).to_le_bytes());
                 }
             });
-            (Cow::Owned(out), Storage::Bf16)
+            (Cow::Owned(out), Storage::Bf16, false)
         }
-        DType::Q6K => (Cow::Owned(crate::quant::repack::q6_k_tiles(src, raw.cols)), Storage::Quant(DType::Q6K)),
-        DType::Q4K => (Cow::Owned(crate::quant::repack::q4_k_tiles(src, raw.cols)), Storage::Quant(DType::Q4K)),
-        DType::Q5K if tiled(Storage::Quant(DType::Q5K), raw.cols) => {
-            (Cow::Owned(crate::quant::repack::q5_k_tiles(src, raw.cols)), Storage::Quant(DType::Q5K))
+        DType::Q6K => (Cow::Owned(crate::quant::repack::q6_k_tiles(src, raw.cols)), Storage::Quant(DType::Q6K), true),
+        DType::Q4K => (Cow::Owned(crate::quant::repack::q4_k_tiles(src, raw.cols)), Storage::Quant(DType::Q4K), true),
+        DType::Q5K if tiles => {
+            (Cow::Owned(crate::quant::repack::q5_k_tiles(src, raw.cols)), Storage::Quant(DType::Q5K), true)
         }
-        q if tiled(Storage::Quant(q), raw.cols) => {
-            (Cow::Owned(crate::quant::repack::block32_tiles(q, src, raw.cols)), Storage::Quant(q))
-        }
+        q if tiles => (Cow::Owned(crate::quant::repack::block32_tiles(q, src, raw.cols)), Storage::Quant(q), true),
         // Blocks of 18, 22 or 34 bytes: an odd count leaves the tensor 2 bytes
         // short of a whole word, which the dp4a GEMVs' word loads read
         // (kernels/quant.cu `blk_words`); padded, no load leaves it.
         q if quant_code(q).is_some() && !src.len().is_multiple_of(4) => {
             let mut padded = src.to_vec();
             padded.resize(src.len().next_multiple_of(4), 0);
-            (Cow::Owned(padded), Storage::Quant(q))
+            (Cow::Owned(padded), Storage::Quant(q), false)
         }
-        q if quant_code(q).is_some() => (Cow::Borrowed(src), Storage::Quant(q)),
+        q if quant_code(q).is_some() => (Cow::Borrowed(src), Storage::Quant(q), false),
         q => return Err(Error::Unsupported(format!("{}: {q} weights on the GPU", raw.name))),
     })
 }
 
 pub fn upload(dev: &Device, raw: RawWeight, exact_f32: bool) -> Result<CudaWeight> {
     raw.check_size()?;
-    let (bytes, storage) = device_bytes(&raw, exact_f32)?;
+    let (bytes, storage, tiled) = device_bytes(&raw, exact_f32, dev.deterministic)?;
     let data = dev.stream.clone_htod(bytes.as_ref()).map_err(|e| device_err("uploading a weight", e))?;
     if raw.rows > 1 {
         dev.weight_bytes.add(matches!(storage, Storage::Quant(_)), bytes.len());
     }
-    Ok(CudaWeight { name: raw.name, rows: raw.rows, cols: raw.cols, storage, data, norm_folded: false })
+    Ok(CudaWeight { name: raw.name, rows: raw.rows, cols: raw.cols, storage, data, norm_folded: false, tiled })
 }
 
 /// y [n, m] = x [n, k] · w [m, k]^T, f32 out.
@@ -459,9 +464,9 @@ fn gemm_quant(
     // `dequant_f16_tiled`) before the GEMM reads it.
     let mut tile = unsafe { dev.alloc::<u16>(tile_rows * k) }.map_err(|e| device_err("alloc", e))?;
     let row_bytes = w.row_bytes();
-    let (code, k32) = (w.storage.code_at(k), k as u32);
+    let (code, k32) = (w.code(), k as u32);
     // Tiled 32-value blocks: `dequant_f16_tiled` (`FERRITE_CUDA_DEQUANT_TILED`).
-    let tiles32 = b32_tiled(w.storage, k) && ferrite_core::env::cuda_dequant_tiled();
+    let tiles32 = w.b32_tiled() && ferrite_core::env::cuda_dequant_tiled();
     for r0 in (0..m).step_by(tile_rows) {
         let rows = (m - r0).min(tile_rows);
         let r0_32 = r0 as u32;
@@ -597,7 +602,8 @@ mod tests {
             let bytes: Vec<u8> = (0..n).map(|i| i as u8).collect();
             let raw =
                 RawWeight { name: "w".into(), dtype, rows: 37, cols: 96, bytes: HostBytes::from_vec(bytes.clone()) };
-            let (out, storage) = device_bytes(&raw, false).unwrap();
+            let (out, storage, tiled) = device_bytes(&raw, false, false).unwrap();
+            assert!(!tiled);
             assert_eq!(storage, Storage::Quant(dtype));
             assert_eq!(out.len(), if padded { n + 2 } else { n }, "{dtype}");
             assert_eq!(out[..n], bytes[..], "{dtype}");
