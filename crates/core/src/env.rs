@@ -300,6 +300,14 @@ pub fn cuda_five_bit_tiles() -> bool {
     *ON.get_or_init(|| on_unless_zero("FERRITE_CUDA_FIVE_BIT_TILES"))
 }
 
+/// `FERRITE_CUDA_DEQUANT_KTILED=1`: prefill dequantizes Q4_K and Q5_K
+/// tiles a warp per tile column with the GEMV's coalesced loads
+/// (`dequant_ktiled`) instead of a thread per 32 values; not yet run on a
+/// GPU.
+pub fn cuda_dequant_ktiled() -> bool {
+    var("FERRITE_CUDA_DEQUANT_KTILED").is_some_and(|v| v == "1")
+}
+
 /// `FERRITE_CUDA_DEQUANT_TILED=0`: prefill dequantizes tiled Q4_0, Q4_1
 /// and Q8_0 weights a block a thread (`dequant_f16`), instead of a warp per
 /// tile column with the GEMV's coalesced loads (`dequant_f16_tiled`: Q8_0

@@ -120,9 +120,16 @@ impl CudaWeight {
         self.storage.code() + if own_tiles { T_TILED } else { 0 }
     }
 
-    /// Whether it is a tiled 32-value block type (kernels/quant.cu `B32Layout`).
-    fn b32_tiled(&self) -> bool {
-        self.tiled && !matches!(self.storage, Storage::Quant(DType::Q4K | DType::Q5K | DType::Q6K))
+    /// Whether prefill dequantizes it a warp per tile column
+    /// (`dequant_f16_tiled`): tiles of 32-value blocks (kernels/quant.cu
+    /// `B32Layout`) unless `FERRITE_CUDA_DEQUANT_TILED=0`, Q4_K's and Q5_K's
+    /// where `FERRITE_CUDA_DEQUANT_KTILED=1`.
+    fn coalesced_dequant(&self) -> bool {
+        match self.storage {
+            Storage::Quant(DType::Q6K) => false,
+            Storage::Quant(DType::Q4K | DType::Q5K) => self.tiled && ferrite_core::env::cuda_dequant_ktiled(),
+            _ => self.tiled && ferrite_core::env::cuda_dequant_tiled(),
+        }
     }
 
     /// Bytes from one row to the next in `data`: for blocks the file's
@@ -465,8 +472,8 @@ fn gemm_quant(
     let mut tile = unsafe { dev.alloc::<u16>(tile_rows * k) }.map_err(|e| device_err("alloc", e))?;
     let row_bytes = w.row_bytes();
     let (code, k32) = (w.code(), k as u32);
-    // Tiled 32-value blocks: `dequant_f16_tiled` (`FERRITE_CUDA_DEQUANT_TILED`).
-    let tiles32 = w.b32_tiled() && ferrite_core::env::cuda_dequant_tiled();
+    // A warp per tile column where `coalesced_dequant`: `dequant_f16_tiled`.
+    let tiles32 = w.coalesced_dequant();
     for r0 in (0..m).step_by(tile_rows) {
         let rows = (m - r0).min(tile_rows);
         let r0_32 = r0 as u32;
