@@ -123,7 +123,7 @@ impl CudaWeight {
     /// Whether prefill dequantizes it a warp per tile column
     /// (`dequant_f16_tiled`): tiles of 32-value blocks (kernels/quant.cu
     /// `B32Layout`) unless `FERRITE_CUDA_DEQUANT_TILED=0`, Q4_K's and Q5_K's
-    /// where `FERRITE_CUDA_DEQUANT_KTILED=1`.
+    /// unless `FERRITE_CUDA_DEQUANT_KTILED=0`.
     fn coalesced_dequant(&self) -> bool {
         match self.storage {
             Storage::Quant(DType::Q6K) => false,

@@ -440,8 +440,10 @@ __device__ void dequant_tiled(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r
 // The same for Q4_K or Q5_K tiles (`q4k_sub`, `q5k_tsub`): a warp per tile
 // column, lane (g, i)'s 16-byte loads of each sub-block pair (and Q5_K's
 // fifth bits) as the GEMV's, 4 values of rows g and g + 8 a sub-block and
-// half each. (`q4k_sub`/`q5k_tsub` a thread a 32-value chunk: Q5_K pp512
-// 0.86 of its file blocks on an H100, sixty-second session.)
+// half each. (H100, pp512: Q4_K_M 1.14x of `q4k_sub`'s thread a 32-value
+// chunk; Q5_K_M 1.03x of its file blocks, where `q5k_tsub`'s thread a chunk
+// was 0.86x; sixty-second session. `FERRITE_CUDA_DEQUANT_KTILED=0` goes
+// back to them.)
 template <int T>
 __device__ void dequant_ktiled(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r0, u32 rows) {
     constexpr bool five = T == T_Q5_K;
