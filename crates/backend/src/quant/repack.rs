@@ -130,13 +130,17 @@ pub fn q4_k_tile_word(rr: usize, w: usize) -> usize {
 /// reads 512 contiguous bytes, a whole fragment in a lane's registers, and a
 /// warp walks its tile's bytes in order.
 pub fn q4_k_tiles(src: &[u8], k: usize) -> Vec<u8> {
-    regroup_in_tiles(src, k, 144, |blk, rr, b| {
-        blk[16 * rr..16 * rr + 16].copy_from_slice(&b[..16]);
-        for w in 0..32 {
-            let to = q4_k_tile_word(rr, w);
-            blk[to..to + 4].copy_from_slice(&b[16 + 4 * w..20 + 4 * w]);
-        }
-    })
+    regroup_in_tiles(src, k, 144, |blk, rr, b| place_q4_k(blk, rr, &b[..16], &b[16..]))
+}
+
+/// Row `rr`'s head (16 bytes) and 4-bit values (128) in a tile block of
+/// Q4_K's layout ([`q4_k_tiles`]).
+fn place_q4_k(blk: &mut [u8], rr: usize, head: &[u8], qs: &[u8]) {
+    blk[16 * rr..16 * rr + 16].copy_from_slice(head);
+    for w in 0..32 {
+        let to = q4_k_tile_word(rr, w);
+        blk[to..to + 4].copy_from_slice(&qs[4 * w..4 * w + 4]);
+    }
 }
 
 /// Bytes of one super-block column of a tile in [`q5_k_tiles`]: 16 rows of
@@ -175,11 +179,7 @@ fn fifth_bit_at(base: usize, rr: usize, v: usize) -> (usize, u32) {
 /// same as the file's; the last tile's missing rows are zeros.
 pub fn q5_k_tiles(src: &[u8], k: usize) -> Vec<u8> {
     regroup_in_tiles(src, k, 176, |blk, rr, b| {
-        blk[16 * rr..16 * rr + 16].copy_from_slice(&b[..16]);
-        for w in 0..32 {
-            let to = q4_k_tile_word(rr, w);
-            blk[to..to + 4].copy_from_slice(&b[48 + 4 * w..52 + 4 * w]);
-        }
+        place_q4_k(blk, rr, &b[..16], &b[48..]);
         for v in 0..256 {
             // Sub-block s's fifth bits: bit s of the 32 bytes after the head.
             let (at, bit) = q5_k_tile_high(rr, v);

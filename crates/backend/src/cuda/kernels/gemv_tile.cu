@@ -73,6 +73,41 @@ __device__ __forceinline__ Q4kW q4k_fetch(const u8* tile, u32 sb, u32 lane) {
     return w;
 }
 
+// Sub-block s's products c (rows a, b by columns n0, n1) into the sums,
+// times the rows' scales and the columns' input shifts (h0, h1).
+template <int N>
+__device__ __forceinline__ void k_sub_add(const Q4kHead& ha, const Q4kHead& hb, int s, const int (&c)[4], uint4 h0,
+                                          uint4 h1, int (&sum)[4]) {
+    const int sa = byte_of(ha.sc[s >> 2], s & 3), sb = byte_of(hb.sc[s >> 2], s & 3);
+    const int t0 = byte_of(s < 4 ? h0.y : h0.z, s & 3);
+    sum[0] += sa * (c[0] << t0);
+    sum[2] += sb * (c[2] << t0);
+    if (N > 1) {
+        const int t1 = byte_of(s < 4 ? h1.y : h1.z, s & 3);
+        sum[1] += sa * (c[1] << t1);
+        sum[3] += sb * (c[3] << t1);
+    }
+}
+
+// A super-block's integer sums (dot) into the lane's float ones: d dot less
+// dmin times the mins by the input's sub-block sums (s0, s1), by the input's step.
+template <int N>
+__device__ __forceinline__ void k_finish(const Q4kHead& ha, const Q4kHead& hb, const int (&dot)[4], uint4 h0,
+                                         uint4 s0, uint4 h1, uint4 s1, float (&acc)[4]) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+        if (N == 1 && (q & 1)) continue;
+        const Q4kHead& hd = q < 2 ? ha : hb;
+        const uint4 bs = q & 1 ? s1 : s0;
+        const float step = __uint_as_float(q & 1 ? h1.x : h0.x);
+        int mins = dp2a_lo(bs.x, hd.mn[0], 0);
+        mins = dp2a_hi(bs.y, hd.mn[0], mins);
+        mins = dp2a_lo(bs.z, hd.mn[1], mins);
+        mins = dp2a_hi(bs.w, hd.mn[1], mins);
+        acc[q] += step * (hd.d * __int2float_rn(dot[q]) - hd.dmin * __int2float_rn(mins));
+    }
+}
+
 // One super-block into the lane's four sums: rows a, b by columns n0, n1
 // (acc[2 row + column]); x: its 64 input bytes (column g of the quad), h/s:
 // the super-block's step, shifts (h) and bsums (s) of columns n0 and n1.
@@ -90,32 +125,14 @@ __device__ __forceinline__ void q4k_step(const Q4kW& w, const uint4 (&x)[4], uin
             const u32 mask = hs ? 0xf0f0f0f0u : 0x0f0f0f0fu;
             int c[4];
             mma_u8s8(a0 & mask, a1 & mask, a2 & mask, a3 & mask, hs ? x[j].z : x[j].x, hs ? x[j].w : x[j].y, c);
-            const int sa = byte_of(ha.sc[s >> 2], s & 3), sb = byte_of(hb.sc[s >> 2], s & 3);
-            const int t0 = byte_of(s < 4 ? h0.y : h0.z, s & 3);
-            int* sum = hs ? hi : lo;
-            sum[0] += sa * (c[0] << t0);
-            sum[2] += sb * (c[2] << t0);
-            if (N > 1) {
-                const int t1 = byte_of(s < 4 ? h1.y : h1.z, s & 3);
-                sum[1] += sa * (c[1] << t1);
-                sum[3] += sb * (c[3] << t1);
-            }
+            k_sub_add<N>(ha, hb, s, c, h0, h1, hs ? hi : lo);
         }
     }
+    // |lo| < 4 * 63 * 15 * 127 * 32 * 8 and |hi| < 16 times that: within 2^31.
+    int dot[4];
 #pragma unroll
-    for (int q = 0; q < 4; q++) {
-        if (N == 1 && (q & 1)) continue;
-        const Q4kHead& hd = q < 2 ? ha : hb;
-        const uint4 bs = q & 1 ? s1 : s0;
-        const float step = __uint_as_float(q & 1 ? h1.x : h0.x);
-        // |lo| < 4 * 63 * 15 * 127 * 32 * 8 and |hi| < 16 times that: within 2^31.
-        const int dot = lo[q] + (hi[q] >> 4);
-        int mins = dp2a_lo(bs.x, hd.mn[0], 0);
-        mins = dp2a_hi(bs.y, hd.mn[0], mins);
-        mins = dp2a_lo(bs.z, hd.mn[1], mins);
-        mins = dp2a_hi(bs.w, hd.mn[1], mins);
-        acc[q] += step * (hd.d * __int2float_rn(dot) - hd.dmin * __int2float_rn(mins));
-    }
+    for (int q = 0; q < 4; q++) dot[q] = lo[q] + (hi[q] >> 4);
+    k_finish<N>(ha, hb, dot, h0, s0, h1, s1, acc);
 }
 
 // Batch 1, a sub-block a column: the mma's 8 columns take the input's 8
@@ -224,33 +241,13 @@ __device__ __forceinline__ void q5k_step(const Q5kW& w, const uint4 (&x)[4], uin
         const uint4 p = w.k4.p[j];
 #pragma unroll
         for (int hs = 0; hs < 2; hs++) {
-            const int s = 2 * j + hs;
             int c[4];
             mma_u8s8(with_fifth(p.x, f[j], 0, hs), with_fifth(p.y, f[j], 1, hs), with_fifth(p.z, f[j], 2, hs),
                      with_fifth(p.w, f[j], 3, hs), hs ? x[j].z : x[j].x, hs ? x[j].w : x[j].y, c);
-            const int sa = byte_of(ha.sc[s >> 2], s & 3), sb = byte_of(hb.sc[s >> 2], s & 3);
-            const int t0 = byte_of(s < 4 ? h0.y : h0.z, s & 3);
-            sum[0] += sa * (c[0] << t0);
-            sum[2] += sb * (c[2] << t0);
-            if (N > 1) {
-                const int t1 = byte_of(s < 4 ? h1.y : h1.z, s & 3);
-                sum[1] += sa * (c[1] << t1);
-                sum[3] += sb * (c[3] << t1);
-            }
+            k_sub_add<N>(ha, hb, 2 * j + hs, c, h0, h1, sum);
         }
     }
-#pragma unroll
-    for (int q = 0; q < 4; q++) {
-        if (N == 1 && (q & 1)) continue;
-        const Q4kHead& hd = q < 2 ? ha : hb;
-        const uint4 bs = q & 1 ? s1 : s0;
-        const float step = __uint_as_float(q & 1 ? h1.x : h0.x);
-        int mins = dp2a_lo(bs.x, hd.mn[0], 0);
-        mins = dp2a_hi(bs.y, hd.mn[0], mins);
-        mins = dp2a_lo(bs.z, hd.mn[1], mins);
-        mins = dp2a_hi(bs.w, hd.mn[1], mins);
-        acc[q] += step * (hd.d * __int2float_rn(sum[q]) - hd.dmin * __int2float_rn(mins));
-    }
+    k_finish<N>(ha, hb, sum, h0, s0, h1, s1, acc);
 }
 
 // Batch 1, a sub-block a column, as `q4k_step_bd`: pair j's two mmas take

@@ -398,13 +398,24 @@ extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_byt
 // (`dq32_tiled`, a thread a block, read half of each sector it touched:
 // prefill 4-9% slower than from the file's blocks on an H100; this kernel
 // 8-13% faster than them on the H200.)
+// The warp's tile column in a dequantization of rows r0 .. r0 + rows a warp
+// a column (`dequant_tiled`, `dequant_ktiled`): its tile and super-block,
+// false where it has none.
+__device__ __forceinline__ bool column_job(u32 k, u32 r0, u32 rows, u64& tile, u64& sb) {
+    const u32 nsb = k / 256;
+    const u64 job = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    tile = r0 / 16 + job / nsb, sb = job % nsb;
+    return tile * 16 < (u64)r0 + rows;
+}
+// Whether row r of a tile is among rows r0 .. r0 + rows.
+__device__ __forceinline__ bool row_in(u64 r, u32 r0, u32 rows) { return r >= r0 && r < (u64)r0 + rows; }
+
 template <int T>
 __device__ void dequant_tiled(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r0, u32 rows) {
     using L = B32Layout<T>;
-    const u32 lane = threadIdx.x & 31, g = lane >> 2, i = lane & 3, nsb = k / 256;
-    const u64 job = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const u64 tile = r0 / 16 + job / nsb, sb = job % nsb;
-    if (tile * 16 >= (u64)r0 + rows) return;
+    const u32 lane = threadIdx.x & 31, g = lane >> 2, i = lane & 3;
+    u64 tile, sb;
+    if (!column_job(k, r0, rows, tile, sb)) return;
     const u8* col = w + tile * 16 * row_bytes + sb * L::block;
 #pragma unroll
     for (u32 j = 0; j < L::units; j++) {
@@ -413,7 +424,7 @@ __device__ void dequant_tiled(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r
 #pragma unroll
         for (u32 u = 0; u < 2; u++) {
             const u64 r = tile * 16 + g + 8 * u;
-            if (r < r0 || r >= (u64)r0 + rows) continue;
+            if (!row_in(r, r0, rows)) continue;
 #pragma unroll
             for (u32 h = 0; h < (T == T_Q8_0 ? 1u : 2u); h++) {  // the 4-bit types: block 2j, then 2j + 1
                 const u32 b = T == T_Q8_0 ? j : 2 * j + h;
@@ -447,10 +458,9 @@ __device__ void dequant_tiled(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r
 template <int T>
 __device__ void dequant_ktiled(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r0, u32 rows) {
     constexpr bool five = T == T_Q5_K;
-    const u32 lane = threadIdx.x & 31, g = lane >> 2, i = lane & 3, nsb = k / 256;
-    const u64 job = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    const u64 tile = r0 / 16 + job / nsb, sb = job % nsb;
-    if (tile * 16 >= (u64)r0 + rows) return;
+    const u32 lane = threadIdx.x & 31, g = lane >> 2, i = lane & 3;
+    u64 tile, sb;
+    if (!column_job(k, r0, rows, tile, sb)) return;
     const u8* col = w + tile * 16 * row_bytes + sb * (five ? 2816 : 2304);
     const uint4 f4 = five ? __ldg((const uint4*)(col + 2304) + lane) : make_uint4(0, 0, 0, 0);
     const u32 f[4] = {f4.x, f4.y, f4.z, f4.w};
@@ -461,7 +471,7 @@ __device__ void dequant_ktiled(const u8* w, u16* out, u64 row_bytes, u32 k, u32 
 #pragma unroll
         for (u32 u = 0; u < 2; u++) {
             const u64 r = tile * 16 + g + 8 * u;
-            if (r < r0 || r >= (u64)r0 + rows) continue;
+            if (!row_in(r, r0, rows)) continue;
 #pragma unroll
             for (u32 h = 0; h < 2; h++) {  // sub-block 2j (low nibbles), 2j + 1 (high)
                 float d, m;
