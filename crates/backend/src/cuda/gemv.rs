@@ -55,8 +55,9 @@ impl RopeKvArgs {
 /// k and v in the KV cache (kernels/rope_kv.cuh), so that no kernel runs
 /// between them and attention: q/k/v all of one k-quant in tiles (one
 /// launch of the tensor-core GEMV) or Q4_K or Q5_K q and k with a Q6_K v
-/// (`gemv_mixed_qkv`'s launch), the input norm fused. `None` for any other group (the caller
-/// checks the rest: one row, interleaved RoPE, an f16 cache).
+/// (`gemv_mixed_qkv`'s launch), the input norm fused. `None` for any other
+/// group (the caller checks the rest: one row, interleaved RoPE, an f16
+/// cache).
 pub fn gemv_qkv_rope_kv(
     dev: &Device,
     x: &CudaTensor,

@@ -254,8 +254,9 @@ __device__ __forceinline__ void q5k_step(const Q5kW& w, const uint4 (&x)[4], uin
 // column 2j's input (sub-block 2j) and 2j + 1's, so the even sub-blocks'
 // sums are right in the columns 2i of the first mmas' accumulator and the
 // odd ones' in the columns 2i + 1 of the second's. (Its float sums round
-// otherwise than a batch's rows: the batch-invariant mode takes
-// `gemv_q5_kt_whole_1`.)
+// otherwise than a batch's rows; `gemv_q5_kt_whole_1` sums a lone row as a
+// batch's, though the batch-invariant mode now keeps Q5_K's file blocks:
+// weight.rs `tiles_at_upload`.)
 __device__ __forceinline__ void q5k_step_bd(const Q5kW& w, uint2 xg, uint4 h0, u32 bs, const BdLane& l,
                                             float (&acc)[4]) {
     const u32 f[4] = {w.f.x, w.f.y, w.f.z, w.f.w};

@@ -8,11 +8,11 @@
 // Type codes match `quant_code` on the host. Blocks of 18, 22 and 34 bytes
 // are only 2-byte aligned: the 32-value blocks' multi-byte fields are read
 // as halves (`blk_halves`) or, in the dp4a GEMVs, as the aligned words
-// around them, shifted (`blk_words`). Q4_K, Q5_K and Q6_K rows, and Q4_0,
-// Q4_1 and Q8_0 rows of whole super-blocks, are regrouped at upload in tiles
-// of 16 (quant/repack.rs `q4_k_tiles`, `q5_k_tiles`, `q6_k_tiles`,
+// around them, shifted (`blk_words`). The k-quants' rows, and the 32-value
+// blocks' rows of whole super-blocks, are regrouped at upload in tiles of
+// 16 (quant/repack.rs `q4_k_tiles`, `q5_k_tiles`, `q6_k_tiles`,
 // `block32_tiles`; read here by `q4k_sub`, `q5k_tsub`, `q6k_sub`,
-// `dq32_tiled`, `dequant_tiled`) for the
+// `dq32_tiled`, `dequant_tiled`, `dequant_ktiled`) for the
 // tensor-core GEMVs (kernels/gemv_tile.cu and gemv_tile_b32.cu, compiled
 // after this file).
 
@@ -26,9 +26,8 @@ typedef unsigned char u8;
 #define T_Q4_K 5
 #define T_Q5_K 6
 #define T_Q6_K 7
-// Q4_0, Q4_1 and Q8_0 rows of whole super-blocks in tiles (`dq32_tiled`):
-// their code plus this (weight.rs `Storage::code_at`); Q5_K in tiles
-// (`q5k_tsub`) too.
+// Tiled 32-value blocks (`dq32_tiled`) and tiled Q5_K (`q5k_tsub`): their
+// code plus this (weight.rs `CudaWeight::code`).
 #define T_TILED 8
 #define T_Q5_K_TILED (T_TILED + T_Q5_K)
 
@@ -181,7 +180,7 @@ __device__ __forceinline__ void q6k_sub(const u8* w, u64 r, u32 nsb, u32 c, floa
     }
 }
 
-// Q4_0, Q4_1 or Q8_0 rows of whole super-blocks, stored in tiles of 16
+// Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 rows of whole super-blocks, stored in tiles of 16
 // rows (quant/repack.rs `block32_tiles`; read here by `dq32_tiled` and
 // `dequant_tiled`, by the GEMVs in kernels/gemv_tile_b32.cu): per tile, a
 // column of `block` bytes per super-block. In a column, row rr's word i of
@@ -210,7 +209,7 @@ __device__ __forceinline__ u32 with_fifth(u32 q, u32 f, int r, int h) {
     return h ? ((q >> 4) & 0x0f0f0f0fu) | ((f >> r) & 0x10101010u)
              : (q & 0x0f0f0f0fu) | ((f << (4 - r)) & 0x10101010u);
 }
-// Block b's d (f16) of row g + 8 u in tile column `col`; Q4_1's m 8 bytes on.
+// Block b's d (f16) of row g + 8 u in tile column `col`; an m 8 bytes on.
 template <int T>
 __device__ __forceinline__ const u8* b32_head(const u8* col, u32 g, u32 u, u32 b) {
     using L = B32Layout<T>;
@@ -255,9 +254,9 @@ __device__ __forceinline__ void dq32_tiled(const u8* base, u64 r, u64 row_bytes,
     for (int i = 0; i < 4; i++) {
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            const u32 r = 2 * half + u, lane = 4 * g + i;
+            const u32 reg = 2 * half + u, lane = 4 * g + i;
             u32 shift;
-            const u32 word = b32_word<T>(col, lane, __ldg((const u32*)(unit + 16 * lane + 4 * r)), r, b, shift);
+            const u32 word = b32_word<T>(col, lane, __ldg((const u32*)(unit + 16 * lane + 4 * reg)), reg, b, shift);
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 w[16 * half + 4 * i + e] = b32_value<T>((word >> (8 * e)) & 0xffu, shift, s.x, s.y);
@@ -391,7 +390,7 @@ extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_byt
     }
 }
 
-// Rows r0 .. r0 + rows of tiled Q4_0, Q4_1 or Q8_0 rows (`dq32_tiled`'s
+// Rows r0 .. r0 + rows of tiled 32-value block rows (`dq32_tiled`'s
 // layout; t: the type's T code) to f16 [rows, k], as `dequant_f16` does
 // others: a warp per tile column, each lane's 16-byte loads (coalesced, as
 // the GEMV's) giving 8 values (16 for the 4-bit types) of rows g and g + 8.
