@@ -124,8 +124,8 @@ fn main_checks(a: &GpuCheckArgs) -> Result<usize> {
         failed += compare_model(m, g, a.gpu)?;
     }
     // (Also Q4_K_M, Q5_K_M and Q8_0 weights in the batch-invariant mode: a
-    // lone row's GEMV on tiles is not a batch's in the default mode; the
-    // Q8_0 model's down projection, k = 1,536, is in tiles.)
+    // lone row's GEMV on Q4_K or Q6_K tiles is not a batch's in the default
+    // mode; Q5_K and Q8_0 keep their file blocks and dp4a GEMVs there.)
     let runs = [(SMALL, false), (SMALL, true), (PERSISTENT, true), (Q5_K_M, true), (SMALL_Q8, true)];
     for (model, deterministic) in runs {
         let inv = invariance(a.gpu, model, deterministic)?;

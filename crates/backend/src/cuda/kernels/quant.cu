@@ -229,14 +229,19 @@ __device__ __forceinline__ float2 b32_scale(const u8* h) {
     const float m = T == T_Q4_0 ? -8.f * d : T == T_Q5_0 ? -16.f * d : B32Layout<T>::has_m ? ld_f16(h + 8) : 0.f;
     return make_float2(d, m);
 }
-// The 4-bit word `word` of fragment register r of block b (in the low or
-// high nibbles: b % 2) with its fifth bits where the type has them, and the
-// shift of block b's values in it.
+// Lane `lane`'s fifth bits of pair j in a tile column (0: the types without).
 template <int T>
-__device__ __forceinline__ u32 b32_word(const u8* col, u32 lane, u32 word, u32 r, u32 b, u32& shift) {
+__device__ __forceinline__ u32 b32_fifth(const u8* col, u32 lane, u32 j) {
+    if constexpr (B32Layout<T>::five) return __ldg((const u32*)(col + B32Layout<T>::fifth + 16 * lane) + j);
+    return 0;
+}
+// The 4-bit word `word` of fragment register r of block b (in the low or
+// high nibbles: b % 2) with its fifth bits f (`b32_fifth`) where the type
+// has them, and the shift of block b's values in it.
+template <int T>
+__device__ __forceinline__ u32 b32_word(u32 word, u32 f, u32 r, u32 b, u32& shift) {
     if constexpr (B32Layout<T>::five) {
         shift = 0;
-        const u32 f = __ldg((const u32*)(col + B32Layout<T>::fifth + 16 * lane) + (b >> 1));
         return with_fifth(word, f, r, b & 1);
     }
     shift = T == T_Q8_0 ? 0 : 4 * (b & 1);
@@ -252,11 +257,12 @@ __device__ __forceinline__ void dq32_tiled(const u8* base, u64 r, u64 row_bytes,
     const u8* unit = col + 512 * (T == T_Q8_0 ? b : b >> 1);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
+        const u32 lane = 4 * g + i, f = b32_fifth<T>(col, lane, b >> 1);
 #pragma unroll
         for (int half = 0; half < 2; half++) {
-            const u32 reg = 2 * half + u, lane = 4 * g + i;
+            const u32 reg = 2 * half + u;
             u32 shift;
-            const u32 word = b32_word<T>(col, lane, __ldg((const u32*)(unit + 16 * lane + 4 * reg)), reg, b, shift);
+            const u32 word = b32_word<T>(__ldg((const u32*)(unit + 16 * lane + 4 * reg)), f, reg, b, shift);
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 w[16 * half + 4 * i + e] = b32_value<T>((word >> (8 * e)) & 0xffu, shift, s.x, s.y);
@@ -420,6 +426,7 @@ __device__ void dequant_tiled(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r
     for (u32 j = 0; j < L::units; j++) {
         const uint4 v = __ldg((const uint4*)(col + 512 * j) + lane);
         const u32 words[4] = {v.x, v.y, v.z, v.w};  // row g, row g + 8 (values 4i..), then both at 16 + 4i..
+        const u32 f = b32_fifth<T>(col, lane, j);
 #pragma unroll
         for (u32 u = 0; u < 2; u++) {
             const u64 r = tile * 16 + g + 8 * u;
@@ -432,7 +439,7 @@ __device__ void dequant_tiled(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r
 #pragma unroll
                 for (u32 half = 0; half < 2; half++) {
                     u32 shift;
-                    const u32 word = b32_word<T>(col, lane, words[2 * half + u], 2 * half + u, b, shift);
+                    const u32 word = b32_word<T>(words[2 * half + u], f, 2 * half + u, b, shift);
                     u32 p[2];
 #pragma unroll
                     for (u32 e = 0; e < 4; e += 2) {
