@@ -11,7 +11,11 @@ With --penalties, every request has repetition, presence and frequency
 penalties and a length of its own (so rows leave the running batch at
 different steps): on a GPU the concurrent ones are fed ahead with their
 last pick counted in on the device. With --deterministic (`serve
---deterministic`), every request must equal its lone run exactly.
+--deterministic`), every request must equal its lone run exactly, and a
+third pass sends the concurrent requests again with top logprobs (sampled
+on the host, as the lone ones): their logprobs must equal the lone ones'
+bit for bit, which finds a batch-dependent rounding before it flips a
+token (and says at which token it starts).
 
 With --exact (a fixture of scripts/golden_exact.py for the same model),
 the prompt logprobs of `echo` requests (the engine's scored prompt rows) are
@@ -23,7 +27,7 @@ Standard library only (runs on the GPU machine as it is).
 
 Usage: python3 scripts/serve_equality_check.py --ferrite BIN --model FILE
            [--device cuda] [--n 64] [--tokens 24] [--port 8093] [--exact FILE]
-           [--penalties] [--deterministic]
+           [--penalties] [--deterministic] [--serve-arg=ARG ...]
 Exit status 0 when every request passes.
 """
 
@@ -82,11 +86,7 @@ def check_echo(base, exact_file):
         body = {"prompt": seqs[i]["ids"], "echo": True, "logprobs": 1, "max_tokens": 0}
         got[i] = post(base, body)["logprobs"]["token_logprobs"]
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(seqs))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    concurrently(len(seqs), one)
     bad = 0
     for seq, lps in zip(seqs, got):
         ids, diffs = seq["ids"], []
@@ -113,6 +113,41 @@ def first_difference(alone, together):
     return next((i for i, (x, y) in enumerate(zip(a, together)) if x != y), min(len(a), len(together)))
 
 
+def concurrently(n, fn):
+    """fn(i) for i < n, all at once."""
+    threads = [threading.Thread(target=fn, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def logprob_differences(alone, together):
+    """The batch-invariant mode's bit-for-bit check: for each request whose
+    host-sampled concurrent run's tokens or logprobs are not exactly its lone
+    run's, one line naming the first token that differs; returns the count."""
+    bad = 0
+    for i, (al, tg) in enumerate(zip(alone, together)):
+        if tg is None:
+            bad += 1
+            print(f"exact {i}: no answer")
+            continue
+        a, t = al["logprobs"], tg["logprobs"]
+        rows = list(zip(a["tokens"], a["token_logprobs"], a["top_logprobs"]))
+        rows_t = list(zip(t["tokens"], t["token_logprobs"], t["top_logprobs"]))
+        at = next((p for p, (x, y) in enumerate(zip(rows, rows_t)) if x != y), None)
+        if at is None and len(rows) == len(rows_t):
+            continue
+        bad += 1
+        if at is None:
+            print(f"exact {i}: {len(rows_t)} tokens against {len(rows)}")
+            continue
+        delta = abs(rows[at][1] - rows_t[at][1]) if rows[at][0] == rows_t[at][0] else float("nan")
+        print(f"exact {i}: logprobs differ first at token {at} of {len(rows)} (chosen token's by {delta:.3g}; "
+              f"tokens {'equal' if rows[at][0] == rows_t[at][0] else 'differ'})")
+    return bad
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ferrite", required=True)
@@ -124,10 +159,11 @@ def main():
     ap.add_argument("--exact", help="scripts/golden_exact.py's fixture for this model: check echo's logprobs")
     ap.add_argument("--penalties", action="store_true", help="penalized requests of lengths that differ")
     ap.add_argument("--deterministic", action="store_true", help="serve --deterministic: no difference allowed")
+    ap.add_argument("--serve-arg", action="append", default=[], help="one more argument for `ferrite serve`")
     a = ap.parse_args()
     base = f"http://127.0.0.1:{a.port}"
     cmd = [a.ferrite, "serve", a.model, "--device", a.device, "--port", str(a.port), "--max-num-seqs", str(a.n)]
-    cmd += ["--deterministic"] if a.deterministic else []
+    cmd += (["--deterministic"] if a.deterministic else []) + a.serve_arg
     penalties = {"repetition_penalty": 1.3, "presence_penalty": 0.4, "frequency_penalty": 0.3} if a.penalties else {}
 
     def body(i):
@@ -138,17 +174,18 @@ def main():
     try:
         wait_ready(base, proc)
         alone = [post(base, {**body(i), "logprobs": 2}) for i in range(a.n)]
-        together = [None] * a.n
+        together, exact = [None] * a.n, [None] * a.n
 
         def one(i):
             # logprobs 0: the tokens, drawn on the device all the same.
             together[i] = post(base, {**body(i), "logprobs": 0})["logprobs"]["tokens"]
 
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(a.n)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        def one_exact(i):
+            exact[i] = post(base, {**body(i), "logprobs": 2})
+
+        concurrently(a.n, one)
+        if a.deterministic:
+            concurrently(a.n, one_exact)
         echo_bad = check_echo(base, a.exact) if a.exact else 0
     finally:
         proc.terminate()
@@ -173,10 +210,15 @@ def main():
         if not ok:
             print(f"  alone:    {al['logprobs']['tokens']}\n  together: {tg}")
             print(f"  alone's top logprobs there and before: {tops[max(at - 1, 0):at + 1]}")
+    exact_bad = logprob_differences(alone, exact) if a.deterministic else 0
     what = ", penalized" if a.penalties else ""
     what += ", --deterministic" if a.deterministic else ""
+    what += "".join(f" {x}" for x in a.serve_arg)
+    if a.deterministic:
+        print(f"{a.n} concurrent requests{what}, host-sampled, against one at a time: "
+              f"{exact_bad} not equal bit for bit")
     print(f"{a.n} concurrent requests{what} against one at a time: {differ} differ, {bad} not after a near-tie")
-    sys.exit(1 if bad or echo_bad else 0)
+    sys.exit(1 if bad or echo_bad or exact_bad else 0)
 
 
 if __name__ == "__main__":

@@ -338,12 +338,16 @@ fn tile_stem(st: Storage) -> &'static str {
 
 /// The tensor-core GEMVs whose names are not their block type's (Q5_K's,
 /// kernels/gemv_tile.cu; the 32-value block types', gemv_tile_b32.cu), for
-/// the module's function list: 1..=8 input rows (the batch-invariant mode
-/// keeps these types' file blocks: weight.rs `tiles_at_upload`).
+/// the module's function list: 1..=8 input rows, and the batch-invariant
+/// mode's batch 1 (`_whole_1`; that mode keeps these types' file blocks
+/// unless `FERRITE_CUDA_DETERMINISTIC_TILES=1`: weight.rs `tiles_at_upload`).
 pub fn own_tile_names() -> Vec<String> {
     let own = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q5K];
     let stems = own.map(|q| tile_stem(Storage::Quant(q)));
-    stems.iter().flat_map(|s| (1..=8).map(move |n| format!("gemv_{s}_{n}"))).collect()
+    stems
+        .iter()
+        .flat_map(|s| (1..=8).map(move |n| format!("gemv_{s}_{n}")).chain([format!("gemv_{s}_whole_1")]))
+        .collect()
 }
 
 /// Warps an SM holds of the tensor-core GEMV (its registers: two blocks of
@@ -680,8 +684,7 @@ fn gemv_in(
             (true, None) => gemv_name(ws[0].storage, nc).replacen("gemv_", "gemv_norm_", 1),
             // A lone row of tiles sums its blocks in another order than a
             // batch's rows (kernels/gemv_tile.cu `q4k_step_bd`,
-            // `q6k_step_bd`): in the batch-invariant mode, as a batch's
-            // (only Q4_K and Q6_K are tiled there).
+            // `q6k_step_bd`): in the batch-invariant mode, as a batch's.
             (false, None) if dev.deterministic && nc == 1 && tiles => {
                 format!("gemv_{}_whole_1", tile_stem(ws[0].storage))
             }

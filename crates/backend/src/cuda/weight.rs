@@ -65,11 +65,11 @@ impl Storage {
 /// `FERRITE_CUDA_FIVE_BIT_TILES=0`; 32-value blocks' rows of whole
 /// super-blocks (`repack::block32_tiled`) unless `FERRITE_CUDA_B32_TILES=0`
 /// (Q5_0's and Q5_1's also unless `FERRITE_CUDA_FIVE_BIT_TILES=0`). In the
-/// batch-invariant mode only Q4_K and Q6_K, which have no other kernel:
-/// over HTTP, 64 penalized requests of SmolLM2 Q4_1 with its down
-/// projection in tiles differed from the same requests one at a time in
-/// one token (a 0.036 near-tie), with the file's blocks in none
-/// (sixty-second session, H100; why is not understood).
+/// batch-invariant mode only Q4_K and Q6_K, which have no other kernel
+/// (unless `FERRITE_CUDA_DETERMINISTIC_TILES=1`): over HTTP, 64 penalized
+/// requests of SmolLM2 Q4_1 with its down projection in tiles differed from
+/// the same requests one at a time in one token (a 0.036 near-tie), with
+/// the file's blocks in none (sixty-second session, H100).
 fn tiles_at_upload(q: DType, k: usize, deterministic: bool) -> bool {
     let five = matches!(q, DType::Q5_0 | DType::Q5_1 | DType::Q5K);
     let optional = match q {
@@ -77,7 +77,8 @@ fn tiles_at_upload(q: DType, k: usize, deterministic: bool) -> bool {
         DType::Q5K => true,
         _ => ferrite_core::env::cuda_b32_tiles() && crate::quant::repack::block32_tiled(q, k),
     };
-    optional && !deterministic && (!five || ferrite_core::env::cuda_five_bit_tiles())
+    let invariant_ok = !deterministic || ferrite_core::env::cuda_deterministic_tiles();
+    optional && invariant_ok && (!five || ferrite_core::env::cuda_five_bit_tiles())
 }
 
 /// kernels/quant.cu's code (T_*) of a block type, and the kernel-name stem.

@@ -254,8 +254,9 @@ __device__ __forceinline__ void q5k_step(const Q5kW& w, const uint4 (&x)[4], uin
 // column 2j's input (sub-block 2j) and 2j + 1's, so the even sub-blocks'
 // sums are right in the columns 2i of the first mmas' accumulator and the
 // odd ones' in the columns 2i + 1 of the second's. (Its float sums round
-// otherwise than a batch's rows; the batch-invariant mode keeps Q5_K's file
-// blocks: weight.rs `tiles_at_upload`.)
+// otherwise than a batch's rows; `gemv_q5_kt_whole_1` sums a lone row as a
+// batch's, where the batch-invariant mode tiles Q5_K: weight.rs
+// `tiles_at_upload`.)
 __device__ __forceinline__ void q5k_step_bd(const Q5kW& w, uint2 xg, uint4 h0, u32 bs, const BdLane& l,
                                             float (&acc)[4]) {
     const u32 f[4] = {w.f.x, w.f.y, w.f.z, w.f.w};
@@ -690,6 +691,10 @@ FOR_EACH_N(GEMV_TILE, q6_k, Q6kTile)
 // Batch 1 summed as a batch's rows are (`q4k_step`, `q6k_step`), for the batch-invariant mode.
 extern "C" __global__ void __launch_bounds__(512) gemv_q4_k_whole_1(GEMVQ_ARGS) {
     gemv_tile_body<Q4kTile, 1, false, false>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k,
+                                             row_bytes, ss, eps, add);
+}
+extern "C" __global__ void __launch_bounds__(512) gemv_q5_kt_whole_1(GEMVQ_ARGS) {
+    gemv_tile_body<Q5kTile, 1, false, false>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, (const u32*)meta, k,
                                              row_bytes, ss, eps, add);
 }
 extern "C" __global__ void __launch_bounds__(512) gemv_q6_k_whole_1(GEMVQ_ARGS) {

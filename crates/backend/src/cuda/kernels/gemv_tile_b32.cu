@@ -202,16 +202,26 @@ struct B32Tile {
     }
 };
 
-// gemv_q4_0t_N etc.: batch 1 a block a column, more rows a row a column.
-// (No batch-invariant `_whole_1`: that mode keeps these types' file blocks,
-// weight.rs `tiles_at_upload`.)
+// gemv_q4_0t_N etc.: batch 1 a block a column, more rows (and the
+// batch-invariant mode's `_whole_1`, where that mode tiles these types:
+// weight.rs `tiles_at_upload`) a row a column.
 #define GEMV_B32(STEM, T, N)                                                                                   \
     extern "C" __global__ void __launch_bounds__(512) gemv_##STEM##_##N(GEMVQ_ARGS) {                         \
         gemv_tile_body<B32Tile<T, N == 1>, N>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq,              \
                                                (const u32*)meta, k, row_bytes, ss, eps, add);                  \
+    }
+#define GEMV_B32_WHOLE(STEM, T)                                                                                \
+    extern "C" __global__ void __launch_bounds__(512) gemv_##STEM##_whole_1(GEMVQ_ARGS) {                      \
+        gemv_tile_body<B32Tile<T, false>, 1, false, false>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq, \
+                                                           (const u32*)meta, k, row_bytes, ss, eps, add);      \
     }
 FOR_EACH_N(GEMV_B32, q4_0t, T_Q4_0)
 FOR_EACH_N(GEMV_B32, q4_1t, T_Q4_1)
 FOR_EACH_N(GEMV_B32, q5_0t, T_Q5_0)
 FOR_EACH_N(GEMV_B32, q5_1t, T_Q5_1)
 FOR_EACH_N(GEMV_B32, q8_0t, T_Q8_0)
+GEMV_B32_WHOLE(q4_0t, T_Q4_0)
+GEMV_B32_WHOLE(q4_1t, T_Q4_1)
+GEMV_B32_WHOLE(q5_0t, T_Q5_0)
+GEMV_B32_WHOLE(q5_1t, T_Q5_1)
+GEMV_B32_WHOLE(q8_0t, T_Q8_0)
