@@ -123,16 +123,21 @@ fn main_checks(a: &GpuCheckArgs) -> Result<usize> {
     for (m, g) in a.model.iter().zip(&a.golden) {
         failed += compare_model(m, g, a.gpu)?;
     }
-    // (Also Q4_K_M, Q5_K_M and Q8_0 weights in the batch-invariant mode: a
-    // lone row's GEMV on Q4_K or Q6_K tiles is not a batch's in the default
-    // mode; Q5_K and Q8_0 keep their file blocks and dp4a GEMVs there.)
-    let runs = [(SMALL, false), (SMALL, true), (PERSISTENT, true), (Q5_K_M, true), (SMALL_Q8, true)];
+    // (Also Q4_K_M, Q5_K_M, Q8_0 and Q4_1 weights in the batch-invariant
+    // mode: a lone row's GEMV on Q4_K or Q6_K tiles is not a batch's in the
+    // default mode; Q5_K and the 32-value types keep their file blocks and
+    // dp4a GEMVs there unless `FERRITE_CUDA_DETERMINISTIC_TILES=1`. Q4_1's
+    // d x + m s is the sum whose fused multiply-add the compiler once chose
+    // differently for one row and for a batch.)
+    let runs =
+        [(SMALL, false), (SMALL, true), (PERSISTENT, true), (Q5_K_M, true), (SMALL_Q8, true), (SMALL_Q4_1, true)];
     for (model, deterministic) in runs {
         let inv = invariance(a.gpu, model, deterministic)?;
         let mode = match (deterministic, model) {
             (true, PERSISTENT) => "--deterministic, Q4_K_M",
             (true, Q5_K_M) => "--deterministic, Q5_K_M",
             (true, SMALL_Q8) => "--deterministic, Q8_0",
+            (true, SMALL_Q4_1) => "--deterministic, Q4_1",
             (true, _) => "--deterministic",
             _ => "default",
         };
@@ -268,9 +273,10 @@ struct Invariance {
 }
 
 /// The random-weight model of the invariance and graph checks, and its
-/// Q8_0 blocks.
+/// Q8_0 and Q4_1 blocks.
 const SMALL: &str = "random:smollm2-135m";
 const SMALL_Q8: &str = "random:smollm2-135m:q8_0";
+const SMALL_Q4_1: &str = "random:smollm2-135m:q4_1";
 /// A model of Q5_K tiles with Q6_K v and down projections in some layers.
 const Q5_K_M: &str = "random:llama-3.2-1b:q5_k_m";
 

@@ -36,6 +36,16 @@ __device__ __forceinline__ u32 token_id(u32 id, const u32* picks) {
 __device__ __forceinline__ float load_kv(const float* p, u64 i) { return p[i]; }
 __device__ __forceinline__ float load_kv(const u16* p, u64 i) { return f16_to_f32(p[i]); }
 
+// a x + b y, rounded the same way in every kernel it is compiled into. The
+// GEMVs' float sums must not depend on the batch size they are compiled
+// for (the batch-invariant mode), but the compiler may contract a x + b y
+// into either of two fused multiply-adds, and chose differently for
+// gemv_q4_1t_whole_1 and gemv_q4_1t_2 (sixty-third session): the GEMVs
+// spell their float arithmetic with intrinsics, which it never contracts.
+__device__ __forceinline__ float scaled_pair(float a, float x, float b, float y) {
+    return __fmaf_rn(b, y, __fmul_rn(a, x));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

@@ -104,7 +104,8 @@ __device__ __forceinline__ void k_finish(const Q4kHead& ha, const Q4kHead& hb, c
         mins = dp2a_hi(bs.y, hd.mn[0], mins);
         mins = dp2a_lo(bs.z, hd.mn[1], mins);
         mins = dp2a_hi(bs.w, hd.mn[1], mins);
-        acc[q] += step * (hd.d * __int2float_rn(dot[q]) - hd.dmin * __int2float_rn(mins));
+        const float s = scaled_pair(hd.d, __int2float_rn(dot[q]), -hd.dmin, __int2float_rn(mins));
+        acc[q] = __fmaf_rn(step, s, acc[q]);
     }
 }
 
@@ -193,7 +194,8 @@ __device__ __forceinline__ void q4k_step_bd(const Q4kW& w, uint2 xg, uint4 h0, u
         const int lo = whole[2 * r] - high[2 * r], hi = high[2 * r + 1] >> 4;
         const int dot = (int)__byte_perm(sc, 0, l.sel0) * (lo << t0) + (int)__byte_perm(sc, 0, l.sel1) * (hi << t1);
         const int mins = dp2a_lo(bs, mn >> l.down, 0);
-        acc[2 * r] += step * (hd.d * __int2float_rn(dot) - hd.dmin * __int2float_rn(mins));
+        const float s = scaled_pair(hd.d, __int2float_rn(dot), -hd.dmin, __int2float_rn(mins));
+        acc[2 * r] = __fmaf_rn(step, s, acc[2 * r]);
     }
 }
 
@@ -281,7 +283,8 @@ __device__ __forceinline__ void q5k_step_bd(const Q5kW& w, uint2 xg, uint4 h0, u
         const int dot = (int)__byte_perm(sc, 0, l.sel0) * (even[2 * r] << t0) +
                         (int)__byte_perm(sc, 0, l.sel1) * (odd[2 * r + 1] << t1);
         const int mins = dp2a_lo(bs, mn >> l.down, 0);
-        acc[2 * r] += step * (hd.d * __int2float_rn(dot) - hd.dmin * __int2float_rn(mins));
+        const float s = scaled_pair(hd.d, __int2float_rn(dot), -hd.dmin, __int2float_rn(mins));
+        acc[2 * r] = __fmaf_rn(step, s, acc[2 * r]);
     }
 }
 
@@ -374,7 +377,8 @@ __device__ __forceinline__ void q6k_step(const Q6kW& w, const uint4 (&x)[4], uin
     for (int q = 0; q < 4; q++) {
         if (N == 1 && (q & 1)) continue;
         const float step = __uint_as_float(q & 1 ? h1.x : h0.x);
-        acc[q] += step * (q < 2 ? da : db) * (__int2float_rn(lo[q]) + __int2float_rn(hi[q]));
+        const float sum = __fadd_rn(__int2float_rn(lo[q]), __int2float_rn(hi[q]));
+        acc[q] = __fmaf_rn(__fmul_rn(step, q < 2 ? da : db), sum, acc[q]);
     }
 }
 
@@ -417,8 +421,8 @@ __device__ __forceinline__ void q6k_step_bd(const Q6kW& w, uint2 x, uint4 h0, u3
     }
     const float step = __uint_as_float(h0.x);
     const float da = f16_to_f32((u16)(w.d & 0xffff)) * 0.25f, db = f16_to_f32((u16)(w.d >> 16)) * 0.25f;
-    acc[0] += step * da * __int2float_rn(sum[0]);
-    acc[2] += step * db * __int2float_rn(sum[1]);
+    acc[0] = __fmaf_rn(__fmul_rn(step, da), __int2float_rn(sum[0]), acc[0]);
+    acc[2] = __fmaf_rn(__fmul_rn(step, db), __int2float_rn(sum[1]), acc[2]);
 }
 
 // The k-quant tensor-core GEMVs' weight types (the 32-value blocks':
@@ -673,7 +677,7 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
             const u32 row = 16 * tile + g + 8 * (q >> 1), n = 2 * i + (q & 1);
             if (row < m && n < (u32)N) {
                 float* p = y + (u64)n * m + row;
-                *p = (add ? (N == 1 ? base_early[q >> 1] : *p) : 0.f) + acc[q] * f[q & 1];
+                *p = __fmaf_rn(acc[q], f[q & 1], add ? (N == 1 ? base_early[q >> 1] : *p) : 0.f);
             }
         }
     }

@@ -61,16 +61,17 @@ __device__ __forceinline__ u32 word_of(const uint4 (&h)[H], int n) {
     return (n & 3) == 0 ? v.x : (n & 3) == 1 ? v.y : (n & 3) == 2 ? v.z : v.w;
 }
 
-// Block s's sums for a row (dot, of values times 8-bit inputs; the input's
-// shift t applied) scaled by that row's d (and m; bsum: the input's sum,
-// shifted), for the super-block's step to multiply.
+// part plus block s's sums for a row (dot, of values times 8-bit inputs;
+// the input's shift t applied) scaled by that row's d (and m; bsum: the
+// input's sum, shifted), for the super-block's step to multiply (spelled
+// out: common.cuh `scaled_pair`).
 template <int T>
-__device__ __forceinline__ float b32_scaled(int dot, int t, int bsum, float d, float m) {
+__device__ __forceinline__ float b32_add(float part, int dot, int t, int bsum, float d, float m) {
     const int v = dot << t;
-    if (T == T_Q8_0) return d * (float)v;
-    if (T == T_Q4_0) return d * (float)(v - 8 * bsum);
-    if (T == T_Q5_0) return d * (float)(v - 16 * bsum);
-    return d * (float)v + m * (float)bsum;
+    if (T == T_Q8_0) return __fmaf_rn(d, __int2float_rn(v), part);
+    if (T == T_Q4_0) return __fmaf_rn(d, __int2float_rn(v - 8 * bsum), part);
+    if (T == T_Q5_0) return __fmaf_rn(d, __int2float_rn(v - 16 * bsum), part);
+    return __fmaf_rn(m, __int2float_rn(bsum), __fmaf_rn(d, __int2float_rn(v), part));
 }
 
 // Batch 1, a block a column (as `q4k_step_bd`): column g of each mma takes
@@ -125,13 +126,14 @@ __device__ __forceinline__ void b32_step_bd(const B32W<T, true>& w, uint2 xg, ui
         const u32 d = r ? w.h[0].y : w.h[0].x, m = r ? w.h[0].w : w.h[0].z;
         const bool has_m = B32Layout<T>::has_m;
         const float ma = has_m ? half_lo(m) : 0.f, mb = has_m ? half_hi(m) : 0.f;
-        acc[2 * r] += step * (b32_scaled<T>(dot[2 * r], t0, s0, half_lo(d), ma) +
-                              b32_scaled<T>(dot[2 * r + 1], t1, s1, half_hi(d), mb));
+        const float s = b32_add<T>(b32_add<T>(0.f, dot[2 * r], t0, s0, half_lo(d), ma), dot[2 * r + 1], t1, s1,
+                                   half_hi(d), mb);
+        acc[2 * r] = __fmaf_rn(step, s, acc[2 * r]);
     }
 }
 
 // Up to 8 input rows (N): column n takes input row n in every mma; each
-// block's products are scaled as they come (`b32_scaled`). x: the lane's 64
+// block's products are scaled as they come (`b32_add`). x: the lane's 64
 // input bytes (block s: x[s / 2].xy or .zw); h/s: each column's step and
 // shifts, sums.
 template <int T, int N>
@@ -171,13 +173,13 @@ __device__ __forceinline__ void b32_step(const B32W<T, false>& w, const uint4 (&
             const u32 dw = word_of(w.h, sw * (s >> 1) + row);
             const u32 mw = B32Layout<T>::has_m ? word_of(w.h, sw * (s >> 1) + 2 + row) : 0u;
             const float d = s & 1 ? half_hi(dw) : half_lo(dw), m = s & 1 ? half_hi(mw) : half_lo(mw);
-            part[q] += b32_scaled<T>(c[q], t[col], bsum[col], d, m);
+            part[q] = b32_add<T>(part[q], c[q], t[col], bsum[col], d, m);
         }
     }
 #pragma unroll
     for (int q = 0; q < 4; q++) {
         if (N == 1 && (q & 1)) continue;
-        acc[q] += __uint_as_float(q & 1 ? h1.x : h0.x) * part[q];
+        acc[q] = __fmaf_rn(__uint_as_float(q & 1 ? h1.x : h0.x), part[q], acc[q]);
     }
 }
 

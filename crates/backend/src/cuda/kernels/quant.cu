@@ -683,10 +683,11 @@ __device__ __forceinline__ void load_chunk(const u8* row, u32 nsb, u32 c, Chunk&
     }
 }
 
-// The chunk times its 32 quantized inputs (8 words of four values, in two
-// uint4) and their group's metadata.
+// acc plus the chunk times its 32 quantized inputs (8 words of four values,
+// in two uint4) and their group's metadata (its float arithmetic spelled
+// out: common.cuh `scaled_pair`).
 template <int T>
-__device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, uint2 meta) {
+__device__ __forceinline__ float chunk_dot_add(const Chunk& k, uint4 x0, uint4 x1, uint2 meta, float acc) {
     const u32 xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
     int lo = 0, hi = 0;
 #pragma unroll
@@ -703,11 +704,12 @@ __device__ __forceinline__ float chunk_dot(const Chunk& k, uint4 x0, uint4 x1, u
     if (T == T_Q5_K) {
         const int dot = k.isa * lo + k.isb * hi, mins = k.ima * slo + k.imb * shi;
         // (|dot| may reach 2^22: a conversion.)
-        return __uint_as_float(meta.x) * (k.da * __int2float_rn(dot) + k.ma * i2f(mins));
+        return __fmaf_rn(__uint_as_float(meta.x), scaled_pair(k.ma, i2f(mins), k.da, __int2float_rn(dot)), acc);
     }
     // |values| < 2^22: 16 products of at most 127 * 128, offsets of at most 16 * 16 * 127.
-    const float s = k.da * i2f(lo - k.off * slo) + k.db * i2f(hi - k.off * shi) + k.ma * i2f(slo) + k.mb * i2f(shi);
-    return __uint_as_float(meta.x) * s;
+    const float v = scaled_pair(k.da, i2f(lo - k.off * slo), k.db, i2f(hi - k.off * shi));
+    const float s = __fmaf_rn(k.mb, i2f(shi), __fmaf_rn(k.ma, i2f(slo), v));
+    return __fmaf_rn(__uint_as_float(meta.x), s, acc);
 }
 
 // One warp per weight row, up to three weights of one type sharing the input
@@ -755,7 +757,7 @@ __device__ void gemv_q_body(u32 row, const u8* w0, const u8* w1, const u8* w2, f
 #pragma unroll
         for (int n = 0; n < N; n++) {
             const uint4* xr = (const uint4*)(xq + (u64)n * k + 32 * c);
-            acc[n] += chunk_dot<T>(ch, xr[0], xr[1], meta[(u64)n * chunks + c]);
+            acc[n] = chunk_dot_add<T>(ch, xr[0], xr[1], meta[(u64)n * chunks + c], acc[n]);
         }
     }
     pdl_trigger();
