@@ -56,10 +56,14 @@ if [[ $what == models || $what == all ]]; then
         python3 scripts/serve_equality_check.py --ferrite "$BIN" --model "$MODELS/smollm2.gguf" --device cuda --n 64 \
             --exact $fx/smollm2_exact.json
         # Penalized requests of several lengths, fed ahead with their last
-        # pick counted in on the device: exact under --deterministic.
-        for mode in "" --deterministic; do
-            python3 scripts/serve_equality_check.py --ferrite "$BIN" --model "$MODELS/smollm2.gguf" --device cuda \
-                --n 64 --penalties $mode
+        # pick counted in on the device: exact under --deterministic (tokens,
+        # and the logprobs bit for bit), also with the Q4_1 down projection in
+        # tiles there (FERRITE_CUDA_DETERMINISTIC_TILES=1).
+        for mode in "" --deterministic tiles; do
+            tiles=$([[ $mode == tiles ]] && echo 1 || echo 0)
+            [[ $mode == tiles ]] && mode=--deterministic
+            FERRITE_CUDA_DETERMINISTIC_TILES=$tiles python3 scripts/serve_equality_check.py --ferrite "$BIN" \
+                --model "$MODELS/smollm2.gguf" --device cuda --n 64 --penalties $mode
         done
         # Structured outputs: constrained requests beside plain ones.
         FERRITE_BIN=$BIN scripts/gpu-structured.sh "$MODELS/smollm2.gguf"
