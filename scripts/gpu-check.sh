@@ -2,12 +2,14 @@
 # The GPU checks in one go, on a machine with an NVIDIA GPU (no Rust needed):
 #   1. the op harness (every CUDA op against the CPU, random inputs), the
 #      hardware ceilings (device copy bandwidth, bf16 GEMM rate), and batched
-#      against one-at-a-time greedy decoding (default and --deterministic);
+#      against one-at-a-time greedy decoding (default and --deterministic;
+#      the latter again with FERRITE_CUDA_DETERMINISTIC_TILES=1);
 #   2. the model goldens: SmolLM2 and Gemma-3-270M teacher-forced on the GPU
 #      against the CPU and llama.cpp's continuations, perplexity on both, the
 #      tiny HF checkpoints (bf16 on the GPU) against transformers' logits, and
 #      `serve` with 64 concurrent greedy requests against one at a time (also
-#      with penalties, and exactly under --deterministic), and
+#      with penalties, and exactly under --deterministic: tokens, and
+#      logprobs bit for bit), and
 #      its echoed prompt logprobs against an exact float64 reference, and
 #      structured outputs (scripts/gpu-structured.sh);
 #   3. the benchmarks with random bf16 (and Q4_K_M) weights of Llama-3.1-8B's
@@ -27,6 +29,8 @@ fx=tests/fixtures/llamacpp
 
 if [[ $what == ops || $what == all ]]; then
     "$BIN" gpu-check
+    # The batch-invariant mode with the 32-value blocks and Q5_K in tiles.
+    FERRITE_CUDA_DETERMINISTIC_TILES=1 "$BIN" gpu-check --invariance-only
 fi
 
 if [[ $what == models || $what == all ]]; then
@@ -57,16 +61,17 @@ if [[ $what == models || $what == all ]]; then
             --exact $fx/smollm2_exact.json
         # Penalized requests of several lengths, fed ahead with their last
         # pick counted in on the device: exact under --deterministic (tokens,
-        # and the logprobs bit for bit), also with the Q4_1 down projection in
-        # tiles there (FERRITE_CUDA_DETERMINISTIC_TILES=1).
-        for mode in "" --deterministic tiles; do
-            tiles=$([[ $mode == tiles ]] && echo 1 || echo 0)
-            [[ $mode == tiles ]] && mode=--deterministic
-            FERRITE_CUDA_DETERMINISTIC_TILES=$tiles python3 scripts/serve_equality_check.py --ferrite "$BIN" \
-                --model "$MODELS/smollm2.gguf" --device cuda --n 64 --penalties $mode
+        # and the logprobs bit for bit).
+        for mode in "" --deterministic; do
+            python3 scripts/serve_equality_check.py --ferrite "$BIN" --model "$MODELS/smollm2.gguf" --device cuda \
+                --n 64 --penalties $mode
         done
         # Structured outputs: constrained requests beside plain ones.
         FERRITE_BIN=$BIN scripts/gpu-structured.sh "$MODELS/smollm2.gguf"
+        # Last: --deterministic with the Q4_1 down projection in tiles.
+        echo "penalized, --deterministic, FERRITE_CUDA_DETERMINISTIC_TILES=1:"
+        FERRITE_CUDA_DETERMINISTIC_TILES=1 python3 scripts/serve_equality_check.py --ferrite "$BIN" \
+            --model "$MODELS/smollm2.gguf" --device cuda --n 64 --penalties --deterministic
     fi
 fi
 

@@ -48,6 +48,10 @@ pub struct GpuCheckArgs {
     /// Run only the persistent-kernel check.
     #[arg(long)]
     pub persistent_only: bool,
+    /// Run only the checks of batched streams against one at a time (e.g.
+    /// again under a switch such as `FERRITE_CUDA_DETERMINISTIC_TILES=1`).
+    #[arg(long)]
+    pub invariance_only: bool,
     /// In the persistent-kernel check, the chain with the fused MLP
     /// (`FERRITE_CUDA_MLP_FUSED=1`) against the chain instead.
     #[arg(long)]
@@ -60,11 +64,17 @@ const NEAR_TIE: f32 = 0.5;
 pub fn main(a: GpuCheckArgs) -> Result<()> {
     crate::load::init_threads(None)?;
     let mut failed = 0;
-    if !a.persistent_only {
+    if a.invariance_only {
+        failed += invariance_checks(a.gpu)?;
+    } else if !a.persistent_only {
         failed += main_checks(&a)?;
     }
     // Last: a kernel that traps leaves the process no GPU.
-    let persistent = if a.persistent.is_empty() { vec![PERSISTENT.to_string()] } else { a.persistent.clone() };
+    let persistent = match () {
+        _ if a.invariance_only => vec![],
+        _ if a.persistent.is_empty() => vec![PERSISTENT.to_string()],
+        _ => a.persistent.clone(),
+    };
     for model in &persistent {
         let (worst, flips) = persistent_vs_chain(a.gpu, model, a.mlp_fused)?;
         let ok = flips == 0 && worst < 1e-2;
@@ -123,60 +133,7 @@ fn main_checks(a: &GpuCheckArgs) -> Result<usize> {
     for (m, g) in a.model.iter().zip(&a.golden) {
         failed += compare_model(m, g, a.gpu)?;
     }
-    // (Also Q4_K_M, Q5_K_M, Q8_0 and Q4_1 weights in the batch-invariant
-    // mode: a lone row's GEMV on Q4_K or Q6_K tiles is not a batch's in the
-    // default mode; Q5_K and the 32-value types keep their file blocks and
-    // dp4a GEMVs there unless `FERRITE_CUDA_DETERMINISTIC_TILES=1`. Q4_1's
-    // d x + m s is the sum whose fused multiply-add the compiler once chose
-    // differently for one row and for a batch.)
-    let runs =
-        [(SMALL, false), (SMALL, true), (PERSISTENT, true), (Q5_K_M, true), (SMALL_Q8, true), (SMALL_Q4_1, true)];
-    for (model, deterministic) in runs {
-        let inv = invariance(a.gpu, model, deterministic)?;
-        let mode = match (deterministic, model) {
-            (true, PERSISTENT) => "--deterministic, Q4_K_M",
-            (true, Q5_K_M) => "--deterministic, Q5_K_M",
-            (true, SMALL_Q8) => "--deterministic, Q8_0",
-            (true, SMALL_Q4_1) => "--deterministic, Q4_1",
-            (true, _) => "--deterministic",
-            _ => "default",
-        };
-        // Default: a stream may differ only after a near-tie; deterministic: never.
-        let ok = inv.not_after_tie == 0 && (!deterministic || (inv.differ == 0 && inv.worst == 0.0));
-        outln!(
-            "  {:4} {SEQS} streams batched vs one at a time ({mode}): {} of {} greedy tokens differ ({} streams not after a near-tie), largest logit difference {:e}",
-            if ok { "ok" } else { "FAIL" },
-            inv.differ,
-            inv.total,
-            inv.not_after_tie,
-            inv.worst
-        )?;
-        failed += usize::from(!ok);
-        let ok = inv.device_not_after_tie == 0;
-        outln!(
-            "  {:4} {SEQS} streams batched, greedy picks on the device vs one at a time on the host ({mode}): {} of {} tokens differ ({} streams not after a near-tie)",
-            if ok { "ok" } else { "FAIL" },
-            inv.device_differ,
-            inv.total,
-            inv.device_not_after_tie
-        )?;
-        failed += usize::from(!ok);
-        let ok = inv.fed_differ == 0;
-        outln!(
-            "  {:4} {SEQS} streams batched, each step fed its greedy picks on the device before they are read vs after ({mode}): {} streams differ",
-            if ok { "ok" } else { "FAIL" },
-            inv.fed_differ
-        )?;
-        failed += usize::from(!ok);
-        let ok = inv.pending_differ == 0 && inv.penalized > 0;
-        outln!(
-            "  {:4} {SEQS} streams batched with penalties, each step fed its picks and counting them in on the device before they are read vs after ({mode}): {} streams differ ({} streams' tokens changed by the penalties)",
-            if ok { "ok" } else { "FAIL" },
-            inv.pending_differ,
-            inv.penalized
-        )?;
-        failed += usize::from(!ok);
-    }
+    failed += invariance_checks(a.gpu)?;
     // Quantized weights: the graphs take their memory from a pool of their
     // own, so their kernels start early (cuda/capture_alloc.rs).
     for (model, deterministic) in [(SMALL, false), (SMALL, true), (SMALL_Q8, false)] {
@@ -270,6 +227,66 @@ struct Invariance {
     /// (`RowSampling::pending`), and the streams the penalties changed.
     pending_differ: usize,
     penalized: usize,
+}
+
+/// Every invariance run (`invariance`), printed: the checks that failed.
+fn invariance_checks(gpu: usize) -> Result<usize> {
+    let mut failed = 0;
+    // (Also Q4_K_M, Q5_K_M, Q8_0 and Q4_1 weights in the batch-invariant
+    // mode: a lone row's GEMV on Q4_K or Q6_K tiles is not a batch's in the
+    // default mode; Q5_K and the 32-value types keep their file blocks and
+    // dp4a GEMVs there unless `FERRITE_CUDA_DETERMINISTIC_TILES=1`. Q4_1's
+    // d x + m s is the sum whose fused multiply-add the compiler once chose
+    // differently for one row and for a batch.)
+    let runs =
+        [(SMALL, false), (SMALL, true), (PERSISTENT, true), (Q5_K_M, true), (SMALL_Q8, true), (SMALL_Q4_1, true)];
+    for (model, deterministic) in runs {
+        let inv = invariance(gpu, model, deterministic)?;
+        let mode = match (deterministic, model) {
+            (true, PERSISTENT) => "--deterministic, Q4_K_M",
+            (true, Q5_K_M) => "--deterministic, Q5_K_M",
+            (true, SMALL_Q8) => "--deterministic, Q8_0",
+            (true, SMALL_Q4_1) => "--deterministic, Q4_1",
+            (true, _) => "--deterministic",
+            _ => "default",
+        };
+        // Default: a stream may differ only after a near-tie; deterministic: never.
+        let ok = inv.not_after_tie == 0 && (!deterministic || (inv.differ == 0 && inv.worst == 0.0));
+        outln!(
+            "  {:4} {SEQS} streams batched vs one at a time ({mode}): {} of {} greedy tokens differ ({} streams not after a near-tie), largest logit difference {:e}",
+            if ok { "ok" } else { "FAIL" },
+            inv.differ,
+            inv.total,
+            inv.not_after_tie,
+            inv.worst
+        )?;
+        failed += usize::from(!ok);
+        let ok = inv.device_not_after_tie == 0;
+        outln!(
+            "  {:4} {SEQS} streams batched, greedy picks on the device vs one at a time on the host ({mode}): {} of {} tokens differ ({} streams not after a near-tie)",
+            if ok { "ok" } else { "FAIL" },
+            inv.device_differ,
+            inv.total,
+            inv.device_not_after_tie
+        )?;
+        failed += usize::from(!ok);
+        let ok = inv.fed_differ == 0;
+        outln!(
+            "  {:4} {SEQS} streams batched, each step fed its greedy picks on the device before they are read vs after ({mode}): {} streams differ",
+            if ok { "ok" } else { "FAIL" },
+            inv.fed_differ
+        )?;
+        failed += usize::from(!ok);
+        let ok = inv.pending_differ == 0 && inv.penalized > 0;
+        outln!(
+            "  {:4} {SEQS} streams batched with penalties, each step fed its picks and counting them in on the device before they are read vs after ({mode}): {} streams differ ({} streams' tokens changed by the penalties)",
+            if ok { "ok" } else { "FAIL" },
+            inv.pending_differ,
+            inv.penalized
+        )?;
+        failed += usize::from(!ok);
+    }
+    Ok(failed)
 }
 
 /// The random-weight model of the invariance and graph checks, and its
