@@ -232,6 +232,11 @@ struct Invariance {
 /// Every invariance run (`invariance`), printed: the checks that failed.
 fn invariance_checks(gpu: usize) -> Result<usize> {
     let mut failed = 0;
+    let mut report = |ok: bool, what: String| -> Result<()> {
+        outln!("  {:4} {what}", if ok { "ok" } else { "FAIL" })?;
+        failed += usize::from(!ok);
+        Ok(())
+    };
     // (Also Q4_K_M, Q5_K_M, Q8_0 and Q4_1 weights in the batch-invariant
     // mode: a lone row's GEMV on Q4_K or Q6_K tiles is not a batch's in the
     // default mode; Q5_K and the 32-value types keep their file blocks and
@@ -252,39 +257,22 @@ fn invariance_checks(gpu: usize) -> Result<usize> {
         };
         // Default: a stream may differ only after a near-tie; deterministic: never.
         let ok = inv.not_after_tie == 0 && (!deterministic || (inv.differ == 0 && inv.worst == 0.0));
-        outln!(
-            "  {:4} {SEQS} streams batched vs one at a time ({mode}): {} of {} greedy tokens differ ({} streams not after a near-tie), largest logit difference {:e}",
-            if ok { "ok" } else { "FAIL" },
-            inv.differ,
-            inv.total,
-            inv.not_after_tie,
-            inv.worst
-        )?;
-        failed += usize::from(!ok);
-        let ok = inv.device_not_after_tie == 0;
-        outln!(
-            "  {:4} {SEQS} streams batched, greedy picks on the device vs one at a time on the host ({mode}): {} of {} tokens differ ({} streams not after a near-tie)",
-            if ok { "ok" } else { "FAIL" },
-            inv.device_differ,
-            inv.total,
-            inv.device_not_after_tie
-        )?;
-        failed += usize::from(!ok);
-        let ok = inv.fed_differ == 0;
-        outln!(
-            "  {:4} {SEQS} streams batched, each step fed its greedy picks on the device before they are read vs after ({mode}): {} streams differ",
-            if ok { "ok" } else { "FAIL" },
+        report(ok, format!(
+            "{SEQS} streams batched vs one at a time ({mode}): {} of {} greedy tokens differ ({} streams not after a near-tie), largest logit difference {:e}",
+            inv.differ, inv.total, inv.not_after_tie, inv.worst
+        ))?;
+        report(inv.device_not_after_tie == 0, format!(
+            "{SEQS} streams batched, greedy picks on the device vs one at a time on the host ({mode}): {} of {} tokens differ ({} streams not after a near-tie)",
+            inv.device_differ, inv.total, inv.device_not_after_tie
+        ))?;
+        report(inv.fed_differ == 0, format!(
+            "{SEQS} streams batched, each step fed its greedy picks on the device before they are read vs after ({mode}): {} streams differ",
             inv.fed_differ
-        )?;
-        failed += usize::from(!ok);
-        let ok = inv.pending_differ == 0 && inv.penalized > 0;
-        outln!(
-            "  {:4} {SEQS} streams batched with penalties, each step fed its picks and counting them in on the device before they are read vs after ({mode}): {} streams differ ({} streams' tokens changed by the penalties)",
-            if ok { "ok" } else { "FAIL" },
-            inv.pending_differ,
-            inv.penalized
-        )?;
-        failed += usize::from(!ok);
+        ))?;
+        report(inv.pending_differ == 0 && inv.penalized > 0, format!(
+            "{SEQS} streams batched with penalties, each step fed its picks and counting them in on the device before they are read vs after ({mode}): {} streams differ ({} streams' tokens changed by the penalties)",
+            inv.pending_differ, inv.penalized
+        ))?;
     }
     Ok(failed)
 }
