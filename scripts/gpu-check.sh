@@ -2,8 +2,7 @@
 # The GPU checks in one go, on a machine with an NVIDIA GPU (no Rust needed):
 #   1. the op harness (every CUDA op against the CPU, random inputs), the
 #      hardware ceilings (device copy bandwidth, bf16 GEMM rate), and batched
-#      against one-at-a-time greedy decoding (default and --deterministic;
-#      the latter again with FERRITE_CUDA_DETERMINISTIC_TILES=1);
+#      against one-at-a-time greedy decoding (default and --deterministic);
 #   2. the model goldens: SmolLM2 and Gemma-3-270M teacher-forced on the GPU
 #      against the CPU and llama.cpp's continuations, perplexity on both, the
 #      tiny HF checkpoints (bf16 on the GPU) against transformers' logits, and
@@ -29,8 +28,6 @@ fx=tests/fixtures/llamacpp
 
 if [[ $what == ops || $what == all ]]; then
     "$BIN" gpu-check
-    # The batch-invariant mode with the 32-value blocks and Q5_K in tiles.
-    FERRITE_CUDA_DETERMINISTIC_TILES=1 "$BIN" gpu-check --invariance-only
 fi
 
 if [[ $what == models || $what == all ]]; then
@@ -68,10 +65,6 @@ if [[ $what == models || $what == all ]]; then
         done
         # Structured outputs: constrained requests beside plain ones.
         FERRITE_BIN=$BIN scripts/gpu-structured.sh "$MODELS/smollm2.gguf"
-        # Last: --deterministic with the Q4_1 down projection in tiles.
-        echo "penalized, --deterministic, FERRITE_CUDA_DETERMINISTIC_TILES=1:"
-        FERRITE_CUDA_DETERMINISTIC_TILES=1 python3 scripts/serve_equality_check.py --ferrite "$BIN" \
-            --model "$MODELS/smollm2.gguf" --device cuda --n 64 --penalties --deterministic
     fi
 fi
 

@@ -49,7 +49,7 @@ pub struct GpuCheckArgs {
     #[arg(long)]
     pub persistent_only: bool,
     /// Run only the checks of batched streams against one at a time (e.g.
-    /// again under a switch such as `FERRITE_CUDA_DETERMINISTIC_TILES=1`).
+    /// again under a switch such as `FERRITE_CUDA_B32_TILES=0`).
     #[arg(long)]
     pub invariance_only: bool,
     /// In the persistent-kernel check, the chain with the fused MLP
@@ -237,14 +237,20 @@ fn invariance_checks(gpu: usize) -> Result<usize> {
         failed += usize::from(!ok);
         Ok(())
     };
-    // (Also Q4_K_M, Q5_K_M, Q8_0 and Q4_1 weights in the batch-invariant
-    // mode: a lone row's GEMV on Q4_K or Q6_K tiles is not a batch's in the
-    // default mode; Q5_K and the 32-value types keep their file blocks and
-    // dp4a GEMVs there unless `FERRITE_CUDA_DETERMINISTIC_TILES=1`. Q4_1's
-    // d x + m s is the sum whose fused multiply-add the compiler once chose
-    // differently for one row and for a batch.)
-    let runs =
-        [(SMALL, false), (SMALL, true), (PERSISTENT, true), (Q5_K_M, true), (SMALL_Q8, true), (SMALL_Q4_1, true)];
+    // (Also Q4_K_M, Q5_K_M, Q8_0, Q4_1 and Q5_1 weights in the
+    // batch-invariant mode: a lone row's GEMV on tiles is not a batch's in
+    // the default mode, and the mode's own (`_whole_1`) must round as a
+    // batch's. Q4_1's d x + m s is the sum whose fused multiply-add the
+    // compiler once chose differently for one row and for a batch.)
+    let runs = [
+        (SMALL, false),
+        (SMALL, true),
+        (PERSISTENT, true),
+        (Q5_K_M, true),
+        (SMALL_Q8, true),
+        (SMALL_Q4_1, true),
+        (SMALL_Q5_1, true),
+    ];
     for (model, deterministic) in runs {
         let inv = invariance(gpu, model, deterministic)?;
         let mode = match (deterministic, model) {
@@ -252,6 +258,7 @@ fn invariance_checks(gpu: usize) -> Result<usize> {
             (true, Q5_K_M) => "--deterministic, Q5_K_M",
             (true, SMALL_Q8) => "--deterministic, Q8_0",
             (true, SMALL_Q4_1) => "--deterministic, Q4_1",
+            (true, SMALL_Q5_1) => "--deterministic, Q5_1",
             (true, _) => "--deterministic",
             _ => "default",
         };
@@ -278,10 +285,12 @@ fn invariance_checks(gpu: usize) -> Result<usize> {
 }
 
 /// The random-weight model of the invariance and graph checks, and its
-/// Q8_0 and Q4_1 blocks.
+/// Q8_0, Q4_1 and Q5_1 blocks (the down projection's rows, of whole
+/// super-blocks, in tiles).
 const SMALL: &str = "random:smollm2-135m";
 const SMALL_Q8: &str = "random:smollm2-135m:q8_0";
 const SMALL_Q4_1: &str = "random:smollm2-135m:q4_1";
+const SMALL_Q5_1: &str = "random:smollm2-135m:q5_1";
 /// A model of Q5_K tiles with Q6_K v and down projections in some layers.
 const Q5_K_M: &str = "random:llama-3.2-1b:q5_k_m";
 

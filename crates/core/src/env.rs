@@ -289,18 +289,6 @@ pub fn cuda_b32_tiles() -> bool {
     *ON.get_or_init(|| on_unless_zero("FERRITE_CUDA_B32_TILES"))
 }
 
-/// `FERRITE_CUDA_DETERMINISTIC_TILES=1`: the batch-invariant mode tiles the
-/// 32-value block types and Q5_K as the default mode does, instead of
-/// keeping their file blocks; for finding why those tiles once changed a
-/// request over HTTP in that mode (docs/cuda-journal.md, sixty-second and
-/// sixty-third sessions).
-pub fn cuda_deterministic_tiles() -> bool {
-    use std::sync::OnceLock;
-    // (Read once: a weight's layout and its kernels must agree.)
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| var("FERRITE_CUDA_DETERMINISTIC_TILES").is_some_and(|v| v == "1"))
-}
-
 /// `FERRITE_CUDA_FIVE_BIT_TILES=0`: Q5_K weights, and Q5_0 and Q5_1 rows of
 /// whole super-blocks, keep the file's blocks on the GPU and decode on the
 /// dp4a GEMVs, instead of tiles of 16 rows on the tensor cores

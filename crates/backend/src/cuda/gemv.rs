@@ -339,8 +339,7 @@ fn tile_stem(st: Storage) -> &'static str {
 /// The tensor-core GEMVs whose names are not their block type's (Q5_K's,
 /// kernels/gemv_tile.cu; the 32-value block types', gemv_tile_b32.cu), for
 /// the module's function list: 1..=8 input rows, and the batch-invariant
-/// mode's batch 1 (`_whole_1`; that mode keeps these types' file blocks
-/// unless `FERRITE_CUDA_DETERMINISTIC_TILES=1`: weight.rs `tiles_at_upload`).
+/// mode's batch 1 (`_whole_1`).
 pub fn own_tile_names() -> Vec<String> {
     let own = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0, DType::Q5K];
     let stems = own.map(|q| tile_stem(Storage::Quant(q)));

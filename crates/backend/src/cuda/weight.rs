@@ -64,21 +64,17 @@ impl Storage {
 /// kernels/gemv_tile.cu): Q4_K and Q6_K always; Q5_K unless
 /// `FERRITE_CUDA_FIVE_BIT_TILES=0`; 32-value blocks' rows of whole
 /// super-blocks (`repack::block32_tiled`) unless `FERRITE_CUDA_B32_TILES=0`
-/// (Q5_0's and Q5_1's also unless `FERRITE_CUDA_FIVE_BIT_TILES=0`). In the
-/// batch-invariant mode only Q4_K and Q6_K, which have no other kernel
-/// (unless `FERRITE_CUDA_DETERMINISTIC_TILES=1`): over HTTP, 64 penalized
-/// requests of SmolLM2 Q4_1 with its down projection in tiles differed from
-/// the same requests one at a time in one token (a 0.036 near-tie), with
-/// the file's blocks in none (sixty-second session, H100).
-fn tiles_at_upload(q: DType, k: usize, deterministic: bool) -> bool {
+/// (Q5_0's and Q5_1's also unless `FERRITE_CUDA_FIVE_BIT_TILES=0`). The
+/// batch-invariant mode tiles the same: its lone rows take the `_whole_1`
+/// GEMVs, whose float sums are spelled with intrinsics as a batch's.
+fn tiles_at_upload(q: DType, k: usize) -> bool {
     let five = matches!(q, DType::Q5_0 | DType::Q5_1 | DType::Q5K);
     let optional = match q {
         DType::Q4K | DType::Q6K => return true,
         DType::Q5K => true,
         _ => ferrite_core::env::cuda_b32_tiles() && crate::quant::repack::block32_tiled(q, k),
     };
-    let invariant_ok = !deterministic || ferrite_core::env::cuda_deterministic_tiles();
-    optional && invariant_ok && (!five || ferrite_core::env::cuda_five_bit_tiles())
+    optional && (!five || ferrite_core::env::cuda_five_bit_tiles())
 }
 
 /// kernels/quant.cu's code (T_*) of a block type, and the kernel-name stem.
@@ -150,9 +146,9 @@ impl CudaWeight {
 /// The bytes to upload for a checkpoint weight, how they are stored, and
 /// whether in tiles: stored types as they are (borrowed; blocks regrouped in
 /// tiles for the decode kernels where `tiles_at_upload`), others converted.
-fn device_bytes(raw: &RawWeight, exact_f32: bool, deterministic: bool) -> Result<(Cow<'_, [u8]>, Storage, bool)> {
+fn device_bytes(raw: &RawWeight, exact_f32: bool) -> Result<(Cow<'_, [u8]>, Storage, bool)> {
     let src = raw.bytes.as_slice();
-    let tiles = raw.dtype.is_quantized() && tiles_at_upload(raw.dtype, raw.cols, deterministic);
+    let tiles = raw.dtype.is_quantized() && tiles_at_upload(raw.dtype, raw.cols);
     Ok(match raw.dtype {
         DType::F16 => (Cow::Borrowed(src), Storage::F16, false),
         DType::BF16 => (Cow::Borrowed(src), Storage::Bf16, false),
@@ -188,7 +184,7 @@ fn device_bytes(raw: &RawWeight, exact_f32: bool, deterministic: bool) -> Result
 
 pub fn upload(dev: &Device, raw: RawWeight, exact_f32: bool) -> Result<CudaWeight> {
     raw.check_size()?;
-    let (bytes, storage, tiled) = device_bytes(&raw, exact_f32, dev.deterministic)?;
+    let (bytes, storage, tiled) = device_bytes(&raw, exact_f32)?;
     let data = dev.stream.clone_htod(bytes.as_ref()).map_err(|e| device_err("uploading a weight", e))?;
     if raw.rows > 1 {
         dev.weight_bytes.add(matches!(storage, Storage::Quant(_)), bytes.len());
@@ -611,7 +607,7 @@ mod tests {
             let bytes: Vec<u8> = (0..n).map(|i| i as u8).collect();
             let raw =
                 RawWeight { name: "w".into(), dtype, rows: 37, cols: 96, bytes: HostBytes::from_vec(bytes.clone()) };
-            let (out, storage, tiled) = device_bytes(&raw, false, false).unwrap();
+            let (out, storage, tiled) = device_bytes(&raw, false).unwrap();
             assert!(!tiled);
             assert_eq!(storage, Storage::Quant(dtype));
             assert_eq!(out.len(), if padded { n + 2 } else { n }, "{dtype}");

@@ -257,8 +257,7 @@ __device__ __forceinline__ void q5k_step(const Q5kW& w, const uint4 (&x)[4], uin
 // sums are right in the columns 2i of the first mmas' accumulator and the
 // odd ones' in the columns 2i + 1 of the second's. (Its float sums round
 // otherwise than a batch's rows; `gemv_q5_kt_whole_1` sums a lone row as a
-// batch's, where the batch-invariant mode tiles Q5_K: weight.rs
-// `tiles_at_upload`.)
+// batch's for the batch-invariant mode.)
 __device__ __forceinline__ void q5k_step_bd(const Q5kW& w, uint2 xg, uint4 h0, u32 bs, const BdLane& l,
                                             float (&acc)[4]) {
     const u32 f[4] = {w.f.x, w.f.y, w.f.z, w.f.w};

@@ -205,8 +205,7 @@ struct B32Tile {
 };
 
 // gemv_q4_0t_N etc.: batch 1 a block a column, more rows (and the
-// batch-invariant mode's `_whole_1`, where that mode tiles these types:
-// weight.rs `tiles_at_upload`) a row a column.
+// batch-invariant mode's `_whole_1`) a row a column.
 #define GEMV_B32(STEM, T, N)                                                                                   \
     extern "C" __global__ void __launch_bounds__(512) gemv_##STEM##_##N(GEMVQ_ARGS) {                         \
         gemv_tile_body<B32Tile<T, N == 1>, N>(blockIdx.x, w0, w1, w2, y0, y1, y2, m0, m1, m2, xq,              \
