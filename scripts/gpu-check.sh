@@ -2,7 +2,8 @@
 # The GPU checks in one go, on a machine with an NVIDIA GPU (no Rust needed):
 #   1. the op harness (every CUDA op against the CPU, random inputs), the
 #      hardware ceilings (device copy bandwidth, bf16 GEMM rate), and batched
-#      against one-at-a-time greedy decoding (default and --deterministic);
+#      against one-at-a-time greedy decoding (default and --deterministic),
+#      again with FERRITE_CUDA_PAD_TILES=1;
 #   2. the model goldens: SmolLM2 and Gemma-3-270M teacher-forced on the GPU
 #      against the CPU and llama.cpp's continuations, perplexity on both, the
 #      tiny HF checkpoints (bf16 on the GPU) against transformers' logits, and
@@ -28,6 +29,8 @@ fx=tests/fixtures/llamacpp
 
 if [[ $what == ops || $what == all ]]; then
     "$BIN" gpu-check
+    # Rows not of whole super-blocks in padded tiles (off by default).
+    FERRITE_CUDA_PAD_TILES=1 "$BIN" gpu-check --no-ceilings
 fi
 
 if [[ $what == models || $what == all ]]; then

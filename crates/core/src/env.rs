@@ -289,6 +289,17 @@ pub fn cuda_b32_tiles() -> bool {
     *ON.get_or_init(|| on_unless_zero("FERRITE_CUDA_B32_TILES"))
 }
 
+/// `FERRITE_CUDA_PAD_TILES=1`: rows of 32-value blocks that are not whole
+/// super-blocks (SmolLM2's k = 576) go to the tensor-core GEMVs too, their
+/// last super-block padded with zero blocks at upload; off until measured
+/// on a GPU.
+pub fn cuda_pad_tiles() -> bool {
+    use std::sync::OnceLock;
+    // (Read once: a weight's layout and its kernels must agree.)
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| var("FERRITE_CUDA_PAD_TILES").is_some_and(|v| v == "1"))
+}
+
 /// `FERRITE_CUDA_FIVE_BIT_TILES=0`: Q5_K weights, and Q5_0 and Q5_1 rows of
 /// whole super-blocks, keep the file's blocks on the GPU and decode on the
 /// dp4a GEMVs, instead of tiles of 16 rows on the tensor cores

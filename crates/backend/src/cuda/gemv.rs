@@ -299,11 +299,12 @@ impl X8 {
         cache
     }
 
-    /// Bytes per input row of its squares (f32 per group) and its metadata
-    /// (two u32 per group of 32, eight per super-block).
-    fn row_bytes(&self, k: usize) -> (usize, usize) {
-        let groups = k / self.group;
-        (4 * groups, groups * if self.group == 256 { 32 } else { 8 })
+    /// Bytes per input row of k values of its squares (f32 per group), its
+    /// metadata (two u32 per group of 32, eight per super-block) and its
+    /// 8-bit values (a row's last super-block padded: `quantize_x8`).
+    fn row_bytes(&self, k: usize) -> (usize, usize, usize) {
+        let groups = k.div_ceil(self.group);
+        (4 * groups, groups * if self.group == 256 { 32 } else { 8 }, groups * self.group)
     }
 }
 
@@ -519,7 +520,10 @@ fn quantize_x8(
     norm: Option<Norm>,
     glu: Option<(&CudaTensor, i32)>,
 ) -> Result<X8> {
-    let len = x.rows * x.cols;
+    // Super-blocks: a row of k % 256 != 0 values (tiles padded at upload)
+    // ends in one part zeros.
+    let row = if order == TILE_ORDER { x.cols.next_multiple_of(256) } else { x.cols };
+    let len = x.rows * row;
     let mut out = alloc_x8(dev, len, order, norm.is_some())?;
     let groups = (len / out.group) as u64;
     let _span = super::profile::span(&dev.stream, "  quantize_x8");
@@ -693,7 +697,7 @@ fn gemv_in(
         let cfg = if tiles {
             // Tiles of 16 rows, `tile_split` warps each.
             let tiles: u32 = m.iter().map(|r| r.div_ceil(16)).sum();
-            let (per_tile, per_block) = tile_split(dev.q4k_warps, dev.sms, tiles, k32 / 256);
+            let (per_tile, per_block) = tile_split(dev.q4k_warps, dev.sms, tiles, k32.div_ceil(256));
             let grid = (tiles.div_ceil(per_block), 1, 1);
             LaunchConfig { grid_dim: grid, block_dim: (32 * per_tile, per_block, 1), shared_mem_bytes: 0 }
         } else {
@@ -711,11 +715,11 @@ fn gemv_in(
                 let (xp, g1) = q.xq.device_ptr(s);
                 let (mp, g2) = q.meta.device_ptr(s);
                 let (sp, g3) = opt_ptr(dev, q.squares.as_ref());
-                let (sq_row, meta_row) = q.row_bytes(k);
+                let (sq_row, meta_row, xq_row) = q.row_bytes(k);
                 let sp = if sp == 0 { 0 } else { sp + (r0 * sq_row) as u64 };
                 _g = (g1, Some(g2), g3);
                 let row_bytes = ws[0].row_bytes();
-                a.arg(xp + (r0 * k) as u64).arg(mp + (r0 * meta_row) as u64).arg(k32).arg(row_bytes);
+                a.arg(xp + (r0 * xq_row) as u64).arg(mp + (r0 * meta_row) as u64).arg(k32).arg(row_bytes);
                 a.arg(dev.prefetch).arg(sp).arg(eps).arg(add_flag);
                 if let Some(r) = rkv {
                     r.push(&mut a);

@@ -63,7 +63,8 @@ impl Storage {
 /// of 16 rows at upload for the tensor-core GEMV (`gemv_tile_body` in
 /// kernels/gemv_tile.cu): Q4_K and Q6_K always; Q5_K unless
 /// `FERRITE_CUDA_FIVE_BIT_TILES=0`; 32-value blocks' rows of whole
-/// super-blocks (`repack::block32_tiled`) unless `FERRITE_CUDA_B32_TILES=0`
+/// super-blocks (`repack::block32_tiled`; others too, padded, with
+/// `FERRITE_CUDA_PAD_TILES=1`) unless `FERRITE_CUDA_B32_TILES=0`
 /// (Q5_0's and Q5_1's also unless `FERRITE_CUDA_FIVE_BIT_TILES=0`). The
 /// batch-invariant mode tiles the same: its lone rows take the `_whole_1`
 /// GEMVs, whose float sums are spelled with intrinsics as a batch's.
@@ -72,7 +73,10 @@ fn tiles_at_upload(q: DType, k: usize) -> bool {
     let optional = match q {
         DType::Q4K | DType::Q6K => return true,
         DType::Q5K => true,
-        _ => ferrite_core::env::cuda_b32_tiles() && crate::quant::repack::block32_tiled(q, k),
+        _ => {
+            let pad = ferrite_core::env::cuda_pad_tiles();
+            ferrite_core::env::cuda_b32_tiles() && crate::quant::repack::block32_tiled(q, k, pad)
+        }
     };
     optional && (!five || ferrite_core::env::cuda_five_bit_tiles())
 }
@@ -132,9 +136,9 @@ impl CudaWeight {
 
     /// Bytes from one row to the next in `data`: for blocks the file's
     /// (rows regrouped in tiles of 16, `tiled`: a tile takes 16 times
-    /// this).
+    /// this, rows padded to whole super-blocks).
     pub fn row_bytes(&self) -> u64 {
-        let k = self.cols;
+        let k = if self.tiled { self.cols.next_multiple_of(256) } else { self.cols };
         (match self.storage {
             Storage::Quant(q) => k / q.block_size() * q.block_bytes(),
             Storage::F32 => 4 * k,
@@ -479,7 +483,7 @@ fn gemm_quant(
         let (name, cfg) = if tiles32 {
             // A warp per tile column of the tiles holding these rows.
             let tiles = (r0 + rows).div_ceil(16) - r0 / 16;
-            let grid = ((tiles * k / 256).div_ceil(8) as u32, 1, 1);
+            let grid = ((tiles * k.div_ceil(256)).div_ceil(8) as u32, 1, 1);
             ("dequant_f16_tiled", LaunchConfig { grid_dim: grid, block_dim: (256, 1, 1), shared_mem_bytes: 0 })
         } else {
             // A block row per weight row, a thread per 32 values.

@@ -402,19 +402,24 @@ impl<B: Backend> Harness<'_, B> {
             (3, DType::Q4K, Activation::GeluTanh, (256, 512)),
             (17, DType::Q4K, Activation::Silu, (256, 512)),
         ] {
-            let ws = [("gate", f, k), ("up", f, k), ("down", k, f)]
-                .map(|(name, m, c)| raw(name, dt, m, c, self.rng.weight(dt, m, c)));
-            let (x, nw) = (self.rng.vec(n * k, 3.0), self.rng.vec(k, 1.0));
-            let (mut xb, mut xc) = self.up(&x, n, k)?;
-            let (nb, nc) = self.up(&nw, 1, k)?;
-            let [gb, ub, db] = ws.clone().map(|w| self.b.weight(w));
-            let [gc, uc, dc] = ws.clone().map(|w| dequantized_or_same(&w).and_then(|w| self.cpu.weight(w)));
-            self.b.mlp_add(&mut xb, &nb, 1e-6, &gb?, &ub?, &db?, act)?;
-            self.cpu.mlp_add(&mut xc, &nc, 1e-6, &gc?, &uc?, &dc?, act)?;
-            let tol = if dt.is_quantized() { TOL_X8_TAILED } else { matmul_tol(dt, dense_f32_tol) };
-            self.record(format!("mlp_add {dt} n={n} {k}x{f} {act:?}"), &xb, &xc, tol)?;
+            self.mlp_random(n, dt, act, (k, f), dense_f32_tol)?;
         }
         Ok(())
+    }
+
+    /// `mlp_add` of random `dt` weights, [n, k] through f intermediate values.
+    fn mlp_random(&mut self, n: usize, dt: DType, act: Activation, (k, f): (usize, usize), tol32: f32) -> Result<()> {
+        let ws = [("gate", f, k), ("up", f, k), ("down", k, f)]
+            .map(|(name, m, c)| raw(name, dt, m, c, self.rng.weight(dt, m, c)));
+        let (x, nw) = (self.rng.vec(n * k, 3.0), self.rng.vec(k, 1.0));
+        let (mut xb, mut xc) = self.up(&x, n, k)?;
+        let (nb, nc) = self.up(&nw, 1, k)?;
+        let [gb, ub, db] = ws.clone().map(|w| self.b.weight(w));
+        let [gc, uc, dc] = ws.clone().map(|w| dequantized_or_same(&w).and_then(|w| self.cpu.weight(w)));
+        self.b.mlp_add(&mut xb, &nb, 1e-6, &gb?, &ub?, &db?, act)?;
+        self.cpu.mlp_add(&mut xc, &nc, 1e-6, &gc?, &uc?, &dc?, act)?;
+        let tol = if dt.is_quantized() { TOL_X8_TAILED } else { matmul_tol(dt, tol32) };
+        self.record(format!("mlp_add {dt} n={n} {k}x{f} {act:?}"), &xb, &xc, tol)
     }
 
     fn rowwise(&mut self) -> Result<()> {
@@ -744,18 +749,28 @@ impl<B: Backend> Harness<'_, B> {
     /// (k = 96, 288: rows only 2-, 4- or 8-byte aligned, and fewer blocks
     /// than a warp's lanes; every other check has rows of a multiple of 8
     /// blocks): plain matmuls at decode and prefill sizes, and embedding
-    /// tables; then Q4_0 and Q4_1 tables of whole super-blocks, and a
+    /// tables; normed inputs and an MLP's gated one (a GPU's input
+    /// quantization, where it pads such rows to whole super-blocks: CUDA's
+    /// `FERRITE_CUDA_PAD_TILES=1`); then Q4_0 and Q4_1 tables of whole super-blocks, and a
     /// prefill matmul with more rows than one pass of a GPU's dequantized
     /// tiles holds (32 Mi values: 10,922 rows of 3,072), so that a pass
     /// starts inside a tile of 16 rows. Run last, so that the random data of
     /// the checks before stays as it was.
     fn block_rows(&mut self, dense_f32_tol: f32) -> Result<()> {
         let types = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0];
-        for (&shape, dt) in [(1, 37, 96), (3, 40, 288), (40, 33, 288)].iter().flat_map(|s| types.map(|t| (s, t))) {
+        let shapes = [(1, 37, 96), (3, 40, 288), (8, 21, 288), (40, 33, 288)];
+        for (&shape, dt) in shapes.iter().flat_map(|s| types.map(|t| (s, t))) {
             self.matmul_random(dt, shape, dense_f32_tol)?;
         }
         for dt in types {
             self.embedding_random(dt, 288, dense_f32_tol)?;
+        }
+        let [q4_0, q4_1, q5_0, q5_1, q8_0] = types;
+        for (n, dts) in [(1, [q8_0, q4_1, q5_0]), (2, [q4_0, q5_1, q8_0])] {
+            self.norm_matmul_many(n, dts, 288, dense_f32_tol)?;
+        }
+        for (n, dt) in [(1, q4_1), (3, q8_0), (1, q5_0)] {
+            self.mlp_random(n, dt, Activation::Silu, (288, 512), dense_f32_tol)?;
         }
         // Tables of rows of whole super-blocks, which a GPU may store in its
         // GEMVs' tiles (Q8_0's: `embeddings`).

@@ -90,15 +90,18 @@ pub fn q6_k_tiles(src: &[u8], k: usize) -> Vec<u8> {
 /// tiles of 16 rows: per tile, its super-block columns in order, each
 /// `16 * block` bytes that `place(column, row in the tile, the row's block)`
 /// fills (from zeros; the last tile's missing rows stay zeros).
+/// (`k` % 256 != 0, 32-value blocks only: a row's last column takes the
+/// blocks left, `place` given fewer, and is zeros past them.)
 fn regroup_in_tiles(src: &[u8], k: usize, block: usize, place: impl Fn(&mut [u8], usize, &[u8]) + Sync) -> Vec<u8> {
-    let row_bytes = k / 256 * block;
+    let row_bytes = k * block / 256;
     let rows = src.len().checked_div(row_bytes).unwrap_or(0);
-    let tile_bytes = 16 * row_bytes;
+    let tile_bytes = 16 * k.div_ceil(256) * block;
     let mut out = vec![0u8; rows.div_ceil(16) * tile_bytes];
     out.par_chunks_mut(tile_bytes.max(1)).enumerate().for_each(|(t, tile)| {
         for (sb, column) in tile.chunks_exact_mut(16 * block).enumerate() {
             for rr in 0..16.min(rows - 16 * t) {
-                place(column, rr, &src[(16 * t + rr) * row_bytes + block * sb..][..block]);
+                let row = &src[(16 * t + rr) * row_bytes..][..row_bytes];
+                place(column, rr, &row[block * sb..row_bytes.min(block * (sb + 1))]);
             }
         }
     });
@@ -189,11 +192,12 @@ pub fn q5_k_tiles(src: &[u8], k: usize) -> Vec<u8> {
 }
 
 /// Whether a GPU weight of 32-value blocks (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0)
-/// with `k` values a row is stored in [`block32_tiles`] (rows of whole
-/// super-blocks of 256 values; other rows keep the file's blocks for the
-/// dp4a GEMVs).
-pub fn block32_tiled(q: DType, k: usize) -> bool {
-    matches!(q, DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0) && k.is_multiple_of(256)
+/// with `k` values a row is stored in [`block32_tiles`]: rows of whole
+/// super-blocks of 256 values, and with `pad` any others (their last
+/// super-block padded with zero blocks); other rows keep the file's blocks
+/// for the dp4a GEMVs.
+pub fn block32_tiled(q: DType, k: usize, pad: bool) -> bool {
+    matches!(q, DType::Q4_0 | DType::Q4_1 | DType::Q5_0 | DType::Q5_1 | DType::Q8_0) && (pad || k.is_multiple_of(256))
 }
 
 /// Whether a 32-value block type has fifth bits (Q5_0, Q5_1).
@@ -246,8 +250,8 @@ pub fn block32_tile_head(q: DType, rr: usize, b: usize) -> usize {
     values + stride * (4 * (rr % 8) + b / 2) + 2 * (2 * (rr / 8) + b % 2)
 }
 
-/// Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 rows of `k` values (k % 256 == 0)
-/// regrouped in tiles of 16 rows for the tensor-core GEMV
+/// Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 rows of `k` values (k % 32 == 0; a row's
+/// last 256 padded with zero blocks) regrouped in tiles of 16 rows for the tensor-core GEMV
 /// (kernels/gemv_tile_b32.cu, `B32Tile`), as [`q4_k_tiles`] does Q4_K's:
 /// per tile, a column of [`block32_tile_block`] bytes per 256 values, the
 /// values ([`block32_tile_value`]; the 5-bit types' low 4 bits), the fifth
@@ -457,7 +461,7 @@ mod tests {
     #[test]
     fn block32_tiles_hold_every_value_once() {
         for q in [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0] {
-            let (bb, size) = (q.block_bytes(), super::block32_tile_block(q));
+            let size = super::block32_tile_block(q);
             let (five, with_m) = (super::five_bits(q), matches!(q, DType::Q4_1 | DType::Q5_1));
             // Every (row, value) has its own bits; with the heads, every byte is used.
             let mut seen = vec![0u8; size];
@@ -483,43 +487,56 @@ mod tests {
                 }
             }
             assert!(seen.iter().all(|&b| b == 0xFF), "{q}");
-            // 21 rows of 512 values: two tiles, the second padded with zeros.
-            let (k, rows) = (512, 21);
-            let mut bytes = random_bytes(rows * 16 * bb);
-            for b in bytes.chunks_mut(bb) {
-                b[0..2].copy_from_slice(&half::f16::from_f32(0.013).to_le_bytes());
-                if with_m {
-                    b[2..4].copy_from_slice(&half::f16::from_f32(-0.07).to_le_bytes());
-                }
+            // 21 rows of 512 values: two tiles, the second padded with zero
+            // rows; of 576: three columns, the last padded with zero blocks.
+            for k in [512, 576] {
+                check_block32_tiles(q, k, 21);
             }
-            let out = super::block32_tiles(q, &bytes, k);
-            assert_eq!(out.len(), 2 * 16 * 2 * 8 * bb);
-            for r in 0..32 {
-                let mut want = vec![0f32; k];
-                if r < rows {
-                    dequantize_row(q, &bytes[r * 16 * bb..(r + 1) * 16 * bb], &mut want).unwrap();
-                }
-                for (v, w) in want.iter().enumerate() {
-                    let col = &out[((r / 16) * 2 + v / 256) * size..][..size];
-                    let (rr, v) = (r % 16, v % 256);
-                    let (at, shift) = super::block32_tile_value(q, rr, v);
-                    let h = super::block32_tile_head(q, rr, v / 32);
-                    let f16 = |o: usize| half::f16::from_le_bytes([col[o], col[o + 1]]).to_f32();
-                    let (hi, hb) = super::block32_tile_high(rr, v);
-                    let fifth = if five { col[hi] >> hb & 1 } else { 0 };
-                    let q5 = (col[at] >> shift & 0xF | fifth << 4) as f32;
-                    let got = match q {
-                        DType::Q8_0 => f16(h) * col[at] as i8 as f32,
-                        DType::Q4_0 => f16(h) * ((col[at] >> shift & 0xF) as f32 - 8.0),
-                        DType::Q4_1 => f16(h) * (col[at] >> shift & 0xF) as f32 + f16(h + 8),
-                        DType::Q5_0 => f16(h) * (q5 - 16.0),
-                        _ => f16(h) * q5 + f16(h + 8),
-                    };
-                    if r < rows {
-                        assert_eq!(got, *w, "{q} row {r} value {v}");
-                    } else {
-                        assert_eq!((col[at] >> shift & 0xF, f16(h)), (0, 0.0));
-                    }
+        }
+    }
+
+    /// `block32_tiles` of `rows` random rows of `k` values against their
+    /// dequantized values, its padding (rows, blocks) zeros.
+    fn check_block32_tiles(q: DType, k: usize, rows: usize) {
+        let (bb, size) = (q.block_bytes(), super::block32_tile_block(q));
+        let five = super::five_bits(q);
+        let row_bytes = k / 32 * bb;
+        let mut bytes = random_bytes(rows * row_bytes);
+        for b in bytes.chunks_mut(bb) {
+            b[0..2].copy_from_slice(&half::f16::from_f32(0.013).to_le_bytes());
+            if matches!(q, DType::Q4_1 | DType::Q5_1) {
+                b[2..4].copy_from_slice(&half::f16::from_f32(-0.07).to_le_bytes());
+            }
+        }
+        let (tiles, columns) = (rows.div_ceil(16), k.div_ceil(256));
+        let out = super::block32_tiles(q, &bytes, k);
+        assert_eq!(out.len(), tiles * columns * size);
+        for r in 0..16 * tiles {
+            let mut want = vec![0f32; k];
+            if r < rows {
+                dequantize_row(q, &bytes[r * row_bytes..][..row_bytes], &mut want).unwrap();
+            }
+            for v in 0..256 * columns {
+                let col = &out[((r / 16) * columns + v / 256) * size..][..size];
+                let (rr, vc) = (r % 16, v % 256);
+                let (at, shift) = super::block32_tile_value(q, rr, vc);
+                let h = super::block32_tile_head(q, rr, vc / 32);
+                let f16 = |o: usize| half::f16::from_le_bytes([col[o], col[o + 1]]).to_f32();
+                let (hi, hb) = super::block32_tile_high(rr, vc);
+                let fifth = if five { col[hi] >> hb & 1 } else { 0 };
+                let q5 = (col[at] >> shift & 0xF | fifth << 4) as f32;
+                let got = match q {
+                    DType::Q8_0 => f16(h) * col[at] as i8 as f32,
+                    DType::Q4_0 => f16(h) * ((col[at] >> shift & 0xF) as f32 - 8.0),
+                    DType::Q4_1 => f16(h) * (col[at] >> shift & 0xF) as f32 + f16(h + 8),
+                    DType::Q5_0 => f16(h) * (q5 - 16.0),
+                    _ => f16(h) * q5 + f16(h + 8),
+                };
+                if r < rows && v < k {
+                    assert_eq!(got, want[v], "{q} k {k} row {r} value {v}");
+                } else {
+                    let bits = if q == DType::Q8_0 { 0xFF } else { 0xF };
+                    assert_eq!((col[at] >> shift & bits, f16(h), fifth), (0, 0.0, 0), "{q} k {k} row {r} value {v}");
                 }
             }
         }

@@ -530,7 +530,9 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
                                u32 m0, u32 m1, u32 m2, const signed char* xq, const u32* meta, u32 k, u64 row_bytes,
                                const float* ss, float eps, int add, const RopeKv& rk = RopeKv(), u32 which0 = 0) {
     const u32 lane = threadIdx.x & 31, kw = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const u32 g = lane >> 2, i = lane & 3, nsb = k / 256;
+    // (Rows of 32-value blocks may end in part of a super-block, padded with
+    // zero blocks at upload and zeros in the input: weight.rs `tiles_at_upload`.)
+    const u32 g = lane >> 2, i = lane & 3, nsb = (k + 255) / 256;
     u32 tile = bx * blockDim.y + threadIdx.y;
     const u8* w = w0;
     float* y = y0;
@@ -592,7 +594,7 @@ __device__ void gemv_tile_body(u32 bx, const u8* w0, const u8* w1, const u8* w2,
     }
     const RopeKvLane rl = RKV ? rope_kv_lane(rk, which, 16 * tile + g, m) : RopeKvLane{};
     const u32 nb = min(g, (u32)N - 1), n0 = min(2 * i, (u32)N - 1), n1 = min(2 * i + 1, (u32)N - 1);
-    const signed char* xr = xq + (u64)nb * k + 64 * i;
+    const signed char* xr = xq + (u64)nb * nsb * 256 + 64 * i;
     const uint4* mp0 = (const uint4*)(meta + (u64)n0 * nsb * 8);
     const uint4* mp1 = (const uint4*)(meta + (u64)n1 * nsb * 8);
     float acc[4] = {0.f, 0.f, 0.f, 0.f};

@@ -405,9 +405,10 @@ extern "C" __global__ void dequant_f16(const u8* w, u16* out, int t, u64 row_byt
 // 8-13% faster than them on the H200.)
 // The warp's tile column in a dequantization of rows r0 .. r0 + rows a warp
 // a column (`dequant_tiled`, `dequant_ktiled`): its tile and super-block,
-// false where it has none.
+// false where it has none. (A row's last column may be part padding: k %
+// 256 != 0.)
 __device__ __forceinline__ bool column_job(u32 k, u32 r0, u32 rows, u64& tile, u64& sb) {
-    const u32 nsb = k / 256;
+    const u32 nsb = (k + 255) / 256;
     const u64 job = ((u64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     tile = r0 / 16 + job / nsb, sb = job % nsb;
     return tile * 16 < (u64)r0 + rows;
@@ -434,6 +435,7 @@ __device__ void dequant_tiled(const u8* w, u16* out, u64 row_bytes, u32 k, u32 r
 #pragma unroll
             for (u32 h = 0; h < (T == T_Q8_0 ? 1u : 2u); h++) {  // the 4-bit types: block 2j, then 2j + 1
                 const u32 b = T == T_Q8_0 ? j : 2 * j + h;
+                if (256 * sb + 32 * b >= k) continue;  // the padding
                 const float2 s = b32_scale<T>(b32_head<T>(col, g, u, b));
                 u16* o = out + (r - r0) * k + 256 * sb + 32 * b + 4 * i;
 #pragma unroll

@@ -91,17 +91,23 @@ __device__ __forceinline__ void store_sb(u64 g, u32 lane, const float (&v)[8], s
 }
 
 // Super-block g of x (values 8 lane .. + 7 a lane) quantized as `store_sb`
-// does, normed or gated first (see `quantize_group`).
+// does, normed or gated first (see `quantize_group`). Rows of k values: a
+// row's last super-block, where k % 256 != 0 (tiles padded at upload,
+// weight.rs `tiles_at_upload`), takes zeros past its end.
 __device__ __forceinline__ void quantize_sb(u64 g, u32 lane, const float* x, signed char* xq, u32* meta,
                                             const float* nw, u32 k, float* ss, const float* up, int act) {
-    const u64 src = 256 * g + 8 * lane;  // values 8 lane .. + 7 of the super-block
+    const u32 nsb = (k + 255) / 256, col = 256 * (u32)(g % nsb) + 8 * lane;  // values col .. + 7 of the row
+    const u64 src = g / nsb * k + col;
     // (The norm's weights are loaded with x, as in `quantize_group`; 16-byte
     // aligned: a buffer's start plus a multiple of 8 values.)
     float4 na = make_float4(1.f, 1.f, 1.f, 1.f), nb = na;
-    if (nw) na = *(const float4*)(nw + src % k), nb = *(const float4*)(nw + src % k + 4);
-    const float4 a = *(const float4*)(x + src), b = *(const float4*)(x + src + 4);
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f), b = a;
+    if (col < k) {  // (k % 8 == 0: a lane's 8 values are all in the row or all past it)
+        if (nw) na = *(const float4*)(nw + col), nb = *(const float4*)(nw + col + 4);
+        a = *(const float4*)(x + src), b = *(const float4*)(x + src + 4);
+    }
     float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    if (up) {
+    if (up && col < k) {
         const float4 ua = *(const float4*)(up + src), ub = *(const float4*)(up + src + 4);
         const float u[8] = {ua.x, ua.y, ua.z, ua.w, ub.x, ub.y, ub.z, ub.w};
 #pragma unroll
@@ -136,7 +142,7 @@ __device__ __forceinline__ void quantize_span(const float* x, u64 base, u32 coun
     const u32 lane = threadIdx.x & 31;
     if (o.order == 2) {
         for (u32 s = warp; s < count / 256; s += warps)
-            quantize_sb(base / 256 + s, lane, x, o.xq, o.meta, nullptr, 1, nullptr, nullptr, 0);
+            quantize_sb(base / 256 + s, lane, x, o.xq, o.meta, nullptr, 256, nullptr, nullptr, 0);
         return;
     }
     for (u32 j = warp; j < count / 32; j += warps)
