@@ -753,7 +753,7 @@ mod tests {
     #[test]
     fn tile_split_fills_one_wave() {
         // 132 SMs hold 2,112 warps: Llama-3.1-8B's gate/up (1,792 tiles),
-        // q/k/v (384), output (256) and a small model's 64 tiles of k = 576.
+        // q/k/v (384), output (256) and a small model's 64 tiles of k = 512.
         assert_eq!(tile_split(0, 132, 1792, 16), (1, 8));
         assert_eq!(tile_split(0, 132, 384, 16), (4, 2));
         assert_eq!(tile_split(0, 132, 256, 56), (8, 1));

@@ -770,7 +770,7 @@ impl<B: Backend> Harness<'_, B> {
             self.norm_matmul_many(n, dts, 288, dense_f32_tol)?;
         }
         for (n, dt) in [(1, q4_1), (3, q8_0), (1, q5_0)] {
-            self.mlp_random(n, dt, Activation::Silu, (288, 512), dense_f32_tol)?;
+            self.mlp_random(n, dt, Activation::Silu, (288, 544), dense_f32_tol)?;
         }
         // Tables of rows of whole super-blocks, which a GPU may store in its
         // GEMVs' tiles (Q8_0's: `embeddings`).

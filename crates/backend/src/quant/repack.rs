@@ -9,8 +9,8 @@
 //! For the GPU, Q4_K, Q5_K and Q6_K blocks are regrouped in tiles of 16
 //! rows for the tensor-core GEMV ([`q4_k_tiles`], [`q5_k_tiles`],
 //! [`q6_k_tiles`]): the same bits, in the order a warp's loads read them;
-//! so are Q4_0, Q4_1 and Q8_0 rows of whole super-blocks
-//! ([`block32_tiles`]).
+//! so are the 32-value block types' rows of whole super-blocks, or padded
+//! to them ([`block32_tiles`]).
 
 use ferrite_core::DType;
 use rayon::prelude::*;

@@ -1,5 +1,6 @@
 // The decode GEMVs on tensor cores for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 rows
-// of whole super-blocks (k % 256 == 0), regrouped in tiles of 16 rows at upload
+// of whole super-blocks (others padded to them: `FERRITE_CUDA_PAD_TILES=1`),
+// regrouped in tiles of 16 rows at upload
 // (quant/repack.rs `block32_tiles`, kernels/quant.cu `B32Layout`);
 // compiled after gemv_tile.cu, whose
 // body (`gemv_tile_body`), batch-1 lane constants (`BdLane`) and mma they
