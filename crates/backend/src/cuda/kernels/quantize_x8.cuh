@@ -96,8 +96,9 @@ __device__ __forceinline__ void store_sb(u64 g, u32 lane, const float (&v)[8], s
 // weight.rs `tiles_at_upload`), takes zeros past its end.
 __device__ __forceinline__ void quantize_sb(u64 g, u32 lane, const float* x, signed char* xq, u32* meta,
                                             const float* nw, u32 k, float* ss, const float* up, int act) {
-    const u32 nsb = (k + 255) / 256, col = 256 * (u32)(g % nsb) + 8 * lane;  // values col .. + 7 of the row
-    const u64 src = g / nsb * k + col;
+    // (32-bit division: an input holds fewer than 2^32 super-blocks.)
+    const u32 nsb = (k + 255) / 256, gs = (u32)g, col = 256 * (gs % nsb) + 8 * lane;  // values col .. + 7 of the row
+    const u64 src = (u64)(gs / nsb) * k + col;
     // (The norm's weights are loaded with x, as in `quantize_group`; 16-byte
     // aligned: a buffer's start plus a multiple of 8 values.)
     float4 na = make_float4(1.f, 1.f, 1.f, 1.f), nb = na;
