@@ -141,7 +141,7 @@ struct X8Out {
 // and 2) as `o`'s input, by warp `warp` of `warps` (all lanes of each).
 __device__ __forceinline__ void quantize_span(const float* x, u64 base, u32 count, X8Out o, u32 warp, u32 warps) {
     const u32 lane = threadIdx.x & 31;
-    if (o.order == 2) {
+    if (o.order == 2) {  // (k = 256: group g is x's super-block g)
         for (u32 s = warp; s < count / 256; s += warps)
             quantize_sb(base / 256 + s, lane, x, o.xq, o.meta, nullptr, 256, nullptr, nullptr, 0);
         return;
