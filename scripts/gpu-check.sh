@@ -2,11 +2,11 @@
 # The GPU checks in one go, on a machine with an NVIDIA GPU (no Rust needed):
 #   1. the op harness (every CUDA op against the CPU, random inputs), the
 #      hardware ceilings (device copy bandwidth, bf16 GEMM rate), and batched
-#      against one-at-a-time greedy decoding (default and --deterministic),
-#      again with FERRITE_CUDA_PAD_TILES=1;
+#      against one-at-a-time greedy decoding (default and --deterministic);
 #   2. the model goldens: SmolLM2 and Gemma-3-270M teacher-forced on the GPU
-#      against the CPU and llama.cpp's continuations (again with
-#      FERRITE_CUDA_PAD_TILES=1), perplexity on both, the
+#      against the CPU and llama.cpp's continuations (again, with the op
+#      harness and the invariance runs, under FERRITE_CUDA_PAD_TILES=1),
+#      perplexity on both, the
 #      tiny HF checkpoints (bf16 on the GPU) against transformers' logits, and
 #      `serve` with 64 concurrent greedy requests against one at a time (also
 #      with penalties, and exactly under --deterministic: tokens, and
@@ -30,8 +30,6 @@ fx=tests/fixtures/llamacpp
 
 if [[ $what == ops || $what == all ]]; then
     "$BIN" gpu-check
-    # Rows not of whole super-blocks in padded tiles (off by default).
-    FERRITE_CUDA_PAD_TILES=1 "$BIN" gpu-check --no-ceilings
 fi
 
 if [[ $what == models || $what == all ]]; then
@@ -48,8 +46,9 @@ if [[ $what == models || $what == all ]]; then
         args+=(--hf-golden "${d%/}")
     done
     "$BIN" gpu-check --no-ceilings "${args[@]}"
-    # Again with rows not of whole super-blocks in padded tiles (SmolLM2's
-    # k = 576, Gemma-3-270M's 640; off by default).
+    # Again (with the op harness and invariance runs) with rows not of whole
+    # super-blocks in padded tiles (SmolLM2's k = 576, Gemma-3-270M's 640;
+    # off by default).
     FERRITE_CUDA_PAD_TILES=1 "$BIN" gpu-check --no-ceilings "${args[@]}"
     for m in smollm2 gemma3-270m; do
         [[ -f $MODELS/$m.gguf ]] || continue

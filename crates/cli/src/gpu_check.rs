@@ -70,10 +70,12 @@ pub fn main(a: GpuCheckArgs) -> Result<()> {
         failed += main_checks(&a)?;
     }
     // Last: a kernel that traps leaves the process no GPU.
-    let persistent = match () {
-        _ if a.invariance_only => vec![],
-        _ if a.persistent.is_empty() => vec![PERSISTENT.to_string()],
-        _ => a.persistent.clone(),
+    let persistent = if a.invariance_only {
+        vec![]
+    } else if a.persistent.is_empty() {
+        vec![PERSISTENT.to_string()]
+    } else {
+        a.persistent.clone()
     };
     for model in &persistent {
         let (worst, flips) = persistent_vs_chain(a.gpu, model, a.mlp_fused)?;
@@ -243,25 +245,16 @@ fn invariance_checks(gpu: usize) -> Result<usize> {
     // batch's. Q4_1's d x + m s is the sum whose fused multiply-add the
     // compiler once chose differently for one row and for a batch.)
     let runs = [
-        (SMALL, false),
-        (SMALL, true),
-        (PERSISTENT, true),
-        (Q5_K_M, true),
-        (SMALL_Q8, true),
-        (SMALL_Q4_1, true),
-        (SMALL_Q5_1, true),
+        (SMALL, false, "default"),
+        (SMALL, true, "--deterministic"),
+        (PERSISTENT, true, "--deterministic, Q4_K_M"),
+        (Q5_K_M, true, "--deterministic, Q5_K_M"),
+        (SMALL_Q8, true, "--deterministic, Q8_0"),
+        (SMALL_Q4_1, true, "--deterministic, Q4_1"),
+        (SMALL_Q5_1, true, "--deterministic, Q5_1"),
     ];
-    for (model, deterministic) in runs {
+    for (model, deterministic, mode) in runs {
         let inv = invariance(gpu, model, deterministic)?;
-        let mode = match (deterministic, model) {
-            (true, PERSISTENT) => "--deterministic, Q4_K_M",
-            (true, Q5_K_M) => "--deterministic, Q5_K_M",
-            (true, SMALL_Q8) => "--deterministic, Q8_0",
-            (true, SMALL_Q4_1) => "--deterministic, Q4_1",
-            (true, SMALL_Q5_1) => "--deterministic, Q5_1",
-            (true, _) => "--deterministic",
-            _ => "default",
-        };
         // Default: a stream may differ only after a near-tie; deterministic: never.
         let ok = inv.not_after_tie == 0 && (!deterministic || (inv.differ == 0 && inv.worst == 0.0));
         report(ok, format!(
