@@ -17,7 +17,8 @@ use serde_json::{json, Value};
 use crate::config::{Family, LmConfig};
 
 /// Preset names accepted by [`RandomCheckpoint::preset`].
-pub const PRESETS: &[&str] = &["llama-3.1-8b", "llama-3.2-1b", "llama-70b", "qwen2.5-7b", "qwen3-8b", "smollm2-135m"];
+pub const PRESETS: &[&str] =
+    &["llama-3.1-8b", "llama-3.2-1b", "llama-70b", "qwen2.5-7b", "qwen3-8b", "smollm2-135m", "gemma3-270m"];
 
 /// Elements per independently seeded chunk (1 MiB of bf16): the unit of parallelism.
 const CHUNK: usize = 1 << 19;
@@ -41,8 +42,8 @@ enum QuantMix {
     /// Every matrix in one type.
     All(DType),
     /// llama.cpp's Q4_K_M (Q4_K) or Q5_K_M (Q5_K) mix: that type, with Q6_K
-    /// for the output matrix and for attn_v and ffn_down in the layers it
-    /// gives more bits.
+    /// for the output matrix (the embedding when tied) and for attn_v and
+    /// ffn_down in the layers it gives more bits.
     KMedium(DType),
 }
 
@@ -112,7 +113,8 @@ impl RandomCheckpoint {
                 let layer = name.strip_prefix("blk.").and_then(|r| r.split_once('.')).and_then(|(l, _)| l.parse().ok());
                 // llama.cpp's use_more_bits: the first and last eighth, and every third between.
                 let more_bits = |i: usize| i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
-                let wide = name == "output.weight"
+                let output = if self.lm.tied_embeddings { "token_embd.weight" } else { "output.weight" };
+                let wide = name == output
                     || (name.ends_with("attn_v.weight") || name.ends_with("ffn_down.weight"))
                         && layer.is_some_and(more_bits);
                 if wide {
@@ -171,7 +173,14 @@ impl RandomCheckpoint {
         if c.qk_norm {
             layer.extend(["attn_q_norm.weight", "attn_k_norm.weight"]);
         }
-        layer.extend(["attn_output.weight", "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"]);
+        layer.push("attn_output.weight");
+        if c.sandwich_norms {
+            layer.push("post_attention_norm.weight");
+        }
+        layer.extend(["ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"]);
+        if c.sandwich_norms {
+            layer.push("post_ffw_norm.weight");
+        }
         let mut names = vec!["token_embd.weight".to_string()];
         names.extend((0..c.n_layers).flat_map(|l| layer.iter().map(move |s| format!("blk.{l}.{s}"))));
         names.push("output_norm.weight".into());
@@ -240,6 +249,7 @@ impl RandomCheckpoint {
             "ffn_gate.weight" | "ffn_up.weight" => (c.ffn, h, Kind::Matrix),
             "ffn_down.weight" => (h, c.ffn, Kind::Matrix),
             "attn_q_norm.weight" | "attn_k_norm.weight" if c.qk_norm => (1, hd, Kind::Norm),
+            "post_attention_norm.weight" | "post_ffw_norm.weight" if c.sandwich_norms => (1, h, Kind::Norm),
             "attn_q.bias" if c.qkv_bias => (1, qd, Kind::Bias),
             "attn_k.bias" | "attn_v.bias" if c.qkv_bias => (1, kvd, Kind::Bias),
             _ => return None,
@@ -283,6 +293,16 @@ fn preset_config(name: &str) -> Value {
             "attention_bias": false, "mlp_bias": false, "rms_norm_eps": 1e-5, "rope_theta": 100000.0,
             "rope_scaling": null, "max_position_embeddings": 8192, "tie_word_embeddings": true,
             "torch_dtype": "bfloat16"}),
+        // Five local (sliding-window) layers to one global.
+        "gemma3-270m" => json!({"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+            "hidden_size": 640, "num_hidden_layers": 18, "num_attention_heads": 4, "num_key_value_heads": 1,
+            "head_dim": 256, "intermediate_size": 2048, "vocab_size": 262144,
+            "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": 1e-6, "rope_theta": 1000000.0,
+            "rope_local_base_freq": 10000.0, "sliding_window": 512, "query_pre_attn_scalar": 256,
+            "layer_types": (0..18).map(|l| if l % 6 == 5 { "full_attention" } else { "sliding_attention" })
+                .collect::<Vec<_>>(),
+            "max_position_embeddings": 32768, "attn_logit_softcapping": null, "final_logit_softcapping": null,
+            "tie_word_embeddings": true, "torch_dtype": "bfloat16"}),
         _ => unreachable!("preset_config is called with names from PRESETS"),
     }
 }
@@ -414,6 +434,22 @@ mod tests {
         assert!(RandomCheckpoint::preset("smollm2-135m:q9").is_err());
     }
 
+    /// Gemma-3-270M's Q4_K_M file holds Q4_K x27, Q5_0 x81, Q6_K x9 and
+    /// Q8_0 x10 matrices (its tied embedding in Q8_0), 253 MB in all.
+    #[test]
+    fn a_tied_k_quant_mix_matches_a_published_file() {
+        let ck = RandomCheckpoint::preset("gemma3-270m:q4_k_m").unwrap();
+        let mut counts = std::collections::BTreeMap::new();
+        for (_, d, _) in ck.tensor_sizes().into_iter().filter(|t| t.1 != DType::F32) {
+            *counts.entry(d.to_string()).or_insert(0) += 1;
+        }
+        let want = [("Q4_K", 27), ("Q5_0", 81), ("Q6_K", 9), ("Q8_0", 10)];
+        assert_eq!(counts, want.iter().map(|(d, n)| (d.to_string(), *n)).collect(), "{counts:?}");
+        assert_eq!(ck.dtype_of("token_embd.weight").unwrap(), DType::Q8_0);
+        let bytes = Checkpoint::Random(ck).device_bytes();
+        assert!((245_000_000..260_000_000).contains(&bytes), "{bytes}");
+    }
+
     fn values(w: &RawWeight) -> Vec<f32> {
         let mut out = vec![0f32; w.rows * w.cols];
         ferrite_backend::quant::dequantize_row(w.dtype, w.bytes.as_slice(), &mut out).unwrap();
@@ -430,6 +466,7 @@ mod tests {
             ("qwen2.5-7b", 3584, 28, 28, 4, 128, 18944, 152064, false),
             ("qwen3-8b", 4096, 36, 32, 8, 128, 12288, 151936, false),
             ("smollm2-135m", 576, 30, 9, 3, 64, 1536, 49152, true),
+            ("gemma3-270m", 640, 18, 4, 1, 256, 2048, 262144, true),
         ];
         assert_eq!(want.len(), PRESETS.len());
         for (p, hidden, layers, heads, kv, hd, ffn, vocab, tied) in want {
@@ -438,7 +475,8 @@ mod tests {
             assert_eq!(got, (hidden, layers, heads, kv, hd, ffn, vocab), "{p}");
             assert_eq!(c.tied_embeddings, tied, "{p}");
             assert_eq!(c.qkv_bias, p == "qwen2.5-7b", "{p}");
-            assert_eq!(c.qk_norm, p == "qwen3-8b", "{p}");
+            assert_eq!(c.qk_norm, p == "qwen3-8b" || p == "gemma3-270m", "{p}");
+            assert_eq!(c.sandwich_norms, p == "gemma3-270m", "{p}");
         }
         let c = config_of(&Checkpoint::Random(RandomCheckpoint::preset("llama-3.2-1b").unwrap())).unwrap();
         assert!(matches!(c.layers[0].rope_scaling, crate::config::RopeScaling::Llama3 { factor: 32.0, .. }));
