@@ -239,7 +239,7 @@ fn invariance_checks(gpu: usize) -> Result<usize> {
         failed += usize::from(!ok);
         Ok(())
     };
-    // (Also Q4_K_M, Q5_K_M, Q8_0, Q4_1 and Q5_1 weights in the
+    // (Also Q4_K_M, Q5_K_M, Q8_0, Q4_1, Q5_1 and Gemma's weights in the
     // batch-invariant mode: a lone row's GEMV on tiles is not a batch's in
     // the default mode, and the mode's own (`_whole_1`) must round as a
     // batch's. Q4_1's d x + m s is the sum whose fused multiply-add the
@@ -252,6 +252,7 @@ fn invariance_checks(gpu: usize) -> Result<usize> {
         (SMALL_Q8, true, "--deterministic, Q8_0"),
         (SMALL_Q4_1, true, "--deterministic, Q4_1"),
         (SMALL_Q5_1, true, "--deterministic, Q5_1"),
+        (GEMMA_Q4_K_M, true, "--deterministic, Gemma-3-270M Q4_K_M"),
     ];
     for (model, deterministic, mode) in runs {
         let inv = invariance(gpu, model, deterministic)?;
@@ -284,6 +285,9 @@ const SMALL: &str = "random:smollm2-135m";
 const SMALL_Q8: &str = "random:smollm2-135m:q8_0";
 const SMALL_Q4_1: &str = "random:smollm2-135m:q4_1";
 const SMALL_Q5_1: &str = "random:smollm2-135m:q5_1";
+/// Gemma-3-270M's shape and types: Q5_0 and Q8_0 rows of k = 640 (not
+/// whole super-blocks), GeGLU, sliding-window layers.
+const GEMMA_Q4_K_M: &str = "random:gemma3-270m:q4_k_m";
 /// A model of Q5_K tiles with Q6_K v and down projections in some layers.
 const Q5_K_M: &str = "random:llama-3.2-1b:q5_k_m";
 
