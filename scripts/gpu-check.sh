@@ -14,7 +14,8 @@
 #      its echoed prompt logprobs against an exact float64 reference, and
 #      structured outputs (scripts/gpu-structured.sh);
 #   3. the benchmarks with random bf16 (and Q4_K_M) weights of Llama-3.1-8B's
-#      shape. FERRITE_PROFILE=1 adds GPU time per op to each benchmark.
+#      shape, and SmolLM2's and Gemma-3-270M's with and without padded tiles.
+#      FERRITE_PROFILE=1 adds GPU time per op to each benchmark.
 #   4. sentence embeddings: the tiny encoder checkpoints against transformers'
 #      vectors, and all-minilm-l6-v2 against sentence-transformers (speed too).
 # Usage: scripts/gpu-check.sh [ops|models|bench|embed|all]   (default: all)
@@ -88,6 +89,17 @@ if [[ $what == bench || $what == all ]]; then
     # GGUF Q4_K_M blocks of the same shape: batch-1 decode against the
     # roofline of the quantized bytes, and prefill through dequantized tiles.
     "$BIN" bench $m:q4_k_m --device cuda --prompt-tokens 512 --gen-tokens 128 --repetitions 2
+    # Rows not of whole super-blocks (SmolLM2's k = 576, Gemma-3-270M's 640):
+    # the dp4a GEMVs against padded tiles (FERRITE_CUDA_PAD_TILES=1).
+    for s in smollm2-135m:q4_1 smollm2-135m:q8_0 gemma3-270m:q4_k_m; do
+        for b in 1 8; do
+            for pad in 0 1; do
+                echo "FERRITE_CUDA_PAD_TILES=$pad"
+                FERRITE_CUDA_PAD_TILES=$pad "$BIN" bench random:$s --device cuda --batch $b --prompt-tokens 0 \
+                    --gen-tokens 128 --repetitions 2
+            done
+        done
+    done
     # What the batch-invariant mode costs.
     "$BIN" bench $m --device cuda --deterministic --batch 64 --decode-context 1024 --prompt-tokens 0 --gen-tokens 128 --repetitions 1
     "$BIN" bench $m --device cuda --deterministic --batch 8 --prompt-tokens 2048 --prefill-chunk 2048 --gen-tokens 0 --repetitions 1
