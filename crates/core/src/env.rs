@@ -290,9 +290,9 @@ pub fn cuda_b32_tiles() -> bool {
 }
 
 /// `FERRITE_CUDA_PAD_TILES=1`: rows of 32-value blocks that are not whole
-/// super-blocks (SmolLM2's k = 576) go to the tensor-core GEMVs too, their
-/// last super-block padded with zero blocks at upload; off until measured
-/// on a GPU.
+/// super-blocks (SmolLM2's k = 576, Gemma-3-270M's 640) go to the
+/// tensor-core GEMVs too, their last super-block padded with zero blocks at
+/// upload; off until measured on a GPU.
 pub fn cuda_pad_tiles() -> bool {
     use std::sync::OnceLock;
     // (Read once: a weight's layout and its kernels must agree.)

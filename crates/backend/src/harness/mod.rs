@@ -751,11 +751,11 @@ impl<B: Backend> Harness<'_, B> {
     /// blocks): plain matmuls at decode and prefill sizes, and embedding
     /// tables; normed inputs and an MLP's gated one (a GPU's input
     /// quantization, where it pads such rows to whole super-blocks: CUDA's
-    /// `FERRITE_CUDA_PAD_TILES=1`); then Q4_0 and Q4_1 tables of whole super-blocks, and a
-    /// prefill matmul with more rows than one pass of a GPU's dequantized
-    /// tiles holds (32 Mi values: 10,922 rows of 3,072), so that a pass
-    /// starts inside a tile of 16 rows. Run last, so that the random data of
-    /// the checks before stays as it was.
+    /// `FERRITE_CUDA_PAD_TILES=1`); then Q4_0 and Q4_1 tables of whole
+    /// super-blocks, and a prefill matmul with more rows than one pass of a
+    /// GPU's dequantized tiles holds (32 Mi values: 10,922 rows of 3,072),
+    /// so that a pass starts inside a tile of 16 rows. Run last, so that the
+    /// random data of the checks before stays as it was.
     fn block_rows(&mut self, dense_f32_tol: f32) -> Result<()> {
         let types = [DType::Q4_0, DType::Q4_1, DType::Q5_0, DType::Q5_1, DType::Q8_0];
         let shapes = [(1, 37, 96), (3, 40, 288), (8, 21, 288), (40, 33, 288)];

@@ -251,12 +251,12 @@ pub fn block32_tile_head(q: DType, rr: usize, b: usize) -> usize {
 }
 
 /// Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 rows of `k` values (k % 32 == 0; a row's
-/// last 256 padded with zero blocks) regrouped in tiles of 16 rows for the tensor-core GEMV
-/// (kernels/gemv_tile_b32.cu, `B32Tile`), as [`q4_k_tiles`] does Q4_K's:
-/// per tile, a column of [`block32_tile_block`] bytes per 256 values, the
-/// values ([`block32_tile_value`]; the 5-bit types' low 4 bits), the fifth
-/// bits ([`block32_tile_high`]), then the scales ([`block32_tile_head`]);
-/// the last tile's missing rows are zeros.
+/// last 256 padded with zero blocks) regrouped in tiles of 16 rows for the
+/// tensor-core GEMV (kernels/gemv_tile_b32.cu, `B32Tile`), as [`q4_k_tiles`]
+/// does Q4_K's: per tile, a column of [`block32_tile_block`] bytes per 256
+/// values, the values ([`block32_tile_value`]; the 5-bit types' low 4 bits),
+/// the fifth bits ([`block32_tile_high`]), then the scales
+/// ([`block32_tile_head`]); the last tile's missing rows are zeros.
 pub fn block32_tiles(q: DType, src: &[u8], k: usize) -> Vec<u8> {
     let bb = q.block_bytes();
     let with_m = matches!(q, DType::Q4_1 | DType::Q5_1);

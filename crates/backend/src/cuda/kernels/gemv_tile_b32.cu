@@ -1,18 +1,17 @@
-// The decode GEMVs on tensor cores for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 rows
-// of whole super-blocks (others padded to them: `FERRITE_CUDA_PAD_TILES=1`),
-// regrouped in tiles of 16 rows at upload
-// (quant/repack.rs `block32_tiles`, kernels/quant.cu `B32Layout`);
-// compiled after gemv_tile.cu, whose
-// body (`gemv_tile_body`), batch-1 lane constants (`BdLane`) and mma they
-// use, with the same input (`quantize_x8_sb`). As for Q4_K, one mma.sync
-// m16n8k32 multiplies 16 rows by 32 values: one block for Q8_0 (s8), a pair
-// of blocks for the 4-bit types (u8: block 2j in the low nibbles, 2j + 1 in
-// the high, as Q4_K's sub-block pairs; the 5-bit types join their fifth
-// bits to them, as Q5_K: `with_fifth`). Each block's sums are then scaled
-// in float by its own f16 d (less 8 d, or 16 d, or plus the block's m,
-// times the input's sums). The dp4a GEMVs (quant.cu), which other rows
-// keep, read the input once per weight row and spend an instruction per
-// four values; here a warp's input serves 16 rows.
+// The decode GEMVs on tensor cores for Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 rows of
+// whole super-blocks (others padded to them: `FERRITE_CUDA_PAD_TILES=1`),
+// regrouped in tiles of 16 rows at upload (quant/repack.rs `block32_tiles`,
+// kernels/quant.cu `B32Layout`); compiled after gemv_tile.cu, whose body
+// (`gemv_tile_body`), batch-1 lane constants (`BdLane`) and mma they use, with
+// the same input (`quantize_x8_sb`). As for Q4_K, one mma.sync m16n8k32
+// multiplies 16 rows by 32 values: one block for Q8_0 (s8), a pair of blocks
+// for the 4-bit types (u8: block 2j in the low nibbles, 2j + 1 in the high, as
+// Q4_K's sub-block pairs; the 5-bit types join their fifth bits to them, as
+// Q5_K: `with_fifth`). Each block's sums are then scaled in float by its own
+// f16 d (less 8 d, or 16 d, or plus the block's m, times the input's sums). The
+// dp4a GEMVs (quant.cu), which other rows keep, read the input once per weight
+// row and spend an instruction per four values; here a warp's input serves 16
+// rows.
 
 // c plus 16 weight rows x 32 values (s8) times 32 inputs x 8 columns (s8), exact.
 __device__ __forceinline__ void mma_s8s8_acc(u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1, int (&c)[4]) {

@@ -180,10 +180,11 @@ __device__ __forceinline__ void q6k_sub(const u8* w, u64 r, u32 nsb, u32 c, floa
     }
 }
 
-// Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 rows of whole super-blocks (or padded to them), stored in tiles of 16
-// rows (quant/repack.rs `block32_tiles`; read here by `dq32_tiled` and
-// `dequant_tiled`, by the GEMVs in kernels/gemv_tile_b32.cu): per tile, a
-// column of `block` bytes per super-block. In a column, row rr's word i of
+// Q4_0, Q4_1, Q5_0, Q5_1 or Q8_0 rows of whole super-blocks (or padded to
+// them), stored in tiles of 16 rows (quant/repack.rs `block32_tiles`; read
+// here by `dq32_tiled` and `dequant_tiled`, by the GEMVs in
+// kernels/gemv_tile_b32.cu): per tile, a column of `block` bytes per
+// super-block. In a column, row rr's word i of
 // block b (or of its pair, the 4-bit types: block 2j in the low nibbles,
 // 2j + 1 in the high) is in unit b (b / 2), lane 4 (rr % 8) + i % 4's 16
 // bytes, word 2 (i / 4) + rr / 8; after the values, lane 4 (rr % 8) + b / 2's
